@@ -1,0 +1,652 @@
+//! The DTB a partition's unmodified Linux boots with: the QEMU-virt-shaped
+//! address map of `layout`, PSCI over HVC, a GICv3 and a PL011 console.
+
+use alloc::format;
+use alloc::vec::Vec;
+
+use super::writer::FdtWriter;
+use super::DtbError;
+use crate::layout::{
+    GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
+    GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE, PPI_HYP_TIMER, PPI_PTIMER, PPI_SEC_PTIMER,
+    PPI_VTIMER,
+};
+
+/// Phandle of the guest's GIC node; pass-through nodes (e.g. a PCIe host
+/// bridge's `interrupt-map`) reference it.
+pub const GUEST_GIC_PHANDLE: u32 = 1;
+/// Phandle of the fixed 24 MHz `apb-pclk` clock the PL011 uses.
+pub const GUEST_APB_PCLK_PHANDLE: u32 = 2;
+/// The lowest phandle a pass-through node may claim for itself.
+pub const GUEST_FIRST_FREE_PHANDLE: u32 = 3;
+/// vCPU N gets MPIDR Aff0 = N in one cluster. A GICv3 SGI names its targets
+/// by a 16-bit TargetList over Aff0 (ICC_SGI1R_EL1, GICv3 ARM IHI 0069
+/// 12.2.22); Aff0 beyond 15 would need the range selector (RSS), which Linux
+/// only uses if GICD_TYPER.RSS says so. One cluster of 16 keeps it simple.
+pub const GUEST_MAX_VCPUS: usize = 16;
+
+/// The GIC interrupt specifier (bindings/interrupt-controller/arm,gic-v3.yaml)
+/// type cell for shared and private peripheral interrupts.
+const GIC_SPI: u32 = 0;
+const GIC_PPI: u32 = 1;
+/// Flags cell: level-sensitive, active high.
+const IRQ_LEVEL_HIGH: u32 = 4;
+/// The PL011's reference clock, as on QEMU virt.
+const APB_PCLK_HZ: u32 = 24_000_000;
+
+/// A property value of a pass-through node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PropValue<'a> {
+    /// A flag property with no value (`dma-coherent`, `ranges`).
+    Empty,
+    U32(u32),
+    /// Two cells, most significant first.
+    U64(u64),
+    Cells(&'a [u32]),
+    String(&'a str),
+    Strings(&'a [&'a str]),
+    Bytes(&'a [u8]),
+}
+
+/// A pass-through device node, placed under the root of the guest DTB.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtraNode<'a> {
+    pub name: &'a str,
+    pub props: &'a [(&'a str, PropValue<'a>)],
+    pub children: &'a [ExtraNode<'a>],
+}
+
+/// What a partition's DTB describes.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestDtbSpec<'a> {
+    pub partition: &'a str,
+    pub ram_base: u64,
+    pub ram_size: u64,
+    /// vCPU N appears as cpu@N with reg = N, its MPIDR Aff0.
+    pub vcpu_count: usize,
+    pub bootargs: &'a str,
+    /// (start IPA, end IPA), end exclusive as Linux reads it.
+    pub initrd: Option<(u64, u64)>,
+    pub rng_seed: Option<[u8; 32]>,
+    pub kaslr_seed: Option<u64>,
+    pub extra: &'a [ExtraNode<'a>],
+}
+
+/// Builds the DTB a partition's Linux is entered with (x0 = its IPA).
+pub fn build_guest_dtb(spec: &GuestDtbSpec) -> Result<Vec<u8>, DtbError> {
+    check_spec(spec)?;
+    let uart_path = format!("/pl011@{GUEST_UART_BASE:x}");
+
+    let mut w = FdtWriter::new();
+    let root = w.begin_node("")?;
+    w.prop_u32("#address-cells", 2)?;
+    w.prop_u32("#size-cells", 2)?;
+    w.prop_string("compatible", "linux,dummy-virt")?;
+    w.prop_string("model", &format!("Pinfold partition {}", spec.partition))?;
+    w.prop_u32("interrupt-parent", GUEST_GIC_PHANDLE)?;
+
+    write_chosen(&mut w, spec, &uart_path)?;
+    write_memory(&mut w, spec)?;
+    write_cpus(&mut w, spec.vcpu_count)?;
+    write_psci(&mut w)?;
+    write_timer(&mut w)?;
+    write_gic(&mut w, spec.vcpu_count)?;
+    write_apb_pclk(&mut w)?;
+    write_pl011(&mut w)?;
+    for node in spec.extra {
+        write_extra(&mut w, node)?;
+    }
+
+    w.end_node(root)?;
+    w.finish()
+}
+
+fn check_spec(spec: &GuestDtbSpec) -> Result<(), DtbError> {
+    if spec.vcpu_count == 0 {
+        return Err(DtbError::NoVcpus);
+    }
+    // The redistributor frames must also fit the IPA window reserved for them.
+    let max = GUEST_MAX_VCPUS.min((GUEST_GICR_REGION_SIZE / GICR_STRIDE) as usize);
+    if spec.vcpu_count > max {
+        return Err(DtbError::TooManyVcpus {
+            count: spec.vcpu_count,
+            max,
+        });
+    }
+    let ram_end = spec
+        .ram_base
+        .checked_add(spec.ram_size)
+        .filter(|_| spec.ram_size != 0)
+        .ok_or(DtbError::BadRamRange)?;
+    if let Some((start, end)) = spec.initrd {
+        if start >= end || start < spec.ram_base || end > ram_end {
+            return Err(DtbError::InitrdOutsideRam);
+        }
+    }
+    Ok(())
+}
+
+fn write_chosen(w: &mut FdtWriter, spec: &GuestDtbSpec, uart_path: &str) -> Result<(), DtbError> {
+    let chosen = w.begin_node("chosen")?;
+    w.prop_string("bootargs", spec.bootargs)?;
+    w.prop_string("stdout-path", uart_path)?;
+    if let Some((start, end)) = spec.initrd {
+        w.prop_u64("linux,initrd-start", start)?;
+        w.prop_u64("linux,initrd-end", end)?;
+    }
+    if let Some(seed) = &spec.rng_seed {
+        w.prop("rng-seed", seed)?;
+    }
+    if let Some(seed) = spec.kaslr_seed {
+        w.prop_u64("kaslr-seed", seed)?;
+    }
+    w.end_node(chosen)
+}
+
+fn write_memory(w: &mut FdtWriter, spec: &GuestDtbSpec) -> Result<(), DtbError> {
+    let memory = w.begin_node(&format!("memory@{:x}", spec.ram_base))?;
+    w.prop_string("device_type", "memory")?;
+    w.prop_cells("reg", &reg_cells(spec.ram_base, spec.ram_size))?;
+    w.end_node(memory)
+}
+
+fn write_cpus(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
+    let cpus = w.begin_node("cpus")?;
+    w.prop_u32("#address-cells", 1)?;
+    w.prop_u32("#size-cells", 0)?;
+    for n in 0..vcpu_count {
+        let cpu = w.begin_node(&format!("cpu@{n:x}"))?;
+        w.prop_string("device_type", "cpu")?;
+        w.prop_string("compatible", "arm,armv8")?;
+        // check_spec bounds vcpu_count to 16, so the cast cannot truncate.
+        w.prop_u32("reg", n as u32)?;
+        w.prop_string("enable-method", "psci")?;
+        w.end_node(cpu)?;
+    }
+    w.end_node(cpus)
+}
+
+fn write_psci(w: &mut FdtWriter) -> Result<(), DtbError> {
+    // PSCI 0.2+ function IDs are fixed by the spec, so no cpu_on etc.
+    // properties; HVC because the guest's SMCs trap to us via HCR_EL2.TSC
+    // anyway, and HVC is the conduit a hypervisor advertises.
+    let psci = w.begin_node("psci")?;
+    w.prop_strings("compatible", &["arm,psci-1.0", "arm,psci-0.2"])?;
+    w.prop_string("method", "hvc")?;
+    w.end_node(psci)
+}
+
+fn write_timer(w: &mut FdtWriter) -> Result<(), DtbError> {
+    // Order fixed by the arm,arch_timer binding: secure phys, non-secure
+    // phys, virtual, hypervisor phys.
+    let mut cells = [0u32; 12];
+    for (slot, intid) in [PPI_SEC_PTIMER, PPI_PTIMER, PPI_VTIMER, PPI_HYP_TIMER]
+        .iter()
+        .enumerate()
+    {
+        cells[slot * 3..slot * 3 + 3].copy_from_slice(&ppi(*intid));
+    }
+    let timer = w.begin_node("timer")?;
+    w.prop_string("compatible", "arm,armv8-timer")?;
+    w.prop_cells("interrupts", &cells)?;
+    // The counter keeps running in every idle state a guest can reach.
+    w.prop_null("always-on")?;
+    w.end_node(timer)
+}
+
+fn write_gic(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
+    let gicr_size = vcpu_count as u64 * GICR_STRIDE;
+    let mut reg = [0u32; 8];
+    reg[..4].copy_from_slice(&reg_cells(GUEST_GICD_BASE, GUEST_GICD_SIZE));
+    reg[4..].copy_from_slice(&reg_cells(GUEST_GICR_BASE, gicr_size));
+
+    let gic = w.begin_node(&format!("intc@{GUEST_GICD_BASE:x}"))?;
+    w.prop_string("compatible", "arm,gic-v3")?;
+    w.prop_u32("#interrupt-cells", 3)?;
+    w.prop_u32("#address-cells", 2)?;
+    w.prop_u32("#size-cells", 2)?;
+    w.prop_null("ranges")?;
+    w.prop_null("interrupt-controller")?;
+    w.prop_cells("reg", &reg)?;
+    w.prop_u32("#redistributor-regions", 1)?;
+    w.prop_u32("phandle", GUEST_GIC_PHANDLE)?;
+    w.end_node(gic)
+}
+
+fn write_apb_pclk(w: &mut FdtWriter) -> Result<(), DtbError> {
+    // Without a clock the AMBA bus code cannot enable the PL011 and its
+    // driver fails to probe.
+    let clk = w.begin_node("apb-pclk")?;
+    w.prop_string("compatible", "fixed-clock")?;
+    w.prop_u32("#clock-cells", 0)?;
+    w.prop_u32("clock-frequency", APB_PCLK_HZ)?;
+    w.prop_string("clock-output-names", "clk24mhz")?;
+    w.prop_u32("phandle", GUEST_APB_PCLK_PHANDLE)?;
+    w.end_node(clk)
+}
+
+fn write_pl011(w: &mut FdtWriter) -> Result<(), DtbError> {
+    let uart = w.begin_node(&format!("pl011@{GUEST_UART_BASE:x}"))?;
+    w.prop_strings("compatible", &["arm,pl011", "arm,primecell"])?;
+    w.prop_cells("reg", &reg_cells(GUEST_UART_BASE, GUEST_UART_SIZE))?;
+    w.prop_cells(
+        "interrupts",
+        &[GIC_SPI, GUEST_UART_INTID - 32, IRQ_LEVEL_HIGH],
+    )?;
+    w.prop_cells("clocks", &[GUEST_APB_PCLK_PHANDLE, GUEST_APB_PCLK_PHANDLE])?;
+    w.prop_strings("clock-names", &["uartclk", "apb_pclk"])?;
+    w.end_node(uart)
+}
+
+fn write_extra(w: &mut FdtWriter, node: &ExtraNode) -> Result<(), DtbError> {
+    let token = w.begin_node(node.name)?;
+    for (name, value) in node.props {
+        if let Some(claimed) = claimed_phandle(name, value) {
+            if claimed < GUEST_FIRST_FREE_PHANDLE {
+                return Err(DtbError::ReservedPhandle(claimed));
+            }
+        }
+        match *value {
+            PropValue::Empty => w.prop_null(name)?,
+            PropValue::U32(v) => w.prop_u32(name, v)?,
+            PropValue::U64(v) => w.prop_u64(name, v)?,
+            PropValue::Cells(cells) => w.prop_cells(name, cells)?,
+            PropValue::String(s) => w.prop_string(name, s)?,
+            PropValue::Strings(list) => w.prop_strings(name, list)?,
+            PropValue::Bytes(bytes) => w.prop(name, bytes)?,
+        }
+    }
+    for child in node.children {
+        write_extra(w, child)?;
+    }
+    w.end_node(token)
+}
+
+/// The phandle a pass-through property assigns, in whichever form it is written.
+fn claimed_phandle(name: &str, value: &PropValue) -> Option<u32> {
+    if name != "phandle" && name != "linux,phandle" {
+        return None;
+    }
+    match *value {
+        PropValue::U32(v) | PropValue::Cells(&[v]) => Some(v),
+        PropValue::Bytes(&[a, b, c, d]) => Some(u32::from_be_bytes([a, b, c, d])),
+        _ => None,
+    }
+}
+
+/// A `reg` entry with #address-cells = #size-cells = 2.
+fn reg_cells(base: u64, size: u64) -> [u32; 4] {
+    [
+        (base >> 32) as u32,
+        base as u32,
+        (size >> 32) as u32,
+        size as u32,
+    ]
+}
+
+/// The 3-cell GIC specifier of a level-high PPI given by INTID.
+fn ppi(intid: u32) -> [u32; 3] {
+    [GIC_PPI, intid - 16, IRQ_LEVEL_HIGH]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fdt::Fdt;
+
+    const SEED: [u8; 32] = [0xa5; 32];
+
+    fn spec(vcpu_count: usize) -> GuestDtbSpec<'static> {
+        GuestDtbSpec {
+            partition: "web",
+            ram_base: 0x4000_0000,
+            ram_size: 0x2000_0000,
+            vcpu_count,
+            bootargs: "console=ttyAMA0 earlycon=pl011,0x09000000",
+            initrd: Some((0x4800_0000, 0x4810_0000)),
+            rng_seed: Some(SEED),
+            kaslr_seed: Some(0x0123_4567_89ab_cdef),
+            extra: &[],
+        }
+    }
+
+    fn cells(value: &[u8]) -> Vec<u32> {
+        value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    fn prop<'a>(fdt: &'a Fdt<'a>, path: &str, name: &str) -> &'a [u8] {
+        fdt.find_node(path)
+            .unwrap_or_else(|| panic!("no node {path}"))
+            .property(name)
+            .unwrap_or_else(|| panic!("no {name} in {path}"))
+            .value
+    }
+
+    fn strings(value: &[u8]) -> Vec<&str> {
+        value
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| core::str::from_utf8(s).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn root_describes_virt_machine_with_gic_as_interrupt_parent() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(cells(prop(&fdt, "/", "#address-cells")), [2]);
+        assert_eq!(cells(prop(&fdt, "/", "#size-cells")), [2]);
+        assert_eq!(strings(prop(&fdt, "/", "compatible")), ["linux,dummy-virt"]);
+        assert_eq!(strings(prop(&fdt, "/", "model")), ["Pinfold partition web"]);
+        assert_eq!(
+            cells(prop(&fdt, "/", "interrupt-parent")),
+            [GUEST_GIC_PHANDLE]
+        );
+    }
+
+    #[test]
+    fn chosen_carries_bootargs_console_initrd_and_seeds() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            fdt.chosen().bootargs(),
+            Some("console=ttyAMA0 earlycon=pl011,0x09000000")
+        );
+        assert_eq!(fdt.chosen().stdout().map(|n| n.name), Some("pl011@9000000"));
+        assert_eq!(
+            cells(prop(&fdt, "/chosen", "linux,initrd-start")),
+            [0, 0x4800_0000]
+        );
+        assert_eq!(
+            cells(prop(&fdt, "/chosen", "linux,initrd-end")),
+            [0, 0x4810_0000]
+        );
+        assert_eq!(prop(&fdt, "/chosen", "rng-seed"), SEED);
+        assert_eq!(
+            cells(prop(&fdt, "/chosen", "kaslr-seed")),
+            [0x0123_4567, 0x89ab_cdef]
+        );
+    }
+
+    #[test]
+    fn chosen_omits_absent_initrd_and_seeds() {
+        let spec = GuestDtbSpec {
+            initrd: None,
+            rng_seed: None,
+            kaslr_seed: None,
+            ..spec(1)
+        };
+
+        let blob = build_guest_dtb(&spec).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let chosen = fdt.find_node("/chosen").unwrap();
+        for absent in [
+            "linux,initrd-start",
+            "linux,initrd-end",
+            "rng-seed",
+            "kaslr-seed",
+        ] {
+            assert!(chosen.property(absent).is_none(), "{absent}");
+        }
+    }
+
+    #[test]
+    fn memory_node_covers_partition_ram() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            strings(prop(&fdt, "/memory@40000000", "device_type")),
+            ["memory"]
+        );
+        assert_eq!(
+            cells(prop(&fdt, "/memory@40000000", "reg")),
+            [0, 0x4000_0000, 0, 0x2000_0000]
+        );
+    }
+
+    #[test]
+    fn two_vcpus_are_cpu0_and_cpu1_started_by_psci() {
+        let blob = build_guest_dtb(&spec(2)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(cells(prop(&fdt, "/cpus", "#address-cells")), [1]);
+        assert_eq!(cells(prop(&fdt, "/cpus", "#size-cells")), [0]);
+        let cpus = fdt.find_node("/cpus").unwrap();
+        let names: Vec<&str> = cpus.children().map(|c| c.name).collect();
+        assert_eq!(names, ["cpu@0", "cpu@1"]);
+        for (n, path) in ["/cpus/cpu@0", "/cpus/cpu@1"].iter().enumerate() {
+            assert_eq!(cells(prop(&fdt, path, "reg")), [n as u32]);
+            assert_eq!(strings(prop(&fdt, path, "enable-method")), ["psci"]);
+            assert_eq!(strings(prop(&fdt, path, "compatible")), ["arm,armv8"]);
+            assert_eq!(strings(prop(&fdt, path, "device_type")), ["cpu"]);
+        }
+    }
+
+    #[test]
+    fn psci_is_1_0_over_hvc() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            strings(prop(&fdt, "/psci", "compatible")),
+            ["arm,psci-1.0", "arm,psci-0.2"]
+        );
+        assert_eq!(strings(prop(&fdt, "/psci", "method")), ["hvc"]);
+    }
+
+    #[test]
+    fn timer_lists_secure_phys_virt_hyp_ppis_level_high() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            strings(prop(&fdt, "/timer", "compatible")),
+            ["arm,armv8-timer"]
+        );
+        assert_eq!(
+            cells(prop(&fdt, "/timer", "interrupts")),
+            [1, 13, 4, 1, 14, 4, 1, 11, 4, 1, 10, 4]
+        );
+        assert_eq!(prop(&fdt, "/timer", "always-on"), b"");
+    }
+
+    #[test]
+    fn gic_node_is_v3_with_distributor_and_one_redistributor_region() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let gic = "/intc@8000000";
+        assert_eq!(strings(prop(&fdt, gic, "compatible")), ["arm,gic-v3"]);
+        assert_eq!(cells(prop(&fdt, gic, "#interrupt-cells")), [3]);
+        assert_eq!(cells(prop(&fdt, gic, "#address-cells")), [2]);
+        assert_eq!(cells(prop(&fdt, gic, "#size-cells")), [2]);
+        assert_eq!(prop(&fdt, gic, "ranges"), b"");
+        assert_eq!(prop(&fdt, gic, "interrupt-controller"), b"");
+        assert_eq!(
+            cells(prop(&fdt, gic, "reg")),
+            [0, 0x0800_0000, 0, 0x1_0000, 0, 0x080A_0000, 0, 0x2_0000]
+        );
+        assert_eq!(cells(prop(&fdt, gic, "#redistributor-regions")), [1]);
+        assert_eq!(cells(prop(&fdt, gic, "phandle")), [GUEST_GIC_PHANDLE]);
+    }
+
+    #[test]
+    fn two_vcpus_get_two_redistributor_frames() {
+        let blob = build_guest_dtb(&spec(2)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let reg = cells(prop(&fdt, "/intc@8000000", "reg"));
+        assert_eq!(reg[4..], [0, 0x080A_0000, 0, 0x4_0000]);
+    }
+
+    #[test]
+    fn pl011_is_spi1_clocked_by_apb_pclk() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let uart = "/pl011@9000000";
+        assert_eq!(
+            strings(prop(&fdt, uart, "compatible")),
+            ["arm,pl011", "arm,primecell"]
+        );
+        assert_eq!(cells(prop(&fdt, uart, "reg")), [0, 0x0900_0000, 0, 0x1000]);
+        assert_eq!(cells(prop(&fdt, uart, "interrupts")), [0, 1, 4]);
+        let clk = cells(prop(&fdt, "/apb-pclk", "phandle"))[0];
+        assert_eq!(cells(prop(&fdt, uart, "clocks")), [clk, clk]);
+        assert_eq!(
+            strings(prop(&fdt, uart, "clock-names")),
+            ["uartclk", "apb_pclk"]
+        );
+    }
+
+    #[test]
+    fn apb_pclk_is_fixed_24mhz_clock() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let clk = "/apb-pclk";
+        assert_eq!(strings(prop(&fdt, clk, "compatible")), ["fixed-clock"]);
+        assert_eq!(cells(prop(&fdt, clk, "#clock-cells")), [0]);
+        assert_eq!(cells(prop(&fdt, clk, "clock-frequency")), [24_000_000]);
+        assert_eq!(strings(prop(&fdt, clk, "clock-output-names")), ["clk24mhz"]);
+        assert_eq!(cells(prop(&fdt, clk, "phandle")), [GUEST_APB_PCLK_PHANDLE]);
+    }
+
+    #[test]
+    fn extra_nodes_are_written_under_root_with_children() {
+        let child = [ExtraNode {
+            name: "dev@0",
+            props: &[("reg", PropValue::U32(0))],
+            children: &[],
+        }];
+        let extra = [ExtraNode {
+            name: "pcie@10000000",
+            props: &[
+                ("compatible", PropValue::String("pci-host-ecam-generic")),
+                ("dma-coherent", PropValue::Empty),
+                ("bus-range", PropValue::Cells(&[0, 0xff])),
+                ("phandle", PropValue::U32(GUEST_FIRST_FREE_PHANDLE)),
+            ],
+            children: &child,
+        }];
+        let spec = GuestDtbSpec {
+            extra: &extra,
+            ..spec(1)
+        };
+
+        let blob = build_guest_dtb(&spec).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            strings(prop(&fdt, "/pcie@10000000", "compatible")),
+            ["pci-host-ecam-generic"]
+        );
+        assert_eq!(cells(prop(&fdt, "/pcie@10000000", "bus-range")), [0, 0xff]);
+        assert_eq!(cells(prop(&fdt, "/pcie@10000000/dev@0", "reg")), [0]);
+    }
+
+    #[test]
+    fn extra_node_claiming_gic_phandle_is_rejected() {
+        let extra = [ExtraNode {
+            name: "x",
+            props: &[("phandle", PropValue::U32(GUEST_GIC_PHANDLE))],
+            children: &[],
+        }];
+        let spec = GuestDtbSpec {
+            extra: &extra,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::ReservedPhandle(GUEST_GIC_PHANDLE))
+        );
+    }
+
+    #[test]
+    fn extra_node_claiming_clock_phandle_as_cells_is_rejected() {
+        let extra = [ExtraNode {
+            name: "x",
+            props: &[("phandle", PropValue::Cells(&[GUEST_APB_PCLK_PHANDLE]))],
+            children: &[],
+        }];
+        let spec = GuestDtbSpec {
+            extra: &extra,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::ReservedPhandle(GUEST_APB_PCLK_PHANDLE))
+        );
+    }
+
+    #[test]
+    fn extra_node_shadowing_the_console_is_rejected() {
+        let extra = [ExtraNode {
+            name: "pl011@9000000",
+            props: &[],
+            children: &[],
+        }];
+        let spec = GuestDtbSpec {
+            extra: &extra,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::DuplicateNode("pl011@9000000".into()))
+        );
+    }
+
+    #[test]
+    fn zero_vcpus_is_rejected() {
+        assert_eq!(build_guest_dtb(&spec(0)), Err(DtbError::NoVcpus));
+    }
+
+    #[test]
+    fn seventeen_vcpus_exceed_one_sgi_target_list() {
+        assert_eq!(
+            build_guest_dtb(&spec(17)),
+            Err(DtbError::TooManyVcpus { count: 17, max: 16 })
+        );
+    }
+
+    #[test]
+    fn initrd_ending_past_ram_is_rejected() {
+        let spec = GuestDtbSpec {
+            initrd: Some((0x5f00_0000, 0x6000_1000)),
+            ..spec(1)
+        };
+
+        assert_eq!(build_guest_dtb(&spec), Err(DtbError::InitrdOutsideRam));
+    }
+
+    #[test]
+    fn bootargs_with_nul_is_rejected() {
+        let spec = GuestDtbSpec {
+            bootargs: "a\0b",
+            ..spec(1)
+        };
+
+        assert_eq!(build_guest_dtb(&spec), Err(DtbError::NulInString));
+    }
+
+    #[test]
+    fn guest_dtb_decompiles_with_dtc_when_available() {
+        let blob = build_guest_dtb(&spec(2)).unwrap();
+        let Some(dts) = crate::dtb::writer::tests::dtc_decompile(&blob) else {
+            return;
+        };
+
+        std::println!("{dts}");
+        assert!(dts.contains("pl011@9000000 {"), "{dts}");
+    }
+}

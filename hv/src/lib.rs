@@ -1,0 +1,22 @@
+//! Pinfold's portable hypervisor core. Nothing here names a board or the
+//! aarch64 instruction set: arch code decodes hardware state into the types
+//! here, and this crate decides what happens. Everything runs under
+//! `cargo test` on the build host.
+#![no_std]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod addr;
+pub mod console;
+pub mod dtb;
+pub mod layout;
+pub mod lockstat;
+pub mod psci;
+pub mod rtconst;
+pub mod stage2;
+pub mod sysreg;
+pub mod trap;
+pub mod vgic;

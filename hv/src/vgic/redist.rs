@@ -1,0 +1,591 @@
+//! The emulated GICv3 redistributor of one vCPU: its RD_base and SGI_base frames, SGIs and PPIs.
+//!
+//! Owned by its vCPU and touched only on that vCPU's physical CPU, so it
+//! needs no lock. Pass-through PPIs (the EL1 timers) are that physical CPU's
+//! own PPIs: the guest's enable, pending and active writes for them are
+//! handed back as [`RedistAction`]s for the caller to apply to *this CPU's*
+//! physical redistributor, again without any lock shared between CPUs.
+//! Their priority stays virtual: it only ever reaches the list register.
+//!
+//! GICD_CTLR.EnableGrp1 is not consulted for SGIs and PPIs: that would need
+//! the partition's distributor lock on this lock-free path, and Linux enables
+//! the distributor before it configures any SGI or PPI and never disables it.
+//! A caller that wants the architectural gate can check `VDist::enabled`.
+//!
+//! Offsets are relative to this vCPU's 128 KiB (RD_base at 0, SGI_base at
+//! 0x1_0000). Accesses that are not naturally aligned, or not of a width the
+//! register supports (32-bit everywhere; also 8-bit for GICR_IPRIORITYR<n>,
+//! 64-bit for GICR_TYPER and the LPI base registers), read as zero and are
+//! ignored on write.
+
+use super::lr::VirtIrq;
+use super::{aligned, id_register, packed_affinity, read_bytes, IIDR, PRIORITY_MASK};
+
+/// Where the SGI_base frame starts within a vCPU's redistributor.
+pub const SGI_BASE: u64 = 0x1_0000;
+/// Size of both frames together (GICv3 without VLPIs).
+pub const REDIST_SIZE: u64 = 0x2_0000;
+
+// RD_base registers (GICv3 spec 12.10).
+const GICR_CTLR: u64 = 0x0000;
+const GICR_IIDR: u64 = 0x0004;
+const GICR_TYPER: u64 = 0x0008;
+const GICR_TYPER_HIGH: u64 = 0x000C;
+const GICR_STATUSR: u64 = 0x0010;
+const GICR_WAKER: u64 = 0x0014;
+const GICR_PROPBASER: u64 = 0x0070;
+const GICR_PENDBASER: u64 = 0x0078;
+
+// SGI_base registers, offsets within that frame.
+const GICR_IGROUPR0: u64 = 0x0080;
+const GICR_ISENABLER0: u64 = 0x0100;
+const GICR_ICENABLER0: u64 = 0x0180;
+const GICR_ISPENDR0: u64 = 0x0200;
+const GICR_ICPENDR0: u64 = 0x0280;
+const GICR_ISACTIVER0: u64 = 0x0300;
+const GICR_ICACTIVER0: u64 = 0x0380;
+const GICR_IPRIORITYR0: u64 = 0x0400;
+const GICR_IPRIORITYR_END: u64 = GICR_IPRIORITYR0 + 32;
+const GICR_ICFGR0: u64 = 0x0C00;
+const GICR_ICFGR1: u64 = 0x0C04;
+
+/// GICR_WAKER.ProcessorSleep and .ChildrenAsleep (GICv3 spec 12.11.41).
+const WAKER_PROCESSOR_SLEEP: u32 = 1 << 1;
+const WAKER_CHILDREN_ASLEEP: u32 = 1 << 2;
+/// GICR_TYPER.Last (bit 4): Linux stops walking the redistributor region here.
+const TYPER_LAST: u64 = 1 << 4;
+/// SGIs are always edge-triggered: Int_config[1] set in every field of ICFGR0.
+const ICFGR0_SGIS_EDGE: u32 = 0xAAAA_AAAA;
+/// The writable bit of each 2-bit ICFGR field (Int_config[1]; bit 0 is RES0).
+const ICFGR_CONFIG_BITS: u32 = 0xAAAA_AAAA;
+/// INTIDs 16..31 (PPIs) as a bitmask of GICR_ISENABLER0.
+const PPI_BITS: u32 = 0xFFFF_0000;
+
+/// What the caller must do after a redistributor access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedistAction {
+    /// Make this interrupt pending for this vCPU (LrManager::inject).
+    Inject(VirtIrq),
+    /// Withdraw a pending, not yet acknowledged instance (LrManager::retract).
+    Retract(u32),
+    /// Enable or disable a pass-through PPI in this CPU's physical redistributor.
+    PhysPpiEnable { intid: u32, enable: bool },
+    /// Set or clear the pending state of a pass-through PPI on this CPU.
+    PhysPpiPending { intid: u32, pending: bool },
+    /// Set or clear the active state of a pass-through PPI on this CPU.
+    PhysPpiActive { intid: u32, active: bool },
+}
+
+/// The redistributor of one vCPU.
+#[derive(Clone, Debug)]
+pub struct VRedist {
+    vcpu_index: usize,
+    mpidr: u64,
+    last: bool,
+    /// Bit n set: INTID n is a pass-through PPI of this physical CPU.
+    passthrough: u32,
+    /// GICR_ISENABLER0 as the guest sees it.
+    enabled: u32,
+    /// SGIs and emulated PPIs made pending while disabled; injected when enabled.
+    pending: u32,
+    /// Active state the guest wrote for software interrupts. The true active
+    /// state of an injected interrupt lives in the list registers; this only
+    /// makes GICR_ISACTIVER0 read back what was written.
+    active: u32,
+    priority: [u8; 32],
+    /// GICR_ICFGR1 (PPI trigger modes), writable bits only.
+    icfgr1: u32,
+    processor_sleep: bool,
+}
+
+impl VRedist {
+    /// `passthrough_ppis` is a bitmask indexed by INTID (bit 27 = the
+    /// virtual timer); bits of SGIs (0..15) are ignored. The caller must
+    /// keep those physical PPIs disabled until the guest enables them.
+    pub fn new(vcpu_index: usize, mpidr: u64, last: bool, passthrough_ppis: u32) -> Self {
+        VRedist {
+            vcpu_index,
+            mpidr,
+            last,
+            passthrough: passthrough_ppis & PPI_BITS,
+            enabled: 0,
+            pending: 0,
+            active: 0,
+            priority: [0; 32],
+            icfgr1: 0,
+            processor_sleep: true,
+        }
+    }
+
+    /// The pass-through PPIs, as given to [`VRedist::new`] (SGI bits cleared).
+    pub fn passthrough_ppis(&self) -> u32 {
+        self.passthrough
+    }
+
+    /// Back to the reset state (the vCPU is reset). Pass-through PPIs become
+    /// virtually disabled; the caller disables them physically as well.
+    pub fn reset(&mut self) {
+        *self = VRedist::new(self.vcpu_index, self.mpidr, self.last, self.passthrough);
+    }
+
+    /// GICR_TYPER (GICv3 spec 12.11.34): Affinity_Value [63:32],
+    /// Processor_Number [23:8], Last [4]; PPInum = 0 (16 PPIs), no LPIs,
+    /// no VLPIs, so Linux steps two 64 KiB frames to the next redistributor.
+    fn typer(&self) -> u64 {
+        let processor_number = (self.vcpu_index as u64 & 0xFFFF) << 8;
+        let last = if self.last { TYPER_LAST } else { 0 };
+        u64::from(packed_affinity(self.mpidr)) << 32 | processor_number | last
+    }
+
+    fn waker(&self) -> u32 {
+        // ChildrenAsleep follows ProcessorSleep at once: there is no real
+        // interface to quiesce, and Linux polls ChildrenAsleep after writing
+        // ProcessorSleep in both directions (gic_enable_redist()).
+        if self.processor_sleep {
+            WAKER_PROCESSOR_SLEEP | WAKER_CHILDREN_ASLEEP
+        } else {
+            0
+        }
+    }
+
+    pub fn read(&self, offset: u64, width: u8) -> u64 {
+        if !aligned(offset, width) || offset >= REDIST_SIZE {
+            return 0;
+        }
+        if offset >= SGI_BASE {
+            return self.read_sgi_frame(offset - SGI_BASE, width);
+        }
+        match (offset, width) {
+            (GICR_CTLR, 4) => 0, // EnableLPIs = 0, RWP = 0: writes take effect at once
+            (GICR_IIDR, 4) => u64::from(IIDR),
+            (GICR_TYPER, 8) => self.typer(),
+            (GICR_TYPER, 4) => self.typer() & 0xFFFF_FFFF,
+            (GICR_TYPER_HIGH, 4) => self.typer() >> 32,
+            (GICR_WAKER, 4) => u64::from(self.waker()),
+            (GICR_STATUSR, 4) => 0,
+            (GICR_PROPBASER | GICR_PENDBASER, 4 | 8) => 0, // no LPIs (GICR_TYPER.PLPIS = 0)
+            (_, 4) => id_register(offset).map_or(0, u64::from),
+            _ => 0,
+        }
+    }
+
+    fn read_sgi_frame(&self, offset: u64, width: u8) -> u64 {
+        if (GICR_IPRIORITYR0..GICR_IPRIORITYR_END).contains(&offset) {
+            return match width {
+                1 | 4 => read_bytes(&self.priority, (offset - GICR_IPRIORITYR0) as usize, width),
+                _ => 0,
+            };
+        }
+        if width != 4 {
+            return 0;
+        }
+        let value = match offset {
+            GICR_IGROUPR0 => u32::MAX, // everything Group 1 (RAO/WI)
+            GICR_ISENABLER0 | GICR_ICENABLER0 => self.enabled,
+            // Pass-through PPIs: their pending and active state is in the
+            // physical redistributor, which the caller may overlay.
+            GICR_ISPENDR0 | GICR_ICPENDR0 => self.pending & !self.passthrough,
+            GICR_ISACTIVER0 | GICR_ICACTIVER0 => self.active & !self.passthrough,
+            GICR_ICFGR0 => ICFGR0_SGIS_EDGE,
+            GICR_ICFGR1 => self.icfgr1,
+            _ => 0, // IGRPMODR0, NSACR and reserved: RAZ/WI
+        };
+        u64::from(value)
+    }
+
+    pub fn write(
+        &mut self,
+        offset: u64,
+        width: u8,
+        value: u64,
+        out: &mut impl FnMut(RedistAction),
+    ) {
+        if !aligned(offset, width) || offset >= REDIST_SIZE {
+            return;
+        }
+        if offset >= SGI_BASE {
+            self.write_sgi_frame(offset - SGI_BASE, width, value, out);
+            return;
+        }
+        if (offset, width) == (GICR_WAKER, 4) {
+            self.processor_sleep = value as u32 & WAKER_PROCESSOR_SLEEP != 0;
+        }
+        // GICR_CTLR (no LPIs to enable), GICR_STATUSR, the LPI registers and
+        // the read-only ones ignore writes.
+    }
+
+    fn write_sgi_frame(
+        &mut self,
+        offset: u64,
+        width: u8,
+        value: u64,
+        out: &mut impl FnMut(RedistAction),
+    ) {
+        if (GICR_IPRIORITYR0..GICR_IPRIORITYR_END).contains(&offset) {
+            if matches!(width, 1 | 4) {
+                let first = (offset - GICR_IPRIORITYR0) as usize;
+                for i in 0..usize::from(width) {
+                    self.priority[first + i] = (value >> (8 * i)) as u8 & PRIORITY_MASK;
+                }
+            }
+            return;
+        }
+        if width != 4 {
+            return;
+        }
+        let bits = value as u32;
+        match offset {
+            GICR_ISENABLER0 => self.set_enable(bits, true, out),
+            GICR_ICENABLER0 => self.set_enable(bits, false, out),
+            GICR_ISPENDR0 => self.set_pending(bits, out),
+            GICR_ICPENDR0 => self.clear_pending(bits, out),
+            GICR_ISACTIVER0 => self.write_active(bits, true, out),
+            GICR_ICACTIVER0 => self.write_active(bits, false, out),
+            GICR_ICFGR1 => self.icfgr1 = bits & ICFGR_CONFIG_BITS,
+            _ => {} // IGROUPR0 (RAO/WI), ICFGR0 (SGIs are edge), IGRPMODR0, NSACR, reserved
+        }
+    }
+
+    fn set_enable(&mut self, bits: u32, enable: bool, out: &mut impl FnMut(RedistAction)) {
+        let changed = if enable {
+            bits & !self.enabled
+        } else {
+            bits & self.enabled
+        };
+        if enable {
+            self.enabled |= bits;
+        } else {
+            self.enabled &= !bits;
+        }
+        for intid in set_bits(changed) {
+            if self.passthrough & bit(intid) != 0 {
+                out(RedistAction::PhysPpiEnable { intid, enable });
+            } else if enable && self.pending & bit(intid) != 0 {
+                self.pending &= !bit(intid);
+                out(RedistAction::Inject(self.soft_irq(intid)));
+            }
+        }
+    }
+
+    fn set_pending(&mut self, bits: u32, out: &mut impl FnMut(RedistAction)) {
+        for intid in set_bits(bits) {
+            if self.passthrough & bit(intid) != 0 {
+                out(RedistAction::PhysPpiPending {
+                    intid,
+                    pending: true,
+                });
+            } else if self.enabled & bit(intid) != 0 {
+                out(RedistAction::Inject(self.soft_irq(intid)));
+            } else {
+                self.pending |= bit(intid);
+            }
+        }
+    }
+
+    fn clear_pending(&mut self, bits: u32, out: &mut impl FnMut(RedistAction)) {
+        for intid in set_bits(bits) {
+            if self.passthrough & bit(intid) != 0 {
+                out(RedistAction::PhysPpiPending {
+                    intid,
+                    pending: false,
+                });
+            } else {
+                self.pending &= !bit(intid);
+                out(RedistAction::Retract(intid));
+            }
+        }
+    }
+
+    fn write_active(&mut self, bits: u32, active: bool, out: &mut impl FnMut(RedistAction)) {
+        for intid in set_bits(bits & self.passthrough) {
+            out(RedistAction::PhysPpiActive { intid, active });
+        }
+        let soft = bits & !self.passthrough;
+        if active {
+            self.active |= soft;
+        } else {
+            self.active &= !soft;
+        }
+    }
+
+    fn soft_irq(&self, intid: u32) -> VirtIrq {
+        VirtIrq::soft(intid, self.priority[intid as usize])
+    }
+
+    /// An SGI from a vCPU of this partition. Returns the interrupt to inject
+    /// now if the guest enabled it; otherwise remembers it as pending until
+    /// GICR_ISENABLER0 enables it. Several SGIs of the same INTID collapse
+    /// into one, as GICv3 with affinity routing does.
+    pub fn raise_sgi(&mut self, intid: u32) -> Option<VirtIrq> {
+        if intid >= 16 {
+            return None;
+        }
+        if self.enabled & bit(intid) != 0 {
+            Some(self.soft_irq(intid))
+        } else {
+            self.pending |= bit(intid);
+            None
+        }
+    }
+
+    /// A pass-through PPI fired on this physical CPU: the HW-linked virtual
+    /// interrupt to inject, with the guest's priority, if the guest enabled it.
+    pub fn hw_ppi_fired(&self, intid: u32) -> Option<VirtIrq> {
+        if !(16..32).contains(&intid) || self.passthrough & self.enabled & bit(intid) == 0 {
+            return None;
+        }
+        Some(VirtIrq::hw_linked(intid, self.priority[intid as usize]))
+    }
+}
+
+const fn bit(intid: u32) -> u32 {
+    1 << intid
+}
+
+/// The INTIDs whose bits are set in a 32-bit SGI/PPI bank.
+fn set_bits(bits: u32) -> impl Iterator<Item = u32> {
+    (0..32).filter(move |i| bits & (1 << i) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{PPI_PTIMER, PPI_VTIMER};
+    use std::vec::Vec;
+
+    const TIMERS: u32 = 1 << PPI_VTIMER | 1 << PPI_PTIMER;
+
+    fn redist() -> VRedist {
+        VRedist::new(2, 0x0000_0001_0002_0304 | 1 << 31, true, TIMERS)
+    }
+
+    fn write(r: &mut VRedist, offset: u64, width: u8, value: u64) -> Vec<RedistAction> {
+        let mut actions = Vec::new();
+        r.write(offset, width, value, &mut |a| actions.push(a));
+        actions
+    }
+
+    fn sgi(offset: u64) -> u64 {
+        SGI_BASE + offset
+    }
+
+    #[test]
+    fn typer_reports_affinity_processor_number_and_last() {
+        let r = redist();
+
+        let typer = r.read(GICR_TYPER, 8);
+
+        assert_eq!(typer, 0x0102_0304 << 32 | 2 << 8 | 1 << 4);
+    }
+
+    #[test]
+    fn typer_halves_match_the_64_bit_register() {
+        let r = VRedist::new(5, 0x0100, false, 0);
+
+        let (low, high) = (r.read(GICR_TYPER, 4), r.read(GICR_TYPER_HIGH, 4));
+
+        assert_eq!((low, high), (5 << 8, 0x0000_0100));
+    }
+
+    #[test]
+    fn pidr2_reports_gicv3() {
+        assert_eq!(redist().read(0xFFE8, 4) & 0xF0, 0x30);
+    }
+
+    #[test]
+    fn waker_handshake_wakes_when_processor_sleep_cleared() {
+        let mut r = redist();
+        let before = r.read(GICR_WAKER, 4) as u32;
+
+        write(
+            &mut r,
+            GICR_WAKER,
+            4,
+            u64::from(before & !WAKER_PROCESSOR_SLEEP),
+        );
+
+        assert_eq!(before & WAKER_CHILDREN_ASLEEP, WAKER_CHILDREN_ASLEEP);
+        assert_eq!(r.read(GICR_WAKER, 4) as u32 & WAKER_CHILDREN_ASLEEP, 0);
+    }
+
+    #[test]
+    fn linux_cpu_init_enables_sgis_and_resets_timer_state() {
+        let mut r = redist();
+        let mut actions = Vec::new();
+        // gic_cpu_init(): IGROUPR0, then gic_cpu_config(): ICACTIVER0,
+        // ICENABLER0, IPRIORITYR0..7, ISENABLER0 for the SGIs.
+        actions.extend(write(&mut r, sgi(GICR_IGROUPR0), 4, 0xFFFF_FFFF));
+        actions.extend(write(&mut r, sgi(GICR_ICACTIVER0), 4, 0xFFFF_FFFF));
+        actions.extend(write(&mut r, sgi(GICR_ICENABLER0), 4, 0xFFFF_0000));
+        for i in 0..8 {
+            actions.extend(write(&mut r, sgi(GICR_IPRIORITYR0 + 4 * i), 4, 0xA0A0_A0A0));
+        }
+        actions.extend(write(&mut r, sgi(GICR_ISENABLER0), 4, 0x0000_FFFF));
+
+        assert_eq!(
+            actions,
+            [
+                RedistAction::PhysPpiActive {
+                    intid: 27,
+                    active: false
+                },
+                RedistAction::PhysPpiActive {
+                    intid: 30,
+                    active: false
+                },
+            ]
+        );
+        assert_eq!(r.read(sgi(GICR_ISENABLER0), 4), 0xFFFF);
+        assert_eq!(r.read(sgi(GICR_IGROUPR0), 4), 0xFFFF_FFFF);
+        assert_eq!(r.read(sgi(GICR_IPRIORITYR0 + 0x1C), 4), 0xA0A0_A0A0);
+    }
+
+    #[test]
+    fn enabling_a_passthrough_ppi_enables_it_physically_once() {
+        let mut r = redist();
+
+        let first = write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << PPI_VTIMER);
+        let again = write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << PPI_VTIMER);
+        let off = write(&mut r, sgi(GICR_ICENABLER0), 4, 1 << PPI_VTIMER);
+
+        assert_eq!(
+            first,
+            [RedistAction::PhysPpiEnable {
+                intid: 27,
+                enable: true
+            }]
+        );
+        assert!(again.is_empty());
+        assert_eq!(
+            off,
+            [RedistAction::PhysPpiEnable {
+                intid: 27,
+                enable: false
+            }]
+        );
+    }
+
+    #[test]
+    fn hw_ppi_fired_links_timer_with_guest_priority() {
+        let mut r = redist();
+        write(&mut r, sgi(GICR_IPRIORITYR0 + 27), 1, 0x48);
+        write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << PPI_VTIMER);
+
+        let irq = r.hw_ppi_fired(PPI_VTIMER);
+
+        assert_eq!(irq, Some(VirtIrq::hw_linked(27, 0x48)));
+    }
+
+    #[test]
+    fn hw_ppi_fired_is_none_while_disabled_or_not_passthrough() {
+        let mut r = redist();
+        write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << 23);
+
+        assert_eq!(r.hw_ppi_fired(PPI_VTIMER), None);
+        assert_eq!(r.hw_ppi_fired(23), None);
+    }
+
+    #[test]
+    fn raise_sgi_injects_at_once_when_enabled() {
+        let mut r = redist();
+        write(&mut r, sgi(GICR_IPRIORITYR0), 4, 0x0000_0080);
+        write(&mut r, sgi(GICR_ISENABLER0), 4, 1);
+
+        assert_eq!(r.raise_sgi(0), Some(VirtIrq::soft(0, 0x80)));
+    }
+
+    #[test]
+    fn raise_sgi_while_disabled_is_injected_on_enable() {
+        let mut r = redist();
+
+        let now = r.raise_sgi(3);
+        let pending = r.read(sgi(GICR_ISPENDR0), 4);
+        let actions = write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << 3);
+
+        assert_eq!(now, None);
+        assert_eq!(pending, 1 << 3);
+        assert_eq!(actions, [RedistAction::Inject(VirtIrq::soft(3, 0))]);
+        assert_eq!(r.read(sgi(GICR_ISPENDR0), 4), 0);
+    }
+
+    #[test]
+    fn icpendr_retracts_a_software_interrupt() {
+        let mut r = redist();
+        r.raise_sgi(4);
+
+        let actions = write(&mut r, sgi(GICR_ICPENDR0), 4, 1 << 4);
+
+        assert_eq!(actions, [RedistAction::Retract(4)]);
+        assert_eq!(r.read(sgi(GICR_ISPENDR0), 4), 0);
+    }
+
+    #[test]
+    fn pending_and_active_writes_to_passthrough_ppis_go_to_hardware() {
+        let mut r = redist();
+
+        let mut actions = write(&mut r, sgi(GICR_ISPENDR0), 4, 1 << PPI_PTIMER);
+        actions.extend(write(&mut r, sgi(GICR_ISACTIVER0), 4, 1 << PPI_PTIMER));
+
+        assert_eq!(
+            actions,
+            [
+                RedistAction::PhysPpiPending {
+                    intid: 30,
+                    pending: true
+                },
+                RedistAction::PhysPpiActive {
+                    intid: 30,
+                    active: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn icfgr0_is_read_only_edge_and_icfgr1_keeps_config_bits() {
+        let mut r = redist();
+
+        write(&mut r, sgi(GICR_ICFGR0), 4, 0);
+        write(&mut r, sgi(GICR_ICFGR1), 4, 0xFFFF_FFFF);
+
+        assert_eq!(r.read(sgi(GICR_ICFGR0), 4), 0xAAAA_AAAA);
+        assert_eq!(r.read(sgi(GICR_ICFGR1), 4), 0xAAAA_AAAA);
+    }
+
+    #[test]
+    fn priority_bytes_keep_the_upper_five_bits() {
+        let mut r = redist();
+
+        write(&mut r, sgi(GICR_IPRIORITYR0 + 5), 1, 0xA7);
+
+        assert_eq!(r.read(sgi(GICR_IPRIORITYR0 + 5), 1), 0xA0);
+        assert_eq!(r.read(sgi(GICR_IPRIORITYR0 + 4), 4), 0x0000_A000);
+    }
+
+    #[test]
+    fn misaligned_or_wrong_width_access_is_raz_wi() {
+        let mut r = redist();
+
+        let actions = write(&mut r, sgi(GICR_ISENABLER0 + 1), 1, 0xFF);
+        write(&mut r, sgi(GICR_ISENABLER0), 2, 0xFFFF);
+
+        assert!(actions.is_empty());
+        assert_eq!(r.read(sgi(GICR_ISENABLER0), 4), 0);
+        assert_eq!(r.read(GICR_TYPER + 2, 2), 0);
+    }
+
+    #[test]
+    fn reset_disables_everything_and_puts_the_redistributor_to_sleep() {
+        let mut r = redist();
+        write(&mut r, sgi(GICR_ISENABLER0), 4, 0xFFFF_FFFF);
+        write(&mut r, GICR_WAKER, 4, 0);
+        r.raise_sgi(1);
+
+        r.reset();
+
+        assert_eq!(r.read(sgi(GICR_ISENABLER0), 4), 0);
+        assert_eq!(r.read(sgi(GICR_ISPENDR0), 4), 0);
+        assert_eq!(r.read(GICR_WAKER, 4), 0b110);
+        assert_eq!(r.passthrough_ppis(), TIMERS);
+    }
+}

@@ -1,0 +1,110 @@
+//! System register access for the vCPU run loop. Writes that can break
+//! isolation (HCR_EL2, VTTBR_EL2, VTCR_EL2) go through the few functions in
+//! `platform::vcpu` that set them.
+
+use aarch64_cpu::registers::*;
+use core::arch::asm;
+
+pub use aarch64_cpu::registers::{Readable, Writeable};
+
+/// The syndrome of the current exception to EL2.
+pub fn esr_el2() -> u64 {
+    ESR_EL2.get()
+}
+pub fn far_el2() -> u64 {
+    FAR_EL2.get()
+}
+pub fn hpfar_el2() -> u64 {
+    HPFAR_EL2.get()
+}
+pub fn vbar_el1() -> u64 {
+    VBAR_EL1.get()
+}
+
+/// Deliver an exception into EL1 state: the registers the hardware would
+/// have written had the exception been taken at EL1.
+pub fn write_el1_exception_state(esr: u64, far: Option<u64>, elr: u64, spsr: u64) {
+    ESR_EL1.set(esr);
+    if let Some(far) = far {
+        FAR_EL1.set(far);
+    }
+    ELR_EL1.set(elr);
+    SPSR_EL1.set(spsr);
+}
+
+macro_rules! raw_write {
+    ($name:ident, $reg:literal) => {
+        pub fn $name(v: u64) {
+            // SAFETY: called only from vCPU setup with architecturally valid
+            // values for this register.
+            unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) v, options(nostack)) };
+        }
+    };
+}
+raw_write!(set_hcr_el2, "hcr_el2");
+raw_write!(set_vttbr_el2, "vttbr_el2");
+raw_write!(set_vtcr_el2, "vtcr_el2");
+raw_write!(set_cptr_el2, "cptr_el2");
+raw_write!(set_cnthctl_el2, "cnthctl_el2");
+raw_write!(set_cntvoff_el2, "cntvoff_el2");
+raw_write!(set_vmpidr_el2, "vmpidr_el2");
+raw_write!(set_vpidr_el2, "vpidr_el2");
+raw_write!(set_vbar_el2, "vbar_el2");
+raw_write!(set_tpidr_el2, "tpidr_el2");
+raw_write!(set_sctlr_el1, "sctlr_el1");
+raw_write!(set_cntv_ctl_el0, "cntv_ctl_el0");
+raw_write!(set_cntp_ctl_el0, "cntp_ctl_el0");
+raw_write!(set_cntkctl_el1, "cntkctl_el1");
+raw_write!(set_cpacr_el1, "cpacr_el1");
+raw_write!(set_vbar_el1, "vbar_el1");
+raw_write!(set_mdscr_el1, "mdscr_el1");
+raw_write!(set_tcr_el1, "tcr_el1");
+raw_write!(set_ttbr0_el1, "ttbr0_el1");
+raw_write!(set_ttbr1_el1, "ttbr1_el1");
+raw_write!(set_sp_el1, "sp_el1");
+raw_write!(set_sp_el0, "sp_el0");
+raw_write!(set_contextidr_el1, "contextidr_el1");
+
+pub fn tpidr_el2() -> u64 {
+    TPIDR_EL2.get()
+}
+pub fn midr_el1() -> u64 {
+    MIDR_EL1.get()
+}
+pub fn id_aa64mmfr0() -> u64 {
+    ID_AA64MMFR0_EL1.get()
+}
+
+/// Read an ID register of the TID3 group (op0=3, op1=0, CRn=0, CRm=1..7)
+/// by its CRm/op2. Unallocated encodings in this space read as zero.
+pub fn read_id_reg(crm: u8, op2: u8) -> u64 {
+    macro_rules! rd {
+        ($($crm:literal, $op2:literal => $enc:literal;)*) => {
+            match (crm, op2) {
+                $(($crm, $op2) => {
+                    let v: u64;
+                    // SAFETY: ID registers are read-only and side-effect free.
+                    unsafe { asm!(concat!("mrs {}, ", $enc), out(reg) v, options(nomem, nostack)) };
+                    v
+                })*
+                _ => 0,
+            }
+        };
+    }
+    rd! {
+        1,0 => "S3_0_C0_C1_0"; 1,1 => "S3_0_C0_C1_1"; 1,2 => "S3_0_C0_C1_2"; 1,3 => "S3_0_C0_C1_3";
+        1,4 => "S3_0_C0_C1_4"; 1,5 => "S3_0_C0_C1_5"; 1,6 => "S3_0_C0_C1_6"; 1,7 => "S3_0_C0_C1_7";
+        2,0 => "S3_0_C0_C2_0"; 2,1 => "S3_0_C0_C2_1"; 2,2 => "S3_0_C0_C2_2"; 2,3 => "S3_0_C0_C2_3";
+        2,4 => "S3_0_C0_C2_4"; 2,5 => "S3_0_C0_C2_5"; 2,6 => "S3_0_C0_C2_6"; 2,7 => "S3_0_C0_C2_7";
+        3,0 => "S3_0_C0_C3_0"; 3,1 => "S3_0_C0_C3_1"; 3,2 => "S3_0_C0_C3_2"; 3,3 => "S3_0_C0_C3_3";
+        3,4 => "S3_0_C0_C3_4"; 3,5 => "S3_0_C0_C3_5"; 3,6 => "S3_0_C0_C3_6"; 3,7 => "S3_0_C0_C3_7";
+        4,0 => "S3_0_C0_C4_0"; 4,1 => "S3_0_C0_C4_1"; 4,2 => "S3_0_C0_C4_2"; 4,3 => "S3_0_C0_C4_3";
+        4,4 => "S3_0_C0_C4_4"; 4,5 => "S3_0_C0_C4_5"; 4,6 => "S3_0_C0_C4_6"; 4,7 => "S3_0_C0_C4_7";
+        5,0 => "S3_0_C0_C5_0"; 5,1 => "S3_0_C0_C5_1"; 5,2 => "S3_0_C0_C5_2"; 5,3 => "S3_0_C0_C5_3";
+        5,4 => "S3_0_C0_C5_4"; 5,5 => "S3_0_C0_C5_5"; 5,6 => "S3_0_C0_C5_6"; 5,7 => "S3_0_C0_C5_7";
+        6,0 => "S3_0_C0_C6_0"; 6,1 => "S3_0_C0_C6_1"; 6,2 => "S3_0_C0_C6_2"; 6,3 => "S3_0_C0_C6_3";
+        6,4 => "S3_0_C0_C6_4"; 6,5 => "S3_0_C0_C6_5"; 6,6 => "S3_0_C0_C6_6"; 6,7 => "S3_0_C0_C6_7";
+        7,0 => "S3_0_C0_C7_0"; 7,1 => "S3_0_C0_C7_1"; 7,2 => "S3_0_C0_C7_2"; 7,3 => "S3_0_C0_C7_3";
+        7,4 => "S3_0_C0_C7_4"; 7,5 => "S3_0_C0_C7_5"; 7,6 => "S3_0_C0_C7_6"; 7,7 => "S3_0_C0_C7_7";
+    }
+}

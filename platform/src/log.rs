@@ -1,0 +1,83 @@
+//! The hypervisor's console: whole lines to the host UART, tagged with the
+//! CPU that printed them. Guest console lines go through here too, already
+//! prefixed with `[partition] `.
+
+use core::fmt::{self, Write};
+use pinfold_drivers::pl011::Pl011Uart;
+
+static HOST_UART: spin::Once<Pl011Uart> = spin::Once::new();
+/// One physical UART is shared by every CPU, and a line must reach it
+/// whole: this lock serialises lines. It is never taken on the vCPU
+/// load/put, timer or local injection paths, only when a line is printed.
+static LINE_LOCK: spin::Mutex<()> = spin::Mutex::new(());
+
+pub fn init(uart: Pl011Uart) {
+    HOST_UART.call_once(|| uart);
+}
+
+pub fn uart() -> Option<&'static Pl011Uart> {
+    HOST_UART.get()
+}
+
+/// Write one already formatted line (it should end in '\n').
+pub fn write_line(bytes: &[u8]) {
+    if let Some(uart) = HOST_UART.get() {
+        let _guard = LINE_LOCK.lock();
+        uart.write_bytes(bytes);
+    }
+}
+
+/// A fixed buffer for formatting a line without allocating.
+pub struct LineBuf {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl LineBuf {
+    pub const fn new() -> Self {
+        LineBuf { buf: [0; 256], len: 0 }
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Write for LineBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for &b in s.as_bytes() {
+            if self.len < self.buf.len() - 1 {
+                self.buf[self.len] = b;
+                self.len += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn print_fmt(cpu: Option<usize>, args: fmt::Arguments) {
+    let mut line = LineBuf::new();
+    let _ = match cpu {
+        Some(cpu) => write!(line, "pinfold: cpu{cpu}: "),
+        None => write!(line, "pinfold: "),
+    };
+    let _ = line.write_fmt(args);
+    let _ = line.write_str("\n");
+    write_line(line.as_bytes());
+}
+
+/// `hvlog!("...")`: a CPU-tagged hypervisor log line.
+#[macro_export]
+macro_rules! hvlog {
+    ($($arg:tt)*) => {
+        $crate::log::print_fmt($crate::percpu::current_index(), format_args!($($arg)*))
+    };
+}
+
+/// `hvprint!("...")`: an untagged `pinfold: ` line (machine-read lines such
+/// as the stats line).
+#[macro_export]
+macro_rules! hvprint {
+    ($($arg:tt)*) => {
+        $crate::log::print_fmt(None, format_args!($($arg)*))
+    };
+}

@@ -1,0 +1,132 @@
+//! Per-CPU state, split in two: `CpuLocal` is touched only by its own CPU
+//! (reached through TPIDR_EL2, never shared, so it needs no lock), and
+//! `PublicCpu` is a small set of atomics plus a mailbox that other CPUs post
+//! to before they send this CPU an SGI.
+
+use crate::arch::{self, MAX_CPUS};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use pinfold_drivers::gicv3::GicV3Redist;
+use pinfold_hv::vgic::lr::LrManager;
+use pinfold_hv::vgic::redist::VRedist;
+
+/// Mailbox request bits.
+pub const REQ_CPU_ON: u32 = 1 << 0;
+pub const REQ_STOP: u32 = 1 << 1;
+pub const REQ_START: u32 = 1 << 2;
+
+/// What other CPUs may see of and post to a CPU.
+pub struct PublicCpu {
+    pub online: AtomicBool,
+    pub mpidr: AtomicU64,
+    /// Pending virtual INTIDs (0..1024) for the vCPU on this CPU.
+    pub virq: [AtomicU32; 32],
+    /// REQ_* bits.
+    pub requests: AtomicU32,
+    /// Exits and injections, for the stats line.
+    pub exits: AtomicU64,
+    pub injected: AtomicU64,
+}
+
+impl PublicCpu {
+    const fn new() -> Self {
+        PublicCpu {
+            online: AtomicBool::new(false),
+            mpidr: AtomicU64::new(0),
+            virq: [const { AtomicU32::new(0) }; 32],
+            requests: AtomicU32::new(0),
+            exits: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    /// Post a virtual interrupt; the caller then sends the hypervisor SGI.
+    pub fn post_virq(&self, intid: u32) {
+        if let Some(word) = self.virq.get((intid / 32) as usize) {
+            word.fetch_or(1 << (intid % 32), Ordering::Release);
+        }
+    }
+
+    pub fn post_request(&self, bits: u32) {
+        self.requests.fetch_or(bits, Ordering::Release);
+    }
+
+    pub fn take_requests(&self) -> u32 {
+        self.requests.swap(0, Ordering::Acquire)
+    }
+}
+
+pub static PUBLIC: [PublicCpu; MAX_CPUS] = [const { PublicCpu::new() }; MAX_CPUS];
+
+/// The vCPU a CPU runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VcpuId {
+    pub partition: usize,
+    pub vcpu: usize,
+}
+
+/// State only this CPU touches.
+pub struct CpuLocal {
+    pub index: usize,
+    pub mpidr: u64,
+    pub redist: Option<GicV3Redist>,
+    pub lrs: LrManager,
+    /// The vCPU pinned to this CPU, if any.
+    pub vcpu: Option<VcpuId>,
+    /// Its emulated redistributor.
+    pub vredist: Option<VRedist>,
+    /// The vCPU is loaded (running or about to run).
+    pub loaded: bool,
+}
+
+static mut LOCALS: [Option<CpuLocal>; MAX_CPUS] = [const { None }; MAX_CPUS];
+
+/// Install CPU `index`'s local state and point TPIDR_EL2 at it.
+pub fn init_this_cpu(index: usize, mpidr: u64) {
+    // SAFETY: each CPU initialises only its own slot, once, before it takes
+    // any exception; no other reference to the slot exists.
+    let slot = unsafe { &mut (*core::ptr::addr_of_mut!(LOCALS))[index] };
+    *slot = Some(CpuLocal {
+        index,
+        mpidr,
+        redist: None,
+        lrs: LrManager::new(),
+        vcpu: None,
+        vredist: None,
+        loaded: false,
+    });
+    if let Some(local) = slot.as_mut() {
+        arch::regs::set_tpidr_el2(local as *mut CpuLocal as u64);
+    }
+    PUBLIC[index].mpidr.store(mpidr, Ordering::Relaxed);
+    PUBLIC[index].online.store(true, Ordering::Release);
+}
+
+/// This CPU's local state.
+///
+/// Handlers run with interrupts masked and never nest, and the idle loop
+/// touches only `PublicCpu`, so at most one `&mut CpuLocal` is live per CPU.
+pub fn this_cpu() -> &'static mut CpuLocal {
+    let ptr = arch::regs::tpidr_el2() as *mut CpuLocal;
+    // SAFETY: TPIDR_EL2 was set by `init_this_cpu` to this CPU's slot, which
+    // lives forever; exclusivity as argued above.
+    unsafe { &mut *ptr }
+}
+
+/// This CPU's index, if per-CPU state is set up (for log lines).
+pub fn current_index() -> Option<usize> {
+    let ptr = arch::regs::tpidr_el2() as *const CpuLocal;
+    if ptr.is_null() {
+        None
+    } else {
+        // SAFETY: as in `this_cpu`; only a plain field is read.
+        Some(unsafe { (*ptr).index })
+    }
+}
+
+/// Index of the CPU with this MPIDR affinity.
+pub fn index_of_mpidr(mpidr: u64) -> Option<usize> {
+    let aff = mpidr & 0xff_00ff_ffff;
+    PUBLIC
+        .iter()
+        .position(|p| p.online.load(Ordering::Acquire) && p.mpidr.load(Ordering::Relaxed) & 0xff_00ff_ffff == aff)
+}

@@ -1,0 +1,818 @@
+//! Bare-metal EL1 probe guest: tries to reach outside its partition and prints one `PROBE <test>: refused|ESCAPED (...)` line per attempt.
+//!
+//! Loaded as a raw image at IPA 0x4008_0000 (RAM base + 0x80000) and entered
+//! at its first byte at EL1h, MMU off, DAIF masked, x0 = DTB IPA. The first
+//! 64 bytes are an arm64 Linux Image header whose first word branches over
+//! it, so the image boots both as a raw blob entered at offset 0 and through
+//! Image loaders (QEMU `-kernel`, U-Boot `booti`), which then pass the DTB.
+//!
+//! With the MMU off every data access is Device-nGnRnE, so everything here
+//! is aligned (the target has +strict-align) and nothing uses exclusives.
+//!
+//! A probe that may fault runs inside [`catching`]: the synchronous
+//! exception handler records ESR_EL1/FAR_EL1 and resumes at ELR_EL1 + 4,
+//! skipping exactly the one probing instruction. An exception outside a
+//! probe is a bug in this guest (or an unexpected injection) and stops it.
+#![no_std]
+#![no_main]
+
+use core::arch::{asm, global_asm};
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Formatted output to the PL011 (see [`Uart`]); errors cannot happen.
+macro_rules! print {
+    ($($arg:tt)*) => {{ let _ = write!(Uart, $($arg)*); }};
+}
+macro_rules! println {
+    ($($arg:tt)*) => {{ let _ = writeln!(Uart, $($arg)*); }};
+}
+
+// --- The partition's view (QEMU virt layout) --------------------------------
+
+const UART_BASE: u64 = 0x0900_0000;
+const GICD_BASE: u64 = 0x0800_0000;
+/// Redistributor of vCPU0 (RD_base; the SGI_base frame follows at +64 KiB).
+const GICR_BASE: u64 = 0x080A_0000;
+const RAM_BASE: u64 = 0x4000_0000;
+/// Used only when the DTB has no usable /memory node.
+const RAM_SIZE_ASSUMED: u64 = 256 << 20;
+/// An IPA inside the device window that the partition is given nothing at.
+const DEVICE_HOLE: u64 = 0x0A00_0000;
+/// Far above any plausible small partition's RAM.
+const FAR_AWAY: u64 = 0xC000_0000;
+
+// PL011 (DDI0183).
+const UARTDR: u64 = 0x000;
+const UARTFR: u64 = 0x018;
+const UARTFR_TXFF: u32 = 1 << 5;
+
+// GICv3 (IHI0069).
+const GICD_CTLR: u64 = 0x0000;
+const GICD_TYPER: u64 = 0x0004;
+const GICD_ISENABLER: u64 = 0x0100;
+const GICD_ICENABLER: u64 = 0x0180;
+const GICD_CTLR_RWP: u32 = 1 << 31;
+const GICD_CTLR_ARE_NS: u32 = 1 << 4;
+const GICD_CTLR_ENABLE_G1A: u32 = 1 << 1;
+const GICD_CTLR_ENABLE_G1: u32 = 1 << 0;
+const GICR_WAKER: u64 = 0x0014;
+const GICR_WAKER_PROCESSOR_SLEEP: u32 = 1 << 1;
+const GICR_WAKER_CHILDREN_ASLEEP: u32 = 1 << 2;
+/// An SPI this partition does not own.
+const FOREIGN_SPI: u32 = 48;
+/// The emulated UART's SPI: the partition's own, used as a control.
+const OWN_SPI: u32 = 33;
+/// Bounded polls: every GIC access may be a trap to the hypervisor.
+const POLL_LIMIT: u32 = 10_000;
+
+// PSCI (DEN0022) and SMCCC (DEN0028).
+const PSCI_VERSION: u64 = 0x8400_0000;
+const PSCI_CPU_ON_64: u64 = 0xC400_0003;
+const PSCI_NOT_SUPPORTED: i64 = -1;
+const PSCI_INVALID_PARAMETERS: i64 = -2;
+const PSCI_ALREADY_ON: i64 = -4;
+const PSCI_ON_PENDING: i64 = -5;
+/// Aff0 = 2: not a vCPU of a one-vCPU partition.
+const FOREIGN_MPIDR: u64 = 2;
+
+// ESR_EL1 (Arm ARM D19.2.37).
+const EC_UNKNOWN: u64 = 0x00;
+const EC_DABT_CUR: u64 = 0x25;
+const DFSC_SYNC_EXTERNAL: u64 = 0x10;
+
+// --- Boot and exception vectors ---------------------------------------------
+
+global_asm!(
+    r#"
+.section .text.boot, "ax"
+.global _start
+_start:
+    // arm64 Image header (Documentation/arch/arm64/booting.rst).
+    b       2f                  // code0: over the header
+    .word   0                   // code1
+    .quad   0x80000             // text_offset: RAM base + 0x80000
+    .quad   __image_size        // image_size, including .bss and stack
+    .quad   0x2                 // flags: little-endian, 4K pages, near RAM base
+    .quad   0, 0, 0             // res2..res4
+    .word   0x644d5241          // magic "ARM\x64"
+    .word   0                   // res5 (no PE header)
+2:
+    msr     daifset, #0xf
+    mov     x19, x0
+    adrp    x1, __stack_top
+    add     x1, x1, :lo12:__stack_top
+    mov     sp, x1
+    adrp    x1, __bss_start
+    add     x1, x1, :lo12:__bss_start
+    adrp    x2, __bss_end
+    add     x2, x2, :lo12:__bss_end
+3:
+    cmp     x1, x2
+    b.hs    4f
+    str     xzr, [x1], #8
+    b       3b
+4:
+    adrp    x1, exception_vectors
+    add     x1, x1, :lo12:exception_vectors
+    msr     vbar_el1, x1
+    isb
+    mov     x0, x19
+    bl      {main}
+5:
+    wfe
+    b       5b
+
+// Where a (wrongly) started foreign CPU would land: park it.
+.global park_cpu
+park_cpu:
+    wfe
+    b       park_cpu
+
+// VBAR_EL1 table: 16 entries of 0x80 bytes; each passes its index in x0.
+.macro VENTRY kind
+    .balign 0x80
+    sub     sp, sp, #192
+    stp     x0, x1, [sp, #0]
+    mov     x0, #\kind
+    b       exception_common
+.endm
+
+.section .text.vectors, "ax"
+.balign 2048
+.global exception_vectors
+exception_vectors:
+    VENTRY 0
+    VENTRY 1
+    VENTRY 2
+    VENTRY 3
+    VENTRY 4
+    VENTRY 5
+    VENTRY 6
+    VENTRY 7
+    VENTRY 8
+    VENTRY 9
+    VENTRY 10
+    VENTRY 11
+    VENTRY 12
+    VENTRY 13
+    VENTRY 14
+    VENTRY 15
+
+// Saves the caller-saved registers plus ELR/SPSR as an ExceptionFrame,
+// calls the Rust handler with (kind, &mut frame) and returns to frame.elr.
+exception_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x29, [sp, #144]
+    mrs     x2, elr_el1
+    mrs     x3, spsr_el1
+    stp     x30, x2, [sp, #160]
+    str     x3, [sp, #176]
+    mov     x1, sp
+    bl      {handler}
+    ldr     x3, [sp, #176]
+    ldp     x30, x2, [sp, #160]
+    msr     elr_el1, x2
+    msr     spsr_el1, x3
+    ldp     x18, x29, [sp, #144]
+    ldp     x16, x17, [sp, #128]
+    ldp     x14, x15, [sp, #112]
+    ldp     x12, x13, [sp, #96]
+    ldp     x10, x11, [sp, #80]
+    ldp     x8, x9, [sp, #64]
+    ldp     x6, x7, [sp, #48]
+    ldp     x4, x5, [sp, #32]
+    ldp     x2, x3, [sp, #16]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #192
+    eret
+"#,
+    main = sym rust_main,
+    handler = sym handle_exception,
+);
+
+extern "C" {
+    /// A `wfe` loop (in the boot assembly above); never called from Rust.
+    fn park_cpu();
+}
+
+/// Registers saved by `exception_common`, in its layout.
+#[repr(C)]
+struct ExceptionFrame {
+    x: [u64; 19],
+    x29: u64,
+    x30: u64,
+    elr: u64,
+    spsr: u64,
+    _pad: u64,
+}
+
+/// Vector table entries: index / 4 is the source, index % 4 the type.
+const VECTOR_CUR_SPX_SYNC: u64 = 4;
+const VECTOR_CUR_SPX_SERROR: u64 = 7;
+
+static EXPECT_FAULT: AtomicBool = AtomicBool::new(false);
+static FAULT_COUNT: AtomicU64 = AtomicU64::new(0);
+static FAULT_KIND: AtomicU64 = AtomicU64::new(0);
+static FAULT_ESR: AtomicU64 = AtomicU64::new(0);
+static FAULT_FAR: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn handle_exception(kind: u64, frame: &mut ExceptionFrame) {
+    let esr = read_esr_el1();
+    let far = read_far_el1();
+    let expected = EXPECT_FAULT.load(Ordering::Relaxed);
+    if expected && (kind == VECTOR_CUR_SPX_SYNC || kind == VECTOR_CUR_SPX_SERROR) {
+        FAULT_KIND.store(kind, Ordering::Relaxed);
+        FAULT_ESR.store(esr, Ordering::Relaxed);
+        FAULT_FAR.store(far, Ordering::Relaxed);
+        FAULT_COUNT.store(FAULT_COUNT.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        if kind == VECTOR_CUR_SPX_SYNC {
+            // ELR_EL1 is the probing instruction itself (an abort or an
+            // UNDEFINED instruction): skip it. An SError is asynchronous and
+            // returns to where it was taken.
+            frame.elr += 4;
+        }
+        return;
+    }
+    println!(
+        "PROBE fatal: unexpected exception vector={} ESR=0x{:x} ELR=0x{:x} FAR=0x{:x} SPSR=0x{:x}",
+        kind, esr, frame.elr, far, frame.spsr
+    );
+    halt();
+}
+
+fn read_esr_el1() -> u64 {
+    let v: u64;
+    // SAFETY: reading ESR_EL1 at EL1 has no side effects.
+    unsafe { asm!("mrs {}, esr_el1", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+fn read_far_el1() -> u64 {
+    let v: u64;
+    // SAFETY: reading FAR_EL1 at EL1 has no side effects.
+    unsafe { asm!("mrs {}, far_el1", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+fn halt() -> ! {
+    loop {
+        // SAFETY: `wfe` only waits for an event.
+        unsafe { asm!("wfe", options(nomem, nostack)) };
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    println!("PROBE fatal: panic: {}", info);
+    halt();
+}
+
+// --- Output ------------------------------------------------------------------
+
+/// The PL011 polled for room: always safe to use, never faults on a sane
+/// partition (a fault here is reported as fatal by the handler).
+struct Uart;
+
+impl Uart {
+    fn putc(byte: u8) {
+        while mmio_read32(UART_BASE + UARTFR) & UARTFR_TXFF != 0 {
+            core::hint::spin_loop();
+        }
+        mmio_write32(UART_BASE + UARTDR, u32::from(byte));
+    }
+}
+
+impl Write for Uart {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for b in s.bytes() {
+            if b == b'\n' {
+                Uart::putc(b'\r');
+            }
+            Uart::putc(b);
+        }
+        Ok(())
+    }
+}
+
+/// A 32-bit load from the UART frame (the only unguarded device access).
+fn mmio_read32(addr: u64) -> u32 {
+    debug_assert!((UART_BASE..UART_BASE + 0x1000).contains(&addr));
+    // SAFETY: `addr` is an aligned register of the partition's own PL011;
+    // with the MMU off it is Device memory that aliases no Rust object.
+    unsafe { core::ptr::read_volatile(addr as *const u32) }
+}
+
+/// A 32-bit store to the UART frame.
+fn mmio_write32(addr: u64, value: u32) {
+    debug_assert!((UART_BASE..UART_BASE + 0x1000).contains(&addr));
+    // SAFETY: as for `mmio_read32`.
+    unsafe { core::ptr::write_volatile(addr as *mut u32, value) };
+}
+
+// --- Guarded probes ------------------------------------------------------------
+
+/// An exception taken while a probe ran.
+#[derive(Clone, Copy)]
+struct Fault {
+    kind: u64,
+    esr: u64,
+    far: u64,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ec = self.esr >> 26 & 0x3f;
+        if self.kind == VECTOR_CUR_SPX_SERROR {
+            return write!(f, "SError ESR=0x{:x}", self.esr);
+        }
+        match ec {
+            EC_DABT_CUR => {
+                let dfsc = self.esr & 0x3f;
+                let what = if dfsc == DFSC_SYNC_EXTERNAL {
+                    "sync external abort"
+                } else {
+                    "data abort"
+                };
+                write!(
+                    f,
+                    "{what} EC=0x{ec:02x} DFSC=0x{dfsc:02x} FAR=0x{:x}",
+                    self.far
+                )
+            }
+            EC_UNKNOWN => write!(f, "UNDEFINED instruction EC=0x00"),
+            _ => write!(f, "exception EC=0x{ec:02x} ESR=0x{:x}", self.esr),
+        }
+    }
+}
+
+/// Runs `f` with faults expected and SError unmasked; returns its result and
+/// the last fault it took, if any.
+fn catching<T>(f: impl FnOnce() -> T) -> (T, Option<Fault>) {
+    let before = FAULT_COUNT.load(Ordering::Relaxed);
+    EXPECT_FAULT.store(true, Ordering::Relaxed);
+    // SAFETY: unmasking SError only lets an abort the hypervisor injects as
+    // SError reach the handler, which is armed (EXPECT_FAULT) to record it.
+    unsafe { asm!("msr daifclr, #4", "isb", options(nomem, nostack)) };
+    let result = f();
+    // SAFETY: barriers let a pending SError from the probe arrive before
+    // SError is masked again; no memory is touched.
+    unsafe { asm!("dsb sy", "isb", "msr daifset, #4", "isb", options(nostack)) };
+    EXPECT_FAULT.store(false, Ordering::Relaxed);
+    let fault = (FAULT_COUNT.load(Ordering::Relaxed) != before).then(|| Fault {
+        kind: FAULT_KIND.load(Ordering::Relaxed),
+        esr: FAULT_ESR.load(Ordering::Relaxed),
+        far: FAULT_FAR.load(Ordering::Relaxed),
+    });
+    (result, fault)
+}
+
+/// A 32-bit load from any IPA, aborts caught.
+fn probe_read(addr: u64) -> Result<u32, Fault> {
+    let (value, fault) = catching(|| {
+        let v: u32;
+        // SAFETY: the load may target memory outside the partition; that is
+        // the probe. It is one instruction, so a caught abort resumes right
+        // after it, and it writes no Rust-visible memory.
+        unsafe {
+            asm!("mov {v:w}, #0", "ldr {v:w}, [{a}]", a = in(reg) addr, v = out(reg) v,
+                 options(nostack, readonly))
+        };
+        v
+    });
+    fault.map_or(Ok(value), Err)
+}
+
+/// A 32-bit store to any IPA, aborts caught.
+fn probe_write(addr: u64, value: u32) -> Result<(), Fault> {
+    let ((), fault) = catching(|| {
+        // SAFETY: the store targets IPAs that hold no Rust object (device
+        // frames, or addresses outside this guest's RAM); one instruction,
+        // so a caught abort resumes right after it.
+        unsafe { asm!("str {v:w}, [{a}]", a = in(reg) addr, v = in(reg) value, options(nostack)) };
+    });
+    fault.map_or(Ok(()), Err)
+}
+
+/// An SMCCC call through `hvc #0` or `smc #0`; returns x0.
+fn smccc(use_smc: bool, function: u64, a1: u64, a2: u64, a3: u64) -> Result<u64, Fault> {
+    let (x0, fault) = catching(|| {
+        let mut x0 = function;
+        // SAFETY: an SMCCC call; the callee may clobber x0-x17 (declared),
+        // touches no guest memory we own, and an UNDEFINED conduit is caught
+        // by the handler, which skips the one instruction.
+        unsafe {
+            if use_smc {
+                asm!("smc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
+                     inout("x3") a3 => _, out("x4") _, out("x5") _, out("x6") _, out("x7") _,
+                     out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
+                     out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
+                     options(nostack))
+            } else {
+                asm!("hvc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
+                     inout("x3") a3 => _, out("x4") _, out("x5") _, out("x6") _, out("x7") _,
+                     out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
+                     out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
+                     options(nostack))
+            }
+        }
+        x0
+    });
+    fault.map_or(Ok(x0), Err)
+}
+
+/// Writes a GIC CPU interface system register, UNDEFINED caught.
+macro_rules! probe_msr {
+    ($reg:literal, $value:expr) => {{
+        let v: u64 = $value;
+        catching(|| {
+            // SAFETY: a GIC CPU interface register write at EL1; it changes
+            // no memory, and a trap or UNDEFINED is caught by the handler.
+            unsafe { asm!(concat!("msr ", $reg, ", {}"), "isb", in(reg) v, options(nostack)) };
+        })
+        .1
+    }};
+}
+
+/// Reads a GIC CPU interface system register, UNDEFINED caught.
+macro_rules! probe_mrs {
+    ($reg:literal) => {{
+        let (v, fault) = catching(|| {
+            let v: u64;
+            // SAFETY: a GIC CPU interface register read at EL1; no memory is
+            // touched, and a trap or UNDEFINED is caught by the handler.
+            unsafe { asm!(concat!("mrs {}, ", $reg), out(reg) v, options(nostack)) };
+            v
+        });
+        fault.map_or(Ok(v), Err)
+    }};
+}
+
+// GICv3 CPU interface registers are written by encoding (the assembler may
+// not know their names for this target): ICC_SRE_EL1 = S3_0_C12_C12_5,
+// ICC_PMR_EL1 = S3_0_C4_C6_0, ICC_IGRPEN1_EL1 = S3_0_C12_C12_7,
+// ICC_SGI1R_EL1 = S3_0_C12_C11_5, ICC_HPPIR1_EL1 = S3_0_C12_C12_2.
+
+// --- The probes ------------------------------------------------------------------
+
+/// One probed address's outcome, for a report line.
+struct Attempt {
+    addr: u64,
+    outcome: Result<u32, Fault>,
+}
+
+/// Prints `PROBE <test>: refused (...)` when every attempt faulted, else
+/// `ESCAPED (...)` listing what got through.
+fn report_accesses(test: &str, verb: &str, attempts: &[Attempt]) {
+    let escaped = attempts.iter().any(|a| a.outcome.is_ok());
+    print!(
+        "PROBE {test}: {} (",
+        if escaped { "ESCAPED" } else { "refused" }
+    );
+    for (i, a) in attempts.iter().enumerate() {
+        if i > 0 {
+            print!("; ");
+        }
+        match a.outcome {
+            Ok(v) if verb == "load" => print!("0x{:x}: load returned 0x{v:08x}", a.addr),
+            Ok(_) => print!("0x{:x}: store completed", a.addr),
+            Err(f) => print!("0x{:x}: {f}", a.addr),
+        }
+    }
+    println!(")");
+}
+
+fn probe_read_outside_ram(ram_end: u64) {
+    let attempts = [ram_end, DEVICE_HOLE].map(|addr| Attempt {
+        addr,
+        outcome: probe_read(addr),
+    });
+    report_accesses("read-outside-ram", "load", &attempts);
+}
+
+fn probe_write_outside_ram(ram_end: u64) {
+    const PATTERN: u32 = 0x5052_4f42; // "PROB"
+    let attempts = [ram_end, DEVICE_HOLE, FAR_AWAY].map(|addr| Attempt {
+        addr,
+        outcome: probe_write(addr, PATTERN).map(|()| 0),
+    });
+    report_accesses("write-outside-ram", "store", &attempts);
+}
+
+/// Polls `addr` until `(value & mask) == 0`; false on timeout or fault.
+fn wait_clear(addr: u64, mask: u32) -> bool {
+    (0..POLL_LIMIT).any(|_| matches!(probe_read(addr), Ok(v) if v & mask == 0))
+}
+
+fn probe_enable_foreign_spi() {
+    const TEST: &str = "enable-foreign-spi";
+    // As Linux's gic_dist_init: disable, wait for RWP, enable with ARE.
+    let ctlr = GICD_BASE + GICD_CTLR;
+    let setup = probe_write(ctlr, 0)
+        .and_then(|()| {
+            probe_write(
+                ctlr,
+                GICD_CTLR_ARE_NS | GICD_CTLR_ENABLE_G1A | GICD_CTLR_ENABLE_G1,
+            )
+        })
+        .and_then(|()| probe_read(GICD_BASE + GICD_TYPER));
+    let typer = match setup {
+        Ok(t) => t,
+        Err(f) => return println!("PROBE {TEST}: refused (GIC distributor setup faulted: {f})"),
+    };
+    let rwp_ok = wait_clear(ctlr, GICD_CTLR_RWP);
+
+    let reg = 4 * u64::from(FOREIGN_SPI / 32);
+    let isenabler = GICD_BASE + GICD_ISENABLER + reg;
+    let foreign = 1u32 << (FOREIGN_SPI % 32);
+    let own = 1u32 << (OWN_SPI % 32);
+    let readback = probe_write(isenabler, own)
+        .and_then(|()| probe_write(isenabler, foreign))
+        .and_then(|()| probe_read(isenabler));
+    let _ = probe_write(GICD_BASE + GICD_ICENABLER + reg, foreign | own);
+
+    let lines = 32 * ((typer & 0x1f) + 1);
+    let rwp = if rwp_ok {
+        ""
+    } else {
+        ", GICD_CTLR.RWP never cleared"
+    };
+    match readback {
+        Err(f) => println!("PROBE {TEST}: refused (GICD_ISENABLER access faulted: {f})"),
+        Ok(v) if v & foreign != 0 => println!(
+            "PROBE {TEST}: ESCAPED (SPI {FOREIGN_SPI} reads enabled: GICD_ISENABLER{}=0x{v:08x}, \
+             GICD_TYPER lines={lines}{rwp})",
+            FOREIGN_SPI / 32
+        ),
+        Ok(v) => {
+            println!(
+            "PROBE {TEST}: refused (SPI {FOREIGN_SPI} stays disabled: GICD_ISENABLER{}=0x{v:08x}; \
+             own SPI {OWN_SPI} {}{rwp})",
+            FOREIGN_SPI / 32,
+            if v & own != 0 { "enabled as a control" } else { "did not enable either (!)" }
+        )
+        }
+    }
+}
+
+fn probe_sgi_outside_partition() {
+    const TEST: &str = "sgi-outside-partition";
+    // Wake our redistributor (GICR_WAKER handshake, as Linux does).
+    let waker = GICR_BASE + GICR_WAKER;
+    let woke = probe_read(waker)
+        .and_then(|w| probe_write(waker, w & !GICR_WAKER_PROCESSOR_SLEEP))
+        .map(|()| wait_clear(waker, GICR_WAKER_CHILDREN_ASLEEP));
+    let woke_note = match woke {
+        Ok(true) => "",
+        Ok(false) => "; GICR_WAKER.ChildrenAsleep stuck",
+        Err(_) => "; GICR_WAKER faulted",
+    };
+
+    let sre = probe_mrs!("S3_0_C12_C12_5").unwrap_or(0);
+    let setup = [
+        probe_msr!("S3_0_C12_C12_5", sre | 1), // ICC_SRE_EL1.SRE
+        probe_msr!("S3_0_C4_C6_0", 0xff),      // ICC_PMR_EL1: unmask all priorities
+        probe_msr!("S3_0_C12_C12_7", 1),       // ICC_IGRPEN1_EL1.Enable
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    if let Some(f) = setup {
+        return println!(
+            "PROBE {TEST}: refused (GIC system register setup faulted: {f}{woke_note})"
+        );
+    }
+
+    // ICC_SGI1R_EL1: INTID [27:24], TargetList [15:0], IRM [40].
+    let to_aff0_5 = (1u64 << 24) | (1 << 5);
+    let to_all_but_self = (2u64 << 24) | (1 << 40);
+    let sent = [
+        probe_msr!("S3_0_C12_C11_5", to_aff0_5),
+        probe_msr!("S3_0_C12_C11_5", to_all_but_self),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    if let Some(f) = sent {
+        return println!("PROBE {TEST}: refused (ICC_SGI1R_EL1 write faulted: {f}{woke_note})");
+    }
+    // Neither SGI may come back to this vCPU either: 1023 = nothing pending.
+    let hppir = probe_mrs!("S3_0_C12_C12_2").map_or(u64::MAX, |v| v & 0xff_ffff);
+    println!(
+        "PROBE {TEST}: sent (the hypervisor must drop it; self ICC_HPPIR1_EL1={hppir}{woke_note})"
+    );
+}
+
+fn probe_psci_cpu_on_foreign() {
+    const TEST: &str = "psci-cpu-on-foreign";
+    let entry = park_cpu as *const () as usize as u64;
+    match smccc(false, PSCI_CPU_ON_64, FOREIGN_MPIDR, entry, 0).map(|r| r as i64) {
+        Ok(PSCI_INVALID_PARAMETERS) => {
+            println!("PROBE {TEST}: refused (CPU_ON MPIDR {FOREIGN_MPIDR} -> INVALID_PARAMETERS)")
+        }
+        Ok(r @ (0 | PSCI_ALREADY_ON | PSCI_ON_PENDING)) => println!(
+            "PROBE {TEST}: ESCAPED (CPU_ON MPIDR {FOREIGN_MPIDR} -> {r}: the call reached a CPU \
+             outside the partition)"
+        ),
+        Ok(r) => println!(
+            "PROBE {TEST}: refused (CPU_ON MPIDR {FOREIGN_MPIDR} -> {r}, expected INVALID_PARAMETERS)"
+        ),
+        Err(f) => println!("PROBE {TEST}: refused (HVC raised {f}, expected INVALID_PARAMETERS)"),
+    }
+}
+
+fn probe_smc() {
+    const TEST: &str = "smc";
+    // PSCI_VERSION is an SMC32 call: the result is in w0.
+    match smccc(true, PSCI_VERSION, 0, 0, 0).map(|r| i64::from(r as u32 as i32)) {
+        Ok(PSCI_NOT_SUPPORTED) => {
+            println!("PROBE {TEST}: refused (SMC PSCI_VERSION -> NOT_SUPPORTED)")
+        }
+        Ok(r) => println!(
+            "PROBE {TEST}: ESCAPED (SMC PSCI_VERSION -> 0x{:x}: something behind SMC answered)",
+            r as u32
+        ),
+        Err(f) => println!("PROBE {TEST}: refused (SMC raised {f}, expected NOT_SUPPORTED)"),
+    }
+}
+
+// --- DTB: just enough to find /memory ------------------------------------------
+
+const FDT_MAGIC: u32 = 0xd00d_feed;
+const FDT_BEGIN_NODE: u32 = 1;
+const FDT_END_NODE: u32 = 2;
+const FDT_PROP: u32 = 3;
+const FDT_NOP: u32 = 4;
+const FDT_END: u32 = 9;
+/// Refuse to walk anything bigger: a sane guest DTB is far smaller.
+const FDT_MAX_SIZE: u32 = 2 << 20;
+
+/// A flattened device tree whose every byte was checked to be readable.
+struct Fdt {
+    base: u64,
+    size: u32,
+}
+
+impl Fdt {
+    /// Validates the header at `base` with guarded loads.
+    fn at(base: u64) -> Option<Fdt> {
+        if base < RAM_BASE || !base.is_multiple_of(8) {
+            return None;
+        }
+        let magic = u32::from_be(probe_read(base).ok()?);
+        let size = u32::from_be(probe_read(base + 4).ok()?);
+        if magic != FDT_MAGIC || !(40..=FDT_MAX_SIZE).contains(&size) {
+            return None;
+        }
+        // The last word too: then the whole blob is in readable RAM.
+        probe_read(base + u64::from(size & !3) - 4).ok()?;
+        Some(Fdt { base, size })
+    }
+
+    fn byte(&self, off: u32) -> Option<u8> {
+        if off >= self.size {
+            return None;
+        }
+        // SAFETY: `off` is inside the blob, which `Fdt::at` checked is
+        // readable guest RAM; nothing in Rust aliases it.
+        Some(unsafe { core::ptr::read_volatile((self.base + u64::from(off)) as *const u8) })
+    }
+
+    fn be32(&self, off: u32) -> Option<u32> {
+        if !off.is_multiple_of(4) || off.checked_add(4)? > self.size {
+            return None;
+        }
+        // SAFETY: aligned and inside the checked blob, as for `byte`.
+        let raw = unsafe { core::ptr::read_volatile((self.base + u64::from(off)) as *const u32) };
+        Some(u32::from_be(raw))
+    }
+
+    /// Whether the NUL-terminated string at `off` equals `s` (or, with
+    /// `unit_ok`, is `s@...`).
+    fn name_is(&self, off: u32, s: &[u8], unit_ok: bool) -> bool {
+        let same = (0..s.len() as u32).all(|i| self.byte(off + i) == Some(s[i as usize]));
+        let next = self.byte(off + s.len() as u32);
+        same && (next == Some(0) || (unit_ok && next == Some(b'@')))
+    }
+
+    fn cells(&self, off: u32, count: u32) -> Option<u64> {
+        match count {
+            1 => self.be32(off).map(u64::from),
+            2 => Some(u64::from(self.be32(off)?) << 32 | u64::from(self.be32(off + 4)?)),
+            _ => None,
+        }
+    }
+
+    /// The first (base, size) of the top-level /memory node.
+    fn memory(&self) -> Option<(u64, u64)> {
+        let mut p = self.be32(8)?; // off_dt_struct
+        let strings = self.be32(12)?; // off_dt_strings
+        let (mut address_cells, mut size_cells) = (2, 1);
+        let mut depth = 0u32;
+        let mut in_memory = false;
+        loop {
+            let token = self.be32(p)?;
+            p += 4;
+            match token {
+                FDT_BEGIN_NODE => {
+                    depth += 1;
+                    in_memory = depth == 2 && self.name_is(p, b"memory", true);
+                    let mut len = 0;
+                    while self.byte(p + len)? != 0 {
+                        len += 1;
+                    }
+                    p = (p + len + 1 + 3) & !3;
+                }
+                FDT_END_NODE => {
+                    depth = depth.checked_sub(1)?;
+                    in_memory = false;
+                }
+                FDT_PROP => {
+                    let len = self.be32(p)?;
+                    let name = strings.checked_add(self.be32(p + 4)?)?;
+                    let value = p + 8;
+                    if depth == 1 && self.name_is(name, b"#address-cells", false) {
+                        address_cells = self.be32(value)?;
+                    } else if depth == 1 && self.name_is(name, b"#size-cells", false) {
+                        size_cells = self.be32(value)?;
+                    } else if in_memory && self.name_is(name, b"reg", false) {
+                        let base = self.cells(value, address_cells)?;
+                        let size = self.cells(value + 4 * address_cells, size_cells)?;
+                        return Some((base, size));
+                    }
+                    p = (value.checked_add(len)? + 3) & !3;
+                }
+                FDT_NOP => {}
+                FDT_END => return None,
+                _ => return None,
+            }
+        }
+    }
+}
+
+// --- Main ----------------------------------------------------------------------
+
+fn current_el() -> u64 {
+    let v: u64;
+    // SAFETY: reading CurrentEL has no side effects.
+    unsafe { asm!("mrs {}, CurrentEL", out(reg) v, options(nomem, nostack)) };
+    v >> 2 & 3
+}
+
+fn counter() -> (u64, u64) {
+    let (freq, count): (u64, u64);
+    // SAFETY: reading the generic timer's frequency and virtual count at EL1
+    // has no side effects.
+    unsafe {
+        asm!("mrs {}, cntfrq_el0", "isb", "mrs {}, cntvct_el0", out(reg) freq, out(reg) count,
+             options(nomem, nostack))
+    };
+    (freq, count)
+}
+
+extern "C" fn rust_main(dtb: u64) -> ! {
+    let el = current_el();
+    if el != 1 {
+        println!("PROBE fatal: entered at EL{el}, expected EL1");
+        halt();
+    }
+    let (ram_end, source) = match Fdt::at(dtb).and_then(|f| f.memory()) {
+        Some((base, size)) if base == RAM_BASE && size > 0 => (base + size, "DTB /memory"),
+        _ => (
+            RAM_BASE + RAM_SIZE_ASSUMED,
+            "assumed: no usable DTB /memory",
+        ),
+    };
+    println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{RAM_BASE:x}..0x{ram_end:x} ({source})");
+
+    probe_read_outside_ram(ram_end);
+    probe_write_outside_ram(ram_end);
+    probe_enable_foreign_spi();
+    probe_sgi_outside_partition();
+    probe_psci_cpu_on_foreign();
+    probe_smc();
+    println!("PROBE done");
+
+    let (mut freq, start) = counter();
+    if freq == 0 {
+        freq = 62_500_000;
+        println!("PROBE note: CNTFRQ_EL0 is 0, assuming 62.5 MHz");
+    }
+    let mut n = 0u64;
+    let mut next = start;
+    loop {
+        next += freq;
+        while counter().1 < next {
+            core::hint::spin_loop();
+        }
+        n += 1;
+        println!("PROBE alive {n}");
+    }
+}

@@ -1,0 +1,248 @@
+//! Pinfold's task runner: `cargo xtask build | run | test` (see README.md).
+
+mod build;
+mod cmd;
+mod cpio;
+mod error;
+mod harness;
+mod image;
+mod provision;
+mod qemu;
+mod suite;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitCode};
+use std::time::{Duration, Instant};
+
+use build::{Builder, DEFAULT_CONFIG};
+use error::XtaskError;
+use qemu::{qemu_command, Extra};
+
+pub const USAGE: &str = "\
+usage: cargo xtask <command>
+
+  build [--config FILE]                  build target/pinfold/pinfold.bin
+  run [--config FILE] [--timeout SECS]   build, then boot it under QEMU
+  test [--host] [--only NAME]            host unit tests, then QEMU boot tests
+
+FILE defaults to vm-configs/qemu-virt/default.toml.";
+
+/// The workspace this xtask belongs to.
+#[derive(Debug)]
+pub struct Workspace {
+    pub root: PathBuf,
+}
+
+impl Workspace {
+    fn locate() -> Self {
+        // tools/xtask -> the workspace root.
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = manifest.ancestors().nth(2).unwrap_or(manifest).to_path_buf();
+        Self { root }
+    }
+
+    /// A user-given path: as given if it exists from the current directory,
+    /// else relative to the workspace root.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() || path.exists() {
+            path.to_path_buf()
+        } else {
+            self.root.join(path)
+        }
+    }
+
+    /// `path` relative to the root when it is inside it, for messages.
+    pub fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root).unwrap_or(path).display().to_string()
+    }
+}
+
+/// A parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+enum Task {
+    Build { config: PathBuf },
+    Run { config: PathBuf, timeout: Option<Duration> },
+    Test { host_only: bool, only: Option<String> },
+    Help,
+}
+
+fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
+    let Some((command, rest)) = args.split_first() else {
+        return Ok(Task::Help);
+    };
+    let mut config = PathBuf::from(DEFAULT_CONFIG);
+    let mut timeout = None;
+    let mut host_only = false;
+    let mut only = None;
+    let mut rest = rest.iter();
+    let usage = |msg: String| XtaskError::Usage(msg);
+    while let Some(arg) = rest.next() {
+        let mut value = || {
+            rest.next().cloned().ok_or_else(|| usage(format!("{arg} needs a value")))
+        };
+        match (command.as_str(), arg.as_str()) {
+            ("build" | "run", "--config") => config = PathBuf::from(value()?),
+            ("run", "--timeout") => {
+                let text = value()?;
+                let seconds: u64 = text
+                    .parse()
+                    .map_err(|_| usage(format!("--timeout takes whole seconds, not `{text}`")))?;
+                timeout = Some(Duration::from_secs(seconds));
+            }
+            ("test", "--host") => host_only = true,
+            ("test", "--only") => only = Some(value()?),
+            (_, "-h" | "--help") => return Ok(Task::Help),
+            _ => return Err(usage(format!("unexpected argument `{arg}` for `{command}`"))),
+        }
+    }
+    match command.as_str() {
+        "build" => Ok(Task::Build { config }),
+        "run" => Ok(Task::Run { config, timeout }),
+        "test" => Ok(Task::Test { host_only, only }),
+        "help" | "-h" | "--help" => Ok(Task::Help),
+        other => Err(usage(format!("unknown command `{other}`"))),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ws = Workspace::locate();
+    let result = parse_args(&args).and_then(|task| execute(&ws, task));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The suite already printed its verdicts and the closing count.
+        Err(XtaskError::TestsFailed { .. }) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("xtask: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(ws: &Workspace, task: Task) -> Result<(), XtaskError> {
+    match task {
+        Task::Help => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Task::Build { config } => Builder::new(ws).build(&config, "pinfold.bin").map(|_| ()),
+        Task::Run { config, timeout } => run(ws, &config, timeout),
+        Task::Test { host_only, only } => suite::run(ws, &suite::Options { host_only, only }),
+    }
+}
+
+/// Builds and boots the image with the console on this terminal.
+fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), XtaskError> {
+    let built = Builder::new(ws).build(config, "pinfold.bin")?;
+    let mut qemu = qemu_command(&built.board, &built.image, &Extra::default());
+    eprintln!(
+        "xtask: booting under QEMU ({} CPUs, {} MiB). Console keys: Ctrl-A s = hypervisor stats, \
+         Ctrl-] x = quit QEMU, Ctrl-] c = QEMU monitor; Ctrl-C goes to the guest.",
+        built.board.cpus,
+        built.board.memory >> 20
+    );
+    let program = cmd::describe(&qemu);
+    let mut child = qemu
+        .spawn()
+        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    let status = match timeout {
+        None => child.wait().map_err(|source| XtaskError::Spawn { program: program.clone(), source })?,
+        Some(limit) => {
+            if wait_until(&mut child, Instant::now() + limit)?.is_none() {
+                eprintln!("\nxtask: --timeout {} s reached, stopping QEMU", limit.as_secs());
+                stop(&mut child);
+                return Ok(());
+            }
+            child.wait().map_err(|source| XtaskError::Spawn { program: program.clone(), source })?
+        }
+    };
+    if status.success() {
+        Ok(())
+    } else {
+        Err(XtaskError::Command { program, status: status.to_string() })
+    }
+}
+
+/// Polls `child` until it exits (`Some`) or the deadline passes (`None`).
+fn wait_until(child: &mut Child, deadline: Instant) -> Result<Option<()>, XtaskError> {
+    loop {
+        let exited = child
+            .try_wait()
+            .map_err(|source| XtaskError::Spawn { program: "qemu-system-aarch64".into(), source })?;
+        if exited.is_some() {
+            return Ok(Some(()));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Stops QEMU with SIGTERM first, so it restores the terminal it put into raw
+/// mode, and SIGKILL if it does not go within five seconds.
+fn stop(child: &mut Child) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    if let Ok(None) = wait_until(child, Instant::now() + Duration::from_secs(5)) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn build_defaults_to_the_default_config() {
+        assert_eq!(
+            parse_args(&args("build")).ok(),
+            Some(Task::Build { config: PathBuf::from(DEFAULT_CONFIG) })
+        );
+    }
+
+    #[test]
+    fn run_takes_config_and_timeout() {
+        let task = parse_args(&args("run --config a.toml --timeout 30")).ok();
+
+        assert_eq!(
+            task,
+            Some(Task::Run { config: PathBuf::from("a.toml"), timeout: Some(Duration::from_secs(30)) })
+        );
+    }
+
+    #[test]
+    fn test_takes_host_and_only() {
+        let task = parse_args(&args("test --host --only isolation")).ok();
+
+        assert_eq!(task, Some(Task::Test { host_only: true, only: Some("isolation".into()) }));
+    }
+
+    #[test]
+    fn option_of_another_command_is_refused() {
+        assert!(matches!(parse_args(&args("build --timeout 3")), Err(XtaskError::Usage(_))));
+    }
+
+    #[test]
+    fn missing_option_value_is_refused() {
+        assert!(matches!(parse_args(&args("run --config")), Err(XtaskError::Usage(_))));
+    }
+
+    #[test]
+    fn non_numeric_timeout_is_refused() {
+        assert!(matches!(parse_args(&args("run --timeout soon")), Err(XtaskError::Usage(_))));
+    }
+
+    #[test]
+    fn workspace_root_holds_the_workspace_manifest() {
+        let ws = Workspace::locate();
+
+        assert!(ws.root.join("tools/xtask/Cargo.toml").exists());
+    }
+}

@@ -1,0 +1,356 @@
+//! Makes a fresh Debian bookworm machine able to build, run and test Pinfold:
+//! host packages, Rust targets, and the test guest's Linux kernel and
+//! initramfs. Every step checks before it acts, so a second run is quick.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::cmd::{self, describe};
+use crate::cpio::CpioWriter;
+use crate::error::{IoContext, XtaskError};
+use crate::image::is_arm64_image;
+use crate::Workspace;
+
+/// Debian packages the host needs: QEMU for aarch64 and dtc (to inspect the
+/// DTBs the hypervisor generates).
+const HOST_PACKAGES: [&str; 2] = ["qemu-system-arm", "device-tree-compiler"];
+/// The Rust target of the EL2 image and the bare-metal test guest.
+pub const BARE_TARGET: &str = "aarch64-unknown-none-softfloat";
+/// The meta package that names the current Debian cloud kernel for arm64.
+const KERNEL_META: &str = "linux-image-cloud-arm64:arm64";
+const BUSYBOX_PACKAGE: &str = "busybox-static:arm64";
+/// Bumped when the initramfs layout changes, so old archives are rebuilt.
+const INITRAMFS_LAYOUT: u32 = 2;
+
+/// Carries "apt-get update already ran" through one xtask invocation.
+#[derive(Debug, Default)]
+pub struct Provisioner {
+    apt_updated: bool,
+}
+
+impl Provisioner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Installs the host packages and Rust components that are missing.
+    pub fn host_tools(&mut self) -> Result<(), XtaskError> {
+        let missing: Vec<&str> = HOST_PACKAGES
+            .iter()
+            .copied()
+            .filter(|package| !dpkg_installed(package))
+            .collect();
+        if !missing.is_empty() {
+            self.apt_update()?;
+            eprintln!("xtask: installing {}", missing.join(" "));
+            cmd::run(apt_get().args(["install", "-y", "--no-install-recommends"]).args(&missing))?;
+        }
+        let targets = cmd::stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))?;
+        if !targets.lines().any(|line| line.trim() == BARE_TARGET) {
+            cmd::run(Command::new("rustup").args(["target", "add", BARE_TARGET]))?;
+        }
+        let components =
+            cmd::stdout_of(Command::new("rustup").args(["component", "list", "--installed"]))?;
+        if !components.lines().any(|line| line.starts_with("llvm-tools")) {
+            cmd::run(Command::new("rustup").args(["component", "add", "llvm-tools"]))?;
+        }
+        Ok(())
+    }
+
+    /// Provides target/guest/linux/Image and target/guest/initramfs.cpio.gz,
+    /// downloading the Debian arm64 packages once into target/guest/cache.
+    pub fn guest_linux(&mut self, ws: &Workspace) -> Result<(), XtaskError> {
+        let guest = ws.root.join("target/guest");
+        let cache = guest.join("cache");
+        fs::create_dir_all(&cache).context(|| format!("creating {}", cache.display()))?;
+        let (kernel_deb, busybox_deb) = self.guest_debs(&cache)?;
+
+        let image = guest.join("linux/Image");
+        extract_kernel(&kernel_deb, &cache, &image)?;
+        let busybox = cache.join("busybox-root/bin/busybox");
+        extract_once(&busybox_deb, &cache.join("busybox-root"), "./bin/busybox", &busybox)?;
+
+        let initramfs = guest.join("initramfs.cpio.gz");
+        let init = ws.root.join("tools/guest-rootfs/init");
+        build_initramfs(&init, &busybox, &initramfs)
+    }
+
+    /// The cached kernel and busybox packages, downloading what is missing.
+    fn guest_debs(&mut self, cache: &Path) -> Result<(PathBuf, PathBuf), XtaskError> {
+        let cached = |cache: &Path| -> Result<(Option<PathBuf>, Option<PathBuf>), XtaskError> {
+            Ok((
+                newest(cache, "linux-image-", "_arm64.deb")?,
+                newest(cache, "busybox-static_", "_arm64.deb")?,
+            ))
+        };
+        if let (Some(kernel), Some(busybox)) = cached(cache)? {
+            return Ok((kernel, busybox));
+        }
+        let foreign = cmd::stdout_of(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+        if !foreign.lines().any(|arch| arch.trim() == "arm64") {
+            cmd::run(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+            // The package lists predate arm64: they must be fetched again.
+            self.apt_updated = false;
+            self.apt_update()?;
+        }
+        // Try with the lists we have; stale lists name files the mirror no
+        // longer has, so refresh once and retry before giving up.
+        if self.download_guest_debs(cache).is_err() && !self.apt_updated {
+            self.apt_update()?;
+            self.download_guest_debs(cache)?;
+        }
+        match cached(cache)? {
+            (Some(kernel), Some(busybox)) => Ok((kernel, busybox)),
+            _ => Err(XtaskError::Provision(format!(
+                "apt-get download left no kernel or busybox package in {}",
+                cache.display()
+            ))),
+        }
+    }
+
+    fn download_guest_debs(&self, cache: &Path) -> Result<(), XtaskError> {
+        let kernel = resolve_kernel_package()?;
+        eprintln!("xtask: downloading {kernel} and {BUSYBOX_PACKAGE} into {}", cache.display());
+        // apt-get download writes into the current directory; as root it
+        // warns that the _apt sandbox user cannot write there, which is
+        // harmless (it downloads unsandboxed).
+        cmd::run(apt_get().current_dir(cache).args(["download", &kernel, BUSYBOX_PACKAGE]))
+    }
+
+    fn apt_update(&mut self) -> Result<(), XtaskError> {
+        if !self.apt_updated {
+            cmd::run(apt_get().arg("update"))?;
+            self.apt_updated = true;
+        }
+        Ok(())
+    }
+}
+
+fn apt_get() -> Command {
+    let mut apt = Command::new("apt-get");
+    apt.env("DEBIAN_FRONTEND", "noninteractive");
+    apt
+}
+
+/// Whether a Debian package is installed: `dpkg -s` also succeeds for a
+/// removed package whose config files remain, so read its Status line.
+fn dpkg_installed(package: &str) -> bool {
+    Command::new("dpkg")
+        .args(["-s", package])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|out| {
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|line| line.trim() == "Status: install ok installed")
+        })
+}
+
+/// The concrete kernel package behind the cloud-arm64 meta package.
+fn resolve_kernel_package() -> Result<String, XtaskError> {
+    let depends = cmd::stdout_of(Command::new("apt-cache").args(["depends", KERNEL_META]))?;
+    parse_kernel_dependency(&depends).ok_or_else(|| {
+        XtaskError::Provision(format!("`apt-cache depends {KERNEL_META}` names no linux-image package"))
+    })
+}
+
+/// Picks `linux-image-<version>-cloud-arm64:arm64` out of `apt-cache depends`.
+pub fn parse_kernel_dependency(depends: &str) -> Option<String> {
+    depends.lines().find_map(|line| {
+        let package = line.trim().strip_prefix("Depends:")?.trim();
+        let name = package.trim_start_matches('<').trim_end_matches('>');
+        (name.starts_with("linux-image-") && name.contains("cloud-arm64")).then(|| name.to_string())
+    })
+}
+
+/// The most recently modified file in `dir` named `<prefix>*<suffix>` (a
+/// version sort of Debian file names would need dpkg's rules; the newest
+/// download is the one wanted).
+fn newest(dir: &Path, prefix: &str, suffix: &str) -> Result<Option<PathBuf>, XtaskError> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(dir)
+        .context(|| format!("listing {}", dir.display()))?
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with(prefix) && name.ends_with(suffix))
+        })
+        .map(|entry| {
+            let modified = entry.metadata().and_then(|meta| meta.modified());
+            (modified.unwrap_or(std::time::UNIX_EPOCH), entry.path())
+        })
+        .collect();
+    found.sort();
+    Ok(found.pop().map(|(_, path)| path))
+}
+
+/// Unpacks the members matching `pattern` of a .deb's filesystem into `dir`.
+fn unpack(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskError> {
+    fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+    let mut dpkg = Command::new("dpkg-deb");
+    dpkg.arg("--fsys-tarfile").arg(deb).stdout(Stdio::piped());
+    let program = describe(&dpkg);
+    let mut dpkg_child = dpkg
+        .spawn()
+        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    let Some(tarfile) = dpkg_child.stdout.take() else {
+        return Err(XtaskError::Provision(format!("`{program}` gave no stdout")));
+    };
+    let tar_result = cmd::run(
+        Command::new("tar")
+            .arg("-x")
+            .arg("-C")
+            .arg(dir)
+            .args(["--wildcards", pattern])
+            .stdin(tarfile),
+    );
+    let dpkg_status = dpkg_child
+        .wait()
+        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    tar_result?;
+    if !dpkg_status.success() {
+        return Err(XtaskError::Command { program, status: dpkg_status.to_string() });
+    }
+    Ok(())
+}
+
+/// Extracts `member` of `deb` to `out` unless the stamp says it came from
+/// this very package already.
+fn extract_once(deb: &Path, dir: &Path, member: &str, out: &Path) -> Result<(), XtaskError> {
+    let stamp = stamp_path(out);
+    let source = deb.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    if out.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
+        return Ok(());
+    }
+    unpack(deb, dir, member)?;
+    if !out.exists() {
+        return Err(XtaskError::Provision(format!("{} has no {member}", deb.display())));
+    }
+    fs::write(&stamp, source).context(|| format!("writing {}", stamp.display()))
+}
+
+/// Copies the kernel's /boot/vmlinuz-* to `image`. Debian's arm64 vmlinuz is
+/// already an uncompressed arm64 Image; a gzip'ed one is inflated, since the
+/// hypervisor loads Images, not compressed files.
+fn extract_kernel(deb: &Path, cache: &Path, image: &Path) -> Result<(), XtaskError> {
+    let stamp = stamp_path(image);
+    let source = deb.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    if image.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
+        return Ok(());
+    }
+    let root = cache.join("kernel-root");
+    if root.exists() {
+        fs::remove_dir_all(&root).context(|| format!("removing {}", root.display()))?;
+    }
+    unpack(deb, &root, "./boot/vmlinuz-*")?;
+    let vmlinuz = newest(&root.join("boot"), "vmlinuz-", "")?
+        .ok_or_else(|| XtaskError::Provision(format!("{} has no /boot/vmlinuz-*", deb.display())))?;
+    let mut bytes = fs::read(&vmlinuz).context(|| format!("reading {}", vmlinuz.display()))?;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut inflated = Vec::new();
+        std::io::copy(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut inflated)
+            .context(|| format!("inflating {}", vmlinuz.display()))?;
+        bytes = inflated;
+    }
+    if !is_arm64_image(&bytes) {
+        return Err(XtaskError::BadFile {
+            path: vmlinuz,
+            why: "not an arm64 Image (no ARM\\x64 magic at offset 56)".into(),
+        });
+    }
+    if let Some(dir) = image.parent() {
+        fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+    }
+    fs::write(image, &bytes).context(|| format!("writing {}", image.display()))?;
+    fs::write(&stamp, source).context(|| format!("writing {}", stamp.display()))
+}
+
+fn stamp_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(".stamp");
+    out.with_file_name(name)
+}
+
+/// Writes the guest initramfs (gzip'ed cpio newc) from the /init script and
+/// busybox, unless the stamp shows those inputs unchanged.
+fn build_initramfs(init: &Path, busybox: &Path, out: &Path) -> Result<(), XtaskError> {
+    let init_bytes = fs::read(init).context(|| format!("reading {}", init.display()))?;
+    let busybox_bytes = fs::read(busybox).context(|| format!("reading {}", busybox.display()))?;
+    let mut hasher = DefaultHasher::new();
+    INITRAMFS_LAYOUT.hash(&mut hasher);
+    init_bytes.hash(&mut hasher);
+    busybox_bytes.hash(&mut hasher);
+    let fingerprint = format!("{:016x}", hasher.finish());
+    let stamp = stamp_path(out);
+    if out.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint) {
+        return Ok(());
+    }
+    eprintln!("xtask: building {}", out.display());
+    let cpio = initramfs_archive(&init_bytes, &busybox_bytes);
+    let mut gz = GzEncoder::new(Vec::new(), Compression::best());
+    gz.write_all(&cpio).context(|| "compressing the initramfs".into())?;
+    let compressed = gz.finish().context(|| "compressing the initramfs".into())?;
+    fs::write(out, compressed).context(|| format!("writing {}", out.display()))?;
+    fs::write(&stamp, fingerprint).context(|| format!("writing {}", stamp.display()))
+}
+
+/// The uncompressed initramfs: busybox, its shell link, the mount points and
+/// /init. Other applets are linked by /init at boot (`busybox --install`).
+pub fn initramfs_archive(init: &[u8], busybox: &[u8]) -> Vec<u8> {
+    let mut cpio = CpioWriter::new();
+    for dir in ["bin", "dev", "proc", "sys", "tmp", "root"] {
+        cpio.dir(dir, if dir == "tmp" { 0o1777 } else { 0o755 });
+    }
+    cpio.char_device("dev/console", 0o600, 5, 1);
+    cpio.file("bin/busybox", 0o755, busybox);
+    cpio.symlink("bin/sh", "busybox");
+    cpio.file("init", 0o755, init);
+    cpio.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_dependency_is_read_from_apt_cache_depends() {
+        let depends = "linux-image-cloud-arm64:arm64\n  Depends: linux-image-6.1.0-57-cloud-arm64:arm64\n";
+
+        let package = parse_kernel_dependency(depends);
+
+        assert_eq!(package.as_deref(), Some("linux-image-6.1.0-57-cloud-arm64:arm64"));
+    }
+
+    #[test]
+    fn kernel_dependency_ignores_other_depends() {
+        let depends = "x\n  Depends: initramfs-tools\n  Depends: linux-base\n";
+
+        assert_eq!(parse_kernel_dependency(depends), None);
+    }
+
+    #[test]
+    fn initramfs_holds_init_before_trailer_and_busybox() {
+        let archive = initramfs_archive(b"#!/bin/sh\n", b"\x7fELF");
+
+        let text = String::from_utf8_lossy(&archive);
+        let busybox = text.find("bin/busybox\0").expect("busybox entry");
+        let init = text.find("init\0").expect("init entry");
+        let trailer = text.find("TRAILER!!!").expect("trailer");
+        assert!(busybox < init && init < trailer);
+    }
+
+    #[test]
+    fn stamp_sits_beside_the_output() {
+        assert_eq!(stamp_path(Path::new("/a/b/Image")), PathBuf::from("/a/b/Image.stamp"));
+    }
+}

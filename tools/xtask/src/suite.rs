@@ -1,0 +1,276 @@
+//! `cargo xtask test`: tier 1 runs the host unit tests; tier 2 onward boot
+//! the hypervisor under QEMU and check what its partitions print.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::build::{Builder, DEFAULT_CONFIG};
+use crate::cmd;
+use crate::error::XtaskError;
+use crate::harness::{log_tail, number_after, Line, QemuRun};
+use crate::qemu::{qemu_command, Extra};
+use crate::Workspace;
+
+/// What `cargo xtask test` was asked to run.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// Tier 1 only.
+    pub host_only: bool,
+    /// Only the test with this name.
+    pub only: Option<String>,
+}
+
+/// A test's verdict: `Ok` with notes to print, or `Err` with why it failed.
+type Outcome = Result<Vec<String>, String>;
+
+struct Case {
+    name: &'static str,
+    /// 1 = host unit tests; 2+ = QEMU boots.
+    tier: u8,
+    run: fn(&mut Context<'_>) -> Outcome,
+}
+
+/// The tests, in the order they run.
+const CASES: [Case; 3] = [
+    Case { name: "host", tier: 1, run: host_tests },
+    Case { name: "boot-default", tier: 2, run: boot_default },
+    Case { name: "isolation", tier: 2, run: isolation },
+];
+
+/// Lines of the log shown under a failure.
+const TAIL_LINES: usize = 40;
+
+struct Context<'w> {
+    ws: &'w Workspace,
+    builder: Builder<'w>,
+    name: &'static str,
+}
+
+impl Context<'_> {
+    fn log_path(&self) -> std::path::PathBuf {
+        self.ws.root.join("target/pinfold/test-logs").join(format!("{}.log", self.name))
+    }
+
+    /// Builds `config` into its own image and boots it.
+    fn boot(&mut self, config: &str) -> Result<QemuRun, String> {
+        let built = self
+            .builder
+            .build(Path::new(config), &format!("test-{}.bin", self.name))
+            .map_err(|err| format!("build failed: {err}"))?;
+        let cmd = qemu_command(&built.board, &built.image, &Extra::default());
+        QemuRun::spawn(cmd, &self.log_path()).map_err(|err| err.to_string())
+    }
+}
+
+/// Names accepted by `--only`.
+pub fn names() -> Vec<&'static str> {
+    CASES.iter().map(|case| case.name).collect()
+}
+
+/// Runs the selected tests, prints a verdict per test and the closing
+/// `N passed, M failed` line.
+pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
+    if let Some(only) = &options.only {
+        if !names().contains(&only.as_str()) {
+            return Err(XtaskError::Usage(format!(
+                "unknown test `{only}`; tests: {}",
+                names().join(", ")
+            )));
+        }
+    }
+    let selected: Vec<&Case> = CASES
+        .iter()
+        .filter(|case| match &options.only {
+            Some(only) => case.name == only,
+            None => !options.host_only || case.tier == 1,
+        })
+        .collect();
+    let mut ctx = Context { ws, builder: Builder::new(ws), name: "" };
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for case in selected {
+        ctx.name = case.name;
+        // A stale log from an earlier run must not be shown for this one.
+        let _ = std::fs::remove_file(ctx.log_path());
+        let started = Instant::now();
+        let outcome = (case.run)(&mut ctx);
+        let seconds = started.elapsed().as_secs_f64();
+        match outcome {
+            Ok(notes) => {
+                for note in notes {
+                    println!("  {}: {note}", case.name);
+                }
+                println!("PASS {} ({seconds:.1} s)", case.name);
+                passed += 1;
+            }
+            Err(why) => {
+                println!("FAIL {}: {why}", case.name);
+                let log = ctx.log_path();
+                let tail = log_tail(&log, TAIL_LINES);
+                if !tail.is_empty() {
+                    println!("  last {} lines of {}:", tail.len(), ws.relative(&log));
+                    for line in tail {
+                        println!("  | {line}");
+                    }
+                }
+                failed += 1;
+                if case.tier == 1 {
+                    // Boot tests on top of broken units only add noise.
+                    break;
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(XtaskError::TestsFailed { failed })
+    }
+}
+
+/// Tier 1: `cargo test` of the workspace's default members.
+fn host_tests(ctx: &mut Context<'_>) -> Outcome {
+    cmd::run(
+        cmd::cargo()
+            .current_dir(&ctx.ws.root)
+            .args(["test", "--features", "pinfold-config/std"]),
+    )
+    .map(|()| Vec::new())
+    .map_err(|err| err.to_string())
+}
+
+/// Waits for a line containing `needle`, starting at line `from`.
+fn expect(qemu: &QemuRun, needle: &str, from: usize, deadline: Instant) -> Result<Line, String> {
+    qemu.wait_for(&format!("`{needle}`"), from, deadline, |line| line.contains(needle))
+        .map_err(|err| err.to_string())
+}
+
+/// Waits for a guest's UP marker and checks its timer interrupt count.
+fn expect_guest_up(qemu: &QemuRun, name: &str, cpus: u32, deadline: Instant) -> Result<Line, String> {
+    let marker = format!("[{name}] PINFOLD-GUEST-UP name={name} cpus={cpus} timer_irqs=");
+    let line = expect(qemu, &marker, 0, deadline)?;
+    match number_after(&line.text, "timer_irqs=") {
+        Some(count) if count > 0 => Ok(line),
+        Some(_) => Err(format!("{name} saw no timer interrupts: `{}`", line.text)),
+        None => Err(format!("{name}'s marker has no timer_irqs count: `{}`", line.text)),
+    }
+}
+
+/// Tier 2: the default plan boots both Linux partitions with working timers,
+/// and the hot path took no lock shared between CPUs.
+fn boot_default(ctx: &mut Context<'_>) -> Outcome {
+    let mut qemu = ctx.boot(DEFAULT_CONFIG)?;
+    let deadline = Instant::now() + Duration::from_secs(240);
+
+    let alpha = expect_guest_up(&qemu, "alpha", 1, deadline)?;
+    let beta = expect_guest_up(&qemu, "beta", 2, deadline)?;
+    let from = qemu.lines().len();
+    // Ctrl-A s: the hypervisor monitor prints its statistics.
+    qemu.send(b"\x01s").map_err(|err| err.to_string())?;
+    let stats = expect(&qemu, "pinfold: stats hot_path_cross_cpu_locks=", from, deadline)?;
+
+    match number_after(&stats.text, "hot_path_cross_cpu_locks=") {
+        Some(0) => Ok(vec![format!(
+            "alpha up at {:.1} s, beta up at {:.1} s after QEMU start",
+            alpha.at.as_secs_f64(),
+            beta.at.as_secs_f64()
+        )]),
+        _ => Err(format!("the hot path took cross-CPU locks: `{}`", stats.text)),
+    }
+}
+
+/// Probe checks that must each print a refusal.
+const PROBE_CHECKS: [&str; 5] = [
+    "read-outside-ram",
+    "write-outside-ram",
+    "enable-foreign-spi",
+    "psci-cpu-on-foreign",
+    "smc",
+];
+
+/// Whether `line` is the probe reporting that `check` was refused.
+fn is_refusal(line: &str, check: &str) -> bool {
+    line.contains("[probe] PROBE ")
+        && line.split_whitespace().any(|word| word == check)
+        && line.contains("refused")
+}
+
+fn escaped_line(lines: &[Line]) -> Option<&Line> {
+    lines.iter().find(|line| line.text.contains("[probe] ") && line.text.contains("ESCAPED"))
+}
+
+/// Tier 2: a partition cannot reach outside itself, and neither a hostile
+/// probe nor a panicking Linux stops the others.
+fn isolation(ctx: &mut Context<'_>) -> Outcome {
+    let qemu = ctx.boot("vm-configs/qemu-virt/test-isolation.toml")?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+
+    let done = expect(&qemu, "[probe] PROBE done", 0, deadline)?;
+    let lines = qemu.lines();
+    if let Some(line) = escaped_line(&lines) {
+        return Err(format!("the probe escaped: `{}`", line.text));
+    }
+    for check in PROBE_CHECKS {
+        if !lines[..=done.index].iter().any(|line| is_refusal(&line.text, check)) {
+            return Err(format!("no `[probe] PROBE {check} ... refused` line before PROBE done"));
+        }
+    }
+    let panicking = expect(&qemu, "[crash] PINFOLD-GUEST-PANICKING", 0, deadline)?;
+    let panic = qemu
+        .wait_for("a `[crash] ` line with `Kernel panic`", panicking.index, deadline, |line| {
+            line.contains("[crash] ") && line.contains("Kernel panic")
+        })
+        .map_err(|err| err.to_string())?;
+
+    let after = done.index.max(panic.index) + 1;
+    let first = expect(&qemu, "[steady] PINFOLD-GUEST-ALIVE", after, deadline)?;
+    let second = expect(&qemu, "[steady] PINFOLD-GUEST-ALIVE", first.index + 1, deadline)?;
+    let alive = expect(&qemu, "[probe] PROBE alive", after, deadline)?;
+
+    if let Some(line) = escaped_line(&qemu.lines()) {
+        return Err(format!("the probe escaped: `{}`", line.text));
+    }
+    Ok(vec![format!(
+        "probe done at {:.1} s, crash panicked at {:.1} s, steady alive at {:.1} s and {:.1} s, probe alive at {:.1} s",
+        done.at.as_secs_f64(),
+        panic.at.as_secs_f64(),
+        first.at.as_secs_f64(),
+        second.at.as_secs_f64(),
+        alive.at.as_secs_f64()
+    )])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_needs_the_probe_prefix_the_check_and_refused() {
+        assert!(is_refusal("[probe] PROBE smc refused (SMC trapped)", "smc"));
+        assert!(!is_refusal("[probe] PROBE smc ESCAPED", "smc"));
+        assert!(!is_refusal("[steady] PROBE smc refused", "smc"));
+    }
+
+    #[test]
+    fn refusal_matches_whole_check_names_only() {
+        assert!(!is_refusal("[probe] PROBE read-outside-ram-2 refused", "read-outside-ram"));
+    }
+
+    #[test]
+    fn escaped_line_is_found_only_in_probe_output() {
+        let line = |text: &str, index| Line { index, at: Duration::ZERO, text: text.into() };
+        let lines = vec![line("[steady] ESCAPED", 0), line("[probe] PROBE smc ESCAPED", 1)];
+
+        assert_eq!(escaped_line(&lines).map(|l| l.index), Some(1));
+        assert!(escaped_line(&lines[..1]).is_none());
+    }
+
+    #[test]
+    fn test_names_are_unique() {
+        let mut names = names();
+        names.sort();
+        names.dedup();
+
+        assert_eq!(names.len(), CASES.len());
+    }
+}

@@ -1,0 +1,36 @@
+//! Partition plans for Pinfold: the TOML schema and its validation (feature
+//! `std`, used by the xtask before boot) and the runtime plan blob the
+//! hypervisor decodes at boot.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+pub mod plan;
+
+#[cfg(feature = "std")]
+mod error;
+#[cfg(feature = "std")]
+mod payload;
+#[cfg(feature = "std")]
+mod schema;
+#[cfg(feature = "std")]
+mod validate;
+
+#[cfg(all(test, feature = "std"))]
+mod tests;
+
+pub use plan::*;
+
+#[cfg(feature = "std")]
+pub use error::{ConfigError, Problem};
+#[cfg(feature = "std")]
+pub use schema::{
+    load, parse, Board, Config, DeviceConfig, ImageFormat, MmioConfig, PartitionConfig, Size,
+    SizeError,
+};
+#[cfg(feature = "std")]
+pub use validate::{
+    guest_map, hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE,
+    PARTITION_BOOTARG, RAM_GRANULE, SPI_FIRST, SPI_LAST,
+};

@@ -1,0 +1,162 @@
+//! The runtime partition plan: what the xtask hands the hypervisor, as a blob
+//! with a magic and a revision, appended to the image together with the
+//! kernel and initrd images it names.
+//!
+//! Payload layout (all little endian, every image 4 KiB aligned):
+//!
+//! ```text
+//! offset 0   PayloadHeader { magic "PINFPAYL", revision u32, plan_len u32 }
+//! offset 16  plan blob (postcard-encoded `Plan`)
+//! ...        images, at `ImageRef::offset` from the payload start
+//! ```
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Magic at the start of the payload appended to `pinfold.bin`.
+pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
+/// Bumped whenever the encoding of `Plan` changes.
+pub const PLAN_REVISION: u32 = 1;
+/// Size of the fixed payload header that precedes the plan blob.
+pub const PAYLOAD_HEADER_LEN: usize = 16;
+/// Alignment of every image inside the payload.
+pub const IMAGE_ALIGN: u64 = 4096;
+/// Longest partition name (it prefixes console lines).
+pub const NAME_MAX: usize = 15;
+
+/// The whole machine split into partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub partitions: Vec<PartitionPlan>,
+    /// Images in the payload; partitions refer to them by index so that two
+    /// partitions booting the same kernel share one copy.
+    pub images: Vec<ImageRef>,
+}
+
+/// Where an image sits inside the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Byte offset from the start of the payload (multiple of `IMAGE_ALIGN`).
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// How the kernel image is entered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KernelFormat {
+    /// Linux arm64 `Image`: header honoured (text_offset, image_size).
+    LinuxImage,
+    /// Raw binary: loaded at RAM base + 0x80000, entered with x0 = DTB.
+    Raw,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelPlan {
+    /// Index into `Plan::images`.
+    pub image: u32,
+    pub format: KernelFormat,
+}
+
+/// A device passed through to one partition: MMIO mapped 1:1 in stage 2 and
+/// its SPIs forwarded HW-linked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DevicePlan {
+    pub name: String,
+    pub mmio: Vec<MmioRange>,
+    /// SPI INTIDs (32..1019) owned by the partition.
+    pub spis: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MmioRange {
+    pub base: u64,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsolePlan {
+    /// Host UART input goes to this partition (at most one partition).
+    pub input: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionPlan {
+    pub name: String,
+    /// vCPU i runs only on physical CPU `cpus[i]` (index in the host DTB's
+    /// /cpus order).
+    pub cpus: Vec<u32>,
+    /// Bytes of RAM, a multiple of 2 MiB; the guest sees it at 0x4000_0000.
+    pub ram_size: u64,
+    pub kernel: KernelPlan,
+    /// Index into `Plan::images`.
+    pub initrd: Option<u32>,
+    pub bootargs: String,
+    pub console: ConsolePlan,
+    pub devices: Vec<DevicePlan>,
+    /// May issue management hypercalls.
+    pub management: bool,
+    /// Booted by the hypervisor at start (otherwise it waits for a start call).
+    pub autostart: bool,
+}
+
+/// Why a payload could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadError {
+    /// Shorter than its header or than the plan length it declares.
+    Truncated,
+    /// The magic is not `PINFPAYL`.
+    BadMagic,
+    /// Built for another revision of the plan format.
+    Revision(u32),
+    /// The plan blob does not decode.
+    Decode,
+    /// An image reference points outside the payload.
+    ImageOutOfBounds(u32),
+}
+
+impl Plan {
+    /// Encodes the plan with the payload header in front (no images).
+    pub fn encode_header_and_plan(&self) -> Vec<u8> {
+        let blob = postcard::to_allocvec(self).unwrap_or_default();
+        let mut out = Vec::with_capacity(PAYLOAD_HEADER_LEN + blob.len());
+        out.extend_from_slice(&PAYLOAD_MAGIC);
+        out.extend_from_slice(&PLAN_REVISION.to_le_bytes());
+        out.extend_from_slice(&(blob.len() as u32).to_le_bytes());
+        out.extend_from_slice(&blob);
+        out
+    }
+
+    /// Decodes the plan from a payload and checks that every image lies
+    /// inside it.
+    pub fn decode(payload: &[u8]) -> Result<Plan, PayloadError> {
+        let header = payload
+            .get(..PAYLOAD_HEADER_LEN)
+            .ok_or(PayloadError::Truncated)?;
+        if header[..8] != PAYLOAD_MAGIC {
+            return Err(PayloadError::BadMagic);
+        }
+        let revision = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        if revision != PLAN_REVISION {
+            return Err(PayloadError::Revision(revision));
+        }
+        let plan_len = u32::from_le_bytes([header[12], header[13], header[14], header[15]]) as usize;
+        let blob = payload
+            .get(PAYLOAD_HEADER_LEN..PAYLOAD_HEADER_LEN + plan_len)
+            .ok_or(PayloadError::Truncated)?;
+        let plan: Plan = postcard::from_bytes(blob).map_err(|_| PayloadError::Decode)?;
+        for (i, image) in plan.images.iter().enumerate() {
+            let end = image.offset.checked_add(image.size);
+            if end.is_none_or(|end| end > payload.len() as u64) {
+                return Err(PayloadError::ImageOutOfBounds(i as u32));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The bytes of image `index` inside `payload`.
+    pub fn image<'p>(&self, payload: &'p [u8], index: u32) -> Option<&'p [u8]> {
+        let image = self.images.get(index as usize)?;
+        payload.get(image.offset as usize..(image.offset + image.size) as usize)
+    }
+}

@@ -1,0 +1,239 @@
+//! The TOML schema of a partition plan (docs/CONFIG.md) and its parsing.
+//!
+//! Every struct denies unknown fields: a typo such as `cpu = [1]` is an
+//! error, never a silently ignored line.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// A whole config file: the board and the partitions carved out of it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub board: Board,
+    /// In file order; this is also the order of `Plan::partitions`.
+    #[serde(default, rename = "partition")]
+    pub partitions: Vec<PartitionConfig>,
+}
+
+/// The machine the plan is for.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Board {
+    /// e.g. `qemu-virt`.
+    pub name: String,
+    /// Physical CPUs, numbered 0..cpus in the host DTB's /cpus order.
+    pub cpus: u32,
+    /// Physical RAM; the xtask passes it to QEMU as `-m`.
+    pub memory: Size,
+}
+
+/// One `[[partition]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionConfig {
+    /// `[a-z0-9_-]`, 1..=`plan::NAME_MAX` bytes; prefixes its console lines.
+    pub name: String,
+    /// vCPU i runs only on physical CPU `cpus[i]`.
+    pub cpus: Vec<u32>,
+    /// Guest RAM, a multiple of 2 MiB.
+    pub memory: Size,
+    /// Kernel image; relative paths resolve against the workspace root.
+    pub kernel: PathBuf,
+    #[serde(default)]
+    pub initrd: Option<PathBuf>,
+    #[serde(default)]
+    pub bootargs: String,
+    #[serde(default)]
+    pub kernel_format: ImageFormat,
+    /// Host UART input goes to this partition.
+    #[serde(default)]
+    pub console_input: bool,
+    /// Booted by the hypervisor at start.
+    #[serde(default = "default_autostart")]
+    pub autostart: bool,
+    /// May issue management hypercalls.
+    #[serde(default)]
+    pub management: bool,
+    /// Pass-through devices.
+    #[serde(default, rename = "device")]
+    pub devices: Vec<DeviceConfig>,
+}
+
+fn default_autostart() -> bool {
+    true
+}
+
+/// How the kernel file is to be entered, as written in the config.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageFormat {
+    /// Linux arm64 `Image` if the file has its magic, raw otherwise.
+    #[default]
+    Auto,
+    /// Linux arm64 `Image`; the file must carry the magic.
+    Linux,
+    /// Raw binary loaded at RAM base + 0x80000.
+    Raw,
+}
+
+/// One `[[partition.device]]`: MMIO mapped 1:1 and SPIs forwarded.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    pub name: String,
+    #[serde(default)]
+    pub mmio: Vec<MmioConfig>,
+    #[serde(default)]
+    pub spis: Vec<u32>,
+}
+
+/// A physical MMIO window, mapped at the same guest physical address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MmioConfig {
+    pub base: u64,
+    pub size: Size,
+}
+
+/// A byte count written as an integer or as `"<n><unit>"` with a binary
+/// unit: `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (all powers of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Size(pub u64);
+
+impl Size {
+    pub const KIB: u64 = 1 << 10;
+    pub const MIB: u64 = 1 << 20;
+    pub const GIB: u64 = 1 << 30;
+    pub const TIB: u64 = 1 << 40;
+
+    /// The size in bytes.
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+/// Why a size string was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No digits before the unit.
+    #[error("size {0:?} does not start with a number")]
+    NoNumber(String),
+    /// A unit we do not know; decimal units (MB, GB) are refused because
+    /// they are ambiguous.
+    #[error("size {text:?} has unknown unit {unit:?}; use K/KiB, M/MiB, G/GiB or T/TiB")]
+    UnknownUnit { text: String, unit: String },
+    /// The value does not fit in 64 bits.
+    #[error("size {0:?} does not fit in 64 bits")]
+    Overflow(String),
+}
+
+impl std::str::FromStr for Size {
+    type Err = SizeError;
+
+    fn from_str(text: &str) -> Result<Size, SizeError> {
+        let trimmed = text.trim();
+        let digits_end = trimmed
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(trimmed.len());
+        let (digits, unit) = trimmed.split_at(digits_end);
+        if digits.is_empty() {
+            return Err(SizeError::NoNumber(text.to_owned()));
+        }
+        let number: u64 = digits
+            .parse()
+            .map_err(|_| SizeError::Overflow(text.to_owned()))?;
+        let multiplier = match unit.trim_start() {
+            "" | "B" => 1,
+            "K" | "KiB" => Size::KIB,
+            "M" | "MiB" => Size::MIB,
+            "G" | "GiB" => Size::GIB,
+            "T" | "TiB" => Size::TIB,
+            other => {
+                return Err(SizeError::UnknownUnit {
+                    text: text.to_owned(),
+                    unit: other.to_owned(),
+                })
+            }
+        };
+        number
+            .checked_mul(multiplier)
+            .map(Size)
+            .ok_or_else(|| SizeError::Overflow(text.to_owned()))
+    }
+}
+
+impl fmt::Display for Size {
+    /// The largest binary unit that divides the size exactly, so error
+    /// messages echo what the user most likely wrote.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let units = [
+            (Size::TIB, "TiB"),
+            (Size::GIB, "GiB"),
+            (Size::MIB, "MiB"),
+            (Size::KIB, "KiB"),
+        ];
+        for (scale, unit) in units {
+            if self.0 != 0 && self.0.is_multiple_of(scale) {
+                return write!(f, "{}{unit}", self.0 / scale);
+            }
+        }
+        write!(f, "{} bytes", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Size, D::Error> {
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}
+
+struct SizeVisitor;
+
+impl Visitor<'_> for SizeVisitor {
+    type Value = Size;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a byte count or a string such as \"256MiB\"")
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Size, E> {
+        Ok(Size(value))
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Size, E> {
+        u64::try_from(value)
+            .map(Size)
+            .map_err(|_| E::custom(format!("size {value} is negative")))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Size, E> {
+        value.parse().map_err(E::custom)
+    }
+}
+
+/// Parses a config from TOML text; shape errors (unknown or missing fields,
+/// wrong types, bad sizes) name the offending key.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    toml::from_str(text).map_err(|error| ConfigError::Syntax {
+        origin: None,
+        message: error.to_string(),
+    })
+}
+
+/// Reads and parses a config file (it is not validated).
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|error| ConfigError::Syntax {
+        origin: Some(path.to_owned()),
+        message: error.to_string(),
+    })
+}
