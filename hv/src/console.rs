@@ -435,7 +435,7 @@ fn width_mask(width: u8) -> u64 {
 // ---------------------------------------------------------------------------
 
 /// Longest line body buffered before it is wrapped onto a new host line.
-pub const LINE_MAX: usize = 160;
+pub const LINE_MAX: usize = 240;
 
 /// Turns a partition's byte stream into host console lines that each start
 /// with `[name] `.
@@ -521,6 +521,18 @@ impl LinePrefixer {
         self.mid_line = true;
     }
 
+    /// Whether the pending partial line looks like an interactive prompt
+    /// ("# ", "$ ", "> ", ": "), which no newline will ever follow until the
+    /// user types: the caller flushes it so the prompt is seen. Without a
+    /// timer on the console path this is the cheapest reliable signal.
+    pub fn ends_with_prompt(&self) -> bool {
+        let body = &self.line[self.prefix_len..];
+        !self.pending_cr
+            && body.len() >= 2
+            && body[body.len() - 1] == b' '
+            && matches!(body[body.len() - 2], b'#' | b'$' | b'>' | b':')
+    }
+
     fn end_line(&mut self, terminator: &[u8], out: &mut impl FnMut(&[u8])) {
         let empty = self.line.len() == self.prefix_len;
         // A bare `\r` on an empty line moves nothing; don't print a prefix for it.
@@ -547,6 +559,23 @@ mod tests {
     use std::vec::Vec;
 
     // --- ConsoleRing -----------------------------------------------------
+
+    #[test]
+    fn shell_prompt_is_recognised_but_text_mid_line_is_not() {
+        let mut p = LinePrefixer::new("alpha");
+        let mut sink = |_: &[u8]| {};
+        for &b in b"/ # " {
+            p.feed(b, &mut sink);
+        }
+        assert!(p.ends_with_prompt());
+        p.feed(b'l', &mut sink);
+        assert!(!p.ends_with_prompt());
+        let mut q = LinePrefixer::new("beta");
+        for &b in b"a b " {
+            q.feed(b, &mut sink);
+        }
+        assert!(!q.ends_with_prompt());
+    }
 
     fn read_all(ring: &ConsoleRing, from: u64) -> (Vec<u8>, RingRead) {
         let mut out = [0u8; 64];

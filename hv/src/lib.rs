@@ -12,6 +12,7 @@ extern crate std;
 pub mod addr;
 pub mod console;
 pub mod dtb;
+pub mod hypercall;
 pub mod layout;
 pub mod lockstat;
 pub mod psci;

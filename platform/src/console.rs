@@ -23,6 +23,9 @@ pub fn guest_access(cpu: &mut CpuLocal, p: &Partition, off: u64, width: u8, writ
                 ring.push(&[byte]);
                 prefix.feed(byte, &mut |line| log::write_line(line));
             });
+            if prefix.ends_with_prompt() {
+                prefix.flush(&mut |line| log::write_line(line));
+            }
             result = 0;
         } else {
             result = con.pl011.read(off, width);

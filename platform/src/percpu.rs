@@ -22,10 +22,21 @@ pub struct PublicCpu {
     pub virq: [AtomicU32; 32],
     /// REQ_* bits.
     pub requests: AtomicU32,
-    /// Exits and injections, for the stats line.
+    /// Exits and injections of the vCPU on this CPU since it was loaded
+    /// (written only by this CPU; read by the stats line and management).
     pub exits: AtomicU64,
+    pub exit_class: [AtomicU64; EXIT_CLASSES],
     pub injected: AtomicU64,
 }
+
+/// Exit classes counted per vCPU.
+pub const EXIT_CLASSES: usize = 6;
+pub const EXIT_MMIO: usize = 0;
+pub const EXIT_SYSREG: usize = 1;
+pub const EXIT_HVC: usize = 2;
+pub const EXIT_IRQ: usize = 3;
+pub const EXIT_ABORT: usize = 4;
+pub const EXIT_OTHER: usize = 5;
 
 impl PublicCpu {
     const fn new() -> Self {
@@ -35,6 +46,7 @@ impl PublicCpu {
             virq: [const { AtomicU32::new(0) }; 32],
             requests: AtomicU32::new(0),
             exits: AtomicU64::new(0),
+            exit_class: [const { AtomicU64::new(0) }; EXIT_CLASSES],
             injected: AtomicU64::new(0),
         }
     }
@@ -48,6 +60,23 @@ impl PublicCpu {
 
     pub fn post_request(&self, bits: u32) {
         self.requests.fetch_or(bits, Ordering::Release);
+    }
+
+    /// Count one exit of `class` (own CPU only: a plain relaxed add).
+    pub fn count_exit(&self, class: usize) {
+        self.exits.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.exit_class.get(class) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Zero the counters (vCPU load).
+    pub fn reset_counters(&self) {
+        self.exits.store(0, Ordering::Relaxed);
+        self.injected.store(0, Ordering::Relaxed);
+        for c in &self.exit_class {
+            c.store(0, Ordering::Relaxed);
+        }
     }
 
     pub fn take_requests(&self) -> u32 {

@@ -121,6 +121,7 @@ pub fn load(cpu: &mut CpuLocal, p: &Partition, v: usize) {
         ppi_change(cpu, HotPath::VcpuLoad, PpiStateChange::Enable(ppi, false));
         ppi_change(cpu, HotPath::VcpuLoad, PpiStateChange::Active(ppi, false));
     }
+    PUBLIC[cpu.index].reset_counters();
     // Drain stale posts from a previous run of this vCPU.
     for w in PUBLIC[cpu.index].virq.iter() {
         w.store(0, Ordering::Relaxed);
@@ -231,12 +232,18 @@ fn guest_fault(p: &Partition, args: core::fmt::Arguments) {
 #[no_mangle]
 extern "C" fn pinfold_guest_sync(frame: &mut GuestFrame) {
     let cpu = this_cpu();
-    PUBLIC[cpu.index].exits.fetch_add(1, Ordering::Relaxed);
     let Some((p, v)) = current(cpu) else {
         hvlog!("trap with no vCPU loaded: ESR {:#x}", regs::esr_el2());
         park();
     };
     let exit = trap::decode(regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
+    PUBLIC[cpu.index].count_exit(match exit {
+        Exit::DataAbort { access: Some(_), ipa, .. } if is_emulated(p, ipa.0) => percpu::EXIT_MMIO,
+        Exit::DataAbort { .. } | Exit::InstrAbort { .. } => percpu::EXIT_ABORT,
+        Exit::SysReg(_) => percpu::EXIT_SYSREG,
+        Exit::Hvc { .. } | Exit::Smc { .. } => percpu::EXIT_HVC,
+        _ => percpu::EXIT_OTHER,
+    });
     match exit {
         Exit::DataAbort { ipa, far, access: Some(access), .. } => {
             if mmio(cpu, p, v, ipa.0, &access, frame) {
@@ -285,6 +292,13 @@ extern "C" fn pinfold_guest_serror(_frame: &mut GuestFrame) {
         stop_partition(p);
     }
     park();
+}
+
+/// Whether `ipa` is one of the emulated devices (GICD, GICR, PL011).
+fn is_emulated(p: &Partition, ipa: u64) -> bool {
+    (GUEST_GICD_BASE..GUEST_GICD_BASE + GUEST_GICD_SIZE).contains(&ipa)
+        || (GUEST_GICR_BASE..GUEST_GICR_BASE + p.vcpus.len() as u64 * GICR_STRIDE).contains(&ipa)
+        || (GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&ipa)
 }
 
 /// Deliver a synchronous exception to the guest's EL1.
@@ -528,6 +542,7 @@ pub fn start_partition(p: &Partition) {
 #[no_mangle]
 extern "C" fn pinfold_after_guest_irq(_frame: &mut GuestFrame) {
     let cpu = this_cpu();
+    PUBLIC[cpu.index].count_exit(percpu::EXIT_IRQ);
     let req = PUBLIC[cpu.index].take_requests();
     if req & REQ_STOP != 0 {
         // A start posted together with the stop (a restart) is for the

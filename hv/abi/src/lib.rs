@@ -1,0 +1,919 @@
+//! Pinfold's management hypercall ABI: function IDs, register layouts, status codes and reply payloads shared by the hypervisor and the manager.
+//!
+//! # Calling convention
+//!
+//! Every call is an SMCCC fast call issued with `HVC #0` from the management
+//! partition at EL1 (Arm DEN0028, SMC Calling Convention 1.1+). The function
+//! ID is `0xC600_0000 | n`: bit 31 = fast call, bit 30 = SMC64/HVC64,
+//! bits [29:24] = OEN 6, "Vendor Specific Hypervisor Service Calls"
+//! (DEN0028 table 6-2). As in the PSCI decoder, the function ID is W0: the
+//! upper half of X0 is ignored. Bit 16 is SMCCC 1.3's SVE live-state hint,
+//! which a callee must ignore; the other bits of [23:16] must be zero.
+//!
+//! On entry X0 is the function ID and X1..X5 the arguments; on return X0 is
+//! the status (0 or a negative [`AbiError`] code) and X1..X3 the results.
+//! Argument registers a call does not use must be zero (so a later minor
+//! version can give them a meaning), else INVALID_PARAMETERS. SMCCC 1.1
+//! makes X0..X17 available to HVC, so using X4 is within the convention.
+//!
+//! | n | call              | X1      | X2      | X3      | X4  | results                     |
+//! |---|-------------------|---------|---------|---------|-----|-----------------------------|
+//! | 0 | ABI_VERSION       |         |         |         |     | X1 = major << 16 \| minor   |
+//! | 1 | HOST_INFO         | buf IPA | buf len |         |     | X1 = bytes written          |
+//! | 2 | LIST_PARTITIONS   | buf IPA | buf len |         |     | X1 = bytes written          |
+//! | 3 | PARTITION_INFO    | index   | buf IPA | buf len |     | X1 = bytes written          |
+//! | 4 | PARTITION_START   | index   |         |         |     |                             |
+//! | 5 | PARTITION_STOP    | index   |         |         |     |                             |
+//! | 6 | PARTITION_RESTART | index   |         |         |     |                             |
+//! | 7 | CONSOLE_READ      | index   | offset  | buf IPA | len | X1 = bytes, X2 = next, X3 = dropped |
+//! | 8 | CONSOLE_WRITE     | index   | buf IPA | buf len |     | X1 = bytes accepted         |
+//!
+//! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
+//! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
+//! encoding of [`HostInfo`], `Vec<`[`PartitionSummary`]`>` and
+//! [`PartitionDetail`]; when it does not fit they fail with BUFFER_TOO_SMALL
+//! and X1 = the length needed, so the caller can retry once.
+//!
+//! # Versioning
+//!
+//! A minor version may only add calls or give meaning to registers that
+//! were MBZ. postcard is not self-describing: any change to a payload type
+//! (a field, a variant, their order) is a major version change.
+#![no_std]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------
+// Versions and function IDs
+// ---------------------------------------------------------------------------
+
+/// An ABI version as ABI_VERSION returns it in X1 (`major << 16 | minor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AbiVersion {
+    pub major: u16,
+    pub minor: u16,
+}
+
+/// The version this crate implements.
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 1, minor: 0 };
+
+impl AbiVersion {
+    /// The X1 encoding.
+    pub const fn to_reg(self) -> u64 {
+        (self.major as u64) << 16 | self.minor as u64
+    }
+
+    /// Decodes X1; bits above 31 are reserved and must be zero.
+    pub const fn from_reg(x1: u64) -> Option<AbiVersion> {
+        if x1 >> 32 != 0 {
+            return None;
+        }
+        Some(AbiVersion {
+            major: (x1 >> 16) as u16,
+            minor: x1 as u16,
+        })
+    }
+
+    /// Whether a client built for `self` can use a hypervisor offering
+    /// `offered`: same major, and the hypervisor has every call the client
+    /// knows.
+    pub const fn is_served_by(self, offered: AbiVersion) -> bool {
+        self.major == offered.major && offered.minor >= self.minor
+    }
+}
+
+impl core::fmt::Display for AbiVersion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// Function IDs (W0) of the calls; `0xC600_0000 | n`.
+pub mod fid {
+    /// Fast call, SMC64, OEN 6 (Vendor Specific Hypervisor Service).
+    pub const BASE: u32 = 0xC600_0000;
+    pub const ABI_VERSION: u32 = BASE;
+    pub const HOST_INFO: u32 = BASE | 1;
+    pub const LIST_PARTITIONS: u32 = BASE | 2;
+    pub const PARTITION_INFO: u32 = BASE | 3;
+    pub const PARTITION_START: u32 = BASE | 4;
+    pub const PARTITION_STOP: u32 = BASE | 5;
+    pub const PARTITION_RESTART: u32 = BASE | 6;
+    pub const CONSOLE_READ: u32 = BASE | 7;
+    pub const CONSOLE_WRITE: u32 = BASE | 8;
+}
+
+/// SMCCC 1.3 SVE live-state hint (DEN0028 2.10): ignored by the callee.
+const FID_SVE_HINT: u32 = 1 << 16;
+
+/// Largest buffer any call accepts, so that the hypervisor never allocates
+/// or copies more than this on a guest's say-so.
+pub const MAX_BUFFER_LEN: u64 = 64 * 1024;
+
+// ---------------------------------------------------------------------------
+// Status codes
+// ---------------------------------------------------------------------------
+
+/// Why the hypervisor refused a call; X0 carries [`AbiError::code`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AbiError {
+    /// The call does not exist, or the caller is not the management partition.
+    NotSupported,
+    /// An argument is out of range or a register that must be zero is not.
+    InvalidParameters,
+    /// The operation is not permitted.
+    Denied,
+    /// A buffer does not lie wholly inside the caller's own RAM.
+    BadAddress,
+    /// No partition has that index.
+    NotFound,
+    /// The partition's state does not allow that transition.
+    Conflict,
+    /// The reply does not fit the caller's buffer (X1 = bytes needed).
+    BufferTooSmall,
+}
+
+impl AbiError {
+    /// Every code, for tests and for callers that list them.
+    pub const ALL: [AbiError; 7] = [
+        AbiError::NotSupported,
+        AbiError::InvalidParameters,
+        AbiError::Denied,
+        AbiError::BadAddress,
+        AbiError::NotFound,
+        AbiError::Conflict,
+        AbiError::BufferTooSmall,
+    ];
+
+    /// The signed value in X0. -1..-3 match PSCI/SMCCC; -9 is PSCI's
+    /// INVALID_ADDRESS; -10.. are ours.
+    pub const fn code(self) -> i64 {
+        match self {
+            AbiError::NotSupported => -1,
+            AbiError::InvalidParameters => -2,
+            AbiError::Denied => -3,
+            AbiError::BadAddress => -9,
+            AbiError::NotFound => -10,
+            AbiError::Conflict => -11,
+            AbiError::BufferTooSmall => -12,
+        }
+    }
+
+    /// The inverse of [`code`](Self::code).
+    pub const fn from_code(code: i64) -> Option<AbiError> {
+        Some(match code {
+            -1 => AbiError::NotSupported,
+            -2 => AbiError::InvalidParameters,
+            -3 => AbiError::Denied,
+            -9 => AbiError::BadAddress,
+            -10 => AbiError::NotFound,
+            -11 => AbiError::Conflict,
+            -12 => AbiError::BufferTooSmall,
+            _ => return None,
+        })
+    }
+
+    /// The name the ABI tables use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AbiError::NotSupported => "NOT_SUPPORTED",
+            AbiError::InvalidParameters => "INVALID_PARAMETERS",
+            AbiError::Denied => "DENIED",
+            AbiError::BadAddress => "BAD_ADDRESS",
+            AbiError::NotFound => "NOT_FOUND",
+            AbiError::Conflict => "CONFLICT",
+            AbiError::BufferTooSmall => "BUFFER_TOO_SMALL",
+        }
+    }
+}
+
+impl core::fmt::Display for AbiError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a call failed, as its caller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// The hypervisor refused the call with this status.
+    Refused(AbiError),
+    /// The reply needs a buffer of at least `required` bytes.
+    BufferTooSmall { required: u64 },
+    /// X0 held a status this ABI version does not define.
+    UnknownStatus(u64),
+    /// The results contradict the request (more bytes than the buffer) or
+    /// the payload does not decode.
+    MalformedReply,
+}
+
+impl From<AbiError> for CallError {
+    fn from(err: AbiError) -> Self {
+        CallError::Refused(err)
+    }
+}
+
+impl core::fmt::Display for CallError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CallError::Refused(err) => write!(f, "hypervisor refused the call: {err}"),
+            CallError::BufferTooSmall { required } => {
+                write!(f, "reply needs a {required}-byte buffer")
+            }
+            CallError::UnknownStatus(x0) => write!(f, "unknown hypercall status {:#x}", x0),
+            CallError::MalformedReply => f.write_str("malformed hypercall reply"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------
+
+/// A buffer in the caller's RAM. `len` is at most [`MAX_BUFFER_LEN`] once
+/// decoded; whether it lies in the caller's RAM is the hypervisor's check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestBuffer {
+    pub ipa: u64,
+    pub len: u64,
+}
+
+/// One management call, decoded from X0..X5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    AbiVersion,
+    HostInfo { buf: GuestBuffer },
+    ListPartitions { buf: GuestBuffer },
+    PartitionInfo { index: u32, buf: GuestBuffer },
+    PartitionStart { index: u32 },
+    PartitionStop { index: u32 },
+    PartitionRestart { index: u32 },
+    /// Console bytes from position `offset` on (see [`Return::ConsoleRead`]).
+    ConsoleRead { index: u32, offset: u64, buf: GuestBuffer },
+    /// Bytes for the partition's console input.
+    ConsoleWrite { index: u32, buf: GuestBuffer },
+}
+
+impl Request {
+    /// Decodes X0..X5 of an HVC. Only calls in this ABI decode; anything
+    /// else (including the SMC32 forms of ours) is NOT_SUPPORTED.
+    pub fn decode(regs: &[u64; 6]) -> Result<Request, AbiError> {
+        let fid = (regs[0] as u32) & !FID_SVE_HINT;
+        let args = &regs[1..];
+        // How many argument registers the call uses; the rest are MBZ.
+        let used = match fid {
+            fid::ABI_VERSION => 0,
+            fid::PARTITION_START | fid::PARTITION_STOP | fid::PARTITION_RESTART => 1,
+            fid::HOST_INFO | fid::LIST_PARTITIONS => 2,
+            fid::PARTITION_INFO | fid::CONSOLE_WRITE => 3,
+            fid::CONSOLE_READ => 4,
+            _ => return Err(AbiError::NotSupported),
+        };
+        if args[used..].iter().any(|&x| x != 0) {
+            return Err(AbiError::InvalidParameters);
+        }
+        let index = || u32::try_from(args[0]).map_err(|_| AbiError::InvalidParameters);
+        let buf = |ipa: u64, len: u64| {
+            if len > MAX_BUFFER_LEN {
+                Err(AbiError::InvalidParameters)
+            } else {
+                Ok(GuestBuffer { ipa, len })
+            }
+        };
+        Ok(match fid {
+            fid::ABI_VERSION => Request::AbiVersion,
+            fid::HOST_INFO => Request::HostInfo {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::LIST_PARTITIONS => Request::ListPartitions {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::PARTITION_INFO => Request::PartitionInfo {
+                index: index()?,
+                buf: buf(args[1], args[2])?,
+            },
+            fid::PARTITION_START => Request::PartitionStart { index: index()? },
+            fid::PARTITION_STOP => Request::PartitionStop { index: index()? },
+            fid::PARTITION_RESTART => Request::PartitionRestart { index: index()? },
+            fid::CONSOLE_READ => Request::ConsoleRead {
+                index: index()?,
+                offset: args[1],
+                buf: buf(args[2], args[3])?,
+            },
+            // Only CONSOLE_WRITE is left: `used` rejected everything else.
+            _ => Request::ConsoleWrite {
+                index: index()?,
+                buf: buf(args[1], args[2])?,
+            },
+        })
+    }
+
+    /// X0..X5 for this call, unused registers zero.
+    pub fn encode(&self) -> [u64; 6] {
+        let i = |index: u32| u64::from(index);
+        match *self {
+            Request::AbiVersion => [fid::ABI_VERSION as u64, 0, 0, 0, 0, 0],
+            Request::HostInfo { buf } => [fid::HOST_INFO as u64, buf.ipa, buf.len, 0, 0, 0],
+            Request::ListPartitions { buf } => {
+                [fid::LIST_PARTITIONS as u64, buf.ipa, buf.len, 0, 0, 0]
+            }
+            Request::PartitionInfo { index, buf } => {
+                [fid::PARTITION_INFO as u64, i(index), buf.ipa, buf.len, 0, 0]
+            }
+            Request::PartitionStart { index } => [fid::PARTITION_START as u64, i(index), 0, 0, 0, 0],
+            Request::PartitionStop { index } => [fid::PARTITION_STOP as u64, i(index), 0, 0, 0, 0],
+            Request::PartitionRestart { index } => {
+                [fid::PARTITION_RESTART as u64, i(index), 0, 0, 0, 0]
+            }
+            Request::ConsoleRead { index, offset, buf } => {
+                [fid::CONSOLE_READ as u64, i(index), offset, buf.ipa, buf.len, 0]
+            }
+            Request::ConsoleWrite { index, buf } => {
+                [fid::CONSOLE_WRITE as u64, i(index), buf.ipa, buf.len, 0, 0]
+            }
+        }
+    }
+
+    /// The buffer this call names, if any.
+    pub fn buffer(&self) -> Option<GuestBuffer> {
+        match *self {
+            Request::HostInfo { buf }
+            | Request::ListPartitions { buf }
+            | Request::PartitionInfo { buf, .. }
+            | Request::ConsoleRead { buf, .. }
+            | Request::ConsoleWrite { buf, .. } => Some(buf),
+            Request::AbiVersion
+            | Request::PartitionStart { .. }
+            | Request::PartitionStop { .. }
+            | Request::PartitionRestart { .. } => None,
+        }
+    }
+
+    /// Decodes the X0..X3 this call returned, checking the results against
+    /// the request (a byte count larger than the buffer is malformed).
+    pub fn decode_return(&self, x: &[u64; 4]) -> Result<Return, CallError> {
+        let status = x[0] as i64;
+        if status != 0 {
+            return Err(match AbiError::from_code(status) {
+                Some(AbiError::BufferTooSmall) => CallError::BufferTooSmall { required: x[1] },
+                Some(err) => CallError::Refused(err),
+                None => CallError::UnknownStatus(x[0]),
+            });
+        }
+        let within = |n: u64| match self.buffer() {
+            Some(buf) if n <= buf.len => Ok(n),
+            _ => Err(CallError::MalformedReply),
+        };
+        Ok(match self {
+            Request::AbiVersion => {
+                Return::Version(AbiVersion::from_reg(x[1]).ok_or(CallError::MalformedReply)?)
+            }
+            Request::HostInfo { .. }
+            | Request::ListPartitions { .. }
+            | Request::PartitionInfo { .. } => Return::Written(within(x[1])?),
+            Request::PartitionStart { .. }
+            | Request::PartitionStop { .. }
+            | Request::PartitionRestart { .. } => Return::Done,
+            Request::ConsoleRead { .. } => Return::ConsoleRead {
+                len: within(x[1])?,
+                next: x[2],
+                dropped: x[3],
+            },
+            Request::ConsoleWrite { .. } => Return::Accepted(within(x[1])?),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Returns
+// ---------------------------------------------------------------------------
+
+/// The results of a successful call (X0 = 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Return {
+    /// ABI_VERSION.
+    Version(AbiVersion),
+    /// HOST_INFO, LIST_PARTITIONS, PARTITION_INFO: payload bytes written.
+    Written(u64),
+    /// PARTITION_START, _STOP, _RESTART.
+    Done,
+    /// CONSOLE_READ. Positions count bytes since the partition started; the
+    /// bytes read start at `offset + dropped` and `next = offset + dropped +
+    /// len`. An offset beyond the newest byte (a cursor from an earlier
+    /// boot) reads nothing and `next` is the current end.
+    ConsoleRead { len: u64, next: u64, dropped: u64 },
+    /// CONSOLE_WRITE: bytes taken (the rest did not fit the input queue).
+    Accepted(u64),
+}
+
+impl Return {
+    /// X0..X3 for this result.
+    pub fn encode(&self) -> [u64; 4] {
+        match *self {
+            Return::Version(v) => [0, v.to_reg(), 0, 0],
+            Return::Written(n) | Return::Accepted(n) => [0, n, 0, 0],
+            Return::Done => [0; 4],
+            Return::ConsoleRead { len, next, dropped } => [0, len, next, dropped],
+        }
+    }
+}
+
+/// X0..X3 for a refused call. For BUFFER_TOO_SMALL use
+/// [`encode_buffer_too_small`], which also says how much is needed.
+pub fn encode_error(err: AbiError) -> [u64; 4] {
+    [err.code() as u64, 0, 0, 0]
+}
+
+/// X0..X3 for BUFFER_TOO_SMALL: X1 = bytes the reply needs.
+pub fn encode_buffer_too_small(required: u64) -> [u64; 4] {
+    [AbiError::BufferTooSmall.code() as u64, required, 0, 0]
+}
+
+// ---------------------------------------------------------------------------
+// Reply payloads
+// ---------------------------------------------------------------------------
+
+/// Who runs on one physical CPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuOwner {
+    pub cpu: u32,
+    /// Index of the owning partition, `None` for a CPU nobody owns.
+    pub partition: Option<u32>,
+}
+
+/// HOST_INFO's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// The hypervisor's version, e.g. "0.1.0".
+    pub version: String,
+    /// 3 or 5.
+    pub gic_version: u8,
+    pub cpu_count: u32,
+    pub ram_bytes: u64,
+    pub uptime_ns: u64,
+    /// One entry per physical CPU, in CPU order.
+    pub cpus: Vec<CpuOwner>,
+}
+
+/// A partition's life-cycle state. Wire order is frozen (postcard encodes
+/// the variant index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PartitionState {
+    Stopped,
+    Running,
+    /// Stop requested, vCPUs not yet all off.
+    Stopping,
+}
+
+/// One partition, as LIST_PARTITIONS returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionSummary {
+    /// The index the other calls take.
+    pub index: u32,
+    pub name: String,
+    pub state: PartitionState,
+    /// Physical CPUs, in vCPU order.
+    pub cpus: Vec<u32>,
+    pub ram_bytes: u64,
+    /// Since the current boot; 0 when stopped.
+    pub uptime_ns: u64,
+    /// Boots since the hypervisor started.
+    pub boot_count: u32,
+    /// Whether this is the management partition (which cannot be stopped).
+    pub management: bool,
+}
+
+/// A vCPU's PSCI power state (DEN0022 AFFINITY_INFO's three answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VcpuPower {
+    Off,
+    On,
+    /// CPU_ON accepted, the vCPU has not entered the guest yet.
+    OnPending,
+}
+
+/// Exits by class since the partition booted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExitCounts {
+    /// Stage-2 data aborts on emulated MMIO.
+    pub mmio: u64,
+    /// Trapped system register accesses.
+    pub sysreg: u64,
+    /// HVCs (PSCI, SMCCC, this ABI).
+    pub hvc: u64,
+    /// Physical interrupts taken while the vCPU ran.
+    pub irq: u64,
+    /// Aborts the guest caused that were not MMIO (reported as faults).
+    pub abort: u64,
+    /// Everything else (WFI/WFE, ...).
+    pub other: u64,
+}
+
+/// One vCPU of a partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VcpuInfo {
+    pub vcpu: u32,
+    /// The physical CPU it is pinned to.
+    pub cpu: u32,
+    pub power: VcpuPower,
+    pub exits: ExitCounts,
+    /// Virtual interrupts injected.
+    pub injected: u64,
+}
+
+/// PARTITION_INFO's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionDetail {
+    pub summary: PartitionSummary,
+    /// Guest faults contained since the hypervisor started.
+    pub faults: u64,
+    pub vcpus: Vec<VcpuInfo>,
+}
+
+/// Bytes `value` takes encoded.
+pub fn reply_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    // The Size flavour cannot fail, and none of the payload types has a
+    // serializer that errors; 0 would only make the later copy fail cleanly.
+    postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default()).unwrap_or(0)
+}
+
+/// Encodes `value` into `out`, returning the bytes used; BufferTooSmall when
+/// it does not fit ([`reply_len`] says how much is needed).
+pub fn encode_reply<T: Serialize + ?Sized>(value: &T, out: &mut [u8]) -> Result<usize, AbiError> {
+    postcard::to_slice(value, out)
+        .map(|used| used.len())
+        .map_err(|_| AbiError::BufferTooSmall)
+}
+
+/// Encodes `value` into a new vector.
+pub fn encode_reply_vec<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    // Infallible for our payload types (alloc flavour, no failing serializer).
+    postcard::to_allocvec(value).unwrap_or_default()
+}
+
+/// Decodes a payload of exactly `bytes` (trailing bytes are malformed: the
+/// length came from X1 and must match).
+pub fn decode_reply<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
+    match postcard::take_from_bytes::<T>(bytes) {
+        Ok((value, [])) => Ok(value),
+        _ => Err(CallError::MalformedReply),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    const BUF: GuestBuffer = GuestBuffer {
+        ipa: 0x4010_0000,
+        len: 4096,
+    };
+
+    fn regs(x0: u32, args: [u64; 5]) -> [u64; 6] {
+        [x0 as u64, args[0], args[1], args[2], args[3], args[4]]
+    }
+
+    fn every_request() -> Vec<Request> {
+        vec![
+            Request::AbiVersion,
+            Request::HostInfo { buf: BUF },
+            Request::ListPartitions { buf: BUF },
+            Request::PartitionInfo { index: 2, buf: BUF },
+            Request::PartitionStart { index: 1 },
+            Request::PartitionStop { index: 3 },
+            Request::PartitionRestart { index: u32::MAX },
+            Request::ConsoleRead {
+                index: 1,
+                offset: 0xFFFF_FFFF_0000,
+                buf: BUF,
+            },
+            Request::ConsoleWrite { index: 1, buf: BUF },
+        ]
+    }
+
+    fn sample_detail() -> PartitionDetail {
+        PartitionDetail {
+            summary: PartitionSummary {
+                index: 1,
+                name: "alpha".to_string(),
+                state: PartitionState::Stopping,
+                cpus: vec![1, 2],
+                ram_bytes: 256 << 20,
+                uptime_ns: 5_000_000_000,
+                boot_count: 2,
+                management: false,
+            },
+            faults: 3,
+            vcpus: vec![VcpuInfo {
+                vcpu: 0,
+                cpu: 1,
+                power: VcpuPower::OnPending,
+                exits: ExitCounts {
+                    mmio: 10,
+                    sysreg: 3,
+                    hvc: 2,
+                    irq: 500,
+                    abort: 1,
+                    other: 7,
+                },
+                injected: 480,
+            }],
+        }
+    }
+
+    #[test]
+    fn abi_version_register_is_major_shifted_16_or_minor() {
+        assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0001_0000);
+    }
+
+    #[test]
+    fn abi_version_with_reserved_upper_bits_does_not_decode() {
+        assert_eq!(AbiVersion::from_reg(1 << 32 | 0x0001_0000), None);
+    }
+
+    #[test]
+    fn client_is_served_by_same_major_and_newer_minor_only() {
+        let client = AbiVersion { major: 1, minor: 1 };
+
+        assert!(client.is_served_by(AbiVersion { major: 1, minor: 1 }));
+        assert!(client.is_served_by(AbiVersion { major: 1, minor: 4 }));
+        assert!(!client.is_served_by(AbiVersion { major: 1, minor: 0 }));
+        assert!(!client.is_served_by(AbiVersion { major: 2, minor: 1 }));
+    }
+
+    #[test]
+    fn function_ids_are_fast_smc64_oen6() {
+        for id in [fid::ABI_VERSION, fid::HOST_INFO, fid::CONSOLE_WRITE] {
+            assert_eq!(id >> 31, 1, "fast call");
+            assert_eq!(id >> 30 & 1, 1, "SMC64");
+            assert_eq!(id >> 24 & 0x3F, 6, "OEN");
+        }
+    }
+
+    #[test]
+    fn every_request_round_trips_through_registers() {
+        for request in every_request() {
+            assert_eq!(Request::decode(&request.encode()), Ok(request));
+        }
+    }
+
+    #[test]
+    fn console_read_uses_x4_for_length() {
+        let request = Request::ConsoleRead {
+            index: 1,
+            offset: 7,
+            buf: GuestBuffer { ipa: 0x4000_0000, len: 512 },
+        };
+
+        assert_eq!(
+            request.encode(),
+            [fid::CONSOLE_READ as u64, 1, 7, 0x4000_0000, 512, 0]
+        );
+    }
+
+    #[test]
+    fn upper_half_of_x0_is_ignored() {
+        let regs = [0xDEAD_BEEF_0000_0000 | fid::ABI_VERSION as u64, 0, 0, 0, 0, 0];
+
+        assert_eq!(Request::decode(&regs), Ok(Request::AbiVersion));
+    }
+
+    #[test]
+    fn sve_hint_bit_16_is_ignored() {
+        let regs = regs(fid::PARTITION_START | 1 << 16, [4, 0, 0, 0, 0]);
+
+        assert_eq!(Request::decode(&regs), Ok(Request::PartitionStart { index: 4 }));
+    }
+
+    #[test]
+    fn unknown_function_number_is_not_supported() {
+        assert_eq!(
+            Request::decode(&regs(fid::BASE | 9, [0; 5])),
+            Err(AbiError::NotSupported)
+        );
+    }
+
+    #[test]
+    fn smc32_form_of_our_call_is_not_supported() {
+        let smc32 = fid::ABI_VERSION & !(1 << 30);
+
+        assert_eq!(Request::decode(&regs(smc32, [0; 5])), Err(AbiError::NotSupported));
+    }
+
+    #[test]
+    fn smccc_vendor_uid_query_is_not_supported() {
+        // Linux probes 0x8600_FF01 (and might the SMC64 form) for KVM.
+        assert_eq!(
+            Request::decode(&regs(fid::BASE | 0xFF01, [0; 5])),
+            Err(AbiError::NotSupported)
+        );
+    }
+
+    #[test]
+    fn other_oen_is_not_supported() {
+        // OEN 5, standard hypervisor service.
+        assert_eq!(
+            Request::decode(&regs(0xC500_0000, [0; 5])),
+            Err(AbiError::NotSupported)
+        );
+    }
+
+    #[test]
+    fn nonzero_unused_register_is_invalid_parameters() {
+        for request in every_request() {
+            let mut regs = request.encode();
+            // The highest register no call uses is always X5.
+            regs[5] = 1;
+
+            assert_eq!(
+                Request::decode(&regs),
+                Err(AbiError::InvalidParameters),
+                "{request:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn register_just_past_the_used_ones_must_be_zero() {
+        let regs = regs(fid::PARTITION_START, [1, 0x4000_0000, 0, 0, 0]);
+
+        assert_eq!(Request::decode(&regs), Err(AbiError::InvalidParameters));
+    }
+
+    #[test]
+    fn index_wider_than_32_bits_is_invalid_parameters() {
+        let regs = regs(fid::PARTITION_STOP, [1 << 32, 0, 0, 0, 0]);
+
+        assert_eq!(Request::decode(&regs), Err(AbiError::InvalidParameters));
+    }
+
+    #[test]
+    fn buffer_over_the_cap_is_invalid_parameters() {
+        let at_cap = regs(fid::HOST_INFO, [0x4000_0000, MAX_BUFFER_LEN, 0, 0, 0]);
+        let over = regs(fid::HOST_INFO, [0x4000_0000, MAX_BUFFER_LEN + 1, 0, 0, 0]);
+
+        assert!(Request::decode(&at_cap).is_ok());
+        assert_eq!(Request::decode(&over), Err(AbiError::InvalidParameters));
+    }
+
+    #[test]
+    fn console_read_length_over_the_cap_is_invalid_parameters() {
+        let regs = regs(fid::CONSOLE_READ, [1, 0, 0x4000_0000, u64::MAX, 0]);
+
+        assert_eq!(Request::decode(&regs), Err(AbiError::InvalidParameters));
+    }
+
+    #[test]
+    fn error_codes_round_trip_and_are_negative() {
+        for err in AbiError::ALL {
+            assert!(err.code() < 0);
+            assert_eq!(AbiError::from_code(err.code()), Some(err));
+        }
+        assert_eq!(AbiError::from_code(0), None);
+        assert_eq!(AbiError::from_code(-4), None);
+    }
+
+    #[test]
+    fn error_codes_are_the_documented_values() {
+        let codes: Vec<i64> = AbiError::ALL.iter().map(|e| e.code()).collect();
+
+        assert_eq!(codes, vec![-1, -2, -3, -9, -10, -11, -12]);
+    }
+
+    #[test]
+    fn returns_round_trip_through_registers() {
+        let cases = [
+            (Request::AbiVersion, Return::Version(ABI_VERSION)),
+            (Request::HostInfo { buf: BUF }, Return::Written(100)),
+            (Request::PartitionStop { index: 1 }, Return::Done),
+            (
+                Request::ConsoleRead { index: 1, offset: 5, buf: BUF },
+                Return::ConsoleRead { len: 10, next: 20, dropped: 5 },
+            ),
+            (Request::ConsoleWrite { index: 1, buf: BUF }, Return::Accepted(3)),
+        ];
+
+        for (request, ret) in cases {
+            assert_eq!(request.decode_return(&ret.encode()), Ok(ret));
+        }
+    }
+
+    #[test]
+    fn refused_status_decodes_to_its_error() {
+        let x = encode_error(AbiError::Conflict);
+
+        assert_eq!(
+            Request::PartitionStart { index: 0 }.decode_return(&x),
+            Err(CallError::Refused(AbiError::Conflict))
+        );
+    }
+
+    #[test]
+    fn buffer_too_small_carries_the_required_length() {
+        let x = encode_buffer_too_small(9000);
+
+        assert_eq!(
+            Request::ListPartitions { buf: BUF }.decode_return(&x),
+            Err(CallError::BufferTooSmall { required: 9000 })
+        );
+    }
+
+    #[test]
+    fn undefined_status_is_unknown() {
+        let x = [(-77i64) as u64, 0, 0, 0];
+
+        assert_eq!(
+            Request::AbiVersion.decode_return(&x),
+            Err(CallError::UnknownStatus((-77i64) as u64))
+        );
+    }
+
+    #[test]
+    fn written_count_larger_than_buffer_is_malformed() {
+        let x = Return::Written(BUF.len + 1).encode();
+
+        assert_eq!(
+            Request::HostInfo { buf: BUF }.decode_return(&x),
+            Err(CallError::MalformedReply)
+        );
+    }
+
+    #[test]
+    fn payload_round_trips() {
+        let detail = sample_detail();
+        let mut out = [0u8; 256];
+
+        let used = encode_reply(&detail, &mut out).expect("fits");
+
+        assert_eq!(used, reply_len(&detail));
+        assert_eq!(decode_reply::<PartitionDetail>(&out[..used]), Ok(detail));
+    }
+
+    #[test]
+    fn host_info_round_trips_with_unowned_cpu() {
+        let info = HostInfo {
+            version: "0.1.0".to_string(),
+            gic_version: 3,
+            cpu_count: 2,
+            ram_bytes: 2 << 30,
+            uptime_ns: 12,
+            cpus: vec![
+                CpuOwner { cpu: 0, partition: Some(0) },
+                CpuOwner { cpu: 1, partition: None },
+            ],
+        };
+
+        let bytes = encode_reply_vec(&info);
+
+        assert_eq!(decode_reply::<HostInfo>(&bytes), Ok(info));
+    }
+
+    #[test]
+    fn payload_that_does_not_fit_is_buffer_too_small() {
+        let detail = sample_detail();
+        let mut out = vec![0u8; reply_len(&detail) - 1];
+
+        assert_eq!(encode_reply(&detail, &mut out), Err(AbiError::BufferTooSmall));
+    }
+
+    #[test]
+    fn truncated_payload_is_malformed() {
+        let bytes = encode_reply_vec(&sample_detail());
+
+        assert_eq!(
+            decode_reply::<PartitionDetail>(&bytes[..bytes.len() - 1]),
+            Err(CallError::MalformedReply)
+        );
+    }
+
+    #[test]
+    fn payload_with_trailing_bytes_is_malformed() {
+        let mut bytes = encode_reply_vec(&sample_detail());
+        bytes.push(0);
+
+        assert_eq!(
+            decode_reply::<PartitionDetail>(&bytes),
+            Err(CallError::MalformedReply)
+        );
+    }
+
+    #[test]
+    fn unknown_enum_variant_is_malformed() {
+        // PartitionState has three variants; index 3 is not one of them.
+        assert_eq!(
+            decode_reply::<PartitionState>(&[3]),
+            Err(CallError::MalformedReply)
+        );
+    }
+}

@@ -1,0 +1,169 @@
+// Live partition console: xterm.js fed by reading the manager's console ring from
+// an offset and following `next`; keystrokes are batched and POSTed back.
+
+import { FitAddon } from '@xterm/addon-fit';
+import { Terminal } from '@xterm/xterm';
+import '@xterm/xterm/css/xterm.css';
+import { api, ApiError, AuthCancelled } from './api';
+import { h, setText } from './dom';
+import { count } from './format';
+
+/** Wait between reads when the ring had nothing new. */
+const IDLE_MS = 400;
+/** Wait after a failed read before trying again. */
+const RETRY_MS = 2000;
+/**
+ * UTF-16 units per console POST. The contract allows 4 KiB of body; one unit is
+ * at most 3 bytes of UTF-8, so 1024 units stay well inside it with the JSON around.
+ */
+const MAX_INPUT = 1024;
+/** Keystrokes typed within this window go out in one POST. */
+const INPUT_BATCH_MS = 25;
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = window.setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      window.clearTimeout(t);
+      resolve();
+    });
+  });
+}
+
+export class ConsolePane {
+  readonly el: HTMLElement;
+  private readonly term: Terminal;
+  private readonly fit: FitAddon;
+  private readonly ctl = new AbortController();
+  private readonly ro: ResizeObserver;
+  private readonly status: HTMLElement;
+  private readonly notice: HTMLElement;
+  private offset = 0;
+  private lostTotal = 0;
+  private firstRead = true;
+  private input = '';
+  private inputTimer = 0;
+  private sending = false;
+
+  constructor(private readonly partition: string) {
+    this.status = h('span', { class: 'console-status muted', 'data-testid': 'console-status' }, 'connecting…');
+    this.notice = h('div', { class: 'notice notice-warn', hidden: true, 'data-testid': 'console-dropped', role: 'status' });
+    const screen = h('div', { class: 'console-screen', 'data-testid': 'console' });
+    this.el = h(
+      'section',
+      { class: 'card console-card' },
+      h(
+        'header',
+        { class: 'card-head' },
+        h('h2', {}, 'Console'),
+        this.status,
+        h('button', { type: 'button', class: 'btn btn-small', onclick: () => this.term.clear(), title: 'Clear the screen (the ring is untouched)' }, 'Clear'),
+      ),
+      this.notice,
+      screen,
+      h('p', { class: 'hint muted' }, 'Click the console and type to send input to the guest; sending needs the manager token.'),
+    );
+
+    this.term = new Terminal({
+      convertEol: true,
+      cursorBlink: true,
+      scrollback: 5000,
+      fontFamily: 'ui-monospace, "SFMono-Regular", "DejaVu Sans Mono", Menlo, Consolas, monospace',
+      fontSize: 13,
+      lineHeight: 1.15,
+      theme: {
+        background: '#0f172a',
+        foreground: '#e2e8f0',
+        cursor: '#93c5fd',
+        selectionBackground: '#334155',
+      },
+    });
+    this.fit = new FitAddon();
+    this.term.loadAddon(this.fit);
+    this.term.open(screen);
+    this.term.onData((d) => this.queueInput(d));
+    this.ro = new ResizeObserver(() => this.refit());
+    this.ro.observe(screen);
+    void this.follow();
+  }
+
+  private refit(): void {
+    try {
+      this.fit.fit();
+    } catch {
+      // Not laid out yet (hidden or zero-sized): the next resize fits it.
+    }
+  }
+
+  /** Read the ring in a loop from `offset`, always continuing at the `next` the manager gave. */
+  private async follow(): Promise<void> {
+    const signal = this.ctl.signal;
+    while (!signal.aborted) {
+      try {
+        const chunk = await api.consoleRead(this.partition, this.offset, signal);
+        if (chunk.dropped > 0) this.reportDropped(chunk.dropped, chunk.offset);
+        if (chunk.data.length > 0) this.term.write(chunk.data);
+        const advanced = chunk.next !== this.offset;
+        this.offset = chunk.next;
+        this.firstRead = false;
+        setText(this.status, `following · offset ${count(this.offset)}`);
+        this.status.className = 'console-status muted';
+        // A full chunk means more is waiting: read again straight away.
+        if (!advanced || chunk.data.length === 0) await sleep(IDLE_MS, signal);
+      } catch (e) {
+        if (signal.aborted) return;
+        const why = e instanceof ApiError ? e.message : String(e);
+        setText(this.status, `reconnecting… (${why})`);
+        this.status.className = 'console-status status-error';
+        await sleep(RETRY_MS, signal);
+      }
+    }
+  }
+
+  private reportDropped(dropped: number, at: number): void {
+    if (this.firstRead) {
+      // Opening a console whose ring already wrapped is normal: say so plainly.
+      setText(this.notice, `Showing output from offset ${count(at)}: ${count(dropped)} earlier bytes are no longer kept by the console buffer.`);
+    } else {
+      this.lostTotal += dropped;
+      this.term.write(`\r\n\x1b[33m[… ${dropped} bytes dropped …]\x1b[0m\r\n`);
+      setText(this.notice, `Output was lost: the console buffer was overwritten before it could be read (${count(this.lostTotal)} bytes dropped since this console was opened).`);
+    }
+    this.notice.hidden = false;
+  }
+
+  private queueInput(d: string): void {
+    this.input += d;
+    if (this.inputTimer === 0) {
+      this.inputTimer = window.setTimeout(() => {
+        this.inputTimer = 0;
+        void this.flushInput();
+      }, INPUT_BATCH_MS);
+    }
+  }
+
+  private async flushInput(): Promise<void> {
+    if (this.sending) return;
+    this.sending = true;
+    try {
+      while (this.input.length > 0 && !this.ctl.signal.aborted) {
+        const part = this.input.slice(0, MAX_INPUT);
+        this.input = this.input.slice(part.length);
+        await api.consoleWrite(this.partition, part);
+      }
+    } catch (e) {
+      this.input = '';
+      const why = e instanceof AuthCancelled ? 'no token given' : e instanceof ApiError ? e.message : String(e);
+      this.term.write(`\r\n\x1b[31m[input not sent: ${why}]\x1b[0m\r\n`);
+    } finally {
+      this.sending = false;
+    }
+  }
+
+  dispose(): void {
+    this.ctl.abort();
+    window.clearTimeout(this.inputTimer);
+    this.ro.disconnect();
+    this.term.dispose();
+  }
+}

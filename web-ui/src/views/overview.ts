@@ -1,0 +1,153 @@
+// Overview page: the host (CPU ownership map, GIC, RAM, uptime) and the partition list.
+
+import { api, type Host, type PartitionSummary } from '../api';
+import { fill, h, setText } from '../dom';
+import { bytes, cpuList, duration } from '../format';
+import { poll } from '../poll';
+import { actionBar, partitionColour, stateBadge, updateStateBadge, type ActionBar } from '../widgets';
+import type { View } from './view';
+
+/** A labelled figure in a stats strip; returns the value element to update. */
+export function stat(label: string, field: string): [HTMLElement, HTMLElement] {
+  const value = h('div', { class: 'stat-value', 'data-field': field }, '–');
+  return [h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, label), value), value];
+}
+
+/** The host's CPUs as tiles coloured by owning partition. */
+export function renderCpuMap(el: HTMLElement, host: Host, parts: readonly PartitionSummary[]): void {
+  const tiles = host.cpus
+    .slice()
+    .sort((a, b) => a.cpu - b.cpu)
+    .map((c) => {
+      const owner = c.partition;
+      const colour = partitionColour(owner, parts);
+      const tile = h(
+        owner !== null ? 'a' : 'div',
+        {
+          class: owner === null ? 'cpu-tile cpu-free' : 'cpu-tile',
+          'data-cpu': c.cpu,
+          'data-owner': owner ?? '',
+          href: owner !== null ? `#/partitions/${encodeURIComponent(owner)}` : null,
+          title: owner === null ? `CPU ${c.cpu}: not assigned` : `CPU ${c.cpu}: ${owner}`,
+          style: owner === null ? null : `--owner:${colour}`,
+        },
+        h('span', { class: 'cpu-id' }, `CPU ${c.cpu}`),
+        h('span', { class: 'cpu-owner' }, owner ?? 'unassigned'),
+      );
+      return tile;
+    });
+  fill(el, ...tiles);
+}
+
+export function overviewView(): View {
+  const [verStat, ver] = stat('Hypervisor', 'version');
+  const [gicStat, gic] = stat('Interrupt controller', 'gic_version');
+  const [cpuStat, cpus] = stat('CPUs', 'cpu_count');
+  const [ramStat, ram] = stat('RAM', 'ram_bytes');
+  const [upStat, up] = stat('Uptime', 'uptime');
+  const cpuMap = h('div', { class: 'cpu-map', 'data-testid': 'cpu-map' });
+  const tbody = h('tbody');
+  const rows = new Map<string, { tr: HTMLTableRowElement; cells: HTMLElement[]; badge: HTMLElement; bar: ActionBar }>();
+
+  const hostCard = h(
+    'section',
+    { class: 'card', 'data-testid': 'host' },
+    h('header', { class: 'card-head' }, h('h2', {}, 'Host')),
+    h('div', { class: 'stats' }, verStat, gicStat, cpuStat, ramStat, upStat),
+    h('h3', { class: 'subhead' }, 'CPU ownership'),
+    cpuMap,
+  );
+
+  const partCard = h(
+    'section',
+    { class: 'card', 'data-testid': 'partitions' },
+    h('header', { class: 'card-head' }, h('h2', {}, 'Partitions')),
+    h(
+      'div',
+      { class: 'table-wrap' },
+      h(
+        'table',
+        { class: 'table' },
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            h('th', {}, 'Name'),
+            h('th', {}, 'State'),
+            h('th', {}, 'CPUs'),
+            h('th', { class: 'num' }, 'RAM'),
+            h('th', { class: 'num' }, 'Uptime'),
+            h('th', { class: 'num' }, 'Boots'),
+            h('th', { class: 'right' }, 'Actions'),
+          ),
+        ),
+        tbody,
+      ),
+    ),
+  );
+
+  const el = h('div', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, 'Overview')), hostCard, partCard);
+
+  let refreshNow = () => poller.kick();
+
+  function row(p: PartitionSummary) {
+    let r = rows.get(p.name);
+    if (r === undefined) {
+      const badge = stateBadge();
+      const bar = actionBar(() => refreshNow(), true);
+      const cells = [h('td', { class: 'mono' }), h('td', { class: 'num' }), h('td', { class: 'num' }), h('td', { class: 'num', 'data-field': 'boot_count' })];
+      const link = h('a', { href: `#/partitions/${encodeURIComponent(p.name)}`, class: 'plink' }, h('span', { class: 'swatch' }), p.name);
+      const tr = h(
+        'tr',
+        { 'data-partition': p.name },
+        h('td', {}, link, p.management ? h('span', { class: 'tag' }, 'management') : null),
+        h('td', {}, badge),
+        cells[0],
+        cells[1],
+        cells[2],
+        cells[3],
+        h('td', { class: 'right' }, bar.el),
+      );
+      r = { tr, cells, badge, bar };
+      rows.set(p.name, r);
+    }
+    return r;
+  }
+
+  let latestParts: PartitionSummary[] = [];
+
+  const poller = poll(async (signal) => {
+    const [host, parts] = await Promise.all([api.host(signal), api.partitions(signal)]);
+    latestParts = parts;
+    setText(ver, `${host.version} · ABI ${host.abi_version}`);
+    setText(gic, `GICv${host.gic_version}`);
+    setText(cpus, String(host.cpu_count));
+    setText(ram, bytes(host.ram_bytes));
+    setText(up, duration(host.uptime_ms));
+    renderCpuMap(cpuMap, host, parts);
+
+    const seen = new Set<string>();
+    const ordered: HTMLTableRowElement[] = [];
+    for (const p of parts) {
+      const r = row(p);
+      seen.add(p.name);
+      updateStateBadge(r.badge, p.state);
+      r.tr.style.setProperty('--owner', partitionColour(p.name, latestParts));
+      setText(r.cells[0], cpuList(p.cpus));
+      setText(r.cells[1], bytes(p.ram_bytes));
+      setText(r.cells[2], p.state === 'stopped' ? '–' : duration(p.uptime_ms));
+      setText(r.cells[3], String(p.boot_count));
+      r.bar.update(p);
+      ordered.push(r.tr);
+    }
+    for (const name of [...rows.keys()]) if (!seen.has(name)) rows.delete(name);
+    // Re-append only when membership or order changed, so hover and focus survive.
+    if (ordered.length !== tbody.children.length || ordered.some((tr, i) => tbody.children[i] !== tr)) {
+      fill(tbody, ...ordered);
+    }
+  });
+
+  return { el, dispose: () => poller.stop() };
+}
