@@ -7,6 +7,8 @@ const DR: usize = 0x00;
 const FR: usize = 0x18;
 const IMSC: usize = 0x38;
 const ICR: usize = 0x44;
+const CR: usize = 0x30;
+const CR_UARTEN_TXE_RXE: u32 = (1 << 0) | (1 << 8) | (1 << 9);
 const FR_TXFF: u32 = 1 << 5;
 const FR_RXFE: u32 = 1 << 4;
 const INT_RX: u32 = 1 << 4;
@@ -72,6 +74,9 @@ impl Pl011Uart {
 
     /// Raise the UART's SPI on received data (and receive timeout).
     pub fn enable_rx_interrupt(&self) {
+        // Firmware may have left the receiver off (QEMU resets CR to TXE|RXE
+        // without UARTEN; real firmware varies).
+        self.write(CR, self.read(CR) | CR_UARTEN_TXE_RXE);
         self.write(ICR, 0x7ff);
         self.write(IMSC, INT_RX | INT_RT);
     }

@@ -6,6 +6,7 @@ use core::fmt;
 
 mod guest;
 mod host;
+mod pcie;
 mod writer;
 
 pub use guest::{
@@ -16,6 +17,7 @@ pub use host::{
     parse_host_dtb, Conduit, GicInfo, HostInfo, PciIntxMap, PciRange, PciSpace, PcieInfo, PsciInfo,
     TimerPpis, UartInfo,
 };
+pub use pcie::{pcie_cells, PcieCells};
 pub use writer::{FdtWriter, NodeToken};
 
 /// Why a device tree could not be written, generated or parsed.

@@ -244,6 +244,7 @@ pub extern "C" fn pinfold_gic_root_irq() {
                 crate::console::host_input(cpu);
                 gic::deactivate(intid);
             }
+            _ if partition::spi_owner(intid).is_some() => passthrough_spi(cpu, intid),
             _ => {
                 gic::deactivate(intid);
                 hvlog!("unexpected interrupt {intid}");
@@ -286,6 +287,26 @@ fn timer_ppi(cpu: &mut CpuLocal, intid: u32) {
             if let Some(r) = cpu.redist.as_mut() {
                 r.set_enable(intid, false);
             }
+            gic::deactivate(intid);
+        }
+    }
+}
+
+/// A physical SPI owned by a partition: forward it HW-linked (vINTID ==
+/// pINTID) so the guest's deactivation reaches the device's line.
+fn passthrough_spi(cpu: &mut CpuLocal, intid: u32) {
+    let Some(p) = partition::spi_owner(intid) else { return };
+    let target = p.dist.lock().passthrough_fired(intid);
+    match target {
+        Some((vcpu, irq)) => match p.vcpus.get(vcpu) {
+            Some(s) if s.pcpu == cpu.index && cpu.loaded => inject_local(cpu, irq),
+            Some(s) => post_remote(s.pcpu, MailboxOp::Inject(irq)),
+            None => gic::deactivate(intid),
+        },
+        None => {
+            // The guest has it disabled (or the partition is down): mask it
+            // and let the line be re-sampled when the guest enables it.
+            crate::gicd(|d| d.enable(intid, false));
             gic::deactivate(intid);
         }
     }

@@ -148,7 +148,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         }
     }
     ASSIGN.call_once(|| assign);
-    partition::create_all(plan, payload, &host.cpus, &mut free);
+    partition::create_all(plan, payload, &host, &mut free);
 
     // Host UART input, routed to this CPU.
     if let Some(intid) = host.uart.as_ref().and_then(|u| u.intid) {

@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use pinfold_config::{KernelFormat, PartitionPlan, Plan};
 use pinfold_hv::addr::{Ipa, PhysAddr};
 use pinfold_hv::console::{ConsoleRing, LinePrefixer, Pl011};
-use pinfold_hv::dtb::{build_guest_dtb, GuestDtbSpec};
+use pinfold_hv::dtb::{build_guest_dtb, ExtraNode, GuestDtbSpec, PropValue};
 use pinfold_hv::layout::*;
 use pinfold_hv::psci::VcpuPower;
 use pinfold_hv::stage2::{MemType, Stage2, TableMemory};
@@ -51,7 +51,12 @@ pub struct Partition {
     pub name: String,
     pub plan: PartitionPlan,
     pub ram: PhysAddr,
+    /// Where the guest sees its RAM: GUEST_RAM_BASE, or the host address
+    /// itself for a partition owning DMA-capable devices (no IOMMU).
+    pub ram_ipa: u64,
     pub ram_size: u64,
+    /// Cells of the passed-through PCIe host bridge node, if any.
+    pub pcie: Option<pinfold_hv::dtb::PcieCells>,
     pub vmid: u16,
     pub stage2_root: PhysAddr,
     pub vcpus: Vec<VcpuShared>,
@@ -70,6 +75,20 @@ pub struct Partition {
 
 static PARTITIONS: spin::Once<Vec<Partition>> = spin::Once::new();
 static PLAN: spin::Once<(Plan, &'static [u8])> = spin::Once::new();
+/// Owner of each physical SPI (partition index + 1; 0 = the hypervisor or
+/// nobody). Written at boot only.
+static SPI_OWNER: [AtomicU8; 1024] = [const { AtomicU8::new(0) }; 1024];
+
+/// The partition that owns physical SPI `intid`.
+pub fn spi_owner(intid: u32) -> Option<&'static Partition> {
+    let owner = SPI_OWNER.get(intid as usize)?.load(Ordering::Relaxed);
+    if owner == 0 {
+        None
+    } else {
+        get(owner as usize - 1)
+    }
+}
+
 static SEED: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 
 pub fn all() -> &'static [Partition] {
@@ -122,6 +141,8 @@ pub enum SetupError {
     NoRam(u64),
     /// Stage-2 table construction failed.
     Stage2(pinfold_hv::stage2::Stage2Error),
+    /// The plan passes the PCIe host bridge but the host DTB has none.
+    NoPciHostBridge,
 }
 
 /// Build every partition of the plan. Partitions that cannot be set up are
@@ -129,14 +150,29 @@ pub enum SetupError {
 pub fn create_all(
     plan: Plan,
     payload: &'static [u8],
-    host_cpus: &[u64],
+    host: &pinfold_hv::dtb::HostInfo,
     mem: &mut crate::mem::FreeMemory,
 ) {
     let mut out = Vec::new();
     for (index, pp) in plan.partitions.iter().enumerate() {
-        match create(index, pp, host_cpus, mem) {
+        match create(index, pp, host, mem) {
             Ok(p) => out.push(p),
             Err(e) => hvlog!("partition {}: not created: {:?}", pp.name, e),
+        }
+    }
+    // Pass-through SPIs start disabled, routed to the partition's first
+    // vCPU's CPU; the guest's distributor writes enable and re-route them.
+    for p in &out {
+        for dev_spi in p.passthrough_spis() {
+            if let Some(slot) = SPI_OWNER.get(dev_spi as usize) {
+                slot.store(p.index as u8 + 1, Ordering::Relaxed);
+            }
+            let mpidr = host.cpus.get(p.vcpus[0].pcpu).copied().unwrap_or(0);
+            crate::gicd(|d| {
+                d.enable(dev_spi, false);
+                d.set_edge(dev_spi, false);
+                d.route(dev_spi, mpidr);
+            });
         }
     }
     PARTITIONS.call_once(|| out);
@@ -146,20 +182,34 @@ pub fn create_all(
 fn create(
     index: usize,
     pp: &PartitionPlan,
-    host_cpus: &[u64],
+    host: &pinfold_hv::dtb::HostInfo,
     mem: &mut crate::mem::FreeMemory,
 ) -> Result<Partition, SetupError> {
     for &c in &pp.cpus {
-        if c as usize >= host_cpus.len() || c as usize >= arch::MAX_CPUS {
+        if c as usize >= host.cpus.len() || c as usize >= arch::MAX_CPUS {
             return Err(SetupError::NoSuchCpu(c));
         }
     }
     let ram = mem.take_top(pp.ram_size, 2 << 20).ok_or(SetupError::NoRam(pp.ram_size))?;
+    let ram_ipa = if pp.pci_host_bridge { ram } else { GUEST_RAM_BASE };
     let mut tables = HeapTables;
     let mut s2 = Stage2::new(&mut tables).map_err(SetupError::Stage2)?;
-    s2.map(&mut tables, Ipa(GUEST_RAM_BASE), PhysAddr(ram), pp.ram_size, MemType::Normal)
+    s2.map(&mut tables, Ipa(ram_ipa), PhysAddr(ram), pp.ram_size, MemType::Normal)
         .map_err(SetupError::Stage2)?;
     let mut passthrough = Vec::new();
+    let mut pcie = None;
+    if pp.pci_host_bridge {
+        let info = host.pcie.as_ref().ok_or(SetupError::NoPciHostBridge)?;
+        let cells = pinfold_hv::dtb::pcie_cells(info);
+        s2.map(&mut tables, Ipa(info.ecam.0), PhysAddr(info.ecam.0), info.ecam.1, MemType::Device)
+            .map_err(SetupError::Stage2)?;
+        for r in &info.ranges {
+            s2.map(&mut tables, Ipa(r.cpu_addr), PhysAddr(r.cpu_addr), r.size, MemType::Device)
+                .map_err(SetupError::Stage2)?;
+        }
+        passthrough.extend_from_slice(&cells.spis);
+        pcie = Some(cells);
+    }
     for dev in &pp.devices {
         for r in &dev.mmio {
             s2.map(&mut tables, Ipa(r.base), PhysAddr(r.base), r.size, MemType::Device)
@@ -195,7 +245,9 @@ fn create(
         name: pp.name.clone(),
         plan: pp.clone(),
         ram: PhysAddr(ram),
+        ram_ipa,
         ram_size: pp.ram_size,
+        pcie,
         vmid: index as u16 + 1,
         stage2_root: s2.root(),
         vcpus,
@@ -216,9 +268,18 @@ fn create(
 }
 
 impl Partition {
+    /// Physical SPIs this partition owns (devices and the PCIe bridge).
+    pub fn passthrough_spis(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.plan.devices.iter().flat_map(|d| d.spis.iter().copied()).collect();
+        if let Some(c) = &self.pcie {
+            v.extend_from_slice(&c.spis);
+        }
+        v
+    }
+
     /// Host address of a guest IPA inside this partition's RAM.
     fn host_addr(&self, ipa: u64) -> u64 {
-        self.ram.0 + (ipa - GUEST_RAM_BASE)
+        self.ram.0 + (ipa - self.ram_ipa)
     }
 
     fn copy_in(&self, ipa: u64, bytes: &[u8]) {
@@ -232,7 +293,8 @@ impl Partition {
     /// (Re)load the kernel, initrd and a fresh DTB; records the entry point.
     pub fn load(&self) -> Result<(), &'static str> {
         let (plan, payload) = PLAN.get().ok_or("no plan")?;
-        let ram_end = GUEST_RAM_BASE + self.ram_size;
+        let base = self.ram_ipa;
+        let ram_end = base + self.ram_size;
         let kernel = plan.image(payload, self.plan.kernel.image).ok_or("kernel image missing")?;
         let (load_ipa, footprint) = match self.plan.kernel.format {
             KernelFormat::LinuxImage => {
@@ -243,9 +305,9 @@ impl Partition {
                 } else {
                     (text_offset, image_size.max(kernel.len() as u64))
                 };
-                (GUEST_RAM_BASE + off, size)
+                (base + off, size)
             }
-            KernelFormat::Raw => (GUEST_RAM_BASE + RAW_KERNEL_OFFSET, kernel.len() as u64),
+            KernelFormat::Raw => (base + RAW_KERNEL_OFFSET, kernel.len() as u64),
         };
         let dtb_ipa = ram_end - DTB_AREA;
         if load_ipa + footprint > dtb_ipa {
@@ -272,16 +334,40 @@ impl Partition {
         for (i, chunk) in rng.chunks_mut(8).enumerate() {
             chunk.copy_from_slice(&splitmix(seed ^ i as u64).to_le_bytes());
         }
+        let pcie_node;
+        let pcie_props;
+        let pcie_name;
+        let extra: &[ExtraNode] = match &self.pcie {
+            Some(c) => {
+                pcie_props = [
+                    ("compatible", PropValue::String("pci-host-ecam-generic")),
+                    ("device_type", PropValue::String("pci")),
+                    ("reg", PropValue::Cells(&c.reg)),
+                    ("bus-range", PropValue::Cells(&c.bus_range)),
+                    ("#address-cells", PropValue::U32(3)),
+                    ("#size-cells", PropValue::U32(2)),
+                    ("#interrupt-cells", PropValue::U32(1)),
+                    ("ranges", PropValue::Cells(&c.ranges)),
+                    ("interrupt-map-mask", PropValue::Cells(&c.interrupt_map_mask)),
+                    ("interrupt-map", PropValue::Cells(&c.interrupt_map)),
+                    ("dma-coherent", PropValue::Empty),
+                ];
+                pcie_name = alloc::format!("pcie@{:x}", (c.reg[0] as u64) << 32 | c.reg[1] as u64);
+                pcie_node = [ExtraNode { name: &pcie_name, props: &pcie_props, children: &[] }];
+                &pcie_node
+            }
+            None => &[],
+        };
         let spec = GuestDtbSpec {
             partition: &self.name,
-            ram_base: GUEST_RAM_BASE,
+            ram_base: base,
             ram_size: self.ram_size,
             vcpu_count: self.vcpus.len(),
             bootargs: &bootargs,
             initrd: initrd_range,
             rng_seed: Some(rng),
             kaslr_seed: Some(splitmix(seed ^ 0xabcd)),
-            extra: &[],
+            extra,
         };
         let dtb = build_guest_dtb(&spec).map_err(|_| "guest DTB generation failed")?;
         if dtb.len() as u64 > DTB_AREA {

@@ -126,6 +126,7 @@ pub fn init_this_cpu(index: usize, mpidr: u64) {
     if let Some(local) = slot.as_mut() {
         arch::regs::set_tpidr_el2(local as *mut CpuLocal as u64);
     }
+    arch::regs::set_hcr_el2(crate::vcpu::HCR_HOST);
     PUBLIC[index].mpidr.store(mpidr, Ordering::Relaxed);
     PUBLIC[index].online.store(true, Ordering::Release);
 }

@@ -42,6 +42,11 @@ const HCR_GUEST: u64 = (1 << 0)
     | (1 << 40)
     | (1 << 41);
 
+/// HCR_EL2 on a CPU with no vCPU loaded: physical IRQ/FIQ/SError are routed
+/// to EL2. Without IMO an interrupt targets EL1, which is never taken while
+/// the CPU runs at EL2: the idle loop would wake from WFI and never see it.
+pub const HCR_HOST: u64 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 31);
+
 /// SPSR for guest entry: EL1h with D, A, I, F masked.
 const SPSR_EL1H_MASKED: u64 = 0x3c5;
 /// SCTLR_EL1 at reset: RES1 bits, MMU and caches off.
@@ -141,7 +146,13 @@ pub fn put(cpu: &mut CpuLocal) {
     }
     regs::set_cntv_ctl_el0(0);
     regs::set_cntp_ctl_el0(0);
-    cpu.lrs.clear(&mut HwLrs);
+    // HW-linked interrupts still in the list registers keep their physical
+    // interrupt active; nobody would deactivate them once the LRs are gone.
+    cpu.lrs.clear_reporting_hw(&mut HwLrs, &mut |pintid| {
+        if pintid >= 32 {
+            gic::deactivate(pintid)
+        }
+    });
     gic::set_ich_hcr_el2(0);
     for ppi in [PPI_VTIMER, PPI_PTIMER] {
         ppi_change(cpu, HotPath::VcpuPut, PpiStateChange::Enable(ppi, false));

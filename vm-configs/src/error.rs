@@ -179,6 +179,9 @@ pub enum Problem {
     /// A second management partition.
     #[error("partition \"{other}\" is already the management partition; at most one may be")]
     ManagementTaken { other: String },
+    /// A second partition asks for the PCIe host bridge.
+    #[error("the PCIe host bridge is already passed to partition \"{other}\"")]
+    PciHostBridgeTaken { other: String },
     /// An SPI INTID outside 32..=1019.
     #[error("INTID {spi} is not an SPI (SPIs are 32..=1019)")]
     SpiOutOfRange { spi: u32 },

@@ -237,6 +237,7 @@ impl Config {
                     })
                     .collect(),
                 management: partition.management,
+                pci_host_bridge: partition.pci_host_bridge,
                 autostart: partition.autostart,
             })
             .collect();

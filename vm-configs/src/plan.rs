@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 1;
+pub const PLAN_REVISION: u32 = 2;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -96,6 +96,8 @@ pub struct PartitionPlan {
     pub devices: Vec<DevicePlan>,
     /// May issue management hypercalls.
     pub management: bool,
+    /// Owns the host's PCIe host bridge; RAM is mapped at IPA == PA.
+    pub pci_host_bridge: bool,
     /// Booted by the hypervisor at start (otherwise it waits for a start call).
     pub autostart: bool,
 }

@@ -60,6 +60,12 @@ pub struct PartitionConfig {
     /// May issue management hypercalls.
     #[serde(default)]
     pub management: bool,
+    /// Pass the host's PCIe host bridge (ECAM, MMIO windows, INTx SPIs, as
+    /// the host DTB describes them) to this partition. Its RAM is then
+    /// mapped at IPA == PA, since devices DMA to physical addresses and
+    /// there is no IOMMU in the path.
+    #[serde(default)]
+    pub pci_host_bridge: bool,
     /// Pass-through devices.
     #[serde(default, rename = "device")]
     pub devices: Vec<DeviceConfig>,

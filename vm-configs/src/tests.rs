@@ -696,6 +696,21 @@ fn second_management_partition_is_rejected() {
     );
 }
 
+#[test]
+fn second_partition_asking_for_the_pci_host_bridge_is_rejected() {
+    let root = Root::with_images();
+    let alpha = format!("{ALPHA}pci_host_bridge = true\n");
+    let beta = alpha.replace("alpha", "beta").replace("[1]", "[2]");
+
+    let error = rejected(&root, &format!("{alpha}{beta}"));
+
+    assert_names(&error, "beta", "pci_host_bridge");
+    assert!(
+        matches!(error.problem(), Some(Problem::PciHostBridgeTaken { other }) if other == "alpha"),
+        "{error}"
+    );
+}
+
 // ---- devices --------------------------------------------------------------
 
 /// `partition` (CPU `cpu`) owning one device.

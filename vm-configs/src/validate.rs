@@ -81,6 +81,7 @@ struct Owners<'c> {
     mmio: Vec<ClaimedRange<'c>>,
     console_input: Option<&'c str>,
     management: Option<&'c str>,
+    pci_host_bridge: Option<&'c str>,
 }
 
 impl Config {
@@ -290,6 +291,17 @@ fn check_roles<'c>(
                 partition,
                 "console_input",
                 Problem::ConsoleInputTaken {
+                    other: other.to_owned(),
+                },
+            ));
+        }
+    }
+    if partition.pci_host_bridge {
+        if let Some(other) = owners.pci_host_bridge.replace(&partition.name) {
+            return Err(partition_error(
+                partition,
+                "pci_host_bridge",
+                Problem::PciHostBridgeTaken {
                     other: other.to_owned(),
                 },
             ));

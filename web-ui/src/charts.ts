@@ -19,8 +19,10 @@ const COLOURS: Record<(typeof SERIES)[number], string> = {
   injected: '#1a9a7a',
 };
 
-/** How many samples a chart keeps: three minutes at the 2 s poll period. */
-const KEEP = 90;
+/** Seconds of history a chart keeps; samples older than this are dropped. */
+export const WINDOW_S = 180;
+/** The narrowest time span drawn, so a young chart's few points are not stretched flat. */
+const MIN_SPAN_S = 30;
 
 function counters(v: Vcpu): number[] {
   return [...EXIT_CLASSES.map((c) => v.exits[c]), v.injected];
@@ -45,7 +47,7 @@ export class RateHistory {
     const dt = tSec - prev.t;
     this.t.push(tSec);
     c.forEach((x, i) => this.rates[i].push(x >= prev.c[i] ? (x - prev.c[i]) / dt : null));
-    if (this.t.length > KEEP) {
+    while (this.t.length > 0 && this.t[0] < tSec - WINDOW_S) {
       this.t.shift();
       this.rates.forEach((r) => r.shift());
     }
@@ -60,6 +62,15 @@ export class RateHistory {
   data(): uPlot.AlignedData {
     return [this.t, ...this.rates] as uPlot.AlignedData;
   }
+}
+
+/** The newest plotted value of a series, shown in the legend while the cursor is away. */
+function latest(values: readonly (number | null | undefined)[]): number | null {
+  for (let i = values.length - 1; i >= 0; i -= 1) {
+    const v = values[i];
+    if (v !== null && v !== undefined) return v;
+  }
+  return null;
 }
 
 function rateLabel(v: number | null): string {
@@ -96,19 +107,41 @@ export class RateChart {
       width,
       height: 150,
       cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+      scales: {
+        // The window ends at the newest sample and grows with the history up to
+        // WINDOW_S, but never below MIN_SPAN_S (sub-second ticks read badly).
+        // Taken from the history itself: uPlot pads a one-sample range by days.
+        x: {
+          time: true,
+          range: () => {
+            const t = this.history.t;
+            const max = t.length > 0 ? t[t.length - 1] : Date.now() / 1000;
+            const min = t.length > 0 ? t[0] : max;
+            return [max - Math.min(WINDOW_S, Math.max(MIN_SPAN_S, max - min)), max];
+          },
+        },
+        y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] },
+      },
       series: [
-        { value: (_u, v) => (v === null ? '–' : new Date(v * 1000).toLocaleTimeString()) },
+        {},
         ...SERIES.map((name) => ({
           label: name,
           stroke: COLOURS[name],
           width: 1.5,
           spanGaps: false,
-          value: (_u: uPlot, v: number | null) => rateLabel(v),
+          value: (u: uPlot, v: number | null, sidx: number, idx: number | null) =>
+            rateLabel(idx === null ? latest(u.data[sidx] as (number | null)[]) : v),
         })),
       ],
       axes: [
-        { ...axisStyle, space: 60 },
+        {
+          ...axisStyle,
+          space: 70,
+          size: 28,
+          // One line of wall-clock time; uPlot's default adds a date row that crowds a small chart.
+          values: (_u, splits) =>
+            splits.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false })),
+        },
         { ...axisStyle, size: 48, values: (_u, vals) => vals.map((v) => (v >= 1000 ? `${v / 1000}k` : String(v))) },
       ],
       legend: { live: true },

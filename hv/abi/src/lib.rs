@@ -250,16 +250,36 @@ pub struct GuestBuffer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     AbiVersion,
-    HostInfo { buf: GuestBuffer },
-    ListPartitions { buf: GuestBuffer },
-    PartitionInfo { index: u32, buf: GuestBuffer },
-    PartitionStart { index: u32 },
-    PartitionStop { index: u32 },
-    PartitionRestart { index: u32 },
+    HostInfo {
+        buf: GuestBuffer,
+    },
+    ListPartitions {
+        buf: GuestBuffer,
+    },
+    PartitionInfo {
+        index: u32,
+        buf: GuestBuffer,
+    },
+    PartitionStart {
+        index: u32,
+    },
+    PartitionStop {
+        index: u32,
+    },
+    PartitionRestart {
+        index: u32,
+    },
     /// Console bytes from position `offset` on (see [`Return::ConsoleRead`]).
-    ConsoleRead { index: u32, offset: u64, buf: GuestBuffer },
+    ConsoleRead {
+        index: u32,
+        offset: u64,
+        buf: GuestBuffer,
+    },
     /// Bytes for the partition's console input.
-    ConsoleWrite { index: u32, buf: GuestBuffer },
+    ConsoleWrite {
+        index: u32,
+        buf: GuestBuffer,
+    },
 }
 
 impl Request {
@@ -328,14 +348,21 @@ impl Request {
             Request::PartitionInfo { index, buf } => {
                 [fid::PARTITION_INFO as u64, i(index), buf.ipa, buf.len, 0, 0]
             }
-            Request::PartitionStart { index } => [fid::PARTITION_START as u64, i(index), 0, 0, 0, 0],
+            Request::PartitionStart { index } => {
+                [fid::PARTITION_START as u64, i(index), 0, 0, 0, 0]
+            }
             Request::PartitionStop { index } => [fid::PARTITION_STOP as u64, i(index), 0, 0, 0, 0],
             Request::PartitionRestart { index } => {
                 [fid::PARTITION_RESTART as u64, i(index), 0, 0, 0, 0]
             }
-            Request::ConsoleRead { index, offset, buf } => {
-                [fid::CONSOLE_READ as u64, i(index), offset, buf.ipa, buf.len, 0]
-            }
+            Request::ConsoleRead { index, offset, buf } => [
+                fid::CONSOLE_READ as u64,
+                i(index),
+                offset,
+                buf.ipa,
+                buf.len,
+                0,
+            ],
             Request::ConsoleWrite { index, buf } => {
                 [fid::CONSOLE_WRITE as u64, i(index), buf.ipa, buf.len, 0, 0]
             }
@@ -471,6 +498,28 @@ pub enum PartitionState {
     Running,
     /// Stop requested, vCPUs not yet all off.
     Stopping,
+}
+
+/// A life-cycle operation on a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transition {
+    Start,
+    Stop,
+    Restart,
+}
+
+impl PartitionState {
+    /// Whether `op` is allowed from this state: start needs a stopped
+    /// partition, stop and restart a running one. The one rule the
+    /// hypervisor and the manager both apply (a refused one is CONFLICT).
+    pub const fn allows(self, op: Transition) -> bool {
+        matches!(
+            (self, op),
+            (PartitionState::Stopped, Transition::Start)
+                | (PartitionState::Running, Transition::Stop)
+                | (PartitionState::Running, Transition::Restart)
+        )
+    }
 }
 
 /// One partition, as LIST_PARTITIONS returns it.
@@ -673,7 +722,10 @@ mod tests {
         let request = Request::ConsoleRead {
             index: 1,
             offset: 7,
-            buf: GuestBuffer { ipa: 0x4000_0000, len: 512 },
+            buf: GuestBuffer {
+                ipa: 0x4000_0000,
+                len: 512,
+            },
         };
 
         assert_eq!(
@@ -684,7 +736,14 @@ mod tests {
 
     #[test]
     fn upper_half_of_x0_is_ignored() {
-        let regs = [0xDEAD_BEEF_0000_0000 | fid::ABI_VERSION as u64, 0, 0, 0, 0, 0];
+        let regs = [
+            0xDEAD_BEEF_0000_0000 | fid::ABI_VERSION as u64,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
 
         assert_eq!(Request::decode(&regs), Ok(Request::AbiVersion));
     }
@@ -693,7 +752,10 @@ mod tests {
     fn sve_hint_bit_16_is_ignored() {
         let regs = regs(fid::PARTITION_START | 1 << 16, [4, 0, 0, 0, 0]);
 
-        assert_eq!(Request::decode(&regs), Ok(Request::PartitionStart { index: 4 }));
+        assert_eq!(
+            Request::decode(&regs),
+            Ok(Request::PartitionStart { index: 4 })
+        );
     }
 
     #[test]
@@ -708,7 +770,10 @@ mod tests {
     fn smc32_form_of_our_call_is_not_supported() {
         let smc32 = fid::ABI_VERSION & !(1 << 30);
 
-        assert_eq!(Request::decode(&regs(smc32, [0; 5])), Err(AbiError::NotSupported));
+        assert_eq!(
+            Request::decode(&regs(smc32, [0; 5])),
+            Err(AbiError::NotSupported)
+        );
     }
 
     #[test]
@@ -798,10 +863,21 @@ mod tests {
             (Request::HostInfo { buf: BUF }, Return::Written(100)),
             (Request::PartitionStop { index: 1 }, Return::Done),
             (
-                Request::ConsoleRead { index: 1, offset: 5, buf: BUF },
-                Return::ConsoleRead { len: 10, next: 20, dropped: 5 },
+                Request::ConsoleRead {
+                    index: 1,
+                    offset: 5,
+                    buf: BUF,
+                },
+                Return::ConsoleRead {
+                    len: 10,
+                    next: 20,
+                    dropped: 5,
+                },
             ),
-            (Request::ConsoleWrite { index: 1, buf: BUF }, Return::Accepted(3)),
+            (
+                Request::ConsoleWrite { index: 1, buf: BUF },
+                Return::Accepted(3),
+            ),
         ];
 
         for (request, ret) in cases {
@@ -850,6 +926,22 @@ mod tests {
     }
 
     #[test]
+    fn only_stopped_partition_may_start_and_only_running_may_stop_or_restart() {
+        use PartitionState::*;
+        use Transition::*;
+        let allowed: Vec<(PartitionState, Transition)> = [Stopped, Running, Stopping]
+            .into_iter()
+            .flat_map(|s| [Start, Stop, Restart].into_iter().map(move |t| (s, t)))
+            .filter(|&(s, t)| s.allows(t))
+            .collect();
+
+        assert_eq!(
+            allowed,
+            vec![(Stopped, Start), (Running, Stop), (Running, Restart)]
+        );
+    }
+
+    #[test]
     fn payload_round_trips() {
         let detail = sample_detail();
         let mut out = [0u8; 256];
@@ -869,8 +961,14 @@ mod tests {
             ram_bytes: 2 << 30,
             uptime_ns: 12,
             cpus: vec![
-                CpuOwner { cpu: 0, partition: Some(0) },
-                CpuOwner { cpu: 1, partition: None },
+                CpuOwner {
+                    cpu: 0,
+                    partition: Some(0),
+                },
+                CpuOwner {
+                    cpu: 1,
+                    partition: None,
+                },
             ],
         };
 
@@ -884,7 +982,10 @@ mod tests {
         let detail = sample_detail();
         let mut out = vec![0u8; reply_len(&detail) - 1];
 
-        assert_eq!(encode_reply(&detail, &mut out), Err(AbiError::BufferTooSmall));
+        assert_eq!(
+            encode_reply(&detail, &mut out),
+            Err(AbiError::BufferTooSmall)
+        );
     }
 
     #[test]

@@ -1,1 +1,712 @@
-//! (being written)
+//! The manager's REST API: HTTP requests parsed into a typed [`Action`], checked, and carried out over a [`Backend`] (management hypercalls in the real manager, a fake in tests).
+//!
+//! The contract with the web UI and hvctl is `openapi.json` beside this
+//! crate (served at `/api/v1/openapi.json`); a test keeps it and [`ROUTES`]
+//! in step. The HTTP server itself is the caller's (tiny_http on Hermit):
+//! it hands [`Router::handle`] a [`Request`] and sends back the
+//! [`Response`]. The caller should stop reading a body after
+//! [`MAX_BODY_BYTES`] + 1 bytes; longer bodies are answered 413 anyway.
+//!
+//! Checks run in this order, so that each error means one thing:
+//! 404/405 (no such route or method), 401 (a POST without the right bearer
+//! token), 413/400 (body or query), then the backend's 404 (no such
+//! partition) and 409 (transition not allowed).
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod json;
+pub mod metrics;
+#[cfg(test)]
+mod tests;
+
+use pinfold_abi::{AbiError, CallError, PartitionSummary, Transition};
+
+pub use backend::{Backend, ConsoleRead, HvcBackend, Hypercall};
+
+/// The OpenAPI 3.0 document describing every route in [`ROUTES`].
+pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
+
+/// Most console bytes one GET returns.
+pub const CONSOLE_READ_MAX: usize = 16 * 1024;
+/// Most bytes one console POST may send (the `data` string, UTF-8).
+pub const CONSOLE_WRITE_MAX: usize = 4 * 1024;
+/// Largest request body accepted at all (a 4 KiB `data` string can grow to
+/// six times that when every byte is a `\u00XX` escape, plus the wrapper).
+pub const MAX_BODY_BYTES: usize = 6 * CONSOLE_WRITE_MAX + 64;
+
+const JSON: &str = "application/json";
+
+/// An HTTP request as the server hands it over.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Request {
+    /// "GET", "POST", ... (case-sensitive, as HTTP methods are).
+    pub method: String,
+    /// The request target: path and optional `?query`.
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// An HTTP response to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+/// One file of the web UI: URL path (e.g. "/index.html"), Content-Type,
+/// bytes. `GET /` serves "/index.html".
+pub type StaticFile = (&'static str, &'static str, &'static [u8]);
+
+/// What a request asks for, once routed and parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    GetHost,
+    ListPartitions,
+    GetPartition {
+        name: String,
+    },
+    ChangeState {
+        name: String,
+        op: Transition,
+    },
+    ReadConsole {
+        name: String,
+        offset: u64,
+    },
+    WriteConsole {
+        name: String,
+        data: Vec<u8>,
+    },
+    Metrics,
+    OpenApi,
+    /// A web UI file, by URL path.
+    StaticFile {
+        path: String,
+    },
+}
+
+/// The API endpoints, one per OpenAPI path item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Host,
+    Partitions,
+    Partition,
+    Start,
+    Stop,
+    Restart,
+    Console,
+    Metrics,
+    OpenApi,
+}
+
+/// A method and path pattern the router serves; `{name}` matches one
+/// path segment, a partition name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub method: &'static str,
+    pub pattern: &'static str,
+    pub endpoint: Endpoint,
+}
+
+const fn route(method: &'static str, pattern: &'static str, endpoint: Endpoint) -> Route {
+    Route {
+        method,
+        pattern,
+        endpoint,
+    }
+}
+
+/// Every API route. The router matches against this table and nothing
+/// else, so the OpenAPI test over it covers what the router does. Paths
+/// outside `/api/` and `/metrics` are the web UI's static files.
+pub const ROUTES: &[Route] = &[
+    route("GET", "/api/v1/host", Endpoint::Host),
+    route("GET", "/api/v1/partitions", Endpoint::Partitions),
+    route("GET", "/api/v1/partitions/{name}", Endpoint::Partition),
+    route("POST", "/api/v1/partitions/{name}/start", Endpoint::Start),
+    route("POST", "/api/v1/partitions/{name}/stop", Endpoint::Stop),
+    route(
+        "POST",
+        "/api/v1/partitions/{name}/restart",
+        Endpoint::Restart,
+    ),
+    route(
+        "GET",
+        "/api/v1/partitions/{name}/console",
+        Endpoint::Console,
+    ),
+    route(
+        "POST",
+        "/api/v1/partitions/{name}/console",
+        Endpoint::Console,
+    ),
+    route("GET", "/metrics", Endpoint::Metrics),
+    route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
+];
+
+/// A request the API refuses: status, short code and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        ApiError {
+            status: 400,
+            code: "bad_request",
+            detail: detail.into(),
+        }
+    }
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        ApiError {
+            status: 401,
+            code: "unauthorized",
+            detail: detail.into(),
+        }
+    }
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        ApiError {
+            status: 404,
+            code: "not_found",
+            detail: detail.into(),
+        }
+    }
+    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
+        ApiError {
+            status: 405,
+            code: "method_not_allowed",
+            detail: detail.into(),
+        }
+    }
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        ApiError {
+            status: 409,
+            code: "conflict",
+            detail: detail.into(),
+        }
+    }
+    pub fn too_large(detail: impl Into<String>) -> Self {
+        ApiError {
+            status: 413,
+            code: "too_large",
+            detail: detail.into(),
+        }
+    }
+    pub fn hypervisor(status: u16, detail: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: "hypervisor_error",
+            detail: detail.into(),
+        }
+    }
+
+    /// A backend failure, in the API's terms.
+    fn from_call(err: CallError, what: &str) -> Self {
+        match err {
+            CallError::Refused(AbiError::NotFound) => {
+                ApiError::not_found(format!("{what}: no such partition"))
+            }
+            CallError::Refused(AbiError::Conflict) => ApiError::conflict(format!(
+                "{what}: not allowed in the partition's current state"
+            )),
+            // The hypervisor does not offer the call (or does not take us
+            // for the management partition): nothing a retry would fix here,
+            // but the service as a whole is unavailable.
+            CallError::Refused(AbiError::NotSupported) => {
+                ApiError::hypervisor(503, format!("{what}: {err}"))
+            }
+            _ => ApiError::hypervisor(500, format!("{what}: {err}")),
+        }
+    }
+
+    pub fn to_response(&self) -> Response {
+        let body = json::ErrorBody {
+            error: self.code.to_string(),
+            detail: self.detail.clone(),
+        };
+        json_response(self.status, &body)
+    }
+}
+
+fn json_response<T: serde::Serialize>(status: u16, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => Response { status, content_type: JSON, body },
+        // Our body types always serialise; say so rather than panic.
+        Err(e) => Response {
+            status: 500,
+            content_type: JSON,
+            body: format!("{{\"error\":\"hypervisor_error\",\"detail\":\"serialising the reply failed: {e}\"}}")
+                .into_bytes(),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------
+
+/// Splits a request target into path and query.
+fn split_target(target: &str) -> (&str, &str) {
+    match target.split_once('?') {
+        Some((path, query)) => (path, query),
+        None => (target, ""),
+    }
+}
+
+/// Decodes `%XX` escapes; `None` when malformed or not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Matches `path` against a pattern, returning the `{name}` segment.
+fn match_pattern<'a>(pattern: &str, path: &'a str) -> Option<Option<&'a str>> {
+    let mut name = None;
+    let mut segs = path.split('/');
+    for want in pattern.split('/') {
+        let got = segs.next()?;
+        if want == "{name}" {
+            if got.is_empty() {
+                return None;
+            }
+            name = Some(got);
+        } else if want != got {
+            return None;
+        }
+    }
+    segs.next().is_none().then_some(name)
+}
+
+/// What the route table says about a request target.
+enum Matched<'a> {
+    Api {
+        endpoint: Endpoint,
+        name: Option<&'a str>,
+    },
+    Static,
+}
+
+/// Finds the endpoint for `method` and `path`: 404 for an unknown API path,
+/// 405 for a known one with the wrong method.
+fn match_route<'a>(method: &str, path: &'a str) -> Result<Matched<'a>, ApiError> {
+    // "/api/v1/partitions/" is "/api/v1/partitions".
+    let path = if path.len() > 1 {
+        path.strip_suffix('/').unwrap_or(path)
+    } else {
+        path
+    };
+    let candidates: Vec<(&Route, Option<&str>)> = ROUTES
+        .iter()
+        .filter_map(|r| match_pattern(r.pattern, path).map(|name| (r, name)))
+        .collect();
+    if let Some((r, name)) = candidates.iter().find(|(r, _)| r.method == method) {
+        return Ok(Matched::Api {
+            endpoint: r.endpoint,
+            name: *name,
+        });
+    }
+    if !candidates.is_empty() {
+        let allowed: Vec<&str> = candidates.iter().map(|(r, _)| r.method).collect();
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not allowed on {path}; allowed: {}",
+            allowed.join(", ")
+        )));
+    }
+    if path == "/api" || path.starts_with("/api/") {
+        return Err(ApiError::not_found(format!("no API route {path}")));
+    }
+    if method != "GET" {
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not allowed on {path}; allowed: GET"
+        )));
+    }
+    Ok(Matched::Static)
+}
+
+/// The `offset` query parameter (default 0).
+fn parse_offset(query: &str) -> Result<u64, ApiError> {
+    let mut offset = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "offset" {
+            offset = percent_decode(value)
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "offset must be a non-negative integer, not {value:?}"
+                    ))
+                })?;
+        }
+    }
+    Ok(offset)
+}
+
+fn parse_console_input(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let input: json::ConsoleInput = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("body must be {{\"data\": \"...\"}}: {e}")))?;
+    if input.data.len() > CONSOLE_WRITE_MAX {
+        return Err(ApiError::too_large(format!(
+            "console input is {} bytes; at most {CONSOLE_WRITE_MAX} per request",
+            input.data.len()
+        )));
+    }
+    Ok(input.data.into_bytes())
+}
+
+/// Routes and parses a request into an [`Action`] (no authentication:
+/// that is [`Router::handle`]'s, and comes before body checks).
+pub fn parse(req: &Request) -> Result<Action, ApiError> {
+    let (path, query) = split_target(&req.path);
+    let matched = match_route(&req.method, path)?;
+    build_action(req, matched, path, query)
+}
+
+fn build_action(
+    req: &Request,
+    matched: Matched<'_>,
+    path: &str,
+    query: &str,
+) -> Result<Action, ApiError> {
+    if req.body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(format!(
+            "request body is {} bytes; at most {MAX_BODY_BYTES}",
+            req.body.len()
+        )));
+    }
+    let (endpoint, raw_name) = match matched {
+        Matched::Static => {
+            return Ok(Action::StaticFile {
+                path: path.to_string(),
+            })
+        }
+        Matched::Api { endpoint, name } => (endpoint, name),
+    };
+    let name = match raw_name {
+        Some(raw) => percent_decode(raw)
+            .ok_or_else(|| ApiError::bad_request(format!("malformed partition name {raw:?}")))?,
+        None => String::new(),
+    };
+    Ok(match endpoint {
+        Endpoint::Host => Action::GetHost,
+        Endpoint::Partitions => Action::ListPartitions,
+        Endpoint::Partition => Action::GetPartition { name },
+        Endpoint::Start => Action::ChangeState {
+            name,
+            op: Transition::Start,
+        },
+        Endpoint::Stop => Action::ChangeState {
+            name,
+            op: Transition::Stop,
+        },
+        Endpoint::Restart => Action::ChangeState {
+            name,
+            op: Transition::Restart,
+        },
+        Endpoint::Console if req.method == "POST" => Action::WriteConsole {
+            name,
+            data: parse_console_input(&req.body)?,
+        },
+        Endpoint::Console => Action::ReadConsole {
+            name,
+            offset: parse_offset(query)?,
+        },
+        Endpoint::Metrics => Action::Metrics,
+        Endpoint::OpenApi => Action::OpenApi,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The router
+// ---------------------------------------------------------------------------
+
+/// Serves the API over a [`Backend`].
+pub struct Router<B: Backend> {
+    backend: B,
+    token: String,
+    static_files: &'static [StaticFile],
+    /// Also demand the token on GETs (console output, metrics). Off by
+    /// default: the contract asks it only of POSTs.
+    pub require_token_for_reads: bool,
+}
+
+impl<B: Backend> Router<B> {
+    /// `token` is the bearer token POSTs must carry. An empty token matches
+    /// nothing, so a manager started without one refuses every change.
+    pub fn new(backend: B, token: impl Into<String>, static_files: &'static [StaticFile]) -> Self {
+        Router {
+            backend,
+            token: token.into(),
+            static_files,
+            require_token_for_reads: false,
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Answers one request.
+    pub fn handle(&mut self, req: &Request) -> Response {
+        match self.try_handle(req) {
+            Ok(resp) => resp,
+            Err(err) => err.to_response(),
+        }
+    }
+
+    fn try_handle(&mut self, req: &Request) -> Result<Response, ApiError> {
+        let (path, query) = split_target(&req.path);
+        let matched = match_route(&req.method, path)?;
+        let is_api = matches!(matched, Matched::Api { .. });
+        if req.method == "POST" || (is_api && self.require_token_for_reads) {
+            self.authorize(req)?;
+        }
+        let action = build_action(req, matched, path, query)?;
+        self.execute(action)
+    }
+
+    fn authorize(&self, req: &Request) -> Result<(), ApiError> {
+        let header = req
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+            .map(|(_, v)| v.trim())
+            .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
+        // The scheme name is case-insensitive (RFC 7235 2.1).
+        let token = match header.split_once(' ') {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest.trim(),
+            _ => {
+                return Err(ApiError::unauthorized(
+                    "Authorization must use the Bearer scheme",
+                ))
+            }
+        };
+        if self.token.is_empty() || !constant_time_eq(token.as_bytes(), self.token.as_bytes()) {
+            return Err(ApiError::unauthorized("wrong token"));
+        }
+        Ok(())
+    }
+
+    /// Carries out an action that has passed every check.
+    pub fn execute(&mut self, action: Action) -> Result<Response, ApiError> {
+        match action {
+            Action::GetHost => {
+                let abi = self
+                    .backend
+                    .abi_version()
+                    .map_err(|e| ApiError::from_call(e, "ABI_VERSION"))?;
+                let info = self
+                    .backend
+                    .host_info()
+                    .map_err(|e| ApiError::from_call(e, "HOST_INFO"))?;
+                let parts = self.partitions()?;
+                Ok(json_response(200, &json::Host::new(&info, abi, &parts)))
+            }
+            Action::ListPartitions => {
+                let partitions = self
+                    .partitions()?
+                    .iter()
+                    .map(json::Partition::from)
+                    .collect();
+                Ok(json_response(200, &json::PartitionList { partitions }))
+            }
+            Action::GetPartition { name } => {
+                let index = self.lookup(&name)?.index;
+                let detail = self
+                    .backend
+                    .detail(index)
+                    .map_err(|e| ApiError::from_call(e, &name))?;
+                Ok(json_response(
+                    200,
+                    &json::PartitionDetailJson::from(&detail),
+                ))
+            }
+            Action::ChangeState { name, op } => self.change_state(&name, op),
+            Action::ReadConsole { name, offset } => self.read_console(&name, offset),
+            Action::WriteConsole { name, data } => {
+                let index = self.lookup(&name)?.index;
+                let accepted = self
+                    .backend
+                    .console_write(index, &data)
+                    .map_err(|e| ApiError::from_call(e, &name))?;
+                Ok(json_response(
+                    202,
+                    &json::Accepted {
+                        accepted: accepted as u64,
+                    },
+                ))
+            }
+            Action::Metrics => {
+                let mut details = Vec::new();
+                for p in self.partitions()? {
+                    let d = self
+                        .backend
+                        .detail(p.index)
+                        .map_err(|e| ApiError::from_call(e, &p.name))?;
+                    details.push(d);
+                }
+                Ok(Response {
+                    status: 200,
+                    content_type: metrics::CONTENT_TYPE,
+                    body: metrics::render(&details).into_bytes(),
+                })
+            }
+            Action::OpenApi => Ok(Response {
+                status: 200,
+                content_type: JSON,
+                body: OPENAPI_JSON.as_bytes().to_vec(),
+            }),
+            Action::StaticFile { path } => self.static_file(&path),
+        }
+    }
+
+    fn partitions(&mut self) -> Result<Vec<PartitionSummary>, ApiError> {
+        self.backend
+            .partitions()
+            .map_err(|e| ApiError::from_call(e, "LIST_PARTITIONS"))
+    }
+
+    fn lookup(&mut self, name: &str) -> Result<PartitionSummary, ApiError> {
+        self.partitions()?
+            .into_iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| ApiError::not_found(format!("no partition named {name:?}")))
+    }
+
+    fn change_state(&mut self, name: &str, op: Transition) -> Result<Response, ApiError> {
+        let verb = match op {
+            Transition::Start => "start",
+            Transition::Stop => "stop",
+            Transition::Restart => "restart",
+        };
+        let p = self.lookup(name)?;
+        if p.management {
+            return Err(ApiError::conflict(format!(
+                "cannot {verb} {name}: it is the management partition serving this API"
+            )));
+        }
+        if !p.state.allows(op) {
+            let state = json::State::from(p.state).as_str();
+            return Err(ApiError::conflict(format!(
+                "cannot {verb} {name}: it is {state}"
+            )));
+        }
+        let result = match op {
+            Transition::Start => self.backend.start(p.index),
+            Transition::Stop => self.backend.stop(p.index),
+            Transition::Restart => self.backend.restart(p.index),
+        };
+        result.map_err(|e| ApiError::from_call(e, &format!("{verb} {name}")))?;
+        // Report the state the hypervisor now has (a stop may still be
+        // under way); if the partition vanished, the state we asked for.
+        let state = self
+            .partitions()?
+            .into_iter()
+            .find(|q| q.index == p.index)
+            .map(|q| json::State::from(q.state))
+            .unwrap_or(match op {
+                Transition::Stop => json::State::Stopping,
+                Transition::Start | Transition::Restart => json::State::Running,
+            });
+        Ok(json_response(
+            202,
+            &json::TransitionResult {
+                name: name.to_string(),
+                state,
+            },
+        ))
+    }
+
+    fn read_console(&mut self, name: &str, offset: u64) -> Result<Response, ApiError> {
+        let index = self.lookup(name)?.index;
+        let mut buf = vec![0u8; CONSOLE_READ_MAX];
+        let read = self
+            .backend
+            .console_read(index, offset, &mut buf)
+            .map_err(|e| ApiError::from_call(e, name))?;
+        let got = &buf[..read.len.min(buf.len())];
+        // Hold back a UTF-8 sequence cut at the end of this chunk so the
+        // next read returns it whole instead of two replacement characters.
+        let keep = utf8_complete_prefix(got);
+        let next = read.next.saturating_sub((got.len() - keep) as u64);
+        let chunk = json::ConsoleChunk {
+            offset,
+            next,
+            dropped: read.dropped,
+            data: String::from_utf8_lossy(&got[..keep]).into_owned(),
+        };
+        Ok(json_response(200, &chunk))
+    }
+
+    fn static_file(&self, path: &str) -> Result<Response, ApiError> {
+        let wanted = if path == "/" || path.is_empty() {
+            "/index.html"
+        } else {
+            path
+        };
+        let wanted = wanted.trim_start_matches('/');
+        self.static_files
+            .iter()
+            .find(|(p, _, _)| p.trim_start_matches('/') == wanted)
+            .map(|(_, content_type, bytes)| Response {
+                status: 200,
+                content_type,
+                body: bytes.to_vec(),
+            })
+            .ok_or_else(|| ApiError::not_found(format!("no file {path}")))
+    }
+}
+
+/// Length of `bytes` without a trailing, incomplete UTF-8 sequence. Only a
+/// cut sequence is held back; invalid bytes elsewhere pass through (and
+/// become U+FFFD), so a guest writing garbage cannot stall the reader.
+fn utf8_complete_prefix(bytes: &[u8]) -> usize {
+    // A sequence is at most 4 bytes: look back for its lead byte.
+    for back in 1..=bytes.len().min(3) {
+        let b = bytes[bytes.len() - back];
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte
+        }
+        let needed = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return bytes.len(),
+        };
+        return if needed > back {
+            bytes.len() - back
+        } else {
+            bytes.len()
+        };
+    }
+    bytes.len()
+}
+
+/// Compares without an early exit, so response time does not reveal how
+/// much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,1 +1,469 @@
-fn main() {}
+//! hvctl: list, inspect, start, stop and restart Pinfold partitions and read their consoles through the manager's REST API.
+
+mod cli;
+mod format;
+mod http;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cli::{Cli, Command, UsageError};
+use http::{Endpoint, HttpError, Reply};
+use pinfold_manager_api::json::{
+    ConsoleChunk, ErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
+};
+
+/// How often `console --follow` asks for more.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Why a command failed.
+#[derive(Debug)]
+enum RunError {
+    /// No HTTP exchange happened.
+    Http(HttpError),
+    /// The API refused: status, error code and its sentence.
+    Api {
+        status: u16,
+        code: String,
+        detail: String,
+    },
+    /// The API answered 2xx with a body that is not the documented JSON.
+    UnexpectedBody(String),
+    /// Writing our own output failed (e.g. a closed pipe).
+    Output(std::io::Error),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Http(e) => write!(f, "{e}"),
+            RunError::Api {
+                status,
+                code,
+                detail,
+            } => write!(f, "{status} {code}: {detail}"),
+            RunError::UnexpectedBody(why) => write!(f, "unexpected reply from the API: {why}"),
+            RunError::Output(e) => write!(f, "writing output: {e}"),
+        }
+    }
+}
+
+impl From<HttpError> for RunError {
+    fn from(e: HttpError) -> Self {
+        RunError::Http(e)
+    }
+}
+
+impl From<std::io::Error> for RunError {
+    fn from(e: std::io::Error) -> Self {
+        RunError::Output(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = match cli::parse(&args, std::env::var(cli::TOKEN_ENV).ok()) {
+        Ok(cli) => cli,
+        Err(UsageError(why)) => {
+            eprintln!("hvctl: {why}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    if cli.command == Command::Help {
+        println!("{}", cli::USAGE);
+        return ExitCode::SUCCESS;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let mut wait = || {
+        std::thread::sleep(FOLLOW_INTERVAL);
+        true
+    };
+    match run(&cli, &mut stdout, &mut wait) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hvctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Percent-encodes a partition name for a path segment.
+fn encode_segment(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The reply, or the API's error as a [`RunError`].
+fn check(reply: Reply) -> Result<Reply, RunError> {
+    if (200..300).contains(&reply.status) {
+        return Ok(reply);
+    }
+    Err(match serde_json::from_slice::<ErrorBody>(&reply.body) {
+        Ok(e) => RunError::Api {
+            status: reply.status,
+            code: e.error,
+            detail: e.detail,
+        },
+        Err(_) => RunError::Api {
+            status: reply.status,
+            code: "http_error".into(),
+            detail: String::from_utf8_lossy(&reply.body).trim().to_string(),
+        },
+    })
+}
+
+fn decode<T: serde::de::DeserializeOwned>(reply: &Reply) -> Result<T, RunError> {
+    serde_json::from_slice(&reply.body).map_err(|e| RunError::UnexpectedBody(e.to_string()))
+}
+
+/// Runs one command, writing to `out`. `wait` paces `console --follow`
+/// and returns false to stop following.
+fn run(cli: &Cli, out: &mut impl Write, wait: &mut dyn FnMut() -> bool) -> Result<(), RunError> {
+    let ep = Endpoint::parse(&cli.url)?;
+    let get = |path: &str| -> Result<Reply, RunError> {
+        check(http::request(&ep, "GET", path, None, None)?)
+    };
+    match &cli.command {
+        Command::Help => writeln!(out, "{}", cli::USAGE)?,
+        Command::List => {
+            let reply = get("/api/v1/partitions")?;
+            let list: PartitionList = decode(&reply)?;
+            if cli.json {
+                out.write_all(&reply.body)?;
+                writeln!(out)?;
+            } else {
+                out.write_all(format::partition_list(&list).as_bytes())?;
+            }
+        }
+        Command::Show { name } => {
+            let reply = get(&format!("/api/v1/partitions/{}", encode_segment(name)))?;
+            let detail: PartitionDetailJson = decode(&reply)?;
+            if cli.json {
+                out.write_all(&reply.body)?;
+                writeln!(out)?;
+            } else {
+                out.write_all(format::partition_detail(&detail).as_bytes())?;
+            }
+        }
+        Command::Change { op, name } => {
+            let path = format!(
+                "/api/v1/partitions/{}/{}",
+                encode_segment(name),
+                op.as_str()
+            );
+            let reply = check(
+                http::request(&ep, "POST", &path, cli.token.as_deref(), Some(b""))
+                    .map_err(RunError::Http)?,
+            )?;
+            let result: TransitionResult = decode(&reply)?;
+            if cli.json {
+                out.write_all(&reply.body)?;
+                writeln!(out)?;
+            } else {
+                writeln!(out, "{}: {}", result.name, result.state.as_str())?;
+            }
+        }
+        Command::Console { name, follow } => {
+            let base = format!("/api/v1/partitions/{}/console", encode_segment(name));
+            let mut offset = 0u64;
+            loop {
+                let reply = get(&format!("{base}?offset={offset}"))?;
+                let chunk: ConsoleChunk = decode(&reply)?;
+                if cli.json {
+                    out.write_all(&reply.body)?;
+                    writeln!(out)?;
+                } else {
+                    if chunk.dropped > 0 {
+                        eprintln!(
+                            "hvctl: {} console bytes were lost before they could be read",
+                            chunk.dropped
+                        );
+                    }
+                    out.write_all(chunk.data.as_bytes())?;
+                }
+                out.flush()?;
+                let advanced = chunk.next != offset;
+                offset = chunk.next;
+                // Without --follow, drain what is there and stop.
+                if (!advanced || chunk.data.is_empty()) && (!*follow || !wait()) {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+    use std::thread;
+
+    /// One request as the fake server saw it.
+    #[derive(Debug)]
+    struct Seen {
+        request_line: String,
+        headers: Vec<String>,
+        body: Vec<u8>,
+    }
+
+    /// Serves the given (status, body) replies, one per connection, and
+    /// reports each request it saw.
+    fn fake_server(replies: Vec<(u16, &'static str)>) -> (String, mpsc::Receiver<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for (status, body) in replies {
+                let (stream, _) = listener.accept().expect("accept");
+                let mut reader = BufReader::new(stream);
+                let mut request_line = String::new();
+                reader.read_line(&mut request_line).expect("request line");
+                let mut headers = Vec::new();
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).expect("header");
+                    let line = line.trim_end().to_string();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().expect("length");
+                    }
+                    headers.push(line);
+                }
+                let mut body_in = vec![0; length];
+                reader.read_exact(&mut body_in).expect("body");
+                let mut stream = reader.into_inner();
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(reply.as_bytes()).expect("reply");
+                let _ = tx.send(Seen {
+                    request_line: request_line.trim_end().into(),
+                    headers,
+                    body: body_in,
+                });
+            }
+        });
+        (url, rx)
+    }
+
+    fn cli(url: &str, command: Command) -> Cli {
+        Cli {
+            url: url.into(),
+            token: Some("tok".into()),
+            json: false,
+            command,
+        }
+    }
+
+    fn run_to_string(cli: &Cli) -> (Result<(), RunError>, String) {
+        let mut out = Vec::new();
+        let result = run(cli, &mut out, &mut || false);
+        (result, String::from_utf8(out).expect("UTF-8"))
+    }
+
+    const LIST: &str = r#"{"partitions":[{"name":"alpha","state":"running","cpus":[1],"ram_bytes":268435456,"uptime_ms":5000,"boot_count":1,"management":false}]}"#;
+
+    #[test]
+    fn list_fetches_partitions_and_prints_a_table() {
+        let (url, seen) = fake_server(vec![(200, LIST)]);
+
+        let (result, out) = run_to_string(&cli(&url, Command::List));
+
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            seen.recv().expect("request").request_line,
+            "GET /api/v1/partitions HTTP/1.1"
+        );
+        assert_eq!(out, "NAME   STATE    CPUS  RAM      UPTIME  BOOTS  MGMT\nalpha  running  1     256 MiB  5.0s    1\n");
+    }
+
+    #[test]
+    fn json_flag_prints_the_api_body_unchanged() {
+        let (url, _seen) = fake_server(vec![(200, LIST)]);
+        let mut c = cli(&url, Command::List);
+        c.json = true;
+
+        let (_, out) = run_to_string(&c);
+
+        assert_eq!(out, format!("{LIST}\n"));
+    }
+
+    #[test]
+    fn start_posts_with_bearer_token_and_prints_new_state() {
+        let (url, seen) = fake_server(vec![(202, r#"{"name":"beta","state":"running"}"#)]);
+        let c = cli(
+            &url,
+            Command::Change {
+                op: cli::Op::Start,
+                name: "beta".into(),
+            },
+        );
+
+        let (result, out) = run_to_string(&c);
+
+        let req = seen.recv().expect("request");
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            req.request_line,
+            "POST /api/v1/partitions/beta/start HTTP/1.1"
+        );
+        assert!(
+            req.headers.iter().any(|h| h == "Authorization: Bearer tok"),
+            "{:?}",
+            req.headers
+        );
+        assert!(req.body.is_empty());
+        assert_eq!(out, "beta: running\n");
+    }
+
+    #[test]
+    fn api_error_is_reported_with_status_code_and_detail() {
+        let (url, _seen) = fake_server(vec![(
+            409,
+            r#"{"error":"conflict","detail":"cannot stop mgmt: it is the management partition"}"#,
+        )]);
+        let c = cli(
+            &url,
+            Command::Change {
+                op: cli::Op::Stop,
+                name: "mgmt".into(),
+            },
+        );
+
+        let (result, _) = run_to_string(&c);
+
+        let err = result.expect_err("409");
+        assert_eq!(
+            err.to_string(),
+            "409 conflict: cannot stop mgmt: it is the management partition"
+        );
+    }
+
+    #[test]
+    fn show_percent_encodes_the_name() {
+        let (url, seen) = fake_server(vec![(
+            404,
+            r#"{"error":"not_found","detail":"no partition"}"#,
+        )]);
+
+        let _ = run_to_string(&cli(
+            &url,
+            Command::Show {
+                name: "a b/c".into(),
+            },
+        ));
+
+        assert_eq!(
+            seen.recv().expect("request").request_line,
+            "GET /api/v1/partitions/a%20b%2Fc HTTP/1.1"
+        );
+    }
+
+    #[test]
+    fn console_reads_from_each_next_until_nothing_is_left() {
+        let (url, seen) = fake_server(vec![
+            (200, r#"{"offset":0,"next":7,"dropped":0,"data":"login: "}"#),
+            (200, r#"{"offset":7,"next":12,"dropped":0,"data":"root\n"}"#),
+            (200, r#"{"offset":12,"next":12,"dropped":0,"data":""}"#),
+        ]);
+        let c = cli(
+            &url,
+            Command::Console {
+                name: "alpha".into(),
+                follow: false,
+            },
+        );
+
+        let (result, out) = run_to_string(&c);
+
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(out, "login: root\n");
+        let lines: Vec<String> = seen.iter().take(3).map(|s| s.request_line).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "GET /api/v1/partitions/alpha/console?offset=0 HTTP/1.1",
+                "GET /api/v1/partitions/alpha/console?offset=7 HTTP/1.1",
+                "GET /api/v1/partitions/alpha/console?offset=12 HTTP/1.1",
+            ]
+        );
+    }
+
+    #[test]
+    fn console_follow_keeps_polling_until_told_to_stop() {
+        let (url, seen) = fake_server(vec![
+            (200, r#"{"offset":0,"next":0,"dropped":0,"data":""}"#),
+            (200, r#"{"offset":0,"next":2,"dropped":0,"data":"$ "}"#),
+            (200, r#"{"offset":2,"next":2,"dropped":0,"data":""}"#),
+        ]);
+        let c = cli(
+            &url,
+            Command::Console {
+                name: "alpha".into(),
+                follow: true,
+            },
+        );
+        let mut waits = 0;
+        let mut out = Vec::new();
+
+        let result = run(&c, &mut out, &mut || {
+            waits += 1;
+            waits < 2
+        });
+
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(out, b"$ ");
+        assert_eq!(seen.iter().take(3).count(), 3);
+    }
+
+    #[test]
+    fn refused_connection_is_an_http_error() {
+        // Bind then drop a listener: its port is now (very likely) closed.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+
+        let (result, _) = run_to_string(&cli(&format!("http://127.0.0.1:{port}"), Command::List));
+
+        assert!(
+            matches!(result, Err(RunError::Http(HttpError::Io(_)))),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn success_status_with_wrong_body_is_unexpected() {
+        let (url, _seen) = fake_server(vec![(200, r#"{"nope":1}"#)]);
+
+        let (result, _) = run_to_string(&cli(&url, Command::List));
+
+        assert!(
+            matches!(result, Err(RunError::UnexpectedBody(_))),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn segment_encoding_keeps_unreserved_characters() {
+        assert_eq!(encode_segment("web-1.prod_x~"), "web-1.prod_x~");
+        assert_eq!(encode_segment("é"), "%C3%A9");
+    }
+}

@@ -85,7 +85,7 @@ impl CpioWriter {
     }
 
     fn pad4(&mut self) {
-        while self.out.len() % 4 != 0 {
+        while !self.out.len().is_multiple_of(4) {
             self.out.push(0);
         }
     }

@@ -18,9 +18,12 @@ use crate::error::{IoContext, XtaskError};
 use crate::image::is_arm64_image;
 use crate::Workspace;
 
-/// Debian packages the host needs: QEMU for aarch64 and dtc (to inspect the
-/// DTBs the hypervisor generates).
-const HOST_PACKAGES: [&str; 2] = ["qemu-system-arm", "device-tree-compiler"];
+/// Debian packages the host needs: QEMU for aarch64, dtc (to inspect the
+/// DTBs the hypervisor generates) and ipxe-qemu, a mere recommendation of
+/// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
+/// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
+/// a GTK front end that a headless machine does not need.
+const HOST_PACKAGES: [&str; 3] = ["qemu-system-arm", "device-tree-compiler", "ipxe-qemu"];
 /// The Rust target of the EL2 image and the bare-metal test guest.
 pub const BARE_TARGET: &str = "aarch64-unknown-none-softfloat";
 /// The meta package that names the current Debian cloud kernel for arm64.
@@ -102,9 +105,13 @@ impl Provisioner {
         }
         // Try with the lists we have; stale lists name files the mirror no
         // longer has, so refresh once and retry before giving up.
-        if self.download_guest_debs(cache).is_err() && !self.apt_updated {
-            self.apt_update()?;
-            self.download_guest_debs(cache)?;
+        match self.download_guest_debs(cache) {
+            Ok(()) => {}
+            Err(_) if !self.apt_updated => {
+                self.apt_update()?;
+                self.download_guest_debs(cache)?;
+            }
+            Err(err) => return Err(err),
         }
         match cached(cache)? {
             (Some(kernel), Some(busybox)) => Ok((kernel, busybox)),
@@ -195,7 +202,19 @@ fn newest(dir: &Path, prefix: &str, suffix: &str) -> Result<Option<PathBuf>, Xta
 }
 
 /// Unpacks the members matching `pattern` of a .deb's filesystem into `dir`.
+/// A package that does not unpack (say, a download cut short) is deleted,
+/// so the next run downloads it again instead of failing the same way.
 fn unpack(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskError> {
+    let result = unpack_members(deb, dir, pattern);
+    if result.is_err() {
+        eprintln!("xtask: removing {} so that the next run downloads it again", deb.display());
+        // If even the removal fails, the unpack error below is the one to show.
+        let _ = fs::remove_file(deb);
+    }
+    result
+}
+
+fn unpack_members(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskError> {
     fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
     let mut dpkg = Command::new("dpkg-deb");
     dpkg.arg("--fsys-tarfile").arg(deb).stdout(Stdio::piped());
@@ -347,6 +366,20 @@ mod tests {
         let init = text.find("init\0").expect("init entry");
         let trailer = text.find("TRAILER!!!").expect("trailer");
         assert!(busybox < init && init < trailer);
+    }
+
+    #[test]
+    fn package_that_does_not_unpack_is_deleted_for_a_fresh_download() {
+        let dir = std::env::temp_dir().join(format!("xtask-unpack-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("temp dir");
+        let deb = dir.join("cut-short_arm64.deb");
+        fs::write(&deb, b"!<arch>\ntruncated").expect("write deb");
+
+        let result = unpack(&deb, &dir.join("root"), "./bin/busybox");
+
+        assert!(result.is_err());
+        assert!(!deb.exists());
+        let _ = fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -191,7 +191,9 @@ const PROBE_CHECKS: [&str; 5] = [
 /// Whether `line` is the probe reporting that `check` was refused.
 fn is_refusal(line: &str, check: &str) -> bool {
     line.contains("[probe] PROBE ")
-        && line.split_whitespace().any(|word| word == check)
+        && line
+            .split_whitespace()
+            .any(|word| word.trim_end_matches([':', ',']) == check)
         && line.contains("refused")
 }
 
@@ -249,6 +251,13 @@ mod tests {
         assert!(is_refusal("[probe] PROBE smc refused (SMC trapped)", "smc"));
         assert!(!is_refusal("[probe] PROBE smc ESCAPED", "smc"));
         assert!(!is_refusal("[steady] PROBE smc refused", "smc"));
+    }
+
+    #[test]
+    fn refusal_accepts_a_colon_after_the_check_name() {
+        let line = "[probe] PROBE psci-cpu-on-foreign: refused (CPU_ON MPIDR 2 -> INVALID_PARAMETERS)";
+
+        assert!(is_refusal(line, "psci-cpu-on-foreign"));
     }
 
     #[test]

@@ -21,18 +21,21 @@ export function renderCpuMap(el: HTMLElement, host: Host, parts: readonly Partit
     .map((c) => {
       const owner = c.partition;
       const colour = partitionColour(owner, parts);
+      const state = parts.find((p) => p.name === owner)?.state;
       const tile = h(
         owner !== null ? 'a' : 'div',
         {
           class: owner === null ? 'cpu-tile cpu-free' : 'cpu-tile',
           'data-cpu': c.cpu,
           'data-owner': owner ?? '',
+          'data-state': state ?? null,
           href: owner !== null ? `#/partitions/${encodeURIComponent(owner)}` : null,
-          title: owner === null ? `CPU ${c.cpu}: not assigned` : `CPU ${c.cpu}: ${owner}`,
+          title: owner === null ? `CPU ${c.cpu}: not assigned` : `CPU ${c.cpu}: ${owner} (${state ?? 'unknown'})`,
           style: owner === null ? null : `--owner:${colour}`,
         },
         h('span', { class: 'cpu-id' }, `CPU ${c.cpu}`),
         h('span', { class: 'cpu-owner' }, owner ?? 'unassigned'),
+        h('span', { class: 'cpu-state' }, owner === null ? 'no partition' : (state ?? 'unknown')),
       );
       return tile;
     });

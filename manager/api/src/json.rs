@@ -1,0 +1,280 @@
+//! The REST API's JSON bodies, one type per shape in the contract (shared with hvctl), and their conversion from the hypercall ABI's types.
+
+use pinfold_abi::{
+    ExitCounts, HostInfo, PartitionDetail, PartitionState, PartitionSummary, VcpuInfo, VcpuPower,
+};
+use serde::{Deserialize, Serialize};
+
+/// `GET /api/v1/host`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    pub version: String,
+    /// "major.minor" of the hypercall ABI the hypervisor offers.
+    pub abi_version: String,
+    pub gic_version: u8,
+    pub cpu_count: u32,
+    pub ram_bytes: u64,
+    pub uptime_ms: u64,
+    pub cpus: Vec<Cpu>,
+}
+
+/// One physical CPU and the partition that owns it (`None` = nobody).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cpu {
+    pub cpu: u32,
+    pub partition: Option<String>,
+}
+
+/// `GET /api/v1/partitions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionList {
+    pub partitions: Vec<Partition>,
+}
+
+/// A partition's life-cycle state as the API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Stopped,
+    Running,
+    Stopping,
+}
+
+impl State {
+    /// The API spelling, also used in tables.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            State::Stopped => "stopped",
+            State::Running => "running",
+            State::Stopping => "stopping",
+        }
+    }
+
+    /// The value of the `pinfold_partition_state` metric.
+    pub const fn metric(self) -> u8 {
+        match self {
+            State::Stopped => 0,
+            State::Running => 1,
+            State::Stopping => 2,
+        }
+    }
+}
+
+/// One partition in a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub name: String,
+    pub state: State,
+    pub cpus: Vec<u32>,
+    pub ram_bytes: u64,
+    pub uptime_ms: u64,
+    pub boot_count: u32,
+    pub management: bool,
+}
+
+/// `GET /api/v1/partitions/{name}`: the summary plus faults and vCPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionDetailJson {
+    #[serde(flatten)]
+    pub summary: Partition,
+    pub faults: u64,
+    pub vcpus: Vec<Vcpu>,
+}
+
+/// A vCPU's PSCI power state as the API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VcpuState {
+    On,
+    Off,
+    OnPending,
+}
+
+impl VcpuState {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            VcpuState::On => "on",
+            VcpuState::Off => "off",
+            VcpuState::OnPending => "on_pending",
+        }
+    }
+}
+
+/// One vCPU of a partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vcpu {
+    pub vcpu: u32,
+    pub cpu: u32,
+    pub state: VcpuState,
+    pub exits: Exits,
+    pub injected: u64,
+}
+
+/// Exits by class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Exits {
+    pub mmio: u64,
+    pub sysreg: u64,
+    pub hvc: u64,
+    pub irq: u64,
+    pub abort: u64,
+    pub other: u64,
+}
+
+impl Exits {
+    /// Class names and counts, in the order the API and metrics list them.
+    pub fn by_class(&self) -> [(&'static str, u64); 6] {
+        [
+            ("mmio", self.mmio),
+            ("sysreg", self.sysreg),
+            ("hvc", self.hvc),
+            ("irq", self.irq),
+            ("abort", self.abort),
+            ("other", self.other),
+        ]
+    }
+}
+
+/// `POST .../start|stop|restart` (202).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionResult {
+    pub name: String,
+    pub state: State,
+}
+
+/// `GET .../console`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsoleChunk {
+    /// The offset that was asked for.
+    pub offset: u64,
+    /// The offset to ask for next.
+    pub next: u64,
+    /// Bytes lost to the ring before `offset` could be read; `data` starts
+    /// at `offset + dropped`.
+    pub dropped: u64,
+    pub data: String,
+}
+
+/// `POST .../console` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsoleInput {
+    pub data: String,
+}
+
+/// `POST .../console` reply (202).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accepted {
+    pub accepted: u64,
+}
+
+/// Every 4xx/5xx body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Short code: bad_request, unauthorized, not_found, ...
+    pub error: String,
+    pub detail: String,
+}
+
+const NS_PER_MS: u64 = 1_000_000;
+
+impl From<PartitionState> for State {
+    fn from(state: PartitionState) -> Self {
+        match state {
+            PartitionState::Stopped => State::Stopped,
+            PartitionState::Running => State::Running,
+            PartitionState::Stopping => State::Stopping,
+        }
+    }
+}
+
+impl From<VcpuPower> for VcpuState {
+    fn from(power: VcpuPower) -> Self {
+        match power {
+            VcpuPower::On => VcpuState::On,
+            VcpuPower::Off => VcpuState::Off,
+            VcpuPower::OnPending => VcpuState::OnPending,
+        }
+    }
+}
+
+impl From<ExitCounts> for Exits {
+    fn from(e: ExitCounts) -> Self {
+        Exits {
+            mmio: e.mmio,
+            sysreg: e.sysreg,
+            hvc: e.hvc,
+            irq: e.irq,
+            abort: e.abort,
+            other: e.other,
+        }
+    }
+}
+
+impl From<&PartitionSummary> for Partition {
+    fn from(p: &PartitionSummary) -> Self {
+        Partition {
+            name: p.name.clone(),
+            state: p.state.into(),
+            cpus: p.cpus.clone(),
+            ram_bytes: p.ram_bytes,
+            uptime_ms: p.uptime_ns / NS_PER_MS,
+            boot_count: p.boot_count,
+            management: p.management,
+        }
+    }
+}
+
+impl From<&VcpuInfo> for Vcpu {
+    fn from(v: &VcpuInfo) -> Self {
+        Vcpu {
+            vcpu: v.vcpu,
+            cpu: v.cpu,
+            state: v.power.into(),
+            exits: v.exits.into(),
+            injected: v.injected,
+        }
+    }
+}
+
+impl From<&PartitionDetail> for PartitionDetailJson {
+    fn from(d: &PartitionDetail) -> Self {
+        PartitionDetailJson {
+            summary: (&d.summary).into(),
+            faults: d.faults,
+            vcpus: d.vcpus.iter().map(Vcpu::from).collect(),
+        }
+    }
+}
+
+impl Host {
+    /// Builds the host body; CPU owners are partition indices in the ABI
+    /// and names here (an index with no partition reads as unowned).
+    pub fn new(
+        info: &HostInfo,
+        abi_version: pinfold_abi::AbiVersion,
+        partitions: &[PartitionSummary],
+    ) -> Host {
+        let name_of = |index: u32| {
+            partitions
+                .iter()
+                .find(|p| p.index == index)
+                .map(|p| p.name.clone())
+        };
+        Host {
+            version: info.version.clone(),
+            abi_version: abi_version.to_string(),
+            gic_version: info.gic_version,
+            cpu_count: info.cpu_count,
+            ram_bytes: info.ram_bytes,
+            uptime_ms: info.uptime_ns / NS_PER_MS,
+            cpus: info
+                .cpus
+                .iter()
+                .map(|c| Cpu {
+                    cpu: c.cpu,
+                    partition: c.partition.and_then(name_of),
+                })
+                .collect(),
+        }
+    }
+}

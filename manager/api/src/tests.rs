@@ -1,0 +1,1237 @@
+//! Host tests of the REST layer: routing, auth, every error, console offsets, metrics, the OpenAPI document, and HvcBackend over the real dispatcher.
+
+use super::*;
+use pinfold_abi::{
+    AbiVersion, CpuOwner, ExitCounts, HostInfo, PartitionDetail, PartitionState, VcpuInfo,
+    VcpuPower,
+};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "s3cret-token";
+/// Indices deliberately differ from list positions.
+const MGMT: u32 = 5;
+const ALPHA: u32 = 9;
+const BETA: u32 = 2;
+
+static FILES: &[StaticFile] = &[
+    (
+        "/index.html",
+        "text/html; charset=utf-8",
+        b"<html>pinfold</html>",
+    ),
+    ("/assets/app.js", "text/javascript", b"console.log(1)"),
+];
+
+struct FakeBackend {
+    partitions: Vec<PartitionSummary>,
+    /// ALPHA's console; positions start at `console_base`.
+    console: Vec<u8>,
+    console_base: u64,
+    /// The last console_read's (offset, out.len()).
+    last_read: Option<(u64, usize)>,
+    written: Vec<u8>,
+    calls: Vec<String>,
+    /// When set, start/stop/restart fail with this.
+    fail_transitions: Option<CallError>,
+    /// When set, every listing fails with this.
+    fail_list: Option<CallError>,
+}
+
+fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
+    PartitionSummary {
+        index,
+        name: name.to_string(),
+        state,
+        cpus: vec![index],
+        ram_bytes: 268_435_456,
+        uptime_ns: 5_000_000_000,
+        boot_count: 1,
+        management,
+    }
+}
+
+impl FakeBackend {
+    fn new() -> Self {
+        FakeBackend {
+            partitions: vec![
+                summary(MGMT, "mgmt", PartitionState::Running, true),
+                summary(ALPHA, "alpha", PartitionState::Running, false),
+                summary(BETA, "beta", PartitionState::Stopped, false),
+            ],
+            console: b"login: ".to_vec(),
+            console_base: 100,
+            last_read: None,
+            written: Vec::new(),
+            calls: Vec::new(),
+            fail_transitions: None,
+            fail_list: None,
+        }
+    }
+
+    fn set_state(&mut self, index: u32, state: PartitionState) -> Result<(), CallError> {
+        let p = self
+            .partitions
+            .iter_mut()
+            .find(|p| p.index == index)
+            .ok_or(CallError::Refused(AbiError::NotFound))?;
+        p.state = state;
+        Ok(())
+    }
+
+    fn transition(&mut self, what: &str, index: u32, to: PartitionState) -> Result<(), CallError> {
+        self.calls.push(format!("{what} {index}"));
+        if let Some(err) = self.fail_transitions {
+            return Err(err);
+        }
+        self.set_state(index, to)
+    }
+}
+
+impl Backend for FakeBackend {
+    fn abi_version(&mut self) -> Result<AbiVersion, CallError> {
+        Ok(pinfold_abi::ABI_VERSION)
+    }
+
+    fn host_info(&mut self) -> Result<HostInfo, CallError> {
+        Ok(HostInfo {
+            version: "0.1.0".to_string(),
+            gic_version: 3,
+            cpu_count: 4,
+            ram_bytes: 2_147_483_648,
+            uptime_ns: 12_345_678_901,
+            cpus: vec![
+                CpuOwner {
+                    cpu: 0,
+                    partition: Some(MGMT),
+                },
+                CpuOwner {
+                    cpu: 1,
+                    partition: Some(ALPHA),
+                },
+                CpuOwner {
+                    cpu: 2,
+                    partition: Some(BETA),
+                },
+                CpuOwner {
+                    cpu: 3,
+                    partition: None,
+                },
+            ],
+        })
+    }
+
+    fn partitions(&mut self) -> Result<Vec<PartitionSummary>, CallError> {
+        match self.fail_list {
+            Some(err) => Err(err),
+            None => Ok(self.partitions.clone()),
+        }
+    }
+
+    fn detail(&mut self, index: u32) -> Result<PartitionDetail, CallError> {
+        let summary = self
+            .partitions
+            .iter()
+            .find(|p| p.index == index)
+            .cloned()
+            .ok_or(CallError::Refused(AbiError::NotFound))?;
+        Ok(PartitionDetail {
+            summary,
+            faults: 0,
+            vcpus: vec![VcpuInfo {
+                vcpu: 0,
+                cpu: index,
+                power: VcpuPower::OnPending,
+                exits: ExitCounts {
+                    mmio: 10,
+                    sysreg: 3,
+                    hvc: 2,
+                    irq: 500,
+                    abort: 0,
+                    other: 0,
+                },
+                injected: 480,
+            }],
+        })
+    }
+
+    fn start(&mut self, index: u32) -> Result<(), CallError> {
+        self.transition("start", index, PartitionState::Running)
+    }
+
+    fn stop(&mut self, index: u32) -> Result<(), CallError> {
+        self.transition("stop", index, PartitionState::Stopping)
+    }
+
+    fn restart(&mut self, index: u32) -> Result<(), CallError> {
+        self.transition("restart", index, PartitionState::Running)
+    }
+
+    fn console_read(
+        &mut self,
+        index: u32,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<ConsoleRead, CallError> {
+        if index != ALPHA {
+            return Err(CallError::Refused(AbiError::NotFound));
+        }
+        self.last_read = Some((offset, out.len()));
+        let end = self.console_base + self.console.len() as u64;
+        let start = offset.clamp(self.console_base, end);
+        let from = (start - self.console_base) as usize;
+        let len = (self.console.len() - from).min(out.len());
+        out[..len].copy_from_slice(&self.console[from..from + len]);
+        Ok(ConsoleRead {
+            len,
+            next: start + len as u64,
+            dropped: start.saturating_sub(offset),
+        })
+    }
+
+    fn console_write(&mut self, index: u32, bytes: &[u8]) -> Result<usize, CallError> {
+        if index != ALPHA {
+            return Err(CallError::Refused(AbiError::NotFound));
+        }
+        self.written.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+}
+
+fn router() -> Router<FakeBackend> {
+    Router::new(FakeBackend::new(), TOKEN, FILES)
+}
+
+fn get(path: &str) -> Request {
+    Request {
+        method: "GET".into(),
+        path: path.into(),
+        ..Request::default()
+    }
+}
+
+fn post(path: &str, body: &str) -> Request {
+    Request {
+        method: "POST".into(),
+        path: path.into(),
+        headers: vec![("Authorization".into(), format!("Bearer {TOKEN}"))],
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn body_json(resp: &Response) -> Value {
+    serde_json::from_slice(&resp.body).expect("JSON body")
+}
+
+fn error_code(resp: &Response) -> String {
+    body_json(resp)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn text(resp: &Response) -> String {
+    String::from_utf8(resp.body.clone()).expect("UTF-8")
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+// ---------------------------------------------------------------------------
+
+#[test]
+fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/host"));
+
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.content_type, "application/json");
+    assert_eq!(
+        body_json(&resp),
+        json!({"version":"0.1.0","abi_version":"1.0","gic_version":3,"cpu_count":4,
+               "ram_bytes":2147483648u64,"uptime_ms":12345,
+               "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
+                       {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
+    );
+}
+
+#[test]
+fn partitions_list_has_the_contract_fields() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions"));
+
+    assert_eq!(resp.status, 200);
+    assert_eq!(
+        body_json(&resp)["partitions"][1],
+        json!({"name":"alpha","state":"running","cpus":[9],"ram_bytes":268435456,
+               "uptime_ms":5000,"boot_count":1,"management":false})
+    );
+}
+
+#[test]
+fn partition_detail_adds_faults_and_vcpus() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha"));
+
+    let body = body_json(&resp);
+    assert_eq!(resp.status, 200);
+    assert_eq!(body["name"], "alpha");
+    assert_eq!(body["faults"], 0);
+    assert_eq!(
+        body["vcpus"][0],
+        json!({"vcpu":0,"cpu":9,"state":"on_pending",
+               "exits":{"mmio":10,"sysreg":3,"hvc":2,"irq":500,"abort":0,"other":0},
+               "injected":480})
+    );
+}
+
+#[test]
+fn percent_encoded_partition_name_is_decoded() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/%61lpha"));
+
+    assert_eq!(resp.status, 200);
+}
+
+#[test]
+fn malformed_percent_escape_in_name_is_400() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/al%zzpha"));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (400, "bad_request")
+    );
+}
+
+#[test]
+fn trailing_slash_routes_like_the_bare_path() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/"));
+
+    assert_eq!(resp.status, 200);
+}
+
+#[test]
+fn unknown_partition_is_404_not_found() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/gamma"));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (404, "not_found")
+    );
+}
+
+#[test]
+fn unknown_api_route_is_404_not_found() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/reboot-now"));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (404, "not_found")
+    );
+}
+
+#[test]
+fn api_path_is_never_served_from_static_files() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v2/index.html"));
+
+    assert_eq!(resp.status, 404);
+    assert_eq!(resp.content_type, "application/json");
+}
+
+#[test]
+fn wrong_method_on_known_route_is_405() {
+    let mut r = router();
+
+    let cases = [
+        Request {
+            method: "DELETE".into(),
+            ..get("/api/v1/partitions/alpha")
+        },
+        post("/api/v1/host", ""),
+        get("/api/v1/partitions/alpha/start"),
+    ];
+
+    for req in cases {
+        let resp = r.handle(&req);
+        assert_eq!(
+            (resp.status, error_code(&resp).as_str()),
+            (405, "method_not_allowed"),
+            "{req:?}"
+        );
+    }
+}
+
+#[test]
+fn error_body_has_exactly_error_and_detail() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/nope"));
+
+    let body = body_json(&resp);
+    let keys: Vec<&String> = body.as_object().expect("object").keys().collect();
+    assert_eq!(keys, vec!["detail", "error"]);
+    assert!(!body["detail"].as_str().unwrap_or_default().is_empty());
+}
+
+#[test]
+fn hypervisor_call_failure_is_500_hypervisor_error() {
+    let mut r = router();
+    r.backend_mut().fail_list = Some(CallError::Refused(AbiError::BadAddress));
+
+    let resp = r.handle(&get("/api/v1/partitions"));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (500, "hypervisor_error")
+    );
+}
+
+#[test]
+fn hypervisor_without_the_call_is_503_hypervisor_error() {
+    let mut r = router();
+    r.backend_mut().fail_list = Some(CallError::Refused(AbiError::NotSupported));
+
+    let resp = r.handle(&get("/api/v1/partitions"));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (503, "hypervisor_error")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Static files and the OpenAPI document
+// ---------------------------------------------------------------------------
+
+#[test]
+fn root_serves_index_html() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/"));
+
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.content_type, "text/html; charset=utf-8");
+    assert_eq!(resp.body, b"<html>pinfold</html>");
+}
+
+#[test]
+fn static_file_is_served_with_its_content_type() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/assets/app.js?v=3"));
+
+    assert_eq!((resp.status, resp.content_type), (200, "text/javascript"));
+}
+
+#[test]
+fn missing_static_file_is_404() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/assets/missing.css"));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (404, "not_found")
+    );
+}
+
+#[test]
+fn post_to_a_static_path_is_405() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/index.html", ""));
+
+    assert_eq!(resp.status, 405);
+}
+
+#[test]
+fn openapi_document_is_served_and_is_openapi_3() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/openapi.json"));
+
+    assert_eq!(resp.status, 200);
+    assert!(body_json(&resp)["openapi"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("3.0"));
+}
+
+fn openapi() -> Value {
+    serde_json::from_str(OPENAPI_JSON).expect("openapi.json parses")
+}
+
+#[test]
+fn every_route_is_in_the_openapi_document() {
+    let doc = openapi();
+
+    for route in ROUTES {
+        let op = &doc["paths"][route.pattern][route.method.to_ascii_lowercase()];
+        assert!(
+            op.is_object(),
+            "{} {} missing from openapi.json",
+            route.method,
+            route.pattern
+        );
+    }
+}
+
+#[test]
+fn every_openapi_operation_is_a_route() {
+    let doc = openapi();
+    let paths = doc["paths"].as_object().expect("paths");
+
+    for (path, item) in paths {
+        for method in item.as_object().expect("path item").keys() {
+            if method == "parameters" {
+                continue;
+            }
+            let upper = method.to_ascii_uppercase();
+            assert!(
+                ROUTES
+                    .iter()
+                    .any(|r| r.pattern == path && r.method == upper),
+                "openapi.json documents {upper} {path}, which the router lacks"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_route_in_the_table_reaches_its_endpoint() {
+    // The router must route by ROUTES alone: each pattern, with a name
+    // filled in, parses to an action (not 404/405).
+    for route in ROUTES {
+        let path = route.pattern.replace("{name}", "alpha");
+        let body = if route.endpoint == Endpoint::Console {
+            r#"{"data":"x"}"#
+        } else {
+            ""
+        };
+        let req = Request {
+            method: route.method.into(),
+            path,
+            headers: vec![],
+            body: body.as_bytes().to_vec(),
+        };
+
+        assert!(parse(&req).is_ok(), "{} {}", route.method, route.pattern);
+    }
+}
+
+#[test]
+fn every_openapi_schema_reference_resolves() {
+    let doc = openapi();
+    let text = OPENAPI_JSON;
+    let mut rest = text;
+    while let Some(at) = rest.find("\"$ref\": \"#/components/") {
+        let tail = &rest[at + "\"$ref\": \"#/components/".len()..];
+        let end = tail.find('"').expect("closing quote");
+        let mut node = &doc["components"];
+        for part in tail[..end].split('/') {
+            node = &node[part];
+        }
+        assert!(node.is_object(), "dangling $ref {}", &tail[..end]);
+        rest = &tail[end..];
+    }
+}
+
+#[test]
+fn openapi_documents_every_error_code_the_router_emits() {
+    let doc = openapi();
+    let codes: Vec<&str> = doc["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
+        .as_array()
+        .expect("enum")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+
+    for code in [
+        "bad_request",
+        "unauthorized",
+        "not_found",
+        "method_not_allowed",
+        "conflict",
+        "too_large",
+        "hypervisor_error",
+    ] {
+        assert!(codes.contains(&code), "{code}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Authentication
+// ---------------------------------------------------------------------------
+
+#[test]
+fn post_without_token_is_401_and_reaches_no_backend() {
+    let mut r = router();
+    let req = Request {
+        headers: vec![],
+        ..post("/api/v1/partitions/beta/start", "")
+    };
+
+    let resp = r.handle(&req);
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (401, "unauthorized")
+    );
+    assert!(r.backend().calls.is_empty());
+}
+
+#[test]
+fn post_with_wrong_token_is_401() {
+    let mut r = router();
+    let req = Request {
+        headers: vec![("Authorization".into(), "Bearer s3cret-tokeN".into())],
+        ..post("/api/v1/partitions/beta/start", "")
+    };
+
+    assert_eq!(r.handle(&req).status, 401);
+}
+
+#[test]
+fn post_with_basic_auth_scheme_is_401() {
+    let mut r = router();
+    let req = Request {
+        headers: vec![("Authorization".into(), format!("Basic {TOKEN}"))],
+        ..post("/api/v1/partitions/beta/start", "")
+    };
+
+    assert_eq!(r.handle(&req).status, 401);
+}
+
+#[test]
+fn header_name_and_bearer_scheme_are_case_insensitive() {
+    let mut r = router();
+    let req = Request {
+        headers: vec![("authorization".into(), format!("bearer {TOKEN}"))],
+        ..post("/api/v1/partitions/beta/start", "")
+    };
+
+    assert_eq!(r.handle(&req).status, 202);
+}
+
+#[test]
+fn empty_configured_token_refuses_every_post() {
+    let mut r = Router::new(FakeBackend::new(), "", FILES);
+    let req = Request {
+        headers: vec![("Authorization".into(), "Bearer ".into())],
+        ..post("/api/v1/partitions/beta/start", "")
+    };
+
+    assert_eq!(r.handle(&req).status, 401);
+}
+
+#[test]
+fn unauthenticated_post_to_unknown_partition_is_401_not_404() {
+    let mut r = router();
+    let req = Request {
+        headers: vec![],
+        ..post("/api/v1/partitions/gamma/stop", "")
+    };
+
+    assert_eq!(r.handle(&req).status, 401);
+}
+
+#[test]
+fn unauthenticated_oversized_body_is_401_before_413() {
+    let mut r = router();
+    let big = "x".repeat(MAX_BODY_BYTES + 1);
+    let req = Request {
+        headers: vec![],
+        ..post("/api/v1/partitions/alpha/console", &big)
+    };
+
+    assert_eq!(r.handle(&req).status, 401);
+}
+
+#[test]
+fn get_needs_no_token_by_default() {
+    let mut r = router();
+
+    assert_eq!(
+        r.handle(&get("/api/v1/partitions/alpha/console")).status,
+        200
+    );
+}
+
+#[test]
+fn get_needs_token_when_reads_are_protected_but_static_files_do_not() {
+    let mut r = router();
+    r.require_token_for_reads = true;
+
+    assert_eq!(r.handle(&get("/api/v1/partitions")).status, 401);
+    assert_eq!(r.handle(&get("/metrics")).status, 401);
+    assert_eq!(r.handle(&get("/")).status, 200);
+}
+
+// ---------------------------------------------------------------------------
+// State transitions
+// ---------------------------------------------------------------------------
+
+#[test]
+fn start_of_stopped_partition_is_202_with_its_new_state() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/api/v1/partitions/beta/start", ""));
+
+    assert_eq!(resp.status, 202);
+    assert_eq!(body_json(&resp), json!({"name":"beta","state":"running"}));
+    assert_eq!(r.backend().calls, vec![format!("start {BETA}")]);
+}
+
+#[test]
+fn stop_reports_stopping_while_the_hypervisor_is_still_stopping() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/api/v1/partitions/alpha/stop", "{}"));
+
+    assert_eq!(body_json(&resp), json!({"name":"alpha","state":"stopping"}));
+}
+
+#[test]
+fn start_of_running_partition_is_409_without_asking_the_hypervisor() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/api/v1/partitions/alpha/start", ""));
+
+    assert_eq!((resp.status, error_code(&resp).as_str()), (409, "conflict"));
+    assert!(r.backend().calls.is_empty());
+}
+
+#[test]
+fn stop_of_stopped_or_stopping_partition_is_409() {
+    for state in [PartitionState::Stopped, PartitionState::Stopping] {
+        let mut r = router();
+        let _ = r.backend_mut().set_state(ALPHA, state);
+
+        let resp = r.handle(&post("/api/v1/partitions/alpha/stop", ""));
+
+        assert_eq!(resp.status, 409, "{state:?}");
+    }
+}
+
+#[test]
+fn any_transition_of_the_management_partition_is_409() {
+    for op in ["start", "stop", "restart"] {
+        let mut r = router();
+
+        let resp = r.handle(&post(&format!("/api/v1/partitions/mgmt/{op}"), ""));
+
+        assert_eq!(resp.status, 409, "{op}");
+        assert!(r.backend().calls.is_empty());
+    }
+}
+
+#[test]
+fn hypervisor_conflict_after_a_race_is_409() {
+    let mut r = router();
+    r.backend_mut().fail_transitions = Some(CallError::Refused(AbiError::Conflict));
+
+    let resp = r.handle(&post("/api/v1/partitions/alpha/restart", ""));
+
+    assert_eq!((resp.status, error_code(&resp).as_str()), (409, "conflict"));
+}
+
+#[test]
+fn transition_of_unknown_partition_is_404() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/api/v1/partitions/gamma/restart", ""));
+
+    assert_eq!(resp.status, 404);
+}
+
+#[test]
+fn transition_body_is_ignored_even_when_not_json() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/api/v1/partitions/beta/start", "not json at all"));
+
+    assert_eq!(resp.status, 202);
+}
+
+// ---------------------------------------------------------------------------
+// Console
+// ---------------------------------------------------------------------------
+
+#[test]
+fn console_read_without_offset_starts_at_zero() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console"));
+
+    // The fake's ring starts at position 100: 100 bytes were dropped.
+    assert_eq!(
+        body_json(&resp),
+        json!({"offset":0,"next":107,"dropped":100,"data":"login: "})
+    );
+    assert_eq!(r.backend().last_read.map(|(o, _)| o), Some(0));
+}
+
+#[test]
+fn console_read_passes_offset_and_returns_next() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console?offset=103"));
+
+    assert_eq!(
+        body_json(&resp),
+        json!({"offset":103,"next":107,"dropped":0,"data":"in: "})
+    );
+}
+
+#[test]
+fn console_read_at_the_end_returns_no_data_and_same_next() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console?offset=107"));
+
+    assert_eq!(
+        body_json(&resp),
+        json!({"offset":107,"next":107,"dropped":0,"data":""})
+    );
+}
+
+#[test]
+fn console_read_asks_for_at_most_16_kib() {
+    let mut r = router();
+
+    r.handle(&get("/api/v1/partitions/alpha/console"));
+
+    assert_eq!(
+        r.backend().last_read.map(|(_, len)| len),
+        Some(CONSOLE_READ_MAX)
+    );
+}
+
+#[test]
+fn console_read_ignores_other_query_parameters() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console?follow=1&offset=104"));
+
+    assert_eq!(body_json(&resp)["offset"], 104);
+}
+
+#[test]
+fn bad_console_offsets_are_400() {
+    for query in [
+        "offset=abc",
+        "offset=-1",
+        "offset=",
+        "offset=18446744073709551616",
+        "offset=1.5",
+    ] {
+        let mut r = router();
+
+        let resp = r.handle(&get(&format!("/api/v1/partitions/alpha/console?{query}")));
+
+        assert_eq!(
+            (resp.status, error_code(&resp).as_str()),
+            (400, "bad_request"),
+            "{query}"
+        );
+    }
+}
+
+#[test]
+fn console_bytes_that_are_not_utf8_are_replaced() {
+    let mut r = router();
+    r.backend_mut().console = vec![b'a', 0xFF, b'b'];
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console?offset=100"));
+
+    assert_eq!(body_json(&resp)["data"], "a\u{FFFD}b");
+}
+
+#[test]
+fn utf8_character_cut_at_chunk_end_is_held_back_for_the_next_read() {
+    let mut r = router();
+    // "é" is C3 A9; the ring currently ends after C3.
+    r.backend_mut().console = vec![b'o', b'k', 0xC3];
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console?offset=100"));
+
+    assert_eq!(
+        body_json(&resp),
+        json!({"offset":100,"next":102,"dropped":0,"data":"ok"})
+    );
+}
+
+#[test]
+fn utf8_prefix_keeps_complete_multibyte_characters() {
+    assert_eq!(utf8_complete_prefix("aé".as_bytes()), 3);
+    assert_eq!(utf8_complete_prefix(&[b'a', 0xE2, 0x82]), 1);
+    assert_eq!(utf8_complete_prefix(&[0xF0, 0x9F, 0x98, 0x80]), 4);
+    assert_eq!(utf8_complete_prefix(&[b'a', 0x80]), 2);
+}
+
+#[test]
+fn console_read_of_unknown_partition_is_404() {
+    let mut r = router();
+
+    assert_eq!(
+        r.handle(&get("/api/v1/partitions/gamma/console")).status,
+        404
+    );
+}
+
+#[test]
+fn console_write_sends_the_data_bytes_and_returns_accepted() {
+    let mut r = router();
+
+    let resp = r.handle(&post(
+        "/api/v1/partitions/alpha/console",
+        r#"{"data":"ls\n"}"#,
+    ));
+
+    assert_eq!(resp.status, 202);
+    assert_eq!(body_json(&resp), json!({"accepted":3}));
+    assert_eq!(r.backend().written, b"ls\n");
+}
+
+#[test]
+fn console_write_with_malformed_json_is_400() {
+    let mut r = router();
+
+    let resp = r.handle(&post("/api/v1/partitions/alpha/console", r#"{"data": "ls"#));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (400, "bad_request")
+    );
+    assert!(r.backend().written.is_empty());
+}
+
+#[test]
+fn console_write_without_data_field_is_400() {
+    let mut r = router();
+
+    let resp = r.handle(&post(
+        "/api/v1/partitions/alpha/console",
+        r#"{"text":"ls"}"#,
+    ));
+
+    assert_eq!(resp.status, 400);
+}
+
+#[test]
+fn console_write_of_exactly_4_kib_is_accepted() {
+    let mut r = router();
+    let body = json!({"data": "a".repeat(CONSOLE_WRITE_MAX)}).to_string();
+
+    assert_eq!(
+        r.handle(&post("/api/v1/partitions/alpha/console", &body))
+            .status,
+        202
+    );
+}
+
+#[test]
+fn console_write_over_4_kib_is_413() {
+    let mut r = router();
+    let body = json!({"data": "a".repeat(CONSOLE_WRITE_MAX + 1)}).to_string();
+
+    let resp = r.handle(&post("/api/v1/partitions/alpha/console", &body));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (413, "too_large")
+    );
+    assert!(r.backend().written.is_empty());
+}
+
+#[test]
+fn body_over_the_request_limit_is_413_before_parsing() {
+    let mut r = router();
+    let body = "{".repeat(MAX_BODY_BYTES + 1);
+
+    let resp = r.handle(&post("/api/v1/partitions/alpha/console", &body));
+
+    assert_eq!(resp.status, 413);
+}
+
+#[test]
+fn console_write_to_unknown_partition_is_404() {
+    let mut r = router();
+
+    assert_eq!(
+        r.handle(&post("/api/v1/partitions/gamma/console", r#"{"data":"x"}"#))
+            .status,
+        404
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+// ---------------------------------------------------------------------------
+
+#[test]
+fn metrics_use_the_prometheus_text_content_type() {
+    let mut r = router();
+
+    let resp = r.handle(&get("/metrics"));
+
+    assert_eq!(
+        (resp.status, resp.content_type),
+        (200, "text/plain; version=0.0.4; charset=utf-8")
+    );
+}
+
+#[test]
+fn metrics_contain_the_contract_samples() {
+    let mut r = router();
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    for line in [
+        "pinfold_partition_state{partition=\"alpha\"} 1",
+        "pinfold_partition_state{partition=\"beta\"} 0",
+        "pinfold_partition_uptime_seconds{partition=\"alpha\"} 5.0",
+        "pinfold_vcpu_exits_total{partition=\"alpha\",vcpu=\"0\",class=\"mmio\"} 10",
+        "pinfold_vcpu_exits_total{partition=\"alpha\",vcpu=\"0\",class=\"irq\"} 500",
+        "pinfold_vcpu_injected_total{partition=\"alpha\",vcpu=\"0\"} 480",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+}
+
+#[test]
+fn stopping_partition_metric_is_2() {
+    let mut r = router();
+    let _ = r.backend_mut().set_state(ALPHA, PartitionState::Stopping);
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    assert!(body.contains("pinfold_partition_state{partition=\"alpha\"} 2\n"));
+}
+
+#[test]
+fn every_metric_sample_follows_its_type_line_and_is_well_formed() {
+    let mut r = router();
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    let mut typed: Vec<String> = Vec::new();
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            assert!(kind == "gauge" || kind == "counter", "{line}");
+            typed.push(name.to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        let (name, rest) = line.split_once('{').expect("sample has labels");
+        let (_labels, value) = rest.rsplit_once("} ").expect("labels then value");
+        assert_eq!(typed.last().map(String::as_str), Some(name), "{line}");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+        if name.ends_with("_total") {
+            assert!(value.parse::<u64>().is_ok(), "counter {line}");
+        }
+    }
+    assert!(body.ends_with('\n'));
+}
+
+// ---------------------------------------------------------------------------
+// HvcBackend over the real dispatcher
+// ---------------------------------------------------------------------------
+
+mod hvc {
+    use super::*;
+    use pinfold_hv::addr::{Ipa, IpaRange};
+    use pinfold_hv::console::RingRead;
+    use pinfold_hv::hypercall::{dispatch, GuestMemory, GuestMemoryFault, Manage};
+
+    const RAM_BASE: u64 = 0x4000_0000;
+    /// The shared buffer sits 0x3000 into RAM, so IPA and offset differ.
+    const BUF_OFFSET: usize = 0x3000;
+
+    /// The management partition's RAM and the hypervisor behind it.
+    struct Machine {
+        ram: Vec<u8>,
+        buf_len: usize,
+        hv: FakeHv,
+        is_management: bool,
+    }
+
+    struct Ram<'a>(&'a mut Vec<u8>);
+
+    impl GuestMemory for Ram<'_> {
+        fn ram_range(&self) -> IpaRange {
+            IpaRange::new(RAM_BASE, self.0.len() as u64)
+        }
+        fn write(&mut self, ipa: Ipa, bytes: &[u8]) -> Result<(), GuestMemoryFault> {
+            let at = (ipa.0 - RAM_BASE) as usize;
+            self.0
+                .get_mut(at..at + bytes.len())
+                .ok_or(GuestMemoryFault)?
+                .copy_from_slice(bytes);
+            Ok(())
+        }
+        fn read(&self, ipa: Ipa, out: &mut [u8]) -> Result<(), GuestMemoryFault> {
+            let at = (ipa.0 - RAM_BASE) as usize;
+            out.copy_from_slice(self.0.get(at..at + out.len()).ok_or(GuestMemoryFault)?);
+            Ok(())
+        }
+    }
+
+    /// Manage over the REST tests' FakeBackend, so both layers share data.
+    struct FakeHv(FakeBackend);
+
+    impl Manage for FakeHv {
+        fn host_info(&self) -> HostInfo {
+            FakeBackend::new().host_info().expect("fake")
+        }
+        fn partitions(&self) -> Vec<PartitionSummary> {
+            self.0.partitions.clone()
+        }
+        fn detail(&self, index: u32) -> Option<PartitionDetail> {
+            FakeBackend {
+                partitions: self.0.partitions.clone(),
+                ..FakeBackend::new()
+            }
+            .detail(index)
+            .ok()
+        }
+        fn start(&mut self, index: u32) -> Result<(), AbiError> {
+            self.0.start(index).map_err(|_| AbiError::NotFound)
+        }
+        fn stop(&mut self, index: u32) -> Result<(), AbiError> {
+            self.0.stop(index).map_err(|_| AbiError::NotFound)
+        }
+        fn restart(&mut self, index: u32) -> Result<(), AbiError> {
+            self.0.restart(index).map_err(|_| AbiError::NotFound)
+        }
+        fn console_read(&self, index: u32, offset: u64, out: &mut [u8]) -> Option<RingRead> {
+            let mut copy = FakeBackend {
+                console: self.0.console.clone(),
+                ..FakeBackend::new()
+            };
+            let r = copy.console_read(index, offset, out).ok()?;
+            Some(RingRead {
+                len: r.len,
+                next: r.next,
+                dropped: r.dropped,
+            })
+        }
+        fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize> {
+            self.0.console_write(index, bytes).ok()
+        }
+    }
+
+    impl Hypercall for Machine {
+        fn hvc(&mut self, regs: [u64; 6]) -> [u64; 4] {
+            dispatch(
+                self.is_management,
+                &regs,
+                &mut Ram(&mut self.ram),
+                &mut self.hv,
+            )
+        }
+        fn buffer_ipa(&self) -> u64 {
+            RAM_BASE + BUF_OFFSET as u64
+        }
+        fn buffer(&mut self) -> &mut [u8] {
+            &mut self.ram[BUF_OFFSET..BUF_OFFSET + self.buf_len]
+        }
+    }
+
+    fn machine_router(buf_len: usize, is_management: bool) -> Router<HvcBackend<Machine>> {
+        let machine = Machine {
+            ram: vec![0; 0x2_0000],
+            buf_len,
+            hv: FakeHv(FakeBackend::new()),
+            is_management,
+        };
+        Router::new(HvcBackend::new(machine), TOKEN, FILES)
+    }
+
+    #[test]
+    fn partitions_come_through_the_hypercall_abi() {
+        let mut r = machine_router(0x1_0000, true);
+
+        let resp = r.handle(&get("/api/v1/partitions"));
+
+        let names: Vec<Value> = body_json(&resp)["partitions"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|p| p["name"].clone())
+            .collect();
+        assert_eq!(names, vec![json!("mgmt"), json!("alpha"), json!("beta")]);
+    }
+
+    #[test]
+    fn host_comes_through_the_hypercall_abi_with_abi_version() {
+        let mut r = machine_router(0x1_0000, true);
+
+        let resp = r.handle(&get("/api/v1/host"));
+
+        assert_eq!(body_json(&resp)["abi_version"], "1.0");
+        assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
+    }
+
+    #[test]
+    fn console_round_trips_through_the_hypercall_abi() {
+        let mut r = machine_router(0x1_0000, true);
+
+        let read = r.handle(&get("/api/v1/partitions/alpha/console?offset=100"));
+        let write = r.handle(&post(
+            "/api/v1/partitions/alpha/console",
+            r#"{"data":"root\n"}"#,
+        ));
+
+        assert_eq!(body_json(&read)["data"], "login: ");
+        assert_eq!(body_json(&write), json!({"accepted":5}));
+    }
+
+    #[test]
+    fn start_goes_through_the_hypercall_abi() {
+        let mut r = machine_router(0x1_0000, true);
+
+        let resp = r.handle(&post("/api/v1/partitions/beta/start", ""));
+
+        assert_eq!(body_json(&resp), json!({"name":"beta","state":"running"}));
+    }
+
+    #[test]
+    fn buffer_too_small_for_the_reply_is_500() {
+        let mut r = machine_router(8, true);
+
+        let resp = r.handle(&get("/api/v1/partitions"));
+
+        assert_eq!(
+            (resp.status, error_code(&resp).as_str()),
+            (500, "hypervisor_error")
+        );
+    }
+
+    #[test]
+    fn manager_not_recognised_as_management_is_503() {
+        let mut r = machine_router(0x1_0000, false);
+
+        let resp = r.handle(&get("/api/v1/host"));
+
+        assert_eq!(resp.status, 503);
+    }
+}

@@ -1,0 +1,258 @@
+//! hvctl's command line: global options and one command, parsed without a dependency.
+
+/// Where the API is when `--url` is not given.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+/// Environment variable read for the token when `--token` is not given.
+pub const TOKEN_ENV: &str = "PINFOLD_TOKEN";
+
+pub const USAGE: &str = "\
+usage: hvctl [--url URL] [--token TOKEN] [--json] COMMAND
+
+commands:
+  list                      partitions and their state
+  show NAME                 one partition with its vCPUs
+  start NAME                start a stopped partition
+  stop NAME                 stop a running partition
+  restart NAME              restart a running partition
+  console NAME [--follow]   print the console (--follow: keep printing)
+
+options:
+  --url URL      API base URL (default http://127.0.0.1:8080)
+  --token TOKEN  bearer token for start/stop/restart (default: $PINFOLD_TOKEN)
+  --json         print the API's JSON instead of tables";
+
+/// A life-cycle command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Start,
+    Stop,
+    Restart,
+}
+
+impl Op {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Op::Start => "start",
+            Op::Stop => "stop",
+            Op::Restart => "restart",
+        }
+    }
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    List,
+    Show { name: String },
+    Change { op: Op, name: String },
+    Console { name: String, follow: bool },
+    Help,
+}
+
+/// The whole command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cli {
+    pub url: String,
+    pub token: Option<String>,
+    pub json: bool,
+    pub command: Command,
+}
+
+/// A command line that does not parse; the message says why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+/// Parses the arguments after the program name. Options may come before
+/// or after the command; `env_token` is `$PINFOLD_TOKEN`.
+pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageError> {
+    let mut url = None;
+    let mut token = None;
+    let mut json = false;
+    let mut follow = false;
+    let mut words: Vec<&str> = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| UsageError(format!("{flag} needs a value")))
+        };
+        match arg.as_str() {
+            "--url" => url = Some(value("--url")?),
+            "--token" => token = Some(value("--token")?),
+            "--json" => json = true,
+            "--follow" | "-f" => follow = true,
+            "-h" | "--help" => words.insert(0, "help"),
+            s if s.starts_with("--url=") => url = Some(s["--url=".len()..].to_string()),
+            s if s.starts_with("--token=") => token = Some(s["--token=".len()..].to_string()),
+            s if s.starts_with('-') && s.len() > 1 => {
+                return Err(UsageError(format!("unknown option {s}")))
+            }
+            s => words.push(s),
+        }
+    }
+    let name = |words: &[&str], cmd: &str| match words {
+        [_, name] => Ok(name.to_string()),
+        [_] => Err(UsageError(format!("{cmd} needs a partition NAME"))),
+        _ => Err(UsageError(format!("{cmd} takes one NAME"))),
+    };
+    let command = match words.first().copied() {
+        Some("help") => Command::Help,
+        Some("list") if words.len() == 1 => Command::List,
+        Some("list") => return Err(UsageError("list takes no arguments".into())),
+        Some("show") => Command::Show {
+            name: name(&words, "show")?,
+        },
+        Some("start") => Command::Change {
+            op: Op::Start,
+            name: name(&words, "start")?,
+        },
+        Some("stop") => Command::Change {
+            op: Op::Stop,
+            name: name(&words, "stop")?,
+        },
+        Some("restart") => Command::Change {
+            op: Op::Restart,
+            name: name(&words, "restart")?,
+        },
+        Some("console") => Command::Console {
+            name: name(&words, "console")?,
+            follow,
+        },
+        Some(other) => return Err(UsageError(format!("unknown command {other:?}"))),
+        None => return Err(UsageError("no command given".into())),
+    };
+    if follow && !matches!(command, Command::Console { .. }) {
+        return Err(UsageError("--follow only applies to console".into()));
+    }
+    Ok(Cli {
+        url: url.unwrap_or_else(|| DEFAULT_URL.to_string()),
+        token: token.or(env_token).filter(|t| !t.is_empty()),
+        json,
+        command,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn list_uses_default_url_and_no_token() {
+        let cli = parse(&args("list"), None).expect("parses");
+
+        assert_eq!(
+            cli,
+            Cli {
+                url: DEFAULT_URL.into(),
+                token: None,
+                json: false,
+                command: Command::List
+            }
+        );
+    }
+
+    #[test]
+    fn options_may_follow_the_command() {
+        let cli = parse(
+            &args("stop beta --json --url http://10.0.0.2:80 --token t"),
+            None,
+        )
+        .expect("parses");
+
+        assert_eq!(cli.url, "http://10.0.0.2:80");
+        assert_eq!(cli.token.as_deref(), Some("t"));
+        assert!(cli.json);
+        assert_eq!(
+            cli.command,
+            Command::Change {
+                op: Op::Stop,
+                name: "beta".into()
+            }
+        );
+    }
+
+    #[test]
+    fn equals_form_of_options_is_accepted() {
+        let cli = parse(&args("--url=http://h:1 --token=abc list"), None).expect("parses");
+
+        assert_eq!(
+            (cli.url.as_str(), cli.token.as_deref()),
+            ("http://h:1", Some("abc"))
+        );
+    }
+
+    #[test]
+    fn token_comes_from_environment_when_not_given() {
+        let cli = parse(&args("start alpha"), Some("from-env".into())).expect("parses");
+
+        assert_eq!(cli.token.as_deref(), Some("from-env"));
+    }
+
+    #[test]
+    fn token_option_beats_environment() {
+        let cli =
+            parse(&args("--token flag start alpha"), Some("from-env".into())).expect("parses");
+
+        assert_eq!(cli.token.as_deref(), Some("flag"));
+    }
+
+    #[test]
+    fn console_follow_is_parsed() {
+        let cli = parse(&args("console alpha --follow"), None).expect("parses");
+
+        assert_eq!(
+            cli.command,
+            Command::Console {
+                name: "alpha".into(),
+                follow: true
+            }
+        );
+    }
+
+    #[test]
+    fn follow_on_another_command_is_an_error() {
+        assert!(parse(&args("list --follow"), None).is_err());
+    }
+
+    #[test]
+    fn missing_name_is_an_error() {
+        assert_eq!(
+            parse(&args("show"), None),
+            Err(UsageError("show needs a partition NAME".into()))
+        );
+    }
+
+    #[test]
+    fn extra_words_are_an_error() {
+        assert!(parse(&args("restart alpha beta"), None).is_err());
+        assert!(parse(&args("list alpha"), None).is_err());
+    }
+
+    #[test]
+    fn unknown_command_and_option_are_errors() {
+        assert!(parse(&args("destroy alpha"), None).is_err());
+        assert!(parse(&args("--verbose list"), None).is_err());
+    }
+
+    #[test]
+    fn option_without_value_is_an_error() {
+        assert_eq!(
+            parse(&args("list --url"), None),
+            Err(UsageError("--url needs a value".into()))
+        );
+    }
+
+    #[test]
+    fn no_command_is_an_error_and_help_is_a_command() {
+        assert!(parse(&[], None).is_err());
+        assert_eq!(
+            parse(&args("--help"), None).map(|c| c.command),
+            Ok(Command::Help)
+        );
+    }
+}

@@ -1,0 +1,258 @@
+//! A minimal HTTP/1.1 client over `std::net::TcpStream`: one request per connection, `http://` only.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Why a request produced no response.
+#[derive(Debug)]
+pub enum HttpError {
+    /// The URL is not `http://host[:port][/prefix]`.
+    BadUrl(String),
+    /// Connecting, sending or receiving failed.
+    Io(std::io::Error),
+    /// The server's reply is not HTTP/1.x as we understand it.
+    BadResponse(String),
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::BadUrl(u) => write!(f, "bad URL {u:?}: expected http://HOST[:PORT]"),
+            HttpError::Io(e) => write!(f, "{e}"),
+            HttpError::BadResponse(why) => write!(f, "bad HTTP response: {why}"),
+        }
+    }
+}
+
+impl From<std::io::Error> for HttpError {
+    fn from(e: std::io::Error) -> Self {
+        HttpError::Io(e)
+    }
+}
+
+/// A response: status and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Where the API lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// "host:port", for connecting and for the Host header.
+    pub authority: String,
+    /// Path prefix without a trailing slash ("" for the root).
+    pub prefix: String,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, HttpError> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| HttpError::BadUrl(url.to_string()))?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(HttpError::BadUrl(url.to_string()));
+        }
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !authority.ends_with(']')
+        {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Endpoint {
+            authority,
+            prefix: prefix.trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+/// Sends one request and reads the whole response.
+pub fn request(
+    ep: &Endpoint,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Result<Reply, HttpError> {
+    let mut stream = TcpStream::connect(&ep.authority)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut head = format!(
+        "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: hvctl/{}\r\nAccept: application/json\r\nConnection: close\r\n",
+        ep.prefix,
+        ep.authority,
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or_default();
+    if method == "POST" || !body.is_empty() {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    read_reply(BufReader::new(stream))
+}
+
+fn bad(why: impl Into<String>) -> HttpError {
+    HttpError::BadResponse(why.into())
+}
+
+/// Parses a response: status line, headers, then a body framed by
+/// Content-Length, chunked encoding, or the end of the connection.
+pub fn read_reply(mut r: impl BufRead) -> Result<Reply, HttpError> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let mut parts = line.split_whitespace();
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        return Err(bad(format!("status line {:?}", line.trim_end())));
+    }
+    let status = parts
+        .next()
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| bad(format!("status line {:?}", line.trim_end())))?;
+    let mut length = None;
+    let mut chunked = false;
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Err(bad("headers end early"));
+        }
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':') {
+            let (k, v) = (k.trim(), v.trim());
+            if k.eq_ignore_ascii_case("content-length") {
+                length = Some(v.parse::<usize>().map_err(|_| bad("bad Content-Length"))?);
+            } else if k.eq_ignore_ascii_case("transfer-encoding")
+                && v.eq_ignore_ascii_case("chunked")
+            {
+                chunked = true;
+            }
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            r.read_line(&mut line)?;
+            let size_hex = line.trim().split(';').next().unwrap_or_default();
+            let size = usize::from_str_radix(size_hex, 16).map_err(|_| bad("bad chunk size"))?;
+            if size == 0 {
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            r.read_exact(&mut body[start..])?;
+            line.clear();
+            r.read_line(&mut line)?; // CRLF after the chunk
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        r.read_exact(&mut body)?;
+    } else {
+        r.read_to_end(&mut body)?;
+    }
+    Ok(Reply { status, body })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_without_port_gets_port_80() {
+        let ep = Endpoint::parse("http://pinfold.local").expect("parses");
+
+        assert_eq!(
+            ep,
+            Endpoint {
+                authority: "pinfold.local:80".into(),
+                prefix: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn url_keeps_port_and_prefix_without_trailing_slash() {
+        let ep = Endpoint::parse("http://10.0.2.15:8080/mgmt/").expect("parses");
+
+        assert_eq!(
+            ep,
+            Endpoint {
+                authority: "10.0.2.15:8080".into(),
+                prefix: "/mgmt".into()
+            }
+        );
+    }
+
+    #[test]
+    fn https_url_is_refused() {
+        assert!(matches!(
+            Endpoint::parse("https://h"),
+            Err(HttpError::BadUrl(_))
+        ));
+    }
+
+    #[test]
+    fn content_length_body_is_read_exactly() {
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokTRAILING";
+
+        let reply = read_reply(&raw[..]).expect("parses");
+
+        assert_eq!(
+            reply,
+            Reply {
+                status: 200,
+                body: b"ok".to_vec()
+            }
+        );
+    }
+
+    #[test]
+    fn chunked_body_is_reassembled() {
+        let raw = b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+
+        let reply = read_reply(&raw[..]).expect("parses");
+
+        assert_eq!(
+            reply,
+            Reply {
+                status: 202,
+                body: b"abcde".to_vec()
+            }
+        );
+    }
+
+    #[test]
+    fn body_without_length_runs_to_end_of_stream() {
+        let raw = b"HTTP/1.0 404 Not Found\r\n\r\n{}";
+
+        assert_eq!(read_reply(&raw[..]).expect("parses").body, b"{}");
+    }
+
+    #[test]
+    fn garbage_status_line_is_bad_response() {
+        assert!(matches!(
+            read_reply(&b"SSH-2.0-OpenSSH\r\n"[..]),
+            Err(HttpError::BadResponse(_))
+        ));
+    }
+}

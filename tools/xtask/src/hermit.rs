@@ -1,0 +1,548 @@
+//! Builds the management partition image: Hermit 0.11 from crates.io, the std application on it, and our EL1 loader around both.
+//!
+//! Steps, each cached under `target/` so a second run only asks cargo
+//! whether anything changed:
+//!
+//! 1. the pinned nightly (Hermit 0.11 builds only with it; kernel and
+//!    application must share one compiler);
+//! 2. `hermit-kernel-0.11.0.crate` from crates.io, checked against a pinned
+//!    SHA-256 and unpacked into `target/hermit/`;
+//! 3. the kernel as a static library for aarch64-unknown-none-softfloat;
+//! 4. `libhermit.a` the way Hermit's own (unpublished) xtask makes it: every
+//!    kernel symbol renamed with a `hermit` prefix except the entry points
+//!    and the `sys_*` ABI, our C-library builtins appended, and EI_OSABI set
+//!    to ELFOSABI_STANDALONE in every member (the linker copies it into the
+//!    application, and hermit-entry checks it);
+//! 5. the application (`manager/app`) for aarch64-unknown-hermit, linked
+//!    against that library by its build.rs;
+//! 6. the loader (`manager/loader`, stable toolchain) embedding the
+//!    application, flattened to `target/pinfold/manager.bin`.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Instant, SystemTime};
+
+/// The toolchain Hermit 0.11 builds with (its own rust-toolchain.toml).
+pub const HERMIT_TOOLCHAIN: &str = "nightly-2025-03-15";
+/// The last real Hermit kernel on crates.io (0.12 was never published,
+/// 0.13 is an empty stub).
+const KERNEL_CRATE: &str = "hermit-kernel-0.11.0";
+const KERNEL_URL: &str = "https://static.crates.io/crates/hermit-kernel/hermit-kernel-0.11.0.crate";
+/// SHA-256 of the .crate file (equal to the `cksum` in the crates.io index).
+const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7bff16edba8e03";
+/// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
+/// Hermit 0.11 on aarch64 runs on one CPU anyway.
+const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
+/// `-Zmutable-noalias=no` as upstream builds it (its issue #200), PIC
+/// because the kernel is linked into a static-PIE application.
+const KERNEL_RUSTFLAGS: [&str; 2] = ["-Zmutable-noalias=no", "-Crelocation-model=pic"];
+const KERNEL_TARGET: &str = "aarch64-unknown-none-softfloat";
+const APP_TARGET: &str = "aarch64-unknown-hermit";
+/// Kernel symbols the application links against besides `sys_*`.
+const KERNEL_EXPORTS: [&str; 4] = ["_start", "__bss_start", "mcount", "runtime_entry"];
+const EI_OSABI: usize = 7;
+const ELFOSABI_STANDALONE: u8 = 255;
+/// The loader reads the application's path from this at build time.
+const APP_ELF_ENV: &str = "PINFOLD_MANAGER_APP_ELF";
+/// The application's build.rs reads libhermit.a's directory from this.
+const LIBHERMIT_DIR_ENV: &str = "PINFOLD_LIBHERMIT_DIR";
+
+/// Builds everything and returns the path of the loader's raw image,
+/// `target/pinfold/manager.bin`: boot it as a QEMU `-kernel` (arm64 Image
+/// header, text_offset 0x80000, entered at EL1 with x0 = DTB).
+pub fn build_manager(root: &Path) -> Result<PathBuf, String> {
+    let paths = Paths::new(root);
+    for dir in [&paths.hermit, &paths.dist, &paths.out] {
+        fs::create_dir_all(dir).map_err(|err| format!("creating {}: {err}", dir.display()))?;
+    }
+    timed("toolchain", ensure_toolchain)?;
+    let tools = LlvmTools::locate()?;
+    let source = timed("kernel source", || fetch_kernel_source(&paths))?;
+    let kernel = timed("kernel", || build_kernel(&paths, &source))?;
+    let builtins = timed("builtins", || build_builtins(&paths))?;
+    let libhermit = timed("libhermit.a", || link_library(&paths, &tools, &kernel, &builtins))?;
+    let app = timed("app", || build_app(&paths, &libhermit))?;
+    let loader = timed("loader", || build_loader(&paths, &app))?;
+    let image = paths.out.join("manager.bin");
+    run(Command::new(&tools.objcopy).args(["-O", "binary"]).arg(&loader).arg(&image))?;
+    let size = fs::metadata(&image).map_err(|err| format!("{}: {err}", image.display()))?.len();
+    println!("xtask: {} ({size} bytes)", image.display());
+    Ok(image)
+}
+
+/// Where each step reads and writes.
+struct Paths {
+    root: PathBuf,
+    /// `target/hermit`: the crate, its source and the nightly builds.
+    hermit: PathBuf,
+    /// The post-processed `libhermit.a`.
+    dist: PathBuf,
+    /// `target/pinfold`, where the final image goes.
+    out: PathBuf,
+    app: PathBuf,
+    builtins: PathBuf,
+}
+
+impl Paths {
+    fn new(root: &Path) -> Self {
+        let hermit = root.join("target/hermit");
+        Self {
+            root: root.to_path_buf(),
+            dist: hermit.join("dist"),
+            hermit,
+            out: root.join("target/pinfold"),
+            app: root.join("manager/app"),
+            builtins: root.join("manager/app/builtins"),
+        }
+    }
+}
+
+/// Runs one step and prints how long it took.
+fn timed<T>(step: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let start = Instant::now();
+    let result = f();
+    println!("xtask: hermit {step}: {:.1} s", start.elapsed().as_secs_f64());
+    result
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut text = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
+
+/// Runs `cmd` with inherited output; fails unless it exits 0.
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let status = cmd.status().map_err(|err| format!("cannot start `{}`: {err}", describe(cmd)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` failed ({status})", describe(cmd)))
+    }
+}
+
+/// Runs `cmd` and returns its stdout; fails unless it exits 0.
+fn stdout_of(cmd: &mut Command) -> Result<String, String> {
+    let output = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|err| format!("cannot start `{}`: {err}", describe(cmd)))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!("`{}` failed ({})", describe(cmd), output.status))
+    }
+}
+
+/// `program` (cargo, rustc) of the Hermit nightly, in an environment
+/// cleaned of what the outer (stable) cargo set: its CARGO_*/RUST*
+/// variables would pick the wrong toolchain or leak flags into the builds.
+fn nightly(program: &str) -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", HERMIT_TOOLCHAIN, program]);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let keep = key == "CARGO_HOME" || key == "RUSTUP_HOME";
+        if !keep && (key.starts_with("CARGO") || key.starts_with("RUST")) {
+            cmd.env_remove(&*key);
+        }
+    }
+    cmd
+}
+
+/// Installs the pinned nightly with rust-src and llvm-tools unless present.
+fn ensure_toolchain() -> Result<(), String> {
+    let installed = stdout_of(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        HERMIT_TOOLCHAIN,
+    ]))
+    .unwrap_or_default();
+    let has = |name: &str| installed.lines().any(|line| line.starts_with(name));
+    if has("rust-src") && has("llvm-tools") {
+        return Ok(());
+    }
+    run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        HERMIT_TOOLCHAIN,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src,llvm-tools",
+    ]))
+}
+
+/// The nightly's LLVM binutils (component llvm-tools).
+struct LlvmTools {
+    nm: PathBuf,
+    objcopy: PathBuf,
+    ar: PathBuf,
+}
+
+impl LlvmTools {
+    fn locate() -> Result<Self, String> {
+        let sysroot = stdout_of(nightly("rustc").args(["--print", "sysroot"]))?;
+        let version = stdout_of(nightly("rustc").arg("-vV"))?;
+        let host = version
+            .lines()
+            .find_map(|line| line.strip_prefix("host: "))
+            .ok_or("rustc -vV names no host")?;
+        let bin = Path::new(sysroot.trim()).join("lib/rustlib").join(host).join("bin");
+        let tools = Self { nm: bin.join("llvm-nm"), objcopy: bin.join("llvm-objcopy"), ar: bin.join("llvm-ar") };
+        for tool in [&tools.nm, &tools.objcopy, &tools.ar] {
+            if !tool.exists() {
+                return Err(format!("{} is missing (component llvm-tools)", tool.display()));
+            }
+        }
+        Ok(tools)
+    }
+}
+
+/// Downloads, verifies and unpacks the kernel crate; returns the source dir.
+fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
+    let source = paths.hermit.join(KERNEL_CRATE);
+    let stamp = source.join(".pinfold-unpacked");
+    if fs::read_to_string(&stamp).is_ok_and(|text| text.trim() == KERNEL_SHA256) {
+        return Ok(source);
+    }
+    let archive = paths.hermit.join(format!("{KERNEL_CRATE}.crate"));
+    if sha256_of(&archive).ok().as_deref() != Some(KERNEL_SHA256) {
+        let partial = archive.with_extension("crate.part");
+        run(Command::new("curl")
+            .args(["--fail", "--silent", "--show-error", "--location", "--retry", "3", "--output"])
+            .arg(&partial)
+            .arg(KERNEL_URL))?;
+        let digest = sha256_of(&partial)?;
+        if digest != KERNEL_SHA256 {
+            return Err(format!("{KERNEL_URL}: SHA-256 {digest}, expected {KERNEL_SHA256}"));
+        }
+        fs::rename(&partial, &archive).map_err(|err| format!("{}: {err}", archive.display()))?;
+    }
+    if source.exists() {
+        fs::remove_dir_all(&source).map_err(|err| format!("removing {}: {err}", source.display()))?;
+    }
+    run(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&paths.hermit))?;
+    // The source lies inside our workspace's directory tree; without a
+    // [workspace] table of its own cargo would take it for an unlisted
+    // member of ours and refuse to build it.
+    let manifest = source.join("Cargo.toml");
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&manifest)
+        .and_then(|mut file| file.write_all(b"\n[workspace]\n"))
+        .map_err(|err| format!("{}: {err}", manifest.display()))?;
+    fs::write(&stamp, KERNEL_SHA256).map_err(|err| format!("{}: {err}", stamp.display()))?;
+    Ok(source)
+}
+
+/// The SHA-256 of a file, as lowercase hex (coreutils `sha256sum`).
+fn sha256_of(path: &Path) -> Result<String, String> {
+    let out = stdout_of(Command::new("sha256sum").arg(path))?;
+    out.split_whitespace()
+        .next()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("sha256sum printed nothing for {}", path.display()))
+}
+
+/// Builds the kernel static library; returns its path.
+fn build_kernel(paths: &Paths, source: &Path) -> Result<PathBuf, String> {
+    let target_dir = paths.hermit.join("kernel");
+    run(nightly("cargo")
+        .current_dir(source)
+        .env("CARGO_ENCODED_RUSTFLAGS", KERNEL_RUSTFLAGS.join("\x1f"))
+        .args(["build", "--release", "--locked", "--target", KERNEL_TARGET])
+        .args(["-Zbuild-std=core,alloc", "-Zbuild-std-features=compiler-builtins-mem"])
+        .args(["--no-default-features", "--features", KERNEL_FEATURES])
+        .arg("--target-dir")
+        .arg(&target_dir))?;
+    Ok(target_dir.join(KERNEL_TARGET).join("release/libhermit.a"))
+}
+
+/// Builds `manager/app/builtins` (math.h and mem* for std); returns the
+/// static library's path.
+fn build_builtins(paths: &Paths) -> Result<PathBuf, String> {
+    let target_dir = paths.hermit.join("builtins");
+    run(nightly("cargo")
+        .current_dir(&paths.builtins)
+        .args(["build", "--release", "--locked", "--target", APP_TARGET])
+        .args(["-Zbuild-std=core", "-Zbuild-std-features=compiler-builtins-mem"])
+        .arg("--target-dir")
+        .arg(&target_dir))?;
+    Ok(target_dir.join(APP_TARGET).join("release/libhermit_builtins.a"))
+}
+
+fn modified(path: &Path) -> Result<SystemTime, String> {
+    fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .map_err(|err| format!("{}: {err}", path.display()))
+}
+
+/// Makes `dist/libhermit.a` from the kernel and builtins archives unless it
+/// is newer than all of its inputs.
+fn link_library(paths: &Paths, tools: &LlvmTools, kernel: &Path, builtins: &Path) -> Result<PathBuf, String> {
+    let out = paths.dist.join("libhermit.a");
+    let exports_file = paths.builtins.join("exports");
+    if let Ok(built) = modified(&out) {
+        let inputs = [modified(kernel)?, modified(builtins)?, modified(&exports_file)?];
+        if inputs.iter().all(|input| *input < built) {
+            return Ok(out);
+        }
+    }
+
+    let work = paths.dist.join("libhermit.a.partial");
+    fs::copy(kernel, &work).map_err(|err| format!("copying {}: {err}", kernel.display()))?;
+    let symbols = defined_symbols(tools, &work)?;
+    let syscalls: Vec<&str> = symbols
+        .iter()
+        .filter(|symbol| symbol.member.starts_with("hermit-") && symbol.name.starts_with("sys_"))
+        .map(|symbol| symbol.name.as_str())
+        .collect();
+    if syscalls.is_empty() {
+        return Err(format!("{}: no sys_* symbols in the kernel's own objects", kernel.display()));
+    }
+    let keep: HashSet<&str> = KERNEL_EXPORTS.into_iter().chain(syscalls).collect();
+    rename_symbols(tools, &work, "hermit", &symbols, &keep)?;
+
+    let builtins_copy = paths.dist.join("libhermit_builtins.a");
+    fs::copy(builtins, &builtins_copy).map_err(|err| format!("copying {}: {err}", builtins.display()))?;
+    let exports = fs::read_to_string(&exports_file).map_err(|err| format!("{}: {err}", exports_file.display()))?;
+    let keep: HashSet<&str> = exports
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    let symbols = defined_symbols(tools, &builtins_copy)?;
+    rename_symbols(tools, &builtins_copy, "hermit_builtins", &symbols, &keep)?;
+    // `L`: append the members of the other archive, not the archive itself.
+    run(Command::new(&tools.ar).arg("qL").arg(&work).arg(&builtins_copy))?;
+
+    let mut bytes = fs::read(&work).map_err(|err| format!("{}: {err}", work.display()))?;
+    let members = set_osabi(&mut bytes).map_err(|why| format!("{}: {why}", work.display()))?;
+    fs::write(&work, &bytes).map_err(|err| format!("{}: {err}", work.display()))?;
+    fs::rename(&work, &out).map_err(|err| format!("{}: {err}", out.display()))?;
+    println!("xtask: {} ({members} objects, EI_OSABI = {ELFOSABI_STANDALONE})", out.display());
+    Ok(out)
+}
+
+/// A global symbol defined by one archive member.
+#[derive(Debug, PartialEq, Eq)]
+struct DefinedSymbol {
+    member: String,
+    name: String,
+}
+
+/// Parses one line of `llvm-nm -A -g --defined-only` on an archive:
+/// `path:member: value type name`.
+fn parse_nm_line(line: &str) -> Option<DefinedSymbol> {
+    let (location, rest) = line.rsplit_once(": ")?;
+    let (_, member) = location.rsplit_once(':')?;
+    let name = rest.split_whitespace().last()?;
+    Some(DefinedSymbol { member: member.to_owned(), name: name.to_owned() })
+}
+
+fn defined_symbols(tools: &LlvmTools, archive: &Path) -> Result<Vec<DefinedSymbol>, String> {
+    let listing = stdout_of(Command::new(&tools.nm).args(["-A", "-g", "--defined-only"]).arg(archive))?;
+    Ok(listing.lines().filter_map(parse_nm_line).collect())
+}
+
+/// The new name of `symbol` under `prefix`: legacy-mangled Rust names get
+/// `prefix` as a leading path component (`_ZN4core..` -> `_ZN6hermit4core..`),
+/// so they still demangle; all others get `prefix_`.
+fn prefixed(symbol: &str, prefix: &str) -> String {
+    match symbol.strip_prefix("_ZN") {
+        Some(rest) => format!("_ZN{}{prefix}{rest}", prefix.len()),
+        None => format!("{prefix}_{symbol}"),
+    }
+}
+
+/// Renames every symbol defined in `archive` except those in `keep`, in
+/// definitions and references alike (llvm-objcopy --redefine-syms).
+fn rename_symbols(
+    tools: &LlvmTools,
+    archive: &Path,
+    prefix: &str,
+    symbols: &[DefinedSymbol],
+    keep: &HashSet<&str>,
+) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    let mut map = String::new();
+    for symbol in symbols {
+        let name = symbol.name.as_str();
+        if !keep.contains(name) && seen.insert(name) {
+            map.push_str(name);
+            map.push(' ');
+            map.push_str(&prefixed(name, prefix));
+            map.push('\n');
+        }
+    }
+    let map_file = archive.with_extension("redefine-syms");
+    fs::write(&map_file, map).map_err(|err| format!("{}: {err}", map_file.display()))?;
+    let mut arg = std::ffi::OsString::from("--redefine-syms=");
+    arg.push(&map_file);
+    run(Command::new(&tools.objcopy).arg(arg).arg(archive))?;
+    fs::remove_file(&map_file).map_err(|err| format!("{}: {err}", map_file.display()))
+}
+
+/// Sets EI_OSABI to ELFOSABI_STANDALONE in every ELF member of a GNU/SysV
+/// `ar` archive in place; returns how many members it changed.
+fn set_osabi(archive: &mut [u8]) -> Result<usize, String> {
+    const MAGIC: &[u8] = b"!<arch>\n";
+    const HEADER: usize = 60;
+    if !archive.starts_with(MAGIC) {
+        return Err("not an ar archive".into());
+    }
+    let mut offset = MAGIC.len();
+    let mut changed = 0;
+    while offset + HEADER <= archive.len() {
+        let header = &archive[offset..offset + HEADER];
+        if &header[58..60] != b"`\n" {
+            return Err(format!("bad member header at offset {offset}"));
+        }
+        let size: usize = std::str::from_utf8(&header[48..58])
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .ok_or_else(|| format!("bad member size at offset {offset}"))?;
+        let data = offset + HEADER;
+        let end = data.checked_add(size).filter(|end| *end <= archive.len());
+        let Some(end) = end else {
+            return Err(format!("member at offset {offset} runs past the end"));
+        };
+        // The symbol table ("/") and long-name table ("//") are not ELF.
+        if archive[data..end].starts_with(b"\x7fELF") && size > EI_OSABI {
+            archive[data + EI_OSABI] = ELFOSABI_STANDALONE;
+            changed += 1;
+        }
+        // Members start on even offsets.
+        offset = end + (end & 1);
+    }
+    if changed == 0 {
+        return Err("no ELF members".into());
+    }
+    Ok(changed)
+}
+
+/// Builds the Hermit application; returns its ELF.
+fn build_app(paths: &Paths, libhermit: &Path) -> Result<PathBuf, String> {
+    let target_dir = paths.hermit.join("app");
+    let lib_dir = libhermit.parent().ok_or("libhermit.a has no directory")?;
+    run(nightly("cargo")
+        .current_dir(&paths.app)
+        .env(LIBHERMIT_DIR_ENV, lib_dir)
+        .args(["build", "--release", "--locked", "--target", APP_TARGET])
+        .arg("-Zbuild-std=std,panic_abort")
+        .arg("--target-dir")
+        .arg(&target_dir))?;
+    Ok(target_dir.join(APP_TARGET).join("release/pinfold-manager-app"))
+}
+
+/// Builds the loader (stable toolchain, root workspace) around `app`;
+/// returns the loader ELF.
+fn build_loader(paths: &Paths, app: &Path) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(Command::new(cargo)
+        .current_dir(&paths.root)
+        .env(APP_ELF_ENV, app)
+        .args(["build", "--release", "-p", "pinfold-manager-loader", "--target", KERNEL_TARGET]))?;
+    Ok(paths.root.join("target").join(KERNEL_TARGET).join("release/pinfold-manager-loader"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut bytes = b"!<arch>\n".to_vec();
+        for (name, data) in members {
+            bytes.extend(format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", 0, 0, 0, 644, data.len()).as_bytes());
+            bytes.extend_from_slice(data);
+            if data.len() % 2 == 1 {
+                bytes.push(b'\n');
+            }
+        }
+        bytes
+    }
+
+    fn elf_ident(osabi: u8) -> Vec<u8> {
+        let mut ident = b"\x7fELF\x02\x01\x01".to_vec();
+        ident.push(osabi);
+        ident.extend_from_slice(&[0; 9]);
+        ident
+    }
+
+    #[test]
+    fn set_osabi_marks_every_elf_member_standalone() {
+        let odd = [elf_ident(0), vec![0xaa]].concat();
+        let mut bytes = archive(&[("a.o/", &elf_ident(0)), ("b.o/", &odd)]);
+
+        let changed = set_osabi(&mut bytes);
+
+        assert_eq!(changed, Ok(2));
+        let first = 8 + 60;
+        let second = first + 17 + 1 + 60;
+        assert_eq!(bytes[first + EI_OSABI], ELFOSABI_STANDALONE);
+        assert_eq!(bytes[second + EI_OSABI], ELFOSABI_STANDALONE);
+    }
+
+    #[test]
+    fn set_osabi_leaves_the_symbol_table_alone() {
+        let table = [0u8; 24];
+        let mut bytes = archive(&[("/", &table), ("a.o/", &elf_ident(0))]);
+        let original_table = bytes[68..68 + 24].to_vec();
+
+        let changed = set_osabi(&mut bytes);
+
+        assert_eq!(changed, Ok(1));
+        assert_eq!(bytes[68..68 + 24], original_table[..]);
+    }
+
+    #[test]
+    fn set_osabi_rejects_a_truncated_member() {
+        let mut bytes = archive(&[("a.o/", &elf_ident(0))]);
+        bytes.truncate(bytes.len() - 4);
+
+        assert!(set_osabi(&mut bytes).is_err());
+    }
+
+    #[test]
+    fn prefixed_adds_a_path_component_to_mangled_rust_names() {
+        assert_eq!(prefixed("_ZN4core3fmt5write17h0123E", "hermit"), "_ZN6hermit4core3fmt5write17h0123E");
+    }
+
+    #[test]
+    fn prefixed_adds_an_underscored_prefix_to_c_names() {
+        assert_eq!(prefixed("memcpy", "hermit_builtins"), "hermit_builtins_memcpy");
+    }
+
+    #[test]
+    fn parse_nm_line_splits_member_and_symbol() {
+        let line = "/t/libhermit.a:hermit-1a.hermit.2b-cgu.02.rcgu.o: 0000000000000000 T sys_read";
+
+        let symbol = parse_nm_line(line);
+
+        let expected = DefinedSymbol { member: "hermit-1a.hermit.2b-cgu.02.rcgu.o".into(), name: "sys_read".into() };
+        assert_eq!(symbol, Some(expected));
+    }
+
+    /// The whole pipeline: minutes on a cold cache, network on first run.
+    /// `cargo test -p xtask hermit -- --ignored --nocapture`
+    #[test]
+    #[ignore = "builds the Hermit kernel, the application and the loader"]
+    fn build_manager_writes_an_arm64_image() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("workspace root");
+
+        let image = build_manager(root).expect("build_manager");
+
+        let bytes = fs::read(&image).expect("reading the image");
+        assert_eq!(&bytes[56..60], b"ARM\x64");
+    }
+}
