@@ -66,17 +66,25 @@ pub fn host_input(cpu: &mut CpuLocal) {
 }
 
 fn to_guest(cpu: &mut CpuLocal, byte: u8) {
-    let Some(p) = partition::all().iter().find(|p| p.plan.console.input) else { return };
+    if let Some(p) = partition::all().iter().find(|p| p.plan.console.input) {
+        input(cpu, p, &[byte]);
+    }
+}
+
+/// Queue console input for `p`; returns how many bytes fitted in its RX FIFO.
+pub fn input(cpu: &mut CpuLocal, p: &Partition, bytes: &[u8]) -> usize {
     let mut posts = Post::new();
+    let accepted;
     {
         let mut con = p.console.lock();
-        con.pl011.push_rx(byte);
+        accepted = bytes.iter().take_while(|&&b| con.pl011.push_rx(b)).count();
         let level = con.pl011.irq_level();
         p.dist
             .lock()
             .set_emulated_level(GUEST_UART_INTID, level, &mut |act| posts.dist_action(p, act));
     }
     posts.deliver(cpu, p);
+    accepted
 }
 
 /// The monitor's stats line (read by the tests).

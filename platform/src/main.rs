@@ -10,6 +10,7 @@ mod console;
 mod heap;
 mod irq;
 mod log;
+mod manage;
 mod mem;
 mod partition;
 mod percpu;
@@ -41,6 +42,21 @@ pub fn gicd(f: impl FnOnce(&mut GicV3Dist)) {
     if let Some(d) = GICD.get() {
         f(&mut d.lock());
     }
+}
+
+static BOOT_COUNTER: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The host description (set once at boot, before any CPU runs a vCPU).
+pub fn host() -> &'static HostInfo {
+    match HOST.get() {
+        Some(h) => h,
+        None => halt(),
+    }
+}
+
+/// CNTPCT_EL0 when the hypervisor started.
+pub fn boot_counter() -> u64 {
+    BOOT_COUNTER.load(Ordering::Relaxed)
 }
 
 pub fn host_uart_intid() -> Option<u32> {
@@ -77,6 +93,7 @@ fn init_cpu_gic(cpu: &mut percpu::CpuLocal, host: &HostInfo) {
 
 #[no_mangle]
 extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
+    BOOT_COUNTER.store(arch::counter(), Ordering::Relaxed);
     heap::init();
     // SAFETY: firmware passed the DTB address in x0; its header holds the
     // total size (big endian at offset 4).

@@ -487,7 +487,15 @@ fn hvc(cpu: &mut CpuLocal, p: &Partition, v: usize, frame: &mut GuestFrame) {
             hvlog!("partition {}: reset by the guest", p.name);
             restart_partition(cpu, p);
         }
-        Call::Pinfold { .. } | Call::Unknown { .. } => psci::NOT_SUPPORTED,
+        Call::Pinfold { .. } => {
+            let regs = [frame.x[0], frame.x[1], frame.x[2], frame.x[3], frame.x[4], frame.x[5]];
+            let mut mem = crate::manage::CallerRam(p);
+            let mut mgr = crate::manage::Manager { cpu };
+            let out = pinfold_hv::hypercall::dispatch(p.plan.management, &regs, &mut mem, &mut mgr);
+            frame.x[..4].copy_from_slice(&out);
+            return;
+        }
+        Call::Unknown { .. } => psci::NOT_SUPPORTED,
     };
     frame.x[0] = ret as u64;
 }
@@ -523,18 +531,24 @@ pub fn stop_partition(p: &Partition) {
 pub fn restart_partition(cpu: &mut CpuLocal, p: &Partition) -> ! {
     stop_partition(p);
     put(cpu);
-    // Wait for the other vCPUs to be put (bounded: a CPU that does not
-    // answer within ~1 s of counter time is reported).
-    let deadline = arch::counter() + arch::counter_frequency() as u64;
-    while p.vcpus.iter().any(|s| s.power.state() != PowerState::Off) {
-        if arch::counter() > deadline {
-            hvlog!("partition {}: a vCPU did not stop in time", p.name);
-            break;
-        }
-        core::hint::spin_loop();
+    if !wait_all_off(p) {
+        hvlog!("partition {}: a vCPU did not stop in time", p.name);
     }
     start_partition(p);
     park()
+}
+
+/// Wait until every vCPU of `p` has been put (bounded: ~1 s of counter
+/// time; false if one did not answer).
+pub fn wait_all_off(p: &Partition) -> bool {
+    let deadline = arch::counter() + arch::counter_frequency() as u64;
+    while p.vcpus.iter().any(|s| s.power.state() != PowerState::Off) {
+        if arch::counter() > deadline {
+            return false;
+        }
+        core::hint::spin_loop();
+    }
+    true
 }
 
 /// Load images and boot vCPU 0 (on its own CPU).
