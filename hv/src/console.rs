@@ -522,7 +522,8 @@ impl LinePrefixer {
     }
 
     /// Whether the pending partial line looks like an interactive prompt
-    /// ("# ", "$ ", "> ", ": "), which no newline will ever follow until the
+    /// ("# " or "$ ", the shells' prompts; "> " and ": " end too much log
+    /// text to count), which no newline will ever follow until the
     /// user types: the caller flushes it so the prompt is seen. Without a
     /// timer on the console path this is the cheapest reliable signal.
     pub fn ends_with_prompt(&self) -> bool {
@@ -530,7 +531,7 @@ impl LinePrefixer {
         !self.pending_cr
             && body.len() >= 2
             && body[body.len() - 1] == b' '
-            && matches!(body[body.len() - 2], b'#' | b'$' | b'>' | b':')
+            && matches!(body[body.len() - 2], b'#' | b'$')
     }
 
     fn end_line(&mut self, terminator: &[u8], out: &mut impl FnMut(&[u8])) {
@@ -571,7 +572,7 @@ mod tests {
         p.feed(b'l', &mut sink);
         assert!(!p.ends_with_prompt());
         let mut q = LinePrefixer::new("beta");
-        for &b in b"a b " {
+        for &b in b"x -> " {
             q.feed(b, &mut sink);
         }
         assert!(!q.ends_with_prompt());

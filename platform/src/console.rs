@@ -19,12 +19,13 @@ pub fn guest_access(cpu: &mut CpuLocal, p: &Partition, off: u64, width: u8, writ
         let con = &mut *con;
         if write {
             let crate::partition::Console { pl011, prefix, ring } = con;
+            let source = p.index as u32 + 1;
             pl011.write(off, width, value, &mut |byte| {
                 ring.push(&[byte]);
-                prefix.feed(byte, &mut |line| log::write_line(line));
+                prefix.feed(byte, &mut |line| log::write_from(source, line));
             });
             if prefix.ends_with_prompt() {
-                prefix.flush(&mut |line| log::write_line(line));
+                prefix.flush(&mut |line| log::write_from(source, line));
             }
             result = 0;
         } else {

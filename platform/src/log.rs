@@ -3,6 +3,7 @@
 //! prefixed with `[partition] `.
 
 use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicU32, Ordering};
 use pinfold_drivers::pl011::Pl011Uart;
 
 static HOST_UART: spin::Once<Pl011Uart> = spin::Once::new();
@@ -19,11 +20,30 @@ pub fn uart() -> Option<&'static Pl011Uart> {
     HOST_UART.get()
 }
 
+/// Who wrote the last bytes if they did not end a line (a flushed prompt):
+/// 0 nobody, else a source id.
+static PARTIAL_FROM: AtomicU32 = AtomicU32::new(0);
+/// Source id of the hypervisor's own lines.
+pub const SOURCE_HV: u32 = u32::MAX;
+
 /// Write one already formatted line (it should end in '\n').
 pub fn write_line(bytes: &[u8]) {
+    write_from(SOURCE_HV, bytes);
+}
+
+/// Write bytes from `source` (a partition's index + 1, or SOURCE_HV). If
+/// another source left a partial line (a prompt), end it first so two
+/// sources never share a line.
+pub fn write_from(source: u32, bytes: &[u8]) {
     if let Some(uart) = HOST_UART.get() {
         let _guard = LINE_LOCK.lock();
+        let partial = PARTIAL_FROM.load(Ordering::Relaxed);
+        if partial != 0 && partial != source {
+            uart.write_bytes(b"\n");
+        }
         uart.write_bytes(bytes);
+        let ended = bytes.last().is_none_or(|&b| b == b'\n');
+        PARTIAL_FROM.store(if ended { 0 } else { source }, Ordering::Relaxed);
     }
 }
 

@@ -411,13 +411,13 @@ fn smccc(use_smc: bool, function: u64, a1: u64, a2: u64, a3: u64) -> Result<u64,
         unsafe {
             if use_smc {
                 asm!("smc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
-                     inout("x3") a3 => _, out("x4") _, out("x5") _, out("x6") _, out("x7") _,
+                     inout("x3") a3 => _, inout("x4") 0u64 => _, inout("x5") 0u64 => _, out("x6") _, out("x7") _,
                      out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
                      out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
                      options(nostack))
             } else {
                 asm!("hvc #0", inout("x0") x0, inout("x1") a1 => _, inout("x2") a2 => _,
-                     inout("x3") a3 => _, out("x4") _, out("x5") _, out("x6") _, out("x7") _,
+                     inout("x3") a3 => _, inout("x4") 0u64 => _, inout("x5") 0u64 => _, out("x6") _, out("x7") _,
                      out("x8") _, out("x9") _, out("x10") _, out("x11") _, out("x12") _,
                      out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _,
                      options(nostack))
@@ -643,6 +643,75 @@ fn probe_smc() {
     }
 }
 
+/// Management hypercalls: only the management partition may make them, and
+/// even it may only name buffers inside its own RAM.
+fn probe_management_calls(ram_end: u64) {
+    use pinfold_abi::{fid, AbiError};
+    let version = smccc(false, u64::from(fid::ABI_VERSION), 0, 0, 0).map(|r| r as i64);
+    match version {
+        Ok(0) => println!("PROBE mgmt-call: allowed (this partition is the management partition)"),
+        Ok(r) if r == AbiError::NotSupported.code() => {
+            println!("PROBE mgmt-call: refused (ABI_VERSION -> NOT_SUPPORTED)")
+        }
+        Ok(r) => println!("PROBE mgmt-call: refused (ABI_VERSION -> {r})"),
+        Err(f) => println!("PROBE mgmt-call: refused (HVC raised {f})"),
+    }
+    // A buffer that starts inside RAM and runs past its end.
+    let buf = ram_end - 64;
+    let list = smccc(false, u64::from(fid::LIST_PARTITIONS), buf, 4096, 0).map(|r| r as i64);
+    match list {
+        Ok(r) if r == AbiError::BadAddress.code() => {
+            println!("PROBE mgmt-bad-buffer: refused (LIST_PARTITIONS past RAM end -> BAD_ADDRESS)")
+        }
+        Ok(r) if r == AbiError::NotSupported.code() => {
+            println!("PROBE mgmt-bad-buffer: refused (LIST_PARTITIONS -> NOT_SUPPORTED)")
+        }
+        Ok(r) if r >= 0 => println!("PROBE mgmt-bad-buffer: ESCAPED (LIST_PARTITIONS wrote past RAM end -> {r})"),
+        Ok(r) => println!("PROBE mgmt-bad-buffer: refused (LIST_PARTITIONS -> {r})"),
+        Err(f) => println!("PROBE mgmt-bad-buffer: refused (HVC raised {f})"),
+    }
+}
+
+/// Exit round trips, timed with the virtual counter. Under QEMU with
+/// `-icount shift=0` one counter tick is a fixed number of guest
+/// instructions, so these numbers repeat exactly from run to run.
+fn bench_exits() {
+    const N: u64 = 1000;
+    const GICD_TYPER: u64 = 0x0800_0004;
+    let t0 = counter().1;
+    for _ in 0..N {
+        let _ = smccc(false, PSCI_VERSION, 0, 0, 0);
+    }
+    let t1 = counter().1;
+    for _ in 0..N {
+        let _ = mmio_read32(GICD_TYPER);
+    }
+    let t2 = counter().1;
+    println!(
+        "PROBE bench: iterations={N} hvc_psci_version_ticks={} gicd_read_ticks={} cntfrq={}",
+        t1 - t0,
+        t2 - t1,
+        counter().0
+    );
+}
+
+/// The probe never allocates; the ABI crate it takes its constants from has
+/// heap-using payload types, which need an allocator to link. Any allocation
+/// fails (returns null), which would end in the panic handler.
+struct NoAlloc;
+
+// SAFETY: returning null is always a valid (failed) allocation; dealloc is
+// never reached because nothing was ever allocated.
+unsafe impl core::alloc::GlobalAlloc for NoAlloc {
+    unsafe fn alloc(&self, _layout: core::alloc::Layout) -> *mut u8 {
+        core::ptr::null_mut()
+    }
+    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: core::alloc::Layout) {}
+}
+
+#[global_allocator]
+static ALLOCATOR: NoAlloc = NoAlloc;
+
 // --- DTB: just enough to find /memory ------------------------------------------
 
 const FDT_MAGIC: u32 = 0xd00d_feed;
@@ -798,7 +867,9 @@ extern "C" fn rust_main(dtb: u64) -> ! {
     probe_sgi_outside_partition();
     probe_psci_cpu_on_foreign();
     probe_smc();
+    probe_management_calls(ram_end);
     println!("PROBE done");
+    bench_exits();
 
     let (mut freq, start) = counter();
     if freq == 0 {

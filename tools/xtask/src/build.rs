@@ -33,7 +33,11 @@ pub struct Builder<'w> {
 
 impl<'w> Builder<'w> {
     pub fn new(ws: &'w Workspace) -> Self {
-        Self { ws, provisioner: Provisioner::new(), el2: None }
+        Self {
+            ws,
+            provisioner: Provisioner::new(),
+            el2: None,
+        }
     }
 
     /// Builds `target/pinfold/<out_name>` from `config`. A config that fails
@@ -74,7 +78,10 @@ impl<'w> Builder<'w> {
         );
         Ok(Built {
             image: out,
-            board: Board { cpus: config.board.cpus, memory: config.board.memory.bytes() },
+            board: Board {
+                cpus: config.board.cpus,
+                memory: config.board.memory.bytes(),
+            },
         })
     }
 
@@ -87,7 +94,12 @@ impl<'w> Builder<'w> {
         self.provisioner.host_tools()?;
         self.provisioner.guest_linux(self.ws)?;
         let objcopy = llvm_objcopy()?;
-        let release = self.ws.root.join("target").join(BARE_TARGET).join("release");
+        let release = self
+            .ws
+            .root
+            .join("target")
+            .join(BARE_TARGET)
+            .join("release");
         let out_dir = self.ws.root.join("target/pinfold");
         let guest_dir = self.ws.root.join("target/guest");
         for dir in [&out_dir, &guest_dir] {
@@ -99,7 +111,11 @@ impl<'w> Builder<'w> {
         flat_binary(&objcopy, &release.join("pinfold"), &el2)?;
 
         cargo_build_bare(&self.ws.root, "pinfold-test-guest")?;
-        flat_binary(&objcopy, &release.join("pinfold-test-guest"), &guest_dir.join("test-guest.bin"))?;
+        flat_binary(
+            &objcopy,
+            &release.join("pinfold-test-guest"),
+            &guest_dir.join("test-guest.bin"),
+        )?;
 
         self.el2 = Some(el2.clone());
         Ok(el2)
@@ -107,11 +123,14 @@ impl<'w> Builder<'w> {
 }
 
 fn cargo_build_bare(root: &Path, package: &str) -> Result<(), XtaskError> {
-    cmd::run(
-        cmd::cargo()
-            .current_dir(root)
-            .args(["build", "--release", "-p", package, "--target", BARE_TARGET]),
-    )
+    cmd::run(cmd::cargo().current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        package,
+        "--target",
+        BARE_TARGET,
+    ]))
 }
 
 /// `llvm-objcopy` from the toolchain's llvm-tools component.
@@ -122,7 +141,10 @@ fn llvm_objcopy() -> Result<PathBuf, XtaskError> {
         .lines()
         .find_map(|line| line.strip_prefix("host: "))
         .unwrap_or("x86_64-unknown-linux-gnu");
-    let objcopy = Path::new(sysroot.trim()).join("lib/rustlib").join(host).join("bin/llvm-objcopy");
+    let objcopy = Path::new(sysroot.trim())
+        .join("lib/rustlib")
+        .join(host)
+        .join("bin/llvm-objcopy");
     if objcopy.exists() {
         Ok(objcopy)
     } else {
@@ -138,7 +160,12 @@ fn llvm_objcopy() -> Result<PathBuf, XtaskError> {
 fn flat_binary(objcopy: &Path, elf: &Path, out: &Path) -> Result<(), XtaskError> {
     cmd::run(
         Command::new(objcopy)
-            .args(["-O", "binary", "--set-section-flags", ".bss=alloc,load,contents"])
+            .args([
+                "-O",
+                "binary",
+                "--set-section-flags",
+                ".bss=alloc,load,contents",
+            ])
             .arg(elf)
             .arg(out),
     )

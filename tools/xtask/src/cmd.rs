@@ -17,13 +17,17 @@ pub fn describe(cmd: &Command) -> String {
 /// Runs `cmd` with inherited stdio and fails unless it exits 0.
 pub fn run(cmd: &mut Command) -> Result<(), XtaskError> {
     let program = describe(cmd);
-    let status = cmd
-        .status()
-        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    let status = cmd.status().map_err(|source| XtaskError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     if status.success() {
         Ok(())
     } else {
-        Err(XtaskError::Command { program, status: status.to_string() })
+        Err(XtaskError::Command {
+            program,
+            status: status.to_string(),
+        })
     }
 }
 
@@ -35,11 +39,17 @@ pub fn stdout_of(cmd: &mut Command) -> Result<String, XtaskError> {
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+        .map_err(|source| XtaskError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     if status.success() {
         Ok(String::from_utf8_lossy(&stdout).into_owned())
     } else {
-        Err(XtaskError::Command { program, status: status.to_string() })
+        Err(XtaskError::Command {
+            program,
+            status: status.to_string(),
+        })
     }
 }
 

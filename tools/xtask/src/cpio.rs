@@ -23,7 +23,10 @@ pub struct CpioWriter {
 
 impl CpioWriter {
     pub fn new() -> Self {
-        Self { out: Vec::new(), next_ino: 1 }
+        Self {
+            out: Vec::new(),
+            next_ino: 1,
+        }
     }
 
     /// Adds a directory; `path` has no leading slash (e.g. `"proc"`).
@@ -73,14 +76,25 @@ impl CpioWriter {
         self.pad4();
     }
 
-    fn header(&mut self, name: &str, ino: u32, mode: u32, nlink: u32, rdev: (u32, u32), filesize: u32) {
+    fn header(
+        &mut self,
+        name: &str,
+        ino: u32,
+        mode: u32,
+        nlink: u32,
+        rdev: (u32, u32),
+        filesize: u32,
+    ) {
         let namesize = name.len() as u32 + 1;
         // Fields in order: ino mode uid gid nlink mtime filesize devmajor
         // devminor rdevmajor rdevminor namesize check.
-        let fields = [ino, mode, 0, 0, nlink, 0, filesize, 0, 0, rdev.0, rdev.1, namesize, 0];
+        let fields = [
+            ino, mode, 0, 0, nlink, 0, filesize, 0, 0, rdev.0, rdev.1, namesize, 0,
+        ];
         self.out.extend_from_slice(NEWC_MAGIC.as_bytes());
         for field in fields {
-            self.out.extend_from_slice(format!("{field:08x}").as_bytes());
+            self.out
+                .extend_from_slice(format!("{field:08x}").as_bytes());
         }
     }
 
@@ -133,7 +147,10 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         assert_eq!(magics.len(), 3);
-        assert!(magics.iter().all(|offset| offset % 4 == 0), "offsets {magics:?}");
+        assert!(
+            magics.iter().all(|offset| offset % 4 == 0),
+            "offsets {magics:?}"
+        );
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub trait IoContext<T> {
 
 impl<T> IoContext<T> for io::Result<T> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T, XtaskError> {
-        self.map_err(|source| XtaskError::Io { context: what(), source })
+        self.map_err(|source| XtaskError::Io {
+            context: what(),
+            source,
+        })
     }
 }

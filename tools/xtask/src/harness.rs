@@ -64,7 +64,8 @@ impl QemuRun {
         if let Some(dir) = log_path.parent() {
             std::fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
         }
-        let mut log = File::create(log_path).context(|| format!("creating {}", log_path.display()))?;
+        let mut log =
+            File::create(log_path).context(|| format!("creating {}", log_path.display()))?;
         let program = describe(&cmd);
         writeln!(log, "# {program}").context(|| format!("writing {}", log_path.display()))?;
         let log = Arc::new(Mutex::new(BufWriter::new(log)));
@@ -79,7 +80,9 @@ impl QemuRun {
         let mut readers = Vec::new();
         if let Some(stdout) = child.stdout.take() {
             let (output, log) = (Arc::clone(&output), Arc::clone(&log));
-            readers.push(std::thread::spawn(move || record(stdout, "", started, &output, &log, true)));
+            readers.push(std::thread::spawn(move || {
+                record(stdout, "", started, &output, &log, true)
+            }));
         }
         if let Some(stderr) = child.stderr.take() {
             let (output, log) = (Arc::clone(&output), Arc::clone(&log));
@@ -88,7 +91,12 @@ impl QemuRun {
             }));
         }
         let stdin = child.stdin.take();
-        Ok(Self { child, stdin, output, readers })
+        Ok(Self {
+            child,
+            stdin,
+            output,
+            readers,
+        })
     }
 
     /// Waits until a line with index >= `from` satisfies `matches`, or the
@@ -104,16 +112,25 @@ impl QemuRun {
         let mut output = lock_output(lock);
         let mut next = from;
         loop {
-            if let Some(line) = output.lines.iter().skip(next).find(|line| matches(&line.text)) {
+            if let Some(line) = output
+                .lines
+                .iter()
+                .skip(next)
+                .find(|line| matches(&line.text))
+            {
                 return Ok(line.clone());
             }
             next = next.max(output.lines.len());
             if output.closed {
-                return Err(WaitError::Exited { what: what.to_string() });
+                return Err(WaitError::Exited {
+                    what: what.to_string(),
+                });
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(WaitError::Timeout { what: what.to_string() });
+                return Err(WaitError::Timeout {
+                    what: what.to_string(),
+                });
             }
             output = match changed.wait_timeout(output, deadline - now) {
                 Ok((guard, _)) => guard,
@@ -193,7 +210,13 @@ fn record(
     }
 }
 
-fn push_line(raw: &[u8], prefix: &str, started: Instant, output: &Shared, log: &Mutex<BufWriter<File>>) {
+fn push_line(
+    raw: &[u8],
+    prefix: &str,
+    started: Instant,
+    output: &Shared,
+    log: &Mutex<BufWriter<File>>,
+) {
     let at = started.elapsed();
     let text = clean_line(raw);
     let text = format!("{prefix}{text}");
@@ -213,13 +236,19 @@ fn push_line(raw: &[u8], prefix: &str, started: Instant, output: &Shared, log: &
 /// Turns raw console bytes into a line of text: no line ending, no carriage
 /// returns, and invalid UTF-8 replaced.
 pub fn clean_line(raw: &[u8]) -> String {
-    String::from_utf8_lossy(raw).replace('\r', "").trim_end_matches('\n').to_string()
+    String::from_utf8_lossy(raw)
+        .replace('\r', "")
+        .trim_end_matches('\n')
+        .to_string()
 }
 
 /// The unsigned number that follows `key` in `line` (e.g. `timer_irqs=`).
 pub fn number_after(line: &str, key: &str) -> Option<u64> {
     let start = line.find(key)? + key.len();
-    let digits: String = line[start..].chars().take_while(char::is_ascii_digit).collect();
+    let digits: String = line[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
     digits.parse().ok()
 }
 
@@ -229,7 +258,10 @@ pub fn log_tail(path: &Path, count: usize) -> Vec<String> {
         return Vec::new();
     };
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(count)..].iter().map(|line| line.to_string()).collect()
+    lines[lines.len().saturating_sub(count)..]
+        .iter()
+        .map(|line| line.to_string())
+        .collect()
 }
 
 #[cfg(test)]
@@ -266,7 +298,9 @@ mod tests {
         let log = log_in_temp("later");
         let run = QemuRun::spawn(sh("echo one; sleep 0.2; echo two marker"), &log).expect("spawn");
 
-        let line = run.wait_for("marker", 0, Instant::now() + Duration::from_secs(10), |l| l.contains("marker"));
+        let line = run.wait_for("marker", 0, Instant::now() + Duration::from_secs(10), |l| {
+            l.contains("marker")
+        });
 
         assert_eq!(line.map(|l| l.text), Ok("two marker".to_string()));
     }
@@ -276,9 +310,16 @@ mod tests {
         let log = log_in_temp("exit");
         let run = QemuRun::spawn(sh("echo nothing here"), &log).expect("spawn");
 
-        let result = run.wait_for("marker", 0, Instant::now() + Duration::from_secs(10), |l| l.contains("marker"));
+        let result = run.wait_for("marker", 0, Instant::now() + Duration::from_secs(10), |l| {
+            l.contains("marker")
+        });
 
-        assert_eq!(result.map(|l| l.text), Err(WaitError::Exited { what: "marker".into() }));
+        assert_eq!(
+            result.map(|l| l.text),
+            Err(WaitError::Exited {
+                what: "marker".into()
+            })
+        );
     }
 
     #[test]
@@ -287,7 +328,12 @@ mod tests {
         let run = QemuRun::spawn(sh("exec sleep 30"), &log).expect("spawn");
         let started = Instant::now();
 
-        let result = run.wait_for("marker", 0, Instant::now() + Duration::from_millis(200), |_| true);
+        let result = run.wait_for(
+            "marker",
+            0,
+            Instant::now() + Duration::from_millis(200),
+            |_| true,
+        );
 
         assert!(matches!(result, Err(WaitError::Timeout { .. })));
         assert!(started.elapsed() < Duration::from_secs(5));
@@ -298,12 +344,17 @@ mod tests {
         let log = log_in_temp("from");
         let run = QemuRun::spawn(sh("echo tick 1; echo tick 2"), &log).expect("spawn");
         let first = run
-            .wait_for("tick", 0, Instant::now() + Duration::from_secs(10), |l| l.contains("tick"))
+            .wait_for("tick", 0, Instant::now() + Duration::from_secs(10), |l| {
+                l.contains("tick")
+            })
             .expect("first tick");
 
-        let second = run.wait_for("tick", first.index + 1, Instant::now() + Duration::from_secs(10), |l| {
-            l.contains("tick")
-        });
+        let second = run.wait_for(
+            "tick",
+            first.index + 1,
+            Instant::now() + Duration::from_secs(10),
+            |l| l.contains("tick"),
+        );
 
         assert_eq!(second.map(|l| l.text), Ok("tick 2".to_string()));
     }
@@ -314,7 +365,9 @@ mod tests {
         let mut run = QemuRun::spawn(sh("read x; echo got $x"), &log).expect("spawn");
 
         run.send(b"ping\n").expect("send");
-        let line = run.wait_for("echo", 0, Instant::now() + Duration::from_secs(10), |l| l.starts_with("got"));
+        let line = run.wait_for("echo", 0, Instant::now() + Duration::from_secs(10), |l| {
+            l.starts_with("got")
+        });
 
         assert_eq!(line.map(|l| l.text), Ok("got ping".to_string()));
         drop(run);

@@ -33,6 +33,26 @@ const KERNEL_CRATE: &str = "hermit-kernel-0.11.0";
 const KERNEL_URL: &str = "https://static.crates.io/crates/hermit-kernel/hermit-kernel-0.11.0.crate";
 /// SHA-256 of the .crate file (equal to the `cksum` in the crates.io index).
 const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7bff16edba8e03";
+/// Our edits to the kernel source, applied right after unpacking: (file,
+/// text that must occur exactly once, replacement).
+///
+/// QEMU's `-device virtio-net-pci` on the virt machine's root bus is a
+/// *transitional* device (PCI device ID 0x1000) unless given
+/// `disable-legacy=on`; Hermit 0.11 skips every ID below 0x1040 although a
+/// transitional device offers the modern (virtio 1.0) interface as well,
+/// which is all Hermit's driver uses. So treat 0x1000 as the modern network
+/// device 0x1041.
+const KERNEL_PATCHES: [(&str, &str, &str); 1] = [(
+    "src/drivers/virtio/transport/pci.rs",
+    "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
+    "\tlet device_id = device.device_id();\n\
+     \t// Pinfold: transitional virtio-net also speaks virtio 1.0; drive it as such.\n\
+     \tlet device_id = if device_id == 0x1000 { 0x1041 } else { device_id };\n\n\
+     \tif device_id < 0x1040 {",
+)];
+/// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
+/// and patched afresh.
+const KERNEL_PATCH_REVISION: u32 = 1;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
@@ -212,7 +232,8 @@ impl LlvmTools {
 fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
     let source = paths.hermit.join(KERNEL_CRATE);
     let stamp = source.join(".pinfold-unpacked");
-    if fs::read_to_string(&stamp).is_ok_and(|text| text.trim() == KERNEL_SHA256) {
+    let stamp_text = format!("{KERNEL_SHA256} patches {KERNEL_PATCH_REVISION}");
+    if fs::read_to_string(&stamp).is_ok_and(|text| text.trim() == stamp_text) {
         return Ok(source);
     }
     let archive = paths.hermit.join(format!("{KERNEL_CRATE}.crate"));
@@ -241,8 +262,23 @@ fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
         .open(&manifest)
         .and_then(|mut file| file.write_all(b"\n[workspace]\n"))
         .map_err(|err| format!("{}: {err}", manifest.display()))?;
-    fs::write(&stamp, KERNEL_SHA256).map_err(|err| format!("{}: {err}", stamp.display()))?;
+    for (file, find, replace) in KERNEL_PATCHES {
+        let path = source.join(file);
+        let text = fs::read_to_string(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        let patched = patch_once(&text, find, replace).map_err(|why| format!("{}: {why}", path.display()))?;
+        fs::write(&path, patched).map_err(|err| format!("{}: {err}", path.display()))?;
+    }
+    fs::write(&stamp, stamp_text).map_err(|err| format!("{}: {err}", stamp.display()))?;
     Ok(source)
+}
+
+/// `text` with the one occurrence of `find` replaced; an error if `find`
+/// occurs zero or several times (the source is not what the patch expects).
+fn patch_once(text: &str, find: &str, replace: &str) -> Result<String, String> {
+    match text.matches(find).count() {
+        1 => Ok(text.replacen(find, replace, 1)),
+        count => Err(format!("patch anchor found {count} times, expected once: {find:?}")),
+    }
 }
 
 /// The SHA-256 of a file, as lowercase hex (coreutils `sha256sum`).
@@ -511,6 +547,21 @@ mod tests {
         bytes.truncate(bytes.len() - 4);
 
         assert!(set_osabi(&mut bytes).is_err());
+    }
+
+    #[test]
+    fn patch_once_replaces_a_unique_anchor() {
+        assert_eq!(patch_once("a b c", "b", "x").as_deref(), Ok("a x c"));
+    }
+
+    #[test]
+    fn patch_once_rejects_a_repeated_anchor() {
+        assert!(patch_once("b b", "b", "x").is_err());
+    }
+
+    #[test]
+    fn patch_once_rejects_a_missing_anchor() {
+        assert!(patch_once("a c", "b", "x").is_err());
     }
 
     #[test]

@@ -41,7 +41,10 @@ pub fn assemble(mut el2: Vec<u8>, payload: &[u8]) -> Assembled {
     if has_magic {
         let claimed = read_u64(&el2, IMAGE_SIZE_OFFSET);
         if claimed > flat_len.next_multiple_of(PAYLOAD_ALIGN as u64) {
-            warnings.push(HeaderWarning::ImageSizeBeyondFile { claimed, file: flat_len });
+            warnings.push(HeaderWarning::ImageSizeBeyondFile {
+                claimed,
+                file: flat_len,
+            });
         }
     } else {
         warnings.push(HeaderWarning::MissingMagic);
@@ -53,7 +56,11 @@ pub fn assemble(mut el2: Vec<u8>, payload: &[u8]) -> Assembled {
         let total = el2.len() as u64;
         el2[IMAGE_SIZE_OFFSET..IMAGE_SIZE_OFFSET + 8].copy_from_slice(&total.to_le_bytes());
     }
-    Assembled { bytes: el2, payload_offset, warnings }
+    Assembled {
+        bytes: el2,
+        payload_offset,
+        warnings,
+    }
 }
 
 fn read_u64(bytes: &[u8], at: usize) -> u64 {
@@ -107,7 +114,10 @@ mod tests {
         let out = assemble(el2, &[2u8; 10]);
 
         assert_eq!(out.warnings, vec![HeaderWarning::MissingMagic]);
-        assert_eq!(read_u64(&out.bytes, IMAGE_SIZE_OFFSET), 0x1111_1111_1111_1111);
+        assert_eq!(
+            read_u64(&out.bytes, IMAGE_SIZE_OFFSET),
+            0x1111_1111_1111_1111
+        );
         assert_eq!(out.bytes.len(), 4106);
     }
 
@@ -119,7 +129,10 @@ mod tests {
 
         assert_eq!(
             out.warnings,
-            vec![HeaderWarning::ImageSizeBeyondFile { claimed: 3 * 4096, file: 4096 }]
+            vec![HeaderWarning::ImageSizeBeyondFile {
+                claimed: 3 * 4096,
+                file: 4096
+            }]
         );
     }
 

@@ -37,7 +37,11 @@ impl Workspace {
     fn locate() -> Self {
         // tools/xtask -> the workspace root.
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let root = manifest.ancestors().nth(2).unwrap_or(manifest).to_path_buf();
+        let root = manifest
+            .ancestors()
+            .nth(2)
+            .unwrap_or(manifest)
+            .to_path_buf();
         Self { root }
     }
 
@@ -53,16 +57,27 @@ impl Workspace {
 
     /// `path` relative to the root when it is inside it, for messages.
     pub fn relative(&self, path: &Path) -> String {
-        path.strip_prefix(&self.root).unwrap_or(path).display().to_string()
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
     }
 }
 
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
 enum Task {
-    Build { config: PathBuf },
-    Run { config: PathBuf, timeout: Option<Duration> },
-    Test { host_only: bool, only: Option<String> },
+    Build {
+        config: PathBuf,
+    },
+    Run {
+        config: PathBuf,
+        timeout: Option<Duration>,
+    },
+    Test {
+        host_only: bool,
+        only: Option<String>,
+    },
     Help,
 }
 
@@ -78,7 +93,9 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
     let usage = |msg: String| XtaskError::Usage(msg);
     while let Some(arg) = rest.next() {
         let mut value = || {
-            rest.next().cloned().ok_or_else(|| usage(format!("{arg} needs a value")))
+            rest.next()
+                .cloned()
+                .ok_or_else(|| usage(format!("{arg} needs a value")))
         };
         match (command.as_str(), arg.as_str()) {
             ("build" | "run", "--config") => config = PathBuf::from(value()?),
@@ -92,7 +109,11 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
             ("test", "--host") => host_only = true,
             ("test", "--only") => only = Some(value()?),
             (_, "-h" | "--help") => return Ok(Task::Help),
-            _ => return Err(usage(format!("unexpected argument `{arg}` for `{command}`"))),
+            _ => {
+                return Err(usage(format!(
+                    "unexpected argument `{arg}` for `{command}`"
+                )))
+            }
         }
     }
     match command.as_str() {
@@ -142,33 +163,47 @@ fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), X
         built.board.memory >> 20
     );
     let program = cmd::describe(&qemu);
-    let mut child = qemu
-        .spawn()
-        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    let mut child = qemu.spawn().map_err(|source| XtaskError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     let status = match timeout {
-        None => child.wait().map_err(|source| XtaskError::Spawn { program: program.clone(), source })?,
+        None => child.wait().map_err(|source| XtaskError::Spawn {
+            program: program.clone(),
+            source,
+        })?,
         Some(limit) => {
             if wait_until(&mut child, Instant::now() + limit)?.is_none() {
-                eprintln!("\nxtask: --timeout {} s reached, stopping QEMU", limit.as_secs());
+                eprintln!(
+                    "\nxtask: --timeout {} s reached, stopping QEMU",
+                    limit.as_secs()
+                );
                 stop(&mut child);
                 return Ok(());
             }
-            child.wait().map_err(|source| XtaskError::Spawn { program: program.clone(), source })?
+            child.wait().map_err(|source| XtaskError::Spawn {
+                program: program.clone(),
+                source,
+            })?
         }
     };
     if status.success() {
         Ok(())
     } else {
-        Err(XtaskError::Command { program, status: status.to_string() })
+        Err(XtaskError::Command {
+            program,
+            status: status.to_string(),
+        })
     }
 }
 
 /// Polls `child` until it exits (`Some`) or the deadline passes (`None`).
 fn wait_until(child: &mut Child, deadline: Instant) -> Result<Option<()>, XtaskError> {
     loop {
-        let exited = child
-            .try_wait()
-            .map_err(|source| XtaskError::Spawn { program: "qemu-system-aarch64".into(), source })?;
+        let exited = child.try_wait().map_err(|source| XtaskError::Spawn {
+            program: "qemu-system-aarch64".into(),
+            source,
+        })?;
         if exited.is_some() {
             return Ok(Some(()));
         }
@@ -203,7 +238,9 @@ mod tests {
     fn build_defaults_to_the_default_config() {
         assert_eq!(
             parse_args(&args("build")).ok(),
-            Some(Task::Build { config: PathBuf::from(DEFAULT_CONFIG) })
+            Some(Task::Build {
+                config: PathBuf::from(DEFAULT_CONFIG)
+            })
         );
     }
 
@@ -213,7 +250,10 @@ mod tests {
 
         assert_eq!(
             task,
-            Some(Task::Run { config: PathBuf::from("a.toml"), timeout: Some(Duration::from_secs(30)) })
+            Some(Task::Run {
+                config: PathBuf::from("a.toml"),
+                timeout: Some(Duration::from_secs(30))
+            })
         );
     }
 
@@ -221,22 +261,37 @@ mod tests {
     fn test_takes_host_and_only() {
         let task = parse_args(&args("test --host --only isolation")).ok();
 
-        assert_eq!(task, Some(Task::Test { host_only: true, only: Some("isolation".into()) }));
+        assert_eq!(
+            task,
+            Some(Task::Test {
+                host_only: true,
+                only: Some("isolation".into())
+            })
+        );
     }
 
     #[test]
     fn option_of_another_command_is_refused() {
-        assert!(matches!(parse_args(&args("build --timeout 3")), Err(XtaskError::Usage(_))));
+        assert!(matches!(
+            parse_args(&args("build --timeout 3")),
+            Err(XtaskError::Usage(_))
+        ));
     }
 
     #[test]
     fn missing_option_value_is_refused() {
-        assert!(matches!(parse_args(&args("run --config")), Err(XtaskError::Usage(_))));
+        assert!(matches!(
+            parse_args(&args("run --config")),
+            Err(XtaskError::Usage(_))
+        ));
     }
 
     #[test]
     fn non_numeric_timeout_is_refused() {
-        assert!(matches!(parse_args(&args("run --timeout soon")), Err(XtaskError::Usage(_))));
+        assert!(matches!(
+            parse_args(&args("run --timeout soon")),
+            Err(XtaskError::Usage(_))
+        ));
     }
 
     #[test]

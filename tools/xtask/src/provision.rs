@@ -53,15 +53,23 @@ impl Provisioner {
         if !missing.is_empty() {
             self.apt_update()?;
             eprintln!("xtask: installing {}", missing.join(" "));
-            cmd::run(apt_get().args(["install", "-y", "--no-install-recommends"]).args(&missing))?;
+            cmd::run(
+                apt_get()
+                    .args(["install", "-y", "--no-install-recommends"])
+                    .args(&missing),
+            )?;
         }
-        let targets = cmd::stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))?;
+        let targets =
+            cmd::stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))?;
         if !targets.lines().any(|line| line.trim() == BARE_TARGET) {
             cmd::run(Command::new("rustup").args(["target", "add", BARE_TARGET]))?;
         }
         let components =
             cmd::stdout_of(Command::new("rustup").args(["component", "list", "--installed"]))?;
-        if !components.lines().any(|line| line.starts_with("llvm-tools")) {
+        if !components
+            .lines()
+            .any(|line| line.starts_with("llvm-tools"))
+        {
             cmd::run(Command::new("rustup").args(["component", "add", "llvm-tools"]))?;
         }
         Ok(())
@@ -78,7 +86,12 @@ impl Provisioner {
         let image = guest.join("linux/Image");
         extract_kernel(&kernel_deb, &cache, &image)?;
         let busybox = cache.join("busybox-root/bin/busybox");
-        extract_once(&busybox_deb, &cache.join("busybox-root"), "./bin/busybox", &busybox)?;
+        extract_once(
+            &busybox_deb,
+            &cache.join("busybox-root"),
+            "./bin/busybox",
+            &busybox,
+        )?;
 
         let initramfs = guest.join("initramfs.cpio.gz");
         let init = ws.root.join("tools/guest-rootfs/init");
@@ -124,11 +137,18 @@ impl Provisioner {
 
     fn download_guest_debs(&self, cache: &Path) -> Result<(), XtaskError> {
         let kernel = resolve_kernel_package()?;
-        eprintln!("xtask: downloading {kernel} and {BUSYBOX_PACKAGE} into {}", cache.display());
+        eprintln!(
+            "xtask: downloading {kernel} and {BUSYBOX_PACKAGE} into {}",
+            cache.display()
+        );
         // apt-get download writes into the current directory; as root it
         // warns that the _apt sandbox user cannot write there, which is
         // harmless (it downloads unsandboxed).
-        cmd::run(apt_get().current_dir(cache).args(["download", &kernel, BUSYBOX_PACKAGE]))
+        cmd::run(
+            apt_get()
+                .current_dir(cache)
+                .args(["download", &kernel, BUSYBOX_PACKAGE]),
+        )
     }
 
     fn apt_update(&mut self) -> Result<(), XtaskError> {
@@ -166,7 +186,9 @@ fn dpkg_installed(package: &str) -> bool {
 fn resolve_kernel_package() -> Result<String, XtaskError> {
     let depends = cmd::stdout_of(Command::new("apt-cache").args(["depends", KERNEL_META]))?;
     parse_kernel_dependency(&depends).ok_or_else(|| {
-        XtaskError::Provision(format!("`apt-cache depends {KERNEL_META}` names no linux-image package"))
+        XtaskError::Provision(format!(
+            "`apt-cache depends {KERNEL_META}` names no linux-image package"
+        ))
     })
 }
 
@@ -207,7 +229,10 @@ fn newest(dir: &Path, prefix: &str, suffix: &str) -> Result<Option<PathBuf>, Xta
 fn unpack(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskError> {
     let result = unpack_members(deb, dir, pattern);
     if result.is_err() {
-        eprintln!("xtask: removing {} so that the next run downloads it again", deb.display());
+        eprintln!(
+            "xtask: removing {} so that the next run downloads it again",
+            deb.display()
+        );
         // If even the removal fails, the unpack error below is the one to show.
         let _ = fs::remove_file(deb);
     }
@@ -219,9 +244,10 @@ fn unpack_members(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskErro
     let mut dpkg = Command::new("dpkg-deb");
     dpkg.arg("--fsys-tarfile").arg(deb).stdout(Stdio::piped());
     let program = describe(&dpkg);
-    let mut dpkg_child = dpkg
-        .spawn()
-        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    let mut dpkg_child = dpkg.spawn().map_err(|source| XtaskError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     let Some(tarfile) = dpkg_child.stdout.take() else {
         return Err(XtaskError::Provision(format!("`{program}` gave no stdout")));
     };
@@ -233,12 +259,16 @@ fn unpack_members(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskErro
             .args(["--wildcards", pattern])
             .stdin(tarfile),
     );
-    let dpkg_status = dpkg_child
-        .wait()
-        .map_err(|source| XtaskError::Spawn { program: program.clone(), source })?;
+    let dpkg_status = dpkg_child.wait().map_err(|source| XtaskError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     tar_result?;
     if !dpkg_status.success() {
-        return Err(XtaskError::Command { program, status: dpkg_status.to_string() });
+        return Err(XtaskError::Command {
+            program,
+            status: dpkg_status.to_string(),
+        });
     }
     Ok(())
 }
@@ -247,13 +277,19 @@ fn unpack_members(deb: &Path, dir: &Path, pattern: &str) -> Result<(), XtaskErro
 /// this very package already.
 fn extract_once(deb: &Path, dir: &Path, member: &str, out: &Path) -> Result<(), XtaskError> {
     let stamp = stamp_path(out);
-    let source = deb.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let source = deb
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if out.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
         return Ok(());
     }
     unpack(deb, dir, member)?;
     if !out.exists() {
-        return Err(XtaskError::Provision(format!("{} has no {member}", deb.display())));
+        return Err(XtaskError::Provision(format!(
+            "{} has no {member}",
+            deb.display()
+        )));
     }
     fs::write(&stamp, source).context(|| format!("writing {}", stamp.display()))
 }
@@ -263,7 +299,10 @@ fn extract_once(deb: &Path, dir: &Path, member: &str, out: &Path) -> Result<(), 
 /// hypervisor loads Images, not compressed files.
 fn extract_kernel(deb: &Path, cache: &Path, image: &Path) -> Result<(), XtaskError> {
     let stamp = stamp_path(image);
-    let source = deb.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let source = deb
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if image.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == source) {
         return Ok(());
     }
@@ -272,8 +311,9 @@ fn extract_kernel(deb: &Path, cache: &Path, image: &Path) -> Result<(), XtaskErr
         fs::remove_dir_all(&root).context(|| format!("removing {}", root.display()))?;
     }
     unpack(deb, &root, "./boot/vmlinuz-*")?;
-    let vmlinuz = newest(&root.join("boot"), "vmlinuz-", "")?
-        .ok_or_else(|| XtaskError::Provision(format!("{} has no /boot/vmlinuz-*", deb.display())))?;
+    let vmlinuz = newest(&root.join("boot"), "vmlinuz-", "")?.ok_or_else(|| {
+        XtaskError::Provision(format!("{} has no /boot/vmlinuz-*", deb.display()))
+    })?;
     let mut bytes = fs::read(&vmlinuz).context(|| format!("reading {}", vmlinuz.display()))?;
     if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut inflated = Vec::new();
@@ -317,7 +357,8 @@ fn build_initramfs(init: &Path, busybox: &Path, out: &Path) -> Result<(), XtaskE
     eprintln!("xtask: building {}", out.display());
     let cpio = initramfs_archive(&init_bytes, &busybox_bytes);
     let mut gz = GzEncoder::new(Vec::new(), Compression::best());
-    gz.write_all(&cpio).context(|| "compressing the initramfs".into())?;
+    gz.write_all(&cpio)
+        .context(|| "compressing the initramfs".into())?;
     let compressed = gz.finish().context(|| "compressing the initramfs".into())?;
     fs::write(out, compressed).context(|| format!("writing {}", out.display()))?;
     fs::write(&stamp, fingerprint).context(|| format!("writing {}", stamp.display()))
@@ -343,11 +384,15 @@ mod tests {
 
     #[test]
     fn kernel_dependency_is_read_from_apt_cache_depends() {
-        let depends = "linux-image-cloud-arm64:arm64\n  Depends: linux-image-6.1.0-57-cloud-arm64:arm64\n";
+        let depends =
+            "linux-image-cloud-arm64:arm64\n  Depends: linux-image-6.1.0-57-cloud-arm64:arm64\n";
 
         let package = parse_kernel_dependency(depends);
 
-        assert_eq!(package.as_deref(), Some("linux-image-6.1.0-57-cloud-arm64:arm64"));
+        assert_eq!(
+            package.as_deref(),
+            Some("linux-image-6.1.0-57-cloud-arm64:arm64")
+        );
     }
 
     #[test]
@@ -384,6 +429,9 @@ mod tests {
 
     #[test]
     fn stamp_sits_beside_the_output() {
-        assert_eq!(stamp_path(Path::new("/a/b/Image")), PathBuf::from("/a/b/Image.stamp"));
+        assert_eq!(
+            stamp_path(Path::new("/a/b/Image")),
+            PathBuf::from("/a/b/Image.stamp")
+        );
     }
 }

@@ -59,16 +59,23 @@ mod tests {
     use super::*;
 
     fn args(cmd: &Command) -> Vec<String> {
-        cmd.get_args().map(|arg| arg.to_string_lossy().into_owned()).collect()
+        cmd.get_args()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
     }
 
     fn value_after(args: &[String], flag: &str) -> Option<String> {
-        args.iter().position(|arg| arg == flag).and_then(|i| args.get(i + 1).cloned())
+        args.iter()
+            .position(|arg| arg == flag)
+            .and_then(|i| args.get(i + 1).cloned())
     }
 
     #[test]
     fn smp_and_memory_come_from_the_board() {
-        let board = Board { cpus: 4, memory: 2 << 30 };
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+        };
 
         let cmd = qemu_command(&board, Path::new("pinfold.bin"), &Extra::default());
 
@@ -79,7 +86,10 @@ mod tests {
 
     #[test]
     fn machine_has_el2_and_gicv3() {
-        let board = Board { cpus: 1, memory: 1 << 30 };
+        let board = Board {
+            cpus: 1,
+            memory: 1 << 30,
+        };
 
         let cmd = qemu_command(&board, Path::new("x"), &Extra::default());
 
@@ -90,16 +100,32 @@ mod tests {
 
     #[test]
     fn qemu_escape_is_not_ctrl_a() {
-        let cmd = qemu_command(&Board { cpus: 1, memory: 1 << 30 }, Path::new("x"), &Extra::default());
+        let cmd = qemu_command(
+            &Board {
+                cpus: 1,
+                memory: 1 << 30,
+            },
+            Path::new("x"),
+            &Extra::default(),
+        );
 
         assert_eq!(value_after(&args(&cmd), "-echr").as_deref(), Some("29"));
     }
 
     #[test]
     fn extra_args_come_last() {
-        let extra = Extra { args: vec!["-s".into()] };
+        let extra = Extra {
+            args: vec!["-s".into()],
+        };
 
-        let cmd = qemu_command(&Board { cpus: 1, memory: 1 << 30 }, Path::new("x"), &extra);
+        let cmd = qemu_command(
+            &Board {
+                cpus: 1,
+                memory: 1 << 30,
+            },
+            Path::new("x"),
+            &extra,
+        );
 
         assert_eq!(args(&cmd).last().map(String::as_str), Some("-s"));
     }

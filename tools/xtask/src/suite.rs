@@ -32,9 +32,21 @@ struct Case {
 
 /// The tests, in the order they run.
 const CASES: [Case; 3] = [
-    Case { name: "host", tier: 1, run: host_tests },
-    Case { name: "boot-default", tier: 2, run: boot_default },
-    Case { name: "isolation", tier: 2, run: isolation },
+    Case {
+        name: "host",
+        tier: 1,
+        run: host_tests,
+    },
+    Case {
+        name: "boot-default",
+        tier: 2,
+        run: boot_default,
+    },
+    Case {
+        name: "isolation",
+        tier: 2,
+        run: isolation,
+    },
 ];
 
 /// Lines of the log shown under a failure.
@@ -48,7 +60,10 @@ struct Context<'w> {
 
 impl Context<'_> {
     fn log_path(&self) -> std::path::PathBuf {
-        self.ws.root.join("target/pinfold/test-logs").join(format!("{}.log", self.name))
+        self.ws
+            .root
+            .join("target/pinfold/test-logs")
+            .join(format!("{}.log", self.name))
     }
 
     /// Builds `config` into its own image and boots it.
@@ -85,7 +100,11 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
             None => !options.host_only || case.tier == 1,
         })
         .collect();
-    let mut ctx = Context { ws, builder: Builder::new(ws), name: "" };
+    let mut ctx = Context {
+        ws,
+        builder: Builder::new(ws),
+        name: "",
+    };
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in selected {
         ctx.name = case.name;
@@ -130,29 +149,39 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
 
 /// Tier 1: `cargo test` of the workspace's default members.
 fn host_tests(ctx: &mut Context<'_>) -> Outcome {
-    cmd::run(
-        cmd::cargo()
-            .current_dir(&ctx.ws.root)
-            .args(["test", "--features", "pinfold-config/std"]),
-    )
+    cmd::run(cmd::cargo().current_dir(&ctx.ws.root).args([
+        "test",
+        "--features",
+        "pinfold-config/std",
+    ]))
     .map(|()| Vec::new())
     .map_err(|err| err.to_string())
 }
 
 /// Waits for a line containing `needle`, starting at line `from`.
 fn expect(qemu: &QemuRun, needle: &str, from: usize, deadline: Instant) -> Result<Line, String> {
-    qemu.wait_for(&format!("`{needle}`"), from, deadline, |line| line.contains(needle))
-        .map_err(|err| err.to_string())
+    qemu.wait_for(&format!("`{needle}`"), from, deadline, |line| {
+        line.contains(needle)
+    })
+    .map_err(|err| err.to_string())
 }
 
 /// Waits for a guest's UP marker and checks its timer interrupt count.
-fn expect_guest_up(qemu: &QemuRun, name: &str, cpus: u32, deadline: Instant) -> Result<Line, String> {
+fn expect_guest_up(
+    qemu: &QemuRun,
+    name: &str,
+    cpus: u32,
+    deadline: Instant,
+) -> Result<Line, String> {
     let marker = format!("[{name}] PINFOLD-GUEST-UP name={name} cpus={cpus} timer_irqs=");
     let line = expect(qemu, &marker, 0, deadline)?;
     match number_after(&line.text, "timer_irqs=") {
         Some(count) if count > 0 => Ok(line),
         Some(_) => Err(format!("{name} saw no timer interrupts: `{}`", line.text)),
-        None => Err(format!("{name}'s marker has no timer_irqs count: `{}`", line.text)),
+        None => Err(format!(
+            "{name}'s marker has no timer_irqs count: `{}`",
+            line.text
+        )),
     }
 }
 
@@ -167,7 +196,12 @@ fn boot_default(ctx: &mut Context<'_>) -> Outcome {
     let from = qemu.lines().len();
     // Ctrl-A s: the hypervisor monitor prints its statistics.
     qemu.send(b"\x01s").map_err(|err| err.to_string())?;
-    let stats = expect(&qemu, "pinfold: stats hot_path_cross_cpu_locks=", from, deadline)?;
+    let stats = expect(
+        &qemu,
+        "pinfold: stats hot_path_cross_cpu_locks=",
+        from,
+        deadline,
+    )?;
 
     match number_after(&stats.text, "hot_path_cross_cpu_locks=") {
         Some(0) => Ok(vec![format!(
@@ -175,17 +209,22 @@ fn boot_default(ctx: &mut Context<'_>) -> Outcome {
             alpha.at.as_secs_f64(),
             beta.at.as_secs_f64()
         )]),
-        _ => Err(format!("the hot path took cross-CPU locks: `{}`", stats.text)),
+        _ => Err(format!(
+            "the hot path took cross-CPU locks: `{}`",
+            stats.text
+        )),
     }
 }
 
 /// Probe checks that must each print a refusal.
-const PROBE_CHECKS: [&str; 5] = [
+const PROBE_CHECKS: [&str; 7] = [
     "read-outside-ram",
     "write-outside-ram",
     "enable-foreign-spi",
     "psci-cpu-on-foreign",
     "smc",
+    "mgmt-call",
+    "mgmt-bad-buffer",
 ];
 
 /// Whether `line` is the probe reporting that `check` was refused.
@@ -198,7 +237,9 @@ fn is_refusal(line: &str, check: &str) -> bool {
 }
 
 fn escaped_line(lines: &[Line]) -> Option<&Line> {
-    lines.iter().find(|line| line.text.contains("[probe] ") && line.text.contains("ESCAPED"))
+    lines
+        .iter()
+        .find(|line| line.text.contains("] PROBE ") && line.text.contains("ESCAPED"))
 }
 
 /// Tier 2: a partition cannot reach outside itself, and neither a hostile
@@ -213,20 +254,46 @@ fn isolation(ctx: &mut Context<'_>) -> Outcome {
         return Err(format!("the probe escaped: `{}`", line.text));
     }
     for check in PROBE_CHECKS {
-        if !lines[..=done.index].iter().any(|line| is_refusal(&line.text, check)) {
-            return Err(format!("no `[probe] PROBE {check} ... refused` line before PROBE done"));
+        if !lines[..=done.index]
+            .iter()
+            .any(|line| is_refusal(&line.text, check))
+        {
+            return Err(format!(
+                "no `[probe] PROBE {check} ... refused` line before PROBE done"
+            ));
         }
+    }
+    // The same probe as the management partition: its management calls are
+    // answered, but a buffer past the end of its RAM is still refused.
+    let mgmt_done = expect(&qemu, "[mgmtprobe] PROBE done", 0, deadline)?;
+    let mgmt_lines = qemu.lines();
+    let mgmt_lines = &mgmt_lines[..=mgmt_done.index];
+    if !mgmt_lines.iter().any(|l| l.text.contains("[mgmtprobe] PROBE mgmt-call: allowed")) {
+        return Err("the management probe's ABI_VERSION call was not answered".into());
+    }
+    if !mgmt_lines.iter().any(|l| {
+        l.text.contains("[mgmtprobe] PROBE mgmt-bad-buffer: refused") && l.text.contains("BAD_ADDRESS")
+    }) {
+        return Err("the management probe's out-of-RAM buffer was not refused with BAD_ADDRESS".into());
     }
     let panicking = expect(&qemu, "[crash] PINFOLD-GUEST-PANICKING", 0, deadline)?;
     let panic = qemu
-        .wait_for("a `[crash] ` line with `Kernel panic`", panicking.index, deadline, |line| {
-            line.contains("[crash] ") && line.contains("Kernel panic")
-        })
+        .wait_for(
+            "a `[crash] ` line with `Kernel panic`",
+            panicking.index,
+            deadline,
+            |line| line.contains("[crash] ") && line.contains("Kernel panic"),
+        )
         .map_err(|err| err.to_string())?;
 
     let after = done.index.max(panic.index) + 1;
     let first = expect(&qemu, "[steady] PINFOLD-GUEST-ALIVE", after, deadline)?;
-    let second = expect(&qemu, "[steady] PINFOLD-GUEST-ALIVE", first.index + 1, deadline)?;
+    let second = expect(
+        &qemu,
+        "[steady] PINFOLD-GUEST-ALIVE",
+        first.index + 1,
+        deadline,
+    )?;
     let alive = expect(&qemu, "[probe] PROBE alive", after, deadline)?;
 
     if let Some(line) = escaped_line(&qemu.lines()) {
@@ -255,20 +322,31 @@ mod tests {
 
     #[test]
     fn refusal_accepts_a_colon_after_the_check_name() {
-        let line = "[probe] PROBE psci-cpu-on-foreign: refused (CPU_ON MPIDR 2 -> INVALID_PARAMETERS)";
+        let line =
+            "[probe] PROBE psci-cpu-on-foreign: refused (CPU_ON MPIDR 2 -> INVALID_PARAMETERS)";
 
         assert!(is_refusal(line, "psci-cpu-on-foreign"));
     }
 
     #[test]
     fn refusal_matches_whole_check_names_only() {
-        assert!(!is_refusal("[probe] PROBE read-outside-ram-2 refused", "read-outside-ram"));
+        assert!(!is_refusal(
+            "[probe] PROBE read-outside-ram-2 refused",
+            "read-outside-ram"
+        ));
     }
 
     #[test]
     fn escaped_line_is_found_only_in_probe_output() {
-        let line = |text: &str, index| Line { index, at: Duration::ZERO, text: text.into() };
-        let lines = vec![line("[steady] ESCAPED", 0), line("[probe] PROBE smc ESCAPED", 1)];
+        let line = |text: &str, index| Line {
+            index,
+            at: Duration::ZERO,
+            text: text.into(),
+        };
+        let lines = vec![
+            line("[steady] ESCAPED", 0),
+            line("[probe] PROBE smc ESCAPED", 1),
+        ];
 
         assert_eq!(escaped_line(&lines).map(|l| l.index), Some(1));
         assert!(escaped_line(&lines[..1]).is_none());
