@@ -25,6 +25,7 @@
 //! A misbehaving caller only ever gets an error status back: nothing here
 //! panics or logs on its behalf.
 
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -70,6 +71,8 @@ pub trait Manage {
     /// Queues `bytes` as console input, returning how many fitted; `None`
     /// for an unknown index.
     fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize>;
+    /// The REST API's bearer token.
+    fn token(&self) -> String;
 }
 
 /// Handles one management hypercall: `regs` is the caller's X0..X5, the
@@ -119,6 +122,7 @@ fn handle(
         Request::ListPartitions { buf } => {
             write_reply(mem, buf, &encode_reply_vec(&hv.partitions()))
         }
+        Request::MgmtToken { buf } => write_reply(mem, buf, hv.token().as_bytes()),
         Request::PartitionInfo { index, buf } => {
             let detail = hv.detail(index).ok_or(AbiError::NotFound)?;
             write_reply(mem, buf, &encode_reply_vec(&detail))
@@ -432,6 +436,10 @@ mod tests {
             self.input.extend_from_slice(&bytes[..n]);
             Some(n)
         }
+
+        fn token(&self) -> String {
+            "s3cret-token".to_string()
+        }
     }
 
     fn call(request: Request, mem: &mut FakeRam, hv: &mut FakeHv) -> Result<Return, CallError> {
@@ -447,6 +455,7 @@ mod tests {
         let b = buf(BUF_IPA, 4096);
         vec![
             Request::AbiVersion,
+            Request::MgmtToken { buf: b },
             Request::HostInfo { buf: b },
             Request::ListPartitions { buf: b },
             Request::PartitionInfo {
@@ -873,6 +882,28 @@ mod tests {
         );
 
         assert_eq!(ret, Err(CallError::Refused(AbiError::NotFound)));
+    }
+
+    #[test]
+    fn mgmt_token_is_written_to_the_callers_buffer() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+
+        let ret = call(Request::MgmtToken { buf: buf(BUF_IPA, 64) }, &mut mem, &mut hv);
+
+        assert_eq!(ret, Ok(Return::Written(12)));
+        assert_eq!(mem.at(BUF_IPA, 12), b"s3cret-token");
+    }
+
+    #[test]
+    fn mgmt_token_is_refused_to_other_partitions() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+
+        let request = Request::MgmtToken { buf: buf(BUF_IPA, 64) };
+
+        let x = dispatch(false, &request.encode(), &mut mem, &mut hv);
+
+        assert_eq!(x[0] as i64, AbiError::NotSupported.code());
+        assert_eq!(mem.writes, 0);
     }
 
     #[test]

@@ -194,6 +194,9 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         _ => hvlog!("no PSCI SMC conduit: running on the boot CPU only"),
     }
 
+    if partition::all().iter().any(|p| p.plan.management) {
+        hvprint!("management token: {}", partition::management_token());
+    }
     for p in partition::all() {
         if p.plan.autostart {
             vcpu::start_partition(p);

@@ -173,6 +173,10 @@ impl Manage for Manager<'_> {
         Some(con.ring.read(offset, out))
     }
 
+    fn token(&self) -> alloc::string::String {
+        alloc::string::String::from(partition::management_token())
+    }
+
     fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize> {
         let p = partition::get(index as usize)?;
         Some(crate::console::input(self.cpu, p, bytes))

@@ -400,6 +400,26 @@ pub fn add_entropy(bytes: &[u8]) {
     SEED.store(acc, Ordering::Relaxed);
 }
 
+static TOKEN: spin::Once<String> = spin::Once::new();
+
+/// The management API's bearer token: the plan's, or one made from the
+/// boot entropy (host rng-seed, counter) and printed on the console.
+pub fn management_token() -> &'static str {
+    TOKEN.call_once(|| {
+        if let Some(t) = all().iter().find_map(|p| p.plan.token.clone()) {
+            return t;
+        }
+        let mut t = String::new();
+        for i in 0..2 {
+            let v = next_seed(0x7073_7400 + i);
+            for b in v.to_be_bytes() {
+                let _ = core::fmt::Write::write_fmt(&mut t, format_args!("{b:02x}"));
+            }
+        }
+        t
+    })
+}
+
 fn next_seed(salt: u64) -> u64 {
     let s = SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
     splitmix(s ^ salt ^ arch::counter())

@@ -179,6 +179,12 @@ pub enum Problem {
     /// A second management partition.
     #[error("partition \"{other}\" is already the management partition; at most one may be")]
     ManagementTaken { other: String },
+    /// A token on a partition that is not the management partition.
+    #[error("only the management partition has a token")]
+    TokenWithoutManagement,
+    /// A token that is too short or uses characters outside [A-Za-z0-9._~-].
+    #[error("a token must be 16 to 128 characters of [A-Za-z0-9._~-]")]
+    BadToken,
     /// A second partition asks for the PCIe host bridge.
     #[error("the PCIe host bridge is already passed to partition \"{other}\"")]
     PciHostBridgeTaken { other: String },

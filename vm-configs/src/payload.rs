@@ -238,6 +238,7 @@ impl Config {
                     .collect(),
                 management: partition.management,
                 pci_host_bridge: partition.pci_host_bridge,
+                token: partition.token.clone(),
                 autostart: partition.autostart,
             })
             .collect();

@@ -98,6 +98,8 @@ pub struct PartitionPlan {
     pub management: bool,
     /// Owns the host's PCIe host bridge; RAM is mapped at IPA == PA.
     pub pci_host_bridge: bool,
+    /// The management API's bearer token, if the plan sets one.
+    pub token: Option<String>,
     /// Booted by the hypervisor at start (otherwise it waits for a start call).
     pub autostart: bool,
 }

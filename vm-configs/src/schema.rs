@@ -66,6 +66,10 @@ pub struct PartitionConfig {
     /// there is no IOMMU in the path.
     #[serde(default)]
     pub pci_host_bridge: bool,
+    /// The REST API's bearer token (management partition only). Without
+    /// it the hypervisor generates one at boot and prints it.
+    #[serde(default)]
+    pub token: Option<String>,
     /// Pass-through devices.
     #[serde(default, rename = "device")]
     pub devices: Vec<DeviceConfig>,

@@ -711,6 +711,28 @@ fn second_partition_asking_for_the_pci_host_bridge_is_rejected() {
     );
 }
 
+#[test]
+fn token_on_a_partition_that_is_not_management_is_rejected() {
+    let root = Root::with_images();
+    let alpha = format!("{ALPHA}token = \"0123456789abcdef0123\"\n");
+
+    let error = rejected(&root, &alpha);
+
+    assert_names(&error, "alpha", "token");
+    assert!(matches!(error.problem(), Some(Problem::TokenWithoutManagement)), "{error}");
+}
+
+#[test]
+fn short_token_is_rejected() {
+    let root = Root::with_images();
+    let alpha = format!("{ALPHA}management = true\ntoken = \"short\"\n");
+
+    let error = rejected(&root, &alpha);
+
+    assert_names(&error, "alpha", "token");
+    assert!(matches!(error.problem(), Some(Problem::BadToken)), "{error}");
+}
+
 // ---- devices --------------------------------------------------------------
 
 /// `partition` (CPU `cpu`) owning one device.

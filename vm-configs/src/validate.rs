@@ -296,6 +296,15 @@ fn check_roles<'c>(
             ));
         }
     }
+    if let Some(token) = &partition.token {
+        if !partition.management {
+            return Err(partition_error(partition, "token", Problem::TokenWithoutManagement));
+        }
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || "._~-".contains(c);
+        if !(16..=128).contains(&token.len()) || !token.chars().all(ok_char) {
+            return Err(partition_error(partition, "token", Problem::BadToken));
+        }
+    }
     if partition.pci_host_bridge {
         if let Some(other) = owners.pci_host_bridge.replace(&partition.name) {
             return Err(partition_error(

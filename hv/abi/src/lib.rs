@@ -27,6 +27,7 @@
 //! | 6 | PARTITION_RESTART | index   |         |         |     |                             |
 //! | 7 | CONSOLE_READ      | index   | offset  | buf IPA | len | X1 = bytes, X2 = next, X3 = dropped |
 //! | 8 | CONSOLE_WRITE     | index   | buf IPA | buf len |     | X1 = bytes accepted         |
+//! | 9 | MGMT_TOKEN        | buf IPA | buf len |         |     | X1 = bytes written (UTF-8)  |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -109,6 +110,10 @@ pub mod fid {
     pub const PARTITION_RESTART: u32 = BASE | 6;
     pub const CONSOLE_READ: u32 = BASE | 7;
     pub const CONSOLE_WRITE: u32 = BASE | 8;
+    /// The bearer token the manager's REST API requires for mutating calls
+    /// (from the plan, or generated at boot and printed on the hypervisor
+    /// console), as raw UTF-8.
+    pub const MGMT_TOKEN: u32 = BASE | 9;
 }
 
 /// SMCCC 1.3 SVE live-state hint (DEN0028 2.10): ignored by the callee.
@@ -280,6 +285,10 @@ pub enum Request {
         index: u32,
         buf: GuestBuffer,
     },
+    /// The REST API's bearer token.
+    MgmtToken {
+        buf: GuestBuffer,
+    },
 }
 
 impl Request {
@@ -292,7 +301,7 @@ impl Request {
         let used = match fid {
             fid::ABI_VERSION => 0,
             fid::PARTITION_START | fid::PARTITION_STOP | fid::PARTITION_RESTART => 1,
-            fid::HOST_INFO | fid::LIST_PARTITIONS => 2,
+            fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN => 2,
             fid::PARTITION_INFO | fid::CONSOLE_WRITE => 3,
             fid::CONSOLE_READ => 4,
             _ => return Err(AbiError::NotSupported),
@@ -314,6 +323,9 @@ impl Request {
                 buf: buf(args[0], args[1])?,
             },
             fid::LIST_PARTITIONS => Request::ListPartitions {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::MGMT_TOKEN => Request::MgmtToken {
                 buf: buf(args[0], args[1])?,
             },
             fid::PARTITION_INFO => Request::PartitionInfo {
@@ -345,6 +357,7 @@ impl Request {
             Request::ListPartitions { buf } => {
                 [fid::LIST_PARTITIONS as u64, buf.ipa, buf.len, 0, 0, 0]
             }
+            Request::MgmtToken { buf } => [fid::MGMT_TOKEN as u64, buf.ipa, buf.len, 0, 0, 0],
             Request::PartitionInfo { index, buf } => {
                 [fid::PARTITION_INFO as u64, i(index), buf.ipa, buf.len, 0, 0]
             }
@@ -374,6 +387,7 @@ impl Request {
         match *self {
             Request::HostInfo { buf }
             | Request::ListPartitions { buf }
+            | Request::MgmtToken { buf }
             | Request::PartitionInfo { buf, .. }
             | Request::ConsoleRead { buf, .. }
             | Request::ConsoleWrite { buf, .. } => Some(buf),
@@ -405,7 +419,8 @@ impl Request {
             }
             Request::HostInfo { .. }
             | Request::ListPartitions { .. }
-            | Request::PartitionInfo { .. } => Return::Written(within(x[1])?),
+            | Request::PartitionInfo { .. }
+            | Request::MgmtToken { .. } => Return::Written(within(x[1])?),
             Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. } => Return::Done,
@@ -761,7 +776,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 9, [0; 5])),
+            Request::decode(&regs(fid::BASE | 10, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

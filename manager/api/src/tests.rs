@@ -1137,6 +1137,10 @@ mod hvc {
         fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize> {
             self.0.console_write(index, bytes).ok()
         }
+
+        fn token(&self) -> String {
+            String::from("t")
+        }
     }
 
     impl Hypercall for Machine {
