@@ -135,22 +135,28 @@ fn cargo_build_bare(root: &Path, package: &str) -> Result<(), XtaskError> {
 
 /// `llvm-objcopy` from the toolchain's llvm-tools component.
 fn llvm_objcopy() -> Result<PathBuf, XtaskError> {
+    llvm_tool("llvm-objcopy")
+}
+
+/// `name` (e.g. `llvm-size`) from the toolchain's llvm-tools component.
+pub fn llvm_tool(name: &str) -> Result<PathBuf, XtaskError> {
     let sysroot = cmd::stdout_of(Command::new("rustc").args(["--print", "sysroot"]))?;
     let version = cmd::stdout_of(Command::new("rustc").arg("-vV"))?;
     let host = version
         .lines()
         .find_map(|line| line.strip_prefix("host: "))
         .unwrap_or("x86_64-unknown-linux-gnu");
-    let objcopy = Path::new(sysroot.trim())
+    let tool = Path::new(sysroot.trim())
         .join("lib/rustlib")
         .join(host)
-        .join("bin/llvm-objcopy");
-    if objcopy.exists() {
-        Ok(objcopy)
+        .join("bin")
+        .join(name);
+    if tool.exists() {
+        Ok(tool)
     } else {
         Err(XtaskError::Provision(format!(
             "{} is missing (rustup component add llvm-tools)",
-            objcopy.display()
+            tool.display()
         )))
     }
 }

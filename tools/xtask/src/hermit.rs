@@ -83,12 +83,19 @@ pub fn build_manager(root: &Path) -> Result<PathBuf, String> {
     let source = timed("kernel source", || fetch_kernel_source(&paths))?;
     let kernel = timed("kernel", || build_kernel(&paths, &source))?;
     let builtins = timed("builtins", || build_builtins(&paths))?;
-    let libhermit = timed("libhermit.a", || link_library(&paths, &tools, &kernel, &builtins))?;
+    let libhermit = timed("libhermit.a", || {
+        link_library(&paths, &tools, &kernel, &builtins)
+    })?;
     let app = timed("app", || build_app(&paths, &libhermit))?;
     let loader = timed("loader", || build_loader(&paths, &app))?;
     let image = paths.out.join("manager.bin");
-    run(Command::new(&tools.objcopy).args(["-O", "binary"]).arg(&loader).arg(&image))?;
-    let size = fs::metadata(&image).map_err(|err| format!("{}: {err}", image.display()))?.len();
+    run(Command::new(&tools.objcopy)
+        .args(["-O", "binary"])
+        .arg(&loader)
+        .arg(&image))?;
+    let size = fs::metadata(&image)
+        .map_err(|err| format!("{}: {err}", image.display()))?
+        .len();
     println!("xtask: {} ({size} bytes)", image.display());
     Ok(image)
 }
@@ -124,7 +131,10 @@ impl Paths {
 fn timed<T>(step: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     let start = Instant::now();
     let result = f();
-    println!("xtask: hermit {step}: {:.1} s", start.elapsed().as_secs_f64());
+    println!(
+        "xtask: hermit {step}: {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     result
 }
 
@@ -139,7 +149,9 @@ fn describe(cmd: &Command) -> String {
 
 /// Runs `cmd` with inherited output; fails unless it exits 0.
 fn run(cmd: &mut Command) -> Result<(), String> {
-    let status = cmd.status().map_err(|err| format!("cannot start `{}`: {err}", describe(cmd)))?;
+    let status = cmd
+        .status()
+        .map_err(|err| format!("cannot start `{}`: {err}", describe(cmd)))?;
     if status.success() {
         Ok(())
     } else {
@@ -217,11 +229,21 @@ impl LlvmTools {
             .lines()
             .find_map(|line| line.strip_prefix("host: "))
             .ok_or("rustc -vV names no host")?;
-        let bin = Path::new(sysroot.trim()).join("lib/rustlib").join(host).join("bin");
-        let tools = Self { nm: bin.join("llvm-nm"), objcopy: bin.join("llvm-objcopy"), ar: bin.join("llvm-ar") };
+        let bin = Path::new(sysroot.trim())
+            .join("lib/rustlib")
+            .join(host)
+            .join("bin");
+        let tools = Self {
+            nm: bin.join("llvm-nm"),
+            objcopy: bin.join("llvm-objcopy"),
+            ar: bin.join("llvm-ar"),
+        };
         for tool in [&tools.nm, &tools.objcopy, &tools.ar] {
             if !tool.exists() {
-                return Err(format!("{} is missing (component llvm-tools)", tool.display()));
+                return Err(format!(
+                    "{} is missing (component llvm-tools)",
+                    tool.display()
+                ));
             }
         }
         Ok(tools)
@@ -240,19 +262,34 @@ fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
     if sha256_of(&archive).ok().as_deref() != Some(KERNEL_SHA256) {
         let partial = archive.with_extension("crate.part");
         run(Command::new("curl")
-            .args(["--fail", "--silent", "--show-error", "--location", "--retry", "3", "--output"])
+            .args([
+                "--fail",
+                "--silent",
+                "--show-error",
+                "--location",
+                "--retry",
+                "3",
+                "--output",
+            ])
             .arg(&partial)
             .arg(KERNEL_URL))?;
         let digest = sha256_of(&partial)?;
         if digest != KERNEL_SHA256 {
-            return Err(format!("{KERNEL_URL}: SHA-256 {digest}, expected {KERNEL_SHA256}"));
+            return Err(format!(
+                "{KERNEL_URL}: SHA-256 {digest}, expected {KERNEL_SHA256}"
+            ));
         }
         fs::rename(&partial, &archive).map_err(|err| format!("{}: {err}", archive.display()))?;
     }
     if source.exists() {
-        fs::remove_dir_all(&source).map_err(|err| format!("removing {}: {err}", source.display()))?;
+        fs::remove_dir_all(&source)
+            .map_err(|err| format!("removing {}: {err}", source.display()))?;
     }
-    run(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&paths.hermit))?;
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&paths.hermit))?;
     // The source lies inside our workspace's directory tree; without a
     // [workspace] table of its own cargo would take it for an unlisted
     // member of ours and refuse to build it.
@@ -265,7 +302,8 @@ fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
     for (file, find, replace) in KERNEL_PATCHES {
         let path = source.join(file);
         let text = fs::read_to_string(&path).map_err(|err| format!("{}: {err}", path.display()))?;
-        let patched = patch_once(&text, find, replace).map_err(|why| format!("{}: {why}", path.display()))?;
+        let patched =
+            patch_once(&text, find, replace).map_err(|why| format!("{}: {why}", path.display()))?;
         fs::write(&path, patched).map_err(|err| format!("{}: {err}", path.display()))?;
     }
     fs::write(&stamp, stamp_text).map_err(|err| format!("{}: {err}", stamp.display()))?;
@@ -277,7 +315,9 @@ fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
 fn patch_once(text: &str, find: &str, replace: &str) -> Result<String, String> {
     match text.matches(find).count() {
         1 => Ok(text.replacen(find, replace, 1)),
-        count => Err(format!("patch anchor found {count} times, expected once: {find:?}")),
+        count => Err(format!(
+            "patch anchor found {count} times, expected once: {find:?}"
+        )),
     }
 }
 
@@ -297,7 +337,10 @@ fn build_kernel(paths: &Paths, source: &Path) -> Result<PathBuf, String> {
         .current_dir(source)
         .env("CARGO_ENCODED_RUSTFLAGS", KERNEL_RUSTFLAGS.join("\x1f"))
         .args(["build", "--release", "--locked", "--target", KERNEL_TARGET])
-        .args(["-Zbuild-std=core,alloc", "-Zbuild-std-features=compiler-builtins-mem"])
+        .args([
+            "-Zbuild-std=core,alloc",
+            "-Zbuild-std-features=compiler-builtins-mem",
+        ])
         .args(["--no-default-features", "--features", KERNEL_FEATURES])
         .arg("--target-dir")
         .arg(&target_dir))?;
@@ -311,10 +354,15 @@ fn build_builtins(paths: &Paths) -> Result<PathBuf, String> {
     run(nightly("cargo")
         .current_dir(&paths.builtins)
         .args(["build", "--release", "--locked", "--target", APP_TARGET])
-        .args(["-Zbuild-std=core", "-Zbuild-std-features=compiler-builtins-mem"])
+        .args([
+            "-Zbuild-std=core",
+            "-Zbuild-std-features=compiler-builtins-mem",
+        ])
         .arg("--target-dir")
         .arg(&target_dir))?;
-    Ok(target_dir.join(APP_TARGET).join("release/libhermit_builtins.a"))
+    Ok(target_dir
+        .join(APP_TARGET)
+        .join("release/libhermit_builtins.a"))
 }
 
 fn modified(path: &Path) -> Result<SystemTime, String> {
@@ -325,11 +373,20 @@ fn modified(path: &Path) -> Result<SystemTime, String> {
 
 /// Makes `dist/libhermit.a` from the kernel and builtins archives unless it
 /// is newer than all of its inputs.
-fn link_library(paths: &Paths, tools: &LlvmTools, kernel: &Path, builtins: &Path) -> Result<PathBuf, String> {
+fn link_library(
+    paths: &Paths,
+    tools: &LlvmTools,
+    kernel: &Path,
+    builtins: &Path,
+) -> Result<PathBuf, String> {
     let out = paths.dist.join("libhermit.a");
     let exports_file = paths.builtins.join("exports");
     if let Ok(built) = modified(&out) {
-        let inputs = [modified(kernel)?, modified(builtins)?, modified(&exports_file)?];
+        let inputs = [
+            modified(kernel)?,
+            modified(builtins)?,
+            modified(&exports_file)?,
+        ];
         if inputs.iter().all(|input| *input < built) {
             return Ok(out);
         }
@@ -344,14 +401,19 @@ fn link_library(paths: &Paths, tools: &LlvmTools, kernel: &Path, builtins: &Path
         .map(|symbol| symbol.name.as_str())
         .collect();
     if syscalls.is_empty() {
-        return Err(format!("{}: no sys_* symbols in the kernel's own objects", kernel.display()));
+        return Err(format!(
+            "{}: no sys_* symbols in the kernel's own objects",
+            kernel.display()
+        ));
     }
     let keep: HashSet<&str> = KERNEL_EXPORTS.into_iter().chain(syscalls).collect();
     rename_symbols(tools, &work, "hermit", &symbols, &keep)?;
 
     let builtins_copy = paths.dist.join("libhermit_builtins.a");
-    fs::copy(builtins, &builtins_copy).map_err(|err| format!("copying {}: {err}", builtins.display()))?;
-    let exports = fs::read_to_string(&exports_file).map_err(|err| format!("{}: {err}", exports_file.display()))?;
+    fs::copy(builtins, &builtins_copy)
+        .map_err(|err| format!("copying {}: {err}", builtins.display()))?;
+    let exports = fs::read_to_string(&exports_file)
+        .map_err(|err| format!("{}: {err}", exports_file.display()))?;
     let keep: HashSet<&str> = exports
         .lines()
         .map(str::trim)
@@ -360,13 +422,19 @@ fn link_library(paths: &Paths, tools: &LlvmTools, kernel: &Path, builtins: &Path
     let symbols = defined_symbols(tools, &builtins_copy)?;
     rename_symbols(tools, &builtins_copy, "hermit_builtins", &symbols, &keep)?;
     // `L`: append the members of the other archive, not the archive itself.
-    run(Command::new(&tools.ar).arg("qL").arg(&work).arg(&builtins_copy))?;
+    run(Command::new(&tools.ar)
+        .arg("qL")
+        .arg(&work)
+        .arg(&builtins_copy))?;
 
     let mut bytes = fs::read(&work).map_err(|err| format!("{}: {err}", work.display()))?;
     let members = set_osabi(&mut bytes).map_err(|why| format!("{}: {why}", work.display()))?;
     fs::write(&work, &bytes).map_err(|err| format!("{}: {err}", work.display()))?;
     fs::rename(&work, &out).map_err(|err| format!("{}: {err}", out.display()))?;
-    println!("xtask: {} ({members} objects, EI_OSABI = {ELFOSABI_STANDALONE})", out.display());
+    println!(
+        "xtask: {} ({members} objects, EI_OSABI = {ELFOSABI_STANDALONE})",
+        out.display()
+    );
     Ok(out)
 }
 
@@ -383,11 +451,18 @@ fn parse_nm_line(line: &str) -> Option<DefinedSymbol> {
     let (location, rest) = line.rsplit_once(": ")?;
     let (_, member) = location.rsplit_once(':')?;
     let name = rest.split_whitespace().last()?;
-    Some(DefinedSymbol { member: member.to_owned(), name: name.to_owned() })
+    Some(DefinedSymbol {
+        member: member.to_owned(),
+        name: name.to_owned(),
+    })
 }
 
 fn defined_symbols(tools: &LlvmTools, archive: &Path) -> Result<Vec<DefinedSymbol>, String> {
-    let listing = stdout_of(Command::new(&tools.nm).args(["-A", "-g", "--defined-only"]).arg(archive))?;
+    let listing = stdout_of(
+        Command::new(&tools.nm)
+            .args(["-A", "-g", "--defined-only"])
+            .arg(archive),
+    )?;
     Ok(listing.lines().filter_map(parse_nm_line).collect())
 }
 
@@ -478,7 +553,9 @@ fn build_app(paths: &Paths, libhermit: &Path) -> Result<PathBuf, String> {
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")
         .arg(&target_dir))?;
-    Ok(target_dir.join(APP_TARGET).join("release/pinfold-manager-app"))
+    Ok(target_dir
+        .join(APP_TARGET)
+        .join("release/pinfold-manager-app"))
 }
 
 /// Builds the loader (stable toolchain, root workspace) around `app`;
@@ -488,8 +565,19 @@ fn build_loader(paths: &Paths, app: &Path) -> Result<PathBuf, String> {
     run(Command::new(cargo)
         .current_dir(&paths.root)
         .env(APP_ELF_ENV, app)
-        .args(["build", "--release", "-p", "pinfold-manager-loader", "--target", KERNEL_TARGET]))?;
-    Ok(paths.root.join("target").join(KERNEL_TARGET).join("release/pinfold-manager-loader"))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "pinfold-manager-loader",
+            "--target",
+            KERNEL_TARGET,
+        ]))?;
+    Ok(paths
+        .root
+        .join("target")
+        .join(KERNEL_TARGET)
+        .join("release/pinfold-manager-loader"))
 }
 
 #[cfg(test)]
@@ -499,7 +587,17 @@ mod tests {
     fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
         let mut bytes = b"!<arch>\n".to_vec();
         for (name, data) in members {
-            bytes.extend(format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", 0, 0, 0, 644, data.len()).as_bytes());
+            bytes.extend(
+                format!(
+                    "{name:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n",
+                    0,
+                    0,
+                    0,
+                    644,
+                    data.len()
+                )
+                .as_bytes(),
+            );
             bytes.extend_from_slice(data);
             if data.len() % 2 == 1 {
                 bytes.push(b'\n');
@@ -566,12 +664,18 @@ mod tests {
 
     #[test]
     fn prefixed_adds_a_path_component_to_mangled_rust_names() {
-        assert_eq!(prefixed("_ZN4core3fmt5write17h0123E", "hermit"), "_ZN6hermit4core3fmt5write17h0123E");
+        assert_eq!(
+            prefixed("_ZN4core3fmt5write17h0123E", "hermit"),
+            "_ZN6hermit4core3fmt5write17h0123E"
+        );
     }
 
     #[test]
     fn prefixed_adds_an_underscored_prefix_to_c_names() {
-        assert_eq!(prefixed("memcpy", "hermit_builtins"), "hermit_builtins_memcpy");
+        assert_eq!(
+            prefixed("memcpy", "hermit_builtins"),
+            "hermit_builtins_memcpy"
+        );
     }
 
     #[test]
@@ -580,7 +684,10 @@ mod tests {
 
         let symbol = parse_nm_line(line);
 
-        let expected = DefinedSymbol { member: "hermit-1a.hermit.2b-cgu.02.rcgu.o".into(), name: "sys_read".into() };
+        let expected = DefinedSymbol {
+            member: "hermit-1a.hermit.2b-cgu.02.rcgu.o".into(),
+            name: "sys_read".into(),
+        };
         assert_eq!(symbol, Some(expected));
     }
 
@@ -589,7 +696,10 @@ mod tests {
     #[test]
     #[ignore = "builds the Hermit kernel, the application and the loader"]
     fn build_manager_writes_an_arm64_image() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("workspace root");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .nth(2)
+            .expect("workspace root");
 
         let image = build_manager(root).expect("build_manager");
 

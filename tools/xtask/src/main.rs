@@ -1,5 +1,6 @@
-//! Pinfold's task runner: `cargo xtask build | run | test` (see README.md).
+//! Pinfold's task runner: `cargo xtask build | run | test | bench` (see README.md).
 
+mod bench;
 mod build;
 mod cmd;
 mod cpio;
@@ -24,6 +25,8 @@ usage: cargo xtask <command>
   build [--config FILE]                  build target/pinfold/pinfold.bin
   run [--config FILE] [--timeout SECS]   build, then boot it under QEMU
   test [--host] [--only NAME]            host unit tests, then QEMU boot tests
+  bench                                  exit cost, boot time, image size;
+                                         writes target/pinfold/bench.json
 
 FILE defaults to vm-configs/qemu-virt/default.toml.";
 
@@ -78,6 +81,7 @@ enum Task {
         host_only: bool,
         only: Option<String>,
     },
+    Bench,
     Help,
 }
 
@@ -120,6 +124,7 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
         "build" => Ok(Task::Build { config }),
         "run" => Ok(Task::Run { config, timeout }),
         "test" => Ok(Task::Test { host_only, only }),
+        "bench" => Ok(Task::Bench),
         "help" | "-h" | "--help" => Ok(Task::Help),
         other => Err(usage(format!("unknown command `{other}`"))),
     }
@@ -149,6 +154,7 @@ fn execute(ws: &Workspace, task: Task) -> Result<(), XtaskError> {
         Task::Build { config } => Builder::new(ws).build(&config, "pinfold.bin").map(|_| ()),
         Task::Run { config, timeout } => run(ws, &config, timeout),
         Task::Test { host_only, only } => suite::run(ws, &suite::Options { host_only, only }),
+        Task::Bench => bench::run(ws),
     }
 }
 
@@ -268,6 +274,15 @@ mod tests {
                 only: Some("isolation".into())
             })
         );
+    }
+
+    #[test]
+    fn bench_takes_no_options() {
+        assert_eq!(parse_args(&args("bench")).ok(), Some(Task::Bench));
+        assert!(matches!(
+            parse_args(&args("bench --config a.toml")),
+            Err(XtaskError::Usage(_))
+        ));
     }
 
     #[test]

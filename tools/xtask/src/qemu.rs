@@ -21,7 +21,14 @@ pub const QEMU_ESCAPE: u8 = 0x1d;
 pub struct Extra {
     /// Further arguments, appended last.
     pub args: Vec<String>,
+    /// Replaces the `-accel` value; `None` keeps multi-threaded TCG. Needed
+    /// because QEMU refuses `thread=multi` together with `-icount`.
+    pub accel: Option<String>,
 }
+
+/// The `-accel` value unless an [`Extra`] overrides it: one host thread per
+/// vCPU, so a four-CPU board boots in a reasonable time.
+pub const DEFAULT_ACCEL: &str = "tcg,thread=multi";
 
 /// `qemu-system-aarch64` booting `image` at EL2 on a GICv3 `virt` board.
 ///
@@ -34,7 +41,8 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
     qemu.args(["-M", "virt,virtualization=on,gic-version=3"])
         .args(["-cpu", "cortex-a72"])
-        .args(["-accel", "tcg,thread=multi"])
+        .arg("-accel")
+        .arg(extra.accel.as_deref().unwrap_or(DEFAULT_ACCEL))
         .arg("-smp")
         .arg(board.cpus.to_string())
         .arg("-m")
@@ -116,6 +124,7 @@ mod tests {
     fn extra_args_come_last() {
         let extra = Extra {
             args: vec!["-s".into()],
+            ..Extra::default()
         };
 
         let cmd = qemu_command(
@@ -128,5 +137,31 @@ mod tests {
         );
 
         assert_eq!(args(&cmd).last().map(String::as_str), Some("-s"));
+    }
+
+    #[test]
+    fn accel_is_multi_threaded_tcg_unless_overridden() {
+        let board = Board {
+            cpus: 1,
+            memory: 1 << 30,
+        };
+        let single = Extra {
+            accel: Some("tcg,thread=single".into()),
+            ..Extra::default()
+        };
+
+        let default = qemu_command(&board, Path::new("x"), &Extra::default());
+        let overridden = qemu_command(&board, Path::new("x"), &single);
+
+        assert_eq!(
+            value_after(&args(&default), "-accel").as_deref(),
+            Some("tcg,thread=multi")
+        );
+        let overridden = args(&overridden);
+        assert_eq!(
+            value_after(&overridden, "-accel").as_deref(),
+            Some("tcg,thread=single")
+        );
+        assert_eq!(overridden.iter().filter(|a| *a == "-accel").count(), 1);
     }
 }
