@@ -1,15 +1,77 @@
-//! Links the post-processed Hermit kernel (`libhermit.a`) that the xtask built.
+//! Links the post-processed Hermit kernel (`libhermit.a`) that the xtask
+//! built, and embeds the web UI's built files (`web-ui/dist`) as a table of
+//! `(url path, content type, bytes)`.
 
 use std::env;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::process;
 
 /// Set by `tools/xtask/src/hermit.rs` to the directory holding `libhermit.a`.
 const LIBHERMIT_DIR: &str = "PINFOLD_LIBHERMIT_DIR";
+/// Set by the xtask to the web UI's `dist` directory (optional).
+const WEB_UI_DIST: &str = "PINFOLD_WEB_UI_DIST";
+
+fn content_type(path: &Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "json" => "application/json",
+        "woff2" => "font/woff2",
+        _ => "application/octet-stream",
+    }
+}
+
+fn collect(dir: &Path, base: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect(&path, base, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn embed_web_ui() {
+    println!("cargo:rerun-if-env-changed={WEB_UI_DIST}");
+    let mut table = String::from("&[\n");
+    if let Some(dist) = env::var_os(WEB_UI_DIST) {
+        let dist = PathBuf::from(dist);
+        println!("cargo:rerun-if-changed={}", dist.display());
+        let mut files = Vec::new();
+        collect(&dist, &dist, &mut files);
+        for file in files {
+            let Ok(rel) = file.strip_prefix(&dist) else { continue };
+            println!("cargo:rerun-if-changed={}", file.display());
+            let _ = writeln!(
+                table,
+                "    (\"/{}\", \"{}\", include_bytes!({:?})),",
+                rel.display(),
+                content_type(&file),
+                file.display()
+            );
+        }
+    }
+    table.push(']');
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("web_ui.rs");
+    if let Err(err) = fs::write(&out, table) {
+        eprintln!("writing {}: {err}", out.display());
+        process::exit(1);
+    }
+}
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed={LIBHERMIT_DIR}");
+    embed_web_ui();
     // A host `cargo check` of this crate has nothing to link.
     if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("hermit") {
         return;
@@ -20,10 +82,16 @@ fn main() {
     };
     let library = Path::new(&dir).join("libhermit.a");
     if !library.is_file() {
-        eprintln!("{} does not exist: build the manager with `cargo xtask`", library.display());
+        eprintln!(
+            "{} does not exist: build the manager with `cargo xtask`",
+            library.display()
+        );
         process::exit(1);
     }
     println!("cargo:rerun-if-changed={}", library.display());
-    println!("cargo:rustc-link-search=native={}", Path::new(&dir).display());
+    println!(
+        "cargo:rustc-link-search=native={}",
+        Path::new(&dir).display()
+    );
     println!("cargo:rustc-link-lib=static=hermit");
 }

@@ -14,7 +14,7 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed={APP_ELF}");
     // Only the bare-metal build uses the script; a host `cargo check` of the
-    // workspace must not try to link x86_64 code at 0x4008_0000.
+    // workspace must not link x86_64 code with it.
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("none") {
         println!("cargo:rustc-link-arg-bins=-T{dir}/link.ld");
     }

@@ -1,38 +1,170 @@
-//! Pinfold's management partition: for now a hello-world HTTP server on Hermit.
-//!
-//! The REST API (crate `manager/api`) is wired in later; this binary proves
-//! the build pipeline and the EL1 loader: Hermit brings up virtio-net, gets
-//! an address over DHCP, and std::net + tiny_http answer on port 8080.
+//! Pinfold's management partition: the REST API and the web UI, served by
+//! tiny_http on the Hermit unikernel. Everything it knows it asks the
+//! hypervisor through management hypercalls (HVC); it never touches another
+//! partition's memory.
 
+use std::io::Read;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::thread;
 
+use pinfold_abi::{GuestBuffer, Request as AbiRequest, Return, MAX_BUFFER_LEN};
+use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile, MAX_BODY_BYTES};
 use tiny_http::{Header, Response, Server};
 
 /// Where the server listens (all interfaces: the address comes from DHCP).
 const LISTEN: &str = "0.0.0.0:8080";
-/// The body of every answer.
-const HELLO: &str = r#"{"hello":"pinfold-manager"}"#;
+/// Requests served at once; each worker blocks in `recv`.
+const WORKERS: usize = 4;
+
+/// The web UI, embedded at build time (web-ui/dist).
+static WEB_UI: &[StaticFile] = include!(concat!(env!("OUT_DIR"), "/web_ui.rs"));
+
+/// The buffer the hypervisor writes replies into. It lives in the image,
+/// which the loader maps at its physical address (VA == IPA), so its
+/// address is also its IPA.
+#[repr(C, align(4096))]
+struct HvcBuffer([u8; MAX_BUFFER_LEN as usize]);
+
+static mut HVC_BUFFER: HvcBuffer = HvcBuffer([0; MAX_BUFFER_LEN as usize]);
+
+/// HVC to Pinfold. Only one exists (it owns `HVC_BUFFER`).
+struct Hvc {
+    buf: &'static mut [u8],
+}
+
+impl Hvc {
+    /// # Safety
+    /// Call once: the returned value owns the static buffer.
+    unsafe fn take() -> Hvc {
+        // SAFETY: the caller calls this once, so this is the only reference.
+        let buf = unsafe { &mut (*std::ptr::addr_of_mut!(HVC_BUFFER)).0 };
+        Hvc { buf }
+    }
+}
+
+impl Hypercall for Hvc {
+    fn hvc(&mut self, regs: [u64; 6]) -> [u64; 4] {
+        let (mut x0, mut x1, mut x2, mut x3) = (regs[0], regs[1], regs[2], regs[3]);
+        // SAFETY: an SMCCC 1.1 call to the hypervisor: it reads x0-x5,
+        // writes x0-x3 and the buffer we named (ours), and preserves the
+        // rest except x4-x17 which SMCCC allows it to clobber.
+        unsafe {
+            std::arch::asm!(
+                "hvc #0",
+                inout("x0") x0, inout("x1") x1, inout("x2") x2, inout("x3") x3,
+                inout("x4") regs[4] => _, inout("x5") regs[5] => _,
+                out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _,
+                out("x11") _, out("x12") _, out("x13") _, out("x14") _, out("x15") _,
+                out("x16") _, out("x17") _,
+                options(nostack)
+            );
+        }
+        [x0, x1, x2, x3]
+    }
+
+    fn buffer_ipa(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+
+    fn buffer(&mut self) -> &mut [u8] {
+        self.buf
+    }
+}
+
+/// Ask the hypervisor for the REST API's bearer token.
+fn token(hvc: &mut Hvc) -> Result<String, String> {
+    let request = AbiRequest::MgmtToken {
+        buf: GuestBuffer { ipa: hvc.buffer_ipa(), len: 256 },
+    };
+    let ret = hvc.hvc(request.encode());
+    match request.decode_return(&ret) {
+        Ok(Return::Written(n)) => String::from_utf8(hvc.buffer()[..n as usize].to_vec())
+            .map_err(|_| "the token is not UTF-8".to_string()),
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(err) => Err(format!("MGMT_TOKEN refused: {err:?}")),
+    }
+}
+
+fn to_api(request: &mut tiny_http::Request) -> Result<Request, u16> {
+    let mut body = Vec::new();
+    let limit = (MAX_BODY_BYTES + 1) as u64;
+    if request.as_reader().take(limit).read_to_end(&mut body).is_err() {
+        return Err(400);
+    }
+    Ok(Request {
+        method: request.method().as_str().to_string(),
+        path: request.url().to_string(),
+        headers: request
+            .headers()
+            .iter()
+            .map(|h| (h.field.as_str().as_str().to_string(), h.value.as_str().to_string()))
+            .collect(),
+        body,
+    })
+}
+
+fn serve(server: &Server, router: &Mutex<Router<HvcBackend<Hvc>>>) {
+    loop {
+        let mut request = match server.recv() {
+            Ok(r) => r,
+            Err(err) => {
+                eprintln!("pinfold-manager: accept failed: {err}");
+                continue;
+            }
+        };
+        let response = match to_api(&mut request) {
+            Ok(api) => match router.lock() {
+                Ok(mut router) => router.handle(&api),
+                Err(_) => pinfold_manager_api::Response {
+                    status: 500,
+                    content_type: "application/json",
+                    body: br#"{"error":"internal","detail":"router poisoned"}"#.to_vec(),
+                },
+            },
+            Err(status) => pinfold_manager_api::Response {
+                status,
+                content_type: "application/json",
+                body: br#"{"error":"bad_request","detail":"unreadable body"}"#.to_vec(),
+            },
+        };
+        let mut reply = Response::from_data(response.body).with_status_code(response.status);
+        if let Ok(h) = Header::from_bytes(&b"Content-Type"[..], response.content_type.as_bytes()) {
+            reply.add_header(h);
+        }
+        // A client that hangs up early is its own problem, not the server's.
+        let _ = request.respond(reply);
+    }
+}
 
 fn main() -> ExitCode {
-    println!("pinfold-manager: listening on {LISTEN}");
+    // SAFETY: the only call.
+    let mut hvc = unsafe { Hvc::take() };
+    let token = match token(&mut hvc) {
+        Ok(t) => t,
+        Err(err) => {
+            eprintln!("pinfold-manager: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let router = Arc::new(Mutex::new(Router::new(HvcBackend::new(hvc), token, WEB_UI)));
     let server = match Server::http(LISTEN) {
-        Ok(server) => server,
+        Ok(server) => Arc::new(server),
         Err(err) => {
             eprintln!("pinfold-manager: cannot listen on {LISTEN}: {err}");
             return ExitCode::FAILURE;
         }
     };
-    // The header is a constant: `from_bytes` only fails on non-ASCII input.
-    let content_type = Header::from_bytes(&b"Content-Type"[..], &b"application/json"[..]).ok();
-    for request in server.incoming_requests() {
-        let mut response = Response::from_string(HELLO);
-        if let Some(header) = &content_type {
-            response.add_header(header.clone());
-        }
-        // A client that hangs up early is its own problem, not the server's.
-        if let Err(err) = request.respond(response) {
-            eprintln!("pinfold-manager: answering failed: {err}");
-        }
+    println!("pinfold-manager: listening on {LISTEN} ({} web UI files)", WEB_UI.len());
+    let workers: Vec<_> = (1..WORKERS)
+        .map(|_| {
+            let (server, router) = (server.clone(), router.clone());
+            thread::spawn(move || serve(&server, &router))
+        })
+        .collect();
+    serve(&server, &router);
+    for w in workers {
+        let _ = w.join();
     }
     ExitCode::SUCCESS
 }

@@ -13,16 +13,23 @@ const SCTLR_I: u64 = 1 << 12;
 /// MAIR_EL1 as Hermit 0.11's page-table flags index it (its AttrIndx values
 /// are hard-coded): 0 Device-nGnRnE, 1 Device-nGnRE, 2 Device-GRE,
 /// 3 Normal non-cacheable, 4 Normal write-back read/write-allocate.
-const MAIR: u64 = 0x00 | (0x04 << 8) | (0x0c << 16) | (0x44 << 24) | (0xff << 32);
+const MAIR: u64 = mair_attr(0, 0x00)
+    | mair_attr(1, 0x04)
+    | mair_attr(2, 0x0c)
+    | mair_attr(3, 0x44)
+    | mair_attr(4, 0xff);
 
-// TCR_EL1 (Arm ARM D19.2.139): 48-bit VA through TTBR0 only, 4 KiB granule,
-// table walks inner-shareable write-back.
+/// MAIR_EL1.Attr<index> = `attr`.
+const fn mair_attr(index: u64, attr: u64) -> u64 {
+    attr << (index * 8)
+}
+
+// TCR_EL1 (Arm ARM D19.2.139): 48-bit VA through TTBR0 only, 4 KiB granule
+// (TG0 = 0b00, so no bits), table walks inner-shareable write-back.
 const TCR_T0SZ_48BIT: u64 = 16;
 const TCR_IRGN0_WBWA: u64 = 1 << 8;
 const TCR_ORGN0_WBWA: u64 = 1 << 10;
 const TCR_SH0_INNER: u64 = 3 << 12;
-/// TG0 = 0b00: 4 KiB granule.
-const TCR_TG0_4K: u64 = 0 << 14;
 const TCR_T1SZ_48BIT: u64 = 16 << 16;
 /// EPD1: Hermit never uses the upper VA range, so TTBR1 walks fault.
 const TCR_EPD1: u64 = 1 << 23;
@@ -32,6 +39,9 @@ const TCR_IPS_SHIFT: u64 = 32;
 /// IPS = 0b101, 48 bits: larger needs TCR_EL1.DS, which Hermit 0.11 does not
 /// handle (it panics on FEAT_LPA2 anyway).
 const IPS_48BIT: u64 = 0b101;
+
+/// ELF64 relocation type: write load base + addend (AAELF64).
+const R_AARCH64_RELATIVE: u32 = 1027;
 
 /// CPACR_EL1.FPEN = 0b11: the std application uses FP/SIMD at EL1.
 const CPACR_FPEN: u64 = 3 << 20;
@@ -56,6 +66,47 @@ _start:
     ldr     x1, ={sctlr}        // MMU and caches off, whatever came before
     msr     sctlr_el1, x1
     isb
+
+    // Apply our own R_AARCH64_RELATIVE relocations: linked at 0, loaded at
+    // RAM base + 0x80000. __link_base is an absolute symbol (link.ld), so
+    // these immediates need no relocation themselves.
+    adrp    x20, _start         // the image's first byte, where it runs
+    add     x20, x20, :lo12:_start
+    movz    x21, #:abs_g3:__link_base
+    movk    x21, #:abs_g2_nc:__link_base
+    movk    x21, #:abs_g1_nc:__link_base
+    movk    x21, #:abs_g0_nc:__link_base
+    sub     x21, x20, x21       // load address - link address
+    adrp    x2, __rela_start
+    add     x2, x2, :lo12:__rela_start
+    adrp    x3, __rela_end
+    add     x3, x3, :lo12:__rela_end
+    mov     x7, x2
+6:
+    cmp     x2, x3
+    b.hs    7f
+    ldr     x4, [x2], #8        // r_offset (a link-time address)
+    ldr     x5, [x2], #8        // r_info
+    ldr     x6, [x2], #8        // r_addend
+    cmp     w5, #{r_relative}
+    b.ne    6b                  // a static PIE has no other kind
+    add     x6, x6, x21
+    str     x6, [x4, x21]
+    b       6b
+7:
+    // Those stores went around the cache (MMU off); the image was only
+    // cleaned to the PoC, so clean stale copies of the relocated words may
+    // still be cached: drop them before the MMU and caches come on.
+    dsb     sy
+8:
+    cmp     x7, x3
+    b.hs    9f
+    ldr     x4, [x7], #24       // r_offset
+    add     x4, x4, x21
+    dc      ivac, x4
+    b       8b
+9:
+    dsb     sy
 
     // .bss and the stack are written with the MMU off, i.e. uncached, and
     // read through the cache once it is on: drop any stale lines first so
@@ -137,6 +188,7 @@ loader_exception_common:
     b       6b
 "#,
     sctlr = const SCTLR_RES1,
+    r_relative = const R_AARCH64_RELATIVE,
     main = sym crate::loader_main,
     trap = sym crate::loader_exception,
 );
@@ -153,7 +205,9 @@ pub fn current_el() -> u64 {
 fn ips() -> u64 {
     let mmfr0: u64;
     // SAFETY: reading an ID register has no side effects.
-    unsafe { asm!("mrs {}, id_aa64mmfr0_el1", out(reg) mmfr0, options(nomem, nostack, preserves_flags)) };
+    unsafe {
+        asm!("mrs {}, id_aa64mmfr0_el1", out(reg) mmfr0, options(nomem, nostack, preserves_flags))
+    };
     (mmfr0 & 0xf).min(IPS_48BIT)
 }
 
@@ -198,7 +252,15 @@ pub fn sync_icache(start: u64, end: u64) {
         addr += line;
     }
     // SAFETY: barriers and I-cache invalidation lose no data.
-    unsafe { asm!("dsb ish", "ic iallu", "dsb ish", "isb", options(nostack, preserves_flags)) };
+    unsafe {
+        asm!(
+            "dsb ish",
+            "ic iallu",
+            "dsb ish",
+            "isb",
+            options(nostack, preserves_flags)
+        )
+    };
 }
 
 /// Turns on the EL1&0 stage-1 MMU and the caches with `l0` as TTBR0_EL1.
@@ -212,7 +274,6 @@ pub unsafe fn enable_mmu(l0: u64) {
         | TCR_IRGN0_WBWA
         | TCR_ORGN0_WBWA
         | TCR_SH0_INNER
-        | TCR_TG0_4K
         | TCR_T1SZ_48BIT
         | TCR_EPD1
         | TCR_TG1_4K

@@ -4,6 +4,7 @@
 //! protocol (hermit-entry 0.10.3, Hermit's `arch/aarch64` boot code):
 //!
 //! - entered as an arm64 Image at RAM base + 0x80000, EL1, MMU off, x0 = DTB;
+//!   RAM may be anywhere (a static PIE, it relocates itself first);
 //! - RAM from the DTB's /memory, the PL011 from /chosen/stdout-path (or the
 //!   first `arm,pl011` node);
 //! - memory right above this image, in order: Hermit's 32 KiB boot stack,
@@ -13,7 +14,8 @@
 //!   kernel keeps using (DTB, boot info, tables, stack) must sit below it;
 //!   copying the DTB there frees the firmware's choice of where to put it;
 //! - MAIR/TCR/SCTLR as Hermit indexes them, TTBR0 tables identity-mapping
-//!   RAM from its base up to the 2 MiB-aligned end of the kernel with 4 KiB
+//!   RAM from the loader's 2 MiB-aligned base (normally the RAM base) up
+//!   to the 2 MiB-aligned end of the kernel with 4 KiB
 //!   pages, the PL011 at VA 0x1000, L0[511] pointing at L0. RAM above the
 //!   kernel stays unmapped: Hermit hands it out itself, at the virtual
 //!   addresses it chooses, and stale identity entries there would make it
@@ -89,14 +91,23 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::WrongExceptionLevel(el) => write!(f, "entered at EL{el}, not EL1"),
-            Self::NoApplication => write!(f, "no application embedded (PINFOLD_MANAGER_APP_ELF unset at build time)"),
+            Self::NoApplication => write!(
+                f,
+                "no application embedded (PINFOLD_MANAGER_APP_ELF unset at build time)"
+            ),
             Self::BadDeviceTree(err) => write!(f, "x0 is not a device tree: {err:?}"),
             Self::NoMemory => write!(f, "no /memory region of the DTB holds the loader"),
             Self::NoUart => write!(f, "the DTB names no PL011 UART"),
             Self::BadApplication(err) => write!(f, "embedded application: {err}"),
             Self::NotRelocatable => write!(f, "embedded application is not a static PIE"),
-            Self::OutOfMemory { needed_end, ram_end } => {
-                write!(f, "RAM ends at {ram_end:#x}, the kernel needs up to {needed_end:#x}")
+            Self::OutOfMemory {
+                needed_end,
+                ram_end,
+            } => {
+                write!(
+                    f,
+                    "RAM ends at {ram_end:#x}, the kernel needs up to {needed_end:#x}"
+                )
             }
             Self::Paging(err) => write!(f, "building page tables: {err:?}"),
         }
@@ -134,7 +145,12 @@ impl Plan {
     /// Lays out the regions above `image_end`; the table region is sized
     /// for the identity map it must hold, which depends on where the kernel
     /// lands, which depends on the table region: iterate to a fixed point.
-    fn new(image_end: u64, dtb_len: u64, kernel_len: u64, ram: &Range<u64>) -> Result<Self, LoadError> {
+    fn new(
+        image_end: u64,
+        dtb_len: u64,
+        kernel_len: u64,
+        ram: &Range<u64>,
+    ) -> Result<Self, LoadError> {
         let stack = align_up(image_end, PAGE_SIZE);
         let dtb = stack + BOOT_STACK_SIZE;
         let boot_info = dtb + align_up(dtb_len, PAGE_SIZE);
@@ -146,7 +162,10 @@ impl Plan {
             let needed = paging::table_pages_for(mapped_end - ram.start) * PAGE_SIZE;
             if needed <= tables_len {
                 if mapped_end > ram.end {
-                    return Err(LoadError::OutOfMemory { needed_end: mapped_end, ram_end: ram.end });
+                    return Err(LoadError::OutOfMemory {
+                        needed_end: mapped_end,
+                        ram_end: ram.end,
+                    });
                 }
                 return Ok(Self {
                     stack,
@@ -180,7 +199,8 @@ fn ram_containing(fdt: &Fdt<'_>, address: u64) -> Option<Range<u64>> {
 /// `arm,pl011` node.
 fn uart(fdt: &Fdt<'_>) -> Option<u64> {
     let is_pl011 = |node: &fdt::node::FdtNode<'_, '_>| {
-        node.compatible().is_some_and(|compatible| compatible.all().any(|c| c == "arm,pl011"))
+        node.compatible()
+            .is_some_and(|compatible| compatible.all().any(|c| c == "arm,pl011"))
     };
     let node = fdt
         .find_node("/chosen")
@@ -218,7 +238,8 @@ fn boot(dtb_address: u64) -> Result<core::convert::Infallible, LoadError> {
     }
     // SAFETY: the boot protocol passes the DTB's address in x0; the fdt
     // crate checks the magic before it trusts the header's size.
-    let fdt = unsafe { Fdt::from_ptr(dtb_address as *const u8) }.map_err(LoadError::BadDeviceTree)?;
+    let fdt =
+        unsafe { Fdt::from_ptr(dtb_address as *const u8) }.map_err(LoadError::BadDeviceTree)?;
     let uart = uart(&fdt).ok_or(LoadError::NoUart)?;
     console::set_base(uart);
 
@@ -226,8 +247,18 @@ fn boot(dtb_address: u64) -> Result<core::convert::Infallible, LoadError> {
     let image_start = ptr::addr_of!(__image_start) as u64;
     let image_end = ptr::addr_of!(__image_end) as u64;
     let ram = ram_containing(&fdt, image_start).ok_or(LoadError::NoMemory)?;
+    // Hermit counts all RAM between the start of the range it is given and
+    // the end of its image as taken, *and* subtracts it again from what
+    // lies above (mm::init), so RAM far below the loader would make it
+    // panic "Not enough memory". Below the loader there is nothing Hermit
+    // needs: give it RAM from the loader's 2 MiB-aligned base on.
+    let ram = ram.start.max(image_start & !(KERNEL_ALIGN - 1))..ram.end;
     let dtb_len = fdt.total_size() as u64;
-    say!("RAM {:#x}..{:#x}, DTB at {dtb_address:#x} ({dtb_len} bytes), PL011 at {uart:#x}", ram.start, ram.end);
+    say!(
+        "loaded at {image_start:#x}; RAM {:#x}..{:#x}, DTB at {dtb_address:#x} ({dtb_len} bytes), PL011 at {uart:#x}",
+        ram.start,
+        ram.end
+    );
 
     if APPLICATION.0.is_empty() {
         return Err(LoadError::NoApplication);
@@ -246,12 +277,21 @@ fn boot(dtb_address: u64) -> Result<core::convert::Infallible, LoadError> {
     // SAFETY: the plan's regions are free RAM above the loader image.
     unsafe {
         arch::invalidate_dcache(plan.dtb, plan.tables.end);
-        ptr::copy(dtb_address as *const u8, plan.dtb as *mut u8, dtb_len as usize);
+        ptr::copy(
+            dtb_address as *const u8,
+            plan.dtb as *mut u8,
+            dtb_len as usize,
+        );
     }
 
     // SAFETY: the table region is free RAM, page aligned, MMU off.
     let mut tables = unsafe { Tables::new(plan.tables.start, plan.tables.end) }?;
-    tables.map(ram.start, ram.start, plan.mapped_end - ram.start, paging::MEMORY)?;
+    tables.map(
+        ram.start,
+        ram.start,
+        plan.mapped_end - ram.start,
+        paging::MEMORY,
+    )?;
     tables.map(UART_VA, uart & !(PAGE_SIZE - 1), PAGE_SIZE, paging::DEVICE)?;
     tables.map_recursive();
     // SAFETY: the tables identity-map all RAM up to the kernel's end, which
@@ -284,7 +324,12 @@ fn boot(dtb_address: u64) -> Result<core::convert::Infallible, LoadError> {
         platform_info: PlatformInfo::LinuxBoot,
     };
     // SAFETY: the boot-info page is ours, mapped and large enough.
-    unsafe { ptr::write(plan.boot_info as *mut RawBootInfo, RawBootInfo::from(boot_info)) };
+    unsafe {
+        ptr::write(
+            plan.boot_info as *mut RawBootInfo,
+            RawBootInfo::from(boot_info),
+        )
+    };
     say!(
         "Hermit application at {:#x}..{:#x}, entry {:#x}, boot stack {:#x}",
         plan.kernel,

@@ -6,7 +6,7 @@
 //! slot, the page descriptor of the next table, and must carry page
 //! attributes too (Normal write-back, inner shareable, AF), exactly like
 //! the ones Hermit writes itself. At stage 1 those bits are ignored in a
-//! real table descriptor (Arm ARM D8.3.1), so they cost nothing.
+//! real table descriptor (Arm ARM, VMSAv8-64 table descriptor format), so they cost nothing.
 
 use core::ptr;
 
@@ -81,10 +81,14 @@ impl Tables {
     /// `[start, end)` must be free RAM the loader may write, reachable at
     /// its physical address (MMU off or identity-mapped), page aligned.
     pub unsafe fn new(start: u64, end: u64) -> Result<Self, PagingError> {
-        if start % PAGE_SIZE != 0 || end % PAGE_SIZE != 0 {
+        if !start.is_multiple_of(PAGE_SIZE) || !end.is_multiple_of(PAGE_SIZE) {
             return Err(PagingError::BadAddress(start));
         }
-        let mut tables = Self { root: 0, next: start, end };
+        let mut tables = Self {
+            root: 0,
+            next: start,
+            end,
+        };
         tables.root = tables.allocate()?;
         Ok(tables)
     }
@@ -116,7 +120,7 @@ impl Tables {
     /// given attributes ([`MEMORY`] or [`DEVICE`]).
     pub fn map(&mut self, va: u64, pa: u64, len: u64, attributes: u64) -> Result<(), PagingError> {
         for address in [va, pa, len] {
-            if address % PAGE_SIZE != 0 {
+            if !address.is_multiple_of(PAGE_SIZE) {
                 return Err(PagingError::BadAddress(address));
             }
         }

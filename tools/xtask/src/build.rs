@@ -29,7 +29,11 @@ pub struct Builder<'w> {
     provisioner: Provisioner,
     /// The flat EL2 image, once built in this invocation.
     el2: Option<PathBuf>,
+    manager_built: bool,
 }
+
+/// The management partition's image, as configs name it.
+pub const MANAGER_IMAGE: &str = "target/pinfold/manager.bin";
 
 impl<'w> Builder<'w> {
     pub fn new(ws: &'w Workspace) -> Self {
@@ -37,6 +41,7 @@ impl<'w> Builder<'w> {
             ws,
             provisioner: Provisioner::new(),
             el2: None,
+            manager_built: false,
         }
     }
 
@@ -47,6 +52,9 @@ impl<'w> Builder<'w> {
         let config_path = self.ws.resolve(config);
         let config = pinfold_config::load(&config_path)?;
         let el2 = self.binaries()?;
+        if config.partitions.iter().any(|p| p.kernel.ends_with(MANAGER_IMAGE)) {
+            self.manager()?;
+        }
 
         config.validate(&self.ws.root)?;
         let payload = config.build_payload(&self.ws.root)?;
@@ -81,8 +89,20 @@ impl<'w> Builder<'w> {
             board: Board {
                 cpus: config.board.cpus,
                 memory: config.board.memory.bytes(),
+                nic: config.partitions.iter().any(|p| p.pci_host_bridge),
             },
         })
+    }
+
+    /// Builds the management partition's image (Hermit + app + loader),
+    /// once per invocation.
+    fn manager(&mut self) -> Result<(), XtaskError> {
+        if self.manager_built {
+            return Ok(());
+        }
+        crate::hermit::build_manager(&self.ws.root).map_err(XtaskError::Provision)?;
+        self.manager_built = true;
+        Ok(())
     }
 
     /// Provisions the host and builds the EL2 image, the bare-metal test

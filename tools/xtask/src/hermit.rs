@@ -86,7 +86,8 @@ pub fn build_manager(root: &Path) -> Result<PathBuf, String> {
     let libhermit = timed("libhermit.a", || {
         link_library(&paths, &tools, &kernel, &builtins)
     })?;
-    let app = timed("app", || build_app(&paths, &libhermit))?;
+    let web_ui = timed("web UI", || build_web_ui(&paths))?;
+    let app = timed("app", || build_app(&paths, &libhermit, &web_ui))?;
     let loader = timed("loader", || build_loader(&paths, &app))?;
     let image = paths.out.join("manager.bin");
     run(Command::new(&tools.objcopy)
@@ -542,13 +543,53 @@ fn set_osabi(archive: &mut [u8]) -> Result<usize, String> {
     Ok(changed)
 }
 
-/// Builds the Hermit application; returns its ELF.
-fn build_app(paths: &Paths, libhermit: &Path) -> Result<PathBuf, String> {
+/// Newest modification time of the files under `dir` (recursively).
+fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() {
+            newest_dir_skip(&path)
+        } else {
+            entry.metadata().ok().and_then(|m| m.modified().ok())
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+fn newest_dir_skip(path: &Path) -> Option<std::time::SystemTime> {
+    let name = path.file_name()?.to_str()?;
+    if matches!(name, "node_modules" | "dist" | "test-output") {
+        None
+    } else {
+        newest(path)
+    }
+}
+
+/// Builds the web UI (`npm ci` once, then `npm run build` when its sources
+/// changed); returns `web-ui/dist`.
+fn build_web_ui(paths: &Paths) -> Result<PathBuf, String> {
+    let ui = paths.root.join("web-ui");
+    let dist = ui.join("dist");
+    if !ui.join("node_modules").is_dir() {
+        run(Command::new("npm").current_dir(&ui).args(["ci", "--no-audit", "--no-fund"]))?;
+    }
+    let built = fs::metadata(dist.join("index.html")).and_then(|m| m.modified()).ok();
+    if built.is_none() || newest(&ui) > built {
+        run(Command::new("npm").current_dir(&ui).args(["run", "build"]))?;
+    }
+    Ok(dist)
+}
+
+/// Builds the Hermit application with the web UI embedded; returns its ELF.
+fn build_app(paths: &Paths, libhermit: &Path, web_ui: &Path) -> Result<PathBuf, String> {
     let target_dir = paths.hermit.join("app");
     let lib_dir = libhermit.parent().ok_or("libhermit.a has no directory")?;
     run(nightly("cargo")
         .current_dir(&paths.app)
         .env(LIBHERMIT_DIR_ENV, lib_dir)
+        .env("PINFOLD_WEB_UI_DIST", web_ui)
         .args(["build", "--release", "--locked", "--target", APP_TARGET])
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")

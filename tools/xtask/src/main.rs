@@ -6,6 +6,7 @@ mod cmd;
 mod cpio;
 mod error;
 mod harness;
+mod hermit;
 mod image;
 mod provision;
 mod qemu;

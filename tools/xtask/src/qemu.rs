@@ -10,7 +10,14 @@ pub struct Board {
     pub cpus: u32,
     /// Bytes of RAM.
     pub memory: u64,
+    /// A partition owns the PCIe host bridge: give QEMU the management NIC
+    /// (virtio-net-pci on user networking, the REST API forwarded to
+    /// 127.0.0.1:MANAGER_PORT).
+    pub nic: bool,
 }
+
+/// Host port forwarded to the manager's REST API and web UI.
+pub const MANAGER_PORT: u16 = 8080;
 
 /// Byte QEMU's console multiplexer reacts to: Ctrl-] (0x1d). QEMU's default,
 /// Ctrl-A, is the hypervisor monitor's prefix and must reach the UART.
@@ -55,9 +62,11 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         .arg(QEMU_ESCAPE.to_string())
         .arg("-kernel")
         .arg(image);
-    // Management NIC: the manager partition's virtio-net-pci device with a
-    // user-mode network and hostfwd for the REST API goes here, derived from
-    // the board/config, so run and test get it alike.
+    if board.nic {
+        qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"]).arg("-netdev").arg(format!(
+            "user,id=mgmt0,hostfwd=tcp:127.0.0.1:{MANAGER_PORT}-:8080"
+        ));
+    }
     qemu.args(&extra.args);
     qemu
 }
