@@ -75,6 +75,20 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
 mod tests {
     use super::*;
 
+    #[test]
+    fn nic_board_gets_virtio_net_with_the_api_port_forwarded() {
+        let board = Board { cpus: 4, memory: 2 << 30, nic: true };
+
+        let cmd = qemu_command(&board, Path::new("x.bin"), &Extra::default());
+
+        let args = args(&cmd);
+        assert_eq!(value_after(&args, "-device").as_deref(), Some("virtio-net-pci,netdev=mgmt0"));
+        assert_eq!(
+            value_after(&args, "-netdev").as_deref(),
+            Some("user,id=mgmt0,hostfwd=tcp:127.0.0.1:8080-:8080")
+        );
+    }
+
     fn args(cmd: &Command) -> Vec<String> {
         cmd.get_args()
             .map(|arg| arg.to_string_lossy().into_owned())
@@ -92,6 +106,7 @@ mod tests {
         let board = Board {
             cpus: 4,
             memory: 2 << 30,
+            nic: false,
         };
 
         let cmd = qemu_command(&board, Path::new("pinfold.bin"), &Extra::default());
@@ -106,6 +121,7 @@ mod tests {
         let board = Board {
             cpus: 1,
             memory: 1 << 30,
+            nic: false,
         };
 
         let cmd = qemu_command(&board, Path::new("x"), &Extra::default());
@@ -121,6 +137,7 @@ mod tests {
             &Board {
                 cpus: 1,
                 memory: 1 << 30,
+                nic: false,
             },
             Path::new("x"),
             &Extra::default(),
@@ -140,6 +157,7 @@ mod tests {
             &Board {
                 cpus: 1,
                 memory: 1 << 30,
+                nic: false,
             },
             Path::new("x"),
             &extra,
@@ -153,6 +171,7 @@ mod tests {
         let board = Board {
             cpus: 1,
             memory: 1 << 30,
+            nic: false,
         };
         let single = Extra {
             accel: Some("tcg,thread=single".into()),
