@@ -143,8 +143,8 @@ pub fn drain_posts(cpu: usize) {
 }
 
 fn handle_mailbox(cpu: &mut CpuLocal) {
-    for i in 0..MAILBOX_SLOTS {
-        let v = MAILBOX[cpu.index][i].swap(0, Ordering::AcqRel);
+    for slot in MAILBOX[cpu.index].iter() {
+        let v = slot.swap(0, Ordering::AcqRel);
         let Some(op) = decode(v) else { continue };
         match op {
             MailboxOp::Inject(irq) => inject_local(cpu, irq),
@@ -324,14 +324,11 @@ extern "C" fn pinfold_default_irq_handler() {
 /// Patch both IRQ call sites to call the GIC driver's root handler, and
 /// print what the sites now decode to.
 pub fn install_root_handler() {
-    let target = pinfold_gic_root_irq as usize as u64;
-    // SAFETY: only the addresses of the call-site labels are taken.
-    let sites = unsafe {
-        [
-            ("guest", core::ptr::addr_of!(arch::pinfold_irq_site_guest)),
-            ("hv", core::ptr::addr_of!(arch::pinfold_irq_site_hv)),
-        ]
-    };
+    let target = pinfold_gic_root_irq as *const () as usize as u64;
+    let sites = [
+        ("guest", core::ptr::addr_of!(arch::pinfold_irq_site_guest)),
+        ("hv", core::ptr::addr_of!(arch::pinfold_irq_site_hv)),
+    ];
     for (name, site) in sites {
         let words = rtconst::call_site(site as u64, target);
         arch::patch_call_site(site, &words);

@@ -224,8 +224,7 @@ fn vectors_address() -> u64 {
     extern "C" {
         static pinfold_vectors: u8;
     }
-    // SAFETY: address of the linker-placed vector table only.
-    unsafe { core::ptr::addr_of!(pinfold_vectors) as u64 }
+    core::ptr::addr_of!(pinfold_vectors) as u64
 }
 
 /// A fault in the hypervisor itself: report and stop this CPU.

@@ -1,16 +1,12 @@
 //! Host physical memory: what is free after the image, its payload, the
 //! host DTB and reserved regions, handed out in aligned chunks (partition
-//! RAM top-down, the heap bottom-up).
+//! RAM top-down, nothing else: the heap is in BSS).
 
 use alloc::vec::Vec;
 
 /// Free ranges `(base, size)`.
 pub struct FreeMemory {
     ranges: Vec<(u64, u64)>,
-}
-
-const fn align_up(v: u64, a: u64) -> u64 {
-    (v + a - 1) & !(a - 1)
 }
 
 impl FreeMemory {
@@ -65,27 +61,4 @@ impl FreeMemory {
         Some(start)
     }
 
-    /// Take `size` bytes aligned to `align` from the lowest free range.
-    pub fn take_bottom(&mut self, size: u64, align: u64) -> Option<u64> {
-        self.ranges.sort_unstable();
-        for i in 0..self.ranges.len() {
-            let (b, s) = self.ranges[i];
-            let start = align_up(b, align);
-            if start + size <= b + s {
-                self.ranges.remove(i);
-                if start > b {
-                    self.ranges.push((b, start - b));
-                }
-                if start + size < b + s {
-                    self.ranges.push((start + size, b + s - start - size));
-                }
-                return Some(start);
-            }
-        }
-        None
-    }
-
-    pub fn total(&self) -> u64 {
-        self.ranges.iter().map(|r| r.1).sum()
-    }
 }

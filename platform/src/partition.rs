@@ -133,7 +133,7 @@ fn alloc_zeroed(size: usize, align: usize) -> Option<PhysAddr> {
 }
 
 /// Why a partition could not be set up.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum SetupError {
     /// Its CPU list names a CPU the host does not have.
     NoSuchCpu(u32),
@@ -143,6 +143,17 @@ pub enum SetupError {
     Stage2(pinfold_hv::stage2::Stage2Error),
     /// The plan passes the PCIe host bridge but the host DTB has none.
     NoPciHostBridge,
+}
+
+impl core::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SetupError::NoSuchCpu(c) => write!(f, "cpus: CPU {c} does not exist on this host"),
+            SetupError::NoRam(size) => write!(f, "memory: no free block of {} MiB", size >> 20),
+            SetupError::Stage2(e) => write!(f, "stage 2: {e}"),
+            SetupError::NoPciHostBridge => write!(f, "pci_host_bridge: the host DTB has no PCIe host bridge"),
+        }
+    }
 }
 
 /// Build every partition of the plan. Partitions that cannot be set up are
@@ -157,7 +168,7 @@ pub fn create_all(
     for (index, pp) in plan.partitions.iter().enumerate() {
         match create(index, pp, host, mem) {
             Ok(p) => out.push(p),
-            Err(e) => hvlog!("partition {}: not created: {:?}", pp.name, e),
+            Err(e) => hvlog!("partition {}: not created: {}", pp.name, e),
         }
     }
     // Pass-through SPIs start disabled, routed to the partition's first

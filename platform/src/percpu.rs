@@ -18,8 +18,6 @@ pub const REQ_START: u32 = 1 << 2;
 pub struct PublicCpu {
     pub online: AtomicBool,
     pub mpidr: AtomicU64,
-    /// Pending virtual INTIDs (0..1024) for the vCPU on this CPU.
-    pub virq: [AtomicU32; 32],
     /// REQ_* bits.
     pub requests: AtomicU32,
     /// Exits and injections of the vCPU on this CPU since it was loaded
@@ -43,18 +41,10 @@ impl PublicCpu {
         PublicCpu {
             online: AtomicBool::new(false),
             mpidr: AtomicU64::new(0),
-            virq: [const { AtomicU32::new(0) }; 32],
             requests: AtomicU32::new(0),
             exits: AtomicU64::new(0),
             exit_class: [const { AtomicU64::new(0) }; EXIT_CLASSES],
             injected: AtomicU64::new(0),
-        }
-    }
-
-    /// Post a virtual interrupt; the caller then sends the hypervisor SGI.
-    pub fn post_virq(&self, intid: u32) {
-        if let Some(word) = self.virq.get((intid / 32) as usize) {
-            word.fetch_or(1 << (intid % 32), Ordering::Release);
         }
     }
 
@@ -151,12 +141,4 @@ pub fn current_index() -> Option<usize> {
         // SAFETY: as in `this_cpu`; only a plain field is read.
         Some(unsafe { (*ptr).index })
     }
-}
-
-/// Index of the CPU with this MPIDR affinity.
-pub fn index_of_mpidr(mpidr: u64) -> Option<usize> {
-    let aff = mpidr & 0xff_00ff_ffff;
-    PUBLIC
-        .iter()
-        .position(|p| p.online.load(Ordering::Acquire) && p.mpidr.load(Ordering::Relaxed) & 0xff_00ff_ffff == aff)
 }

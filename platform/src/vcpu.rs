@@ -3,7 +3,7 @@
 //! decodes (through `pinfold_hv::trap`) and applies; the decisions are the
 //! portable crate's.
 
-use crate::arch::regs::{self, Readable};
+use crate::arch::regs;
 use crate::arch::{self, GuestFrame};
 use crate::irq::{self, HwLrs, Post};
 use crate::partition::{self, Partition, STATE_RUNNING, STATE_STOPPED, STATE_STOPPING};
@@ -17,7 +17,6 @@ use pinfold_hv::psci::{self, Call, PowerState};
 use pinfold_hv::stage2;
 use pinfold_hv::sysreg::sanitise_id_reg;
 use pinfold_hv::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
-use pinfold_hv::vgic::dist::DistAction;
 use pinfold_hv::vgic::redist::{RedistAction, VRedist};
 use pinfold_hv::vgic::sgi;
 
@@ -128,9 +127,6 @@ pub fn load(cpu: &mut CpuLocal, p: &Partition, v: usize) {
     }
     PUBLIC[cpu.index].reset_counters();
     // Drain stale posts from a previous run of this vCPU.
-    for w in PUBLIC[cpu.index].virq.iter() {
-        w.store(0, Ordering::Relaxed);
-    }
     irq::drain_posts(cpu.index);
     let last = v + 1 == p.vcpus.len();
     cpu.vredist = Some(VRedist::new(v, p.vcpus[v].mpidr, last, PASSTHROUGH_PPIS));

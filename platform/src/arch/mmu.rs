@@ -47,8 +47,8 @@ pub fn enable() {
     let ttbr = core::ptr::addr_of!(EL2_L1) as u64;
     let mair = MAIR_DEVICE_NGNRE | (MAIR_NORMAL_WB << 8);
     // TCR_EL2: T0SZ = 25 (39-bit VA, start at level 1), IRGN0/ORGN0 = WB WA,
-    // SH0 = inner shareable, TG0 = 4 KiB, PS = 40 bits, RES1 bits 23 and 31.
-    let tcr = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (0 << 14) | (2 << 16) | (1 << 23) | (1 << 31);
+    // SH0 = inner shareable, TG0 = 4 KiB (0), PS = 40 bits, RES1 bits 23 and 31.
+    let tcr = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 23) | (1 << 31);
     // SCTLR_EL2: RES1 bits, M, C, SA, I; alignment checks off.
     let sctlr: u64 = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
     // SAFETY: the identity map covers all code and data, so execution

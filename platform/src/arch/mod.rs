@@ -58,8 +58,7 @@ pub const MAX_CPUS: usize = 8;
 
 /// Top of CPU `cpu`'s EL2 stack.
 pub fn stack_top(cpu: usize) -> u64 {
-    // SAFETY: only the address of the linker-provided stack area is taken.
-    let base = unsafe { core::ptr::addr_of!(__stacks) } as u64;
+    let base = core::ptr::addr_of!(__stacks) as u64;
     base + STACK_SIZE * (cpu as u64 + 1)
 }
 
@@ -80,17 +79,14 @@ pub fn reset_stack_and_call(cpu: usize, f: extern "C" fn() -> !) -> ! {
 
 /// (start, end of BSS, start of payload) of the loaded image.
 pub fn image_bounds() -> (u64, u64) {
-    // SAFETY: addresses of linker symbols only.
-    unsafe {
-        (
-            core::ptr::addr_of!(__image_start) as u64,
-            core::ptr::addr_of!(__payload_start) as u64,
-        )
-    }
+    (
+        core::ptr::addr_of!(__image_start) as u64,
+        core::ptr::addr_of!(__payload_start) as u64,
+    )
 }
 
 pub fn secondary_entry_address() -> u64 {
-    pinfold_secondary_entry as usize as u64
+    pinfold_secondary_entry as *const () as usize as u64
 }
 
 /// Clean the data cache to the point of coherency over `[start, start+len)`:
