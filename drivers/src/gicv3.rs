@@ -90,14 +90,18 @@ impl GicV3Redist {
     /// # Safety
     /// The regions must be the GIC's redistributor regions, mapped as device
     /// memory.
-    pub unsafe fn find(regions: &[(u64, u64)], stride: u64, mpidr: u64) -> Option<usize> {
+    /// `stride` is the DT's `redistributor-stride`; without it each frame's
+    /// GICR_TYPER.VLPIS says: GICv4 redistributors with virtual LPIs have
+    /// two more 64 KiB frames (VLPI_base, reserved), 4 in all.
+    pub unsafe fn find(regions: &[(u64, u64)], stride: Option<u64>, mpidr: u64) -> Option<usize> {
         let want = (mpidr & 0xff_ffff) | ((mpidr >> 8) & 0xff00_0000);
         for &(base, size) in regions {
             let mut frame = base;
-            while frame + stride <= base + size {
+            while frame + 0x2_0000 <= base + size {
                 // SAFETY: GICR_TYPER is at offset 8 of every RD_base frame
                 // inside the region the caller vouched for.
                 let typer = unsafe { ((frame + 8) as *const u64).read_volatile() };
+                let stride = stride.unwrap_or(if typer & (1 << 1) != 0 { 0x4_0000 } else { 0x2_0000 });
                 if (typer >> 32) == want {
                     return Some(frame as usize);
                 }

@@ -68,15 +68,11 @@ pub fn assigned_vcpu(cpu: usize) -> Option<VcpuId> {
     ASSIGN.get().and_then(|a| a.get(cpu).copied().flatten())
 }
 
-fn redist_stride(host: &HostInfo) -> u64 {
-    host.gic.redist_stride.unwrap_or(if host.gic.version >= 4 { 0x4_0000 } else { 0x2_0000 })
-}
-
 /// Set up this CPU's GIC redistributor and CPU interface.
 fn init_cpu_gic(cpu: &mut percpu::CpuLocal, host: &HostInfo) {
     // SAFETY: the regions come from the host DTB and are mapped as device
     // memory by the EL2 identity map.
-    let base = unsafe { GicV3Redist::find(&host.gic.redist_regions, redist_stride(host), cpu.mpidr) };
+    let base = unsafe { GicV3Redist::find(&host.gic.redist_regions, host.gic.redist_stride, cpu.mpidr) };
     let Some(base) = base else {
         hvlog!("no GIC redistributor for MPIDR {:#x}", cpu.mpidr);
         return;

@@ -1,5 +1,6 @@
 //! Pinfold's task runner: `cargo xtask build | run | test | bench` (see README.md).
 
+mod api_checks;
 mod bench;
 mod build;
 mod cmd;
@@ -7,6 +8,7 @@ mod cpio;
 mod error;
 mod harness;
 mod hermit;
+mod http;
 mod image;
 mod provision;
 mod qemu;
@@ -169,6 +171,13 @@ fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), X
         built.board.cpus,
         built.board.memory >> 20
     );
+    if built.board.nic {
+        eprintln!(
+            "xtask: web UI and REST API: http://127.0.0.1:{}/ (mutating calls need the token the \
+             hypervisor prints as `pinfold: management token: ...`)",
+            qemu::MANAGER_PORT
+        );
+    }
     let program = cmd::describe(&qemu);
     let mut child = qemu.spawn().map_err(|source| XtaskError::Spawn {
         program: program.clone(),
