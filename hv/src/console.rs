@@ -42,7 +42,8 @@ use alloc::vec::Vec;
 
 /// The bytes a partition wrote to its console, kept for the management API.
 ///
-/// Positions are monotonic byte counts since the partition started, so a
+/// Positions are monotonic byte counts since the hypervisor started (a
+/// partition restart keeps its ring and its positions), so a
 /// reader that keeps the `next` of its last read never sees a byte twice and
 /// learns exactly how much it missed.
 #[derive(Debug, Clone)]

@@ -980,6 +980,7 @@ fn default_images() -> Root {
     let root = Root::new();
     root.write("target/guest/linux/Image", &linux_image(32 * Size::MIB));
     root.write("target/guest/initramfs.cpio.gz", b"fake initramfs");
+    root.write("target/pinfold/manager.bin", &linux_image(2 * Size::MIB));
     root
 }
 
@@ -994,7 +995,7 @@ fn default_config_validates_against_fake_images() {
 }
 
 #[test]
-fn default_config_leaves_cpu_0_free_and_gives_beta_the_console() {
+fn default_config_gives_cpu_0_and_the_pci_bridge_to_mgmt_and_the_console_to_beta() {
     let config = load(&default_config_path()).expect("default.toml parses");
 
     let cpus: Vec<u32> = config
@@ -1008,8 +1009,12 @@ fn default_config_leaves_cpu_0_free_and_gives_beta_the_console() {
         .filter(|p| p.console_input)
         .map(|p| p.name.as_str())
         .collect();
-    assert_eq!(cpus, [1, 2, 3]);
+    assert_eq!(cpus, [0, 1, 2, 3]);
     assert_eq!(input, ["beta"]);
+    let mgmt = &config.partitions[0];
+    assert_eq!((mgmt.name.as_str(), mgmt.cpus.as_slice()), ("mgmt", &[0][..]));
+    assert!(mgmt.management && mgmt.pci_host_bridge);
+    assert!(config.partitions[1..].iter().all(|p| !p.management && !p.pci_host_bridge));
 }
 
 // ---- payload --------------------------------------------------------------
@@ -1023,11 +1028,12 @@ fn payload_plan_round_trips_through_decode() {
 
     let plan = Plan::decode(&payload).expect("decodes");
     let names: Vec<&str> = plan.partitions.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["alpha", "beta"]);
-    assert_eq!(plan.partitions[1].cpus, [2, 3]);
-    assert_eq!(plan.partitions[1].ram_size, 512 * Size::MIB);
-    assert!(plan.partitions[1].console.input);
-    assert!(plan.partitions[0].autostart);
+    assert_eq!(names, ["mgmt", "alpha", "beta"]);
+    assert_eq!(plan.partitions[2].cpus, [2, 3]);
+    assert_eq!(plan.partitions[2].ram_size, 512 * Size::MIB);
+    assert!(plan.partitions[2].console.input);
+    assert!(plan.partitions[0].management && plan.partitions[0].pci_host_bridge);
+    assert!(plan.partitions[1].autostart);
 }
 
 #[test]
@@ -1038,9 +1044,12 @@ fn payload_stores_a_shared_kernel_once() {
     let payload = config.build_payload(root.path()).expect("payload");
 
     let plan = Plan::decode(&payload).expect("decodes");
-    assert_eq!(plan.images.len(), 2);
-    assert_eq!(plan.partitions[0].kernel, plan.partitions[1].kernel);
-    assert_eq!(plan.partitions[0].initrd, plan.partitions[1].initrd);
+    // The manager image, and one copy of the kernel and initramfs that
+    // alpha and beta share.
+    assert_eq!(plan.images.len(), 3);
+    assert_eq!(plan.partitions[1].kernel, plan.partitions[2].kernel);
+    assert_eq!(plan.partitions[1].initrd, plan.partitions[2].initrd);
+    assert_ne!(plan.partitions[0].kernel, plan.partitions[1].kernel);
 }
 
 #[test]

@@ -30,6 +30,9 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/** Cursor position reports (CSI row;col R) and device attributes (CSI ? ... c). */
+const TERMINAL_REPORT = /^\x1b\[\??[\d;]*[Rc]$/;
+
 export class ConsolePane {
   readonly el: HTMLElement;
   private readonly term: Terminal;
@@ -81,7 +84,14 @@ export class ConsolePane {
     this.fit = new FitAddon();
     this.term.loadAddon(this.fit);
     this.term.open(screen);
-    this.term.onData((d) => this.queueInput(d));
+    // xterm.js answers terminal queries in the output (busybox ash asks for
+    // the cursor position, ESC[6n, after every prompt) through onData. Those
+    // answers are not typing: the output being replayed may be minutes old,
+    // so forwarding them would feed stale reports to the guest (and, with no
+    // token stored yet, pop the token dialog by itself).
+    this.term.onData((d) => {
+      if (!TERMINAL_REPORT.test(d)) this.queueInput(d);
+    });
     this.ro = new ResizeObserver(() => this.refit());
     this.ro.observe(screen);
     void this.follow();

@@ -151,7 +151,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
     );
     later(p, 60 * (lines.length + 2), () => {
       p.vcpus.forEach((v) => (v.state = 'on'));
-      c.write(`PINFOLD-GUEST-UP ${p.name} boot=${p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# `);
+      c.write(`PINFOLD-GUEST-UP ${p.name} boot=${p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
     });
   }
 
@@ -173,7 +173,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
       if (ch === '\r' || ch === '\n') {
         const cmd = p.line.trim();
         p.line = '';
-        p.console.write('\r\n' + runCommand(p, cmd) + '# ');
+        p.console.write('\r\n' + runCommand(p, cmd) + '# \x1b[6n');
       } else if (ch === '\x7f' || ch === '\b') {
         if (p.line.length > 0) {
           p.line = p.line.slice(0, -1);

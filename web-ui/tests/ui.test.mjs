@@ -97,6 +97,14 @@ async function partitionsFromApi() {
 
 try {
   await page.goto(`${base}/`);
+  // A real guest's shell asks the terminal where its cursor is (busybox ash
+  // prints ESC[6n after each prompt) and xterm.js answers through the
+  // console's input path, which needs the token: without one stored, the
+  // token dialog would pop up on its own as soon as beta's console opens
+  // and block every later click. The mock's console sends no such query.
+  // Store the token up front, as an operator who entered it earlier would
+  // have; the rejected-token check below replaces it with a stale one.
+  await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), token);
 
   await check('partitions alpha and beta are listed', async () => {
     await page.locator('tr[data-partition="alpha"]').waitFor({ timeout: 10_000 });

@@ -447,10 +447,10 @@ pub enum Return {
     Written(u64),
     /// PARTITION_START, _STOP, _RESTART.
     Done,
-    /// CONSOLE_READ. Positions count bytes since the partition started; the
-    /// bytes read start at `offset + dropped` and `next = offset + dropped +
-    /// len`. An offset beyond the newest byte (a cursor from an earlier
-    /// boot) reads nothing and `next` is the current end.
+    /// CONSOLE_READ. Positions count bytes since the hypervisor started
+    /// (they survive restarts of the partition); the bytes read start at
+    /// `offset + dropped` and `next = offset + dropped + len`. An offset
+    /// beyond the newest byte reads nothing and `next` is the current end.
     ConsoleRead { len: u64, next: u64, dropped: u64 },
     /// CONSOLE_WRITE: bytes taken (the rest did not fit the input queue).
     Accepted(u64),

@@ -56,6 +56,7 @@ pub struct QemuRun {
     stdin: Option<ChildStdin>,
     output: Shared,
     readers: Vec<JoinHandle<()>>,
+    started: Instant,
 }
 
 impl QemuRun {
@@ -96,6 +97,7 @@ impl QemuRun {
             stdin,
             output,
             readers,
+            started,
         })
     }
 
@@ -137,6 +139,11 @@ impl QemuRun {
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
+    }
+
+    /// When QEMU was started: the zero of every [`Line::at`].
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// A copy of every line recorded so far.

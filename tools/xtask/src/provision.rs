@@ -24,6 +24,10 @@ use crate::Workspace;
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
 const HOST_PACKAGES: [&str; 3] = ["qemu-system-arm", "device-tree-compiler", "ipxe-qemu"];
+/// Debian packages only the web UI's browser test needs (`cargo xtask
+/// test`): the Chromium it drives through playwright-core, and a font with
+/// Latin metrics so the screenshot shows text, not boxes.
+const BROWSER_PACKAGES: [&str; 2] = ["chromium", "fonts-liberation"];
 /// The Rust target of the EL2 image and the bare-metal test guest.
 pub const BARE_TARGET: &str = "aarch64-unknown-none-softfloat";
 /// The meta package that names the current Debian cloud kernel for arm64.
@@ -45,20 +49,7 @@ impl Provisioner {
 
     /// Installs the host packages and Rust components that are missing.
     pub fn host_tools(&mut self) -> Result<(), XtaskError> {
-        let missing: Vec<&str> = HOST_PACKAGES
-            .iter()
-            .copied()
-            .filter(|package| !dpkg_installed(package))
-            .collect();
-        if !missing.is_empty() {
-            self.apt_update()?;
-            eprintln!("xtask: installing {}", missing.join(" "));
-            cmd::run(
-                apt_get()
-                    .args(["install", "-y", "--no-install-recommends"])
-                    .args(&missing),
-            )?;
-        }
+        self.packages(&HOST_PACKAGES)?;
         let targets =
             cmd::stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))?;
         if !targets.lines().any(|line| line.trim() == BARE_TARGET) {
@@ -149,6 +140,30 @@ impl Provisioner {
                 .current_dir(cache)
                 .args(["download", &kernel, BUSYBOX_PACKAGE]),
         )
+    }
+
+    /// Installs Chromium for the web UI's browser test if it is missing.
+    pub fn browser(&mut self) -> Result<(), XtaskError> {
+        self.packages(&BROWSER_PACKAGES)
+    }
+
+    /// Installs those of `packages` that are missing, without recommends.
+    fn packages(&mut self, packages: &[&str]) -> Result<(), XtaskError> {
+        let missing: Vec<&str> = packages
+            .iter()
+            .copied()
+            .filter(|package| !dpkg_installed(package))
+            .collect();
+        if !missing.is_empty() {
+            self.apt_update()?;
+            eprintln!("xtask: installing {}", missing.join(" "));
+            cmd::run(
+                apt_get()
+                    .args(["install", "-y", "--no-install-recommends"])
+                    .args(&missing),
+            )?;
+        }
+        Ok(())
     }
 
     fn apt_update(&mut self) -> Result<(), XtaskError> {

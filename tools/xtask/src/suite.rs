@@ -1,9 +1,11 @@
 //! `cargo xtask test`: tier 1 runs the host unit tests; tier 2 onward boot
-//! the hypervisor under QEMU and check what its partitions print.
+//! the hypervisor under QEMU and check what its partitions print and what
+//! its management partition answers.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::api_checks::{self, Stack};
 use crate::build::{Builder, DEFAULT_CONFIG};
 use crate::cmd;
 use crate::error::XtaskError;
@@ -16,38 +18,85 @@ use crate::Workspace;
 pub struct Options {
     /// Tier 1 only.
     pub host_only: bool,
-    /// Only the test with this name.
+    /// Only the tests with these names (comma-separated).
     pub only: Option<String>,
 }
 
 /// A test's verdict: `Ok` with notes to print, or `Err` with why it failed.
-type Outcome = Result<Vec<String>, String>;
+type Outcome = api_checks::Outcome;
 
 struct Case {
     name: &'static str,
     /// 1 = host unit tests; 2+ = QEMU boots.
     tier: u8,
+    /// Runs on the one shared boot of the default plan (booting it if no
+    /// earlier case did) rather than on a boot of its own.
+    shares_default: bool,
     run: fn(&mut Context<'_>) -> Outcome,
 }
 
-/// The tests, in the order they run.
-const CASES: [Case; 3] = [
+/// The tests, in the order they run. The cases sharing the default boot
+/// come one after another and in this order: `api-restart` and `web-ui`
+/// each restart beta, `api-errors` checks that refused calls changed nothing.
+const CASES: [Case; 8] = [
     Case {
         name: "host",
         tier: 1,
+        shares_default: false,
         run: host_tests,
     },
     Case {
         name: "boot-default",
         tier: 2,
+        shares_default: true,
         run: boot_default,
+    },
+    Case {
+        name: "api-list",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| api_checks::api_list(ctx.stack()?),
+    },
+    Case {
+        name: "api-restart",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| api_checks::api_restart(ctx.stack()?),
+    },
+    Case {
+        name: "api-errors",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| api_checks::api_errors(ctx.stack()?),
+    },
+    Case {
+        name: "hvctl",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            api_checks::hvctl_list(ws, ctx.stack()?)
+        },
+    },
+    Case {
+        name: "web-ui",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            api_checks::web_ui(ws, ctx.stack()?)
+        },
     },
     Case {
         name: "isolation",
         tier: 2,
+        shares_default: false,
         run: isolation,
     },
 ];
+
+/// The log of the shared default boot.
+const DEFAULT_LOG: &str = "boot-default";
 
 /// Lines of the log shown under a failure.
 const TAIL_LINES: usize = 40;
@@ -56,14 +105,53 @@ struct Context<'w> {
     ws: &'w Workspace,
     builder: Builder<'w>,
     name: &'static str,
+    /// Whether the current case runs on the shared default boot.
+    shares_default: bool,
+    /// The shared boot of the default plan, once a case started it.
+    stack: Option<Stack>,
+    /// Why the shared boot could not be started, so later cases do not try
+    /// (and wait) again.
+    stack_failed: Option<String>,
 }
 
 impl Context<'_> {
+    /// The console log of the current case's boot.
     fn log_path(&self) -> std::path::PathBuf {
+        let name = if self.shares_default { DEFAULT_LOG } else { self.name };
         self.ws
             .root
             .join("target/pinfold/test-logs")
-            .join(format!("{}.log", self.name))
+            .join(format!("{name}.log"))
+    }
+
+    /// The shared boot of the default plan, booting it on first use.
+    fn stack(&mut self) -> Result<&mut Stack, String> {
+        if let Some(why) = &self.stack_failed {
+            return Err(format!("the default plan did not boot: {why}"));
+        }
+        if self.stack.is_none() {
+            match self.boot_stack() {
+                Ok(stack) => self.stack = Some(stack),
+                Err(why) => {
+                    self.stack_failed = Some(why.clone());
+                    return Err(why);
+                }
+            }
+        }
+        self.stack
+            .as_mut()
+            .ok_or_else(|| "the default plan's boot vanished".to_string())
+    }
+
+    fn boot_stack(&mut self) -> Result<Stack, String> {
+        let built = self
+            .builder
+            .build(Path::new(DEFAULT_CONFIG), &format!("test-{DEFAULT_LOG}.bin"))
+            .map_err(|err| format!("build failed: {err}"))?;
+        api_checks::port_is_free()?;
+        let cmd = qemu_command(&built.board, &built.image, &Extra::default());
+        let qemu = QemuRun::spawn(cmd, &self.log_path()).map_err(|err| err.to_string())?;
+        Ok(Stack::new(qemu))
     }
 
     /// Builds `config` into its own image and boots it.
@@ -85,18 +173,19 @@ pub fn names() -> Vec<&'static str> {
 /// Runs the selected tests, prints a verdict per test and the closing
 /// `N passed, M failed` line.
 pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
-    if let Some(only) = &options.only {
-        if !names().contains(&only.as_str()) {
+    let only: Option<Vec<&str>> = options.only.as_deref().map(|only| only.split(',').collect());
+    for name in only.iter().flatten() {
+        if !names().contains(name) {
             return Err(XtaskError::Usage(format!(
-                "unknown test `{only}`; tests: {}",
+                "unknown test `{name}`; tests: {}",
                 names().join(", ")
             )));
         }
     }
     let selected: Vec<&Case> = CASES
         .iter()
-        .filter(|case| match &options.only {
-            Some(only) => case.name == only,
+        .filter(|case| match &only {
+            Some(only) => only.contains(&case.name),
             None => !options.host_only || case.tier == 1,
         })
         .collect();
@@ -104,12 +193,23 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
         ws,
         builder: Builder::new(ws),
         name: "",
+        shares_default: false,
+        stack: None,
+        stack_failed: None,
     };
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in selected {
         ctx.name = case.name;
-        // A stale log from an earlier run must not be shown for this one.
-        let _ = std::fs::remove_file(ctx.log_path());
+        ctx.shares_default = case.shares_default;
+        if !case.shares_default {
+            // Its own boot: stop the shared one (CPU time, port 8080).
+            ctx.stack = None;
+        }
+        if !case.shares_default || (ctx.stack.is_none() && ctx.stack_failed.is_none()) {
+            // A stale log from an earlier run must not be shown for this one
+            // (but a failed shared boot's log stays for the later cases).
+            let _ = std::fs::remove_file(ctx.log_path());
+        }
         let started = Instant::now();
         let outcome = (case.run)(&mut ctx);
         let seconds = started.elapsed().as_secs_f64();
@@ -139,6 +239,7 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
             }
         }
     }
+    ctx.stack = None;
     println!("{passed} passed, {failed} failed");
     if failed == 0 {
         Ok(())
@@ -188,16 +289,16 @@ fn expect_guest_up(
 /// Tier 2: the default plan boots both Linux partitions with working timers,
 /// and the hot path took no lock shared between CPUs.
 fn boot_default(ctx: &mut Context<'_>) -> Outcome {
-    let mut qemu = ctx.boot(DEFAULT_CONFIG)?;
+    let qemu = &mut ctx.stack()?.qemu;
     let deadline = Instant::now() + Duration::from_secs(240);
 
-    let alpha = expect_guest_up(&qemu, "alpha", 1, deadline)?;
-    let beta = expect_guest_up(&qemu, "beta", 2, deadline)?;
+    let alpha = expect_guest_up(qemu, "alpha", 1, deadline)?;
+    let beta = expect_guest_up(qemu, "beta", 2, deadline)?;
     let from = qemu.lines().len();
     // Ctrl-A s: the hypervisor monitor prints its statistics.
     qemu.send(b"\x01s").map_err(|err| err.to_string())?;
     let stats = expect(
-        &qemu,
+        qemu,
         "pinfold: stats hot_path_cross_cpu_locks=",
         from,
         deadline,

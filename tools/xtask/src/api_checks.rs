@@ -1,0 +1,846 @@
+//! Boot checks of the management stack: the default plan running under QEMU,
+//! driven through the manager's REST API, `hvctl` and the web UI's browser
+//! test, all against one boot.
+
+use std::fs;
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::cmd;
+use crate::harness::{number_after, Line, QemuRun};
+use crate::http::{self, Reply, Request};
+use crate::provision::Provisioner;
+use crate::qemu::MANAGER_PORT;
+use crate::Workspace;
+
+/// A check's verdict: `Ok` with notes to print, or `Err` with why it failed.
+pub type Outcome = Result<Vec<String>, String>;
+
+/// How long one HTTP request may take before it counts as failed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// From QEMU's start to the manager's first answer, at most.
+const FIRST_ANSWER_LIMIT: Duration = Duration::from_secs(240);
+/// How often the manager is asked while it is not answering yet.
+const POLL: Duration = Duration::from_millis(100);
+/// The marker the test guest's init prints once its shell is about to run.
+const UP_MARKER: &str = "PINFOLD-GUEST-UP name=";
+/// The hypervisor's console line that carries the bearer token.
+const TOKEN_LINE: &str = "pinfold: management token: ";
+/// The whole browser test, at most (it has its own 120 s limit inside).
+const BROWSER_LIMIT: Duration = Duration::from_secs(240);
+
+fn authority() -> String {
+    format!("127.0.0.1:{MANAGER_PORT}")
+}
+
+/// The default plan booted under QEMU, shared by every check here.
+pub struct Stack {
+    pub qemu: QemuRun,
+    first_answer: FirstAnswer,
+    token: Option<String>,
+}
+
+impl Stack {
+    /// Wraps a QEMU just spawned with the default plan and starts timing
+    /// the manager's first answer. Call [`port_is_free`] before spawning.
+    pub fn new(qemu: QemuRun) -> Self {
+        let first_answer = FirstAnswer::start(qemu.started());
+        Self {
+            qemu,
+            first_answer,
+            token: None,
+        }
+    }
+
+    /// Time from QEMU's start to the manager's first 200 to
+    /// `GET /api/v1/partitions`; waits for it if it has not come yet.
+    pub fn first_answer(&mut self) -> Result<Duration, String> {
+        self.first_answer.wait()
+    }
+
+    /// The bearer token the hypervisor printed at boot.
+    pub fn token(&mut self, deadline: Instant) -> Result<String, String> {
+        if let Some(token) = &self.token {
+            return Ok(token.clone());
+        }
+        let line = self
+            .qemu
+            .wait_for(&format!("`{TOKEN_LINE}`"), 0, deadline, |line| {
+                line.contains(TOKEN_LINE)
+            })
+            .map_err(|err| err.to_string())?;
+        let token =
+            parse_token(&line.text).ok_or_else(|| format!("no hex token in `{}`", line.text))?;
+        self.token = Some(token.clone());
+        Ok(token)
+    }
+
+    fn expect(&self, needle: &str, from: usize, deadline: Instant) -> Result<Line, String> {
+        self.qemu
+            .wait_for(&format!("`{needle}`"), from, deadline, |line| {
+                line.contains(needle)
+            })
+            .map_err(|err| err.to_string())
+    }
+
+    /// Waits until both Linux partitions printed their first UP marker.
+    fn guests_up(&self, deadline: Instant) -> Result<(), String> {
+        for name in ["alpha", "beta"] {
+            self.expect(&format!("[{name}] {UP_MARKER}{name} "), 0, deadline)?;
+        }
+        Ok(())
+    }
+}
+
+/// Fails when something already answers on the manager's port: the checks
+/// would then talk to it instead of the QEMU they boot.
+pub fn port_is_free() -> Result<(), String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], MANAGER_PORT));
+    match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+        Ok(_) => Err(format!(
+            "127.0.0.1:{MANAGER_PORT} already accepts connections before QEMU started \
+             (another QEMU or server holds the port)"
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// The hex token in the hypervisor's `management token:` line.
+pub fn parse_token(line: &str) -> Option<String> {
+    let start = line.find(TOKEN_LINE)? + TOKEN_LINE.len();
+    let token = line[start..].split_whitespace().next()?;
+    (!token.is_empty() && token.chars().all(|c| c.is_ascii_hexdigit())).then(|| token.to_string())
+}
+
+/// A thread that polls the manager from QEMU's start on, so the first
+/// answer is timed however long other checks wait for console lines.
+struct FirstAnswer {
+    thread: Option<JoinHandle<Result<Duration, String>>>,
+    result: Option<Result<Duration, String>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FirstAnswer {
+    fn start(started: Instant) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let deadline = started + FIRST_ANSWER_LIMIT;
+            let mut last = String::from("no attempt");
+            while Instant::now() < deadline && !stopped.load(Ordering::Relaxed) {
+                match http::send(
+                    &authority(),
+                    &Request::get("/api/v1/partitions"),
+                    Duration::from_secs(2),
+                ) {
+                    Ok(reply) if reply.status == 200 => return Ok(started.elapsed()),
+                    Ok(reply) => last = format!("status {}", reply.status),
+                    Err(err) => last = err.to_string(),
+                }
+                std::thread::sleep(POLL);
+            }
+            Err(format!(
+                "the manager did not answer GET /api/v1/partitions with 200 within {} s of \
+                 QEMU's start (last attempt: {last})",
+                FIRST_ANSWER_LIMIT.as_secs()
+            ))
+        });
+        Self {
+            thread: Some(thread),
+            result: None,
+            stop,
+        }
+    }
+
+    fn wait(&mut self) -> Result<Duration, String> {
+        if let Some(thread) = self.thread.take() {
+            let result = thread
+                .join()
+                .unwrap_or_else(|_| Err("the first-answer poller panicked".into()));
+            self.result = Some(result);
+        }
+        self.result
+            .clone()
+            .unwrap_or_else(|| Err("the first-answer poller did not run".into()))
+    }
+}
+
+impl Drop for FirstAnswer {
+    fn drop(&mut self) {
+        // QEMU is going away: a poller still waiting must not outlive it.
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Sends `request` to the manager.
+fn call(request: &Request<'_>) -> Result<Reply, String> {
+    http::send(&authority(), request, REQUEST_TIMEOUT)
+        .map_err(|err| format!("{} {}: {err}", request.method, request.path))
+}
+
+/// Sends `request` and reads a JSON body, failing unless the status is `want`.
+fn call_json(request: &Request<'_>, want: u16) -> Result<Value, String> {
+    let reply = call(request)?;
+    if reply.status != want {
+        return Err(format!(
+            "{} {} answered {} (expected {want}): {}",
+            request.method,
+            request.path,
+            reply.status,
+            reply.body.trim()
+        ));
+    }
+    serde_json::from_str(&reply.body).map_err(|err| {
+        format!(
+            "{} {} answered {want} but not JSON ({err}): {}",
+            request.method,
+            request.path,
+            reply.body.trim()
+        )
+    })
+}
+
+/// Checks an error reply: the status, and the body
+/// `{"error": code, "detail": <non-empty sentence>}`.
+pub fn check_error(reply: &Reply, status: u16, code: &str) -> Result<(), String> {
+    if reply.status != status {
+        return Err(format!(
+            "status {} (expected {status}); body {}",
+            reply.status,
+            reply.body.trim()
+        ));
+    }
+    let body: Value = serde_json::from_str(&reply.body)
+        .map_err(|err| format!("{status} body is not JSON ({err}): {}", reply.body.trim()))?;
+    if body.get("error").and_then(Value::as_str) != Some(code) {
+        return Err(format!("{status} body's `error` is not \"{code}\": {body}"));
+    }
+    match body.get("detail").and_then(Value::as_str) {
+        Some(detail) if !detail.trim().is_empty() => Ok(()),
+        _ => Err(format!("{status} body has no non-empty `detail`: {body}")),
+    }
+}
+
+/// Checks that the partition list holds `name`, running, on exactly `cpus`.
+pub fn check_listed(list: &Value, name: &str, cpus: &[u64]) -> Result<(), String> {
+    let partitions = list
+        .get("partitions")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("no `partitions` array in {list}"))?;
+    let entry = partitions
+        .iter()
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(name))
+        .ok_or_else(|| format!("`{name}` is not listed in {list}"))?;
+    let state = entry.get("state").and_then(Value::as_str);
+    if state != Some("running") {
+        return Err(format!("`{name}` is {state:?}, not running: {entry}"));
+    }
+    let listed: Option<Vec<u64>> = entry
+        .get("cpus")
+        .and_then(Value::as_array)
+        .map(|cpus| cpus.iter().filter_map(Value::as_u64).collect());
+    if listed.as_deref() != Some(cpus) {
+        return Err(format!(
+            "`{name}` has CPUs {listed:?}, expected {cpus:?}: {entry}"
+        ));
+    }
+    Ok(())
+}
+
+/// The counters of one partition that the restart check compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub running: bool,
+    pub uptime_ms: u64,
+    pub boot_count: u64,
+    /// Sum over the vCPUs of `injected`.
+    pub injected: u64,
+    /// Sum over the vCPUs of `exits.irq`.
+    pub irq_exits: u64,
+}
+
+/// Reads a [`Sample`] out of `GET /api/v1/partitions/{name}`'s body.
+pub fn sample_of(detail: &Value) -> Result<Sample, String> {
+    let number = |key: &str| {
+        detail
+            .get(key)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("no `{key}` number in {detail}"))
+    };
+    let vcpus = detail
+        .get("vcpus")
+        .and_then(Value::as_array)
+        .filter(|vcpus| !vcpus.is_empty())
+        .ok_or_else(|| format!("no `vcpus` in {detail}"))?;
+    let mut injected = 0;
+    let mut irq_exits = 0;
+    for vcpu in vcpus {
+        injected += vcpu
+            .get("injected")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("a vCPU without `injected`: {vcpu}"))?;
+        irq_exits += vcpu
+            .pointer("/exits/irq")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("a vCPU without `exits.irq`: {vcpu}"))?;
+    }
+    Ok(Sample {
+        running: detail.get("state").and_then(Value::as_str) == Some("running"),
+        uptime_ms: number("uptime_ms")?,
+        boot_count: number("boot_count")?,
+        injected,
+        irq_exits,
+    })
+}
+
+fn sample(name: &str) -> Result<Sample, String> {
+    sample_of(&call_json(
+        &Request::get(&format!("/api/v1/partitions/{name}")),
+        200,
+    )?)
+}
+
+/// One console read: the data and the cursor to continue at.
+fn console_read(name: &str, offset: u64) -> Result<(String, u64), String> {
+    let body = call_json(
+        &Request::get(&format!(
+            "/api/v1/partitions/{name}/console?offset={offset}"
+        )),
+        200,
+    )?;
+    let next = body
+        .get("next")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("console reply without `next`: {body}"))?;
+    let data = body
+        .get("data")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("console reply without `data`: {body}"))?;
+    Ok((data.to_string(), next))
+}
+
+/// The cursor at the current end of `name`'s console.
+fn console_end(name: &str) -> Result<u64, String> {
+    let mut offset = 0;
+    loop {
+        let (data, next) = console_read(name, offset)?;
+        if data.is_empty() {
+            return Ok(next);
+        }
+        offset = next;
+    }
+}
+
+/// The first complete line of `text` that contains `needle`.
+pub fn complete_line_with<'t>(text: &'t str, needle: &str) -> Option<&'t str> {
+    let at = text.find(needle)?;
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = at + text[at..].find('\n')?;
+    Some(text[start..end].trim_end_matches('\r'))
+}
+
+/// Follows `name`'s console from `offset` (always continuing at `next`)
+/// until a whole line with `needle` arrives.
+fn follow_console_until(
+    name: &str,
+    mut offset: u64,
+    needle: &str,
+    deadline: Instant,
+) -> Result<String, String> {
+    let mut seen = String::new();
+    loop {
+        let (data, next) = console_read(name, offset)?;
+        seen.push_str(&data);
+        if let Some(line) = complete_line_with(&seen, needle) {
+            return Ok(line.to_string());
+        }
+        offset = next;
+        if Instant::now() >= deadline {
+            let tail: String = seen
+                .chars()
+                .rev()
+                .take(300)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            return Err(format!(
+                "no `{needle}` line in {name}'s console (read {} bytes, cursor now {offset}); it ends: {tail:?}",
+                seen.len()
+            ));
+        }
+        if data.is_empty() {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// Check 1: `GET /api/v1/partitions` lists alpha and beta running on their
+/// CPUs; notes how long after QEMU's start the manager first answered.
+pub fn api_list(stack: &mut Stack) -> Outcome {
+    let first = stack.first_answer()?;
+    let list = call_json(&Request::get("/api/v1/partitions"), 200)?;
+    check_listed(&list, "alpha", &[1])?;
+    check_listed(&list, "beta", &[2, 3])?;
+    Ok(vec![format!(
+        "first answer from the manager {:.1} s after QEMU start; alpha on [1], beta on [2, 3], both running",
+        first.as_secs_f64()
+    )])
+}
+
+/// Check 2: restarting beta with the token boots it again (its console
+/// shows a new UP marker, boot_count + 1) while alpha keeps running
+/// undisturbed: uptime and timer interrupt counts keep growing.
+pub fn api_restart(stack: &mut Stack) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    stack.guests_up(deadline)?;
+    let token = stack.token(deadline)?;
+    stack.first_answer()?;
+
+    let alpha_before = sample("alpha")?;
+    let beta_before = sample("beta")?;
+    let sampled = Instant::now();
+    let cursor = console_end("beta")?;
+    let reply = call_json(
+        &Request::post("/api/v1/partitions/beta/restart", Some(&token), None),
+        202,
+    )?;
+    if reply.get("name").and_then(Value::as_str) != Some("beta") {
+        return Err(format!(
+            "the restart's 202 body does not name beta: {reply}"
+        ));
+    }
+    let restarted = Instant::now();
+    let marker = format!("{UP_MARKER}beta cpus=2 ");
+    let up = follow_console_until(
+        "beta",
+        cursor,
+        &marker,
+        restarted + Duration::from_secs(180),
+    )?;
+    let up_after = restarted.elapsed();
+    match number_after(&up, "timer_irqs=") {
+        Some(count) if count > 0 => {}
+        _ => {
+            return Err(format!(
+                "beta's new UP line shows no timer interrupts: `{up}`"
+            ))
+        }
+    }
+
+    let beta_after = sample("beta")?;
+    let alpha_after = sample("alpha")?;
+    let wall_ms = sampled.elapsed().as_millis() as u64;
+    if !beta_after.running || beta_after.boot_count != beta_before.boot_count + 1 {
+        return Err(format!(
+            "after the restart beta should be running with boot_count {}: {beta_after:?}",
+            beta_before.boot_count + 1
+        ));
+    }
+    if !alpha_after.running || alpha_after.boot_count != alpha_before.boot_count {
+        return Err(format!(
+            "alpha was disturbed by beta's restart: before {alpha_before:?}, after {alpha_after:?}"
+        ));
+    }
+    // Uptime follows the counter, which under TCG follows the host clock; a
+    // restart of alpha would have reset it, so half the wall time is a
+    // generous lower bound that still catches one.
+    if alpha_after.uptime_ms < alpha_before.uptime_ms + wall_ms / 2 {
+        return Err(format!(
+            "alpha's uptime went from {} ms to {} ms over {wall_ms} ms of wall time",
+            alpha_before.uptime_ms, alpha_after.uptime_ms
+        ));
+    }
+    if alpha_after.injected <= alpha_before.injected
+        || alpha_after.irq_exits <= alpha_before.irq_exits
+    {
+        return Err(format!(
+            "alpha's interrupt counters did not rise across beta's restart: injected {} -> {}, irq exits {} -> {}",
+            alpha_before.injected, alpha_after.injected, alpha_before.irq_exits, alpha_after.irq_exits
+        ));
+    }
+    Ok(vec![
+        format!(
+            "restart of beta: 202, new `{UP_MARKER}beta` on its console {:.1} s later, boot_count {} -> {}",
+            up_after.as_secs_f64(),
+            beta_before.boot_count,
+            beta_after.boot_count
+        ),
+        format!(
+            "alpha meanwhile: uptime {} -> {} ms, injected {} -> {}, irq exits {} -> {}",
+            alpha_before.uptime_ms,
+            alpha_after.uptime_ms,
+            alpha_before.injected,
+            alpha_after.injected,
+            alpha_before.irq_exits,
+            alpha_after.irq_exits
+        ),
+    ])
+}
+
+/// Check 3: refused requests get the right status and JSON error body and
+/// change nothing; the hypervisor and manager keep working afterwards.
+pub fn api_errors(stack: &mut Stack) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let token = stack.token(deadline)?;
+    stack.first_answer()?;
+    let beta_before = sample("beta")?;
+
+    let cases: [(&str, Request<'_>, u16, &str); 4] = [
+        (
+            "restart without a token",
+            Request::post("/api/v1/partitions/beta/restart", None, None),
+            401,
+            "unauthorized",
+        ),
+        (
+            "restart with a wrong token",
+            Request::post("/api/v1/partitions/beta/restart", Some("0000"), None),
+            401,
+            "unauthorized",
+        ),
+        (
+            "restart of an unknown partition",
+            Request::post("/api/v1/partitions/nosuch/restart", Some(&token), None),
+            404,
+            "not_found",
+        ),
+        (
+            "console input that is not JSON",
+            Request::post(
+                "/api/v1/partitions/beta/console",
+                Some(&token),
+                Some("{not json"),
+            ),
+            400,
+            "bad_request",
+        ),
+    ];
+    for (what, request, status, code) in &cases {
+        let reply = call(request)?;
+        check_error(&reply, *status, code).map_err(|why| format!("{what}: {why}"))?;
+    }
+
+    let list = call_json(&Request::get("/api/v1/partitions"), 200)
+        .map_err(|why| format!("after the refused requests: {why}"))?;
+    check_listed(&list, "beta", &[2, 3])?;
+    let beta_after = sample("beta")?;
+    if beta_after.boot_count != beta_before.boot_count {
+        return Err(format!(
+            "a refused restart restarted beta: boot_count {} -> {}",
+            beta_before.boot_count, beta_after.boot_count
+        ));
+    }
+    let from = stack.qemu.lines().len();
+    // Ctrl-A s: the hypervisor monitor prints its statistics.
+    stack.qemu.send(b"\x01s").map_err(|err| err.to_string())?;
+    let stats = stack.expect(
+        "pinfold: stats hot_path_cross_cpu_locks=",
+        from,
+        Instant::now() + Duration::from_secs(30),
+    )?;
+    Ok(vec![
+        "401 unauthorized (no token, wrong token), 404 not_found, 400 bad_request, each with error and detail"
+            .into(),
+        format!("afterwards GET still 200, beta not restarted, monitor: `{}`", stats.text),
+    ])
+}
+
+/// The rows of `hvctl list`'s table whose first column is `name` and that
+/// say `running`.
+pub fn hvctl_row<'t>(table: &'t str, name: &str) -> Option<&'t str> {
+    table.lines().find(|line| {
+        let mut words = line.split_whitespace();
+        words.next() == Some(name) && words.any(|word| word == "running")
+    })
+}
+
+/// Check 4: `hvctl list` against the real manager prints alpha and beta.
+pub fn hvctl_list(ws: &Workspace, stack: &mut Stack) -> Outcome {
+    cmd::run(
+        cmd::cargo()
+            .current_dir(&ws.root)
+            .args(["build", "-q", "-p", "hvctl"]),
+    )
+    .map_err(|err| err.to_string())?;
+    let hvctl = ws.root.join("target/debug/hvctl");
+    stack.first_answer()?;
+    let url = format!("http://{}", authority());
+    let out = Command::new(&hvctl)
+        .args(["--url", &url, "list"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|err| format!("running {}: {err}", hvctl.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "hvctl list exited with {}: {}{}",
+            out.status,
+            stdout.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let mut notes = Vec::new();
+    for name in ["alpha", "beta"] {
+        let row = hvctl_row(&stdout, name)
+            .ok_or_else(|| format!("hvctl list shows no running `{name}` row:\n{stdout}"))?;
+        notes.push(format!("hvctl list: `{}`", row.trim_end()));
+    }
+    Ok(notes)
+}
+
+/// The counts in the browser test's closing `N passed, M failed` line.
+pub fn browser_summary(output: &str) -> Option<(u64, u64)> {
+    let last = output
+        .lines()
+        .rev()
+        .find(|line| line.contains(" passed, "))?;
+    let passed = last.split(" passed").next()?.trim().parse().ok()?;
+    let failed = number_after(last, "passed, ")?;
+    Some((passed, failed))
+}
+
+/// Check 5: the web UI's browser test (web-ui/tests/ui.test.mjs) in
+/// Chromium against the real manager; it leaves `ui.png` behind.
+pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
+    Provisioner::new()
+        .browser()
+        .map_err(|err| err.to_string())?;
+    let ui = ws.root.join("web-ui");
+    if !ui.join("node_modules").is_dir() {
+        cmd::run(
+            Command::new("npm")
+                .current_dir(&ui)
+                .args(["ci", "--no-audit", "--no-fund"]),
+        )
+        .map_err(|err| err.to_string())?;
+    }
+    let out_dir = ws.root.join("target/pinfold/test-output");
+    let screenshot = out_dir.join("ui.png");
+    // A screenshot from an earlier run must not pass for this one.
+    let _ = fs::remove_file(&screenshot);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    stack.guests_up(deadline)?;
+    let token = stack.token(deadline)?;
+    stack.first_answer()?;
+
+    let log = ws.root.join("target/pinfold/test-logs/web-ui.log");
+    let output = run_logged(
+        Command::new("node")
+            .current_dir(&ui)
+            .arg("tests/ui.test.mjs")
+            .env("PINFOLD_URL", format!("http://{}", authority()))
+            .env("PINFOLD_TOKEN", &token)
+            .env("PINFOLD_TEST_OUT", &out_dir),
+        &log,
+        BROWSER_LIMIT,
+    )?;
+    let failures: Vec<&str> = output
+        .text
+        .lines()
+        .filter(|line| line.starts_with("FAIL"))
+        .collect();
+    let summary = browser_summary(&output.text);
+    match (output.status_ok, summary) {
+        (true, Some((passed, 0))) if passed > 0 => {}
+        _ => {
+            return Err(format!(
+                "the browser test failed ({}; summary {summary:?}; whole output in {}): {}",
+                output.status,
+                ws.relative(&log),
+                failures.join(" | ")
+            ))
+        }
+    }
+    let size = fs::metadata(&screenshot).map(|m| m.len()).unwrap_or(0);
+    if size == 0 {
+        return Err(format!(
+            "the browser test passed but left no {}",
+            ws.relative(&screenshot)
+        ));
+    }
+    Ok(vec![format!(
+        "browser test: {} checks passed; screenshot {} ({} KiB)",
+        summary.map_or(0, |s| s.0),
+        ws.relative(&screenshot),
+        size / 1024
+    )])
+}
+
+/// What a program run by [`run_logged`] printed and how it ended.
+struct Finished {
+    text: String,
+    status: String,
+    status_ok: bool,
+}
+
+/// Runs `cmd` with stdout and stderr into `log`, killing it after `limit`.
+fn run_logged(cmd: &mut Command, log: &Path, limit: Duration) -> Result<Finished, String> {
+    if let Some(dir) = log.parent() {
+        fs::create_dir_all(dir).map_err(|err| format!("creating {}: {err}", dir.display()))?;
+    }
+    let file = fs::File::create(log).map_err(|err| format!("creating {}: {err}", log.display()))?;
+    let err_file = file
+        .try_clone()
+        .map_err(|err| format!("opening {}: {err}", log.display()))?;
+    let program = cmd::describe(cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err_file)
+        .spawn()
+        .map_err(|err| format!("starting {program}: {err}"))?;
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{program} ran longer than {} s", limit.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
+            Err(err) => return Err(format!("waiting for {program}: {err}")),
+        }
+    };
+    let text = fs::read_to_string(log).unwrap_or_default();
+    Ok(Finished {
+        text,
+        status: status.to_string(),
+        status_ok: status.success(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = r#"{"partitions":[
+        {"name":"mgmt","state":"running","cpus":[0],"uptime_ms":1,"boot_count":1,"management":true},
+        {"name":"alpha","state":"running","cpus":[1],"uptime_ms":1,"boot_count":1,"management":false},
+        {"name":"beta","state":"stopped","cpus":[2,3],"uptime_ms":0,"boot_count":1,"management":false}]}"#;
+
+    fn list() -> Value {
+        serde_json::from_str(LIST).expect("json")
+    }
+
+    #[test]
+    fn listed_partition_with_its_cpus_passes() {
+        assert_eq!(check_listed(&list(), "alpha", &[1]), Ok(()));
+    }
+
+    #[test]
+    fn listed_partition_on_other_cpus_fails() {
+        assert!(check_listed(&list(), "alpha", &[2]).is_err());
+    }
+
+    #[test]
+    fn stopped_or_missing_partition_fails() {
+        assert!(check_listed(&list(), "beta", &[2, 3]).is_err());
+        assert!(check_listed(&list(), "gamma", &[4]).is_err());
+    }
+
+    #[test]
+    fn error_reply_needs_status_code_and_detail() {
+        let reply = |status, body: &str| Reply {
+            status,
+            body: body.into(),
+        };
+        let good = r#"{"error":"unauthorized","detail":"no token"}"#;
+
+        assert_eq!(check_error(&reply(401, good), 401, "unauthorized"), Ok(()));
+        assert!(check_error(&reply(403, good), 401, "unauthorized").is_err());
+        assert!(check_error(&reply(401, good), 401, "not_found").is_err());
+        assert!(check_error(
+            &reply(401, r#"{"error":"unauthorized"}"#),
+            401,
+            "unauthorized"
+        )
+        .is_err());
+        assert!(check_error(&reply(401, "unauthorized"), 401, "unauthorized").is_err());
+    }
+
+    #[test]
+    fn sample_sums_the_vcpus_counters() {
+        let detail: Value = serde_json::from_str(
+            r#"{"state":"running","uptime_ms":900,"boot_count":2,"vcpus":[
+                {"exits":{"irq":10},"injected":7},{"exits":{"irq":5},"injected":3}]}"#,
+        )
+        .expect("json");
+
+        assert_eq!(
+            sample_of(&detail),
+            Ok(Sample {
+                running: true,
+                uptime_ms: 900,
+                boot_count: 2,
+                injected: 10,
+                irq_exits: 15
+            })
+        );
+    }
+
+    #[test]
+    fn sample_without_vcpus_is_an_error() {
+        let detail: Value =
+            serde_json::from_str(r#"{"state":"running","uptime_ms":1,"boot_count":1,"vcpus":[]}"#)
+                .expect("json");
+
+        assert!(sample_of(&detail).is_err());
+    }
+
+    #[test]
+    fn complete_line_waits_for_the_line_end() {
+        let text = "boot\r\nPINFOLD-GUEST-UP name=beta cpus=2 timer_irqs=5\r\n# ";
+
+        assert_eq!(
+            complete_line_with(text, "PINFOLD-GUEST-UP name=beta"),
+            Some("PINFOLD-GUEST-UP name=beta cpus=2 timer_irqs=5")
+        );
+        assert_eq!(
+            complete_line_with(
+                "x\nPINFOLD-GUEST-UP name=beta cpus=2 tim",
+                "PINFOLD-GUEST-UP"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn token_is_the_hex_word_after_the_label() {
+        assert_eq!(
+            parse_token("pinfold: management token: 62553d0b9dfd30fb"),
+            Some("62553d0b9dfd30fb".into())
+        );
+        assert_eq!(parse_token("pinfold: management token: <none>"), None);
+        assert_eq!(parse_token("pinfold: ready"), None);
+    }
+
+    #[test]
+    fn hvctl_row_needs_the_name_first_and_running() {
+        let table =
+            "NAME   STATE    CPUS\nalpha  running  1\nbeta   stopped  2,3\nmgmt   running  0\n";
+
+        assert_eq!(hvctl_row(table, "alpha"), Some("alpha  running  1"));
+        assert_eq!(hvctl_row(table, "beta"), None);
+        assert_eq!(hvctl_row(table, "running"), None);
+    }
+
+    #[test]
+    fn browser_summary_reads_the_last_count_line() {
+        let output = "ok   - a (3 ms)\nFAIL - b: no\n8 passed, 1 failed\n";
+
+        assert_eq!(browser_summary(output), Some((8, 1)));
+        assert_eq!(browser_summary("crashed\n"), None);
+    }
+}
