@@ -558,6 +558,56 @@ pub fn api_errors(stack: &mut Stack) -> Outcome {
 
 /// The rows of `hvctl list`'s table whose first column is `name` and that
 /// say `running`.
+/// Idle connections held open while the parallel clients run: clients that
+/// connect and never send a request must not take the server's workers.
+const IDLE_CONNECTIONS: usize = 12;
+/// Clients asking at the same time, and how many requests each sends.
+const PARALLEL_CLIENTS: usize = 8;
+const REQUESTS_PER_CLIENT: usize = 5;
+
+/// Many clients at once do not wedge the manager: with idle connections
+/// held open, parallel clients each get every answer, and afterwards the
+/// API still answers.
+pub fn api_concurrency(stack: &mut Stack) -> Outcome {
+    stack.first_answer()?;
+    let addr = authority();
+    let idle: Vec<_> = (0..IDLE_CONNECTIONS)
+        .map(|_| std::net::TcpStream::connect(&addr))
+        .collect::<Result<_, _>>()
+        .map_err(|err| format!("opening idle connections: {err}"))?;
+    let started = std::time::Instant::now();
+    let clients: Vec<_> = (0..PARALLEL_CLIENTS)
+        .map(|_| {
+            std::thread::spawn(|| -> Result<usize, String> {
+                let mut ok = 0;
+                for _ in 0..REQUESTS_PER_CLIENT {
+                    call_json(&Request::get("/api/v1/partitions"), 200)?;
+                    ok += 1;
+                }
+                Ok(ok)
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for client in clients {
+        answered += client
+            .join()
+            .map_err(|_| "a client thread panicked".to_string())??;
+    }
+    let elapsed = started.elapsed();
+    drop(idle);
+    let after = call_json(&Request::get("/api/v1/host"), 200)?;
+    if after.get("cpu_count").and_then(Value::as_u64) != Some(4) {
+        return Err(format!("GET /api/v1/host after the load: {after}"));
+    }
+    Ok(vec![format!(
+        "{answered} of {} requests from {PARALLEL_CLIENTS} parallel clients answered in {:.1} s \
+         with {IDLE_CONNECTIONS} idle connections held open; the API answers afterwards",
+        PARALLEL_CLIENTS * REQUESTS_PER_CLIENT,
+        elapsed.as_secs_f64()
+    )])
+}
+
 pub fn hvctl_row<'t>(table: &'t str, name: &str) -> Option<&'t str> {
     table.lines().find(|line| {
         let mut words = line.split_whitespace();

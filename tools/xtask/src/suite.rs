@@ -38,7 +38,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     Case {
         name: "host",
         tier: 1,
@@ -68,6 +68,12 @@ const CASES: [Case; 8] = [
         tier: 2,
         shares_default: true,
         run: |ctx| api_checks::api_errors(ctx.stack()?),
+    },
+    Case {
+        name: "api-concurrency",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| api_checks::api_concurrency(ctx.stack()?),
     },
     Case {
         name: "hvctl",
