@@ -635,6 +635,7 @@ fn exit_run(bench: &Built, log: &Path) -> Result<ExitSample, XtaskError> {
     let extra = Extra {
         args: vec!["-icount".into(), ICOUNT_ARG.into()],
         accel: Some(ICOUNT_ACCEL.into()),
+        ..Extra::default()
     };
     let qemu = QemuRun::spawn(qemu_command(&bench.board, &bench.image, &extra), log)?;
     let deadline = Instant::now() + EXIT_DEADLINE;

@@ -31,6 +31,10 @@ pub struct Extra {
     /// Replaces the `-accel` value; `None` keeps multi-threaded TCG. Needed
     /// because QEMU refuses `thread=multi` together with `-icount`.
     pub accel: Option<String>,
+    /// Boot through firmware instead of `-kernel`: the firmware image
+    /// (`-bios`) and the address where QEMU places our image for it to
+    /// start (`-device loader`).
+    pub firmware: Option<(std::path::PathBuf, u64)>,
 }
 
 /// The `-accel` value unless an [`Extra`] overrides it: one host thread per
@@ -60,8 +64,18 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         .args(["-mon", "chardev=console,mode=readline"])
         .arg("-echr")
         .arg(QEMU_ESCAPE.to_string())
-        .arg("-kernel")
-        .arg(image);
+        ;
+    match &extra.firmware {
+        None => {
+            qemu.arg("-kernel").arg(image);
+        }
+        Some((bios, addr)) => {
+            qemu.arg("-bios").arg(bios).arg("-device").arg(format!(
+                "loader,file={},addr={addr:#x},force-raw=on",
+                image.display()
+            ));
+        }
+    }
     if board.nic {
         qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"]).arg("-netdev").arg(format!(
             "user,id=mgmt0,hostfwd=tcp:127.0.0.1:{MANAGER_PORT}-:8080"

@@ -38,7 +38,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     Case {
         name: "host",
         tier: 1,
@@ -99,7 +99,62 @@ const CASES: [Case; 9] = [
         shares_default: false,
         run: isolation,
     },
+    Case {
+        name: "uboot",
+        tier: 2,
+        shares_default: false,
+        run: uboot,
+    },
 ];
+
+/// U-Boot for QEMU virt (Debian's u-boot-qemu).
+const UBOOT: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
+/// Where QEMU puts our image for U-Boot: not the RAM base, so the image's
+/// self-relocation is exercised (the other tests run it at 0x4000_0000).
+const UBOOT_LOAD_ADDR: u64 = 0x5000_0000;
+
+/// Tier 2: firmware starts the image the way a server's U-Boot would
+/// (`booti`, the arm64 Image header honoured, DTB from the firmware) at an
+/// address other than RAM's base; the partitions boot as under `-kernel`.
+fn uboot(ctx: &mut Context<'_>) -> Outcome {
+    let built = ctx
+        .builder
+        .build(Path::new("vm-configs/qemu-virt/test-isolation.toml"), "test-uboot.bin")
+        .map_err(|err| format!("build failed: {err}"))?;
+    let extra = Extra {
+        firmware: Some((UBOOT.into(), UBOOT_LOAD_ADDR)),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&built.board, &built.image, &extra);
+    let mut qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    expect(&qemu, "U-Boot 20", 0, deadline)?;
+    // Stop autoboot (any key), then boot our image with U-Boot's own DTB.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(500));
+        qemu.send(b"\n").map_err(|err| err.to_string())?;
+    }
+    qemu.send(format!("booti {UBOOT_LOAD_ADDR:#x} - ${{fdtcontroladdr}}\n").as_bytes())
+        .map_err(|err| err.to_string())?;
+    let banner = expect(&qemu, "pinfold: Pinfold v", 0, deadline)?;
+    let site = expect(&qemu, "irq call site guest @", banner.index, deadline)?;
+    let at = site
+        .text
+        .split('@')
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|hex| u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
+        .ok_or_else(|| format!("no address in `{}`", site.text))?;
+    if !(UBOOT_LOAD_ADDR..UBOOT_LOAD_ADDR + (64 << 20)).contains(&at) || !site.text.ends_with(", ok)") {
+        return Err(format!("the image did not run relocated where U-Boot started it: `{}`", site.text));
+    }
+    expect(&qemu, "[probe] PROBE done", banner.index, deadline)?;
+    let up = expect(&qemu, "[steady] PINFOLD-GUEST-UP", banner.index, deadline)?;
+    Ok(vec![format!(
+        "booti at {UBOOT_LOAD_ADDR:#x}: code ran at {at:#x}, steady up {:.1} s after QEMU start",
+        up.at.as_secs_f64()
+    )])
+}
 
 /// The log of the shared default boot.
 const DEFAULT_LOG: &str = "boot-default";
