@@ -15,6 +15,8 @@ pub mod dtb;
 pub mod hypercall;
 pub mod layout;
 pub mod lockstat;
+pub mod mailbox;
+pub mod memmap;
 pub mod psci;
 pub mod rtconst;
 pub mod stage2;

@@ -7,9 +7,10 @@ use crate::arch;
 use crate::hvlog;
 use crate::partition::{self, Partition};
 use crate::percpu::{this_cpu, CpuLocal, PUBLIC};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 use pinfold_drivers::gicv3::sysreg as gic;
 use pinfold_hv::layout::*;
+use pinfold_hv::mailbox::{Mailbox, MailboxOp};
 use pinfold_hv::rtconst;
 use pinfold_hv::vgic::dist::DistAction;
 use pinfold_hv::vgic::lr::{ListRegisters, VirtIrq};
@@ -53,62 +54,17 @@ pub fn inject_local(cpu: &mut CpuLocal, irq: VirtIrq) {
     }
 }
 
-/// What one CPU asks of another's vCPU.
-#[derive(Clone, Copy, Debug)]
-pub enum MailboxOp {
-    Inject(VirtIrq),
-    Retract(u32),
-    Sgi(u32),
-}
-
 const MAILBOX_SLOTS: usize = 32;
-const OP_INJECT: u64 = 1;
-const OP_RETRACT: u64 = 2;
-const OP_SGI: u64 = 3;
 
-/// Lock-free multi-producer mailbox slots per CPU; 0 is empty.
-static MAILBOX: [[AtomicU64; MAILBOX_SLOTS]; arch::MAX_CPUS] =
-    [const { [const { AtomicU64::new(0) }; MAILBOX_SLOTS] }; arch::MAX_CPUS];
-
-fn encode(op: MailboxOp) -> u64 {
-    match op {
-        MailboxOp::Inject(irq) => {
-            OP_INJECT
-                | (irq.intid as u64 & 0x1fff) << 8
-                | (irq.priority as u64) << 24
-                | irq.hw_intid.map_or(0, |h| ((h as u64 & 0x1fff) << 32) | 1 << 48)
-                | (irq.eoi_maintenance as u64) << 49
-        }
-        MailboxOp::Retract(intid) => OP_RETRACT | (intid as u64 & 0x1fff) << 8,
-        MailboxOp::Sgi(intid) => OP_SGI | (intid as u64 & 0x1fff) << 8,
-    }
-}
-
-fn decode(v: u64) -> Option<MailboxOp> {
-    let intid = ((v >> 8) & 0x1fff) as u32;
-    match v & 0xff {
-        OP_INJECT => Some(MailboxOp::Inject(VirtIrq {
-            intid,
-            priority: (v >> 24) as u8,
-            hw_intid: if v & (1 << 48) != 0 { Some(((v >> 32) & 0x1fff) as u32) } else { None },
-            eoi_maintenance: v & (1 << 49) != 0,
-        })),
-        OP_RETRACT => Some(MailboxOp::Retract(intid)),
-        OP_SGI => Some(MailboxOp::Sgi(intid)),
-        _ => None,
-    }
-}
+/// Each CPU's mailbox (lock-free multi-producer slots, see hv::mailbox).
+static MAILBOX: [Mailbox<MAILBOX_SLOTS>; arch::MAX_CPUS] = [const { Mailbox::new() }; arch::MAX_CPUS];
 
 /// Post an operation to CPU `pcpu`'s vCPU and kick it with an SGI.
 pub fn post_remote(pcpu: usize, op: MailboxOp) {
-    let Some(slots) = MAILBOX.get(pcpu) else { return };
-    let v = encode(op);
+    let Some(mailbox) = MAILBOX.get(pcpu) else { return };
     let mut posted = false;
     for _ in 0..1000 {
-        if slots
-            .iter()
-            .any(|s| s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed).is_ok())
-        {
+        if mailbox.post(op) {
             posted = true;
             break;
         }
@@ -137,25 +93,20 @@ fn kick(pcpu: usize) {
 
 /// Empty this CPU's mailbox (vCPU load after a stop).
 pub fn drain_posts(cpu: usize) {
-    for s in MAILBOX[cpu].iter() {
-        s.store(0, Ordering::Relaxed);
-    }
+    MAILBOX[cpu].clear();
 }
 
 fn handle_mailbox(cpu: &mut CpuLocal) {
-    for slot in MAILBOX[cpu.index].iter() {
-        let v = slot.swap(0, Ordering::AcqRel);
-        let Some(op) = decode(v) else { continue };
-        match op {
-            MailboxOp::Inject(irq) => inject_local(cpu, irq),
-            MailboxOp::Retract(intid) => cpu.lrs.retract(&mut HwLrs, intid),
-            MailboxOp::Sgi(intid) => {
-                if let Some(irq) = cpu.vredist.as_mut().and_then(|r| r.raise_sgi(intid)) {
-                    inject_local(cpu, irq);
-                }
+    let index = cpu.index;
+    MAILBOX[index].drain(|op| match op {
+        MailboxOp::Inject(irq) => inject_local(cpu, irq),
+        MailboxOp::Retract(intid) => cpu.lrs.retract(&mut HwLrs, intid),
+        MailboxOp::Sgi(intid) => {
+            if let Some(irq) = cpu.vredist.as_mut().and_then(|r| r.raise_sgi(intid)) {
+                inject_local(cpu, irq);
             }
         }
-    }
+    });
 }
 
 /// Distributor actions collected under the partition's distributor lock and

@@ -11,7 +11,6 @@ mod heap;
 mod irq;
 mod log;
 mod manage;
-mod mem;
 mod partition;
 mod percpu;
 mod vcpu;
@@ -150,7 +149,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     used.push((image_start, image_size.max(payload_start - image_start)));
     used.push((dtb, dtb_size));
     used.extend_from_slice(&host.reserved);
-    let mut free = mem::FreeMemory::new(&host.memory, &used);
+    let mut free = pinfold_hv::memmap::FreeMemory::new(&host.memory, &used);
 
     let mut assign = [None; arch::MAX_CPUS];
     for (pi, pp) in plan.partitions.iter().enumerate() {

@@ -162,7 +162,7 @@ pub fn create_all(
     plan: Plan,
     payload: &'static [u8],
     host: &pinfold_hv::dtb::HostInfo,
-    mem: &mut crate::mem::FreeMemory,
+    mem: &mut pinfold_hv::memmap::FreeMemory,
 ) {
     let mut out = Vec::new();
     for (index, pp) in plan.partitions.iter().enumerate() {
@@ -194,7 +194,7 @@ fn create(
     index: usize,
     pp: &PartitionPlan,
     host: &pinfold_hv::dtb::HostInfo,
-    mem: &mut crate::mem::FreeMemory,
+    mem: &mut pinfold_hv::memmap::FreeMemory,
 ) -> Result<Partition, SetupError> {
     for &c in &pp.cpus {
         if c as usize >= host.cpus.len() || c as usize >= arch::MAX_CPUS {

@@ -443,7 +443,7 @@ fn send_sgi(cpu: &mut CpuLocal, p: &Partition, v: usize, value: u64) {
                 irq::inject_local(cpu, irq);
             }
         } else {
-            irq::post_remote(p.vcpus[t].pcpu, irq::MailboxOp::Sgi(req.intid as u32));
+            irq::post_remote(p.vcpus[t].pcpu, pinfold_hv::mailbox::MailboxOp::Sgi(req.intid as u32));
         }
     }
 }

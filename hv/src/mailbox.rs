@@ -1,0 +1,184 @@
+//! The per-CPU mailbox other CPUs post virtual-interrupt work to before they
+//! send the owning CPU an SGI. Lock-free: each slot is one atomic word that a
+//! producer claims with compare-and-swap (0 = empty) and the owning CPU
+//! empties with swap, so no CPU ever waits for another.
+
+use crate::vgic::lr::VirtIrq;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// What one CPU asks of another CPU's vCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MailboxOp {
+    /// Inject this interrupt (an emulated or pass-through SPI).
+    Inject(VirtIrq),
+    /// Take back a pending, not yet active instance (a level line dropped).
+    Retract(u32),
+    /// An SGI from a sibling vCPU: the receiver applies its own
+    /// redistributor's enable and priority.
+    Sgi(u32),
+}
+
+const OP_INJECT: u64 = 1;
+const OP_RETRACT: u64 = 2;
+const OP_SGI: u64 = 3;
+const INTID_MASK: u64 = 0x1fff;
+const HW_VALID: u64 = 1 << 48;
+const EOI_MAINTENANCE: u64 = 1 << 49;
+
+impl MailboxOp {
+    /// One non-zero word: op in bits 7:0, vINTID 20:8, priority 31:24,
+    /// pINTID 44:32 with its valid bit 48, EOI maintenance bit 49.
+    pub fn encode(self) -> u64 {
+        match self {
+            MailboxOp::Inject(irq) => {
+                OP_INJECT
+                    | (irq.intid as u64 & INTID_MASK) << 8
+                    | (irq.priority as u64) << 24
+                    | irq.hw_intid.map_or(0, |h| ((h as u64 & INTID_MASK) << 32) | HW_VALID)
+                    | if irq.eoi_maintenance { EOI_MAINTENANCE } else { 0 }
+            }
+            MailboxOp::Retract(intid) => OP_RETRACT | (intid as u64 & INTID_MASK) << 8,
+            MailboxOp::Sgi(intid) => OP_SGI | (intid as u64 & INTID_MASK) << 8,
+        }
+    }
+
+    /// The operation a word encodes; None for an empty or foreign word.
+    pub fn decode(v: u64) -> Option<MailboxOp> {
+        let intid = ((v >> 8) & INTID_MASK) as u32;
+        match v & 0xff {
+            OP_INJECT => Some(MailboxOp::Inject(VirtIrq {
+                intid,
+                priority: (v >> 24) as u8,
+                hw_intid: (v & HW_VALID != 0).then_some(((v >> 32) & INTID_MASK) as u32),
+                eoi_maintenance: v & EOI_MAINTENANCE != 0,
+            })),
+            OP_RETRACT => Some(MailboxOp::Retract(intid)),
+            OP_SGI => Some(MailboxOp::Sgi(intid)),
+            _ => None,
+        }
+    }
+}
+
+/// One CPU's mailbox of `N` slots.
+pub struct Mailbox<const N: usize> {
+    slots: [AtomicU64; N],
+}
+
+impl<const N: usize> Mailbox<N> {
+    pub const fn new() -> Self {
+        Mailbox { slots: [const { AtomicU64::new(0) }; N] }
+    }
+
+    /// Claim an empty slot for `op`; false when every slot is full (the
+    /// caller may retry: the owner empties slots as it runs).
+    pub fn post(&self, op: MailboxOp) -> bool {
+        let v = op.encode();
+        self.slots
+            .iter()
+            .any(|s| s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    }
+
+    /// Empty every slot, handing each operation to `f` (owner only).
+    pub fn drain(&self, mut f: impl FnMut(MailboxOp)) {
+        for slot in &self.slots {
+            if let Some(op) = MailboxOp::decode(slot.swap(0, Ordering::AcqRel)) {
+                f(op);
+            }
+        }
+    }
+
+    /// Forget everything posted (a vCPU being loaded afresh).
+    pub fn clear(&self) {
+        for slot in &self.slots {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<const N: usize> Default for Mailbox<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::vec::Vec;
+
+    fn hw_timer() -> VirtIrq {
+        VirtIrq { intid: 27, priority: 0xa0, hw_intid: Some(27), eoi_maintenance: false }
+    }
+
+    #[test]
+    fn every_op_round_trips_through_one_word() {
+        let ops = [
+            MailboxOp::Inject(hw_timer()),
+            MailboxOp::Inject(VirtIrq { intid: 1019, priority: 0, hw_intid: None, eoi_maintenance: true }),
+            MailboxOp::Retract(33),
+            MailboxOp::Sgi(15),
+        ];
+
+        for op in ops {
+            let word = op.encode();
+            assert_ne!(word, 0, "{op:?} must not look empty");
+            assert_eq!(MailboxOp::decode(word), Some(op));
+        }
+    }
+
+    #[test]
+    fn empty_and_unknown_words_decode_to_nothing() {
+        assert_eq!(MailboxOp::decode(0), None);
+        assert_eq!(MailboxOp::decode(0xff), None);
+    }
+
+    #[test]
+    fn full_mailbox_refuses_the_next_post_until_drained() {
+        let mb: Mailbox<2> = Mailbox::new();
+        assert!(mb.post(MailboxOp::Sgi(1)));
+        assert!(mb.post(MailboxOp::Sgi(2)));
+
+        assert!(!mb.post(MailboxOp::Sgi(3)));
+
+        let mut got = Vec::new();
+        mb.drain(|op| got.push(op));
+        assert_eq!(got, [MailboxOp::Sgi(1), MailboxOp::Sgi(2)]);
+        assert!(mb.post(MailboxOp::Sgi(3)));
+    }
+
+    #[test]
+    fn concurrent_producers_lose_nothing_while_the_owner_drains() {
+        const PRODUCERS: u32 = 4;
+        const EACH: u32 = 500;
+        let mb: Arc<Mailbox<8>> = Arc::new(Mailbox::new());
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let mb = mb.clone();
+                std::thread::spawn(move || {
+                    for i in 0..EACH {
+                        let op = MailboxOp::Retract(p * EACH + i);
+                        while !mb.post(op) {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut seen = std::vec![false; (PRODUCERS * EACH) as usize];
+        let mut count = 0;
+        while count < PRODUCERS * EACH {
+            mb.drain(|op| {
+                if let MailboxOp::Retract(i) = op {
+                    assert!(!seen[i as usize], "operation {i} delivered twice");
+                    seen[i as usize] = true;
+                    count += 1;
+                }
+            });
+        }
+        for p in producers {
+            p.join().expect("producer");
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+}
