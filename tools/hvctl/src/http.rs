@@ -1,7 +1,7 @@
 //! A minimal HTTP/1.1 client over `std::net::TcpStream`: one request per connection, `http://` only.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// Why a request produced no response.
@@ -75,6 +75,9 @@ impl Endpoint {
     }
 }
 
+/// How long `request` waits for the connection, each write and each read.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Sends one request and reads the whole response.
 pub fn request(
     ep: &Endpoint,
@@ -83,8 +86,28 @@ pub fn request(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> Result<Reply, HttpError> {
-    let mut stream = TcpStream::connect(&ep.authority)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    request_with_timeout(ep, method, path, token, body, DEFAULT_TIMEOUT)
+}
+
+/// `request`, giving up when connecting, a write or a read takes longer
+/// than `timeout`.
+pub fn request_with_timeout(
+    ep: &Endpoint,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<Reply, HttpError> {
+    let addr = ep.authority.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} resolves to no address", ep.authority),
+        )
+    })?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
     let mut head = format!(
         "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: hvctl/{}\r\nAccept: application/json\r\nConnection: close\r\n",
         ep.prefix,

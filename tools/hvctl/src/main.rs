@@ -2,14 +2,13 @@
 
 mod cli;
 mod format;
-mod http;
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use cli::{Cli, Command, UsageError};
-use http::{Endpoint, HttpError, Reply};
+use hvctl::http::{self, Endpoint, HttpError, Reply};
 use pinfold_manager_api::json::{
     ConsoleChunk, ErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
 };
