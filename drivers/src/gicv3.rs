@@ -17,7 +17,9 @@ use safe_mmio::{field, UniqueMmioPointer};
 
 /// GICv3 declares lockless per-CPU state: each CPU writes only its own
 /// redistributor's SGI_base frame.
-pub const GICV3_CAPS: IrqChipCaps = IrqChipCaps { percpu_state_lockless: true };
+pub const GICV3_CAPS: IrqChipCaps = IrqChipCaps {
+    percpu_state_lockless: true,
+};
 
 fn to_intid(n: u32) -> IntId {
     match n {
@@ -43,7 +45,9 @@ impl GicV3Dist {
     pub unsafe fn new(base: usize) -> Self {
         // SAFETY: guaranteed by the caller.
         let regs = unsafe { UniqueMmioPointer::new(NonNull::new_unchecked(base as *mut Gicd)) };
-        GicV3Dist { dist: GicDistributor::new(regs) }
+        GicV3Dist {
+            dist: GicDistributor::new(regs),
+        }
     }
 
     /// All SPIs group 1, disabled, level, priority 0x80; affinity routing
@@ -61,7 +65,9 @@ impl GicV3Dist {
     }
 
     pub fn route(&mut self, spi: u32, mpidr: u64) {
-        let _ = self.dist.set_routing(to_intid(spi), Some(mpidr & 0xff_00ff_ffff));
+        let _ = self
+            .dist
+            .set_routing(to_intid(spi), Some(mpidr & 0xff_00ff_ffff));
     }
 
     pub fn set_priority(&mut self, spi: u32, priority: u8) {
@@ -101,7 +107,11 @@ impl GicV3Redist {
                 // SAFETY: GICR_TYPER is at offset 8 of every RD_base frame
                 // inside the region the caller vouched for.
                 let typer = unsafe { ((frame + 8) as *const u64).read_volatile() };
-                let stride = stride.unwrap_or(if typer & (1 << 1) != 0 { 0x4_0000 } else { 0x2_0000 });
+                let stride = stride.unwrap_or(if typer & (1 << 1) != 0 {
+                    0x4_0000
+                } else {
+                    0x2_0000
+                });
                 if (typer >> 32) == want {
                     return Some(frame as usize);
                 }
@@ -148,17 +158,38 @@ impl GicV3Redist {
     }
 
     pub fn set_enable(&mut self, intid: u32, enable: bool) {
-        self.sgi_bit_write(if enable { SgiReg::SetEnable } else { SgiReg::ClearEnable }, intid);
+        self.sgi_bit_write(
+            if enable {
+                SgiReg::SetEnable
+            } else {
+                SgiReg::ClearEnable
+            },
+            intid,
+        );
     }
 
     pub fn set_pending(&mut self, intid: u32, pending: bool) {
-        self.sgi_bit_write(if pending { SgiReg::SetPending } else { SgiReg::ClearPending }, intid);
+        self.sgi_bit_write(
+            if pending {
+                SgiReg::SetPending
+            } else {
+                SgiReg::ClearPending
+            },
+            intid,
+        );
     }
 
     /// GICR_ISACTIVER0 / GICR_ICACTIVER0: the state a HW-linked timer PPI
     /// keeps while the guest owns it.
     pub fn set_active(&mut self, intid: u32, active: bool) {
-        self.sgi_bit_write(if active { SgiReg::SetActive } else { SgiReg::ClearActive }, intid);
+        self.sgi_bit_write(
+            if active {
+                SgiReg::SetActive
+            } else {
+                SgiReg::ClearActive
+            },
+            intid,
+        );
     }
 
     pub fn is_active(&mut self, intid: u32) -> bool {

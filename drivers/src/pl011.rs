@@ -33,7 +33,9 @@ impl Pl011Uart {
     pub const unsafe fn new(base: usize) -> Self {
         // SAFETY: callers pass a non-zero MMIO base; a zero base is a board
         // bug that faults on first use rather than corrupting memory.
-        Pl011Uart { base: unsafe { NonNull::new_unchecked(base as *mut u32) } }
+        Pl011Uart {
+            base: unsafe { NonNull::new_unchecked(base as *mut u32) },
+        }
     }
 
     fn read(&self, offset: usize) -> u32 {

@@ -40,7 +40,9 @@ impl clock::Clock for ArchCounter {
             return Err(clock::Error::Unspecified);
         }
         let ticks = (self.read)() as u128;
-        Ok(Instant::new((ticks * 1_000_000_000 / self.frequency as u128) as u64))
+        Ok(Instant::new(
+            (ticks * 1_000_000_000 / self.frequency as u128) as u64,
+        ))
     }
 }
 
@@ -57,10 +59,7 @@ mod tests {
     fn clock_converts_ticks_at_62_5_mhz_to_three_seconds() {
         let clock = ArchCounter::new(62_500_000, fake_counter);
         let now = clock.try_now().expect("clock runs");
-        let since: Milliseconds<u64> = now
-            .duration_since_epoch()
-            .try_into()
-            .expect("fits");
+        let since: Milliseconds<u64> = now.duration_since_epoch().try_into().expect("fits");
         assert_eq!(since, Milliseconds(3000u64));
         assert_eq!(clock.ticks_to_us(62_500), 1000);
     }

@@ -36,7 +36,10 @@ pub struct IpaRange {
 
 impl IpaRange {
     pub const fn new(base: u64, size: u64) -> Self {
-        IpaRange { base: Ipa(base), size }
+        IpaRange {
+            base: Ipa(base),
+            size,
+        }
     }
     pub const fn contains(&self, ipa: Ipa) -> bool {
         ipa.0 >= self.base.0 && ipa.0 - self.base.0 < self.size

@@ -888,7 +888,13 @@ mod tests {
     fn mgmt_token_is_written_to_the_callers_buffer() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
-        let ret = call(Request::MgmtToken { buf: buf(BUF_IPA, 64) }, &mut mem, &mut hv);
+        let ret = call(
+            Request::MgmtToken {
+                buf: buf(BUF_IPA, 64),
+            },
+            &mut mem,
+            &mut hv,
+        );
 
         assert_eq!(ret, Ok(Return::Written(12)));
         assert_eq!(mem.at(BUF_IPA, 12), b"s3cret-token");
@@ -898,7 +904,9 @@ mod tests {
     fn mgmt_token_is_refused_to_other_partitions() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
-        let request = Request::MgmtToken { buf: buf(BUF_IPA, 64) };
+        let request = Request::MgmtToken {
+            buf: buf(BUF_IPA, 64),
+        };
 
         let x = dispatch(false, &request.encode(), &mut mem, &mut hv);
 

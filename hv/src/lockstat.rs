@@ -26,7 +26,9 @@ pub struct LockStat {
 
 impl LockStat {
     pub const fn new() -> Self {
-        LockStat { counts: [const { AtomicU64::new(0) }; 4] }
+        LockStat {
+            counts: [const { AtomicU64::new(0) }; 4],
+        }
     }
 
     /// Record that `path` took a lock shared between CPUs.
@@ -99,7 +101,9 @@ mod tests {
     fn lockless_chip_changes_timer_ppi_without_counting_a_lock() {
         let stat = LockStat::new();
         let applied = Cell::new(None);
-        let caps = IrqChipCaps { percpu_state_lockless: true };
+        let caps = IrqChipCaps {
+            percpu_state_lockless: true,
+        };
 
         change_percpu_state(
             caps,
@@ -118,7 +122,9 @@ mod tests {
     fn chip_without_capability_takes_slow_path_and_is_counted() {
         let stat = LockStat::new();
         let slow_taken = Cell::new(false);
-        let caps = IrqChipCaps { percpu_state_lockless: false };
+        let caps = IrqChipCaps {
+            percpu_state_lockless: false,
+        };
 
         change_percpu_state(
             caps,

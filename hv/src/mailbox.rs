@@ -34,8 +34,14 @@ impl MailboxOp {
                 OP_INJECT
                     | (irq.intid as u64 & INTID_MASK) << 8
                     | (irq.priority as u64) << 24
-                    | irq.hw_intid.map_or(0, |h| ((h as u64 & INTID_MASK) << 32) | HW_VALID)
-                    | if irq.eoi_maintenance { EOI_MAINTENANCE } else { 0 }
+                    | irq
+                        .hw_intid
+                        .map_or(0, |h| ((h as u64 & INTID_MASK) << 32) | HW_VALID)
+                    | if irq.eoi_maintenance {
+                        EOI_MAINTENANCE
+                    } else {
+                        0
+                    }
             }
             MailboxOp::Retract(intid) => OP_RETRACT | (intid as u64 & INTID_MASK) << 8,
             MailboxOp::Sgi(intid) => OP_SGI | (intid as u64 & INTID_MASK) << 8,
@@ -66,16 +72,19 @@ pub struct Mailbox<const N: usize> {
 
 impl<const N: usize> Mailbox<N> {
     pub const fn new() -> Self {
-        Mailbox { slots: [const { AtomicU64::new(0) }; N] }
+        Mailbox {
+            slots: [const { AtomicU64::new(0) }; N],
+        }
     }
 
     /// Claim an empty slot for `op`; false when every slot is full (the
     /// caller may retry: the owner empties slots as it runs).
     pub fn post(&self, op: MailboxOp) -> bool {
         let v = op.encode();
-        self.slots
-            .iter()
-            .any(|s| s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        self.slots.iter().any(|s| {
+            s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
     }
 
     /// Empty every slot, handing each operation to `f` (owner only).
@@ -108,14 +117,24 @@ mod tests {
     use std::vec::Vec;
 
     fn hw_timer() -> VirtIrq {
-        VirtIrq { intid: 27, priority: 0xa0, hw_intid: Some(27), eoi_maintenance: false }
+        VirtIrq {
+            intid: 27,
+            priority: 0xa0,
+            hw_intid: Some(27),
+            eoi_maintenance: false,
+        }
     }
 
     #[test]
     fn every_op_round_trips_through_one_word() {
         let ops = [
             MailboxOp::Inject(hw_timer()),
-            MailboxOp::Inject(VirtIrq { intid: 1019, priority: 0, hw_intid: None, eoi_maintenance: true }),
+            MailboxOp::Inject(VirtIrq {
+                intid: 1019,
+                priority: 0,
+                hw_intid: None,
+                eoi_maintenance: true,
+            }),
             MailboxOp::Retract(33),
             MailboxOp::Sgi(15),
         ];

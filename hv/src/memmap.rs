@@ -65,7 +65,6 @@ impl FreeMemory {
         }
         Some(start)
     }
-
 }
 
 #[cfg(test)]
@@ -79,7 +78,10 @@ mod tests {
     fn used_ranges_are_cut_out_of_ram() {
         let free = FreeMemory::new(&[(GIB, 2 * GIB)], &[(GIB, 64 * MIB), (2 * GIB, MIB)]);
 
-        assert_eq!(free.ranges(), &[(GIB + 64 * MIB, GIB - 64 * MIB), (2 * GIB + MIB, GIB - MIB)]);
+        assert_eq!(
+            free.ranges(),
+            &[(GIB + 64 * MIB, GIB - 64 * MIB), (2 * GIB + MIB, GIB - MIB)]
+        );
     }
 
     #[test]

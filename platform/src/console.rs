@@ -11,14 +11,25 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use pinfold_hv::layout::GUEST_UART_INTID;
 
 /// A guest access to its PL011. The console lock is the partition's own.
-pub fn guest_access(cpu: &mut CpuLocal, p: &Partition, off: u64, width: u8, write: bool, value: u64) -> u64 {
+pub fn guest_access(
+    cpu: &mut CpuLocal,
+    p: &Partition,
+    off: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> u64 {
     let mut posts = Post::new();
     let result;
     {
         let mut con = p.console.lock();
         let con = &mut *con;
         if write {
-            let crate::partition::Console { pl011, prefix, ring } = con;
+            let crate::partition::Console {
+                pl011,
+                prefix,
+                ring,
+            } = con;
             let source = p.index as u32 + 1;
             pl011.write(off, width, value, &mut |byte| {
                 ring.push(&[byte]);
@@ -33,7 +44,9 @@ pub fn guest_access(cpu: &mut CpuLocal, p: &Partition, off: u64, width: u8, writ
         }
         let level = con.pl011.irq_level();
         let mut dist = p.dist.lock();
-        dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| posts.dist_action(p, act));
+        dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
+            posts.dist_action(p, act)
+        });
     }
     posts.deliver(cpu, p);
     result
@@ -54,7 +67,9 @@ pub fn host_input(cpu: &mut CpuLocal) {
                     crate::arch::firmware_smc(0x8400_0008, 0, 0, 0);
                 }
                 CTRL_A => to_guest(cpu, byte),
-                _ => hvprint!("monitor: Ctrl-A s = stats, Ctrl-A x = power off, Ctrl-A Ctrl-A = send Ctrl-A"),
+                _ => hvprint!(
+                    "monitor: Ctrl-A s = stats, Ctrl-A x = power off, Ctrl-A Ctrl-A = send Ctrl-A"
+                ),
             }
             continue;
         }
@@ -82,7 +97,9 @@ pub fn input(cpu: &mut CpuLocal, p: &Partition, bytes: &[u8]) -> usize {
         let level = con.pl011.irq_level();
         p.dist
             .lock()
-            .set_emulated_level(GUEST_UART_INTID, level, &mut |act| posts.dist_action(p, act));
+            .set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
+                posts.dist_action(p, act)
+            });
     }
     posts.deliver(cpu, p);
     accepted

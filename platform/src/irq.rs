@@ -49,7 +49,11 @@ pub fn inject_local(cpu: &mut CpuLocal, irq: VirtIrq) {
     PUBLIC[cpu.index].injected.fetch_add(1, Ordering::Relaxed);
     if cpu.lrs.inject(&mut HwLrs, irq).is_err() {
         if let Some(p) = cpu.vcpu.and_then(|id| partition::get(id.partition)) {
-            hvlog!("partition {}: interrupt {} dropped (queue full)", p.name, irq.intid);
+            hvlog!(
+                "partition {}: interrupt {} dropped (queue full)",
+                p.name,
+                irq.intid
+            );
         }
     }
 }
@@ -57,11 +61,14 @@ pub fn inject_local(cpu: &mut CpuLocal, irq: VirtIrq) {
 const MAILBOX_SLOTS: usize = 32;
 
 /// Each CPU's mailbox (lock-free multi-producer slots, see hv::mailbox).
-static MAILBOX: [Mailbox<MAILBOX_SLOTS>; arch::MAX_CPUS] = [const { Mailbox::new() }; arch::MAX_CPUS];
+static MAILBOX: [Mailbox<MAILBOX_SLOTS>; arch::MAX_CPUS] =
+    [const { Mailbox::new() }; arch::MAX_CPUS];
 
 /// Post an operation to CPU `pcpu`'s vCPU and kick it with an SGI.
 pub fn post_remote(pcpu: usize, op: MailboxOp) {
-    let Some(mailbox) = MAILBOX.get(pcpu) else { return };
+    let Some(mailbox) = MAILBOX.get(pcpu) else {
+        return;
+    };
     let mut posted = false;
     for _ in 0..1000 {
         if mailbox.post(op) {
@@ -118,7 +125,10 @@ pub struct Post {
 
 impl Post {
     pub fn new() -> Self {
-        Post { ops: [None; 16], count: 0 }
+        Post {
+            ops: [None; 16],
+            count: 0,
+        }
     }
 
     fn push(&mut self, vcpu: usize, op: MailboxOp) {
@@ -145,7 +155,12 @@ impl Post {
             }
             DistAction::Refused { intid, what } => {
                 p.faults.fetch_add(1, Ordering::Relaxed);
-                hvlog!("partition {}: {} SPI {} it does not own: ignored", p.name, what, intid);
+                hvlog!(
+                    "partition {}: {} SPI {} it does not own: ignored",
+                    p.name,
+                    what,
+                    intid
+                );
             }
         }
     }
@@ -154,7 +169,9 @@ impl Post {
     /// target CPU's mailbox.
     pub fn deliver(self, cpu: &mut CpuLocal, p: &Partition) {
         for (vcpu, op) in self.ops.iter().take(self.count).flatten() {
-            let Some(s) = p.vcpus.get(*vcpu) else { continue };
+            let Some(s) = p.vcpus.get(*vcpu) else {
+                continue;
+            };
             if s.pcpu == cpu.index && cpu.vcpu.map(|id| id.partition) == Some(p.index) {
                 match *op {
                     MailboxOp::Inject(irq) => inject_local(cpu, irq),
@@ -216,7 +233,9 @@ fn maintenance(cpu: &mut CpuLocal) {
     if n == 0 {
         return;
     }
-    let Some(p) = cpu.vcpu.and_then(|id| partition::get(id.partition)) else { return };
+    let Some(p) = cpu.vcpu.and_then(|id| partition::get(id.partition)) else {
+        return;
+    };
     let mut posts = Post::new();
     {
         let mut dist = p.dist.lock();
@@ -230,7 +249,11 @@ fn maintenance(cpu: &mut CpuLocal) {
 /// A timer PPI of this CPU fired: forward it HW-linked to the vCPU, which
 /// deactivates the physical interrupt when it deactivates the virtual one.
 fn timer_ppi(cpu: &mut CpuLocal, intid: u32) {
-    let irq = if cpu.loaded { cpu.vredist.as_ref().and_then(|r| r.hw_ppi_fired(intid)) } else { None };
+    let irq = if cpu.loaded {
+        cpu.vredist.as_ref().and_then(|r| r.hw_ppi_fired(intid))
+    } else {
+        None
+    };
     match irq {
         Some(irq) => inject_local(cpu, irq),
         None => {
@@ -246,7 +269,9 @@ fn timer_ppi(cpu: &mut CpuLocal, intid: u32) {
 /// A physical SPI owned by a partition: forward it HW-linked (vINTID ==
 /// pINTID) so the guest's deactivation reaches the device's line.
 fn passthrough_spi(cpu: &mut CpuLocal, intid: u32) {
-    let Some(p) = partition::spi_owner(intid) else { return };
+    let Some(p) = partition::spi_owner(intid) else {
+        return;
+    };
     let target = p.dist.lock().passthrough_fired(intid);
     match target {
         Some((vcpu, irq)) => match p.vcpus.get(vcpu) {

@@ -55,7 +55,10 @@ pub struct LineBuf {
 
 impl LineBuf {
     pub const fn new() -> Self {
-        LineBuf { buf: [0; 256], len: 0 }
+        LineBuf {
+            buf: [0; 256],
+            len: 0,
+        }
     }
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]

@@ -17,13 +17,13 @@ mod vcpu;
 
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
+use percpu::VcpuId;
 use pinfold_config::{Plan, PAYLOAD_HEADER_LEN};
 use pinfold_drivers::gicv3::{sysreg as gic, GicV3Dist, GicV3Redist};
 use pinfold_drivers::pl011::Pl011Uart;
 use pinfold_hv::dtb::{parse_host_dtb, Conduit, HostInfo};
 use pinfold_hv::layout::PPI_MAINTENANCE;
 use pinfold_hv::lockstat::LockStat;
-use percpu::VcpuId;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -59,7 +59,9 @@ pub fn boot_counter() -> u64 {
 }
 
 pub fn host_uart_intid() -> Option<u32> {
-    HOST.get().and_then(|h| h.uart.as_ref()).and_then(|u| u.intid)
+    HOST.get()
+        .and_then(|h| h.uart.as_ref())
+        .and_then(|u| u.intid)
 }
 
 /// The vCPU pinned to CPU `cpu`, per the plan.
@@ -71,7 +73,8 @@ pub fn assigned_vcpu(cpu: usize) -> Option<VcpuId> {
 fn init_cpu_gic(cpu: &mut percpu::CpuLocal, host: &HostInfo) {
     // SAFETY: the regions come from the host DTB and are mapped as device
     // memory by the EL2 identity map.
-    let base = unsafe { GicV3Redist::find(&host.gic.redist_regions, host.gic.redist_stride, cpu.mpidr) };
+    let base =
+        unsafe { GicV3Redist::find(&host.gic.redist_regions, host.gic.redist_stride, cpu.mpidr) };
     let Some(base) = base else {
         hvlog!("no GIC redistributor for MPIDR {:#x}", cpu.mpidr);
         return;
@@ -114,7 +117,11 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     arch::mmu::enable();
     arch::regs::set_vbar_el2(vectors_address());
     let me = arch::mpidr();
-    let index = host.cpus.iter().position(|&m| m & 0xff_00ff_ffff == me & 0xff_00ff_ffff).unwrap_or(0);
+    let index = host
+        .cpus
+        .iter()
+        .position(|&m| m & 0xff_00ff_ffff == me & 0xff_00ff_ffff)
+        .unwrap_or(0);
     percpu::init_this_cpu(index, me);
     if let Some(seed) = &host.rng_seed {
         partition::add_entropy(seed);
@@ -139,7 +146,12 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let plan = match Plan::decode(payload) {
         Ok(plan) => plan,
         Err(e) => {
-            hvprint!("no usable partition plan in the image ({:?}, {} bytes at {:#x}): halting", e, payload_len, payload_start);
+            hvprint!(
+                "no usable partition plan in the image ({:?}, {} bytes at {:#x}): halting",
+                e,
+                payload_len,
+                payload_start
+            );
             halt();
         }
     };
@@ -155,7 +167,10 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     for (pi, pp) in plan.partitions.iter().enumerate() {
         for (vi, &c) in pp.cpus.iter().enumerate() {
             if let Some(slot) = assign.get_mut(c as usize) {
-                *slot = Some(VcpuId { partition: pi, vcpu: vi });
+                *slot = Some(VcpuId {
+                    partition: pi,
+                    vcpu: vi,
+                });
             }
         }
     }
@@ -180,7 +195,12 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
                 if i == index {
                     continue;
                 }
-                let r = arch::firmware_smc(0xc400_0003, mpidr, arch::secondary_entry_address(), i as u64);
+                let r = arch::firmware_smc(
+                    0xc400_0003,
+                    mpidr,
+                    arch::secondary_entry_address(),
+                    i as u64,
+                );
                 if r != 0 {
                     hvlog!("CPU {i} (MPIDR {mpidr:#x}) did not start: PSCI {r}");
                 }

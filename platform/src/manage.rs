@@ -10,7 +10,9 @@ use core::sync::atomic::Ordering;
 use pinfold_abi::{CpuOwner, ExitCounts, PartitionState, VcpuInfo, VcpuPower};
 use pinfold_hv::addr::{Ipa, IpaRange};
 use pinfold_hv::console::RingRead;
-use pinfold_hv::hypercall::{AbiError, GuestMemory, GuestMemoryFault, HostInfo, Manage, PartitionDetail, PartitionSummary};
+use pinfold_hv::hypercall::{
+    AbiError, GuestMemory, GuestMemoryFault, HostInfo, Manage, PartitionDetail, PartitionSummary,
+};
 use pinfold_hv::psci::PowerState;
 
 /// The calling partition's RAM, reached through the hypervisor's identity
@@ -71,7 +73,11 @@ fn summary(p: &Partition) -> PartitionSummary {
         state: state_of(p),
         cpus: p.plan.cpus.clone(),
         ram_bytes: p.ram_size,
-        uptime_ns: if running { ns_since(p.started_at.load(Ordering::Relaxed)) } else { 0 },
+        uptime_ns: if running {
+            ns_since(p.started_at.load(Ordering::Relaxed))
+        } else {
+            0
+        },
         boot_count: p.boot_count.load(Ordering::Relaxed) as u32,
         management: p.plan.management,
     }
@@ -133,7 +139,11 @@ impl Manage for Manager<'_> {
                 }
             })
             .collect();
-        Some(PartitionDetail { summary: summary(p), faults: p.faults.load(Ordering::Relaxed), vcpus })
+        Some(PartitionDetail {
+            summary: summary(p),
+            faults: p.faults.load(Ordering::Relaxed),
+            vcpus,
+        })
     }
 
     fn start(&mut self, index: u32) -> Result<(), AbiError> {

@@ -151,7 +151,9 @@ impl core::fmt::Display for SetupError {
             SetupError::NoSuchCpu(c) => write!(f, "cpus: CPU {c} does not exist on this host"),
             SetupError::NoRam(size) => write!(f, "memory: no free block of {} MiB", size >> 20),
             SetupError::Stage2(e) => write!(f, "stage 2: {e}"),
-            SetupError::NoPciHostBridge => write!(f, "pci_host_bridge: the host DTB has no PCIe host bridge"),
+            SetupError::NoPciHostBridge => {
+                write!(f, "pci_host_bridge: the host DTB has no PCIe host bridge")
+            }
         }
     }
 }
@@ -201,30 +203,60 @@ fn create(
             return Err(SetupError::NoSuchCpu(c));
         }
     }
-    let ram = mem.take_top(pp.ram_size, 2 << 20).ok_or(SetupError::NoRam(pp.ram_size))?;
-    let ram_ipa = if pp.pci_host_bridge { ram } else { GUEST_RAM_BASE };
+    let ram = mem
+        .take_top(pp.ram_size, 2 << 20)
+        .ok_or(SetupError::NoRam(pp.ram_size))?;
+    let ram_ipa = if pp.pci_host_bridge {
+        ram
+    } else {
+        GUEST_RAM_BASE
+    };
     let mut tables = HeapTables;
     let mut s2 = Stage2::new(&mut tables).map_err(SetupError::Stage2)?;
-    s2.map(&mut tables, Ipa(ram_ipa), PhysAddr(ram), pp.ram_size, MemType::Normal)
-        .map_err(SetupError::Stage2)?;
+    s2.map(
+        &mut tables,
+        Ipa(ram_ipa),
+        PhysAddr(ram),
+        pp.ram_size,
+        MemType::Normal,
+    )
+    .map_err(SetupError::Stage2)?;
     let mut passthrough = Vec::new();
     let mut pcie = None;
     if pp.pci_host_bridge {
         let info = host.pcie.as_ref().ok_or(SetupError::NoPciHostBridge)?;
         let cells = pinfold_hv::dtb::pcie_cells(info);
-        s2.map(&mut tables, Ipa(info.ecam.0), PhysAddr(info.ecam.0), info.ecam.1, MemType::Device)
-            .map_err(SetupError::Stage2)?;
+        s2.map(
+            &mut tables,
+            Ipa(info.ecam.0),
+            PhysAddr(info.ecam.0),
+            info.ecam.1,
+            MemType::Device,
+        )
+        .map_err(SetupError::Stage2)?;
         for r in &info.ranges {
-            s2.map(&mut tables, Ipa(r.cpu_addr), PhysAddr(r.cpu_addr), r.size, MemType::Device)
-                .map_err(SetupError::Stage2)?;
+            s2.map(
+                &mut tables,
+                Ipa(r.cpu_addr),
+                PhysAddr(r.cpu_addr),
+                r.size,
+                MemType::Device,
+            )
+            .map_err(SetupError::Stage2)?;
         }
         passthrough.extend_from_slice(&cells.spis);
         pcie = Some(cells);
     }
     for dev in &pp.devices {
         for r in &dev.mmio {
-            s2.map(&mut tables, Ipa(r.base), PhysAddr(r.base), r.size, MemType::Device)
-                .map_err(SetupError::Stage2)?;
+            s2.map(
+                &mut tables,
+                Ipa(r.base),
+                PhysAddr(r.base),
+                r.size,
+                MemType::Device,
+            )
+            .map_err(SetupError::Stage2)?;
         }
         passthrough.extend_from_slice(&dev.spis);
     }
@@ -281,7 +313,12 @@ fn create(
 impl Partition {
     /// Physical SPIs this partition owns (devices and the PCIe bridge).
     pub fn passthrough_spis(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.plan.devices.iter().flat_map(|d| d.spis.iter().copied()).collect();
+        let mut v: Vec<u32> = self
+            .plan
+            .devices
+            .iter()
+            .flat_map(|d| d.spis.iter().copied())
+            .collect();
         if let Some(c) = &self.pcie {
             v.extend_from_slice(&c.spis);
         }
@@ -306,7 +343,9 @@ impl Partition {
         let (plan, payload) = PLAN.get().ok_or("no plan")?;
         let base = self.ram_ipa;
         let ram_end = base + self.ram_size;
-        let kernel = plan.image(payload, self.plan.kernel.image).ok_or("kernel image missing")?;
+        let kernel = plan
+            .image(payload, self.plan.kernel.image)
+            .ok_or("kernel image missing")?;
         let (load_ipa, footprint) = match self.plan.kernel.format {
             KernelFormat::LinuxImage => {
                 let text_offset = le64(kernel, 8);
@@ -359,12 +398,19 @@ impl Partition {
                     ("#size-cells", PropValue::U32(2)),
                     ("#interrupt-cells", PropValue::U32(1)),
                     ("ranges", PropValue::Cells(&c.ranges)),
-                    ("interrupt-map-mask", PropValue::Cells(&c.interrupt_map_mask)),
+                    (
+                        "interrupt-map-mask",
+                        PropValue::Cells(&c.interrupt_map_mask),
+                    ),
                     ("interrupt-map", PropValue::Cells(&c.interrupt_map)),
                     ("dma-coherent", PropValue::Empty),
                 ];
                 pcie_name = alloc::format!("pcie@{:x}", (c.reg[0] as u64) << 32 | c.reg[1] as u64);
-                pcie_node = [ExtraNode { name: &pcie_name, props: &pcie_props, children: &[] }];
+                pcie_node = [ExtraNode {
+                    name: &pcie_name,
+                    props: &pcie_props,
+                    children: &[],
+                }];
                 &pcie_node
             }
             None => &[],

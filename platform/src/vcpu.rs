@@ -130,7 +130,10 @@ pub fn load(cpu: &mut CpuLocal, p: &Partition, v: usize) {
     irq::drain_posts(cpu.index);
     let last = v + 1 == p.vcpus.len();
     cpu.vredist = Some(VRedist::new(v, p.vcpus[v].mpidr, last, PASSTHROUGH_PPIS));
-    cpu.vcpu = Some(VcpuId { partition: p.index, vcpu: v });
+    cpu.vcpu = Some(VcpuId {
+        partition: p.index,
+        vcpu: v,
+    });
     cpu.loaded = true;
 }
 
@@ -197,7 +200,9 @@ fn try_start_assigned(req: u32) {
         return;
     };
     cpu.vcpu = Some(id);
-    let Some(p) = partition::get(id.partition) else { return };
+    let Some(p) = partition::get(id.partition) else {
+        return;
+    };
     if p.state.load(Ordering::Acquire) != STATE_RUNNING {
         return;
     }
@@ -245,23 +250,46 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestFrame) {
     };
     let exit = trap::decode(regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
     PUBLIC[cpu.index].count_exit(match exit {
-        Exit::DataAbort { access: Some(_), ipa, .. } if is_emulated(p, ipa.0) => percpu::EXIT_MMIO,
+        Exit::DataAbort {
+            access: Some(_),
+            ipa,
+            ..
+        } if is_emulated(p, ipa.0) => percpu::EXIT_MMIO,
         Exit::DataAbort { .. } | Exit::InstrAbort { .. } => percpu::EXIT_ABORT,
         Exit::SysReg(_) => percpu::EXIT_SYSREG,
         Exit::Hvc { .. } | Exit::Smc { .. } => percpu::EXIT_HVC,
         _ => percpu::EXIT_OTHER,
     });
     match exit {
-        Exit::DataAbort { ipa, far, access: Some(access), .. } => {
+        Exit::DataAbort {
+            ipa,
+            far,
+            access: Some(access),
+            ..
+        } => {
             if mmio(cpu, p, v, ipa.0, &access, frame) {
                 frame.elr += 4;
             } else {
-                guest_fault(p, format_args!("access to unmapped IPA {:#x}: data abort injected", ipa.0));
+                guest_fault(
+                    p,
+                    format_args!("access to unmapped IPA {:#x}: data abort injected", ipa.0),
+                );
                 inject(frame, InjectKind::DataAbort, far);
             }
         }
-        Exit::DataAbort { ipa, far, access: None, .. } => {
-            guest_fault(p, format_args!("undecodable access (ISV=0) to IPA {:#x}: data abort injected", ipa.0));
+        Exit::DataAbort {
+            ipa,
+            far,
+            access: None,
+            ..
+        } => {
+            guest_fault(
+                p,
+                format_args!(
+                    "undecodable access (ISV=0) to IPA {:#x}: data abort injected",
+                    ipa.0
+                ),
+            );
             inject(frame, InjectKind::DataAbort, far);
         }
         Exit::InstrAbort { ipa, far, .. } => {
@@ -277,7 +305,13 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestFrame) {
             if sysreg(cpu, p, v, access.reg, access.rt, access.read, frame) {
                 frame.elr += 4;
             } else {
-                guest_fault(p, format_args!("unhandled system register {:?}: undefined injected", access.reg));
+                guest_fault(
+                    p,
+                    format_args!(
+                        "unhandled system register {:?}: undefined injected",
+                        access.reg
+                    ),
+                );
                 inject(frame, InjectKind::Undefined, 0);
             }
         }
@@ -285,7 +319,14 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestFrame) {
             frame.elr += 4;
         }
         Exit::FpAccess | Exit::Unknown { .. } => {
-            guest_fault(p, format_args!("unexpected trap {:?} (ESR {:#x}): undefined injected", exit, regs::esr_el2()));
+            guest_fault(
+                p,
+                format_args!(
+                    "unexpected trap {:?} (ESR {:#x}): undefined injected",
+                    exit,
+                    regs::esr_el2()
+                ),
+            );
             inject(frame, InjectKind::Undefined, 0);
         }
     }
@@ -295,7 +336,13 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestFrame) {
 extern "C" fn pinfold_guest_serror(_frame: &mut GuestFrame) {
     let cpu = this_cpu();
     if let Some((p, _)) = current(cpu) {
-        guest_fault(p, format_args!("SError/FIQ from guest (ESR {:#x}): partition stopped", regs::esr_el2()));
+        guest_fault(
+            p,
+            format_args!(
+                "SError/FIQ from guest (ESR {:#x}): partition stopped",
+                regs::esr_el2()
+            ),
+        );
         stop_partition(p);
     }
     park();
@@ -303,9 +350,7 @@ extern "C" fn pinfold_guest_serror(_frame: &mut GuestFrame) {
 
 /// Whether `ipa` is one of the emulated devices (GICD, GICR, PL011).
 fn is_emulated(p: &Partition, ipa: u64) -> bool {
-    (GUEST_GICD_BASE..GUEST_GICD_BASE + GUEST_GICD_SIZE).contains(&ipa)
-        || (GUEST_GICR_BASE..GUEST_GICR_BASE + p.vcpus.len() as u64 * GICR_STRIDE).contains(&ipa)
-        || (GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&ipa)
+    emulated_device(ipa, p.vcpus.len()).is_some()
 }
 
 /// Deliver a synchronous exception to the guest's EL1.
@@ -317,60 +362,79 @@ fn inject(frame: &mut GuestFrame, kind: InjectKind, far: u64) {
 }
 
 /// Emulate an MMIO access; false if nothing is at `ipa`.
-fn mmio(cpu: &mut CpuLocal, p: &Partition, v: usize, ipa: u64, a: &MmioAccess, frame: &mut GuestFrame) -> bool {
-    let value = if a.write { trap::mmio_store_value(a, frame.reg(a.reg)) } else { 0 };
-    let gicr_size = p.vcpus.len() as u64 * GICR_STRIDE;
-    let result: u64;
-    if (GUEST_GICD_BASE..GUEST_GICD_BASE + GUEST_GICD_SIZE).contains(&ipa) {
-        let off = ipa - GUEST_GICD_BASE;
-        let mut posts = Post::new();
-        {
-            let mut dist = p.dist.lock();
-            if a.write {
-                dist.write(off, a.width, value, &mut |act| posts.dist_action(p, act));
-                result = 0;
-            } else {
-                result = dist.read(off, a.width);
-            }
-        }
-        posts.deliver(cpu, p);
-    } else if (GUEST_GICR_BASE..GUEST_GICR_BASE + gicr_size).contains(&ipa) {
-        let idx = ((ipa - GUEST_GICR_BASE) / GICR_STRIDE) as usize;
-        let off = (ipa - GUEST_GICR_BASE) % GICR_STRIDE;
-        if idx == v {
-            let mut acts: [Option<RedistAction>; 8] = [None; 8];
-            let mut n = 0;
-            let Some(vr) = cpu.vredist.as_mut() else { return false };
-            if a.write {
-                vr.write(off, a.width, value, &mut |act| {
-                    if n < acts.len() {
-                        acts[n] = Some(act);
-                        n += 1;
-                    }
-                });
-                result = 0;
-            } else {
-                result = vr.read(off, a.width);
-            }
-            for act in acts.iter().take(n).flatten() {
-                redist_action(cpu, *act);
-            }
-        } else {
-            // Another vCPU's redistributor: Linux reads GICR_TYPER of every
-            // frame to find its own. Only identification registers are
-            // meaningful from here; they are the same for any instance.
-            let last = idx + 1 == p.vcpus.len();
-            let view = VRedist::new(idx, p.vcpus[idx].mpidr, last, PASSTHROUGH_PPIS);
-            result = if a.write { 0 } else { view.read(off, a.width) };
-            if a.write {
-                guest_fault(p, format_args!("write to vCPU {idx}'s redistributor from vCPU {v}: ignored"));
-            }
-        }
-    } else if (GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&ipa) {
-        let off = ipa - GUEST_UART_BASE;
-        result = crate::console::guest_access(cpu, p, off, a.width, a.write, value);
+fn mmio(
+    cpu: &mut CpuLocal,
+    p: &Partition,
+    v: usize,
+    ipa: u64,
+    a: &MmioAccess,
+    frame: &mut GuestFrame,
+) -> bool {
+    let value = if a.write {
+        trap::mmio_store_value(a, frame.reg(a.reg))
     } else {
+        0
+    };
+    let Some(device) = emulated_device(ipa, p.vcpus.len()) else {
         return false;
+    };
+    let result: u64;
+    match device {
+        EmulatedDevice::Gicd { offset: off } => {
+            let mut posts = Post::new();
+            {
+                let mut dist = p.dist.lock();
+                if a.write {
+                    dist.write(off, a.width, value, &mut |act| posts.dist_action(p, act));
+                    result = 0;
+                } else {
+                    result = dist.read(off, a.width);
+                }
+            }
+            posts.deliver(cpu, p);
+        }
+        EmulatedDevice::Gicr {
+            vcpu: idx,
+            offset: off,
+        } => {
+            if idx == v {
+                let mut acts: [Option<RedistAction>; 8] = [None; 8];
+                let mut n = 0;
+                let Some(vr) = cpu.vredist.as_mut() else {
+                    return false;
+                };
+                if a.write {
+                    vr.write(off, a.width, value, &mut |act| {
+                        if n < acts.len() {
+                            acts[n] = Some(act);
+                            n += 1;
+                        }
+                    });
+                    result = 0;
+                } else {
+                    result = vr.read(off, a.width);
+                }
+                for act in acts.iter().take(n).flatten() {
+                    redist_action(cpu, *act);
+                }
+            } else {
+                // Another vCPU's redistributor: Linux reads GICR_TYPER of every
+                // frame to find its own. Only identification registers are
+                // meaningful from here; they are the same for any instance.
+                let last = idx + 1 == p.vcpus.len();
+                let view = VRedist::new(idx, p.vcpus[idx].mpidr, last, PASSTHROUGH_PPIS);
+                result = if a.write { 0 } else { view.read(off, a.width) };
+                if a.write {
+                    guest_fault(
+                        p,
+                        format_args!("write to vCPU {idx}'s redistributor from vCPU {v}: ignored"),
+                    );
+                }
+            }
+        }
+        EmulatedDevice::Uart { offset: off } => {
+            result = crate::console::guest_access(cpu, p, off, a.width, a.write, value);
+        }
     }
     if !a.write {
         if let Some(r) = a.target_reg() {
@@ -384,21 +448,35 @@ pub fn redist_action(cpu: &mut CpuLocal, act: RedistAction) {
     match act {
         RedistAction::Inject(irq) => irq::inject_local(cpu, irq),
         RedistAction::Retract(intid) => cpu.lrs.retract(&mut HwLrs, intid),
-        RedistAction::PhysPpiEnable { intid, enable } => {
-            ppi_change(cpu, HotPath::TimerPpiState, PpiStateChange::Enable(intid, enable))
-        }
-        RedistAction::PhysPpiPending { intid, pending } => {
-            ppi_change(cpu, HotPath::TimerPpiState, PpiStateChange::Pending(intid, pending))
-        }
-        RedistAction::PhysPpiActive { intid, active } => {
-            ppi_change(cpu, HotPath::TimerPpiState, PpiStateChange::Active(intid, active))
-        }
+        RedistAction::PhysPpiEnable { intid, enable } => ppi_change(
+            cpu,
+            HotPath::TimerPpiState,
+            PpiStateChange::Enable(intid, enable),
+        ),
+        RedistAction::PhysPpiPending { intid, pending } => ppi_change(
+            cpu,
+            HotPath::TimerPpiState,
+            PpiStateChange::Pending(intid, pending),
+        ),
+        RedistAction::PhysPpiActive { intid, active } => ppi_change(
+            cpu,
+            HotPath::TimerPpiState,
+            PpiStateChange::Active(intid, active),
+        ),
     }
 }
 
 const ICC_SGI1R: SysRegId = SysRegId::ICC_SGI1R_EL1;
 
-fn sysreg(cpu: &mut CpuLocal, p: &Partition, v: usize, reg: SysRegId, rt: u8, read: bool, frame: &mut GuestFrame) -> bool {
+fn sysreg(
+    cpu: &mut CpuLocal,
+    p: &Partition,
+    v: usize,
+    reg: SysRegId,
+    rt: u8,
+    read: bool,
+    frame: &mut GuestFrame,
+) -> bool {
     if reg == ICC_SGI1R || reg == SysRegId::ICC_ASGI1R_EL1 || reg == SysRegId::ICC_SGI0R_EL1 {
         if !read {
             send_sgi(cpu, p, v, frame.reg(rt));
@@ -432,18 +510,31 @@ fn send_sgi(cpu: &mut CpuLocal, p: &Partition, v: usize, value: u64) {
     let req = sgi::decode_sgi1r(value);
     let res = sgi::resolve(&req, &p.vcpu_mpidrs, v);
     if res.outside > 0 {
-        guest_fault(p, format_args!("SGI {} to {} target(s) outside the partition: dropped", req.intid, res.outside));
+        guest_fault(
+            p,
+            format_args!(
+                "SGI {} to {} target(s) outside the partition: dropped",
+                req.intid, res.outside
+            ),
+        );
     }
     for t in 0..p.vcpus.len() {
         if res.vcpus & (1 << t) == 0 {
             continue;
         }
         if t == v {
-            if let Some(irq) = cpu.vredist.as_mut().and_then(|r| r.raise_sgi(req.intid as u32)) {
+            if let Some(irq) = cpu
+                .vredist
+                .as_mut()
+                .and_then(|r| r.raise_sgi(req.intid as u32))
+            {
                 irq::inject_local(cpu, irq);
             }
         } else {
-            irq::post_remote(p.vcpus[t].pcpu, pinfold_hv::mailbox::MailboxOp::Sgi(req.intid as u32));
+            irq::post_remote(
+                p.vcpus[t].pcpu,
+                pinfold_hv::mailbox::MailboxOp::Sgi(req.intid as u32),
+            );
         }
     }
 }
@@ -461,8 +552,16 @@ fn hvc(cpu: &mut CpuLocal, p: &Partition, v: usize, frame: &mut GuestFrame) {
             // guest's next WFI; report success.
             psci::SUCCESS
         }
-        Call::CpuOn { target_mpidr, entry, context_id } => cpu_on(p, target_mpidr, entry, context_id),
-        Call::AffinityInfo { target_mpidr, .. } => match p.vcpus.iter().find(|s| s.mpidr & 0xff_00ff_ffff == target_mpidr & 0xff_00ff_ffff) {
+        Call::CpuOn {
+            target_mpidr,
+            entry,
+            context_id,
+        } => cpu_on(p, target_mpidr, entry, context_id),
+        Call::AffinityInfo { target_mpidr, .. } => match p
+            .vcpus
+            .iter()
+            .find(|s| s.mpidr & 0xff_00ff_ffff == target_mpidr & 0xff_00ff_ffff)
+        {
             None => psci::INVALID_PARAMETERS,
             Some(s) => match s.power.state() {
                 PowerState::On => psci::AFFINITY_INFO_ON,
@@ -484,7 +583,9 @@ fn hvc(cpu: &mut CpuLocal, p: &Partition, v: usize, frame: &mut GuestFrame) {
             restart_partition(cpu, p);
         }
         Call::Pinfold { .. } => {
-            let regs = [frame.x[0], frame.x[1], frame.x[2], frame.x[3], frame.x[4], frame.x[5]];
+            let regs = [
+                frame.x[0], frame.x[1], frame.x[2], frame.x[3], frame.x[4], frame.x[5],
+            ];
             let mut mem = crate::manage::CallerRam(p);
             let mut mgr = crate::manage::Manager { cpu };
             let out = pinfold_hv::hypercall::dispatch(p.plan.management, &regs, &mut mem, &mut mgr);
@@ -497,8 +598,17 @@ fn hvc(cpu: &mut CpuLocal, p: &Partition, v: usize, frame: &mut GuestFrame) {
 }
 
 fn cpu_on(p: &Partition, target: u64, entry: u64, ctx: u64) -> i64 {
-    let Some(t) = p.vcpus.iter().position(|s| s.mpidr & 0xff_00ff_ffff == target & 0xff_00ff_ffff) else {
-        guest_fault(p, format_args!("PSCI CPU_ON for MPIDR {target:#x}, not a vCPU of this partition: refused"));
+    let Some(t) = p
+        .vcpus
+        .iter()
+        .position(|s| s.mpidr & 0xff_00ff_ffff == target & 0xff_00ff_ffff)
+    else {
+        guest_fault(
+            p,
+            format_args!(
+                "PSCI CPU_ON for MPIDR {target:#x}, not a vCPU of this partition: refused"
+            ),
+        );
         return psci::INVALID_PARAMETERS;
     };
     let s = &p.vcpus[t];

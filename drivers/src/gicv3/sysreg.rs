@@ -42,7 +42,6 @@ sysreg_rw!(ich_vmcr_el2, set_ich_vmcr_el2, "S3_4_C12_C11_7");
 sysreg_rw!(ich_ap0r0_el2, set_ich_ap0r0_el2, "S3_4_C12_C8_0");
 sysreg_rw!(ich_ap1r0_el2, set_ich_ap1r0_el2, "S3_4_C12_C9_0");
 
-
 /// ICH_LR<n>_EL2.
 pub fn read_lr(n: usize) -> u64 {
     macro_rules! rd {

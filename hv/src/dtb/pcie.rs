@@ -2,8 +2,8 @@
 //! node regenerated from what the host DTB said, with interrupts pointing at
 //! the partition's emulated GIC.
 
-use super::host::{PciSpace, PcieInfo};
 use super::guest::GUEST_GIC_PHANDLE;
+use super::host::{PciSpace, PcieInfo};
 use alloc::vec::Vec;
 
 /// Property cells of a `pci-host-ecam-generic` node, ready to be borrowed
@@ -80,13 +80,40 @@ mod tests {
             ecam: (0x40_1000_0000, 0x1000_0000),
             bus_range: (0, 0xff),
             ranges: vec![
-                PciRange { space: PciSpace::Io, prefetchable: false, pci_addr: 0, cpu_addr: 0x3eff_0000, size: 0x1_0000 },
-                PciRange { space: PciSpace::Mem64, prefetchable: true, pci_addr: 0x80_0000_0000, cpu_addr: 0x80_0000_0000, size: 0x80_0000_0000 },
+                PciRange {
+                    space: PciSpace::Io,
+                    prefetchable: false,
+                    pci_addr: 0,
+                    cpu_addr: 0x3eff_0000,
+                    size: 0x1_0000,
+                },
+                PciRange {
+                    space: PciSpace::Mem64,
+                    prefetchable: true,
+                    pci_addr: 0x80_0000_0000,
+                    cpu_addr: 0x80_0000_0000,
+                    size: 0x80_0000_0000,
+                },
             ],
             interrupt_map: vec![
-                PciIntxMap { child_addr: [0, 0, 0], pin: 1, intid: 35, flags: 4 },
-                PciIntxMap { child_addr: [0x800, 0, 0], pin: 1, intid: 36, flags: 4 },
-                PciIntxMap { child_addr: [0x1000, 0, 0], pin: 1, intid: 35, flags: 4 },
+                PciIntxMap {
+                    child_addr: [0, 0, 0],
+                    pin: 1,
+                    intid: 35,
+                    flags: 4,
+                },
+                PciIntxMap {
+                    child_addr: [0x800, 0, 0],
+                    pin: 1,
+                    intid: 36,
+                    flags: 4,
+                },
+                PciIntxMap {
+                    child_addr: [0x1000, 0, 0],
+                    pin: 1,
+                    intid: 35,
+                    flags: 4,
+                },
             ],
             interrupt_map_mask: [0x1800, 0, 0, 7],
             node_path: String::from("/pcie@10000000"),
@@ -98,7 +125,10 @@ mod tests {
         let cells = pcie_cells(&bridge());
 
         assert_eq!(cells.ranges.len(), 14);
-        assert_eq!(&cells.ranges[..7], &[0x0100_0000, 0, 0, 0, 0x3eff_0000, 0, 0x1_0000]);
+        assert_eq!(
+            &cells.ranges[..7],
+            &[0x0100_0000, 0, 0, 0, 0x3eff_0000, 0, 0x1_0000]
+        );
         assert_eq!(cells.ranges[7], 0x4300_0000);
         assert_eq!(&cells.ranges[8..10], &[0x80, 0]);
     }
@@ -108,7 +138,10 @@ mod tests {
         let cells = pcie_cells(&bridge());
 
         assert_eq!(cells.interrupt_map.len(), 3 * 10);
-        assert_eq!(&cells.interrupt_map[..10], &[0, 0, 0, 1, GUEST_GIC_PHANDLE, 0, 0, 0, 3, 4]);
+        assert_eq!(
+            &cells.interrupt_map[..10],
+            &[0, 0, 0, 1, GUEST_GIC_PHANDLE, 0, 0, 0, 3, 4]
+        );
         assert_eq!(cells.spis, vec![35, 36]);
         assert_eq!(cells.reg, vec![0x40, 0x1000_0000, 0, 0x1000_0000]);
     }

@@ -27,9 +27,7 @@ pub fn build(ram: &[(u64, u64)]) {
     let table = unsafe { &mut *core::ptr::addr_of_mut!(EL2_L1) };
     for (i, entry) in table.0.iter_mut().enumerate() {
         let base = i as u64 * GIB;
-        let is_ram = ram
-            .iter()
-            .any(|&(b, s)| base < b + s && b < base + GIB);
+        let is_ram = ram.iter().any(|&(b, s)| base < b + s && b < base + GIB);
         *entry = if is_ram {
             base | BLOCK | AF | SH_INNER | ATTR_NORMAL
         } else {

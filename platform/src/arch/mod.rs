@@ -154,7 +154,15 @@ pub fn sync_icache_range(start: u64, len: u64) {
 /// (VTTBR_EL2) on all CPUs of the inner shareable domain.
 pub fn tlbi_current_vmid() {
     // SAFETY: TLB maintenance only.
-    unsafe { asm!("dsb ishst", "tlbi vmalls12e1is", "dsb ish", "isb", options(nostack)) };
+    unsafe {
+        asm!(
+            "dsb ishst",
+            "tlbi vmalls12e1is",
+            "dsb ish",
+            "isb",
+            options(nostack)
+        )
+    };
 }
 
 /// Firmware PSCI call through SMC (SMCCC): returns x0.
@@ -173,7 +181,15 @@ pub fn firmware_smc(fid: u64, a1: u64, a2: u64, a3: u64) -> i64 {
 pub fn wait_for_interrupt() {
     // SAFETY: WFI with PSTATE.I set wakes on any pending interrupt; the short
     // unmasked window lets the EL2 IRQ vector handle it.
-    unsafe { asm!("wfi", "msr daifclr, #2", "isb", "msr daifset, #2", options(nostack)) };
+    unsafe {
+        asm!(
+            "wfi",
+            "msr daifclr, #2",
+            "isb",
+            "msr daifset, #2",
+            options(nostack)
+        )
+    };
 }
 
 /// This CPU's MPIDR_EL1.
