@@ -30,7 +30,9 @@ pub const HERMIT_TOOLCHAIN: &str = "nightly-2025-03-15";
 /// The last real Hermit kernel on crates.io (0.12 was never published,
 /// 0.13 is an empty stub).
 const KERNEL_CRATE: &str = "hermit-kernel-0.11.0";
-const KERNEL_URL: &str = "https://static.crates.io/crates/hermit-kernel/hermit-kernel-0.11.0.crate";
+/// The kernel as a dependency, for `cargo fetch` to download through the
+/// ordinary registry client.
+const KERNEL_DEPENDENCY: &str = "hermit-kernel = { version = \"=0.11.0\", default-features = false }";
 /// SHA-256 of the .crate file (equal to the `cksum` in the crates.io index).
 const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7bff16edba8e03";
 /// Our edits to the kernel source, applied right after unpacking: (file,
@@ -251,6 +253,36 @@ impl LlvmTools {
     }
 }
 
+/// Has cargo download the kernel crate (a throwaway manifest that depends on
+/// it, then `cargo fetch`) and returns the `.crate` file from cargo's
+/// registry cache.
+fn fetch_crate_with_cargo(paths: &Paths) -> Result<PathBuf, String> {
+    let dir = paths.hermit.join("fetch");
+    fs::create_dir_all(dir.join("src")).map_err(|err| format!("{}: {err}", dir.display()))?;
+    let manifest = format!(
+        "[package]\nname = \"pinfold-hermit-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{KERNEL_DEPENDENCY}\n\n[workspace]\n"
+    );
+    fs::write(dir.join("Cargo.toml"), manifest).map_err(|err| format!("{}: {err}", dir.display()))?;
+    fs::write(dir.join("src/lib.rs"), "").map_err(|err| format!("{}: {err}", dir.display()))?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run(Command::new(cargo)
+        .current_dir(&dir)
+        .args(["fetch", "--manifest-path"])
+        .arg(dir.join("Cargo.toml")))?;
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let cache = home.join("registry/cache");
+    let file = format!("{KERNEL_CRATE}.crate");
+    fs::read_dir(&cache)
+        .map_err(|err| format!("{}: {err}", cache.display()))?
+        .flatten()
+        .map(|index| index.path().join(&file))
+        .find(|path| path.is_file())
+        .ok_or_else(|| format!("cargo fetch left no {file} under {}", cache.display()))
+}
+
 /// Downloads, verifies and unpacks the kernel crate; returns the source dir.
 fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
     let source = paths.hermit.join(KERNEL_CRATE);
@@ -261,26 +293,15 @@ fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
     }
     let archive = paths.hermit.join(format!("{KERNEL_CRATE}.crate"));
     if sha256_of(&archive).ok().as_deref() != Some(KERNEL_SHA256) {
-        let partial = archive.with_extension("crate.part");
-        run(Command::new("curl")
-            .args([
-                "--fail",
-                "--silent",
-                "--show-error",
-                "--location",
-                "--retry",
-                "3",
-                "--output",
-            ])
-            .arg(&partial)
-            .arg(KERNEL_URL))?;
-        let digest = sha256_of(&partial)?;
+        let fetched = fetch_crate_with_cargo(paths)?;
+        let digest = sha256_of(&fetched)?;
         if digest != KERNEL_SHA256 {
             return Err(format!(
-                "{KERNEL_URL}: SHA-256 {digest}, expected {KERNEL_SHA256}"
+                "{}: SHA-256 {digest}, expected {KERNEL_SHA256}",
+                fetched.display()
             ));
         }
-        fs::rename(&partial, &archive).map_err(|err| format!("{}: {err}", archive.display()))?;
+        fs::copy(&fetched, &archive).map_err(|err| format!("{}: {err}", archive.display()))?;
     }
     if source.exists() {
         fs::remove_dir_all(&source)

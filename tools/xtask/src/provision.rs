@@ -23,9 +23,7 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 5] = [
-    // The Hermit kernel crate is fetched from crates.io with curl.
-    "curl",
+const HOST_PACKAGES: [&str; 4] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
