@@ -16,6 +16,17 @@ use tiny_http::{Header, Response, Server};
 const LISTEN: &str = "0.0.0.0:8080";
 /// Requests served at once; each worker blocks in `recv`.
 const WORKERS: usize = 4;
+/// Stack of the threads std spawns without a size: tiny_http's accept
+/// thread and its one thread per open connection. tiny_http cannot time out
+/// an idle connection (and Hermit 0.11 has no SO_RCVTIMEO), so each open
+/// connection pins a thread, and Hermit takes every thread's stack from
+/// physical memory: with std's 1 MiB default (plus Hermit's 64 KiB kernel
+/// stack) about 60 open connections exhausted the partition and the kernel
+/// panicked ("Failed to allocate Physical Memory for TaskStacks"). These
+/// threads only parse request heads into small buffers.
+const CONNECTION_STACK_BYTES: usize = 64 * 1024;
+/// Stack of the `recv` workers, which also run the router and its JSON.
+const WORKER_STACK_BYTES: usize = 512 * 1024;
 
 /// The web UI, embedded at build time (web-ui/dist).
 static WEB_UI: &[StaticFile] = include!(concat!(env!("OUT_DIR"), "/web_ui.rs"));
@@ -138,6 +149,9 @@ fn serve(server: &Server, router: &Mutex<Router<HvcBackend<Hvc>>>) {
 }
 
 fn main() -> ExitCode {
+    // std reads RUST_MIN_STACK once, at the first spawn without a size, so
+    // this must come before `Server::http` starts tiny_http's threads.
+    std::env::set_var("RUST_MIN_STACK", CONNECTION_STACK_BYTES.to_string());
     // SAFETY: the only call.
     let mut hvc = unsafe { Hvc::take() };
     let token = match token(&mut hvc) {
@@ -156,12 +170,17 @@ fn main() -> ExitCode {
         }
     };
     println!("pinfold-manager: listening on {LISTEN} ({} web UI files)", WEB_UI.len());
-    let workers: Vec<_> = (1..WORKERS)
-        .map(|_| {
-            let (server, router) = (server.clone(), router.clone());
-            thread::spawn(move || serve(&server, &router))
-        })
-        .collect();
+    let mut workers = Vec::new();
+    for _ in 1..WORKERS {
+        let (server, router) = (server.clone(), router.clone());
+        let spawned = thread::Builder::new()
+            .stack_size(WORKER_STACK_BYTES)
+            .spawn(move || serve(&server, &router));
+        match spawned {
+            Ok(worker) => workers.push(worker),
+            Err(err) => eprintln!("pinfold-manager: cannot start a worker: {err}"),
+        }
+    }
     serve(&server, &router);
     for w in workers {
         let _ = w.join();

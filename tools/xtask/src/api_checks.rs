@@ -556,11 +556,11 @@ pub fn api_errors(stack: &mut Stack) -> Outcome {
     ])
 }
 
-/// The rows of `hvctl list`'s table whose first column is `name` and that
-/// say `running`.
 /// Idle connections held open while the parallel clients run: clients that
 /// connect and never send a request must not take the server's workers.
-const IDLE_CONNECTIONS: usize = 12;
+/// tiny_http keeps a thread per open connection; with std's 1 MiB default
+/// stacks 64 of them exhausted the manager's memory and Hermit panicked.
+const IDLE_CONNECTIONS: usize = 64;
 /// Clients asking at the same time, and how many requests each sends.
 const PARALLEL_CLIENTS: usize = 8;
 const REQUESTS_PER_CLIENT: usize = 5;
@@ -571,10 +571,26 @@ const REQUESTS_PER_CLIENT: usize = 5;
 pub fn api_concurrency(stack: &mut Stack) -> Outcome {
     stack.first_answer()?;
     let addr = authority();
-    let idle: Vec<_> = (0..IDLE_CONNECTIONS)
-        .map(|_| std::net::TcpStream::connect(&addr))
-        .collect::<Result<_, _>>()
-        .map_err(|err| format!("opening idle connections: {err}"))?;
+    // Opened from 8 threads: each connect through QEMU's port forwarding
+    // takes a noticeable fraction of a second.
+    let openers: Vec<_> = (0..8)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                (0..IDLE_CONNECTIONS / 8)
+                    .map(|_| std::net::TcpStream::connect(&addr))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+        })
+        .collect();
+    let mut idle = Vec::new();
+    for opener in openers {
+        let streams = opener
+            .join()
+            .map_err(|_| "an opener thread panicked".to_string())?
+            .map_err(|err| format!("opening idle connections: {err}"))?;
+        idle.extend(streams);
+    }
     let started = std::time::Instant::now();
     let clients: Vec<_> = (0..PARALLEL_CLIENTS)
         .map(|_| {
@@ -608,6 +624,8 @@ pub fn api_concurrency(stack: &mut Stack) -> Outcome {
     )])
 }
 
+/// The rows of `hvctl list`'s table whose first column is `name` and that
+/// say `running`.
 pub fn hvctl_row<'t>(table: &'t str, name: &str) -> Option<&'t str> {
     table.lines().find(|line| {
         let mut words = line.split_whitespace();
