@@ -1,6 +1,6 @@
 //! A minimal HTTP/1.1 client over `std::net::TcpStream`: one request per connection, `http://` only.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -128,7 +128,36 @@ pub fn request_with_timeout(
     stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
     stream.flush()?;
-    read_reply(BufReader::new(stream))
+    let mut reader = BufReader::new(stream);
+    let reply = read_reply(&mut reader)?;
+    drain_until_close(&mut reader);
+    Ok(reply)
+}
+
+/// At most this much is read (and dropped) after a complete reply while
+/// waiting for the server to close.
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// Waits for the server to close the connection before we close ours.
+///
+/// Why: the manager (tiny_http on Hermit 0.11) answers `Connection: close`
+/// and then closes. A client that closes as soon as it has Content-Length
+/// bytes sends its FIN while the manager closes too; when the two FINs
+/// cross (a simultaneous close, RFC 9293 section 3.6) the manager's socket
+/// wedges and its whole API stops answering for tens of seconds. Closing
+/// only after the server's FIN never races it. The reply is already
+/// complete, so errors (reset, timeout) are ignored.
+fn drain_until_close(r: &mut impl Read) {
+    let mut sink = [0u8; 1024];
+    let mut drained = 0;
+    while drained < DRAIN_LIMIT {
+        match r.read(&mut sink) {
+            Ok(0) => return,
+            Ok(n) => drained += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 fn bad(why: impl Into<String>) -> HttpError {
@@ -269,6 +298,54 @@ mod tests {
         let raw = b"HTTP/1.0 404 Not Found\r\n\r\n{}";
 
         assert_eq!(read_reply(&raw[..]).expect("parses").body, b"{}");
+    }
+
+    /// What the manager (tiny_http 0.12) sent for `GET /api/v1/partitions`,
+    /// byte for byte, with the body cut short.
+    const MANAGER_REPLY: &[u8] = b"HTTP/1.1 200 OK\r\nServer: tiny-http (Rust)\r\nDate: Thu, 01 Jan 1970 00:00:16 GMT\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]";
+
+    #[test]
+    fn client_closes_only_after_the_server_has_closed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let ep = Endpoint::parse(&format!("http://{}", listener.local_addr().expect("addr")))
+            .expect("parses");
+        let client = std::thread::spawn(move || {
+            request_with_timeout(
+                &ep,
+                "GET",
+                "/api/v1/partitions",
+                None,
+                None,
+                Duration::from_secs(5),
+            )
+        });
+        let (mut conn, _) = listener.accept().expect("accept");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 512];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).expect("read request");
+            seen.extend_from_slice(&buf[..n]);
+        }
+
+        conn.write_all(MANAGER_REPLY).expect("write reply");
+        conn.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        // Ok(0) here is the client's FIN arriving before ours.
+        let client_closed_first = matches!(conn.read(&mut buf), Ok(0));
+        drop(conn);
+        let reply = client.join().expect("join").expect("reply");
+
+        assert!(
+            !client_closed_first,
+            "the client sent its FIN before the server closed"
+        );
+        assert_eq!(
+            reply,
+            Reply {
+                status: 200,
+                body: b"[]".to_vec()
+            }
+        );
     }
 
     #[test]

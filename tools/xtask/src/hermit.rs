@@ -357,6 +357,9 @@ fn build_kernel(paths: &Paths, source: &Path) -> Result<PathBuf, String> {
     let target_dir = paths.hermit.join("kernel");
     run(nightly("cargo")
         .current_dir(source)
+        // Hermit logs its whole DTB and every boot step at `info`: ~20 KB
+        // through the emulated UART, each byte a trap. Warnings are enough.
+        .env("HERMIT_LOG_LEVEL_FILTER", "warn")
         .env("CARGO_ENCODED_RUSTFLAGS", KERNEL_RUSTFLAGS.join("\x1f"))
         .args(["build", "--release", "--locked", "--target", KERNEL_TARGET])
         .args([
