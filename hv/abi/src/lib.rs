@@ -581,6 +581,21 @@ pub struct ExitCounts {
     pub other: u64,
 }
 
+impl ExitCounts {
+    /// Class names and counts, in the order the REST API and the metrics
+    /// list them.
+    pub fn by_class(&self) -> [(&'static str, u64); 6] {
+        [
+            ("mmio", self.mmio),
+            ("sysreg", self.sysreg),
+            ("hvc", self.hvc),
+            ("irq", self.irq),
+            ("abort", self.abort),
+            ("other", self.other),
+        ]
+    }
+}
+
 /// One vCPU of a partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VcpuInfo {

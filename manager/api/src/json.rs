@@ -1,7 +1,7 @@
 //! The REST API's JSON bodies, one type per shape in the contract (shared with hvctl), and their conversion from the hypercall ABI's types.
 
 use pinfold_abi::{
-    ExitCounts, HostInfo, PartitionDetail, PartitionState, PartitionSummary, VcpuInfo, VcpuPower,
+    HostInfo, PartitionDetail, PartitionState, PartitionSummary, VcpuInfo, VcpuPower,
 };
 use serde::{Deserialize, Serialize};
 
@@ -110,30 +110,9 @@ pub struct Vcpu {
     pub injected: u64,
 }
 
-/// Exits by class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Exits {
-    pub mmio: u64,
-    pub sysreg: u64,
-    pub hvc: u64,
-    pub irq: u64,
-    pub abort: u64,
-    pub other: u64,
-}
-
-impl Exits {
-    /// Class names and counts, in the order the API and metrics list them.
-    pub fn by_class(&self) -> [(&'static str, u64); 6] {
-        [
-            ("mmio", self.mmio),
-            ("sysreg", self.sysreg),
-            ("hvc", self.hvc),
-            ("irq", self.irq),
-            ("abort", self.abort),
-            ("other", self.other),
-        ]
-    }
-}
+/// Exits by class: the ABI's counters, which already serialise to the
+/// REST shape (`{"mmio": .., "sysreg": .., ...}`).
+pub use pinfold_abi::ExitCounts as Exits;
 
 /// `POST .../start|stop|restart` (202).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,19 +176,6 @@ impl From<VcpuPower> for VcpuState {
     }
 }
 
-impl From<ExitCounts> for Exits {
-    fn from(e: ExitCounts) -> Self {
-        Exits {
-            mmio: e.mmio,
-            sysreg: e.sysreg,
-            hvc: e.hvc,
-            irq: e.irq,
-            abort: e.abort,
-            other: e.other,
-        }
-    }
-}
-
 impl From<&PartitionSummary> for Partition {
     fn from(p: &PartitionSummary) -> Self {
         Partition {
@@ -230,7 +196,7 @@ impl From<&VcpuInfo> for Vcpu {
             vcpu: v.vcpu,
             cpu: v.cpu,
             state: v.power.into(),
-            exits: v.exits.into(),
+            exits: v.exits,
             injected: v.injected,
         }
     }

@@ -81,7 +81,7 @@ pub fn render(details: &[PartitionDetail]) -> String {
     for d in details {
         for v in &d.vcpus {
             let vcpu = v.vcpu.to_string();
-            for (class, count) in crate::json::Exits::from(v.exits).by_class() {
+            for (class, count) in v.exits.by_class() {
                 let labels = [
                     ("partition", d.summary.name.as_str()),
                     ("vcpu", &vcpu),
