@@ -38,33 +38,8 @@ pub const MIGRATE_INFO_TYPE_NOT_REQUIRED: i64 = 2;
 /// powerdown. We implement standby only (DEN0022 5.4.2).
 pub const POWER_STATE_TYPE_POWERDOWN: u64 = 1 << 16;
 
-/// Function IDs (W0) this module knows.
-pub mod fid {
-    pub const PSCI_VERSION: u32 = 0x8400_0000;
-    pub const CPU_SUSPEND_32: u32 = 0x8400_0001;
-    pub const CPU_SUSPEND_64: u32 = 0xC400_0001;
-    pub const CPU_OFF: u32 = 0x8400_0002;
-    pub const CPU_ON_32: u32 = 0x8400_0003;
-    pub const CPU_ON_64: u32 = 0xC400_0003;
-    pub const AFFINITY_INFO_32: u32 = 0x8400_0004;
-    pub const AFFINITY_INFO_64: u32 = 0xC400_0004;
-    pub const MIGRATE_INFO_TYPE: u32 = 0x8400_0006;
-    pub const SYSTEM_OFF: u32 = 0x8400_0008;
-    pub const SYSTEM_RESET: u32 = 0x8400_0009;
-    pub const PSCI_FEATURES: u32 = 0x8400_000A;
-
-    pub const SMCCC_VERSION: u32 = 0x8000_0000;
-    pub const SMCCC_ARCH_FEATURES: u32 = 0x8000_0001;
-    pub const SMCCC_ARCH_SOC_ID: u32 = 0x8000_0002;
-    pub const SMCCC_ARCH_WORKAROUND_1: u32 = 0x8000_8000;
-    pub const SMCCC_ARCH_WORKAROUND_2: u32 = 0x8000_7FFF;
-    pub const SMCCC_ARCH_WORKAROUND_3: u32 = 0x8000_3FFF;
-
-    /// Pinfold's calls: fast calls to OEN 6, "Vendor Specific Hypervisor
-    /// Service" (DEN0028 table 6-2), function numbers 0x0000..=0xFFFF.
-    pub const PINFOLD_32_BASE: u32 = 0x8600_0000;
-    pub const PINFOLD_64_BASE: u32 = 0xC600_0000;
-}
+/// Function IDs (W0) this module knows: the virtual board's.
+pub use pinfold_vboard::fid;
 
 /// SMCCC function ID bit 30: SMC64/HVC64 calling convention.
 const FID_SMC64: u32 = 1 << 30;
