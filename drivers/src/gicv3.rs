@@ -12,7 +12,7 @@ use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicDistributor, GicRedistributor};
 use arm_gic::{IntId, Trigger};
 use core::ptr::NonNull;
-use pinfold_hv::lockstat::IrqChipCaps;
+use pinfold_hv::irqchip::{IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip};
 use safe_mmio::{field, UniqueMmioPointer};
 
 /// GICv3 declares lockless per-CPU state: each CPU writes only its own
@@ -192,10 +192,12 @@ impl GicV3Redist {
         );
     }
 
-    pub fn is_active(&mut self, intid: u32) -> bool {
+    /// GICR_ISPENDR0 and GICR_ISACTIVER0: pending and active SGIs/PPIs.
+    pub fn ppi_bits(&mut self) -> PpiBits {
         let mut sgi = field!(self.regs, sgi);
-        let value = field!(sgi, isactiver).get(0).map(|r| r.read()).unwrap_or(0);
-        intid < 32 && value & (1 << intid) != 0
+        let pending = field!(sgi, ispendr).get(0).map(|r| r.read()).unwrap_or(0);
+        let active = field!(sgi, isactiver).get(0).map(|r| r.read()).unwrap_or(0);
+        PpiBits { pending, active }
     }
 
     pub fn set_priority(&mut self, intid: u32, priority: u8) {
@@ -215,3 +217,104 @@ enum SgiReg {
 
 #[cfg(target_arch = "aarch64")]
 pub mod sysreg;
+
+impl SharedIrqChip for GicV3Dist {
+    fn spi_enable(&mut self, intid: u32, enable: bool) {
+        self.enable(intid, enable)
+    }
+    fn spi_route(&mut self, intid: u32, mpidr: u64) {
+        self.route(intid, mpidr)
+    }
+    fn spi_set_edge(&mut self, intid: u32, edge: bool) {
+        self.set_edge(intid, edge)
+    }
+}
+
+/// Bring up the distributor at `base` and hand it over as the shared half
+/// of the interrupt chip.
+///
+/// # Safety
+/// `base` must be the GICv3 distributor frame from the host description,
+/// mapped as device memory, and this must be its only user.
+pub unsafe fn init_distributor(base: usize) -> impl SharedIrqChip + Send {
+    // SAFETY: as the caller promised.
+    let mut dist = unsafe { GicV3Dist::new(base) };
+    dist.init();
+    dist
+}
+
+/// The per-CPU half of the GICv3 chip: this CPU's redistributor and its
+/// CPU interface system registers. GICv3 keeps SGI/PPI state in each CPU's
+/// own redistributor frame, so the owning CPU changes it without any lock
+/// shared between CPUs: the chip declares `percpu_state_lockless`.
+pub struct GicV3Cpu {
+    redist: GicV3Redist,
+    caps: IrqChipCaps,
+}
+
+impl GicV3Cpu {
+    /// Find and initialise the redistributor of the CPU with affinity
+    /// `mpidr`, and its CPU interface. `caps` is normally [`GICV3_CAPS`];
+    /// the benchmark's lock ablation passes a chip without the capability.
+    ///
+    /// # Safety
+    /// The regions must be the host's redistributor regions, mapped as
+    /// device memory; only the CPU with affinity `mpidr` may call this, once.
+    #[cfg(target_arch = "aarch64")]
+    pub unsafe fn init_this_cpu(
+        regions: &[(u64, u64)],
+        stride: Option<u64>,
+        mpidr: u64,
+        caps: IrqChipCaps,
+    ) -> Option<GicV3Cpu> {
+        // SAFETY: as the caller promised.
+        let base = unsafe { GicV3Redist::find(regions, stride, mpidr) }?;
+        // SAFETY: `base` is this CPU's own redistributor.
+        let mut redist = unsafe { GicV3Redist::new(base) };
+        redist.init();
+        sysreg::init_cpu_interface();
+        Some(GicV3Cpu { redist, caps })
+    }
+}
+
+impl PerCpuIrqChip for GicV3Cpu {
+    fn caps(&self) -> IrqChipCaps {
+        self.caps
+    }
+    fn apply_ppi(&mut self, change: PpiStateChange) {
+        match change {
+            PpiStateChange::Enable(i, on) => self.redist.set_enable(i, on),
+            PpiStateChange::Active(i, on) => self.redist.set_active(i, on),
+            PpiStateChange::Pending(i, on) => self.redist.set_pending(i, on),
+        }
+    }
+    fn ppi_bits(&mut self) -> PpiBits {
+        self.redist.ppi_bits()
+    }
+    #[cfg(target_arch = "aarch64")]
+    fn ack(&mut self) -> u32 {
+        sysreg::ack()
+    }
+    #[cfg(target_arch = "aarch64")]
+    fn priority_drop(&mut self, intid: u32) {
+        sysreg::priority_drop(intid)
+    }
+    #[cfg(target_arch = "aarch64")]
+    fn deactivate(&mut self, intid: u32) {
+        sysreg::deactivate(intid)
+    }
+    #[cfg(target_arch = "aarch64")]
+    fn send_sgi(&mut self, mpidr: u64, intid: u32) {
+        sysreg::send_sgi(mpidr, intid)
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    fn ack(&mut self) -> u32 {
+        1023
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    fn priority_drop(&mut self, _: u32) {}
+    #[cfg(not(target_arch = "aarch64"))]
+    fn deactivate(&mut self, _: u32) {}
+    #[cfg(not(target_arch = "aarch64"))]
+    fn send_sgi(&mut self, _: u64, _: u32) {}
+}

@@ -1,46 +1,117 @@
-//! Counts acquisitions of locks shared between CPUs on the paths that must
-//! not take any: vCPU load/put, timer PPI state changes and interrupt
-//! injection on the vCPU's own CPU. In a correct build the count stays 0;
-//! the counter exists so a test can prove it (the monitor's stats line and
-//! the host tests read it).
+//! Accounting of every lock more than one CPU can take. Each such lock is a
+//! [`CountedLock`]; taking it names the path it is taken on, and
+//! [`LockStat`] counts acquisitions per path. The hot paths (vCPU load and
+//! put, timer PPI state changes, injection on the vCPU's own CPU) must never
+//! take one: the boot test reads [`LockStat::hot_total`] from the monitor's
+//! stats line and asserts 0, and the host tests show the count moving when a
+//! path does take a shared lock.
 //!
 //! Counting costs one relaxed atomic add on a path that has already decided
-//! to take a cross-CPU lock, so it stays on in every build: the slow path is
-//! slow anyway and the number is worth having in the field.
+//! to take a lock shared between CPUs, so it stays on in every build: that
+//! path pays for a shared cache line anyway, and the number is worth having
+//! in the field.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-/// Which hot path took a cross-CPU lock.
+/// Where a lock shared between CPUs was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HotPath {
-    VcpuLoad,
-    VcpuPut,
-    TimerPpiState,
-    LocalInject,
+#[repr(u8)]
+pub enum LockPath {
+    // The hot paths: must stay at 0.
+    VcpuLoad = 0,
+    VcpuPut = 1,
+    TimerPpiState = 2,
+    LocalInject = 3,
+    // Paths where a per-partition or chip-wide lock is the design (each
+    // lock's comment says why no per-CPU design works).
+    /// A guest access to its emulated distributor (the partition's lock).
+    GicdTrap = 4,
+    /// A guest access to its PL011 (the partition's console lock).
+    ConsoleTrap = 5,
+    /// Host UART input or management console I/O.
+    ConsoleIo = 6,
+    /// A physical SPI forwarded to its partition.
+    SpiForward = 7,
+    /// EOI maintenance re-evaluating an emulated level interrupt.
+    Maintenance = 8,
+    /// The physical distributor (SPI enable/route).
+    PhysDist = 9,
+    /// A log or console line on the host UART.
+    LogLine = 10,
+    /// Management calls and partition lifecycle.
+    Management = 11,
 }
 
-/// Per-path counters of cross-CPU lock acquisitions.
+impl LockPath {
+    pub const COUNT: usize = 12;
+    /// The paths that must never take a lock shared between CPUs.
+    pub const HOT: [LockPath; 4] = [
+        LockPath::VcpuLoad,
+        LockPath::VcpuPut,
+        LockPath::TimerPpiState,
+        LockPath::LocalInject,
+    ];
+    pub const ALL: [LockPath; LockPath::COUNT] = [
+        LockPath::VcpuLoad,
+        LockPath::VcpuPut,
+        LockPath::TimerPpiState,
+        LockPath::LocalInject,
+        LockPath::GicdTrap,
+        LockPath::ConsoleTrap,
+        LockPath::ConsoleIo,
+        LockPath::SpiForward,
+        LockPath::Maintenance,
+        LockPath::PhysDist,
+        LockPath::LogLine,
+        LockPath::Management,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            LockPath::VcpuLoad => "vcpu_load",
+            LockPath::VcpuPut => "vcpu_put",
+            LockPath::TimerPpiState => "timer_ppi",
+            LockPath::LocalInject => "local_inject",
+            LockPath::GicdTrap => "gicd_trap",
+            LockPath::ConsoleTrap => "console_trap",
+            LockPath::ConsoleIo => "console_io",
+            LockPath::SpiForward => "spi_forward",
+            LockPath::Maintenance => "maintenance",
+            LockPath::PhysDist => "phys_dist",
+            LockPath::LogLine => "log_line",
+            LockPath::Management => "management",
+        }
+    }
+}
+
+/// Per-path counters of acquisitions of locks shared between CPUs.
 pub struct LockStat {
-    counts: [AtomicU64; 4],
+    counts: [AtomicU64; LockPath::COUNT],
 }
 
 impl LockStat {
     pub const fn new() -> Self {
         LockStat {
-            counts: [const { AtomicU64::new(0) }; 4],
+            counts: [const { AtomicU64::new(0) }; LockPath::COUNT],
         }
     }
 
     /// Record that `path` took a lock shared between CPUs.
-    pub fn cross_cpu_lock(&self, path: HotPath) {
+    pub fn record(&self, path: LockPath) {
         self.counts[path as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn count(&self, path: HotPath) -> u64 {
+    pub fn count(&self, path: LockPath) -> u64 {
         self.counts[path as usize].load(Ordering::Relaxed)
     }
 
-    /// Sum over all hot paths.
+    /// Acquisitions on the hot paths (vCPU load/put, timer PPI state, local
+    /// injection): 0 in a correct build.
+    pub fn hot_total(&self) -> u64 {
+        LockPath::HOT.iter().map(|&p| self.count(p)).sum()
+    }
+
+    /// Acquisitions on every path.
     pub fn total(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
@@ -52,91 +123,75 @@ impl Default for LockStat {
     }
 }
 
-/// What an interrupt chip driver promises about its per-CPU interrupt state
-/// (the seed's IRQCHIP_PERCPU_STATE_LOCKLESS, as an explicit opt-in).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IrqChipCaps {
-    /// SGI/PPI state may be changed by the owning CPU without any lock
-    /// shared between CPUs.
-    pub percpu_state_lockless: bool,
+/// A spin lock that more than one CPU can take, counted per path in a
+/// [`LockStat`]. Every lock shared between CPUs in the hypervisor is one of
+/// these; a lock only its own CPU takes needs none (it is a `&mut`).
+pub struct CountedLock<T> {
+    inner: spin::Mutex<T>,
+    stat: &'static LockStat,
 }
 
-/// A per-CPU interrupt state change (enable, active, pending) of an SGI/PPI
-/// on the calling CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PpiStateChange {
-    Enable(u32, bool),
-    Active(u32, bool),
-    Pending(u32, bool),
-}
+impl<T> CountedLock<T> {
+    pub const fn new(value: T, stat: &'static LockStat) -> Self {
+        CountedLock {
+            inner: spin::Mutex::new(value),
+            stat,
+        }
+    }
 
-/// Applies a per-CPU interrupt state change the way the chip allows: straight
-/// to the CPU's own state when the chip declares the lockless capability,
-/// otherwise under the chip-wide lock (`slow`), counted against `path`.
-pub fn change_percpu_state<L, S>(
-    caps: IrqChipCaps,
-    stat: &LockStat,
-    path: HotPath,
-    change: PpiStateChange,
-    lockless: L,
-    slow: S,
-) where
-    L: FnOnce(PpiStateChange),
-    S: FnOnce(PpiStateChange),
-{
-    if caps.percpu_state_lockless {
-        lockless(change);
-    } else {
-        stat.cross_cpu_lock(path);
-        slow(change);
+    /// Take the lock on `path` (counted).
+    pub fn lock(&self, path: LockPath) -> spin::MutexGuard<'_, T> {
+        self.stat.record(path);
+        self.inner.lock()
+    }
+
+    /// The statistics this lock counts into.
+    pub fn stat(&self) -> &'static LockStat {
+        self.stat
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::cell::Cell;
+    use std::boxed::Box;
 
-    #[test]
-    fn lockless_chip_changes_timer_ppi_without_counting_a_lock() {
-        let stat = LockStat::new();
-        let applied = Cell::new(None);
-        let caps = IrqChipCaps {
-            percpu_state_lockless: true,
-        };
-
-        change_percpu_state(
-            caps,
-            &stat,
-            HotPath::TimerPpiState,
-            PpiStateChange::Active(27, true),
-            |c| applied.set(Some(c)),
-            |_| panic!("slow path taken"),
-        );
-
-        assert_eq!(applied.get(), Some(PpiStateChange::Active(27, true)));
-        assert_eq!(stat.total(), 0);
+    fn stat() -> &'static LockStat {
+        Box::leak(Box::new(LockStat::new()))
     }
 
     #[test]
-    fn chip_without_capability_takes_slow_path_and_is_counted() {
-        let stat = LockStat::new();
-        let slow_taken = Cell::new(false);
-        let caps = IrqChipCaps {
-            percpu_state_lockless: false,
-        };
+    fn taking_a_counted_lock_counts_its_path_only() {
+        let stat = stat();
+        let lock = CountedLock::new(5u32, stat);
 
-        change_percpu_state(
-            caps,
-            &stat,
-            HotPath::VcpuLoad,
-            PpiStateChange::Enable(27, true),
-            |_| panic!("lockless path taken without the capability"),
-            |_| slow_taken.set(true),
-        );
+        *lock.lock(LockPath::GicdTrap) += 1;
+        *lock.lock(LockPath::GicdTrap) += 1;
 
-        assert!(slow_taken.get());
-        assert_eq!(stat.count(HotPath::VcpuLoad), 1);
-        assert_eq!(stat.total(), 1);
+        assert_eq!(*lock.lock(LockPath::ConsoleIo), 7);
+        assert_eq!(stat.count(LockPath::GicdTrap), 2);
+        assert_eq!(stat.count(LockPath::ConsoleIo), 1);
+        assert_eq!(stat.hot_total(), 0);
+        assert_eq!(stat.total(), 3);
+    }
+
+    #[test]
+    fn a_lock_taken_on_a_hot_path_shows_in_hot_total() {
+        let stat = stat();
+        let lock = CountedLock::new((), stat);
+
+        drop(lock.lock(LockPath::TimerPpiState));
+
+        assert_eq!(stat.hot_total(), 1);
+    }
+
+    #[test]
+    fn path_names_are_distinct() {
+        for (i, a) in LockPath::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i);
+            for b in &LockPath::ALL[i + 1..] {
+                assert_ne!(a.name(), b.name());
+            }
+        }
     }
 }

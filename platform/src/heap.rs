@@ -24,6 +24,36 @@ pub fn init() {
     unsafe { HEAP.lock().init(start, HEAP_SIZE) };
 }
 
-pub fn free_bytes() -> usize {
-    HEAP.lock().free()
+
+/// Stage-2 tables in hypervisor heap memory (identity mapped at EL2, so a
+/// table's address is its physical address).
+pub struct HeapTables;
+
+impl pinfold_hv::stage2::TableMemory for HeapTables {
+    fn alloc_table(&mut self) -> Option<pinfold_hv::addr::PhysAddr> {
+        alloc_zeroed(4096, 4096)
+    }
+    fn alloc_root(&mut self) -> Option<pinfold_hv::addr::PhysAddr> {
+        alloc_zeroed(8192, 8192)
+    }
+    fn read(&self, table: pinfold_hv::addr::PhysAddr, index: usize) -> u64 {
+        // SAFETY: `table` came from alloc_table/alloc_root and index is
+        // within it (Stage2 only indexes its own tables).
+        unsafe { (table.0 as *const u64).add(index).read_volatile() }
+    }
+    fn write(&mut self, table: pinfold_hv::addr::PhysAddr, index: usize, value: u64) {
+        // SAFETY: as in `read`; one 64-bit store, so no torn descriptor.
+        unsafe { (table.0 as *mut u64).add(index).write_volatile(value) }
+    }
+}
+
+fn alloc_zeroed(size: usize, align: usize) -> Option<pinfold_hv::addr::PhysAddr> {
+    let layout = core::alloc::Layout::from_size_align(size, align).ok()?;
+    // SAFETY: non-zero size layout.
+    let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        None
+    } else {
+        Some(pinfold_hv::addr::PhysAddr(ptr as u64))
+    }
 }

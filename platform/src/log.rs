@@ -5,12 +5,15 @@
 use core::fmt::{self, Write};
 use core::sync::atomic::{AtomicU32, Ordering};
 use pinfold_drivers::pl011::Pl011Uart;
+use pinfold_hv::lockstat::{CountedLock, LockPath};
 
 static HOST_UART: spin::Once<Pl011Uart> = spin::Once::new();
 /// One physical UART is shared by every CPU, and a line must reach it
-/// whole: this lock serialises lines. It is never taken on the vCPU
-/// load/put, timer or local injection paths, only when a line is printed.
-static LINE_LOCK: spin::Mutex<()> = spin::Mutex::new(());
+/// whole: this lock serialises lines (a per-CPU buffer would still need one
+/// writer at a time on the one device). It is never taken on the vCPU
+/// load/put, timer or local injection paths, only when a line is printed;
+/// counted as `LockPath::LogLine`.
+static LINE_LOCK: CountedLock<()> = CountedLock::new((), &crate::LOCKSTAT);
 
 pub fn init(uart: Pl011Uart) {
     HOST_UART.call_once(|| uart);
@@ -36,7 +39,7 @@ pub fn write_line(bytes: &[u8]) {
 /// sources never share a line.
 pub fn write_from(source: u32, bytes: &[u8]) {
     if let Some(uart) = HOST_UART.get() {
-        let _guard = LINE_LOCK.lock();
+        let _guard = LINE_LOCK.lock(LockPath::LogLine);
         let partial = PARTIAL_FROM.load(Ordering::Relaxed);
         if partial != 0 && partial != source {
             uart.write_bytes(b"\n");

@@ -1,97 +1,75 @@
-//! Pinfold's EL2 image: boot, per-CPU bring-up, and the wiring between the
-//! hardware (arch, drivers) and the portable core (`pinfold-hv`).
+//! Pinfold's EL2 image: boot and per-CPU bring-up, wiring the hardware
+//! (arch, drivers) to the portable core (`pinfold-hv`). The core's
+//! `System`, built once here, holds every partition and the ownership
+//! tables; the platform reads registers, hands decoded exits and interrupts
+//! to the core and applies what it returns.
 #![no_std]
 #![no_main]
 
 extern crate alloc;
 
 mod arch;
-mod console;
 mod heap;
+mod hw;
 mod irq;
 mod log;
-mod manage;
-mod partition;
 mod percpu;
 mod vcpu;
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::Ordering;
-use percpu::VcpuId;
-use pinfold_config::{Plan, PAYLOAD_HEADER_LEN};
-use pinfold_drivers::gicv3::{sysreg as gic, GicV3Dist, GicV3Redist};
+use pinfold_config::Plan;
+use pinfold_drivers::gicv3::{self, GicV3Cpu, GICV3_CAPS};
 use pinfold_drivers::pl011::Pl011Uart;
 use pinfold_hv::dtb::{parse_host_dtb, Conduit, HostInfo};
-use pinfold_hv::layout::PPI_MAINTENANCE;
-use pinfold_hv::lockstat::LockStat;
+use pinfold_hv::exit::{SpiOp, SGI_MAILBOX};
+use pinfold_hv::irqchip::PpiStateChange;
+use pinfold_hv::lockstat::{CountedLock, LockPath, LockStat};
+use pinfold_hv::percpu::MAX_CPUS;
+use pinfold_hv::system::{BootInputs, System};
+use pinfold_vboard::{fid, same_cpu, PPI_MAINTENANCE};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Cross-CPU lock acquisitions on the hot paths (must stay 0).
+/// Acquisitions of every lock more than one CPU can take, by path.
 pub static LOCKSTAT: LockStat = LockStat::new();
 
-static HOST: spin::Once<HostInfo> = spin::Once::new();
-/// The physical distributor is one device shared by all CPUs; it is only
-/// reprogrammed at boot and when a guest (re)configures a pass-through SPI,
-/// never on the load/put, timer or local injection paths.
-static GICD: spin::Once<spin::Mutex<GicV3Dist>> = spin::Once::new();
-static ASSIGN: spin::Once<[Option<VcpuId>; arch::MAX_CPUS]> = spin::Once::new();
+/// The running system, built once by the boot CPU before any other CPU
+/// starts.
+pub static SYSTEM: spin::Once<System> = spin::Once::new();
 
-pub fn gicd(f: impl FnOnce(&mut GicV3Dist)) {
-    if let Some(d) = GICD.get() {
-        f(&mut d.lock());
-    }
-}
-
-static BOOT_COUNTER: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-
-/// The host description (set once at boot, before any CPU runs a vCPU).
-pub fn host() -> &'static HostInfo {
-    match HOST.get() {
-        Some(h) => h,
+pub fn system() -> &'static System {
+    match SYSTEM.get() {
+        Some(s) => s,
         None => halt(),
     }
 }
 
-/// CNTPCT_EL0 when the hypervisor started.
-pub fn boot_counter() -> u64 {
-    BOOT_COUNTER.load(Ordering::Relaxed)
-}
-
-pub fn host_uart_intid() -> Option<u32> {
-    HOST.get()
-        .and_then(|h| h.uart.as_ref())
-        .and_then(|u| u.intid)
-}
-
-/// The vCPU pinned to CPU `cpu`, per the plan.
-pub fn assigned_vcpu(cpu: usize) -> Option<VcpuId> {
-    ASSIGN.get().and_then(|a| a.get(cpu).copied().flatten())
-}
-
 /// Set up this CPU's GIC redistributor and CPU interface.
-fn init_cpu_gic(cpu: &mut percpu::CpuLocal, host: &HostInfo) {
-    // SAFETY: the regions come from the host DTB and are mapped as device
-    // memory by the EL2 identity map.
-    let base =
-        unsafe { GicV3Redist::find(&host.gic.redist_regions, host.gic.redist_stride, cpu.mpidr) };
-    let Some(base) = base else {
-        hvlog!("no GIC redistributor for MPIDR {:#x}", cpu.mpidr);
+fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
+    // SAFETY: the regions come from the host description and are mapped as
+    // device memory; this CPU initialises its own redistributor once.
+    let chip = unsafe {
+        GicV3Cpu::init_this_cpu(
+            &host.gic.redist_regions,
+            host.gic.redist_stride,
+            local.state.mpidr,
+            GICV3_CAPS,
+        )
+    };
+    let Some(mut chip) = chip else {
+        hvlog!("no GIC redistributor for MPIDR {:#x}", local.state.mpidr);
         return;
     };
-    // SAFETY: `base` is this CPU's own redistributor and only this CPU
-    // will ever use it.
-    let mut redist = unsafe { GicV3Redist::new(base) };
-    redist.init();
-    gic::init_cpu_interface();
-    redist.set_enable(irq::SGI_MAILBOX, true);
-    redist.set_enable(PPI_MAINTENANCE, true);
-    cpu.redist = Some(redist);
+    use pinfold_hv::irqchip::PerCpuIrqChip;
+    chip.apply_ppi(PpiStateChange::Enable(SGI_MAILBOX, true));
+    chip.apply_ppi(PpiStateChange::Enable(PPI_MAINTENANCE, true));
+    local.hw.chip = Some(chip);
 }
 
 #[no_mangle]
 extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
-    BOOT_COUNTER.store(arch::counter(), Ordering::Relaxed);
+    let boot_counter = arch::counter();
     heap::init();
     // SAFETY: firmware passed the DTB address in x0; its header holds the
     // total size (big endian at offset 4).
@@ -117,23 +95,19 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     arch::mmu::enable();
     arch::regs::set_vbar_el2(vectors_address());
     let me = arch::mpidr();
-    let index = host
-        .cpus
-        .iter()
-        .position(|&m| m & 0xff_00ff_ffff == me & 0xff_00ff_ffff)
-        .unwrap_or(0);
-    percpu::init_this_cpu(index, me);
-    if let Some(seed) = &host.rng_seed {
-        partition::add_entropy(seed);
+    let Some(index) = host.cpus.iter().position(|&m| same_cpu(m, me)) else {
+        hvprint!("the boot CPU (MPIDR {me:#x}) is not in the host description: halting");
+        halt()
+    };
+    if index >= MAX_CPUS {
+        hvprint!("the boot CPU is CPU {index}, beyond MAX_CPUS ({MAX_CPUS}): halting");
+        halt()
     }
 
-    // SAFETY: the distributor frame comes from the DTB and is mapped as
-    // device memory; this is its only user.
-    let mut dist = unsafe { GicV3Dist::new(host.gic.dist.0 as usize) };
-    dist.init();
-    GICD.call_once(|| spin::Mutex::new(dist));
-    init_cpu_gic(percpu::this_cpu(), &host);
-    irq::install_root_handler();
+    // SAFETY: the distributor frame comes from the host description and is
+    // mapped as device memory; this is its only user.
+    let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
+    hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
 
     let (image_start, payload_start) = arch::image_bounds();
     // SAFETY: the image header's image_size (offset 16) was patched by the
@@ -155,51 +129,70 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
             halt();
         }
     };
-    let _ = PAYLOAD_HEADER_LEN;
 
     let mut used: Vec<(u64, u64)> = Vec::new();
     used.push((image_start, image_size.max(payload_start - image_start)));
     used.push((dtb, dtb_size));
     used.extend_from_slice(&host.reserved);
     let mut free = pinfold_hv::memmap::FreeMemory::new(&host.memory, &used);
-
-    let mut assign = [None; arch::MAX_CPUS];
-    for (pi, pp) in plan.partitions.iter().enumerate() {
-        for (vi, &c) in pp.cpus.iter().enumerate() {
-            if let Some(slot) = assign.get_mut(c as usize) {
-                *slot = Some(VcpuId {
-                    partition: pi,
-                    vcpu: vi,
-                });
-            }
-        }
+    let cpu_count = host.cpus.len().min(MAX_CPUS);
+    if !arch::alloc_stacks(&mut free, cpu_count, index) {
+        hvprint!("no memory for {cpu_count} CPU stacks: halting");
+        halt()
     }
-    ASSIGN.call_once(|| assign);
-    partition::create_all(plan, payload, &host, &mut free);
+    let entropy = host.rng_seed.clone().unwrap_or_default();
+    let sys = System::new(
+        BootInputs {
+            host,
+            plan,
+            payload,
+            free: &mut free,
+            tables: &mut heap::HeapTables,
+            locks: &LOCKSTAT,
+            boot_counter,
+            entropy: &entropy,
+            version: VERSION,
+        },
+        &mut |args| hvlog!("{}", args),
+    );
+    let sys = SYSTEM.call_once(|| sys);
+    percpu::init_all(sys);
+    percpu::enter(index);
+    // SAFETY: the boot CPU's main line; no exception handler runs yet.
+    let local = unsafe { percpu::this_cpu() };
+    init_cpu_gic(local, &sys.host);
+    irq::install_root_handler();
+    sys.program_spis(&mut local.hw);
 
     // Host UART input, routed to this CPU.
-    if let Some(intid) = host.uart.as_ref().and_then(|u| u.intid) {
-        gicd(|d| {
-            d.route(intid, me);
-            d.enable(intid, true);
-        });
+    if let Some(intid) = sys.host.uart.as_ref().and_then(|u| u.intid) {
+        use pinfold_hv::exit::Hw;
+        local
+            .hw
+            .spi(LockPath::PhysDist, SpiOp::Route { intid, mpidr: me });
+        local.hw.spi(
+            LockPath::PhysDist,
+            SpiOp::Enable {
+                intid,
+                enable: true,
+            },
+        );
         if let Some(u) = log::uart() {
             u.enable_rx_interrupt();
         }
     }
 
-    let host = HOST.call_once(|| host);
-    match host.psci.as_ref().map(|p| p.conduit) {
+    match sys.host.psci.as_ref().map(|p| p.conduit) {
         Some(Conduit::Smc) => {
-            for (i, &mpidr) in host.cpus.iter().enumerate().take(arch::MAX_CPUS) {
+            for (i, &mpidr) in sys.host.cpus.iter().enumerate().take(cpu_count) {
                 if i == index {
                     continue;
                 }
                 let r = arch::firmware_smc(
-                    0xc400_0003,
+                    u64::from(fid::CPU_ON_64),
                     mpidr,
                     arch::secondary_entry_address(),
-                    i as u64,
+                    arch::secondary_context(i),
                 );
                 if r != 0 {
                     hvlog!("CPU {i} (MPIDR {mpidr:#x}) did not start: PSCI {r}");
@@ -209,16 +202,15 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         _ => hvlog!("no PSCI SMC conduit: running on the boot CPU only"),
     }
 
-    if partition::all().iter().any(|p| p.plan.management) {
-        hvprint!("management token: {}", partition::management_token());
+    if sys.partitions.iter().any(|p| p.plan.management) {
+        hvprint!("management token: {}", sys.token());
     }
-    for p in partition::all() {
+    for p in &sys.partitions {
         if p.plan.autostart {
-            vcpu::start_partition(p);
+            let _ = sys.start_partition(p, &mut local.hw, index);
         }
     }
-    hvprint!("ready: {} partitions", partition::all().len());
-    let _ = Ordering::Relaxed;
+    hvprint!("ready: {} partitions", sys.partitions.len());
     arch::reset_stack_and_call(index, vcpu::idle)
 }
 
@@ -226,11 +218,16 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
 extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     arch::mmu::enable();
     arch::regs::set_vbar_el2(vectors_address());
+    arch::regs::set_hcr_el2(vcpu::HCR_HOST);
     let index = index as usize;
-    percpu::init_this_cpu(index, arch::mpidr());
-    if let Some(host) = HOST.get() {
-        init_cpu_gic(percpu::this_cpu(), host);
-    }
+    percpu::enter(index);
+    let sys = system();
+    // SAFETY: this CPU's main line; no exception handler runs yet.
+    let local = unsafe { percpu::this_cpu() };
+    init_cpu_gic(local, &sys.host);
+    sys.cpus[index]
+        .online
+        .store(true, core::sync::atomic::Ordering::Release);
     hvlog!("online");
     arch::reset_stack_and_call(index, vcpu::idle)
 }
@@ -244,7 +241,7 @@ fn vectors_address() -> u64 {
 
 /// A fault in the hypervisor itself: report and stop this CPU.
 #[no_mangle]
-extern "C" fn pinfold_hv_fault(frame: &arch::GuestFrame) {
+extern "C" fn pinfold_hv_fault(frame: &pinfold_hv::exit::GuestRegs) {
     hvlog!(
         "HYPERVISOR FAULT: ESR_EL2 {:#x} FAR_EL2 {:#x} ELR_EL2 {:#x} lr {:#x}",
         arch::regs::esr_el2(),

@@ -360,6 +360,35 @@ impl LrManager {
         self.update_underflow(lrs);
     }
 
+    /// Pending and active state of the SGIs and PPIs (INTID < 32) this
+    /// manager holds, in list registers or queued (queued counts as pending).
+    pub fn private_bits(&self, lrs: &impl ListRegisters) -> crate::irqchip::PpiBits {
+        let mut bits = crate::irqchip::PpiBits::default();
+        let count = self.lr_count(lrs);
+        let empty = lrs.empty_lr_mask();
+        for n in 0..count {
+            let Some(held) = self.shadow[n] else { continue };
+            if held.intid >= 32 || empty & bit(n) != 0 {
+                continue;
+            }
+            match state_of(lrs.read_lr(n)) {
+                LrState::Pending => bits.pending |= 1 << held.intid,
+                LrState::Active => bits.active |= 1 << held.intid,
+                LrState::PendingActive => {
+                    bits.pending |= 1 << held.intid;
+                    bits.active |= 1 << held.intid;
+                }
+                LrState::Invalid => {}
+            }
+        }
+        for irq in &self.queue[..self.queue_len] {
+            if irq.intid < 32 {
+                bits.pending |= 1 << irq.intid;
+            }
+        }
+        bits
+    }
+
     /// Empty every list register and the queue (vCPU reset or teardown).
     /// HW-linked interrupts are dropped too; use
     /// [`LrManager::clear_reporting_hw`] when their physical interrupts must

@@ -169,6 +169,24 @@ impl VRedist {
         }
     }
 
+    /// [`VRedist::read`], with the pending and active bits of the
+    /// pass-through PPIs taken from `hw`: what the physical redistributor and
+    /// the list registers hold for them (the emulated state knows nothing of
+    /// a timer that fired). Without this a guest polling GICR_ISPENDR0 for
+    /// its timer interrupt would never see it pending.
+    pub fn read_with_hw(&self, offset: u64, width: u8, hw: crate::irqchip::PpiBits) -> u64 {
+        let value = self.read(offset, width);
+        if width != 4 {
+            return value;
+        }
+        let overlay = match offset.checked_sub(SGI_BASE) {
+            Some(GICR_ISPENDR0 | GICR_ICPENDR0) => hw.pending,
+            Some(GICR_ISACTIVER0 | GICR_ICACTIVER0) => hw.active,
+            _ => 0,
+        };
+        value | u64::from(overlay & self.passthrough)
+    }
+
     fn read_sgi_frame(&self, offset: u64, width: u8) -> u64 {
         if (GICR_IPRIORITYR0..GICR_IPRIORITYR_END).contains(&offset) {
             return match width {

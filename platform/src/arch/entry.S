@@ -2,7 +2,6 @@
 // BSS clearing and per-CPU stacks. Everything after this is Rust.
 
 .equ STACK_SIZE, 0x10000
-.equ MAX_CPUS, 8
 .equ R_AARCH64_RELATIVE, 1027
 
 .section .text.head, "ax"
@@ -52,30 +51,25 @@ primary_entry:
     stp     xzr, xzr, [x1], #16
     b       3b
 4:
-    mov     x0, #0
-    bl      set_stack
+    adrp    x1, __boot_stack
+    add     x1, x1, :lo12:__boot_stack
+    mov     x2, #STACK_SIZE
+    add     sp, x1, x2
     mov     x0, x19
     bl      pinfold_primary_main
     b       halt
 
-// Secondary CPUs arrive here from PSCI CPU_ON with x0 = our CPU index.
+// Secondary CPUs arrive here from PSCI CPU_ON with x0 = the address of
+// their boot record (stack_top, index) (arch::SecondaryBoot), with the
+// MMU off: the boot CPU cleaned the record to the point of coherency.
 .global pinfold_secondary_entry
 pinfold_secondary_entry:
     msr     daifset, #0xf
-    mov     x19, x0
-    bl      set_stack
-    mov     x0, x19
+    ldr     x1, [x0]
+    mov     sp, x1
+    ldr     x0, [x0, #8]
     bl      pinfold_secondary_main
     b       halt
-
-// sp = top of the stack of CPU x0. Clobbers x1, x2.
-set_stack:
-    adrp    x1, __stacks
-    add     x1, x1, :lo12:__stacks
-    mov     x2, #STACK_SIZE
-    madd    x1, x0, x2, x1
-    add     sp, x1, x2
-    ret
 
 not_el2:
 halt:
@@ -84,6 +78,6 @@ halt:
 
 .section .bss.stacks, "aw", %nobits
 .balign 4096
-.global __stacks
-__stacks:
-    .space STACK_SIZE * MAX_CPUS
+.global __boot_stack
+__boot_stack:
+    .space STACK_SIZE

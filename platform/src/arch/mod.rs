@@ -6,46 +6,21 @@
 pub mod mmu;
 pub mod regs;
 
+use alloc::vec::Vec;
 use core::arch::{asm, global_asm};
 
 global_asm!(include_str!("entry.S"));
 global_asm!(include_str!("vectors.S"));
 
-/// Guest general purpose registers saved by the vectors (layout shared with
-/// vectors.S: x0-x30, ELR_EL2, SPSR_EL2, pad).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct GuestFrame {
-    pub x: [u64; 31],
-    pub elr: u64,
-    pub spsr: u64,
-    pub _pad: u64,
-}
-
-const _: () = assert!(core::mem::size_of::<GuestFrame>() == 272);
-
-impl GuestFrame {
-    /// Register `n` as an instruction names it (31 = xzr).
-    pub fn reg(&self, n: u8) -> u64 {
-        if n >= 31 {
-            0
-        } else {
-            self.x[n as usize]
-        }
-    }
-
-    pub fn set_reg(&mut self, n: u8, value: u64) {
-        if n < 31 {
-            self.x[n as usize] = value;
-        }
-    }
-}
+/// Guest general purpose registers saved by the vectors: the core's
+/// `GuestRegs` (layout shared with vectors.S: x0-x30, ELR_EL2, SPSR_EL2, pad).
+pub use pinfold_hv::exit::GuestRegs as GuestFrame;
 
 extern "C" {
     fn pinfold_enter_guest(frame: *const GuestFrame, stack_top: u64) -> !;
     fn pinfold_reset_stack_and_call(stack_top: u64, f: extern "C" fn() -> !) -> !;
     pub fn pinfold_secondary_entry();
-    static __stacks: u8;
+    static __boot_stack: u8;
     static __image_start: u8;
     static __bss_end: u8;
     static __payload_start: u8;
@@ -54,12 +29,67 @@ extern "C" {
 }
 
 pub const STACK_SIZE: u64 = 0x1_0000;
-pub const MAX_CPUS: usize = 8;
+
+/// Where a secondary CPU finds its stack and index (x0 of its PSCI CPU_ON;
+/// read by `pinfold_secondary_entry` in entry.S).
+#[repr(C)]
+struct SecondaryBoot {
+    stack_top: u64,
+    index: u64,
+}
+
+/// Top of each CPU's EL2 stack, and each secondary's boot record. The boot
+/// CPU keeps the stack in the image (`__boot_stack`); the others get stacks
+/// from host RAM sized to the CPU count, so the image does not grow with
+/// the largest server.
+static STACKS: spin::Once<(Vec<u64>, Vec<SecondaryBoot>)> = spin::Once::new();
+
+/// Take stacks for `cpu_count` CPUs from `free` (the boot CPU `boot` keeps
+/// its own). False if there is not enough memory.
+pub fn alloc_stacks(free: &mut pinfold_hv::memmap::FreeMemory, cpu_count: usize, boot: usize) -> bool {
+    let Some(base) = free.take_top(STACK_SIZE * cpu_count as u64, 4096) else {
+        return false;
+    };
+    let boot_top = core::ptr::addr_of!(__boot_stack) as u64 + STACK_SIZE;
+    let tops: Vec<u64> = (0..cpu_count)
+        .map(|i| {
+            if i == boot {
+                boot_top
+            } else {
+                base + STACK_SIZE * (i as u64 + 1)
+            }
+        })
+        .collect();
+    let records = tops
+        .iter()
+        .enumerate()
+        .map(|(i, &stack_top)| SecondaryBoot {
+            stack_top,
+            index: i as u64,
+        })
+        .collect();
+    STACKS.call_once(|| (tops, records));
+    true
+}
 
 /// Top of CPU `cpu`'s EL2 stack.
 pub fn stack_top(cpu: usize) -> u64 {
-    let base = core::ptr::addr_of!(__stacks) as u64;
-    base + STACK_SIZE * (cpu as u64 + 1)
+    STACKS
+        .get()
+        .and_then(|(tops, _)| tops.get(cpu).copied())
+        .unwrap_or(core::ptr::addr_of!(__boot_stack) as u64 + STACK_SIZE)
+}
+
+/// The context id CPU `cpu` is started with: its boot record's address.
+pub fn secondary_context(cpu: usize) -> u64 {
+    STACKS
+        .get()
+        .and_then(|(_, r)| r.get(cpu))
+        .map_or(0, |r| {
+            let addr = r as *const SecondaryBoot as u64;
+            clean_dcache_range(addr, core::mem::size_of::<SecondaryBoot>() as u64);
+            addr
+        })
 }
 
 /// Enter the guest with `frame` on a fresh stack. Never returns: the next
@@ -148,6 +178,22 @@ pub fn sync_icache_range(start: u64, len: u64) {
     }
     // SAFETY: barriers only.
     unsafe { asm!("dsb ish", "isb", options(nostack)) };
+}
+
+/// Invalidate every instruction cache of the inner shareable domain (a
+/// guest image was (re)loaded; the guest starts with its MMU off).
+pub fn invalidate_icache_all() {
+    // SAFETY: cache maintenance only.
+    unsafe { asm!("dsb ish", "ic ialluis", "dsb ish", "isb", options(nostack)) };
+}
+
+/// The virtual CPU interface's reset state for a freshly loaded vCPU:
+/// ICH_VMCR_EL2 and the active priority registers zero.
+pub fn set_vgic_reset_state() {
+    use pinfold_drivers::gicv3::sysreg as gic;
+    gic::set_ich_vmcr_el2(0);
+    gic::set_ich_ap0r0_el2(0);
+    gic::set_ich_ap1r0_el2(0);
 }
 
 /// Invalidate all stage-1 and stage-2 EL1&0 TLB entries of the current VMID

@@ -1,0 +1,1082 @@
+//! The portable exit handler: what a trap, an interrupt or a request means
+//! and what the platform must do about it. Arch code reads the syndrome
+//! registers, decodes them (`trap::decode`) into an [`Exit`] and calls
+//! [`handle_exit`] with this CPU's [`CpuState`], the guest's registers and
+//! the small hardware trait [`Hw`]; it gets back a typed [`Next`] to apply.
+//! MMIO routing to the emulated devices (GICD, GICR, PL011), the
+//! system-register policy, SGI resolution, PSCI/SMCCC, the management
+//! hypercalls and fault accounting all live here, as do vCPU load/put, the
+//! interrupt dispatch of the root IRQ handler and the idle loop's decisions.
+//! A trace of one trap goes down once (platform -> here) and comes back once.
+//!
+//! Nothing here takes a lock shared between CPUs on vCPU load/put, timer PPI
+//! forwarding or local injection; the locks it does take (the partition's
+//! distributor and console) are `CountedLock`s, counted per path.
+
+use crate::addr::{Ipa, IpaRange, PhysAddr};
+use crate::hypercall::{self, GuestMemory, GuestMemoryFault};
+use crate::irqchip::{change_percpu_state, PerCpuIrqChip, PpiBits, PpiStateChange};
+use crate::layout::{emulated_device, EmulatedDevice};
+use crate::lockstat::LockPath;
+use crate::mailbox::MailboxOp;
+use crate::partition::{HostMemory, Partition, State};
+use crate::percpu::{CpuState, LoadedVcpu, VcpuId, REQ_CPU_ON, REQ_START, REQ_STOP};
+use crate::psci::{self, Call, PowerState};
+use crate::ratelimit::{FaultKind, Verdict};
+use crate::sysreg::sanitise_id_reg;
+use crate::system::System;
+use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
+use crate::vgic::dist::DistAction;
+use crate::vgic::lr::{ListRegisters, VirtIrq, MAX_LR_COUNT};
+use crate::vgic::redist::{RedistAction, VRedist};
+use crate::vgic::sgi;
+use core::cell::RefCell;
+use core::fmt;
+use core::sync::atomic::Ordering;
+use pinfold_vboard::{ExitClass, GUEST_UART_INTID, PPI_MAINTENANCE, PPI_PTIMER, PPI_VTIMER};
+
+/// The SGI other CPUs send after posting to this CPU's mailbox.
+pub const SGI_MAILBOX: u32 = 8;
+
+/// The per-CPU PPIs a pinned vCPU owns: its EL1 virtual and physical timers.
+pub const PASSTHROUGH_PPIS: u32 = (1 << PPI_VTIMER) | (1 << PPI_PTIMER);
+
+/// Times a full mailbox is retried before the operation is counted lost.
+const POST_RETRIES: u32 = 1000;
+
+/// The guest's general-purpose registers and return state, saved by the
+/// vectors (layout shared with vectors.S: x0-x30, ELR_EL2, SPSR_EL2, pad).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct GuestRegs {
+    pub x: [u64; 31],
+    pub elr: u64,
+    pub spsr: u64,
+    pub _pad: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<GuestRegs>() == 272);
+
+impl GuestRegs {
+    /// Register `n` as an instruction names it (31 = xzr).
+    pub fn reg(&self, n: u8) -> u64 {
+        if n >= 31 {
+            0
+        } else {
+            self.x[n as usize]
+        }
+    }
+
+    pub fn set_reg(&mut self, n: u8, value: u64) {
+        if n < 31 {
+            self.x[n as usize] = value;
+        }
+    }
+}
+
+/// An operation on the shared distributor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpiOp {
+    Enable { intid: u32, enable: bool },
+    Route { intid: u32, mpidr: u64 },
+    SetEdge { intid: u32, edge: bool },
+}
+
+/// The hardware the core needs, implemented by the platform over the real
+/// registers and by the tests over a fake. The per-CPU interrupt chip is a
+/// supertrait: the CPU's own SGI/PPI state and CPU interface.
+pub trait Hw: PerCpuIrqChip + HostMemory {
+    /// Number of list registers (ICH_VTR_EL2.ListRegs + 1).
+    fn lr_count(&self) -> usize;
+    fn read_lr(&self, n: usize) -> u64;
+    fn write_lr(&mut self, n: usize, value: u64);
+    /// ICH_ELRSR_EL2.
+    fn empty_lr_mask(&self) -> u16;
+    /// ICH_HCR_EL2.UIE.
+    fn set_underflow_irq(&mut self, enable: bool);
+    /// An operation on the shared distributor; the platform takes its
+    /// chip-wide lock (counted as `path`).
+    fn spi(&mut self, path: LockPath, op: SpiOp);
+    /// The real value of an ID register (op0 = 3, op1 = 0, CRn = 0).
+    fn read_id_reg(&self, reg: SysRegId) -> u64;
+    /// The guest's VBAR_EL1 (for exception injection).
+    fn vbar_el1(&self) -> u64;
+    /// The physical counter and its frequency.
+    fn now(&self) -> u64;
+    fn counter_frequency(&self) -> u64;
+    /// A whole console line of partition `source` (index + 1) for the host
+    /// UART.
+    fn console_line(&mut self, source: u32, line: &[u8]);
+    /// A hypervisor log line (the platform tags it with the CPU).
+    fn log(&mut self, args: fmt::Arguments);
+}
+
+/// The list registers of an [`Hw`], for `LrManager`.
+pub struct Lrs<'a, H: Hw>(pub &'a mut H);
+
+impl<H: Hw> ListRegisters for Lrs<'_, H> {
+    fn lr_count(&self) -> usize {
+        self.0.lr_count()
+    }
+    fn read_lr(&self, n: usize) -> u64 {
+        self.0.read_lr(n)
+    }
+    fn write_lr(&mut self, n: usize, value: u64) {
+        self.0.write_lr(n, value)
+    }
+    fn empty_lr_mask(&self) -> u16 {
+        self.0.empty_lr_mask()
+    }
+    fn set_underflow_irq(&mut self, enable: bool) {
+        self.0.set_underflow_irq(enable)
+    }
+}
+
+/// EL1 exception state to write before resuming (an injected exception).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct El1Exception {
+    pub esr: u64,
+    /// None leaves FAR_EL1 alone.
+    pub far: Option<u64>,
+    pub elr: u64,
+    pub spsr: u64,
+}
+
+/// What the platform does after an exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Enter the guest again with the (possibly changed) registers.
+    Resume,
+    /// Write this EL1 exception state, then enter the guest (the registers'
+    /// ELR/SPSR already point at the guest's vector).
+    Inject(El1Exception),
+    /// Put this vCPU and go idle (PSCI CPU_OFF, a stop request).
+    Park,
+    /// The partition was stopped (SYSTEM_OFF, SError): put, go idle.
+    Stopped,
+    /// The guest asked for SYSTEM_RESET of partition `.0`: put this vCPU,
+    /// then call [`System::finish_restart`], then go idle.
+    Restart(usize),
+}
+
+/// Where the idle loop enters a vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boot {
+    pub id: VcpuId,
+    pub entry: u64,
+    pub x0: u64,
+}
+
+/// What vCPU load decided, for the platform to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VcpuContext {
+    pub vmpidr: u64,
+    pub vmid: u16,
+    pub stage2_root: PhysAddr,
+}
+
+/// Report a partition's fault, rate-limited per kind (the count is exact).
+pub fn fault(p: &Partition, hw: &mut impl Hw, kind: FaultKind, args: fmt::Arguments) {
+    match p.fault(kind, hw.now(), hw.counter_frequency()) {
+        Verdict::Print { suppressed: 0 } => hw.log(format_args!("partition {}: {}", p.name, args)),
+        Verdict::Print { suppressed } => hw.log(format_args!(
+            "partition {}: {} ({} more of this kind suppressed)",
+            p.name, args, suppressed
+        )),
+        Verdict::Suppress => {}
+    }
+}
+
+fn loaded_partition<'s>(sys: &'s System, cpu: &CpuState) -> Option<(&'s Partition, usize)> {
+    let id = cpu.loaded.as_ref()?.id;
+    Some((sys.partitions.get(id.partition)?, id.vcpu))
+}
+
+/// Handle one synchronous exit of the vCPU loaded on this CPU.
+pub fn handle_exit(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    regs: &mut GuestRegs,
+    exit: Exit,
+) -> Next {
+    let Some((p, v)) = loaded_partition(sys, cpu) else {
+        hw.log(format_args!("trap with no vCPU loaded: {exit:?}"));
+        return Next::Park;
+    };
+    let counters = &sys.cpus[cpu.index].counters;
+    match exit {
+        Exit::DataAbort {
+            ipa,
+            far,
+            access: Some(access),
+            ..
+        } => match emulated_device(ipa.0, p.vcpus.len()) {
+            Some(device) => {
+                counters.exit(ExitClass::Mmio);
+                mmio(sys, cpu, hw, p, v, device, &access, regs);
+                regs.elr += 4;
+                Next::Resume
+            }
+            None => {
+                counters.exit(ExitClass::Abort);
+                fault(
+                    p,
+                    hw,
+                    FaultKind::UnmappedIpa,
+                    format_args!("access to unmapped IPA {:#x}: data abort injected", ipa.0),
+                );
+                inject(hw, regs, InjectKind::DataAbort, far)
+            }
+        },
+        Exit::DataAbort {
+            ipa,
+            far,
+            access: None,
+            ..
+        } => {
+            counters.exit(ExitClass::Abort);
+            fault(
+                p,
+                hw,
+                FaultKind::Undecodable,
+                format_args!(
+                    "undecodable access (ISV=0) to IPA {:#x}: data abort injected",
+                    ipa.0
+                ),
+            );
+            inject(hw, regs, InjectKind::DataAbort, far)
+        }
+        Exit::InstrAbort { ipa, far, ifsc } => {
+            counters.exit(ExitClass::Abort);
+            fault(
+                p,
+                hw,
+                FaultKind::InstrAbort,
+                format_args!(
+                    "instruction fetch from IPA {:#x} (FAR {far:#x}, IFSC {ifsc:#x}): prefetch abort injected",
+                    ipa.0
+                ),
+            );
+            inject(hw, regs, InjectKind::InstrAbort, far)
+        }
+        Exit::Hvc { .. } => {
+            counters.exit(ExitClass::Hvc);
+            hvc(sys, cpu, hw, p, v, regs)
+        }
+        Exit::Smc { .. } => {
+            // No secure firmware is offered to partitions.
+            counters.exit(ExitClass::Hvc);
+            regs.x[0] = psci::NOT_SUPPORTED as u64;
+            regs.elr += 4;
+            Next::Resume
+        }
+        Exit::SysReg(access) => {
+            counters.exit(ExitClass::SysReg);
+            if sysreg(sys, cpu, hw, p, v, access.reg, access.rt, access.read, regs) {
+                regs.elr += 4;
+                Next::Resume
+            } else {
+                fault(
+                    p,
+                    hw,
+                    FaultKind::UnknownSysReg,
+                    format_args!("unhandled system register {:?}: undefined injected", access.reg),
+                );
+                inject(hw, regs, InjectKind::Undefined, 0)
+            }
+        }
+        Exit::Wfx { .. } => {
+            counters.exit(ExitClass::Other);
+            regs.elr += 4;
+            Next::Resume
+        }
+        Exit::FpAccess | Exit::Unknown { .. } => {
+            counters.exit(ExitClass::Other);
+            fault(
+                p,
+                hw,
+                FaultKind::Other,
+                format_args!("unexpected trap {exit:?}: undefined injected"),
+            );
+            inject(hw, regs, InjectKind::Undefined, 0)
+        }
+    }
+}
+
+/// An SError (or FIQ) taken from the guest: the partition is stopped.
+pub fn handle_serror(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, esr: u64) -> Next {
+    let Some((p, _)) = loaded_partition(sys, cpu) else {
+        return Next::Park;
+    };
+    fault(
+        p,
+        hw,
+        FaultKind::Other,
+        format_args!("SError/FIQ from guest (ESR {esr:#x}): partition stopped"),
+    );
+    sys.stop_partition(p, hw, cpu.index);
+    Next::Stopped
+}
+
+fn inject(hw: &mut impl Hw, regs: &mut GuestRegs, kind: InjectKind, far: u64) -> Next {
+    let inj = trap::inject(kind, regs.spsr, hw.vbar_el1(), far);
+    let el1 = El1Exception {
+        esr: inj.esr_el1,
+        far: inj.far_el1,
+        elr: regs.elr,
+        spsr: regs.spsr,
+    };
+    regs.elr = inj.elr_el2;
+    regs.spsr = inj.spsr_el2;
+    Next::Inject(el1)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn mmio(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    device: EmulatedDevice,
+    a: &MmioAccess,
+    regs: &mut GuestRegs,
+) {
+    let value = if a.write {
+        trap::mmio_store_value(a, regs.reg(a.reg))
+    } else {
+        0
+    };
+    let result = match device {
+        EmulatedDevice::Gicd { offset } => {
+            let mut dist = p.dist.lock(LockPath::GicdTrap);
+            if a.write {
+                dist.write(offset, a.width, value, &mut |act| {
+                    dist_action(sys, cpu, hw, p, act)
+                });
+                0
+            } else {
+                dist.read(offset, a.width)
+            }
+        }
+        EmulatedDevice::Gicr { vcpu, offset } if vcpu == v => {
+            redist_access(sys, cpu, hw, offset, a.width, a.write, value)
+        }
+        EmulatedDevice::Gicr { vcpu, offset } => {
+            // Another vCPU's redistributor: Linux reads GICR_TYPER of every
+            // frame to find its own. Only identification registers are
+            // meaningful from here; they are the same for any instance.
+            if a.write {
+                fault(
+                    p,
+                    hw,
+                    FaultKind::ForeignRedist,
+                    format_args!("write to vCPU {vcpu}'s redistributor from vCPU {v}: ignored"),
+                );
+                0
+            } else {
+                let last = vcpu + 1 == p.vcpus.len();
+                VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, PASSTHROUGH_PPIS)
+                    .read(offset, a.width)
+            }
+        }
+        EmulatedDevice::Uart { offset } => {
+            uart_access(sys, cpu, hw, p, offset, a.width, a.write, value)
+        }
+    };
+    if !a.write {
+        if let Some(r) = a.target_reg() {
+            regs.set_reg(r, trap::mmio_load_value(a, result));
+        }
+    }
+}
+
+fn redist_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    offset: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> u64 {
+    let index = cpu.index;
+    let CpuState { lrs, loaded, .. } = cpu;
+    let Some(loaded) = loaded.as_mut() else {
+        return 0;
+    };
+    if !write {
+        let held = lrs.private_bits(&Lrs(hw));
+        let phys = hw.ppi_bits();
+        let state = PpiBits {
+            pending: held.pending | phys.pending,
+            active: held.active | phys.active,
+        };
+        return loaded.vredist.read_with_hw(offset, width, state);
+    }
+    loaded.vredist.write(offset, width, value, &mut |act| match act {
+        RedistAction::Inject(irq) => inject_into(sys, index, lrs, hw, irq),
+        RedistAction::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
+        RedistAction::PhysPpiEnable { intid, enable } => ppi_change(
+            sys,
+            hw,
+            LockPath::TimerPpiState,
+            PpiStateChange::Enable(intid, enable),
+        ),
+        RedistAction::PhysPpiPending { intid, pending } => ppi_change(
+            sys,
+            hw,
+            LockPath::TimerPpiState,
+            PpiStateChange::Pending(intid, pending),
+        ),
+        RedistAction::PhysPpiActive { intid, active } => ppi_change(
+            sys,
+            hw,
+            LockPath::TimerPpiState,
+            PpiStateChange::Active(intid, active),
+        ),
+    });
+    0
+}
+
+fn ppi_change(sys: &System, hw: &mut impl Hw, path: LockPath, change: PpiStateChange) {
+    change_percpu_state(hw, &sys.chip_lock, path, change);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn uart_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    offset: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> u64 {
+    let mut con = p.console.lock(LockPath::ConsoleTrap);
+    let con = &mut *con;
+    let result = if write {
+        let source = p.index as u32 + 1;
+        let crate::partition::Console {
+            pl011,
+            prefix,
+            ring,
+        } = con;
+        pl011.write(offset, width, value, &mut |byte| {
+            ring.push(&[byte]);
+            prefix.feed(byte, &mut |line| hw.console_line(source, line));
+        });
+        if prefix.ends_with_prompt() {
+            prefix.flush(&mut |line| hw.console_line(source, line));
+        }
+        0
+    } else {
+        con.pl011.read(offset, width)
+    };
+    let level = con.pl011.irq_level();
+    let mut dist = p.dist.lock(LockPath::ConsoleTrap);
+    dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
+        dist_action(sys, cpu, hw, p, act)
+    });
+    result
+}
+
+/// Apply one distributor action: deliver injections (locally or through the
+/// target CPU's mailbox), program the physical distributor for the
+/// partition's own SPIs, report refusals. Runs under the partition's
+/// distributor lock; nothing is buffered, so nothing can be dropped for want
+/// of a slot.
+fn dist_action(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition, act: DistAction) {
+    match act {
+        DistAction::Inject { vcpu, irq } => deliver(sys, cpu, hw, p, vcpu, MailboxOp::Inject(irq)),
+        DistAction::Retract { vcpu, intid } => {
+            deliver(sys, cpu, hw, p, vcpu, MailboxOp::Retract(intid))
+        }
+        DistAction::PhysSpiEnable { intid, enable } => {
+            hw.spi(LockPath::PhysDist, SpiOp::Enable { intid, enable })
+        }
+        DistAction::PhysSpiRoute { intid, vcpu } => {
+            if let Some(s) = p.vcpus.get(vcpu) {
+                let mpidr = sys.cpus[s.pcpu].mpidr.load(Ordering::Relaxed);
+                hw.spi(LockPath::PhysDist, SpiOp::Route { intid, mpidr });
+            }
+        }
+        DistAction::PhysSpiPending { .. } | DistAction::PhysSpiActive { .. } => {
+            // Pending/active of a pass-through SPI stay with the hardware;
+            // the guest's view is the list register's.
+        }
+        DistAction::Refused { intid, what } => fault(
+            p,
+            hw,
+            FaultKind::ForeignSpi,
+            format_args!("{what} SPI {intid} it does not own: ignored"),
+        ),
+    }
+}
+
+/// Deliver `op` to vCPU `vcpu` of `p`: into our own list registers when it
+/// runs here, otherwise through its CPU's mailbox.
+fn deliver(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    vcpu: usize,
+    op: MailboxOp,
+) {
+    let Some(s) = p.vcpus.get(vcpu) else {
+        return;
+    };
+    let here = cpu
+        .loaded
+        .as_ref()
+        .is_some_and(|l| l.id.partition == p.index && l.id.vcpu == vcpu);
+    if s.pcpu == cpu.index && here {
+        apply_op(sys, cpu, hw, op);
+    } else {
+        post_remote(sys, cpu.index, hw, p, s.pcpu, op);
+    }
+}
+
+/// Apply a mailbox operation to the vCPU loaded here.
+fn apply_op(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
+    let index = cpu.index;
+    let CpuState { lrs, loaded, .. } = cpu;
+    let Some(loaded) = loaded.as_mut() else {
+        return;
+    };
+    match op {
+        MailboxOp::Inject(irq) => inject_into(sys, index, lrs, hw, irq),
+        MailboxOp::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
+        MailboxOp::Sgi(intid) => {
+            if let Some(irq) = loaded.vredist.raise_sgi(intid) {
+                inject_into(sys, index, lrs, hw, irq);
+            }
+        }
+    }
+}
+
+/// Inject into the vCPU running on this CPU: its own list registers only,
+/// no lock shared between CPUs. A full overflow queue is counted and
+/// reported, never silent.
+fn inject_into(
+    sys: &System,
+    index: usize,
+    lrs: &mut crate::vgic::lr::LrManager,
+    hw: &mut impl Hw,
+    irq: VirtIrq,
+) {
+    let counters = &sys.cpus[index].counters;
+    counters.injected();
+    if let Err(e) = lrs.inject(&mut Lrs(hw), irq) {
+        counters.dropped();
+        if let Some(p) = sys.partition_on(index) {
+            fault(
+                p,
+                hw,
+                FaultKind::Dropped,
+                format_args!("interrupt {} lost: {e}", irq.intid),
+            );
+        }
+    }
+}
+
+/// Inject into the vCPU loaded on this CPU (a timer or a local event).
+pub fn inject_local(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, irq: VirtIrq) {
+    if cpu.loaded.is_none() {
+        return;
+    }
+    inject_into(sys, cpu.index, &mut cpu.lrs, hw, irq);
+}
+
+/// Post `op` to CPU `pcpu`'s mailbox and kick it. A mailbox that stays full
+/// after bounded retries loses the operation: counted as the partition's
+/// fault and reported.
+fn post_remote(
+    sys: &System,
+    me: usize,
+    hw: &mut impl Hw,
+    p: &Partition,
+    pcpu: usize,
+    op: MailboxOp,
+) {
+    let Some(target) = sys.cpus.get(pcpu) else {
+        return;
+    };
+    let posted = (0..POST_RETRIES).any(|_| {
+        let ok = target.mailbox.post(op);
+        if !ok {
+            core::hint::spin_loop();
+        }
+        ok
+    });
+    if !posted {
+        fault(
+            p,
+            hw,
+            FaultKind::Dropped,
+            format_args!("mailbox of CPU {pcpu} full: {op:?} lost"),
+        );
+    }
+    sys.kick(hw, me, pcpu);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sysreg(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    reg: SysRegId,
+    rt: u8,
+    read: bool,
+    regs: &mut GuestRegs,
+) -> bool {
+    if reg == SysRegId::ICC_SGI1R_EL1
+        || reg == SysRegId::ICC_ASGI1R_EL1
+        || reg == SysRegId::ICC_SGI0R_EL1
+    {
+        if !read {
+            send_sgi(sys, cpu, hw, p, v, regs.reg(rt));
+        }
+        return true;
+    }
+    if reg.is_id_group3() {
+        if read {
+            let real = hw.read_id_reg(reg);
+            regs.set_reg(rt, sanitise_id_reg(reg, real));
+            return true;
+        }
+        return false;
+    }
+    if reg.is_dc_set_way() {
+        // Set/way maintenance is meaningless for a guest that shares caches
+        // with nobody it can name; memory stays coherent (KVM makes the
+        // same argument). Ignored.
+        return true;
+    }
+    if reg == SysRegId::ACTLR_EL1 {
+        if read {
+            regs.set_reg(rt, 0);
+        }
+        return true;
+    }
+    false
+}
+
+fn send_sgi(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    value: u64,
+) {
+    let req = sgi::decode_sgi1r(value);
+    let res = sgi::resolve(&req, &p.vcpu_mpidrs, v);
+    if res.outside > 0 {
+        fault(
+            p,
+            hw,
+            FaultKind::ForeignCpu,
+            format_args!(
+                "SGI {} to {} target(s) outside the partition: dropped",
+                req.intid, res.outside
+            ),
+        );
+    }
+    let intid = u32::from(req.intid);
+    for t in 0..p.vcpus.len() {
+        if res.vcpus & (1 << t) == 0 {
+            continue;
+        }
+        if t == v {
+            apply_op(sys, cpu, hw, MailboxOp::Sgi(intid));
+        } else {
+            post_remote(sys, cpu.index, hw, p, p.vcpus[t].pcpu, MailboxOp::Sgi(intid));
+        }
+    }
+}
+
+/// The caller's RAM and the management operations, sharing the hardware.
+struct Caller<'a, 'h, H: Hw> {
+    p: &'a Partition,
+    hw: &'a RefCell<&'h mut H>,
+}
+
+impl<H: Hw> GuestMemory for Caller<'_, '_, H> {
+    fn ram_range(&self) -> IpaRange {
+        IpaRange::new(self.p.ram_ipa, self.p.ram_size)
+    }
+    fn write(&mut self, ipa: Ipa, bytes: &[u8]) -> Result<(), GuestMemoryFault> {
+        let pa = self
+            .p
+            .host_addr(ipa.0, bytes.len() as u64)
+            .ok_or(GuestMemoryFault)?;
+        HostMemory::write(&mut **self.hw.borrow_mut(), pa, bytes);
+        Ok(())
+    }
+    fn read(&self, ipa: Ipa, out: &mut [u8]) -> Result<(), GuestMemoryFault> {
+        let pa = self
+            .p
+            .host_addr(ipa.0, out.len() as u64)
+            .ok_or(GuestMemoryFault)?;
+        HostMemory::read(&**self.hw.borrow(), pa, out);
+        Ok(())
+    }
+}
+
+fn hvc(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    regs: &mut GuestRegs,
+) -> Next {
+    let call = psci::decode(regs.x[0], regs.x[1], regs.x[2], regs.x[3]);
+    let ret: i64 = match call {
+        Call::PsciVersion => psci::PSCI_VERSION_1_1 as i64,
+        Call::SmcccVersion => psci::SMCCC_VERSION_1_1 as i64,
+        Call::PsciFeatures { fid } => psci::psci_features(fid),
+        Call::SmcccArchFeatures { fid } => psci::smccc_arch_features(fid),
+        Call::MigrateInfoType => psci::MIGRATE_INFO_TYPE_NOT_REQUIRED,
+        // Standby only: a WFI's worth of waiting, done natively by the
+        // guest's next WFI; report success.
+        Call::CpuSuspend { .. } => psci::SUCCESS,
+        Call::CpuOn {
+            target_mpidr,
+            entry,
+            context_id,
+        } => cpu_on(sys, cpu.index, hw, p, target_mpidr, entry, context_id),
+        Call::AffinityInfo { target_mpidr, .. } => match p.vcpu_by_mpidr(target_mpidr) {
+            None => psci::INVALID_PARAMETERS,
+            Some(t) => p.vcpus[t].power.state().affinity_info(),
+        },
+        Call::CpuOff => {
+            hw.log(format_args!("partition {}: vCPU {v} off", p.name));
+            return Next::Park;
+        }
+        Call::SystemOff => {
+            hw.log(format_args!("partition {}: powered off by the guest", p.name));
+            sys.stop_partition(p, hw, cpu.index);
+            return Next::Stopped;
+        }
+        Call::SystemReset => {
+            hw.log(format_args!("partition {}: reset by the guest", p.name));
+            sys.stop_partition(p, hw, cpu.index);
+            return Next::Restart(p.index);
+        }
+        Call::Pinfold { .. } => {
+            let args = [
+                regs.x[0], regs.x[1], regs.x[2], regs.x[3], regs.x[4], regs.x[5],
+            ];
+            let cell = RefCell::new(hw);
+            let mut caller = Caller { p, hw: &cell };
+            let mut mgr = crate::manage::Manager {
+                sys,
+                cpu,
+                hw: &cell,
+            };
+            let out = hypercall::dispatch(p.plan.management, &args, &mut caller, &mut mgr);
+            regs.x[..4].copy_from_slice(&out);
+            return Next::Resume;
+        }
+        Call::Unknown { .. } => psci::NOT_SUPPORTED,
+    };
+    regs.x[0] = ret as u64;
+    Next::Resume
+}
+
+fn cpu_on(
+    sys: &System,
+    me: usize,
+    hw: &mut impl Hw,
+    p: &Partition,
+    target: u64,
+    entry: u64,
+    ctx: u64,
+) -> i64 {
+    let Some(t) = p.vcpu_by_mpidr(target) else {
+        fault(
+            p,
+            hw,
+            FaultKind::ForeignCpu,
+            format_args!("PSCI CPU_ON for MPIDR {target:#x}, not a vCPU of this partition: refused"),
+        );
+        return psci::INVALID_PARAMETERS;
+    };
+    let s = &p.vcpus[t];
+    if let Err(e) = s.power.try_claim_on() {
+        return e;
+    }
+    s.entry.store(entry, Ordering::Release);
+    s.context.store(ctx, Ordering::Release);
+    sys.request(hw, me, s.pcpu, REQ_CPU_ON);
+    psci::SUCCESS
+}
+
+/// Load vCPU `id` on this CPU: a clean list-register state, the timer PPIs
+/// disabled and inactive on this CPU's own redistributor, fresh counters and
+/// mailbox, a reset emulated redistributor. Touches only this CPU's state:
+/// no lock shared between CPUs. Returns what the platform writes to the
+/// virtualisation registers.
+pub fn load(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, id: VcpuId) -> VcpuContext {
+    let p = &sys.partitions[id.partition];
+    cpu.lrs.clear(&mut Lrs(hw));
+    for ppi in [PPI_VTIMER, PPI_PTIMER] {
+        ppi_change(sys, hw, LockPath::VcpuLoad, PpiStateChange::Enable(ppi, false));
+        ppi_change(sys, hw, LockPath::VcpuLoad, PpiStateChange::Active(ppi, false));
+    }
+    let public = &sys.cpus[cpu.index];
+    public.counters.reset();
+    // Stale posts from a previous run of this vCPU.
+    public.mailbox.clear();
+    let last = id.vcpu + 1 == p.vcpus.len();
+    let mpidr = p.vcpus[id.vcpu].mpidr;
+    cpu.loaded = Some(LoadedVcpu {
+        id,
+        vredist: VRedist::new(id.vcpu, mpidr, last, PASSTHROUGH_PPIS),
+    });
+    p.vcpus[id.vcpu].power.set_on();
+    VcpuContext {
+        vmpidr: mpidr,
+        vmid: p.vmid,
+        stage2_root: p.stage2_root,
+    }
+}
+
+/// Put the loaded vCPU: forget its interrupts and give the timer PPIs back
+/// inactive and disabled. HW-linked interrupts still in the list registers
+/// keep their physical SPI active; they are deactivated here. Own-CPU state
+/// only, no lock. The platform silences the timers first.
+pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
+    let Some(loaded) = cpu.loaded.take() else {
+        return;
+    };
+    let mut dropped = [0u32; MAX_LR_COUNT + crate::vgic::lr::QUEUE_CAPACITY];
+    let mut n = 0;
+    cpu.lrs.clear_reporting_hw(&mut Lrs(hw), &mut |pintid| {
+        if pintid >= 32 && n < dropped.len() {
+            dropped[n] = pintid;
+            n += 1;
+        }
+    });
+    for &pintid in &dropped[..n] {
+        hw.deactivate(pintid);
+    }
+    for ppi in [PPI_VTIMER, PPI_PTIMER] {
+        ppi_change(sys, hw, LockPath::VcpuPut, PpiStateChange::Enable(ppi, false));
+        ppi_change(sys, hw, LockPath::VcpuPut, PpiStateChange::Active(ppi, false));
+    }
+    if let Some(p) = sys.partitions.get(loaded.id.partition) {
+        p.vcpus[loaded.id.vcpu].power.set_off();
+    }
+}
+
+/// What the root IRQ handler does with an acknowledged interrupt (after
+/// priority drop) that is not the host UART's.
+pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+    match intid {
+        SGI_MAILBOX => {
+            hw.deactivate(intid);
+            let public = &sys.cpus[cpu.index];
+            public.mailbox.drain(|op| apply_op(sys, cpu, hw, op));
+        }
+        PPI_MAINTENANCE => {
+            hw.deactivate(intid);
+            maintenance(sys, cpu, hw);
+        }
+        PPI_VTIMER | PPI_PTIMER => timer_ppi(sys, cpu, hw, intid),
+        _ => match sys.spi_owner(intid) {
+            Some(p) => passthrough_spi(sys, cpu, hw, p, intid),
+            None => {
+                hw.deactivate(intid);
+                hw.log(format_args!("unexpected interrupt {intid}"));
+            }
+        },
+    }
+}
+
+/// A timer PPI of this CPU fired: forward it HW-linked to the vCPU, which
+/// deactivates the physical interrupt when it deactivates the virtual one.
+fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+    let irq = cpu
+        .loaded
+        .as_ref()
+        .and_then(|l| l.vredist.hw_ppi_fired(intid));
+    match irq {
+        Some(irq) => inject_local(sys, cpu, hw, irq),
+        None => {
+            // No vCPU wants it: silence it on our own redistributor.
+            ppi_change(
+                sys,
+                hw,
+                LockPath::TimerPpiState,
+                PpiStateChange::Enable(intid, false),
+            );
+            hw.deactivate(intid);
+        }
+    }
+}
+
+fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
+    // At most one EOI per list register: MAX_LR_COUNT slots never overflow.
+    let mut eoied = [0u32; MAX_LR_COUNT];
+    let mut n = 0;
+    cpu.lrs.maintenance(&mut Lrs(hw), &mut |intid| {
+        if n < eoied.len() {
+            eoied[n] = intid;
+            n += 1;
+        }
+    });
+    if n == 0 {
+        return;
+    }
+    let Some((p, _)) = loaded_partition(sys, cpu) else {
+        return;
+    };
+    let mut dist = p.dist.lock(LockPath::Maintenance);
+    for &intid in &eoied[..n] {
+        dist.on_eoi(intid, &mut |act| dist_action(sys, cpu, hw, p, act));
+    }
+}
+
+/// A physical SPI owned by a partition: forward it HW-linked (vINTID ==
+/// pINTID) so the guest's deactivation reaches the device's line.
+fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition, intid: u32) {
+    let target = p.dist.lock(LockPath::SpiForward).passthrough_fired(intid);
+    match target {
+        Some((vcpu, irq)) => deliver(sys, cpu, hw, p, vcpu, MailboxOp::Inject(irq)),
+        None => {
+            // The guest has it disabled (or the partition is down): mask it
+            // and let the line be re-sampled when the guest enables it.
+            hw.spi(
+                LockPath::SpiForward,
+                SpiOp::Enable {
+                    intid,
+                    enable: false,
+                },
+            );
+            hw.deactivate(intid);
+        }
+    }
+}
+
+/// After an interrupt taken from the guest: what requests say to do.
+pub fn after_guest_irq(sys: &System, cpu: &mut CpuState) -> Next {
+    let public = &sys.cpus[cpu.index];
+    public.counters.exit(ExitClass::Irq);
+    let req = public.take_requests();
+    if req & REQ_STOP != 0 {
+        // A start posted together with the stop (a restart) is for the idle
+        // loop we are about to enter.
+        public.post_request(req & REQ_START);
+        return Next::Park;
+    }
+    // A start or CPU_ON while this vCPU runs is stale: CPU_ON was refused by
+    // the power state machine, and a start follows a stop.
+    Next::Resume
+}
+
+/// The idle loop's decision: which vCPU to enter, if a request says so.
+pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<Boot> {
+    let req = sys.cpus[cpu.index].take_requests();
+    if req & (REQ_CPU_ON | REQ_START) == 0 {
+        return None;
+    }
+    let id = cpu.assigned?;
+    let p = sys.partitions.get(id.partition)?;
+    if p.state() != State::Running {
+        return None;
+    }
+    let shared = &p.vcpus[id.vcpu];
+    if req & REQ_START != 0 && id.vcpu == 0 {
+        let entry = p.entry_ipa.load(Ordering::Relaxed);
+        hw.log(format_args!(
+            "partition {}: booting vCPU 0 at IPA {entry:#x}",
+            p.name
+        ));
+        let _ = shared.power.try_claim_on();
+        return Some(Boot {
+            id,
+            entry,
+            x0: p.dtb_ipa.load(Ordering::Relaxed),
+        });
+    }
+    if req & REQ_CPU_ON != 0 && shared.power.state() == PowerState::OnPending {
+        return Some(Boot {
+            id,
+            entry: shared.entry.load(Ordering::Acquire),
+            x0: shared.context.load(Ordering::Acquire),
+        });
+    }
+    None
+}
+
+/// Queue console input for `p` (host UART or management); returns how many
+/// bytes fitted in its receive FIFO.
+pub fn console_input(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    bytes: &[u8],
+) -> usize {
+    let mut con = p.console.lock(LockPath::ConsoleIo);
+    let accepted = bytes.iter().take_while(|&&b| con.pl011.push_rx(b)).count();
+    let level = con.pl011.irq_level();
+    let mut dist = p.dist.lock(LockPath::ConsoleIo);
+    dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
+        dist_action(sys, cpu, hw, p, act)
+    });
+    accepted
+}
+
+const CTRL_A: u8 = 0x01;
+
+/// What the monitor asks of the platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Monitor {
+    Nothing,
+    /// Ctrl-A x: power the machine off.
+    PowerOff,
+}
+
+/// One byte of host UART input: the Ctrl-A monitor, or input for the
+/// partition marked `console_input`.
+pub fn host_input(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, byte: u8) -> Monitor {
+    if sys.escape.swap(false, Ordering::Relaxed) {
+        match byte {
+            b's' => sys.stats(hw),
+            b'x' => {
+                hw.log(format_args!("monitor: powering off"));
+                return Monitor::PowerOff;
+            }
+            CTRL_A => to_input_partition(sys, cpu, hw, byte),
+            _ => hw.log(format_args!(
+                "monitor: Ctrl-A s = stats, Ctrl-A x = power off, Ctrl-A Ctrl-A = send Ctrl-A"
+            )),
+        }
+        return Monitor::Nothing;
+    }
+    if byte == CTRL_A {
+        sys.escape.store(true, Ordering::Relaxed);
+        return Monitor::Nothing;
+    }
+    to_input_partition(sys, cpu, hw, byte);
+    Monitor::Nothing
+}
+
+fn to_input_partition(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, byte: u8) {
+    if let Some(p) = sys.partitions.iter().find(|p| p.plan.console.input) {
+        console_input(sys, cpu, hw, p, &[byte]);
+    }
+}
+
+#[cfg(test)]
+#[path = "exit_tests.rs"]
+mod tests;

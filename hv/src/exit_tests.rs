@@ -1,0 +1,882 @@
+//! Whole exits driven through a fake of the hardware: the fake keeps list
+//! registers as decoded state (deriving ICH_ELRSR), records PPI changes,
+//! SGIs sent, distributor operations and log lines, and holds host memory
+//! in a vector, so that nothing here leans on a register encoding.
+
+use super::*;
+use crate::dtb::{GicInfo, HostInfo};
+use crate::irqchip::IrqChipCaps;
+use crate::memmap::FreeMemory;
+use crate::percpu::CpuState;
+use crate::ratelimit::BURST;
+use crate::stage2::TableMemory;
+use crate::system::{BootInputs, System};
+use crate::trap::SysRegAccess;
+use crate::vgic::lr::{decode_lr, encode_lr, LrState};
+use alloc::boxed::Box;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use pinfold_config::{ConsolePlan, KernelFormat, KernelPlan, PartitionPlan, Plan};
+use pinfold_vboard::{fid, vcpu_mpidr, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_UART_BASE};
+
+const RAM_BASE: u64 = 0x4000_0000;
+const LR_COUNT: usize = 4;
+
+struct FakeHw {
+    lrs: [Option<(VirtIrq, LrState)>; LR_COUNT],
+    underflow: bool,
+    caps: IrqChipCaps,
+    ppi_enabled: u32,
+    phys: PpiBits,
+    ppi_changes: Vec<PpiStateChange>,
+    sgis: Vec<(u64, u32)>,
+    spi_ops: Vec<SpiOp>,
+    deactivated: Vec<u32>,
+    log: Vec<String>,
+    lines: Vec<Vec<u8>>,
+    now: u64,
+    mem: Vec<u8>,
+}
+
+impl FakeHw {
+    fn new() -> Self {
+        FakeHw {
+            lrs: [None; LR_COUNT],
+            underflow: false,
+            caps: IrqChipCaps {
+                percpu_state_lockless: true,
+            },
+            ppi_enabled: 0,
+            phys: PpiBits::default(),
+            ppi_changes: Vec::new(),
+            sgis: Vec::new(),
+            spi_ops: Vec::new(),
+            deactivated: Vec::new(),
+            log: Vec::new(),
+            lines: Vec::new(),
+            now: 1,
+            mem: vec![0; 4 << 20],
+        }
+    }
+
+    fn injected(&self) -> Vec<u32> {
+        self.lrs
+            .iter()
+            .flatten()
+            .filter(|(_, s)| *s != LrState::Invalid)
+            .map(|(i, _)| i.intid)
+            .collect()
+    }
+
+    fn log_has(&self, needle: &str) -> bool {
+        self.log.iter().any(|l| l.contains(needle))
+    }
+}
+
+impl PerCpuIrqChip for FakeHw {
+    fn caps(&self) -> IrqChipCaps {
+        self.caps
+    }
+    fn apply_ppi(&mut self, change: PpiStateChange) {
+        if let PpiStateChange::Enable(i, on) = change {
+            if on {
+                self.ppi_enabled |= 1 << i;
+            } else {
+                self.ppi_enabled &= !(1 << i);
+            }
+        }
+        self.ppi_changes.push(change);
+    }
+    fn ppi_bits(&mut self) -> PpiBits {
+        self.phys
+    }
+    fn ack(&mut self) -> u32 {
+        1023
+    }
+    fn priority_drop(&mut self, _: u32) {}
+    fn deactivate(&mut self, intid: u32) {
+        self.deactivated.push(intid);
+    }
+    fn send_sgi(&mut self, mpidr: u64, intid: u32) {
+        self.sgis.push((mpidr, intid));
+    }
+}
+
+/// Host RAM at PA 0x4000_0000.. in the fake (the partition's RAM starts at
+/// the top of the host's, so offsets are taken from the end).
+const HOST_RAM: (u64, u64) = (0x4000_0000, 4 << 30);
+
+impl HostMemory for FakeHw {
+    fn write(&mut self, pa: PhysAddr, bytes: &[u8]) {
+        let off = (pa.0 % self.mem.len() as u64) as usize;
+        let end = (off + bytes.len()).min(self.mem.len());
+        self.mem[off..end].copy_from_slice(&bytes[..end - off]);
+    }
+    fn read(&self, pa: PhysAddr, out: &mut [u8]) {
+        let off = (pa.0 % self.mem.len() as u64) as usize;
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = self.mem.get(off + i).copied().unwrap_or(0);
+        }
+    }
+    fn clean_for_guest(&mut self, _: PhysAddr, _: u64) {}
+}
+
+impl Hw for FakeHw {
+    fn lr_count(&self) -> usize {
+        LR_COUNT
+    }
+    fn read_lr(&self, n: usize) -> u64 {
+        self.lrs[n].map_or(0, |(irq, state)| encode_lr(&irq, state))
+    }
+    fn write_lr(&mut self, n: usize, value: u64) {
+        let (irq, state) = decode_lr(value);
+        self.lrs[n] = if value == 0 { None } else { Some((irq, state)) };
+    }
+    fn empty_lr_mask(&self) -> u16 {
+        let mut m = 0;
+        for (n, lr) in self.lrs.iter().enumerate() {
+            let empty = match lr {
+                None => true,
+                Some((irq, LrState::Invalid)) => irq.hw_intid.is_some() || !irq.eoi_maintenance,
+                Some(_) => false,
+            };
+            if empty {
+                m |= 1 << n;
+            }
+        }
+        m
+    }
+    fn set_underflow_irq(&mut self, enable: bool) {
+        self.underflow = enable;
+    }
+    fn spi(&mut self, _: LockPath, op: SpiOp) {
+        self.spi_ops.push(op);
+    }
+    fn read_id_reg(&self, _: SysRegId) -> u64 {
+        0x1111_1111_1111_1111
+    }
+    fn vbar_el1(&self) -> u64 {
+        0x4008_0000
+    }
+    fn now(&self) -> u64 {
+        self.now
+    }
+    fn counter_frequency(&self) -> u64 {
+        1000
+    }
+    fn console_line(&mut self, _: u32, line: &[u8]) {
+        self.lines.push(line.to_vec());
+    }
+    fn log(&mut self, args: fmt::Arguments) {
+        self.log.push(args.to_string());
+    }
+}
+
+struct FakeTables {
+    next: u64,
+    tables: Vec<(u64, [u64; 1024])>,
+}
+
+impl TableMemory for FakeTables {
+    fn alloc_table(&mut self) -> Option<PhysAddr> {
+        self.next += 0x2000;
+        self.tables.push((self.next, [0; 1024]));
+        Some(PhysAddr(self.next))
+    }
+    fn alloc_root(&mut self) -> Option<PhysAddr> {
+        self.alloc_table()
+    }
+    fn read(&self, table: PhysAddr, index: usize) -> u64 {
+        self.tables
+            .iter()
+            .find(|t| t.0 == table.0)
+            .map_or(0, |t| t.1[index])
+    }
+    fn write(&mut self, table: PhysAddr, index: usize, value: u64) {
+        if let Some(t) = self.tables.iter_mut().find(|t| t.0 == table.0) {
+            t.1[index] = value;
+        }
+    }
+}
+
+fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
+    PartitionPlan {
+        name: name.into(),
+        cpus: cpus.to_vec(),
+        ram_size: 64 << 20,
+        kernel: KernelPlan {
+            image: 0,
+            format: KernelFormat::Raw,
+        },
+        initrd: None,
+        bootargs: "console=ttyAMA0".into(),
+        console: ConsolePlan { input: false },
+        devices: Vec::new(),
+        management,
+        pci_host_bridge: false,
+        token: Some("secret".into()),
+        autostart: true,
+    }
+}
+
+fn host(cpus: usize) -> HostInfo {
+    HostInfo {
+        memory: vec![HOST_RAM],
+        reserved: Vec::new(),
+        cpus: (0..cpus as u64).map(|i| 0x100 + i).collect(),
+        gic: GicInfo {
+            version: 3,
+            dist: (0x0800_0000, 0x1_0000),
+            redist_regions: vec![(0x080A_0000, 0xF6_0000)],
+            redist_stride: None,
+            maintenance_intid: Some(25),
+        },
+        timer: None,
+        uart: None,
+        psci: None,
+        pcie: None,
+        rng_seed: None,
+        kaslr_seed: None,
+        model: None,
+    }
+}
+
+/// alpha: vCPUs 0, 1 on CPUs 1, 2; beta: vCPU 0 on CPU 3; mgmt on CPU 0.
+fn system() -> &'static System {
+    let mut plan = Plan {
+        partitions: vec![
+            partition_plan("alpha", &[1, 2], false),
+            partition_plan("beta", &[3], false),
+            partition_plan("mgmt", &[0], true),
+        ],
+        images: vec![pinfold_config::ImageRef { offset: 0, size: 16 }],
+    };
+    plan.partitions[1].devices.clear();
+    let payload: &'static [u8] = Box::leak(vec![0xAA; 16].into_boxed_slice());
+    let locks = Box::leak(Box::new(crate::lockstat::LockStat::new()));
+    let mut free = FreeMemory::new(&[HOST_RAM], &[]);
+    let mut tables = FakeTables {
+        next: 0x1000_0000,
+        tables: Vec::new(),
+    };
+    let sys = System::new(
+        BootInputs {
+            host: host(4),
+            plan,
+            payload,
+            free: &mut free,
+            tables: &mut tables,
+            locks,
+            boot_counter: 1,
+            entropy: &[],
+            version: "test",
+        },
+        &mut |_| {},
+    );
+    let sys: &'static System = Box::leak(Box::new(sys));
+    for p in &sys.partitions {
+        p.set_state(State::Running);
+    }
+    sys
+}
+
+/// CPU `index`'s state with its assigned vCPU loaded.
+fn loaded_cpu(sys: &System, hw: &mut FakeHw, index: usize) -> CpuState {
+    let mut cpu = CpuState::new(index, sys.cpus[index].mpidr.load(Ordering::Relaxed), sys.assigned(index));
+    let id = cpu.assigned.unwrap();
+    load(sys, &mut cpu, hw, id);
+    cpu
+}
+
+fn mmio(ipa: u64, width: u8, write: bool, reg: u8) -> Exit {
+    Exit::DataAbort {
+        ipa: Ipa(ipa),
+        far: ipa,
+        access: Some(MmioAccess {
+            width,
+            write,
+            reg,
+            sign_extend: false,
+            sixty_four: width == 8,
+        }),
+        write,
+        s1ptw: false,
+        dfsc: 0x04,
+    }
+}
+
+fn run(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, regs: &mut GuestRegs, exit: Exit) -> Next {
+    handle_exit(sys, cpu, hw, regs, exit)
+}
+
+fn hvc(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, x: [u64; 4]) -> (Next, u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[..4].copy_from_slice(&x);
+    let next = run(sys, cpu, hw, &mut regs, Exit::Hvc { imm: 0 });
+    (next, regs.x[0])
+}
+
+// --- GICD -------------------------------------------------------------------
+
+#[test]
+fn gicd_typer_read_lands_in_the_target_register_and_advances_pc() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let mut regs = GuestRegs::default();
+    regs.elr = 0x1000;
+
+    let next = run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 4, 4, false, 3));
+
+    assert_eq!(next, Next::Resume);
+    assert_eq!(regs.elr, 0x1004);
+    assert_eq!(regs.x[3] & 0x1f, 8, "ITLinesNumber: INTIDs up to 287");
+    assert_eq!(sys.cpus[1].counters.exits_of(ExitClass::Mmio), 1);
+}
+
+#[test]
+fn gicd_ispendr_write_over_foreign_spis_is_refused_per_spi_and_log_limited() {
+    // One 32-bit GICD_ISPENDR write names up to 32 SPIs: more than the old
+    // 16-slot action buffer held. Actions are applied as they come now.
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let p = &sys.partitions[0];
+    // Make SPIs 32..63 emulated-enabled... only the UART line (33) is owned;
+    // write enable + pending for all 32, count what arrives.
+    let mut regs = GuestRegs::default();
+    regs.x[1] = 1 << 4 | 1 << 1; // GICD_CTLR: ARE, EnableGrp1A
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE, 4, true, 1));
+    regs.x[1] = u32::MAX as u64;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1));
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x204, 4, true, 1));
+
+    // The UART line is the only one alpha owns; the 31 others are refused
+    // and counted as faults, and only BURST of them printed.
+    let refused = p.faults.load(Ordering::Relaxed);
+    assert!(refused >= 31, "refusals counted exactly: {refused}");
+    let printed = hw.log.iter().filter(|l| l.contains("does not own")).count();
+    assert!(printed <= BURST as usize + 1, "log limited, got {printed}");
+    assert!(hw.log_has("suppressed") || printed <= BURST as usize);
+}
+
+#[test]
+fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partitions[1];
+    let mut regs = GuestRegs::default();
+    regs.x[1] = u32::MAX as u64;
+
+    // GICD_ISENABLER1..7: 224 foreign SPIs (the UART's is the only own one).
+    for n in 1..8 {
+        run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x100 + 4 * n, 4, true, 1));
+    }
+
+    assert_eq!(p.faults.load(Ordering::Relaxed), 223);
+    let printed = hw.log.iter().filter(|l| l.contains("does not own")).count();
+    assert_eq!(printed, BURST as usize);
+    hw.now += 10 * 1000;
+    regs.x[1] = 1 << 16;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1));
+    assert!(hw.log.last().unwrap().contains("218 more of this kind suppressed"));
+}
+
+#[test]
+fn uart_interrupt_raised_on_one_vcpu_is_posted_to_the_routed_vcpu() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let mut regs = GuestRegs::default();
+    // Enable the distributor, route SPI 33 to vCPU 1 (Aff0 = 1), enable it.
+    regs.x[1] = 1 << 4 | 1 << 1;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE, 4, true, 1));
+    regs.x[1] = vcpu_mpidr(1) & 0xff;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1));
+    regs.x[1] = 1 << 1;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1));
+    // Enable the PL011 TX interrupt: TX FIFO empty raises the line.
+    regs.x[1] = 0x301;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_UART_BASE + 0x30, 4, true, 1));
+    regs.x[1] = 1 << 5;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_UART_BASE + 0x38, 4, true, 1));
+
+    let mut posted = Vec::new();
+    sys.cpus[2].mailbox.drain(|op| posted.push(op));
+    assert!(
+        posted.iter().any(|op| matches!(op, MailboxOp::Inject(i) if i.intid == 33)),
+        "{posted:?}"
+    );
+    assert!(hw.sgis.contains(&(sys.cpus[2].mpidr.load(Ordering::Relaxed), SGI_MAILBOX)));
+    assert!(hw.injected().is_empty(), "not injected on the wrong vCPU");
+}
+
+// --- GICR -------------------------------------------------------------------
+
+#[test]
+fn enabling_the_virtual_timer_ppi_enables_it_on_this_cpus_redistributor_without_a_lock() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_VTIMER;
+
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+
+    assert_ne!(hw.ppi_enabled & (1 << PPI_VTIMER), 0);
+    assert_eq!(sys.locks.hot_total(), 0);
+}
+
+#[test]
+fn a_chip_without_the_lockless_capability_is_counted_on_load_and_timer_paths() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    hw.caps.percpu_state_lockless = false;
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    assert_eq!(sys.locks.count(LockPath::VcpuLoad), 4);
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_VTIMER;
+
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+
+    assert_eq!(sys.locks.count(LockPath::TimerPpiState), 1);
+    put(sys, &mut cpu, &mut hw);
+    assert_eq!(sys.locks.count(LockPath::VcpuPut), 4);
+}
+
+#[test]
+fn gicr_ispendr0_shows_the_forwarded_timer_pending_in_a_list_register() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_VTIMER;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0200, 4, false, 4));
+
+    assert_eq!(hw.injected(), [PPI_VTIMER]);
+    assert_ne!(regs.x[4] & (1 << PPI_VTIMER), 0, "ISPENDR0 shows the timer pending");
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0300, 4, false, 4));
+    assert_eq!(regs.x[4] & (1 << PPI_VTIMER), 0, "not active yet");
+}
+
+#[test]
+fn gicr_isactiver0_shows_the_physical_state_of_a_passthrough_ppi() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    hw.phys = PpiBits {
+        pending: 1 << PPI_PTIMER,
+        active: 1 << PPI_VTIMER | 1 << 5,
+    };
+    let mut regs = GuestRegs::default();
+
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0300, 4, false, 4));
+    let active = regs.x[4];
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0280, 4, false, 4));
+
+    assert_eq!(active, 1 << PPI_VTIMER, "only pass-through bits come from hardware");
+    assert_eq!(regs.x[4], 1 << PPI_PTIMER);
+}
+
+#[test]
+fn write_to_a_sibling_redistributor_is_a_fault_and_changes_nothing() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_VTIMER;
+
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x2_0000 + 0x1_0100, 4, true, 2));
+
+    assert_eq!(hw.ppi_enabled, 0);
+    assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 1);
+    assert!(hw.log_has("redistributor"));
+}
+
+#[test]
+fn a_timer_ppi_nobody_enabled_is_silenced_and_deactivated() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+
+    assert!(hw.injected().is_empty());
+    assert_eq!(hw.deactivated, [PPI_VTIMER]);
+    assert_eq!(hw.ppi_changes.last(), Some(&PpiStateChange::Enable(PPI_VTIMER, false)));
+}
+
+// --- PL011 ------------------------------------------------------------------
+
+#[test]
+fn pl011_output_reaches_the_ring_and_whole_lines_the_host() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    for &b in b"hi\n" {
+        regs.x[0] = b as u64;
+        run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_UART_BASE, 4, true, 0));
+    }
+
+    assert_eq!(hw.lines.len(), 1);
+    assert_eq!(hw.lines[0], b"[beta] hi\r\n", "{:?}", String::from_utf8_lossy(&hw.lines[0]));
+    let mut out = [0u8; 8];
+    let read = sys.partitions[1].console.lock(LockPath::Management).ring.read(0, &mut out);
+    assert_eq!(&out[..read.len], b"hi\n");
+}
+
+#[test]
+fn console_input_beyond_the_fifo_reports_how_much_was_taken() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+
+    let taken = console_input(sys, &mut cpu, &mut hw, &sys.partitions[1], &[b'x'; 100]);
+
+    assert!(taken > 0 && taken < 100, "{taken}");
+}
+
+// --- unmapped, ISV=0, sysregs -----------------------------------------------
+
+#[test]
+fn access_to_an_unmapped_ipa_injects_a_data_abort() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    regs.elr = 0x4000_1000;
+    regs.spsr = 0x3c5;
+
+    let next = run(sys, &mut cpu, &mut hw, &mut regs, mmio(0x0A00_0000, 4, false, 1));
+
+    let Next::Inject(el1) = next else { panic!("{next:?}") };
+    assert_eq!(el1.elr, 0x4000_1000);
+    assert_eq!(el1.far, Some(0x0A00_0000));
+    assert_eq!(el1.esr >> 26, 0x25);
+    assert_eq!(regs.elr, 0x4008_0200, "current EL, SPx synchronous vector");
+    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.cpus[3].counters.exits_of(ExitClass::Abort), 1);
+}
+
+#[test]
+fn an_undescribed_abort_isv0_is_refused_not_guessed() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    let exit = Exit::DataAbort {
+        ipa: Ipa(GUEST_GICD_BASE),
+        far: GUEST_GICD_BASE,
+        access: None,
+        write: true,
+        s1ptw: false,
+        dfsc: 4,
+    };
+
+    let next = run(sys, &mut cpu, &mut hw, &mut regs, exit);
+
+    assert!(matches!(next, Next::Inject(_)));
+    assert!(hw.log_has("ISV=0"));
+}
+
+#[test]
+fn an_unknown_system_register_injects_undefined() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    let exit = Exit::SysReg(SysRegAccess {
+        reg: SysRegId::new(3, 4, 1, 1, 0),
+        rt: 0,
+        read: true,
+    });
+
+    let next = run(sys, &mut cpu, &mut hw, &mut regs, exit);
+
+    let Next::Inject(el1) = next else { panic!("{next:?}") };
+    assert_eq!(el1.esr >> 26, 0);
+    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn id_registers_are_sanitised() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    let exit = Exit::SysReg(SysRegAccess {
+        reg: crate::sysreg::ID_AA64DFR0_EL1,
+        rt: 7,
+        read: true,
+    });
+
+    assert_eq!(run(sys, &mut cpu, &mut hw, &mut regs, exit), Next::Resume);
+
+    assert_eq!(regs.x[7], sanitise_id_reg(crate::sysreg::ID_AA64DFR0_EL1, 0x1111_1111_1111_1111));
+}
+
+// --- SGIs -------------------------------------------------------------------
+
+fn sgi_to(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, value: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[5] = value;
+    let exit = Exit::SysReg(SysRegAccess {
+        reg: SysRegId::ICC_SGI1R_EL1,
+        rt: 5,
+        read: false,
+    });
+    assert_eq!(run(sys, cpu, hw, &mut regs, exit), Next::Resume);
+}
+
+#[test]
+fn sgi_to_a_sibling_vcpu_goes_through_its_cpus_mailbox() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+
+    sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10); // SGI 3, TargetList Aff0 = 1
+
+    let mut got = Vec::new();
+    sys.cpus[2].mailbox.drain(|op| got.push(op));
+    assert_eq!(got, [MailboxOp::Sgi(3)]);
+    assert_eq!(hw.sgis, [(0x102, SGI_MAILBOX)]);
+}
+
+#[test]
+fn sgi_outside_the_partition_is_dropped_and_reported() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    sgi_to(sys, &mut cpu, &mut hw, 1 << 24 | 1 << 5); // Aff0 = 5: nobody
+
+    assert!(hw.sgis.is_empty());
+    for c in &sys.cpus {
+        c.mailbox.drain(|op| panic!("posted {op:?}"));
+    }
+    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn sgi_to_self_is_injected_once_the_guest_enabled_it() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << 2;
+    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+
+    sgi_to(sys, &mut cpu, &mut hw, 2 << 24 | 1);
+
+    assert_eq!(hw.injected(), [2]);
+}
+
+#[test]
+fn a_full_mailbox_loses_the_post_counted_and_reported() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    while sys.cpus[2].mailbox.post(MailboxOp::Sgi(1)) {}
+
+    sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10);
+
+    assert!(hw.log_has("full"));
+    assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 1);
+}
+
+// --- PSCI -------------------------------------------------------------------
+
+#[test]
+fn psci_version_and_features() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    assert_eq!(hvc(sys, &mut cpu, &mut hw, [fid::PSCI_VERSION as u64, 0, 0, 0]).1, 0x1_0001);
+    assert_eq!(hvc(sys, &mut cpu, &mut hw, [fid::SMCCC_VERSION as u64, 0, 0, 0]).1, 0x1_0001);
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [fid::PSCI_FEATURES as u64, fid::CPU_ON_64 as u64, 0, 0]).1,
+        0
+    );
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [fid::MIGRATE_INFO_TYPE as u64, 0, 0, 0]).1 as i64,
+        psci::MIGRATE_INFO_TYPE_NOT_REQUIRED
+    );
+    assert_eq!(hvc(sys, &mut cpu, &mut hw, [0x8400_00ff, 0, 0, 0]).1 as i64, psci::NOT_SUPPORTED);
+}
+
+#[test]
+fn cpu_on_posts_to_the_siblings_cpu_and_a_second_call_races_to_on_pending() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let on = [fid::CPU_ON_64 as u64, vcpu_mpidr(1), 0x4000_2000, 77];
+
+    let first = hvc(sys, &mut cpu, &mut hw, on).1 as i64;
+    let second = hvc(sys, &mut cpu, &mut hw, on).1 as i64;
+
+    assert_eq!(first, psci::SUCCESS);
+    assert_eq!(second, psci::ON_PENDING);
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [fid::AFFINITY_INFO_64 as u64, vcpu_mpidr(1), 0, 0]).1 as i64,
+        psci::AFFINITY_INFO_ON_PENDING
+    );
+    // The sibling's CPU, idle, boots it with the context id in x0.
+    let mut sibling = CpuState::new(2, 0x102, sys.assigned(2));
+    let boot = idle_work(sys, &mut sibling, &mut hw).unwrap();
+    assert_eq!(boot.entry, 0x4000_2000);
+    assert_eq!(boot.x0, 77);
+    load(sys, &mut sibling, &mut hw, boot.id);
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [fid::CPU_ON_64 as u64, vcpu_mpidr(1), 0, 0]).1 as i64,
+        psci::ALREADY_ON
+    );
+}
+
+#[test]
+fn cpu_on_for_a_foreign_mpidr_is_refused() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    let r = hvc(sys, &mut cpu, &mut hw, [fid::CPU_ON_64 as u64, 2, 0x4000_0000, 0]).1 as i64;
+
+    assert_eq!(r, psci::INVALID_PARAMETERS);
+    assert!(hw.sgis.is_empty());
+    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn cpu_off_parks_system_off_stops_the_partition_and_its_siblings() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+
+    assert_eq!(hvc(sys, &mut cpu, &mut hw, [fid::CPU_OFF as u64, 0, 0, 0]).0, Next::Park);
+    let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+
+    assert_eq!(next, Next::Stopped);
+    assert_eq!(sys.partitions[0].state(), State::Stopped);
+    assert_eq!(hw.sgis, [(0x102, SGI_MAILBOX)], "the sibling's CPU is told to stop");
+}
+
+#[test]
+fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partitions[1];
+
+    let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_RESET as u64, 0, 0, 0]);
+    assert_eq!(next, Next::Restart(1));
+    put(sys, &mut cpu, &mut hw);
+    sys.finish_restart(p, &mut hw, 3);
+
+    assert_eq!(p.state(), State::Running);
+    assert_eq!(p.boot_count.load(Ordering::Relaxed), 1);
+    let boot = idle_work(sys, &mut cpu, &mut hw).unwrap();
+    assert_eq!(boot.id, VcpuId { partition: 1, vcpu: 0 });
+    assert_eq!(boot.entry, RAM_BASE + 0x8_0000);
+}
+
+#[test]
+fn smc_answers_not_supported_and_steps_over_it() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    regs.elr = 0x100;
+
+    run(sys, &mut cpu, &mut hw, &mut regs, Exit::Smc { imm: 0 });
+
+    assert_eq!(regs.x[0] as i64, psci::NOT_SUPPORTED);
+    assert_eq!(regs.elr, 0x104);
+}
+
+#[test]
+fn management_calls_from_an_ordinary_partition_are_not_supported() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    let r = hvc(sys, &mut cpu, &mut hw, [fid::PINFOLD_64_BASE as u64, 0, 0, 0]).1 as i64;
+
+    assert_eq!(r, psci::NOT_SUPPORTED);
+}
+
+#[test]
+fn the_management_partition_restarts_another_partition() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+    let restart = u64::from(pinfold_abi::fid::PARTITION_RESTART);
+
+    let (_, r) = hvc(sys, &mut cpu, &mut hw, [restart, 1, 0, 0]);
+
+    assert_eq!(r, 0);
+    assert_eq!(sys.partitions[1].boot_count.load(Ordering::Relaxed), 1);
+    assert!(hw.sgis.contains(&(0x103, SGI_MAILBOX)));
+}
+
+// --- load/put, requests -----------------------------------------------------
+
+#[test]
+fn put_deactivates_passthrough_spis_left_in_the_list_registers() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    inject_local(sys, &mut cpu, &mut hw, VirtIrq::hw_linked(40, 0xa0));
+
+    put(sys, &mut cpu, &mut hw);
+
+    assert_eq!(hw.deactivated, [40]);
+    assert!(cpu.loaded.is_none());
+    assert_eq!(sys.partitions[1].vcpus[0].power.state(), PowerState::Off);
+}
+
+#[test]
+fn a_stop_request_parks_the_vcpu_after_an_interrupt() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    sys.cpus[3].post_request(REQ_STOP);
+
+    assert_eq!(after_guest_irq(sys, &mut cpu), Next::Park);
+    assert_eq!(after_guest_irq(sys, &mut cpu), Next::Resume);
+    assert_eq!(sys.cpus[3].counters.exits_of(ExitClass::Irq), 2);
+}
+
+#[test]
+fn overflowing_the_list_register_queue_is_counted() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    for intid in 32..32 + 100 {
+        inject_local(sys, &mut cpu, &mut hw, VirtIrq::soft(intid, 0xa0));
+    }
+
+    let dropped = sys.cpus[3].counters.dropped_count();
+    assert_eq!(dropped, 100 - LR_COUNT as u64 - crate::vgic::lr::QUEUE_CAPACITY as u64);
+    assert!(hw.log_has("lost"));
+}
+
+#[test]
+fn the_monitor_prints_stats_with_the_hot_path_lock_count() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+
+    host_input(sys, &mut cpu, &mut hw, 0x01);
+    host_input(sys, &mut cpu, &mut hw, b's');
+
+    assert!(hw.log_has("stats hot_path_cross_cpu_locks=0"));
+    assert_eq!(host_input(sys, &mut cpu, &mut hw, 0x01), Monitor::Nothing);
+    assert_eq!(host_input(sys, &mut cpu, &mut hw, b'x'), Monitor::PowerOff);
+}

@@ -1,0 +1,190 @@
+//! The hypervisor side of the management hypercalls: what the portable
+//! dispatcher (`hypercall::dispatch`, which decodes and checks every
+//! argument) asks of the running system. Runs on the management partition's
+//! CPU, inside its HVC exit.
+
+use crate::console::RingRead;
+use crate::exit::{console_input, Hw};
+use crate::hypercall::{AbiError, HostInfo, Manage, PartitionDetail, PartitionSummary};
+use crate::lockstat::LockPath;
+use crate::partition::{Partition, State};
+use crate::percpu::CpuState;
+use crate::psci::PowerState;
+use crate::system::System;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+use core::sync::atomic::Ordering;
+use pinfold_abi::{CpuOwner, ExitCounts, PartitionState, VcpuInfo, VcpuPower};
+use pinfold_vboard::ExitClass;
+
+/// The management operations of one call.
+pub struct Manager<'a, 'h, H: Hw> {
+    pub sys: &'a System,
+    pub cpu: &'a mut CpuState,
+    pub hw: &'a RefCell<&'h mut H>,
+}
+
+fn state_of(p: &Partition) -> PartitionState {
+    match p.state() {
+        State::Running => PartitionState::Running,
+        State::Stopping => PartitionState::Stopping,
+        State::Stopped => PartitionState::Stopped,
+    }
+}
+
+impl<H: Hw> Manager<'_, '_, H> {
+    fn find(&self, index: u32) -> Result<&Partition, AbiError> {
+        self.sys
+            .partitions
+            .get(index as usize)
+            .ok_or(AbiError::NotFound)
+    }
+
+    fn owns_this_cpu(&self, p: &Partition) -> bool {
+        p.vcpus.iter().any(|s| s.pcpu == self.cpu.index)
+    }
+
+    fn summary(&self, p: &Partition) -> PartitionSummary {
+        let hw = self.hw.borrow();
+        PartitionSummary {
+            index: p.index as u32,
+            name: p.name.clone(),
+            state: state_of(p),
+            cpus: p.plan.cpus.clone(),
+            ram_bytes: p.ram_size,
+            uptime_ns: if p.state() == State::Running {
+                self.sys
+                    .ns_since(&**hw, p.started_at.load(Ordering::Relaxed))
+            } else {
+                0
+            },
+            boot_count: p.boot_count.load(Ordering::Relaxed) as u32,
+            management: p.plan.management,
+        }
+    }
+}
+
+impl<H: Hw> Manage for Manager<'_, '_, H> {
+    fn host_info(&self) -> HostInfo {
+        let host = &self.sys.host;
+        let cpus = (0..self.sys.cpus.len() as u32)
+            .map(|cpu| CpuOwner {
+                cpu,
+                partition: self
+                    .sys
+                    .assigned(cpu as usize)
+                    .map(|id| id.partition as u32),
+            })
+            .collect();
+        let hw = self.hw.borrow();
+        HostInfo {
+            version: String::from(self.sys.version),
+            gic_version: host.gic.version,
+            cpu_count: host.cpus.len() as u32,
+            ram_bytes: host.memory.iter().map(|m| m.1).sum(),
+            uptime_ns: self.sys.ns_since(&**hw, self.sys.boot_counter),
+            cpus,
+        }
+    }
+
+    fn partitions(&self) -> Vec<PartitionSummary> {
+        self.sys.partitions.iter().map(|p| self.summary(p)).collect()
+    }
+
+    fn detail(&self, index: u32) -> Option<PartitionDetail> {
+        let p = self.sys.partitions.get(index as usize)?;
+        let vcpus = p
+            .vcpus
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let c = &self.sys.cpus[s.pcpu].counters;
+                VcpuInfo {
+                    vcpu: i as u32,
+                    cpu: s.pcpu as u32,
+                    power: match s.power.state() {
+                        PowerState::On => VcpuPower::On,
+                        PowerState::Off => VcpuPower::Off,
+                        PowerState::OnPending => VcpuPower::OnPending,
+                    },
+                    exits: ExitCounts {
+                        mmio: c.exits_of(ExitClass::Mmio),
+                        sysreg: c.exits_of(ExitClass::SysReg),
+                        hvc: c.exits_of(ExitClass::Hvc),
+                        irq: c.exits_of(ExitClass::Irq),
+                        abort: c.exits_of(ExitClass::Abort),
+                        other: c.exits_of(ExitClass::Other),
+                    },
+                    injected: c.injected_count(),
+                }
+            })
+            .collect();
+        Some(PartitionDetail {
+            summary: self.summary(p),
+            faults: p.faults.load(Ordering::Relaxed),
+            vcpus,
+        })
+    }
+
+    fn start(&mut self, index: u32) -> Result<(), AbiError> {
+        let p = self.find(index)?;
+        if p.state() != State::Stopped || !p.all_off() {
+            return Err(AbiError::Conflict);
+        }
+        let me = self.cpu.index;
+        let _ = self
+            .sys
+            .start_partition(p, &mut **self.hw.borrow_mut(), me);
+        Ok(())
+    }
+
+    fn stop(&mut self, index: u32) -> Result<(), AbiError> {
+        let p = self.find(index)?;
+        if p.state() != State::Running || self.owns_this_cpu(p) {
+            return Err(AbiError::Conflict);
+        }
+        self.sys
+            .stop_partition(p, &mut **self.hw.borrow_mut(), self.cpu.index);
+        Ok(())
+    }
+
+    fn restart(&mut self, index: u32) -> Result<(), AbiError> {
+        let p = self.find(index)?;
+        if p.state() != State::Running || self.owns_this_cpu(p) {
+            return Err(AbiError::Conflict);
+        }
+        let me = self.cpu.index;
+        let mut hw = self.hw.borrow_mut();
+        self.sys.stop_partition(p, &mut **hw, me);
+        if !self.sys.wait_all_off(p, &mut **hw) {
+            hw.log(format_args!(
+                "partition {}: restart: a vCPU did not stop in time",
+                p.name
+            ));
+        }
+        let _ = self.sys.start_partition(p, &mut **hw, me);
+        Ok(())
+    }
+
+    fn console_read(&self, index: u32, offset: u64, out: &mut [u8]) -> Option<RingRead> {
+        let p = self.sys.partitions.get(index as usize)?;
+        let con = p.console.lock(LockPath::Management);
+        Some(con.ring.read(offset, out))
+    }
+
+    fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize> {
+        let p = self.sys.partitions.get(index as usize)?;
+        Some(console_input(
+            self.sys,
+            self.cpu,
+            &mut **self.hw.borrow_mut(),
+            p,
+            bytes,
+        ))
+    }
+
+    fn token(&self) -> String {
+        String::from(self.sys.token())
+    }
+}

@@ -1,0 +1,529 @@
+//! Partitions: what one is at run time (RAM, stage-2 root, emulated
+//! distributor and console, the per-vCPU state other CPUs may read, its
+//! lifecycle state and fault accounting), how one is planned from its plan
+//! entry and the host description (RAM placement, stage-2 maps, SPI
+//! ownership), and how its images and guest DTB are (re)loaded. The platform
+//! supplies memory through [`HostMemory`] and table memory through
+//! `stage2::TableMemory`; everything that decides is here.
+
+use crate::addr::{Ipa, PhysAddr};
+use crate::console::{ConsoleRing, LinePrefixer, Pl011};
+use crate::dtb::{build_guest_dtb, ExtraNode, GuestDtbSpec, HostInfo, PcieCells, PropValue};
+use crate::lockstat::{CountedLock, LockStat};
+use crate::memmap::FreeMemory;
+use crate::psci::VcpuPower;
+use crate::ratelimit::{FaultKind, FaultLog, Verdict};
+use crate::stage2::{MemType, Stage2, Stage2Error, TableMemory};
+use crate::vgic::dist::VDist;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use pinfold_config::{KernelFormat, PartitionPlan, Plan};
+use pinfold_vboard::{
+    vcpu_mpidr, DTB_AREA, GUEST_RAM_BASE, GUEST_UART_INTID, LEGACY_IMAGE_OFFSET, RAM_ALIGN,
+    RAW_KERNEL_OFFSET,
+};
+
+/// Size of each partition's console ring.
+pub const CONSOLE_RING: usize = 64 * 1024;
+
+/// Host memory as the core reaches it: the hypervisor's map of RAM.
+pub trait HostMemory {
+    /// Copy `bytes` to host physical address `pa` (caller checked bounds).
+    fn write(&mut self, pa: PhysAddr, bytes: &[u8]);
+    /// Copy from host physical address `pa` (caller checked bounds).
+    fn read(&self, pa: PhysAddr, out: &mut [u8]);
+    /// Clean `[pa, pa + len)` to the point of coherency (the guest starts
+    /// with its MMU and caches off) and invalidate the instruction cache.
+    fn clean_for_guest(&mut self, pa: PhysAddr, len: u64);
+}
+
+/// Lifecycle state of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Stopped = 0,
+    Running = 1,
+    Stopping = 2,
+}
+
+impl State {
+    fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::Running,
+            2 => State::Stopping,
+            _ => State::Stopped,
+        }
+    }
+}
+
+/// What other CPUs may read of a vCPU.
+pub struct VcpuShared {
+    /// Host CPU index this vCPU is pinned to.
+    pub pcpu: usize,
+    /// MPIDR the guest sees (VMPIDR_EL2).
+    pub mpidr: u64,
+    pub power: VcpuPower,
+    /// Entry point and context id of a pending PSCI CPU_ON.
+    pub entry: AtomicU64,
+    pub context: AtomicU64,
+}
+
+/// The emulated console of a partition.
+pub struct Console {
+    pub pl011: Pl011,
+    pub prefix: LinePrefixer,
+    pub ring: ConsoleRing,
+}
+
+pub struct Partition {
+    pub index: usize,
+    pub name: String,
+    pub plan: PartitionPlan,
+    /// Host physical base of its RAM.
+    pub ram: PhysAddr,
+    /// Where the guest sees its RAM: GUEST_RAM_BASE, or the host address
+    /// itself for a partition owning DMA-capable devices (no IOMMU yet).
+    pub ram_ipa: u64,
+    pub ram_size: u64,
+    /// Cells of the passed-through PCIe host bridge node, if any.
+    pub pcie: Option<PcieCells>,
+    pub vmid: u16,
+    pub stage2_root: PhysAddr,
+    pub vcpus: Vec<VcpuShared>,
+    pub vcpu_mpidrs: Vec<u64>,
+    /// Physical SPIs this partition owns (devices and the PCIe bridge).
+    pub spis: Vec<u32>,
+    /// The emulated distributor, shared by the partition's vCPUs only: a
+    /// GICD register is partition-wide state that any of its vCPUs may
+    /// change, so no per-CPU design can hold it; no lock is shared between
+    /// partitions.
+    pub dist: CountedLock<VDist>,
+    /// The console, shared by the partition's vCPUs and the CPUs that feed it
+    /// input (host UART, management): one device, one FIFO.
+    pub console: CountedLock<Console>,
+    state: AtomicU8,
+    pub entry_ipa: AtomicU64,
+    pub dtb_ipa: AtomicU64,
+    pub started_at: AtomicU64,
+    pub boot_count: AtomicU64,
+    /// Guest faults contained (exact; only their log lines are limited).
+    pub faults: AtomicU64,
+    pub fault_log: FaultLog,
+}
+
+/// Why a partition could not be set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetupError {
+    /// Its CPU list names a CPU the host does not have.
+    NoSuchCpu(u32),
+    /// No free host RAM of that size.
+    NoRam(u64),
+    /// Stage-2 table construction failed.
+    Stage2(Stage2Error),
+    /// The plan passes the PCIe host bridge but the host has none.
+    NoPciHostBridge,
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::NoSuchCpu(c) => write!(f, "cpus: CPU {c} does not exist on this host"),
+            SetupError::NoRam(size) => write!(f, "memory: no free block of {} MiB", size >> 20),
+            SetupError::Stage2(e) => write!(f, "stage 2: {e}"),
+            SetupError::NoPciHostBridge => {
+                write!(f, "pci_host_bridge: the host has no PCIe host bridge")
+            }
+        }
+    }
+}
+
+/// Why a partition's images could not be loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadError {
+    KernelMissing,
+    InitrdMissing,
+    KernelTooLarge,
+    InitrdTooLarge,
+    DtbFailed,
+    DtbTooLarge,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LoadError::KernelMissing => "kernel image missing from the payload",
+            LoadError::InitrdMissing => "initrd image missing from the payload",
+            LoadError::KernelTooLarge => "kernel does not fit below the DTB area",
+            LoadError::InitrdTooLarge => "initrd does not fit between kernel and DTB area",
+            LoadError::DtbFailed => "guest DTB generation failed",
+            LoadError::DtbTooLarge => "guest DTB larger than its 2 MiB area",
+        })
+    }
+}
+
+/// Where a partition's images go, as offsets from its RAM base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub kernel: u64,
+    pub kernel_footprint: u64,
+    pub initrd: Option<(u64, u64)>,
+    pub dtb: u64,
+}
+
+fn le64(b: &[u8], off: usize) -> u64 {
+    let mut v = [0u8; 8];
+    if let Some(s) = b.get(off..off + 8) {
+        v.copy_from_slice(s);
+    }
+    u64::from_le_bytes(v)
+}
+
+/// Place kernel, initrd and DTB in `ram_size` bytes of guest RAM: a Linux
+/// Image at text_offset (0x80000 when its header has no image_size) with
+/// footprint max(image_size, file length), a raw kernel at
+/// RAW_KERNEL_OFFSET, the initrd page aligned just below the DTB area, the
+/// DTB in the last DTB_AREA bytes.
+pub fn place_images(
+    kernel: &[u8],
+    format: KernelFormat,
+    initrd_len: Option<u64>,
+    ram_size: u64,
+) -> Result<Placement, LoadError> {
+    let (kernel_off, footprint) = match format {
+        KernelFormat::LinuxImage => {
+            let text_offset = le64(kernel, 8);
+            let image_size = le64(kernel, 16);
+            if image_size == 0 {
+                (LEGACY_IMAGE_OFFSET, kernel.len() as u64)
+            } else {
+                (text_offset, image_size.max(kernel.len() as u64))
+            }
+        }
+        KernelFormat::Raw => (RAW_KERNEL_OFFSET, kernel.len() as u64),
+    };
+    let dtb = ram_size.checked_sub(DTB_AREA).ok_or(LoadError::KernelTooLarge)?;
+    let kernel_end = kernel_off
+        .checked_add(footprint)
+        .ok_or(LoadError::KernelTooLarge)?;
+    if kernel_end > dtb {
+        return Err(LoadError::KernelTooLarge);
+    }
+    let initrd = match initrd_len {
+        None => None,
+        Some(len) => {
+            let start = dtb.checked_sub(len).ok_or(LoadError::InitrdTooLarge)? & !0xfff;
+            if start < kernel_end {
+                return Err(LoadError::InitrdTooLarge);
+            }
+            Some((start, start + len))
+        }
+    };
+    Ok(Placement {
+        kernel: kernel_off,
+        kernel_footprint: footprint,
+        initrd,
+        dtb,
+    })
+}
+
+impl Partition {
+    /// Plan partition `index` from its plan entry: RAM from the top of
+    /// `free`, stage-2 tables holding only that RAM and its pass-through
+    /// MMIO, the vCPUs pinned to the plan's CPUs, its distributor with the
+    /// emulated UART's line and its own SPIs.
+    pub fn build(
+        index: usize,
+        pp: &PartitionPlan,
+        host: &HostInfo,
+        free: &mut FreeMemory,
+        tables: &mut impl TableMemory,
+        stat: &'static LockStat,
+    ) -> Result<Partition, SetupError> {
+        for &c in &pp.cpus {
+            if c as usize >= host.cpus.len() || c as usize >= crate::percpu::MAX_CPUS {
+                return Err(SetupError::NoSuchCpu(c));
+            }
+        }
+        let ram = free
+            .take_top(pp.ram_size, RAM_ALIGN)
+            .ok_or(SetupError::NoRam(pp.ram_size))?;
+        let ram_ipa = if pp.pci_host_bridge {
+            ram
+        } else {
+            GUEST_RAM_BASE
+        };
+        let mut s2 = Stage2::new(tables).map_err(SetupError::Stage2)?;
+        let mut map = |s2: &mut Stage2, ipa: u64, pa: u64, size: u64, ty: MemType| {
+            s2.map(tables, Ipa(ipa), PhysAddr(pa), size, ty)
+                .map_err(SetupError::Stage2)
+        };
+        map(&mut s2, ram_ipa, ram, pp.ram_size, MemType::Normal)?;
+        let mut spis = Vec::new();
+        let mut pcie = None;
+        if pp.pci_host_bridge {
+            let info = host.pcie.as_ref().ok_or(SetupError::NoPciHostBridge)?;
+            let cells = crate::dtb::pcie_cells(info);
+            map(&mut s2, info.ecam.0, info.ecam.0, info.ecam.1, MemType::Device)?;
+            for r in &info.ranges {
+                map(&mut s2, r.cpu_addr, r.cpu_addr, r.size, MemType::Device)?;
+            }
+            spis.extend_from_slice(&cells.spis);
+            pcie = Some(cells);
+        }
+        for dev in &pp.devices {
+            for r in &dev.mmio {
+                map(&mut s2, r.base, r.base, r.size, MemType::Device)?;
+            }
+            spis.extend_from_slice(&dev.spis);
+        }
+        let vcpu_mpidrs: Vec<u64> = (0..pp.cpus.len()).map(vcpu_mpidr).collect();
+        let vcpus = pp
+            .cpus
+            .iter()
+            .zip(&vcpu_mpidrs)
+            .map(|(&c, &m)| VcpuShared {
+                pcpu: c as usize,
+                mpidr: m,
+                power: VcpuPower::new_off(),
+                entry: AtomicU64::new(0),
+                context: AtomicU64::new(0),
+            })
+            .collect();
+        let dist = VDist::new(&vcpu_mpidrs, &[GUEST_UART_INTID], &spis);
+        Ok(Partition {
+            index,
+            name: pp.name.clone(),
+            plan: pp.clone(),
+            ram: PhysAddr(ram),
+            ram_ipa,
+            ram_size: pp.ram_size,
+            pcie,
+            vmid: index as u16 + 1,
+            stage2_root: s2.root(),
+            vcpus,
+            vcpu_mpidrs,
+            spis,
+            dist: CountedLock::new(dist, stat),
+            console: CountedLock::new(
+                Console {
+                    pl011: Pl011::new(),
+                    prefix: LinePrefixer::new(&pp.name),
+                    ring: ConsoleRing::new(CONSOLE_RING),
+                },
+                stat,
+            ),
+            state: AtomicU8::new(State::Stopped as u8),
+            entry_ipa: AtomicU64::new(0),
+            dtb_ipa: AtomicU64::new(0),
+            started_at: AtomicU64::new(0),
+            boot_count: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
+            fault_log: FaultLog::new(),
+        })
+    }
+
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    pub fn set_state(&self, s: State) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+
+    /// The vCPU whose MPIDR affinity is `mpidr`.
+    pub fn vcpu_by_mpidr(&self, mpidr: u64) -> Option<usize> {
+        self.vcpus
+            .iter()
+            .position(|s| pinfold_vboard::same_cpu(s.mpidr, mpidr))
+    }
+
+    /// Whether every vCPU is off.
+    pub fn all_off(&self) -> bool {
+        self.vcpus
+            .iter()
+            .all(|s| s.power.state() == crate::psci::PowerState::Off)
+    }
+
+    /// Host address of a guest IPA inside this partition's RAM, if it is
+    /// inside (with `len` bytes after it).
+    pub fn host_addr(&self, ipa: u64, len: u64) -> Option<PhysAddr> {
+        let off = ipa.checked_sub(self.ram_ipa)?;
+        if off.checked_add(len)? > self.ram_size {
+            return None;
+        }
+        Some(PhysAddr(self.ram.0 + off))
+    }
+
+    /// Count a guest fault and decide whether its message is printed
+    /// (rate-limited per kind; see `ratelimit`).
+    pub fn fault(&self, kind: FaultKind, now: u64, frequency: u64) -> Verdict {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.fault_log.check(kind, now, frequency)
+    }
+
+    /// (Re)load the kernel, initrd and a fresh guest DTB into the
+    /// partition's RAM; records the entry point and DTB address.
+    pub fn load(
+        &self,
+        plan: &Plan,
+        payload: &[u8],
+        mem: &mut impl HostMemory,
+        seed: impl FnMut(u64) -> u64,
+    ) -> Result<(), LoadError> {
+        let kernel = plan
+            .image(payload, self.plan.kernel.image)
+            .ok_or(LoadError::KernelMissing)?;
+        let initrd = match self.plan.initrd {
+            Some(i) => Some(plan.image(payload, i).ok_or(LoadError::InitrdMissing)?),
+            None => None,
+        };
+        let place = place_images(
+            kernel,
+            self.plan.kernel.format,
+            initrd.map(|i| i.len() as u64),
+            self.ram_size,
+        )?;
+        let base = self.ram_ipa;
+        self.copy_in(mem, place.kernel, kernel);
+        if let (Some(bytes), Some((start, _))) = (initrd, place.initrd) {
+            self.copy_in(mem, start, bytes);
+        }
+        let dtb = self.guest_dtb(base, place, seed)?;
+        if dtb.len() as u64 > DTB_AREA {
+            return Err(LoadError::DtbTooLarge);
+        }
+        self.copy_in(mem, place.dtb, &dtb);
+        self.entry_ipa.store(base + place.kernel, Ordering::Relaxed);
+        self.dtb_ipa.store(base + place.dtb, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn copy_in(&self, mem: &mut impl HostMemory, offset: u64, bytes: &[u8]) {
+        let pa = PhysAddr(self.ram.0 + offset);
+        mem.write(pa, bytes);
+        mem.clean_for_guest(pa, bytes.len() as u64);
+    }
+
+    fn guest_dtb(
+        &self,
+        base: u64,
+        place: Placement,
+        mut seed: impl FnMut(u64) -> u64,
+    ) -> Result<Vec<u8>, LoadError> {
+        let mut bootargs = self.plan.bootargs.clone();
+        bootargs.push_str(" pinfold.partition=");
+        bootargs.push_str(&self.name);
+        let s = seed(self.index as u64);
+        let mut rng = [0u8; 32];
+        for (i, chunk) in rng.chunks_mut(8).enumerate() {
+            chunk.copy_from_slice(&crate::system::splitmix(s ^ i as u64).to_le_bytes());
+        }
+        let pcie_node;
+        let pcie_props;
+        let pcie_name;
+        let extra: &[ExtraNode] = match &self.pcie {
+            Some(c) => {
+                pcie_props = [
+                    ("compatible", PropValue::String("pci-host-ecam-generic")),
+                    ("device_type", PropValue::String("pci")),
+                    ("reg", PropValue::Cells(&c.reg)),
+                    ("bus-range", PropValue::Cells(&c.bus_range)),
+                    ("#address-cells", PropValue::U32(3)),
+                    ("#size-cells", PropValue::U32(2)),
+                    ("#interrupt-cells", PropValue::U32(1)),
+                    ("ranges", PropValue::Cells(&c.ranges)),
+                    (
+                        "interrupt-map-mask",
+                        PropValue::Cells(&c.interrupt_map_mask),
+                    ),
+                    ("interrupt-map", PropValue::Cells(&c.interrupt_map)),
+                    ("dma-coherent", PropValue::Empty),
+                ];
+                pcie_name =
+                    alloc::format!("pcie@{:x}", (c.reg[0] as u64) << 32 | c.reg[1] as u64);
+                pcie_node = [ExtraNode {
+                    name: &pcie_name,
+                    props: &pcie_props,
+                    children: &[],
+                }];
+                &pcie_node
+            }
+            None => &[],
+        };
+        let spec = GuestDtbSpec {
+            partition: &self.name,
+            ram_base: base,
+            ram_size: self.ram_size,
+            vcpu_count: self.vcpus.len(),
+            bootargs: &bootargs,
+            initrd: place.initrd.map(|(s, e)| (base + s, base + e)),
+            rng_seed: Some(rng),
+            kaslr_seed: Some(crate::system::splitmix(s ^ 0xabcd)),
+            extra,
+        };
+        build_guest_dtb(&spec).map_err(|_| LoadError::DtbFailed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image_header(text_offset: u64, image_size: u64) -> [u8; 64] {
+        let mut h = [0u8; 64];
+        h[8..16].copy_from_slice(&text_offset.to_le_bytes());
+        h[16..24].copy_from_slice(&image_size.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn a_kernel_ending_exactly_at_the_dtb_area_fits() {
+        let ram = 64 << 20;
+        let h = image_header(0, ram - DTB_AREA);
+
+        let p = place_images(&h, KernelFormat::LinuxImage, None, ram).unwrap();
+
+        assert_eq!(p.kernel, 0);
+        assert_eq!(p.dtb, ram - DTB_AREA);
+    }
+
+    #[test]
+    fn a_kernel_one_byte_into_the_dtb_area_does_not_fit() {
+        let ram = 64 << 20;
+        let h = image_header(0, ram - DTB_AREA + 1);
+
+        assert_eq!(
+            place_images(&h, KernelFormat::LinuxImage, None, ram),
+            Err(LoadError::KernelTooLarge)
+        );
+    }
+
+    #[test]
+    fn initrd_goes_page_aligned_below_the_dtb_and_must_clear_the_kernel() {
+        let ram = 64 << 20;
+        let h = image_header(0x20_0000, 0x100_0000);
+
+        let p = place_images(&h, KernelFormat::LinuxImage, Some(0x1234), ram).unwrap();
+        let (start, end) = p.initrd.unwrap();
+        assert_eq!(start & 0xfff, 0);
+        assert!(end <= p.dtb);
+        assert_eq!(end - start, 0x1234);
+
+        assert_eq!(
+            place_images(&h, KernelFormat::LinuxImage, Some(ram), ram),
+            Err(LoadError::InitrdTooLarge)
+        );
+    }
+
+    #[test]
+    fn legacy_image_without_size_loads_at_512k() {
+        let h = image_header(0, 0);
+
+        let p = place_images(&h, KernelFormat::LinuxImage, None, 64 << 20).unwrap();
+
+        assert_eq!(p.kernel, LEGACY_IMAGE_OFFSET);
+        assert_eq!(p.kernel_footprint, 64);
+    }
+}

@@ -1,0 +1,335 @@
+//! The running system, built once at boot: the host description, the
+//! partitions, the public per-CPU state sized from the host's CPU count, the
+//! CPU and SPI ownership tables, the lock statistics, the boot entropy and
+//! the management token. Partition lifecycle (start, stop, restart) and the
+//! stats line are here; the platform holds one `&'static System`.
+
+use crate::dtb::HostInfo;
+use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
+use crate::lockstat::{CountedLock, LockPath, LockStat};
+use crate::memmap::FreeMemory;
+use crate::partition::{LoadError, Partition, SetupError, State};
+use crate::percpu::{PublicCpu, VcpuId, MAX_CPUS, REQ_START, REQ_STOP};
+use crate::stage2::TableMemory;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use pinfold_config::Plan;
+
+/// SPI INTIDs the ownership table covers (GICv3: up to 1019).
+const SPI_TABLE: usize = 1024;
+
+pub struct System {
+    pub host: HostInfo,
+    pub partitions: Vec<Partition>,
+    /// One entry per host CPU the hypervisor drives (at most MAX_CPUS).
+    pub cpus: Vec<PublicCpu>,
+    /// The vCPU pinned to each CPU by the plan.
+    assign: Vec<Option<VcpuId>>,
+    /// Owner of each physical SPI (partition index + 1; 0 = nobody).
+    spi_owner: Vec<u8>,
+    pub locks: &'static LockStat,
+    /// The chip-wide lock a per-CPU interrupt state change takes when the
+    /// chip does not declare the lockless capability.
+    pub chip_lock: CountedLock<()>,
+    plan: Plan,
+    payload: &'static [u8],
+    seed: AtomicU64,
+    token: String,
+    /// Counter value when the hypervisor started.
+    pub boot_counter: u64,
+    /// The monitor saw Ctrl-A.
+    pub(crate) escape: AtomicBool,
+    pub version: &'static str,
+}
+
+/// What the platform hands to [`System::new`].
+pub struct BootInputs<'a, T: TableMemory> {
+    pub host: HostInfo,
+    pub plan: Plan,
+    pub payload: &'static [u8],
+    pub free: &'a mut FreeMemory,
+    pub tables: &'a mut T,
+    pub locks: &'static LockStat,
+    pub boot_counter: u64,
+    /// Host entropy (the DTB's rng-seed), mixed into the partitions' seeds.
+    pub entropy: &'a [u8],
+    pub version: &'static str,
+}
+
+impl System {
+    /// Build every partition of the plan. Partitions that cannot be set up
+    /// are reported through `log` and left out; the others still boot.
+    pub fn new<T: TableMemory>(
+        inputs: BootInputs<'_, T>,
+        log: &mut impl FnMut(fmt::Arguments),
+    ) -> System {
+        let BootInputs {
+            host,
+            plan,
+            payload,
+            free,
+            tables,
+            locks,
+            boot_counter,
+            entropy,
+            version,
+        } = inputs;
+        let cpu_count = host.cpus.len().min(MAX_CPUS);
+        if host.cpus.len() > MAX_CPUS {
+            log(format_args!(
+                "{} CPUs in the host description; driving the first {} (MAX_CPUS), the rest stay offline",
+                host.cpus.len(),
+                MAX_CPUS
+            ));
+        }
+        let mut partitions = Vec::new();
+        for (index, pp) in plan.partitions.iter().enumerate() {
+            match Partition::build(partitions.len(), pp, &host, free, tables, locks) {
+                Ok(p) => {
+                    log(format_args!(
+                        "partition {}: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}, VMID {}",
+                        p.name,
+                        p.vcpus.len(),
+                        p.plan.cpus,
+                        p.ram_size >> 20,
+                        p.ram.0,
+                        p.vmid
+                    ));
+                    partitions.push(p);
+                }
+                Err(e) => log(format_args!(
+                    "partition {} (plan entry {index}): not created: {}",
+                    pp.name,
+                    e as SetupError
+                )),
+            }
+        }
+        let mut assign = vec![None; cpu_count];
+        let mut spi_owner = vec![0u8; SPI_TABLE];
+        for p in &partitions {
+            for (vcpu, s) in p.vcpus.iter().enumerate() {
+                if let Some(slot) = assign.get_mut(s.pcpu) {
+                    *slot = Some(VcpuId {
+                        partition: p.index,
+                        vcpu,
+                    });
+                }
+            }
+            for &spi in &p.spis {
+                if let Some(slot) = spi_owner.get_mut(spi as usize) {
+                    *slot = p.index as u8 + 1;
+                }
+            }
+        }
+        let cpus = host.cpus[..cpu_count]
+            .iter()
+            .map(|&m| PublicCpu::new(m))
+            .collect();
+        let mut sys = System {
+            host,
+            partitions,
+            cpus,
+            assign,
+            spi_owner,
+            locks,
+            chip_lock: CountedLock::new((), locks),
+            plan,
+            payload,
+            seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+            token: String::new(),
+            boot_counter,
+            escape: AtomicBool::new(false),
+            version,
+        };
+        sys.add_entropy(entropy);
+        sys.token = sys.make_token();
+        sys
+    }
+
+    /// The vCPU the plan pins to CPU `cpu`.
+    pub fn assigned(&self, cpu: usize) -> Option<VcpuId> {
+        self.assign.get(cpu).copied().flatten()
+    }
+
+    /// The partition whose vCPU is pinned to CPU `cpu`.
+    pub fn partition_on(&self, cpu: usize) -> Option<&Partition> {
+        self.partitions.get(self.assigned(cpu)?.partition)
+    }
+
+    /// The partition that owns physical SPI `intid`.
+    pub fn spi_owner(&self, intid: u32) -> Option<&Partition> {
+        let owner = *self.spi_owner.get(intid as usize)?;
+        if owner == 0 {
+            None
+        } else {
+            self.partitions.get(owner as usize - 1)
+        }
+    }
+
+    /// Pass-through SPIs start disabled, level, routed to their partition's
+    /// first vCPU's CPU; the guest's distributor writes enable and re-route.
+    pub fn program_spis(&self, hw: &mut impl Hw) {
+        for p in &self.partitions {
+            let mpidr = self.cpus[p.vcpus[0].pcpu].mpidr.load(Ordering::Relaxed);
+            for &intid in &p.spis {
+                hw.spi(LockPath::PhysDist, SpiOp::Enable { intid, enable: false });
+                hw.spi(LockPath::PhysDist, SpiOp::SetEdge { intid, edge: false });
+                hw.spi(LockPath::PhysDist, SpiOp::Route { intid, mpidr });
+            }
+        }
+    }
+
+    /// Kick CPU `pcpu` to look at its mailbox and requests. Our own CPU
+    /// sees them on the way out of this trap or in the idle loop.
+    pub fn kick(&self, hw: &mut impl Hw, me: usize, pcpu: usize) {
+        if pcpu != me {
+            if let Some(c) = self.cpus.get(pcpu) {
+                hw.send_sgi(c.mpidr.load(Ordering::Relaxed), SGI_MAILBOX);
+            }
+        }
+    }
+
+    /// Post request bits to CPU `pcpu` and kick it.
+    pub fn request(&self, hw: &mut impl Hw, me: usize, pcpu: usize, bits: u32) {
+        if let Some(c) = self.cpus.get(pcpu) {
+            c.post_request(bits);
+            self.kick(hw, me, pcpu);
+        }
+    }
+
+    /// Load `p`'s images and boot its vCPU 0 (on its own CPU).
+    pub fn start_partition(
+        &self,
+        p: &Partition,
+        hw: &mut impl Hw,
+        me: usize,
+    ) -> Result<(), LoadError> {
+        let now = hw.now();
+        if let Err(e) = p.load(&self.plan, self.payload, hw, |salt| self.next_seed(salt, now)) {
+            hw.log(format_args!("partition {}: cannot start: {e}", p.name));
+            return Err(e);
+        }
+        p.boot_count.fetch_add(1, Ordering::Relaxed);
+        p.started_at.store(now, Ordering::Relaxed);
+        p.set_state(State::Running);
+        self.request(hw, me, p.vcpus[0].pcpu, REQ_START);
+        Ok(())
+    }
+
+    /// Stop every vCPU of `p` (the caller puts its own, if it is one).
+    pub fn stop_partition(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
+        p.set_state(State::Stopping);
+        for s in &p.vcpus {
+            if s.pcpu != me {
+                self.request(hw, me, s.pcpu, REQ_STOP);
+            }
+        }
+        p.set_state(State::Stopped);
+    }
+
+    /// Wait until every vCPU of `p` has been put (bounded: about one second
+    /// of counter time; false if one did not answer).
+    pub fn wait_all_off(&self, p: &Partition, hw: &mut impl Hw) -> bool {
+        let deadline = hw.now() + hw.counter_frequency();
+        while !p.all_off() {
+            if hw.now() > deadline {
+                return false;
+            }
+            core::hint::spin_loop();
+        }
+        true
+    }
+
+    /// The second half of a guest's SYSTEM_RESET, after its vCPU was put:
+    /// wait for the others, reload, boot again.
+    pub fn finish_restart(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
+        if !self.wait_all_off(p, hw) {
+            hw.log(format_args!("partition {}: a vCPU did not stop in time", p.name));
+        }
+        let _ = self.start_partition(p, hw, me);
+    }
+
+    /// Nanoseconds from counter value `start` to now.
+    pub fn ns_since(&self, hw: &impl Hw, start: u64) -> u64 {
+        let f = hw.counter_frequency() as u128;
+        if f == 0 || start == 0 {
+            return 0;
+        }
+        (hw.now().saturating_sub(start) as u128 * 1_000_000_000 / f) as u64
+    }
+
+    /// The monitor's stats lines (read by the tests).
+    pub fn stats(&self, hw: &mut impl Hw) {
+        let exits: u64 = self.cpus.iter().map(|c| c.counters.exits_total()).sum();
+        let injected: u64 = self.cpus.iter().map(|c| c.counters.injected_count()).sum();
+        let dropped: u64 = self.cpus.iter().map(|c| c.counters.dropped_count()).sum();
+        let mut shared = String::new();
+        for path in LockPath::ALL {
+            let n = self.locks.count(path);
+            if n != 0 {
+                let _ = fmt::Write::write_fmt(&mut shared, format_args!(" {}={n}", path.name()));
+            }
+        }
+        hw.log(format_args!(
+            "stats hot_path_cross_cpu_locks={} exits={exits} injected={injected} dropped={dropped} shared_locks:{shared}",
+            self.locks.hot_total(),
+        ));
+        for p in &self.partitions {
+            hw.log(format_args!(
+                "stats partition={} state={} boots={} faults={}",
+                p.name,
+                p.state() as u8,
+                p.boot_count.load(Ordering::Relaxed),
+                p.faults.load(Ordering::Relaxed)
+            ));
+        }
+    }
+
+    /// The management API's bearer token: the plan's, or one made from the
+    /// boot entropy.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn make_token(&self) -> String {
+        if let Some(t) = self.partitions.iter().find_map(|p| p.plan.token.clone()) {
+            return t;
+        }
+        let mut t = String::new();
+        for i in 0..2 {
+            let v = self.next_seed(0x7073_7400 + i, self.boot_counter);
+            for b in v.to_be_bytes() {
+                let _ = fmt::Write::write_fmt(&mut t, format_args!("{b:02x}"));
+            }
+        }
+        t
+    }
+
+    /// Mix host entropy into the partitions' seeds.
+    pub fn add_entropy(&self, bytes: &[u8]) {
+        let mut acc = self.seed.load(Ordering::Relaxed);
+        for chunk in bytes.chunks(8) {
+            let mut v = [0u8; 8];
+            v[..chunk.len()].copy_from_slice(chunk);
+            acc = splitmix(acc ^ u64::from_le_bytes(v));
+        }
+        self.seed.store(acc, Ordering::Relaxed);
+    }
+
+    /// A fresh seed (rng-seed, kaslr-seed of a guest DTB; the token).
+    pub fn next_seed(&self, salt: u64, now: u64) -> u64 {
+        let s = self.seed.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        splitmix(s ^ salt ^ now)
+    }
+}
+
+/// SplitMix64's finaliser.
+pub fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,154 @@
+//! The hardware the portable core drives (`pinfold_hv::exit::Hw`), over the
+//! real registers: this CPU's list registers and GIC CPU interface and
+//! redistributor (the GICv3 driver's per-CPU half), the shared distributor
+//! behind its counted lock, ID registers, the counter, the host UART and
+//! host memory through the EL2 identity map.
+
+use crate::{arch, log};
+use alloc::boxed::Box;
+use core::fmt;
+use pinfold_drivers::gicv3::{sysreg as gic, GicV3Cpu};
+use pinfold_hv::addr::PhysAddr;
+use pinfold_hv::exit::{Hw, SpiOp};
+use pinfold_hv::irqchip::{IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip};
+use pinfold_hv::lockstat::{CountedLock, LockPath};
+use pinfold_hv::partition::HostMemory;
+use pinfold_hv::trap::SysRegId;
+
+/// The physical distributor: one device every CPU may need (a guest
+/// enabling or routing its own SPI, a forwarded SPI the guest has masked).
+/// It is global state of the machine, so no per-CPU design can hold it; it
+/// is never taken on vCPU load/put, timer PPI or local injection paths.
+pub static DIST: spin::Once<CountedLock<Box<dyn SharedIrqChip + Send>>> = spin::Once::new();
+
+/// ICH_HCR_EL2.En.
+const ICH_HCR_EN: u64 = 1;
+/// ICH_HCR_EL2.UIE.
+const ICH_HCR_UIE: u64 = 1 << 1;
+
+pub struct PlatformHw {
+    index: usize,
+    /// This CPU's GIC; None until the CPU has initialised it.
+    pub chip: Option<GicV3Cpu>,
+    /// What we last wrote to ICH_HCR_EL2 (no read-modify-write of the
+    /// system register on the injection path).
+    ich_hcr: u64,
+}
+
+impl PlatformHw {
+    pub const fn new(index: usize) -> Self {
+        PlatformHw {
+            index,
+            chip: None,
+            ich_hcr: 0,
+        }
+    }
+
+    /// ICH_HCR_EL2 = En (vCPU load) or 0 (put).
+    pub fn set_virtual_cpu_interface(&mut self, enable: bool) {
+        self.ich_hcr = if enable { ICH_HCR_EN } else { 0 };
+        gic::set_ich_hcr_el2(self.ich_hcr);
+    }
+}
+
+impl PerCpuIrqChip for PlatformHw {
+    fn caps(&self) -> IrqChipCaps {
+        self.chip.as_ref().map_or(
+            IrqChipCaps {
+                percpu_state_lockless: true,
+            },
+            |c| c.caps(),
+        )
+    }
+    fn apply_ppi(&mut self, change: PpiStateChange) {
+        if let Some(c) = self.chip.as_mut() {
+            c.apply_ppi(change)
+        }
+    }
+    fn ppi_bits(&mut self) -> PpiBits {
+        self.chip.as_mut().map_or(PpiBits::default(), |c| c.ppi_bits())
+    }
+    fn ack(&mut self) -> u32 {
+        gic::ack()
+    }
+    fn priority_drop(&mut self, intid: u32) {
+        gic::priority_drop(intid)
+    }
+    fn deactivate(&mut self, intid: u32) {
+        gic::deactivate(intid)
+    }
+    fn send_sgi(&mut self, mpidr: u64, intid: u32) {
+        gic::send_sgi(mpidr, intid)
+    }
+}
+
+impl HostMemory for PlatformHw {
+    fn write(&mut self, pa: PhysAddr, bytes: &[u8]) {
+        // SAFETY: the core checked that the span lies inside a partition's
+        // RAM (or the caller's own, for management calls), which the
+        // hypervisor owns and maps at EL2 with IPA-independent identity.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), pa.0 as *mut u8, bytes.len()) };
+    }
+    fn read(&self, pa: PhysAddr, out: &mut [u8]) {
+        // SAFETY: as in `write`.
+        unsafe { core::ptr::copy_nonoverlapping(pa.0 as *const u8, out.as_mut_ptr(), out.len()) };
+    }
+    fn clean_for_guest(&mut self, pa: PhysAddr, len: u64) {
+        arch::clean_dcache_range(pa.0, len);
+        arch::invalidate_icache_all();
+    }
+}
+
+impl Hw for PlatformHw {
+    fn lr_count(&self) -> usize {
+        gic::lr_count()
+    }
+    fn read_lr(&self, n: usize) -> u64 {
+        gic::read_lr(n)
+    }
+    fn write_lr(&mut self, n: usize, value: u64) {
+        gic::write_lr(n, value)
+    }
+    fn empty_lr_mask(&self) -> u16 {
+        gic::ich_elrsr_el2() as u16
+    }
+    fn set_underflow_irq(&mut self, enable: bool) {
+        let hcr = if enable {
+            self.ich_hcr | ICH_HCR_UIE
+        } else {
+            self.ich_hcr & !ICH_HCR_UIE
+        };
+        if hcr != self.ich_hcr {
+            self.ich_hcr = hcr;
+            gic::set_ich_hcr_el2(hcr);
+        }
+    }
+    fn spi(&mut self, path: LockPath, op: SpiOp) {
+        if let Some(d) = DIST.get() {
+            let mut d = d.lock(path);
+            match op {
+                SpiOp::Enable { intid, enable } => d.spi_enable(intid, enable),
+                SpiOp::Route { intid, mpidr } => d.spi_route(intid, mpidr),
+                SpiOp::SetEdge { intid, edge } => d.spi_set_edge(intid, edge),
+            }
+        }
+    }
+    fn read_id_reg(&self, reg: SysRegId) -> u64 {
+        arch::regs::read_id_reg(reg.crm, reg.op2)
+    }
+    fn vbar_el1(&self) -> u64 {
+        arch::regs::vbar_el1()
+    }
+    fn now(&self) -> u64 {
+        arch::counter()
+    }
+    fn counter_frequency(&self) -> u64 {
+        u64::from(arch::counter_frequency())
+    }
+    fn console_line(&mut self, source: u32, line: &[u8]) {
+        log::write_from(source, line);
+    }
+    fn log(&mut self, args: fmt::Arguments) {
+        log::print_fmt(Some(self.index), args);
+    }
+}
