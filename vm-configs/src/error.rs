@@ -4,6 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::fit::FitError;
 use crate::schema::Size;
 
 /// A config that cannot become a payload.
@@ -138,13 +139,10 @@ pub enum Problem {
         reserve: Size,
         board: Size,
     },
-    /// The kernel (and initrd) need more than the partition's RAM.
-    #[error("the kernel needs {kernel} and the initrd {initrd}, more than the partition's {ram}")]
-    ImagesExceedMemory {
-        kernel: Size,
-        initrd: Size,
-        ram: Size,
-    },
+    /// The kernel, the initrd and the DTB area do not fit the partition's
+    /// RAM as the hypervisor lays them out (`fit::place_images`).
+    #[error("{ram} is too small: {fit}")]
+    ImagesDoNotFit { ram: Size, fit: FitError },
     /// An image file does not exist.
     #[error("file {} not found", path.display())]
     FileMissing { path: PathBuf },

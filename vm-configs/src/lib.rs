@@ -6,6 +6,7 @@
 
 extern crate alloc;
 
+pub mod fit;
 pub mod plan;
 
 #[cfg(feature = "std")]
@@ -31,6 +32,6 @@ pub use schema::{
 };
 #[cfg(feature = "std")]
 pub use validate::{
-    guest_map, hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE,
-    PARTITION_BOOTARG, RAM_GRANULE, SPI_FIRST, SPI_LAST,
+    hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE, PARTITION_BOOTARG,
+    RAM_GRANULE, SPI_FIRST, SPI_LAST,
 };

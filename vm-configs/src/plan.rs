@@ -144,7 +144,8 @@ impl Plan {
         if revision != PLAN_REVISION {
             return Err(PayloadError::Revision(revision));
         }
-        let plan_len = u32::from_le_bytes([header[12], header[13], header[14], header[15]]) as usize;
+        let plan_len =
+            u32::from_le_bytes([header[12], header[13], header[14], header[15]]) as usize;
         let blob = payload
             .get(PAYLOAD_HEADER_LEN..PAYLOAD_HEADER_LEN + plan_len)
             .ok_or(PayloadError::Truncated)?;

@@ -525,7 +525,63 @@ fn kernel_and_initrd_larger_than_partition_memory_are_rejected() {
 
     assert_names(&error, "alpha", "memory");
     assert!(
-        matches!(error.problem(), Some(Problem::ImagesExceedMemory { .. })),
+        matches!(
+            error.problem(),
+            Some(Problem::ImagesDoNotFit {
+                fit: fit::FitError::KernelOverlapsDtb { .. },
+                ..
+            })
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn kernel_ending_exactly_at_the_dtb_area_is_accepted() {
+    let root = Root::new();
+    // 8 MiB of RAM: the DTB area starts at 6 MiB.
+    root.write("kernel", &linux_image(6 * Size::MIB));
+
+    let result = config(&ALPHA.replace("\"256MiB\"", "\"8MiB\"")).validate(root.path());
+
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[test]
+fn kernel_one_byte_into_the_dtb_area_is_rejected() {
+    let root = Root::new();
+    root.write("kernel", &linux_image(6 * Size::MIB + 1));
+
+    let error = rejected(&root, &ALPHA.replace("\"256MiB\"", "\"8MiB\""));
+
+    assert_names(&error, "alpha", "memory");
+    assert!(error.to_string().contains("past the DTB area"), "{error}");
+}
+
+#[test]
+fn initrd_that_does_not_fit_below_the_dtb_area_is_rejected() {
+    let root = Root::new();
+    root.write("kernel", &linux_image(4 * Size::MIB));
+    // Would fit the old check (4 + 3 < 8 MiB) but not below the DTB area.
+    root.write("initrd", &vec![0u8; 3 * Size::MIB as usize]);
+
+    let error = rejected(
+        &root,
+        &ALPHA.replace("\"256MiB\"", "\"8MiB\"").replace(
+            "kernel = \"kernel\"",
+            "kernel = \"kernel\"\ninitrd = \"initrd\"",
+        ),
+    );
+
+    assert_names(&error, "alpha", "memory");
+    assert!(
+        matches!(
+            error.problem(),
+            Some(Problem::ImagesDoNotFit {
+                fit: fit::FitError::InitrdOverlapsKernel { .. },
+                ..
+            })
+        ),
         "{error}"
     );
 }
@@ -719,7 +775,10 @@ fn token_on_a_partition_that_is_not_management_is_rejected() {
     let error = rejected(&root, &alpha);
 
     assert_names(&error, "alpha", "token");
-    assert!(matches!(error.problem(), Some(Problem::TokenWithoutManagement)), "{error}");
+    assert!(
+        matches!(error.problem(), Some(Problem::TokenWithoutManagement)),
+        "{error}"
+    );
 }
 
 #[test]
@@ -730,7 +789,10 @@ fn short_token_is_rejected() {
     let error = rejected(&root, &alpha);
 
     assert_names(&error, "alpha", "token");
-    assert!(matches!(error.problem(), Some(Problem::BadToken)), "{error}");
+    assert!(
+        matches!(error.problem(), Some(Problem::BadToken)),
+        "{error}"
+    );
 }
 
 // ---- devices --------------------------------------------------------------
@@ -1012,9 +1074,14 @@ fn default_config_gives_cpu_0_and_the_pci_bridge_to_mgmt_and_the_console_to_beta
     assert_eq!(cpus, [0, 1, 2, 3]);
     assert_eq!(input, ["beta"]);
     let mgmt = &config.partitions[0];
-    assert_eq!((mgmt.name.as_str(), mgmt.cpus.as_slice()), ("mgmt", &[0][..]));
+    assert_eq!(
+        (mgmt.name.as_str(), mgmt.cpus.as_slice()),
+        ("mgmt", &[0][..])
+    );
     assert!(mgmt.management && mgmt.pci_host_bridge);
-    assert!(config.partitions[1..].iter().all(|p| !p.management && !p.pci_host_bridge));
+    assert!(config.partitions[1..]
+        .iter()
+        .all(|p| !p.management && !p.pci_host_bridge));
 }
 
 // ---- payload --------------------------------------------------------------
