@@ -217,6 +217,13 @@ pub enum Problem {
         other: String,
         other_device: String,
     },
+    /// A device `compatible` that is empty or holds a NUL (which would
+    /// split the DT string).
+    #[error("must be a non-empty string without NUL bytes")]
+    CompatibleBad,
+    /// A device `host_node` that is not an absolute DT path.
+    #[error("{path:?} is not an absolute device tree path (/node/child, no NUL)")]
+    HostNodeBad { path: String },
     /// A pass-through range over something the guest map already holds.
     #[error("range {base:#x}+{size:#x} overlaps the guest's {region} at {region_base:#x}+{region_size:#x}")]
     MmioGuestMap {

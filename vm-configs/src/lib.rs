@@ -7,6 +7,7 @@
 extern crate alloc;
 
 pub mod fit;
+pub mod isolation;
 pub mod plan;
 
 #[cfg(feature = "std")]

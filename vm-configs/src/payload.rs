@@ -228,12 +228,15 @@ impl Config {
                             })
                             .collect(),
                         spis: device.spis.clone(),
+                        compatible: device.compatible.clone(),
+                        host_node: device.host_node.clone(),
                     })
                     .collect(),
                 management: partition.management,
                 pci_host_bridge: partition.pci_host_bridge,
                 token: partition.token.clone(),
                 autostart: partition.autostart,
+                pmu: partition.pmu,
             })
             .collect();
         Plan {

@@ -167,6 +167,7 @@ fn optional_fields_take_their_defaults() {
     assert!(!alpha.console_input);
     assert!(alpha.autostart);
     assert!(!alpha.management);
+    assert!(alpha.pmu);
     assert!(alpha.devices.is_empty());
 }
 
@@ -1192,9 +1193,10 @@ fn kernel_format_raw_overrides_the_magic() {
 fn payload_carries_devices_and_roles() {
     let root = Root::with_images();
     let text = format!(
-        "{ALPHA}management = true\nautostart = false\n\
+        "{ALPHA}management = true\nautostart = false\npmu = false\n\
          [[partition.device]]\nname = \"rtc\"\n\
-         mmio = [{{ base = 0x09010000, size = \"4KiB\" }}]\nspis = [34]\n"
+         mmio = [{{ base = 0x09010000, size = \"4KiB\" }}]\nspis = [34]\n\
+         compatible = \"arm,pl031\"\nhost_node = \"/pl031@9010000\"\n"
     );
 
     let payload = config(&text).build_payload(root.path()).expect("payload");
@@ -1202,6 +1204,7 @@ fn payload_carries_devices_and_roles() {
     let alpha = &Plan::decode(&payload).expect("decodes").partitions[0];
     assert!(alpha.management);
     assert!(!alpha.autostart);
+    assert!(!alpha.pmu);
     assert_eq!(
         alpha.devices,
         [DevicePlan {
@@ -1211,6 +1214,31 @@ fn payload_carries_devices_and_roles() {
                 size: 0x1000
             }],
             spis: vec![34],
+            compatible: Some("arm,pl031".into()),
+            host_node: Some("/pl031@9010000".into()),
         }]
     );
+}
+
+#[test]
+fn device_compatible_with_a_nul_is_rejected() {
+    let root = Root::with_images();
+    let text = format!(
+        "{ALPHA}[[partition.device]]\nname = \"rtc\"\ncompatible = \"arm,pl031\\u0000x\"\n"
+    );
+
+    let error = rejected(&root, &text);
+
+    assert_names(&error, "alpha", "device \"rtc\": compatible");
+}
+
+#[test]
+fn device_host_node_that_is_not_an_absolute_path_is_rejected() {
+    let root = Root::with_images();
+    let text = format!("{ALPHA}[[partition.device]]\nname = \"rtc\"\nhost_node = \"pl031\"\n");
+
+    let error = rejected(&root, &text);
+
+    assert_names(&error, "alpha", "device \"rtc\": host_node");
+    assert!(error.to_string().contains("absolute"), "{error}");
 }

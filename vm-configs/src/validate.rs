@@ -350,6 +350,25 @@ fn check_devices<'c>(
             ));
         }
 
+        if let Some(compatible) = &device.compatible {
+            if compatible.is_empty() || compatible.contains('\0') {
+                return Err(partition_error(
+                    partition,
+                    format!("device \"{name}\": compatible"),
+                    Problem::CompatibleBad,
+                ));
+            }
+        }
+        if let Some(path) = &device.host_node {
+            if !path.starts_with('/') || path.contains('\0') {
+                return Err(partition_error(
+                    partition,
+                    format!("device \"{name}\": host_node"),
+                    Problem::HostNodeBad { path: path.clone() },
+                ));
+            }
+        }
+
         let mmio_field = format!("device \"{name}\": mmio");
         for range in &device.mmio {
             let (base, size) = (range.base, range.size.bytes());
