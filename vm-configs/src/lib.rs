@@ -1,6 +1,8 @@
 //! Partition plans for Pinfold: the TOML schema and its validation (feature
-//! `std`, used by the xtask before boot) and the runtime plan blob the
-//! hypervisor decodes at boot.
+//! `std`, used by the xtask before boot), the runtime plan blob the
+//! hypervisor decodes at boot, and the two checks both sides run on it
+//! (`no_std`): where the images go in a partition's RAM (`fit`) and whether
+//! pass-through MMIO keeps partitions apart on a host (`isolation`).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 

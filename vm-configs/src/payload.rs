@@ -1,6 +1,7 @@
-//! Checks a config's image files and turns the config into the payload the
-//! hypervisor reads at boot: header, plan blob, then every distinct image
-//! once, 4 KiB aligned (layout in plan.rs).
+//! Checks a config's image files (that they fit as `fit::place_images` lays
+//! them out) and turns the config into the payload the hypervisor reads at
+//! boot: header, plan blob, then every distinct image once, 4 KiB aligned
+//! (layout in plan.rs).
 
 use std::collections::HashMap;
 use std::fs::File;

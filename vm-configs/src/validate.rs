@@ -1,6 +1,7 @@
 //! The rules a config must satisfy before boot that need no image file:
 //! names, CPU ownership, RAM granularity, console and management
-//! uniqueness, SPI ownership and pass-through MMIO placement.
+//! uniqueness, SPI ownership, pass-through MMIO placement in the guest map
+//! and device DT fields. Placement on the host is `isolation`'s.
 
 use std::collections::HashMap;
 

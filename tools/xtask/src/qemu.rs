@@ -1,5 +1,6 @@
 //! The one place that knows how QEMU is started for Pinfold, shared by
-//! `cargo xtask run` and the boot tests so both exercise the same machine.
+//! `cargo xtask run`, the boot tests and the build's DTB dump so all three
+//! see the same machine.
 
 use std::path::Path;
 use std::process::Command;
