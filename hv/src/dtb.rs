@@ -1,5 +1,7 @@
 //! Flattened device trees: our own DTB writer, the DTB each partition's
-//! Linux boots with, and the parse of the DTB firmware hands the hypervisor.
+//! Linux boots with, and the parse of the DTB firmware hands the hypervisor
+//! (with the host resources the plan's isolation check needs and an early
+//! console finder for reporting a DTB the parse rejects).
 
 use alloc::string::String;
 use core::fmt;
@@ -14,8 +16,8 @@ pub use guest::{
     GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_MAX_VCPUS,
 };
 pub use host::{
-    parse_host_dtb, Conduit, GicInfo, HostInfo, PciIntxMap, PciRange, PciSpace, PcieInfo, PsciInfo,
-    TimerPpis, UartInfo,
+    early_uart, host_resources, parse_host_dtb, Conduit, EarlyUart, GicInfo, HostDevice, HostInfo,
+    PciIntxMap, PciRange, PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
 };
 pub use pcie::{pcie_cells, PcieCells};
 pub use writer::{FdtWriter, NodeToken};
@@ -124,7 +126,10 @@ impl fmt::Display for DtbError {
             DtbError::MissingNode(n) => write!(f, "device tree has no {n} node"),
             DtbError::MissingProperty { node, prop } => write!(f, "{node} has no {prop}"),
             DtbError::BadProperty { node, prop } => write!(f, "{node} has a malformed {prop}"),
-            DtbError::UnsupportedGic(c) => write!(f, "unsupported interrupt controller {c:?}"),
+            DtbError::UnsupportedGic(c) => write!(
+                f,
+                "unsupported interrupt controller {c:?} (Pinfold drives \"arm,gic-v3\": GICv3/v4)"
+            ),
             DtbError::BadInterrupt { node } => write!(f, "{node} has a non-GIC interrupt"),
             DtbError::Untranslatable { node } => {
                 write!(f, "{node}: reg cannot be translated through parent ranges")

@@ -4,6 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::fit::FitError;
 use crate::schema::Size;
 
 /// A config that cannot become a payload.
@@ -138,13 +139,10 @@ pub enum Problem {
         reserve: Size,
         board: Size,
     },
-    /// The kernel (and initrd) need more than the partition's RAM.
-    #[error("the kernel needs {kernel} and the initrd {initrd}, more than the partition's {ram}")]
-    ImagesExceedMemory {
-        kernel: Size,
-        initrd: Size,
-        ram: Size,
-    },
+    /// The kernel, the initrd and the DTB area do not fit the partition's
+    /// RAM as the hypervisor lays them out (`fit::place_images`).
+    #[error("{ram} is too small: {fit}")]
+    ImagesDoNotFit { ram: Size, fit: FitError },
     /// An image file does not exist.
     #[error("file {} not found", path.display())]
     FileMissing { path: PathBuf },
@@ -219,6 +217,13 @@ pub enum Problem {
         other: String,
         other_device: String,
     },
+    /// A device `compatible` that is empty or holds a NUL (which would
+    /// split the DT string).
+    #[error("must be a non-empty string without NUL bytes")]
+    CompatibleBad,
+    /// A device `host_node` that is not an absolute DT path.
+    #[error("{path:?} is not an absolute device tree path (/node/child, no NUL)")]
+    HostNodeBad { path: String },
     /// A pass-through range over something the guest map already holds.
     #[error("range {base:#x}+{size:#x} overlaps the guest's {region} at {region_base:#x}+{region_size:#x}")]
     MmioGuestMap {

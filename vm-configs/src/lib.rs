@@ -1,11 +1,15 @@
 //! Partition plans for Pinfold: the TOML schema and its validation (feature
-//! `std`, used by the xtask before boot) and the runtime plan blob the
-//! hypervisor decodes at boot.
+//! `std`, used by the xtask before boot), the runtime plan blob the
+//! hypervisor decodes at boot, and the two checks both sides run on it
+//! (`no_std`): where the images go in a partition's RAM (`fit`) and whether
+//! pass-through MMIO keeps partitions apart on a host (`isolation`).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
 
 extern crate alloc;
 
+pub mod fit;
+pub mod isolation;
 pub mod plan;
 
 #[cfg(feature = "std")]
@@ -31,6 +35,6 @@ pub use schema::{
 };
 #[cfg(feature = "std")]
 pub use validate::{
-    guest_map, hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE,
-    PARTITION_BOOTARG, RAM_GRANULE, SPI_FIRST, SPI_LAST,
+    hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE, PARTITION_BOOTARG,
+    RAM_GRANULE, SPI_FIRST, SPI_LAST,
 };

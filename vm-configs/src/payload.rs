@@ -1,6 +1,7 @@
-//! Checks a config's image files and turns the config into the payload the
-//! hypervisor reads at boot: header, plan blob, then every distinct image
-//! once, 4 KiB aligned (layout in plan.rs).
+//! Checks a config's image files (that they fit as `fit::place_images` lays
+//! them out) and turns the config into the payload the hypervisor reads at
+//! boot: header, plan blob, then every distinct image once, 4 KiB aligned
+//! (layout in plan.rs).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -8,21 +9,17 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::{ConfigError, Problem};
+use crate::fit::{place_images, IMAGE_HEADER_LEN};
 use crate::plan::{
     ConsolePlan, DevicePlan, ImageRef, KernelFormat, KernelPlan, MmioRange, PartitionPlan, Plan,
     IMAGE_ALIGN,
 };
-use crate::schema::{Config, ImageFormat, PartitionConfig, Size};
-use crate::validate::{align_up, guest_map, partition_error};
+use crate::schema::{Config, ImageFormat, PartitionConfig};
+use crate::validate::{align_up, partition_error};
 
 /// Offset of the arm64 Image magic (Linux Documentation/arch/arm64/booting.rst).
 const LINUX_MAGIC_OFFSET: usize = 56;
 const LINUX_MAGIC: [u8; 4] = *b"ARM\x64";
-/// Length of the arm64 Image header.
-const LINUX_HEADER_LEN: usize = 64;
-/// text_offset assumed when the header's image_size is 0 (kernels before
-/// 3.17, booting.rst).
-const LINUX_LEGACY_TEXT_OFFSET: u64 = 0x8_0000;
 
 /// One distinct image file, in payload order.
 struct ImageFile {
@@ -145,22 +142,20 @@ impl Config {
         for (index, partition) in self.partitions.iter().enumerate() {
             let kernel = probe(partition, "kernel", &partition.kernel, root)?;
             let format = kernel_format(partition, &kernel)?;
-            let kernel_needs = kernel_footprint(format, &kernel);
             let initrd = partition
                 .initrd
                 .as_ref()
                 .map(|path| probe(partition, "initrd", path, root))
                 .transpose()?;
-            let initrd_size = initrd.as_ref().map_or(0, |probe| probe.size);
+            let initrd_len = initrd.as_ref().map(|probe| probe.size);
             let ram = partition.memory.bytes();
-            if kernel_needs.saturating_add(initrd_size) > ram {
+            if let Err(fit) = place_images(&kernel.head, kernel.size, format, initrd_len, ram) {
                 return Err(partition_error(
                     partition,
                     "memory",
-                    Problem::ImagesExceedMemory {
-                        kernel: Size(kernel_needs),
-                        initrd: Size(initrd_size),
+                    Problem::ImagesDoNotFit {
                         ram: partition.memory,
+                        fit,
                     },
                 ));
             }
@@ -234,12 +229,15 @@ impl Config {
                             })
                             .collect(),
                         spis: device.spis.clone(),
+                        compatible: device.compatible.clone(),
+                        host_node: device.host_node.clone(),
                     })
                     .collect(),
                 management: partition.management,
                 pci_host_bridge: partition.pci_host_bridge,
                 token: partition.token.clone(),
                 autostart: partition.autostart,
+                pmu: partition.pmu,
             })
             .collect();
         Plan {
@@ -285,9 +283,9 @@ fn probe(
         Ok(key) => key,
         Err(error) => return fail(unreadable(error)),
     };
-    let mut head = Vec::with_capacity(LINUX_HEADER_LEN);
+    let mut head = Vec::with_capacity(IMAGE_HEADER_LEN);
     let read = File::open(&path)
-        .and_then(|file| file.take(LINUX_HEADER_LEN as u64).read_to_end(&mut head));
+        .and_then(|file| file.take(IMAGE_HEADER_LEN as u64).read_to_end(&mut head));
     if let Err(error) = read {
         return fail(unreadable(error));
     }
@@ -316,29 +314,5 @@ fn kernel_format(partition: &PartitionConfig, kernel: &Probe) -> Result<KernelFo
                 path: partition.kernel.clone(),
             },
         )),
-    }
-}
-
-/// Bytes of RAM from the partition's RAM base to the end of the kernel
-/// once loaded (bss included for a Linux Image).
-fn kernel_footprint(format: KernelFormat, kernel: &Probe) -> u64 {
-    let le_u64 = |at: usize| {
-        kernel
-            .head
-            .get(at..at + 8)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
-    };
-    match format {
-        KernelFormat::Raw => guest_map::RAW_KERNEL_OFFSET.saturating_add(kernel.size),
-        KernelFormat::LinuxImage => {
-            let text_offset = le_u64(8);
-            let image_size = le_u64(16);
-            if image_size == 0 {
-                LINUX_LEGACY_TEXT_OFFSET.saturating_add(kernel.size)
-            } else {
-                text_offset.saturating_add(image_size)
-            }
-        }
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 2;
+pub const PLAN_REVISION: u32 = 3;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -59,13 +59,22 @@ pub struct KernelPlan {
 }
 
 /// A device passed through to one partition: MMIO mapped 1:1 in stage 2 and
-/// its SPIs forwarded HW-linked.
+/// its SPIs forwarded HW-linked. What the guest DTB's node for it is made
+/// of: `name` (the node name, `name@<first mmio base>`), `compatible`, `reg`
+/// from `mmio`, `interrupts` from `spis`, or the host node's properties
+/// when `host_node` names one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DevicePlan {
     pub name: String,
     pub mmio: Vec<MmioRange>,
     /// SPI INTIDs (32..1019) owned by the partition.
     pub spis: Vec<u32>,
+    /// The guest DT node's `compatible` (a single string), if the plan
+    /// gives one.
+    pub compatible: Option<String>,
+    /// A node of the host DT (absolute path, e.g. `/pl061@9030000`) whose
+    /// properties are copied into the guest's node for this device.
+    pub host_node: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +111,9 @@ pub struct PartitionPlan {
     pub token: Option<String>,
     /// Booted by the hypervisor at start (otherwise it waits for a start call).
     pub autostart: bool,
+    /// The partition sees its CPUs' PMU; when false every PMU register
+    /// traps and reads as UNDEFINED.
+    pub pmu: bool,
 }
 
 /// Why a payload could not be read.
@@ -144,7 +156,8 @@ impl Plan {
         if revision != PLAN_REVISION {
             return Err(PayloadError::Revision(revision));
         }
-        let plan_len = u32::from_le_bytes([header[12], header[13], header[14], header[15]]) as usize;
+        let plan_len =
+            u32::from_le_bytes([header[12], header[13], header[14], header[15]]) as usize;
         let blob = payload
             .get(PAYLOAD_HEADER_LEN..PAYLOAD_HEADER_LEN + plan_len)
             .ok_or(PayloadError::Truncated)?;

@@ -70,12 +70,20 @@ pub struct PartitionConfig {
     /// it the hypervisor generates one at boot and prints it.
     #[serde(default)]
     pub token: Option<String>,
+    /// The partition gets its CPUs' PMU; false hides it (every PMU
+    /// register access traps and is UNDEFINED to the guest).
+    #[serde(default = "default_pmu")]
+    pub pmu: bool,
     /// Pass-through devices.
     #[serde(default, rename = "device")]
     pub devices: Vec<DeviceConfig>,
 }
 
 fn default_autostart() -> bool {
+    true
+}
+
+fn default_pmu() -> bool {
     true
 }
 
@@ -101,6 +109,13 @@ pub struct DeviceConfig {
     pub mmio: Vec<MmioConfig>,
     #[serde(default)]
     pub spis: Vec<u32>,
+    /// The guest DT node's `compatible`.
+    #[serde(default)]
+    pub compatible: Option<String>,
+    /// A host DT node (absolute path) whose properties are copied into the
+    /// guest's node.
+    #[serde(default)]
+    pub host_node: Option<String>,
 }
 
 /// A physical MMIO window, mapped at the same guest physical address.

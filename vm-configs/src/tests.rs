@@ -167,6 +167,7 @@ fn optional_fields_take_their_defaults() {
     assert!(!alpha.console_input);
     assert!(alpha.autostart);
     assert!(!alpha.management);
+    assert!(alpha.pmu);
     assert!(alpha.devices.is_empty());
 }
 
@@ -525,7 +526,63 @@ fn kernel_and_initrd_larger_than_partition_memory_are_rejected() {
 
     assert_names(&error, "alpha", "memory");
     assert!(
-        matches!(error.problem(), Some(Problem::ImagesExceedMemory { .. })),
+        matches!(
+            error.problem(),
+            Some(Problem::ImagesDoNotFit {
+                fit: fit::FitError::KernelOverlapsDtb { .. },
+                ..
+            })
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn kernel_ending_exactly_at_the_dtb_area_is_accepted() {
+    let root = Root::new();
+    // 8 MiB of RAM: the DTB area starts at 6 MiB.
+    root.write("kernel", &linux_image(6 * Size::MIB));
+
+    let result = config(&ALPHA.replace("\"256MiB\"", "\"8MiB\"")).validate(root.path());
+
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[test]
+fn kernel_one_byte_into_the_dtb_area_is_rejected() {
+    let root = Root::new();
+    root.write("kernel", &linux_image(6 * Size::MIB + 1));
+
+    let error = rejected(&root, &ALPHA.replace("\"256MiB\"", "\"8MiB\""));
+
+    assert_names(&error, "alpha", "memory");
+    assert!(error.to_string().contains("past the DTB area"), "{error}");
+}
+
+#[test]
+fn initrd_that_does_not_fit_below_the_dtb_area_is_rejected() {
+    let root = Root::new();
+    root.write("kernel", &linux_image(4 * Size::MIB));
+    // Would fit the old check (4 + 3 < 8 MiB) but not below the DTB area.
+    root.write("initrd", &vec![0u8; 3 * Size::MIB as usize]);
+
+    let error = rejected(
+        &root,
+        &ALPHA.replace("\"256MiB\"", "\"8MiB\"").replace(
+            "kernel = \"kernel\"",
+            "kernel = \"kernel\"\ninitrd = \"initrd\"",
+        ),
+    );
+
+    assert_names(&error, "alpha", "memory");
+    assert!(
+        matches!(
+            error.problem(),
+            Some(Problem::ImagesDoNotFit {
+                fit: fit::FitError::InitrdOverlapsKernel { .. },
+                ..
+            })
+        ),
         "{error}"
     );
 }
@@ -719,7 +776,10 @@ fn token_on_a_partition_that_is_not_management_is_rejected() {
     let error = rejected(&root, &alpha);
 
     assert_names(&error, "alpha", "token");
-    assert!(matches!(error.problem(), Some(Problem::TokenWithoutManagement)), "{error}");
+    assert!(
+        matches!(error.problem(), Some(Problem::TokenWithoutManagement)),
+        "{error}"
+    );
 }
 
 #[test]
@@ -730,7 +790,10 @@ fn short_token_is_rejected() {
     let error = rejected(&root, &alpha);
 
     assert_names(&error, "alpha", "token");
-    assert!(matches!(error.problem(), Some(Problem::BadToken)), "{error}");
+    assert!(
+        matches!(error.problem(), Some(Problem::BadToken)),
+        "{error}"
+    );
 }
 
 // ---- devices --------------------------------------------------------------
@@ -1012,9 +1075,14 @@ fn default_config_gives_cpu_0_and_the_pci_bridge_to_mgmt_and_the_console_to_beta
     assert_eq!(cpus, [0, 1, 2, 3]);
     assert_eq!(input, ["beta"]);
     let mgmt = &config.partitions[0];
-    assert_eq!((mgmt.name.as_str(), mgmt.cpus.as_slice()), ("mgmt", &[0][..]));
+    assert_eq!(
+        (mgmt.name.as_str(), mgmt.cpus.as_slice()),
+        ("mgmt", &[0][..])
+    );
     assert!(mgmt.management && mgmt.pci_host_bridge);
-    assert!(config.partitions[1..].iter().all(|p| !p.management && !p.pci_host_bridge));
+    assert!(config.partitions[1..]
+        .iter()
+        .all(|p| !p.management && !p.pci_host_bridge));
 }
 
 // ---- payload --------------------------------------------------------------
@@ -1125,9 +1193,10 @@ fn kernel_format_raw_overrides_the_magic() {
 fn payload_carries_devices_and_roles() {
     let root = Root::with_images();
     let text = format!(
-        "{ALPHA}management = true\nautostart = false\n\
+        "{ALPHA}management = true\nautostart = false\npmu = false\n\
          [[partition.device]]\nname = \"rtc\"\n\
-         mmio = [{{ base = 0x09010000, size = \"4KiB\" }}]\nspis = [34]\n"
+         mmio = [{{ base = 0x09010000, size = \"4KiB\" }}]\nspis = [34]\n\
+         compatible = \"arm,pl031\"\nhost_node = \"/pl031@9010000\"\n"
     );
 
     let payload = config(&text).build_payload(root.path()).expect("payload");
@@ -1135,6 +1204,7 @@ fn payload_carries_devices_and_roles() {
     let alpha = &Plan::decode(&payload).expect("decodes").partitions[0];
     assert!(alpha.management);
     assert!(!alpha.autostart);
+    assert!(!alpha.pmu);
     assert_eq!(
         alpha.devices,
         [DevicePlan {
@@ -1144,6 +1214,31 @@ fn payload_carries_devices_and_roles() {
                 size: 0x1000
             }],
             spis: vec![34],
+            compatible: Some("arm,pl031".into()),
+            host_node: Some("/pl031@9010000".into()),
         }]
     );
+}
+
+#[test]
+fn device_compatible_with_a_nul_is_rejected() {
+    let root = Root::with_images();
+    let text = format!(
+        "{ALPHA}[[partition.device]]\nname = \"rtc\"\ncompatible = \"arm,pl031\\u0000x\"\n"
+    );
+
+    let error = rejected(&root, &text);
+
+    assert_names(&error, "alpha", "device \"rtc\": compatible");
+}
+
+#[test]
+fn device_host_node_that_is_not_an_absolute_path_is_rejected() {
+    let root = Root::with_images();
+    let text = format!("{ALPHA}[[partition.device]]\nname = \"rtc\"\nhost_node = \"pl031\"\n");
+
+    let error = rejected(&root, &text);
+
+    assert_names(&error, "alpha", "device \"rtc\": host_node");
+    assert!(error.to_string().contains("absolute"), "{error}");
 }

@@ -1,12 +1,17 @@
 //! The rules a config must satisfy before boot that need no image file:
 //! names, CPU ownership, RAM granularity, console and management
-//! uniqueness, SPI ownership and pass-through MMIO placement.
+//! uniqueness, SPI ownership, pass-through MMIO placement in the guest map
+//! and device DT fields. Placement on the host is `isolation`'s.
 
 use std::collections::HashMap;
 
 use crate::error::{ConfigError, Problem};
 use crate::plan::NAME_MAX;
 use crate::schema::{Config, PartitionConfig, Size};
+use pinfold_vboard::{
+    GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
+    GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE,
+};
 
 /// Guest RAM and board RAM come in whole stage-2 level-2 blocks (2 MiB with
 /// the 4 KiB granule), so that stage 2 maps a partition without 4 KiB pages.
@@ -24,25 +29,6 @@ pub const SPI_FIRST: u32 = 32;
 pub const SPI_LAST: u32 = 1019;
 /// Page size stage 2 maps pass-through MMIO with.
 const PAGE: u64 = 4096;
-
-/// The guest physical address map every partition sees; keep in step with
-/// hv/src/layout.rs (which cannot be imported: hv depends on this crate).
-pub mod guest_map {
-    pub const RAM_BASE: u64 = 0x4000_0000;
-    pub const GICD_BASE: u64 = 0x0800_0000;
-    pub const GICD_SIZE: u64 = 0x1_0000;
-    pub const GICR_BASE: u64 = 0x080A_0000;
-    /// RD_base + SGI_base frames of one GICv3 redistributor.
-    pub const GICR_STRIDE: u64 = 0x2_0000;
-    /// QEMU virt reserves 0x080A_0000..0x0900_0000 for redistributors.
-    pub const GICR_REGION_SIZE: u64 = 0x00F6_0000;
-    pub const UART_BASE: u64 = 0x0900_0000;
-    pub const UART_SIZE: u64 = 0x1000;
-    /// The emulated PL011's SPI.
-    pub const UART_INTID: u32 = 33;
-    /// Where a raw kernel is loaded, from the RAM base.
-    pub const RAW_KERNEL_OFFSET: u64 = 0x8_0000;
-}
 
 /// Characters allowed in a partition name (it prefixes console lines and
 /// goes on the kernel command line).
@@ -127,7 +113,7 @@ impl Config {
         if partition.cpus.is_empty() {
             return Err(partition_error(partition, "cpus", Problem::NoCpus));
         }
-        let max_vcpus = guest_map::GICR_REGION_SIZE / guest_map::GICR_STRIDE;
+        let max_vcpus = GUEST_GICR_REGION_SIZE / GICR_STRIDE;
         if partition.cpus.len() as u64 > max_vcpus {
             return Err(partition_error(
                 partition,
@@ -298,7 +284,11 @@ fn check_roles<'c>(
     }
     if let Some(token) = &partition.token {
         if !partition.management {
-            return Err(partition_error(partition, "token", Problem::TokenWithoutManagement));
+            return Err(partition_error(
+                partition,
+                "token",
+                Problem::TokenWithoutManagement,
+            ));
         }
         let ok_char = |c: char| c.is_ascii_alphanumeric() || "._~-".contains(c);
         if !(16..=128).contains(&token.len()) || !token.chars().all(ok_char) {
@@ -361,6 +351,25 @@ fn check_devices<'c>(
             ));
         }
 
+        if let Some(compatible) = &device.compatible {
+            if compatible.is_empty() || compatible.contains('\0') {
+                return Err(partition_error(
+                    partition,
+                    format!("device \"{name}\": compatible"),
+                    Problem::CompatibleBad,
+                ));
+            }
+        }
+        if let Some(path) = &device.host_node {
+            if !path.starts_with('/') || path.contains('\0') {
+                return Err(partition_error(
+                    partition,
+                    format!("device \"{name}\": host_node"),
+                    Problem::HostNodeBad { path: path.clone() },
+                ));
+            }
+        }
+
         let mmio_field = format!("device \"{name}\": mmio");
         for range in &device.mmio {
             let (base, size) = (range.base, range.size.bytes());
@@ -400,7 +409,7 @@ fn check_devices<'c>(
             if !(SPI_FIRST..=SPI_LAST).contains(&spi) {
                 return fail(Problem::SpiOutOfRange { spi });
             }
-            if spi == guest_map::UART_INTID {
+            if spi == GUEST_UART_INTID {
                 return fail(Problem::SpiReserved { spi });
             }
             if let Some(other) = owners.spis.insert(spi, &partition.name) {
@@ -421,18 +430,14 @@ fn check_devices<'c>(
 /// must stay clear of what the guest map already puts there.
 fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
     let regions = [
-        ("RAM", guest_map::RAM_BASE, ram_size),
-        (
-            "GIC distributor",
-            guest_map::GICD_BASE,
-            guest_map::GICD_SIZE,
-        ),
+        ("RAM", GUEST_RAM_BASE, ram_size),
+        ("GIC distributor", GUEST_GICD_BASE, GUEST_GICD_SIZE),
         (
             "GIC redistributor region",
-            guest_map::GICR_BASE,
-            guest_map::GICR_REGION_SIZE,
+            GUEST_GICR_BASE,
+            GUEST_GICR_REGION_SIZE,
         ),
-        ("PL011", guest_map::UART_BASE, guest_map::UART_SIZE),
+        ("PL011", GUEST_UART_BASE, GUEST_UART_SIZE),
     ];
     regions
         .into_iter()

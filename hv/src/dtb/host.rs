@@ -1,5 +1,8 @@
 //! Reads the DTB firmware hands the hypervisor (x0 at entry): memory, CPUs,
-//! GIC frames, timer PPIs, console UART, PSCI conduit and PCIe host bridge.
+//! GIC frames, timer PPIs, console UART, PSCI conduit, PCIe host bridge and
+//! every device node with MMIO; turns that into the `HostResources` the
+//! plan's isolation check runs against; and finds the console UART alone
+//! (`early_uart`) when the full parse fails, so the error can be printed.
 //!
 //! The blob's structure is checked here before the `fdt` crate sees it: that
 //! crate panics on malformed input, and a bad DTB must stop boot with an
@@ -11,6 +14,8 @@ use alloc::vec::Vec;
 
 use fdt::node::FdtNode;
 use fdt::{Fdt, FdtError};
+
+use pinfold_config::isolation::{DeviceRegion, HostResources};
 
 use super::DtbError;
 
@@ -35,6 +40,56 @@ pub struct HostInfo {
     pub kaslr_seed: Option<u64>,
     /// The root `model` string.
     pub model: Option<String>,
+    /// Every node with a `reg` that translates to CPU physical addresses,
+    /// except memory, /cpus and /reserved-memory (and their children), in
+    /// document order, enabled or not.
+    pub devices: Vec<HostDevice>,
+}
+
+/// A host DT node with MMIO: what a guest DTB generator needs to describe a
+/// passed-through device, and what the isolation check calls a device
+/// region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostDevice {
+    /// Absolute path, e.g. `/pl061@9030000`.
+    pub path: String,
+    /// The `compatible` strings, in order.
+    pub compatible: Vec<String>,
+    /// `reg` as CPU physical (base, size) pairs.
+    pub regs: Vec<(u64, u64)>,
+    /// SPI INTIDs of its `interrupts`, when they go to the primary GIC
+    /// (empty otherwise).
+    pub spis: Vec<u32>,
+    /// `status` is absent, "okay" or "ok".
+    pub enabled: bool,
+}
+
+impl HostInfo {
+    /// The device node at `path`; a component without a unit address
+    /// matches the first node of that base name (devicetree spec 2.2.3).
+    pub fn device(&self, path: &str) -> Option<&HostDevice> {
+        self.devices
+            .iter()
+            .find(|d| d.path == path)
+            .or_else(|| self.devices.iter().find(|d| path_matches(&d.path, path)))
+    }
+}
+
+fn path_matches(node: &str, wanted: &str) -> bool {
+    let mut node = node.split('/').filter(|c| !c.is_empty());
+    let mut wanted = wanted.split('/').filter(|c| !c.is_empty());
+    loop {
+        match (node.next(), wanted.next()) {
+            (None, None) => return true,
+            (Some(n), Some(w)) => {
+                let same = n == w || (!w.contains('@') && n.split('@').next() == Some(w));
+                if !same {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
 }
 
 /// The interrupt controller named by the root `interrupt-parent`.
@@ -52,6 +107,8 @@ pub struct GicInfo {
     pub redist_stride: Option<u64>,
     /// INTID of the virtual CPU interface maintenance interrupt.
     pub maintenance_intid: Option<u32>,
+    /// (base, size) of each ITS (an enabled "arm,gic-v3-its" child).
+    pub its: Vec<(u64, u64)>,
 }
 
 /// Architected timer interrupts as INTIDs (PPI n is INTID 16 + n).
@@ -162,7 +219,157 @@ pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
             None => None,
         },
         model: tree.str_prop(0, "model").map(ToString::to_string),
+        devices: parse_devices(&tree, gic),
     })
+}
+
+/// Device nodes with MMIO. A node whose `reg` is malformed or not
+/// memory-mapped (a bus without `ranges`, an I2C address) is not a device
+/// region; it is left out rather than failing boot, which only makes the
+/// isolation check stricter.
+fn parse_devices(tree: &Tree, gic: usize) -> Vec<HostDevice> {
+    let excluded = ["/cpus", "/reserved-memory"].map(|p| tree.find_path(p));
+    let under_excluded = |mut i: usize| loop {
+        if excluded.contains(&Some(i)) {
+            return true;
+        }
+        match tree.parent(i) {
+            Some(up) => i = up,
+            None => return false,
+        }
+    };
+    (1..tree.entries.len())
+        .filter(|&i| tree.prop(i, "reg").is_some())
+        .filter(|&i| tree.str_prop(i, "device_type") != Some("memory") && !under_excluded(i))
+        .filter_map(|i| {
+            let regs = tree.reg(i).ok()?;
+            let spis = tree
+                .gic_interrupts(i, gic)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(intid, _)| intid)
+                .filter(|&intid| (32..1020).contains(&intid) || intid >= 4096)
+                .collect();
+            Some(HostDevice {
+                path: tree.path(i).to_string(),
+                compatible: tree.strings_prop(i, "compatible"),
+                regs,
+                spis,
+                enabled: tree.enabled(i),
+            })
+        })
+        .collect()
+}
+
+/// GIC compatibles whose frames belong to the hypervisor.
+const GIC_FRAME_COMPATIBLE: [&str; 2] = ["arm,gic-v3", "arm,gic-v3-its"];
+
+/// What the plan's isolation check (`pinfold_config::isolation`) needs to
+/// know about this host. `hypervisor` lists the hypervisor's own ranges
+/// (its image and payload, heap, the host DTB); the console UART is added
+/// here. The GIC frames are the distributor, the redistributor regions, the
+/// ITSes and every other `reg` window of the GIC node (GICC/GICH/GICV).
+pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResources {
+    let mut gic = alloc::vec![info.gic.dist];
+    gic.extend_from_slice(&info.gic.redist_regions);
+    gic.extend_from_slice(&info.gic.its);
+    for device in &info.devices {
+        if device
+            .compatible
+            .iter()
+            .any(|c| GIC_FRAME_COMPATIBLE.contains(&c.as_str()))
+        {
+            gic.extend(
+                device
+                    .regs
+                    .iter()
+                    .filter(|r| !gic.contains(r))
+                    .copied()
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    let mut hypervisor = hypervisor.to_vec();
+    hypervisor.extend(info.uart.map(|u| (u.base, u.size)));
+    let pcie = info
+        .pcie
+        .iter()
+        .flat_map(|p| core::iter::once(p.ecam).chain(p.ranges.iter().map(|r| (r.cpu_addr, r.size))))
+        .collect();
+    HostResources {
+        ram: info.memory.clone(),
+        reserved: info.reserved.clone(),
+        devices: info
+            .devices
+            .iter()
+            .flat_map(|d| {
+                d.regs.iter().map(|&(base, size)| DeviceRegion {
+                    node: d.path.clone(),
+                    base,
+                    size,
+                })
+            })
+            .collect(),
+        gic,
+        hypervisor,
+        pcie,
+    }
+}
+
+/// The console UART, found with as little of the DTB as possible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlyUart {
+    pub base: u64,
+    pub size: u64,
+}
+
+/// PL011 register block size used when only bootargs name the UART.
+const PL011_SIZE: u64 = 0x1000;
+
+/// Finds the console PL011 even when `parse_host_dtb` rejects the blob (no
+/// GIC it drives, a broken timer node...), so the platform can print why:
+/// `/chosen/stdout-path` if it names a PL011, else an
+/// `earlycon=pl011,[mmio32,]ADDR` in `/chosen/bootargs`, else the first
+/// enabled PL011 node. None when the blob's structure itself is broken or
+/// no PL011 is described.
+pub fn early_uart(blob: &[u8]) -> Option<EarlyUart> {
+    let compacted = check_blob(blob).ok()?;
+    let bytes = compacted.as_deref().unwrap_or(blob);
+    let fdt = Fdt::new(bytes).ok()?;
+    let tree = Tree::index(&fdt).ok()?;
+    let chosen = tree.find_path("/chosen");
+    let node_uart = |i: usize| {
+        let &(base, size) = tree.reg(i).ok()?.first()?;
+        Some(EarlyUart { base, size })
+    };
+    let from_stdout = chosen
+        .and_then(|c| {
+            tree.str_prop(c, "stdout-path")
+                .or_else(|| tree.str_prop(c, "linux,stdout-path"))
+        })
+        .and_then(|path| tree.resolve_stdout(path))
+        .filter(|&i| tree.is_compatible(i, &PL011_COMPATIBLE) && tree.enabled(i))
+        .and_then(node_uart);
+    let from_earlycon = || {
+        let bootargs = tree.str_prop(chosen?, "bootargs")?;
+        bootargs.split(' ').find_map(|arg| {
+            let options = arg.strip_prefix("earlycon=pl011,")?;
+            let addr = options
+                .split(',')
+                .find(|o| *o != "mmio32" && *o != "mmio")?;
+            let base = match addr.strip_prefix("0x").or_else(|| addr.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).ok()?,
+                None => addr.parse().ok()?,
+            };
+            Some(EarlyUart {
+                base,
+                size: PL011_SIZE,
+            })
+        })
+    };
+    from_stdout
+        .or_else(from_earlycon)
+        .or_else(|| node_uart(tree.find_compatible(&PL011_COMPATIBLE)?))
 }
 
 fn parse_memory(tree: &Tree) -> Result<Vec<(u64, u64)>, DtbError> {
@@ -235,6 +442,11 @@ fn parse_gic(tree: &Tree, gic: usize) -> Result<GicInfo, DtbError> {
         redist_regions: reg[1..=regions].to_vec(),
         redist_stride: tree.u64_prop(gic, "redistributor-stride")?,
         maintenance_intid,
+        its: tree
+            .children(gic)
+            .filter(|&i| tree.is_compatible(i, &["arm,gic-v3-its"]) && tree.enabled(i))
+            .filter_map(|i| tree.reg(i).ok()?.first().copied())
+            .collect(),
     })
 }
 
@@ -533,6 +745,20 @@ impl<'b, 'a> Tree<'b, 'a> {
 
     fn prop(&self, i: usize, name: &str) -> Option<&'a [u8]> {
         self.entries[i].node.property(name).map(|p| p.value)
+    }
+
+    /// Every string of a string-list property (non-UTF-8 entries dropped).
+    fn strings_prop(&self, i: usize, name: &str) -> Vec<String> {
+        self.prop(i, name)
+            .map(|value| {
+                value
+                    .split(|&b| b == 0)
+                    .filter(|s| !s.is_empty())
+                    .filter_map(|s| core::str::from_utf8(s).ok())
+                    .map(ToString::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The first string of a string (list) property.
@@ -1087,6 +1313,150 @@ mod tests {
         assert_eq!(info.model.as_deref(), Some("linux,dummy-virt"));
     }
 
+    #[test]
+    fn qemu_virt_gic_has_its_frame() {
+        assert_eq!(qemu().gic.its, [(0x0808_0000, 0x2_0000)]);
+    }
+
+    #[test]
+    fn qemu_virt_devices_include_pl031_with_compatible_reg_and_spi() {
+        let info = qemu();
+
+        let rtc = info.device("/pl031@9010000").unwrap();
+
+        assert_eq!(rtc.compatible, ["arm,pl031", "arm,primecell"]);
+        assert_eq!(rtc.regs, [(0x0901_0000, 0x1000)]);
+        assert_eq!(rtc.spis, [34]);
+        assert!(rtc.enabled);
+    }
+
+    #[test]
+    fn device_path_without_unit_address_finds_the_node() {
+        let info = qemu();
+
+        assert_eq!(
+            info.device("/pl061").map(|d| d.regs.clone()),
+            Some(alloc::vec![(0x0903_0000, 0x1000)])
+        );
+        assert_eq!(info.device("/pl061@1"), None);
+    }
+
+    #[test]
+    fn devices_leave_out_memory_and_cpus() {
+        let info = qemu();
+
+        assert!(info.device("/memory@40000000").is_none());
+        assert!(info.devices.iter().all(|d| !d.path.starts_with("/cpus")));
+    }
+
+    #[test]
+    fn qemu_virt_host_resources_list_gic_frames_console_and_pcie() {
+        let info = qemu();
+
+        let host = host_resources(&info, &[(0x4000_0000, 0x20_0000)]);
+
+        assert_eq!(
+            host.gic,
+            [
+                (0x0800_0000, 0x1_0000),
+                (0x080A_0000, 0xF6_0000),
+                (0x0808_0000, 0x2_0000)
+            ]
+        );
+        assert_eq!(
+            host.hypervisor,
+            [(0x4000_0000, 0x20_0000), (0x0900_0000, 0x1000)]
+        );
+        assert_eq!(host.ram, [(0x4000_0000, 0x8000_0000)]);
+        assert_eq!(host.pcie.len(), 4);
+        assert!(host.pcie.contains(&(0x40_1000_0000, 0x1000_0000)));
+        assert!(host
+            .devices
+            .iter()
+            .any(|d| d.node == "/pl061@9030000" && d.base == 0x0903_0000));
+    }
+
+    fn plan_with_window(base: u64, size: u64) -> alloc::vec::Vec<pinfold_config::PartitionPlan> {
+        use pinfold_config::*;
+        alloc::vec![PartitionPlan {
+            name: "alpha".into(),
+            cpus: alloc::vec![1],
+            ram_size: 64 << 20,
+            kernel: KernelPlan {
+                image: 0,
+                format: KernelFormat::Raw
+            },
+            initrd: None,
+            bootargs: String::new(),
+            console: ConsolePlan { input: false },
+            devices: alloc::vec![DevicePlan {
+                name: "dev".into(),
+                mmio: alloc::vec![MmioRange { base, size }],
+                spis: alloc::vec![],
+                compatible: None,
+                host_node: None,
+            }],
+            management: false,
+            pci_host_bridge: false,
+            token: None,
+            autostart: true,
+            pmu: true,
+        }]
+    }
+
+    #[test]
+    fn qemu_virt_pl061_window_passes_the_isolation_check() {
+        let host = host_resources(&qemu(), &[]);
+
+        let checked = pinfold_config::isolation::check_isolation(
+            &plan_with_window(0x0903_0000, 0x1000),
+            &host,
+        );
+
+        assert_eq!(checked, Ok(()));
+    }
+
+    #[test]
+    fn qemu_virt_its_and_console_windows_fail_the_isolation_check() {
+        use pinfold_config::isolation::{check_isolation, HostKind, IsolationProblem};
+        let host = host_resources(&qemu(), &[]);
+
+        let its = check_isolation(&plan_with_window(0x0808_0000, 0x1000), &host).unwrap_err();
+        let uart = check_isolation(&plan_with_window(0x0900_0000, 0x1000), &host).unwrap_err();
+
+        assert!(
+            matches!(
+                its.problem,
+                IsolationProblem::Over {
+                    kind: HostKind::Gic,
+                    ..
+                }
+            ),
+            "{its}"
+        );
+        assert!(
+            matches!(
+                uart.problem,
+                IsolationProblem::Over {
+                    kind: HostKind::Hypervisor,
+                    ..
+                }
+            ),
+            "{uart}"
+        );
+    }
+
+    #[test]
+    fn early_uart_of_qemu_virt_is_its_stdout_pl011() {
+        assert_eq!(
+            early_uart(QEMU_VIRT),
+            Some(EarlyUart {
+                base: 0x0900_0000,
+                size: 0x1000
+            })
+        );
+    }
+
     // --- a synthetic board, deliberately unlike QEMU virt -----------------
 
     const GIC_PHANDLE: u32 = 1;
@@ -1480,6 +1850,126 @@ mod tests {
             parse_host_dtb(&blob),
             Err(DtbError::UnsupportedGic("arm,gic-400".into()))
         );
+    }
+
+    #[test]
+    fn reserved_memory_regions_are_not_device_regions() {
+        let info = board(Board::default());
+
+        assert!(info.device("/reserved-memory/optee@80100000").is_none());
+        assert!(info.device("/memory@80000000").is_none());
+        assert_eq!(
+            info.device("/soc/serial@1c28000").map(|d| d.regs.clone()),
+            Some(alloc::vec![(0x11c2_8000, 0x400)])
+        );
+    }
+
+    #[test]
+    fn gicv2_host_still_yields_the_early_uart() {
+        let blob = Board {
+            gic_compatible: "arm,gic-400",
+            ..Board::default()
+        }
+        .build();
+
+        assert!(parse_host_dtb(&blob).is_err());
+        assert_eq!(
+            early_uart(&blob),
+            Some(EarlyUart {
+                base: 0x11c2_8000,
+                size: 0x400
+            })
+        );
+    }
+
+    #[test]
+    fn gicv5_host_still_yields_the_early_uart() {
+        let blob = Board {
+            gic_compatible: "arm,gic-v5",
+            stdout_path: None,
+            ..Board::default()
+        }
+        .build();
+
+        assert_eq!(
+            parse_host_dtb(&blob),
+            Err(DtbError::UnsupportedGic("arm,gic-v5".into()))
+        );
+        assert_eq!(early_uart(&blob).map(|u| u.base), Some(0x11c2_7000));
+    }
+
+    #[test]
+    fn early_uart_falls_back_to_earlycon_in_bootargs() {
+        let mut w = FdtWriter::new();
+        node(&mut w, "", |w| {
+            node(w, "chosen", |w| {
+                w.prop_string(
+                    "bootargs",
+                    "console=ttyAMA0 earlycon=pl011,mmio32,0x1c090000",
+                )
+                .unwrap()
+            });
+        });
+        let blob = w.finish().unwrap();
+
+        assert_eq!(
+            early_uart(&blob),
+            Some(EarlyUart {
+                base: 0x1c09_0000,
+                size: 0x1000
+            })
+        );
+    }
+
+    #[test]
+    fn early_uart_of_a_broken_blob_is_none() {
+        let mut blob = QEMU_VIRT.to_vec();
+        blob[0] ^= 0xff;
+
+        assert_eq!(early_uart(&blob), None);
+    }
+
+    #[test]
+    fn unsupported_gic_message_says_what_is_supported() {
+        let message = DtbError::UnsupportedGic("arm,gic-400".into()).to_string();
+
+        assert_eq!(
+            message,
+            "unsupported interrupt controller \"arm,gic-400\" (Pinfold drives \"arm,gic-v3\": GICv3/v4)"
+        );
+    }
+
+    #[test]
+    fn device_under_a_bus_without_ranges_is_not_a_device_region() {
+        let mut w = FdtWriter::new();
+        node(&mut w, "", |w| {
+            w.prop_u32("#address-cells", 1).unwrap();
+            w.prop_u32("#size-cells", 1).unwrap();
+            node(w, "i2c@1000", |w| {
+                w.prop_cells("reg", &[0x1000, 0x100]).unwrap();
+                w.prop_u32("#address-cells", 1).unwrap();
+                w.prop_u32("#size-cells", 0).unwrap();
+                node(w, "eeprom@50", |w| w.prop_cells("reg", &[0x50]).unwrap());
+            });
+        });
+        let blob = w.finish().unwrap();
+        let bytes = check_blob(&blob).unwrap();
+        let fdt = Fdt::new(bytes.as_deref().unwrap_or(&blob)).unwrap();
+        let tree = Tree::index(&fdt).unwrap();
+
+        let devices = parse_devices(&tree, 0);
+
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].path, "/i2c@1000");
+    }
+
+    #[test]
+    fn corrupting_any_byte_of_qemu_blob_never_panics_early_uart() {
+        for offset in 0..QEMU_VIRT.len() {
+            let mut blob = QEMU_VIRT.to_vec();
+            blob[offset] ^= 0xff;
+            let _ = early_uart(&blob);
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `cargo xtask build`: provisions the host, builds the EL2 image and the
-//! test guests, validates the partition config and writes `pinfold.bin`.
+//! test guests, validates the partition config (its rules, then its
+//! isolation against the board's own DTB) and writes `pinfold.bin`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -52,12 +53,37 @@ impl<'w> Builder<'w> {
         let config_path = self.ws.resolve(config);
         let config = pinfold_config::load(&config_path)?;
         let el2 = self.binaries()?;
-        if config.partitions.iter().any(|p| p.kernel.ends_with(MANAGER_IMAGE)) {
+        if config
+            .partitions
+            .iter()
+            .any(|p| p.kernel.ends_with(MANAGER_IMAGE))
+        {
             self.manager()?;
         }
 
         config.validate(&self.ws.root)?;
         let payload = config.build_payload(&self.ws.root)?;
+        let board = Board {
+            cpus: config.board.cpus,
+            memory: config.board.memory.bytes(),
+            nic: config.partitions.iter().any(|p| p.pci_host_bridge),
+        };
+        if config.board.name == "qemu-virt" {
+            let dtb = self.board_dtb(&board)?;
+            check_plan_isolation(&dtb, &payload).map_err(|error| match error {
+                IsolationCheck::Isolation(error) => XtaskError::Isolation {
+                    config: self.ws.relative(&config_path).into(),
+                    error: Box::new(error),
+                },
+                IsolationCheck::Other(error) => error,
+            })?;
+        } else {
+            eprintln!(
+                "xtask: warning: no host description for board {:?}; pass-through isolation is \
+                 checked only at boot",
+                config.board.name
+            );
+        }
         let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
         let assembled = assemble(flat, &payload);
         for warning in &assembled.warnings {
@@ -84,14 +110,19 @@ impl<'w> Builder<'w> {
             assembled.payload_offset,
             self.ws.relative(&config_path),
         );
-        Ok(Built {
-            image: out,
-            board: Board {
-                cpus: config.board.cpus,
-                memory: config.board.memory.bytes(),
-                nic: config.partitions.iter().any(|p| p.pci_host_bridge),
-            },
-        })
+        Ok(Built { image: out, board })
+    }
+
+    /// The DTB QEMU hands the hypervisor on `board`, dumped by QEMU itself
+    /// (provisioning has installed it by now).
+    fn board_dtb(&self, board: &Board) -> Result<Vec<u8>, XtaskError> {
+        let out = self.ws.root.join(format!(
+            "target/pinfold/qemu-virt-{}cpu-{}m.dtb",
+            board.cpus,
+            board.memory >> 20
+        ));
+        cmd::run(&mut crate::qemu::dumpdtb_command(board, &out))?;
+        fs::read(&out).context(|| format!("reading {}", out.display()))
     }
 
     /// Builds the management partition's image (Hermit + app + loader),
@@ -140,6 +171,36 @@ impl<'w> Builder<'w> {
         self.el2 = Some(el2.clone());
         Ok(el2)
     }
+}
+
+/// Why [`check_plan_isolation`] refused.
+#[derive(Debug)]
+pub enum IsolationCheck {
+    /// The plan breaks isolation on this host.
+    Isolation(pinfold_config::isolation::IsolationError),
+    /// The DTB or the payload could not be read.
+    Other(XtaskError),
+}
+
+/// Runs the hypervisor's own boot-time isolation check on the build host:
+/// the DTB goes through `pinfold_hv::dtb::parse_host_dtb` and
+/// `host_resources`, the payload's plan through `Plan::decode`, then
+/// `check_isolation`. The hypervisor's own RAM ranges are not known before
+/// boot (its load address is firmware's choice), so only its console UART
+/// stands for it here; the boot-time check adds the image, heap and DTB.
+pub fn check_plan_isolation(dtb: &[u8], payload: &[u8]) -> Result<(), IsolationCheck> {
+    let bad = |why: String| {
+        IsolationCheck::Other(XtaskError::BadFile {
+            path: "board DTB".into(),
+            why,
+        })
+    };
+    let info = pinfold_hv::dtb::parse_host_dtb(dtb).map_err(|e| bad(e.to_string()))?;
+    let plan = pinfold_config::Plan::decode(payload)
+        .map_err(|e| IsolationCheck::Other(XtaskError::Provision(format!("payload: {e:?}"))))?;
+    let host = pinfold_hv::dtb::host_resources(&info, &[]);
+    pinfold_config::isolation::check_isolation(&plan.partitions, &host)
+        .map_err(IsolationCheck::Isolation)
 }
 
 fn cargo_build_bare(root: &Path, package: &str) -> Result<(), XtaskError> {
@@ -195,4 +256,95 @@ fn flat_binary(objcopy: &Path, elf: &Path, out: &Path) -> Result<(), XtaskError>
             .arg(elf)
             .arg(out),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static QEMU_VIRT_DTB: &[u8] =
+        include_bytes!("../../../hv/src/dtb/testdata/qemu-virt-gicv3.dtb");
+
+    /// The payload of a plan whose single partition passes `device` through.
+    fn payload_with_device(device: &str) -> Vec<u8> {
+        let dir = std::env::temp_dir().join(format!("xtask-isolation-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("raw"), b"a raw kernel").unwrap();
+        let text = format!(
+            "[board]\nname = \"qemu-virt\"\ncpus = 4\nmemory = \"2GiB\"\n\
+             [[partition]]\nname = \"alpha\"\ncpus = [1]\nmemory = \"64MiB\"\n\
+             kernel = \"raw\"\n[[partition.device]]\nname = \"dev\"\n{device}\n"
+        );
+        pinfold_config::parse(&text)
+            .unwrap()
+            .build_payload(&dir)
+            .unwrap()
+    }
+
+    #[test]
+    fn plan_passing_the_pl061_through_is_isolated_on_qemu_virt() {
+        let payload = payload_with_device("mmio = [{ base = 0x09030000, size = \"4KiB\" }]");
+
+        let checked = check_plan_isolation(QEMU_VIRT_DTB, &payload);
+
+        assert!(checked.is_ok(), "{checked:?}");
+    }
+
+    #[test]
+    fn plan_mapping_host_ram_fails_naming_partition_and_field() {
+        // Host RAM on QEMU virt starts at 1 GiB; the static rules pass it
+        // (it is above this 64 MiB partition's own guest RAM window).
+        let payload = payload_with_device("mmio = [{ base = 0x50000000, size = \"4KiB\" }]");
+
+        let Err(IsolationCheck::Isolation(error)) = check_plan_isolation(QEMU_VIRT_DTB, &payload)
+        else {
+            panic!("the plan must break isolation");
+        };
+
+        assert_eq!(
+            error.to_string(),
+            "partition \"alpha\": device[0].mmio[0]: range 0x50000000+0x1000 overlaps host RAM \
+             at 0x40000000+0x80000000"
+        );
+    }
+
+    #[test]
+    fn plan_mapping_the_its_fails() {
+        let payload = payload_with_device("mmio = [{ base = 0x08080000, size = \"4KiB\" }]");
+
+        let checked = check_plan_isolation(QEMU_VIRT_DTB, &payload);
+
+        assert!(
+            matches!(checked, Err(IsolationCheck::Isolation(_))),
+            "{checked:?}"
+        );
+    }
+
+    #[test]
+    fn qemu_dumps_a_dtb_the_hypervisor_parser_accepts() {
+        // Skipped where QEMU is not installed yet (provisioning installs it).
+        if Command::new("qemu-system-aarch64")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("qemu-system-aarch64 not installed; skipped");
+            return;
+        }
+        let out = std::env::temp_dir().join(format!("xtask-dump-{}.dtb", std::process::id()));
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: false,
+        };
+
+        cmd::run(&mut crate::qemu::dumpdtb_command(&board, &out)).unwrap();
+        let blob = fs::read(&out).unwrap();
+        let _ = fs::remove_file(&out);
+        let info = pinfold_hv::dtb::parse_host_dtb(&blob).unwrap();
+
+        assert_eq!(info.cpus.len(), 4);
+        assert_eq!(info.memory, [(0x4000_0000, 2 << 30)]);
+        assert!(info.device("/pl061").is_some());
+    }
 }

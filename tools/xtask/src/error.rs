@@ -18,6 +18,12 @@ pub enum XtaskError {
     Command { program: String, status: String },
     /// The partition config is invalid (names the partition and field).
     Config(pinfold_config::ConfigError),
+    /// The plan breaks isolation on the board's host description (names
+    /// the partition and field).
+    Isolation {
+        config: PathBuf,
+        error: Box<pinfold_config::isolation::IsolationError>,
+    },
     /// A download or extraction did not produce what was expected.
     Provision(String),
     /// An input or output file has the wrong shape.
@@ -34,6 +40,9 @@ impl fmt::Display for XtaskError {
             Self::Spawn { program, source } => write!(f, "cannot start `{program}`: {source}"),
             Self::Command { program, status } => write!(f, "`{program}` failed ({status})"),
             Self::Config(err) => write!(f, "invalid config: {err}"),
+            Self::Isolation { config, error } => {
+                write!(f, "invalid config {}: {error}", config.display())
+            }
             Self::Provision(msg) => write!(f, "provisioning: {msg}"),
             Self::BadFile { path, why } => write!(f, "{}: {why}", path.display()),
             Self::TestsFailed { failed } => write!(f, "{failed} test(s) failed"),

@@ -1,5 +1,6 @@
 //! The one place that knows how QEMU is started for Pinfold, shared by
-//! `cargo xtask run` and the boot tests so both exercise the same machine.
+//! `cargo xtask run`, the boot tests and the build's DTB dump so all three
+//! see the same machine.
 
 use std::path::Path;
 use std::process::Command;
@@ -41,6 +42,35 @@ pub struct Extra {
 /// vCPU, so a four-CPU board boots in a reasonable time.
 pub const DEFAULT_ACCEL: &str = "tcg,thread=multi";
 
+/// The `-M` value: `virt` with EL2 and a GICv3.
+const MACHINE: &str = "virt,virtualization=on,gic-version=3";
+
+/// The machine, CPU model, CPU count and RAM: what decides the DTB QEMU
+/// generates, shared by the run and the DTB dump so they describe one board.
+fn machine(qemu: &mut Command, board: &Board, machine: String) {
+    qemu.arg("-M")
+        .arg(machine)
+        .args(["-cpu", "cortex-a72"])
+        .arg("-smp")
+        .arg(board.cpus.to_string())
+        .arg("-m")
+        .arg(format!("{}M", board.memory.div_ceil(1 << 20)));
+}
+
+/// `qemu-system-aarch64` writing the DTB it would hand the hypervisor on
+/// `board` to `out` (`-M ...,dumpdtb=FILE`) and exiting at once; the build
+/// checks the plan's isolation against it. `out` must not contain a comma.
+pub fn dumpdtb_command(board: &Board, out: &Path) -> Command {
+    let mut qemu = Command::new("qemu-system-aarch64");
+    machine(
+        &mut qemu,
+        board,
+        format!("{MACHINE},dumpdtb={}", out.display()),
+    );
+    qemu.args(["-display", "none"]);
+    qemu
+}
+
 /// `qemu-system-aarch64` booting `image` at EL2 on a GICv3 `virt` board.
 ///
 /// The console: one stdio character device, multiplexed between the UART and
@@ -50,21 +80,15 @@ pub const DEFAULT_ACCEL: &str = "tcg,thread=multi";
 /// untouched. With stdin not a terminal (tests) the same device just pipes.
 pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
-    qemu.args(["-M", "virt,virtualization=on,gic-version=3"])
-        .args(["-cpu", "cortex-a72"])
-        .arg("-accel")
+    machine(&mut qemu, board, MACHINE.to_string());
+    qemu.arg("-accel")
         .arg(extra.accel.as_deref().unwrap_or(DEFAULT_ACCEL))
-        .arg("-smp")
-        .arg(board.cpus.to_string())
-        .arg("-m")
-        .arg(format!("{}M", board.memory.div_ceil(1 << 20)))
         .args(["-display", "none"])
         .args(["-chardev", "stdio,id=console,mux=on,signal=off"])
         .args(["-serial", "chardev:console"])
         .args(["-mon", "chardev=console,mode=readline"])
         .arg("-echr")
-        .arg(QEMU_ESCAPE.to_string())
-        ;
+        .arg(QEMU_ESCAPE.to_string());
     match &extra.firmware {
         None => {
             qemu.arg("-kernel").arg(image);
@@ -77,9 +101,11 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         }
     }
     if board.nic {
-        qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"]).arg("-netdev").arg(format!(
-            "user,id=mgmt0,hostfwd=tcp:127.0.0.1:{MANAGER_PORT}-:8080"
-        ));
+        qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
+            .arg("-netdev")
+            .arg(format!(
+                "user,id=mgmt0,hostfwd=tcp:127.0.0.1:{MANAGER_PORT}-:8080"
+            ));
     }
     qemu.args(&extra.args);
     qemu
@@ -91,12 +117,19 @@ mod tests {
 
     #[test]
     fn nic_board_gets_virtio_net_with_the_api_port_forwarded() {
-        let board = Board { cpus: 4, memory: 2 << 30, nic: true };
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: true,
+        };
 
         let cmd = qemu_command(&board, Path::new("x.bin"), &Extra::default());
 
         let args = args(&cmd);
-        assert_eq!(value_after(&args, "-device").as_deref(), Some("virtio-net-pci,netdev=mgmt0"));
+        assert_eq!(
+            value_after(&args, "-device").as_deref(),
+            Some("virtio-net-pci,netdev=mgmt0")
+        );
         assert_eq!(
             value_after(&args, "-netdev").as_deref(),
             Some("user,id=mgmt0,hostfwd=tcp:127.0.0.1:8080-:8080")
@@ -143,6 +176,26 @@ mod tests {
         let machine = value_after(&args(&cmd), "-M").unwrap_or_default();
         assert!(machine.contains("virtualization=on"), "{machine}");
         assert!(machine.contains("gic-version=3"), "{machine}");
+    }
+
+    #[test]
+    fn dtb_dump_uses_the_run_machine_cpus_and_memory() {
+        let board = Board {
+            cpus: 3,
+            memory: 1 << 30,
+            nic: false,
+        };
+
+        let dump = args(&dumpdtb_command(&board, Path::new("/tmp/x.dtb")));
+        let run = args(&qemu_command(&board, Path::new("x"), &Extra::default()));
+
+        assert_eq!(
+            value_after(&dump, "-M").as_deref(),
+            Some("virt,virtualization=on,gic-version=3,dumpdtb=/tmp/x.dtb")
+        );
+        for flag in ["-cpu", "-smp", "-m"] {
+            assert_eq!(value_after(&dump, flag), value_after(&run, flag), "{flag}");
+        }
     }
 
     #[test]
