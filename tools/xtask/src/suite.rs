@@ -263,7 +263,7 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
         ctx.name = case.name;
         ctx.shares_default = case.shares_default;
         if !case.shares_default {
-            // Its own boot: stop the shared one (CPU time, port 8080).
+            // Its own boot: stop the shared one (CPU time, the manager port).
             ctx.stack = None;
         }
         if !case.shares_default || (ctx.stack.is_none() && ctx.stack_failed.is_none()) {
