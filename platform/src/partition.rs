@@ -376,9 +376,6 @@ impl Partition {
             initrd_range = Some((start, start + initrd.len() as u64));
         }
 
-        let mut bootargs = self.plan.bootargs.clone();
-        bootargs.push_str(" pinfold.partition=");
-        bootargs.push_str(&self.name);
         let seed = next_seed(self.index as u64);
         let mut rng = [0u8; 32];
         for (i, chunk) in rng.chunks_mut(8).enumerate() {
@@ -420,10 +417,12 @@ impl Partition {
             ram_base: base,
             ram_size: self.ram_size,
             vcpu_count: self.vcpus.len(),
-            bootargs: &bootargs,
+            bootargs: &self.plan.bootargs,
             initrd: initrd_range,
             rng_seed: Some(rng),
             kaslr_seed: Some(splitmix(seed ^ 0xabcd)),
+            pmu: false,
+            devices: &[],
             extra,
         };
         let dtb = build_guest_dtb(&spec).map_err(|_| "guest DTB generation failed")?;
