@@ -17,6 +17,7 @@ pub mod layout;
 pub mod lockstat;
 pub mod mailbox;
 pub mod memmap;
+pub mod pmu;
 pub mod psci;
 pub mod rtconst;
 pub mod stage2;
