@@ -347,14 +347,68 @@ fn expect_guest_up(
     }
 }
 
+/// The line the guest's init prints with its /proc/cmdline.
+const CMDLINE_MARKER: &str = "PINFOLD-GUEST-CMDLINE name=";
+/// The line the guest's init prints with Linux's `hw perfevents:` line.
+const PMU_MARKER: &str = "PINFOLD-GUEST-PMU name=";
+/// What Linux's arm_pmu driver prints once it probed (drivers/perf/arm_pmu.c:
+/// "hw perfevents: enabled with %s PMU driver, %d counters available%s").
+const PMU_PROBED: &str = "hw perfevents: enabled with ";
+
+/// Whether `line` is `name`'s init reporting exactly `bootargs` as its
+/// kernel command line.
+fn cmdline_is(line: &str, name: &str, bootargs: &str) -> bool {
+    let prefix = format!("[{name}] {CMDLINE_MARKER}{name} ");
+    line.split_once(&prefix)
+        .is_some_and(|(_, cmdline)| cmdline.trim_end() == bootargs.trim())
+}
+
+/// The PMU driver and counter count in `name`'s PMU line, if Linux's
+/// PMU driver probed.
+fn pmu_probed(line: &str, name: &str) -> Option<(String, u32)> {
+    let prefix = format!("[{name}] {PMU_MARKER}{name} {PMU_PROBED}");
+    let (_, rest) = line.split_once(&prefix)?;
+    let (driver, rest) = rest.split_once(" PMU driver, ")?;
+    let counters = rest.split_whitespace().next()?.parse().ok()?;
+    rest.contains("counters available")
+        .then(|| (driver.to_string(), counters))
+}
+
+/// The plan's bootargs of partition `name` in the default config.
+fn default_bootargs(ctx: &Context<'_>, name: &str) -> Result<String, String> {
+    let config = pinfold_config::load(&ctx.ws.resolve(Path::new(DEFAULT_CONFIG)))
+        .map_err(|err| err.to_string())?;
+    config
+        .partitions
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.bootargs.clone())
+        .ok_or_else(|| format!("{DEFAULT_CONFIG} has no partition {name}"))
+}
+
 /// Tier 2: the default plan boots both Linux partitions with working timers,
-/// and the hot path took no lock shared between CPUs.
+/// their kernel command lines exactly the plan's bootargs (the name comes
+/// from the DTB), the hot path took no lock shared between CPUs, and
+/// Linux's PMU driver probed in both.
 fn boot_default(ctx: &mut Context<'_>) -> Outcome {
+    let bootargs = [
+        ("alpha", default_bootargs(ctx, "alpha")?),
+        ("beta", default_bootargs(ctx, "beta")?),
+    ];
     let qemu = &mut ctx.stack()?.qemu;
     let deadline = Instant::now() + Duration::from_secs(240);
 
     let alpha = expect_guest_up(qemu, "alpha", 1, deadline)?;
     let beta = expect_guest_up(qemu, "beta", 2, deadline)?;
+    for (name, args) in &bootargs {
+        let line = expect(qemu, &format!("[{name}] {CMDLINE_MARKER}{name} "), 0, deadline)?;
+        if !cmdline_is(&line.text, name, args) {
+            return Err(format!(
+                "{name}'s kernel command line is not the plan's bootargs `{args}`: `{}`",
+                line.text
+            ));
+        }
+    }
     let from = qemu.lines().len();
     // Ctrl-A s: the hypervisor monitor prints its statistics.
     qemu.send(b"\x01s").map_err(|err| err.to_string())?;
@@ -365,21 +419,39 @@ fn boot_default(ctx: &mut Context<'_>) -> Outcome {
         deadline,
     )?;
 
-    match number_after(&stats.text, "hot_path_cross_cpu_locks=") {
-        Some(0) => Ok(vec![format!(
-            "alpha up at {:.1} s, beta up at {:.1} s after QEMU start",
-            alpha.at.as_secs_f64(),
-            beta.at.as_secs_f64()
-        )]),
-        _ => Err(format!(
+    if number_after(&stats.text, "hot_path_cross_cpu_locks=") != Some(0) {
+        return Err(format!(
             "the hot path took cross-CPU locks: `{}`",
             stats.text
-        )),
+        ));
     }
+    let mut notes = vec![format!(
+        "alpha up at {:.1} s, beta up at {:.1} s after QEMU start",
+        alpha.at.as_secs_f64(),
+        beta.at.as_secs_f64()
+    )];
+    // Needs the platform to show PMUVer and forward PPI 23 (hv::pmu).
+    for name in ["alpha", "beta"] {
+        let line = expect(qemu, &format!("[{name}] {PMU_MARKER}{name}"), 0, deadline)?;
+        match pmu_probed(&line.text, name) {
+            Some((driver, counters)) => {
+                notes.push(format!("{name}: {driver} PMU, {counters} counters"))
+            }
+            None => {
+                return Err(format!(
+                    "{name}'s Linux did not probe its PMU driver: `{}`",
+                    line.text
+                ))
+            }
+        }
+    }
+    Ok(notes)
 }
 
-/// Probe checks that must each print a refusal.
-const PROBE_CHECKS: [&str; 7] = [
+/// Probe checks that must each print a refusal. `pmu-el2-time` (the
+/// hypervisor's EL2 time is not in the guest's cycle counter) needs the
+/// platform to apply `hv::pmu` (MDCR_EL2, PMU traps).
+const PROBE_CHECKS: [&str; 8] = [
     "read-outside-ram",
     "write-outside-ram",
     "enable-foreign-spi",
@@ -387,7 +459,11 @@ const PROBE_CHECKS: [&str; 7] = [
     "smc",
     "mgmt-call",
     "mgmt-bad-buffer",
+    "pmu-el2-time",
 ];
+
+/// The probe's line saying its cycle counter counts (it owns its CPU's PMU).
+const PMU_COUNTS: &str = "[probe] PROBE pmu-cycles: counts";
 
 /// Whether `line` is the probe reporting that `check` was refused.
 fn is_refusal(line: &str, check: &str) -> bool {
@@ -424,6 +500,12 @@ fn isolation(ctx: &mut Context<'_>) -> Outcome {
                 "no `[probe] PROBE {check} ... refused` line before PROBE done"
             ));
         }
+    }
+    if !lines[..=done.index]
+        .iter()
+        .any(|line| line.text.contains(PMU_COUNTS))
+    {
+        return Err(format!("no `{PMU_COUNTS}` line before PROBE done"));
     }
     // The same probe as the management partition: its management calls are
     // answered, but a buffer past the end of its RAM is still refused.
@@ -512,6 +594,50 @@ mod tests {
 
         assert_eq!(escaped_line(&lines).map(|l| l.index), Some(1));
         assert!(escaped_line(&lines[..1]).is_none());
+    }
+
+    #[test]
+    fn cmdline_must_be_exactly_the_bootargs() {
+        let line = "[alpha] PINFOLD-GUEST-CMDLINE name=alpha console=ttyAMA0 quiet\r";
+
+        assert!(cmdline_is(line, "alpha", "console=ttyAMA0 quiet"));
+        assert!(!cmdline_is(line, "alpha", "console=ttyAMA0"));
+        assert!(!cmdline_is(line, "beta", "console=ttyAMA0 quiet"));
+    }
+
+    #[test]
+    fn cmdline_with_an_appended_partition_name_is_not_the_bootargs() {
+        let line = "[alpha] PINFOLD-GUEST-CMDLINE name=alpha console=ttyAMA0 pinfold.partition=alpha";
+
+        assert!(!cmdline_is(line, "alpha", "console=ttyAMA0"));
+    }
+
+    #[test]
+    fn pmu_probed_reads_driver_and_counters_from_linux_line() {
+        let line = "[beta] PINFOLD-GUEST-PMU name=beta hw perfevents: enabled with \
+                    armv8_cortex_a72 PMU driver, 7 counters available";
+
+        assert_eq!(
+            pmu_probed(line, "beta"),
+            Some(("armv8_cortex_a72".to_string(), 7))
+        );
+    }
+
+    #[test]
+    fn pmu_not_probed_when_linux_printed_nothing() {
+        assert_eq!(pmu_probed("[beta] PINFOLD-GUEST-PMU name=beta ", "beta"), None);
+        assert_eq!(
+            pmu_probed("[beta] PINFOLD-GUEST-PMU name=beta hw perfevents: no PMU", "beta"),
+            None
+        );
+    }
+
+    #[test]
+    fn pmu_el2_time_refusal_is_a_probe_check() {
+        let line = "[probe] PROBE pmu-el2-time: refused (EL2 time not counted: ...)";
+
+        assert!(PROBE_CHECKS.iter().any(|check| is_refusal(line, check)));
+        assert!(!is_refusal("[probe] PROBE pmu-el2-time: ESCAPED (...)", "pmu-el2-time"));
     }
 
     #[test]
