@@ -119,7 +119,10 @@ const UBOOT_LOAD_ADDR: u64 = 0x5000_0000;
 fn uboot(ctx: &mut Context<'_>) -> Outcome {
     let built = ctx
         .builder
-        .build(Path::new("vm-configs/qemu-virt/test-isolation.toml"), "test-uboot.bin")
+        .build(
+            Path::new("vm-configs/qemu-virt/test-isolation.toml"),
+            "test-uboot.bin",
+        )
         .map_err(|err| format!("build failed: {err}"))?;
     let extra = Extra {
         firmware: Some((UBOOT.into(), UBOOT_LOAD_ADDR)),
@@ -145,8 +148,13 @@ fn uboot(ctx: &mut Context<'_>) -> Outcome {
         .and_then(|rest| rest.split(':').next())
         .and_then(|hex| u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
         .ok_or_else(|| format!("no address in `{}`", site.text))?;
-    if !(UBOOT_LOAD_ADDR..UBOOT_LOAD_ADDR + (64 << 20)).contains(&at) || !site.text.ends_with(", ok)") {
-        return Err(format!("the image did not run relocated where U-Boot started it: `{}`", site.text));
+    if !(UBOOT_LOAD_ADDR..UBOOT_LOAD_ADDR + (64 << 20)).contains(&at)
+        || !site.text.ends_with(", ok)")
+    {
+        return Err(format!(
+            "the image did not run relocated where U-Boot started it: `{}`",
+            site.text
+        ));
     }
     expect(&qemu, "[probe] PROBE done", banner.index, deadline)?;
     let up = expect(&qemu, "[steady] PINFOLD-GUEST-UP", banner.index, deadline)?;
@@ -178,7 +186,11 @@ struct Context<'w> {
 impl Context<'_> {
     /// The console log of the current case's boot.
     fn log_path(&self) -> std::path::PathBuf {
-        let name = if self.shares_default { DEFAULT_LOG } else { self.name };
+        let name = if self.shares_default {
+            DEFAULT_LOG
+        } else {
+            self.name
+        };
         self.ws
             .root
             .join("target/pinfold/test-logs")
@@ -207,7 +219,10 @@ impl Context<'_> {
     fn boot_stack(&mut self) -> Result<Stack, String> {
         let built = self
             .builder
-            .build(Path::new(DEFAULT_CONFIG), &format!("test-{DEFAULT_LOG}.bin"))
+            .build(
+                Path::new(DEFAULT_CONFIG),
+                &format!("test-{DEFAULT_LOG}.bin"),
+            )
             .map_err(|err| format!("build failed: {err}"))?;
         api_checks::port_is_free()?;
         let cmd = qemu_command(&built.board, &built.image, &Extra::default());
@@ -234,7 +249,10 @@ pub fn names() -> Vec<&'static str> {
 /// Runs the selected tests, prints a verdict per test and the closing
 /// `N passed, M failed` line.
 pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
-    let only: Option<Vec<&str>> = options.only.as_deref().map(|only| only.split(',').collect());
+    let only: Option<Vec<&str>> = options
+        .only
+        .as_deref()
+        .map(|only| only.split(',').collect());
     for name in only.iter().flatten() {
         if !names().contains(name) {
             return Err(XtaskError::Usage(format!(
@@ -401,7 +419,12 @@ fn boot_default(ctx: &mut Context<'_>) -> Outcome {
     let alpha = expect_guest_up(qemu, "alpha", 1, deadline)?;
     let beta = expect_guest_up(qemu, "beta", 2, deadline)?;
     for (name, args) in &bootargs {
-        let line = expect(qemu, &format!("[{name}] {CMDLINE_MARKER}{name} "), 0, deadline)?;
+        let line = expect(
+            qemu,
+            &format!("[{name}] {CMDLINE_MARKER}{name} "),
+            0,
+            deadline,
+        )?;
         if !cmdline_is(&line.text, name, args) {
             return Err(format!(
                 "{name}'s kernel command line is not the plan's bootargs `{args}`: `{}`",
@@ -512,13 +535,20 @@ fn isolation(ctx: &mut Context<'_>) -> Outcome {
     let mgmt_done = expect(&qemu, "[mgmtprobe] PROBE done", 0, deadline)?;
     let mgmt_lines = qemu.lines();
     let mgmt_lines = &mgmt_lines[..=mgmt_done.index];
-    if !mgmt_lines.iter().any(|l| l.text.contains("[mgmtprobe] PROBE mgmt-call: allowed")) {
+    if !mgmt_lines
+        .iter()
+        .any(|l| l.text.contains("[mgmtprobe] PROBE mgmt-call: allowed"))
+    {
         return Err("the management probe's ABI_VERSION call was not answered".into());
     }
     if !mgmt_lines.iter().any(|l| {
-        l.text.contains("[mgmtprobe] PROBE mgmt-bad-buffer: refused") && l.text.contains("BAD_ADDRESS")
+        l.text
+            .contains("[mgmtprobe] PROBE mgmt-bad-buffer: refused")
+            && l.text.contains("BAD_ADDRESS")
     }) {
-        return Err("the management probe's out-of-RAM buffer was not refused with BAD_ADDRESS".into());
+        return Err(
+            "the management probe's out-of-RAM buffer was not refused with BAD_ADDRESS".into(),
+        );
     }
     let panicking = expect(&qemu, "[crash] PINFOLD-GUEST-PANICKING", 0, deadline)?;
     let panic = qemu
@@ -607,7 +637,8 @@ mod tests {
 
     #[test]
     fn cmdline_with_an_appended_partition_name_is_not_the_bootargs() {
-        let line = "[alpha] PINFOLD-GUEST-CMDLINE name=alpha console=ttyAMA0 pinfold.partition=alpha";
+        let line =
+            "[alpha] PINFOLD-GUEST-CMDLINE name=alpha console=ttyAMA0 pinfold.partition=alpha";
 
         assert!(!cmdline_is(line, "alpha", "console=ttyAMA0"));
     }
@@ -625,9 +656,15 @@ mod tests {
 
     #[test]
     fn pmu_not_probed_when_linux_printed_nothing() {
-        assert_eq!(pmu_probed("[beta] PINFOLD-GUEST-PMU name=beta ", "beta"), None);
         assert_eq!(
-            pmu_probed("[beta] PINFOLD-GUEST-PMU name=beta hw perfevents: no PMU", "beta"),
+            pmu_probed("[beta] PINFOLD-GUEST-PMU name=beta ", "beta"),
+            None
+        );
+        assert_eq!(
+            pmu_probed(
+                "[beta] PINFOLD-GUEST-PMU name=beta hw perfevents: no PMU",
+                "beta"
+            ),
             None
         );
     }
@@ -637,7 +674,10 @@ mod tests {
         let line = "[probe] PROBE pmu-el2-time: refused (EL2 time not counted: ...)";
 
         assert!(PROBE_CHECKS.iter().any(|check| is_refusal(line, check)));
-        assert!(!is_refusal("[probe] PROBE pmu-el2-time: ESCAPED (...)", "pmu-el2-time"));
+        assert!(!is_refusal(
+            "[probe] PROBE pmu-el2-time: ESCAPED (...)",
+            "pmu-el2-time"
+        ));
     }
 
     #[test]
