@@ -12,8 +12,9 @@ mod pcie;
 mod writer;
 
 pub use guest::{
-    build_guest_dtb, ExtraNode, GuestDtbSpec, PropValue, GUEST_APB_PCLK_PHANDLE,
-    GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_MAX_VCPUS,
+    build_guest_dtb, ExtraNode, GuestDevice, GuestDtbSpec, GuestSpi, PropValue, Trigger,
+    GUEST_APB_PCLK_PHANDLE, GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_MAX_VCPUS,
+    PARTITION_PROP,
 };
 pub use host::{
     early_uart, host_resources, parse_host_dtb, Conduit, EarlyUart, GicInfo, HostDevice, HostInfo,
@@ -67,6 +68,12 @@ pub enum DtbError {
     BadRamRange,
     /// A pass-through node claims a phandle reserved for the generated nodes.
     ReservedPhandle(u32),
+    /// A pass-through device's interrupt is not an SPI the guest's
+    /// distributor offers.
+    NotAnSpi { node: String, intid: u32 },
+    /// A raw property copied to a pass-through device repeats one the
+    /// generator writes, or names an interrupt parent other than the GIC.
+    GeneratedProperty { node: String, prop: String },
 
     // --- host DTB ---
     /// The blob is shorter than its header or than the header's totalsize.
@@ -117,6 +124,12 @@ impl fmt::Display for DtbError {
             DtbError::InitrdOutsideRam => write!(f, "initrd is not inside the partition's RAM"),
             DtbError::BadRamRange => write!(f, "partition RAM range is empty or wraps"),
             DtbError::ReservedPhandle(p) => write!(f, "phandle {p} is reserved"),
+            DtbError::NotAnSpi { node, intid } => {
+                write!(f, "{node}: INTID {intid} is not an SPI of the guest's GIC")
+            }
+            DtbError::GeneratedProperty { node, prop } => {
+                write!(f, "{node}: property {prop:?} is generated, not copied")
+            }
             DtbError::Truncated => write!(f, "device tree blob is truncated"),
             DtbError::BadMagic => write!(f, "bad device tree magic"),
             DtbError::UnsupportedVersion(v) => write!(f, "unsupported device tree version {v}"),

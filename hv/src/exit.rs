@@ -21,9 +21,10 @@ use crate::lockstat::LockPath;
 use crate::mailbox::MailboxOp;
 use crate::partition::{HostMemory, Partition, State};
 use crate::percpu::{CpuState, LoadedVcpu, VcpuId, REQ_CPU_ON, REQ_START, REQ_STOP};
+use crate::pmu::{self, PmuAccess, PmuAction, PmuPolicy, PmuReg, PmuView};
 use crate::psci::{self, Call, PowerState};
 use crate::ratelimit::{FaultKind, Verdict};
-use crate::sysreg::sanitise_id_reg;
+use crate::sysreg::{id_reg_view, ID_AA64DFR0_EL1};
 use crate::system::System;
 use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
 use crate::vgic::dist::DistAction;
@@ -33,13 +34,36 @@ use crate::vgic::sgi;
 use core::cell::RefCell;
 use core::fmt;
 use core::sync::atomic::Ordering;
-use pinfold_vboard::{ExitClass, GUEST_UART_INTID, PPI_MAINTENANCE, PPI_PTIMER, PPI_VTIMER};
+use pinfold_vboard::{
+    ExitClass, GUEST_UART_INTID, PPI_MAINTENANCE, PPI_PMU, PPI_PTIMER, PPI_VTIMER,
+};
 
 /// The SGI other CPUs send after posting to this CPU's mailbox.
 pub const SGI_MAILBOX: u32 = 8;
 
-/// The per-CPU PPIs a pinned vCPU owns: its EL1 virtual and physical timers.
+/// The per-CPU PPIs a pinned vCPU owns: its EL1 virtual and physical timers,
+/// and the PMU overflow interrupt when the partition has the PMU.
 pub const PASSTHROUGH_PPIS: u32 = (1 << PPI_VTIMER) | (1 << PPI_PTIMER);
+
+/// The PPIs load and put reset on this CPU.
+const OWNED_PPIS: [u32; 3] = [PPI_VTIMER, PPI_PTIMER, PPI_PMU];
+
+/// The pass-through PPIs of a partition's vCPUs.
+fn passthrough_ppis(p: &Partition) -> u32 {
+    if p.plan.pmu {
+        PASSTHROUGH_PPIS | 1 << PPI_PMU
+    } else {
+        PASSTHROUGH_PPIS
+    }
+}
+
+fn pmu_policy(p: &Partition) -> PmuPolicy {
+    if p.plan.pmu {
+        PmuPolicy::Owned
+    } else {
+        PmuPolicy::Hidden
+    }
+}
 
 /// Times a full mailbox is retried before the operation is counted lost.
 const POST_RETRIES: u32 = 1000;
@@ -99,6 +123,9 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn spi(&mut self, path: LockPath, op: SpiOp);
     /// The real value of an ID register (op0 = 3, op1 = 0, CRn = 0).
     fn read_id_reg(&self, reg: SysRegId) -> u64;
+    /// Read or write one of this CPU's PMU registers (the vCPU owns them).
+    fn pmu_read(&mut self, reg: PmuReg) -> u64;
+    fn pmu_write(&mut self, reg: PmuReg, value: u64);
     /// The guest's VBAR_EL1 (for exception injection).
     fn vbar_el1(&self) -> u64;
     /// The physical counter and its frequency.
@@ -109,6 +136,8 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn console_line(&mut self, source: u32, line: &[u8]);
     /// A hypervisor log line (the platform tags it with the CPU).
     fn log(&mut self, args: fmt::Arguments);
+    /// An untagged `pinfold: ` line that tools read (the stats lines).
+    fn report(&mut self, args: fmt::Arguments);
 }
 
 /// The list registers of an [`Hw`], for `LrManager`.
@@ -171,6 +200,8 @@ pub struct Boot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VcpuContext {
     pub vmpidr: u64,
+    /// MDCR_EL2: the PMU as the plan and the CPU's PMU version decide.
+    pub mdcr_el2: u64,
     pub vmid: u16,
     pub stage2_root: PhysAddr,
 }
@@ -281,7 +312,10 @@ pub fn handle_exit(
                     p,
                     hw,
                     FaultKind::UnknownSysReg,
-                    format_args!("unhandled system register {:?}: undefined injected", access.reg),
+                    format_args!(
+                        "unhandled system register {:?}: undefined injected",
+                        access.reg
+                    ),
                 );
                 inject(hw, regs, InjectKind::Undefined, 0)
             }
@@ -377,7 +411,7 @@ fn mmio(
                 0
             } else {
                 let last = vcpu + 1 == p.vcpus.len();
-                VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, PASSTHROUGH_PPIS)
+                VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, passthrough_ppis(p))
                     .read(offset, a.width)
             }
         }
@@ -415,28 +449,30 @@ fn redist_access(
         };
         return loaded.vredist.read_with_hw(offset, width, state);
     }
-    loaded.vredist.write(offset, width, value, &mut |act| match act {
-        RedistAction::Inject(irq) => inject_into(sys, index, lrs, hw, irq),
-        RedistAction::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
-        RedistAction::PhysPpiEnable { intid, enable } => ppi_change(
-            sys,
-            hw,
-            LockPath::TimerPpiState,
-            PpiStateChange::Enable(intid, enable),
-        ),
-        RedistAction::PhysPpiPending { intid, pending } => ppi_change(
-            sys,
-            hw,
-            LockPath::TimerPpiState,
-            PpiStateChange::Pending(intid, pending),
-        ),
-        RedistAction::PhysPpiActive { intid, active } => ppi_change(
-            sys,
-            hw,
-            LockPath::TimerPpiState,
-            PpiStateChange::Active(intid, active),
-        ),
-    });
+    loaded
+        .vredist
+        .write(offset, width, value, &mut |act| match act {
+            RedistAction::Inject(irq) => inject_into(sys, index, lrs, hw, irq),
+            RedistAction::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
+            RedistAction::PhysPpiEnable { intid, enable } => ppi_change(
+                sys,
+                hw,
+                LockPath::TimerPpiState,
+                PpiStateChange::Enable(intid, enable),
+            ),
+            RedistAction::PhysPpiPending { intid, pending } => ppi_change(
+                sys,
+                hw,
+                LockPath::TimerPpiState,
+                PpiStateChange::Pending(intid, pending),
+            ),
+            RedistAction::PhysPpiActive { intid, active } => ppi_change(
+                sys,
+                hw,
+                LockPath::TimerPpiState,
+                PpiStateChange::Active(intid, active),
+            ),
+        });
     0
 }
 
@@ -644,10 +680,31 @@ fn sysreg(
         }
         return true;
     }
+    if let Some(r) = pmu::classify(reg) {
+        let Some(view) = cpu.loaded.as_ref().map(|l| l.pmu) else {
+            return false;
+        };
+        let access = if read {
+            PmuAccess::Read
+        } else {
+            PmuAccess::Write(regs.reg(rt))
+        };
+        return match pmu::on_trap(&view, r, access) {
+            PmuAction::Read(r) => {
+                regs.set_reg(rt, hw.pmu_read(r));
+                true
+            }
+            PmuAction::Write(r, value) => {
+                hw.pmu_write(r, value);
+                true
+            }
+            PmuAction::Undef => false,
+        };
+    }
     if reg.is_id_group3() {
         if read {
             let real = hw.read_id_reg(reg);
-            regs.set_reg(rt, sanitise_id_reg(reg, real));
+            regs.set_reg(rt, id_reg_view(reg, real, pmu_policy(p)));
             return true;
         }
         return false;
@@ -696,7 +753,14 @@ fn send_sgi(
         if t == v {
             apply_op(sys, cpu, hw, MailboxOp::Sgi(intid));
         } else {
-            post_remote(sys, cpu.index, hw, p, p.vcpus[t].pcpu, MailboxOp::Sgi(intid));
+            post_remote(
+                sys,
+                cpu.index,
+                hw,
+                p,
+                p.vcpus[t].pcpu,
+                MailboxOp::Sgi(intid),
+            );
         }
     }
 }
@@ -761,7 +825,10 @@ fn hvc(
             return Next::Park;
         }
         Call::SystemOff => {
-            hw.log(format_args!("partition {}: powered off by the guest", p.name));
+            hw.log(format_args!(
+                "partition {}: powered off by the guest",
+                p.name
+            ));
             sys.stop_partition(p, hw, cpu.index);
             return Next::Stopped;
         }
@@ -805,7 +872,9 @@ fn cpu_on(
             p,
             hw,
             FaultKind::ForeignCpu,
-            format_args!("PSCI CPU_ON for MPIDR {target:#x}, not a vCPU of this partition: refused"),
+            format_args!(
+                "PSCI CPU_ON for MPIDR {target:#x}, not a vCPU of this partition: refused"
+            ),
         );
         return psci::INVALID_PARAMETERS;
     };
@@ -827,9 +896,19 @@ fn cpu_on(
 pub fn load(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, id: VcpuId) -> VcpuContext {
     let p = &sys.partitions[id.partition];
     cpu.lrs.clear(&mut Lrs(hw));
-    for ppi in [PPI_VTIMER, PPI_PTIMER] {
-        ppi_change(sys, hw, LockPath::VcpuLoad, PpiStateChange::Enable(ppi, false));
-        ppi_change(sys, hw, LockPath::VcpuLoad, PpiStateChange::Active(ppi, false));
+    for ppi in OWNED_PPIS {
+        ppi_change(
+            sys,
+            hw,
+            LockPath::VcpuLoad,
+            PpiStateChange::Enable(ppi, false),
+        );
+        ppi_change(
+            sys,
+            hw,
+            LockPath::VcpuLoad,
+            PpiStateChange::Active(ppi, false),
+        );
     }
     let public = &sys.cpus[cpu.index];
     public.counters.reset();
@@ -837,13 +916,24 @@ pub fn load(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, id: VcpuId) -> V
     public.mailbox.clear();
     let last = id.vcpu + 1 == p.vcpus.len();
     let mpidr = p.vcpus[id.vcpu].mpidr;
+    let dfr0 = hw.read_id_reg(ID_AA64DFR0_EL1);
+    let pmcr_n = (hw.pmu_read(PmuReg::PMCR_EL0) >> pmu::PMCR_N_SHIFT) & pmu::PMCR_N_MASK;
+    let view = PmuView::new(pmu_policy(p), dfr0, pmcr_n as u8);
+    if let PmuView::Owned { .. } = view {
+        // Nothing of the previous vCPU's counting carries over.
+        for (r, value) in pmu::reset_writes(&view) {
+            hw.pmu_write(r, value);
+        }
+    }
     cpu.loaded = Some(LoadedVcpu {
         id,
-        vredist: VRedist::new(id.vcpu, mpidr, last, PASSTHROUGH_PPIS),
+        vredist: VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p)),
+        pmu: view,
     });
     p.vcpus[id.vcpu].power.set_on();
     VcpuContext {
         vmpidr: mpidr,
+        mdcr_el2: view.mdcr_el2(),
         vmid: p.vmid,
         stage2_root: p.stage2_root,
     }
@@ -868,9 +958,19 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     for &pintid in &dropped[..n] {
         hw.deactivate(pintid);
     }
-    for ppi in [PPI_VTIMER, PPI_PTIMER] {
-        ppi_change(sys, hw, LockPath::VcpuPut, PpiStateChange::Enable(ppi, false));
-        ppi_change(sys, hw, LockPath::VcpuPut, PpiStateChange::Active(ppi, false));
+    for ppi in OWNED_PPIS {
+        ppi_change(
+            sys,
+            hw,
+            LockPath::VcpuPut,
+            PpiStateChange::Enable(ppi, false),
+        );
+        ppi_change(
+            sys,
+            hw,
+            LockPath::VcpuPut,
+            PpiStateChange::Active(ppi, false),
+        );
     }
     if let Some(p) = sys.partitions.get(loaded.id.partition) {
         p.vcpus[loaded.id.vcpu].power.set_off();
@@ -890,7 +990,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u
             hw.deactivate(intid);
             maintenance(sys, cpu, hw);
         }
-        PPI_VTIMER | PPI_PTIMER => timer_ppi(sys, cpu, hw, intid),
+        PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         _ => match sys.spi_owner(intid) {
             Some(p) => passthrough_spi(sys, cpu, hw, p, intid),
             None => {
@@ -901,8 +1001,9 @@ pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u
     }
 }
 
-/// A timer PPI of this CPU fired: forward it HW-linked to the vCPU, which
-/// deactivates the physical interrupt when it deactivates the virtual one.
+/// A pass-through PPI of this CPU (timer, PMU) fired: forward it HW-linked
+/// to the vCPU, which deactivates the physical interrupt when it
+/// deactivates the virtual one.
 fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     let irq = cpu
         .loaded

@@ -37,6 +37,7 @@ struct FakeHw {
     lines: Vec<Vec<u8>>,
     now: u64,
     mem: Vec<u8>,
+    pmu: Vec<(crate::pmu::PmuReg, u64)>,
 }
 
 impl FakeHw {
@@ -57,6 +58,7 @@ impl FakeHw {
             lines: Vec::new(),
             now: 1,
             mem: vec![0; 4 << 20],
+            pmu: Vec::new(),
         }
     }
 
@@ -156,6 +158,20 @@ impl Hw for FakeHw {
     fn read_id_reg(&self, _: SysRegId) -> u64 {
         0x1111_1111_1111_1111
     }
+    fn pmu_read(&mut self, reg: crate::pmu::PmuReg) -> u64 {
+        match reg {
+            crate::pmu::PmuReg::PMCR_EL0 => 6 << 11,
+            _ => self
+                .pmu
+                .iter()
+                .rev()
+                .find(|w| w.0 == reg)
+                .map_or(0, |w| w.1),
+        }
+    }
+    fn pmu_write(&mut self, reg: crate::pmu::PmuReg, value: u64) {
+        self.pmu.push((reg, value));
+    }
     fn vbar_el1(&self) -> u64 {
         0x4008_0000
     }
@@ -170,6 +186,9 @@ impl Hw for FakeHw {
     }
     fn log(&mut self, args: fmt::Arguments) {
         self.log.push(args.to_string());
+    }
+    fn report(&mut self, args: fmt::Arguments) {
+        self.log.push(alloc::format!("report: {args}"));
     }
 }
 
@@ -217,6 +236,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         pci_host_bridge: false,
         token: Some("secret".into()),
         autostart: true,
+        pmu: true,
     }
 }
 
@@ -231,6 +251,7 @@ fn host(cpus: usize) -> HostInfo {
             redist_regions: vec![(0x080A_0000, 0xF6_0000)],
             redist_stride: None,
             maintenance_intid: Some(25),
+            its: Vec::new(),
         },
         timer: None,
         uart: None,
@@ -239,20 +260,28 @@ fn host(cpus: usize) -> HostInfo {
         rng_seed: None,
         kaslr_seed: None,
         model: None,
+        devices: Vec::new(),
     }
 }
 
 /// alpha: vCPUs 0, 1 on CPUs 1, 2; beta: vCPU 0 on CPU 3; mgmt on CPU 0.
 fn system() -> &'static System {
+    system_with(|_| {})
+}
+
+fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
             partition_plan("beta", &[3], false),
             partition_plan("mgmt", &[0], true),
         ],
-        images: vec![pinfold_config::ImageRef { offset: 0, size: 16 }],
+        images: vec![pinfold_config::ImageRef {
+            offset: 0,
+            size: 16,
+        }],
     };
-    plan.partitions[1].devices.clear();
+    change(&mut plan);
     let payload: &'static [u8] = Box::leak(vec![0xAA; 16].into_boxed_slice());
     let locks = Box::leak(Box::new(crate::lockstat::LockStat::new()));
     let mut free = FreeMemory::new(&[HOST_RAM], &[]);
@@ -283,7 +312,11 @@ fn system() -> &'static System {
 
 /// CPU `index`'s state with its assigned vCPU loaded.
 fn loaded_cpu(sys: &System, hw: &mut FakeHw, index: usize) -> CpuState {
-    let mut cpu = CpuState::new(index, sys.cpus[index].mpidr.load(Ordering::Relaxed), sys.assigned(index));
+    let mut cpu = CpuState::new(
+        index,
+        sys.cpus[index].mpidr.load(Ordering::Relaxed),
+        sys.assigned(index),
+    );
     let id = cpu.assigned.unwrap();
     load(sys, &mut cpu, hw, id);
     cpu
@@ -306,7 +339,13 @@ fn mmio(ipa: u64, width: u8, write: bool, reg: u8) -> Exit {
     }
 }
 
-fn run(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, regs: &mut GuestRegs, exit: Exit) -> Next {
+fn run(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut FakeHw,
+    regs: &mut GuestRegs,
+    exit: Exit,
+) -> Next {
     handle_exit(sys, cpu, hw, regs, exit)
 }
 
@@ -327,7 +366,13 @@ fn gicd_typer_read_lands_in_the_target_register_and_advances_pc() {
     let mut regs = GuestRegs::default();
     regs.elr = 0x1000;
 
-    let next = run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 4, 4, false, 3));
+    let next = run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 4, 4, false, 3),
+    );
 
     assert_eq!(next, Next::Resume);
     assert_eq!(regs.elr, 0x1004);
@@ -347,10 +392,28 @@ fn gicd_ispendr_write_over_foreign_spis_is_refused_per_spi_and_log_limited() {
     // write enable + pending for all 32, count what arrives.
     let mut regs = GuestRegs::default();
     regs.x[1] = 1 << 4 | 1 << 1; // GICD_CTLR: ARE, EnableGrp1A
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE, 4, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE, 4, true, 1),
+    );
     regs.x[1] = u32::MAX as u64;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1));
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x204, 4, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x104, 4, true, 1),
+    );
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x204, 4, true, 1),
+    );
 
     // The UART line is the only one alpha owns; the 31 others are refused
     // and counted as faults, and only BURST of them printed.
@@ -372,7 +435,13 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
 
     // GICD_ISENABLER1..7: 224 foreign SPIs (the UART's is the only own one).
     for n in 1..8 {
-        run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x100 + 4 * n, 4, true, 1));
+        run(
+            sys,
+            &mut cpu,
+            &mut hw,
+            &mut regs,
+            mmio(GUEST_GICD_BASE + 0x100 + 4 * n, 4, true, 1),
+        );
     }
 
     assert_eq!(p.faults.load(Ordering::Relaxed), 223);
@@ -380,8 +449,18 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
     assert_eq!(printed, BURST as usize);
     hw.now += 10 * 1000;
     regs.x[1] = 1 << 16;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1));
-    assert!(hw.log.last().unwrap().contains("218 more of this kind suppressed"));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x104, 4, true, 1),
+    );
+    assert!(hw
+        .log
+        .last()
+        .unwrap()
+        .contains("218 more of this kind suppressed"));
 }
 
 #[test]
@@ -392,24 +471,58 @@ fn uart_interrupt_raised_on_one_vcpu_is_posted_to_the_routed_vcpu() {
     let mut regs = GuestRegs::default();
     // Enable the distributor, route SPI 33 to vCPU 1 (Aff0 = 1), enable it.
     regs.x[1] = 1 << 4 | 1 << 1;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE, 4, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE, 4, true, 1),
+    );
     regs.x[1] = vcpu_mpidr(1) & 0xff;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1),
+    );
     regs.x[1] = 1 << 1;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x104, 4, true, 1),
+    );
     // Enable the PL011 TX interrupt: TX FIFO empty raises the line.
     regs.x[1] = 0x301;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_UART_BASE + 0x30, 4, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_UART_BASE + 0x30, 4, true, 1),
+    );
     regs.x[1] = 1 << 5;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_UART_BASE + 0x38, 4, true, 1));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_UART_BASE + 0x38, 4, true, 1),
+    );
 
     let mut posted = Vec::new();
     sys.cpus[2].mailbox.drain(|op| posted.push(op));
     assert!(
-        posted.iter().any(|op| matches!(op, MailboxOp::Inject(i) if i.intid == 33)),
+        posted
+            .iter()
+            .any(|op| matches!(op, MailboxOp::Inject(i) if i.intid == 33)),
         "{posted:?}"
     );
-    assert!(hw.sgis.contains(&(sys.cpus[2].mpidr.load(Ordering::Relaxed), SGI_MAILBOX)));
+    assert!(hw
+        .sgis
+        .contains(&(sys.cpus[2].mpidr.load(Ordering::Relaxed), SGI_MAILBOX)));
     assert!(hw.injected().is_empty(), "not injected on the wrong vCPU");
 }
 
@@ -423,7 +536,13 @@ fn enabling_the_virtual_timer_ppi_enables_it_on_this_cpus_redistributor_without_
     let mut regs = GuestRegs::default();
     regs.x[2] = 1 << PPI_VTIMER;
 
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+    );
 
     assert_ne!(hw.ppi_enabled & (1 << PPI_VTIMER), 0);
     assert_eq!(sys.locks.hot_total(), 0);
@@ -435,15 +554,21 @@ fn a_chip_without_the_lockless_capability_is_counted_on_load_and_timer_paths() {
     let mut hw = FakeHw::new();
     hw.caps.percpu_state_lockless = false;
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
-    assert_eq!(sys.locks.count(LockPath::VcpuLoad), 4);
+    assert_eq!(sys.locks.count(LockPath::VcpuLoad), 6);
     let mut regs = GuestRegs::default();
     regs.x[2] = 1 << PPI_VTIMER;
 
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+    );
 
     assert_eq!(sys.locks.count(LockPath::TimerPpiState), 1);
     put(sys, &mut cpu, &mut hw);
-    assert_eq!(sys.locks.count(LockPath::VcpuPut), 4);
+    assert_eq!(sys.locks.count(LockPath::VcpuPut), 6);
 }
 
 #[test]
@@ -453,14 +578,36 @@ fn gicr_ispendr0_shows_the_forwarded_timer_pending_in_a_list_register() {
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
     let mut regs = GuestRegs::default();
     regs.x[2] = 1 << PPI_VTIMER;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+    );
 
     dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0200, 4, false, 4));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0200, 4, false, 4),
+    );
 
     assert_eq!(hw.injected(), [PPI_VTIMER]);
-    assert_ne!(regs.x[4] & (1 << PPI_VTIMER), 0, "ISPENDR0 shows the timer pending");
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0300, 4, false, 4));
+    assert_ne!(
+        regs.x[4] & (1 << PPI_VTIMER),
+        0,
+        "ISPENDR0 shows the timer pending"
+    );
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0300, 4, false, 4),
+    );
     assert_eq!(regs.x[4] & (1 << PPI_VTIMER), 0, "not active yet");
 }
 
@@ -475,11 +622,27 @@ fn gicr_isactiver0_shows_the_physical_state_of_a_passthrough_ppi() {
     };
     let mut regs = GuestRegs::default();
 
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0300, 4, false, 4));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0300, 4, false, 4),
+    );
     let active = regs.x[4];
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0280, 4, false, 4));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0280, 4, false, 4),
+    );
 
-    assert_eq!(active, 1 << PPI_VTIMER, "only pass-through bits come from hardware");
+    assert_eq!(
+        active,
+        1 << PPI_VTIMER,
+        "only pass-through bits come from hardware"
+    );
     assert_eq!(regs.x[4], 1 << PPI_PTIMER);
 }
 
@@ -491,7 +654,13 @@ fn write_to_a_sibling_redistributor_is_a_fault_and_changes_nothing() {
     let mut regs = GuestRegs::default();
     regs.x[2] = 1 << PPI_VTIMER;
 
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x2_0000 + 0x1_0100, 4, true, 2));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x2_0000 + 0x1_0100, 4, true, 2),
+    );
 
     assert_eq!(hw.ppi_enabled, 0);
     assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 1);
@@ -508,7 +677,10 @@ fn a_timer_ppi_nobody_enabled_is_silenced_and_deactivated() {
 
     assert!(hw.injected().is_empty());
     assert_eq!(hw.deactivated, [PPI_VTIMER]);
-    assert_eq!(hw.ppi_changes.last(), Some(&PpiStateChange::Enable(PPI_VTIMER, false)));
+    assert_eq!(
+        hw.ppi_changes.last(),
+        Some(&PpiStateChange::Enable(PPI_VTIMER, false))
+    );
 }
 
 // --- PL011 ------------------------------------------------------------------
@@ -521,13 +693,28 @@ fn pl011_output_reaches_the_ring_and_whole_lines_the_host() {
     let mut regs = GuestRegs::default();
     for &b in b"hi\n" {
         regs.x[0] = b as u64;
-        run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_UART_BASE, 4, true, 0));
+        run(
+            sys,
+            &mut cpu,
+            &mut hw,
+            &mut regs,
+            mmio(GUEST_UART_BASE, 4, true, 0),
+        );
     }
 
     assert_eq!(hw.lines.len(), 1);
-    assert_eq!(hw.lines[0], b"[beta] hi\r\n", "{:?}", String::from_utf8_lossy(&hw.lines[0]));
+    assert_eq!(
+        hw.lines[0],
+        b"[beta] hi\r\n",
+        "{:?}",
+        String::from_utf8_lossy(&hw.lines[0])
+    );
     let mut out = [0u8; 8];
-    let read = sys.partitions[1].console.lock(LockPath::Management).ring.read(0, &mut out);
+    let read = sys.partitions[1]
+        .console
+        .lock(LockPath::Management)
+        .ring
+        .read(0, &mut out);
     assert_eq!(&out[..read.len], b"hi\n");
 }
 
@@ -553,9 +740,17 @@ fn access_to_an_unmapped_ipa_injects_a_data_abort() {
     regs.elr = 0x4000_1000;
     regs.spsr = 0x3c5;
 
-    let next = run(sys, &mut cpu, &mut hw, &mut regs, mmio(0x0A00_0000, 4, false, 1));
+    let next = run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(0x0A00_0000, 4, false, 1),
+    );
 
-    let Next::Inject(el1) = next else { panic!("{next:?}") };
+    let Next::Inject(el1) = next else {
+        panic!("{next:?}")
+    };
     assert_eq!(el1.elr, 0x4000_1000);
     assert_eq!(el1.far, Some(0x0A00_0000));
     assert_eq!(el1.esr >> 26, 0x25);
@@ -599,7 +794,9 @@ fn an_unknown_system_register_injects_undefined() {
 
     let next = run(sys, &mut cpu, &mut hw, &mut regs, exit);
 
-    let Next::Inject(el1) = next else { panic!("{next:?}") };
+    let Next::Inject(el1) = next else {
+        panic!("{next:?}")
+    };
     assert_eq!(el1.esr >> 26, 0);
     assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
 }
@@ -618,7 +815,14 @@ fn id_registers_are_sanitised() {
 
     assert_eq!(run(sys, &mut cpu, &mut hw, &mut regs, exit), Next::Resume);
 
-    assert_eq!(regs.x[7], sanitise_id_reg(crate::sysreg::ID_AA64DFR0_EL1, 0x1111_1111_1111_1111));
+    assert_eq!(
+        regs.x[7],
+        id_reg_view(
+            crate::sysreg::ID_AA64DFR0_EL1,
+            0x1111_1111_1111_1111,
+            PmuPolicy::Owned
+        )
+    );
 }
 
 // --- SGIs -------------------------------------------------------------------
@@ -670,7 +874,13 @@ fn sgi_to_self_is_injected_once_the_guest_enabled_it() {
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
     let mut regs = GuestRegs::default();
     regs.x[2] = 1 << 2;
-    run(sys, &mut cpu, &mut hw, &mut regs, mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2));
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+    );
 
     sgi_to(sys, &mut cpu, &mut hw, 2 << 24 | 1);
 
@@ -698,17 +908,38 @@ fn psci_version_and_features() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
 
-    assert_eq!(hvc(sys, &mut cpu, &mut hw, [fid::PSCI_VERSION as u64, 0, 0, 0]).1, 0x1_0001);
-    assert_eq!(hvc(sys, &mut cpu, &mut hw, [fid::SMCCC_VERSION as u64, 0, 0, 0]).1, 0x1_0001);
     assert_eq!(
-        hvc(sys, &mut cpu, &mut hw, [fid::PSCI_FEATURES as u64, fid::CPU_ON_64 as u64, 0, 0]).1,
+        hvc(sys, &mut cpu, &mut hw, [fid::PSCI_VERSION as u64, 0, 0, 0]).1,
+        0x1_0001
+    );
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [fid::SMCCC_VERSION as u64, 0, 0, 0]).1,
+        0x1_0001
+    );
+    assert_eq!(
+        hvc(
+            sys,
+            &mut cpu,
+            &mut hw,
+            [fid::PSCI_FEATURES as u64, fid::CPU_ON_64 as u64, 0, 0]
+        )
+        .1,
         0
     );
     assert_eq!(
-        hvc(sys, &mut cpu, &mut hw, [fid::MIGRATE_INFO_TYPE as u64, 0, 0, 0]).1 as i64,
+        hvc(
+            sys,
+            &mut cpu,
+            &mut hw,
+            [fid::MIGRATE_INFO_TYPE as u64, 0, 0, 0]
+        )
+        .1 as i64,
         psci::MIGRATE_INFO_TYPE_NOT_REQUIRED
     );
-    assert_eq!(hvc(sys, &mut cpu, &mut hw, [0x8400_00ff, 0, 0, 0]).1 as i64, psci::NOT_SUPPORTED);
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [0x8400_00ff, 0, 0, 0]).1 as i64,
+        psci::NOT_SUPPORTED
+    );
 }
 
 #[test]
@@ -724,7 +955,13 @@ fn cpu_on_posts_to_the_siblings_cpu_and_a_second_call_races_to_on_pending() {
     assert_eq!(first, psci::SUCCESS);
     assert_eq!(second, psci::ON_PENDING);
     assert_eq!(
-        hvc(sys, &mut cpu, &mut hw, [fid::AFFINITY_INFO_64 as u64, vcpu_mpidr(1), 0, 0]).1 as i64,
+        hvc(
+            sys,
+            &mut cpu,
+            &mut hw,
+            [fid::AFFINITY_INFO_64 as u64, vcpu_mpidr(1), 0, 0]
+        )
+        .1 as i64,
         psci::AFFINITY_INFO_ON_PENDING
     );
     // The sibling's CPU, idle, boots it with the context id in x0.
@@ -734,7 +971,13 @@ fn cpu_on_posts_to_the_siblings_cpu_and_a_second_call_races_to_on_pending() {
     assert_eq!(boot.x0, 77);
     load(sys, &mut sibling, &mut hw, boot.id);
     assert_eq!(
-        hvc(sys, &mut cpu, &mut hw, [fid::CPU_ON_64 as u64, vcpu_mpidr(1), 0, 0]).1 as i64,
+        hvc(
+            sys,
+            &mut cpu,
+            &mut hw,
+            [fid::CPU_ON_64 as u64, vcpu_mpidr(1), 0, 0]
+        )
+        .1 as i64,
         psci::ALREADY_ON
     );
 }
@@ -745,7 +988,13 @@ fn cpu_on_for_a_foreign_mpidr_is_refused() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
 
-    let r = hvc(sys, &mut cpu, &mut hw, [fid::CPU_ON_64 as u64, 2, 0x4000_0000, 0]).1 as i64;
+    let r = hvc(
+        sys,
+        &mut cpu,
+        &mut hw,
+        [fid::CPU_ON_64 as u64, 2, 0x4000_0000, 0],
+    )
+    .1 as i64;
 
     assert_eq!(r, psci::INVALID_PARAMETERS);
     assert!(hw.sgis.is_empty());
@@ -758,12 +1007,19 @@ fn cpu_off_parks_system_off_stops_the_partition_and_its_siblings() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
 
-    assert_eq!(hvc(sys, &mut cpu, &mut hw, [fid::CPU_OFF as u64, 0, 0, 0]).0, Next::Park);
+    assert_eq!(
+        hvc(sys, &mut cpu, &mut hw, [fid::CPU_OFF as u64, 0, 0, 0]).0,
+        Next::Park
+    );
     let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
 
     assert_eq!(next, Next::Stopped);
     assert_eq!(sys.partitions[0].state(), State::Stopped);
-    assert_eq!(hw.sgis, [(0x102, SGI_MAILBOX)], "the sibling's CPU is told to stop");
+    assert_eq!(
+        hw.sgis,
+        [(0x102, SGI_MAILBOX)],
+        "the sibling's CPU is told to stop"
+    );
 }
 
 #[test]
@@ -781,7 +1037,13 @@ fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
     assert_eq!(p.state(), State::Running);
     assert_eq!(p.boot_count.load(Ordering::Relaxed), 1);
     let boot = idle_work(sys, &mut cpu, &mut hw).unwrap();
-    assert_eq!(boot.id, VcpuId { partition: 1, vcpu: 0 });
+    assert_eq!(
+        boot.id,
+        VcpuId {
+            partition: 1,
+            vcpu: 0
+        }
+    );
     assert_eq!(boot.entry, RAM_BASE + 0x8_0000);
 }
 
@@ -805,7 +1067,13 @@ fn management_calls_from_an_ordinary_partition_are_not_supported() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
 
-    let r = hvc(sys, &mut cpu, &mut hw, [fid::PINFOLD_64_BASE as u64, 0, 0, 0]).1 as i64;
+    let r = hvc(
+        sys,
+        &mut cpu,
+        &mut hw,
+        [fid::PINFOLD_64_BASE as u64, 0, 0, 0],
+    )
+    .1 as i64;
 
     assert_eq!(r, psci::NOT_SUPPORTED);
 }
@@ -863,7 +1131,10 @@ fn overflowing_the_list_register_queue_is_counted() {
     }
 
     let dropped = sys.cpus[3].counters.dropped_count();
-    assert_eq!(dropped, 100 - LR_COUNT as u64 - crate::vgic::lr::QUEUE_CAPACITY as u64);
+    assert_eq!(
+        dropped,
+        100 - LR_COUNT as u64 - crate::vgic::lr::QUEUE_CAPACITY as u64
+    );
     assert!(hw.log_has("lost"));
 }
 
@@ -876,7 +1147,104 @@ fn the_monitor_prints_stats_with_the_hot_path_lock_count() {
     host_input(sys, &mut cpu, &mut hw, 0x01);
     host_input(sys, &mut cpu, &mut hw, b's');
 
-    assert!(hw.log_has("stats hot_path_cross_cpu_locks=0"));
+    assert!(hw.log_has("report: stats hot_path_cross_cpu_locks=0"));
     assert_eq!(host_input(sys, &mut cpu, &mut hw, 0x01), Monitor::Nothing);
     assert_eq!(host_input(sys, &mut cpu, &mut hw, b'x'), Monitor::PowerOff);
+}
+
+// --- PMU ----------------------------------------------------------------------
+
+fn pmu_access(reg: crate::pmu::PmuReg, read: bool) -> Exit {
+    Exit::SysReg(SysRegAccess {
+        reg: reg.id(),
+        rt: 9,
+        read,
+    })
+}
+
+#[test]
+fn load_writes_mdcr_with_all_counters_and_el2_hidden_by_trapping_on_pmuv3() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = CpuState::new(3, 0x103, sys.assigned(3));
+
+    let id = cpu.assigned.unwrap();
+    let ctx = load(sys, &mut cpu, &mut hw, id);
+
+    // The fake's ID_AA64DFR0 says PMUVer 1 (PMUv3): trap (TPM), HPMN = N.
+    assert_eq!(ctx.mdcr_el2 & 0x1f, 6);
+    assert_ne!(ctx.mdcr_el2 & crate::pmu::MDCR_EL2_TPM, 0);
+    assert!(hw
+        .pmu
+        .iter()
+        .any(|w| w.0 == crate::pmu::PmuReg::PMCNTENCLR_EL0));
+}
+
+#[test]
+fn a_guest_write_asking_to_count_el2_cycles_has_nsh_cleared() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    regs.x[9] = crate::pmu::PMEVTYPER_NSH | 0x11;
+
+    let next = run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        pmu_access(crate::pmu::PmuReg::PMCCFILTR_EL0, false),
+    );
+
+    assert_eq!(next, Next::Resume);
+    assert_eq!(
+        hw.pmu.last(),
+        Some(&(crate::pmu::PmuReg::PMCCFILTR_EL0, 0x11))
+    );
+}
+
+#[test]
+fn the_pmu_overflow_ppi_is_forwarded_like_the_timers() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_PMU;
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+    );
+
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_PMU);
+
+    assert_ne!(hw.ppi_enabled & (1 << PPI_PMU), 0);
+    assert_eq!(hw.injected(), [PPI_PMU]);
+}
+
+#[test]
+fn a_hidden_pmu_undefs_every_register_and_shows_pmuver_zero() {
+    let sys = system_with(|plan| plan.partitions[1].pmu = false);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+
+    let next = run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        pmu_access(crate::pmu::PmuReg::PMCCNTR_EL0, true),
+    );
+    let dfr0 = Exit::SysReg(SysRegAccess {
+        reg: crate::sysreg::ID_AA64DFR0_EL1,
+        rt: 7,
+        read: true,
+    });
+    run(sys, &mut cpu, &mut hw, &mut regs, dfr0);
+
+    assert!(matches!(next, Next::Inject(_)));
+    assert_eq!((regs.x[7] >> 8) & 0xf, 0);
 }

@@ -89,7 +89,11 @@ impl<H: Hw> Manage for Manager<'_, '_, H> {
     }
 
     fn partitions(&self) -> Vec<PartitionSummary> {
-        self.sys.partitions.iter().map(|p| self.summary(p)).collect()
+        self.sys
+            .partitions
+            .iter()
+            .map(|p| self.summary(p))
+            .collect()
     }
 
     fn detail(&self, index: u32) -> Option<PartitionDetail> {
@@ -133,9 +137,7 @@ impl<H: Hw> Manage for Manager<'_, '_, H> {
             return Err(AbiError::Conflict);
         }
         let me = self.cpu.index;
-        let _ = self
-            .sys
-            .start_partition(p, &mut **self.hw.borrow_mut(), me);
+        let _ = self.sys.start_partition(p, &mut **self.hw.borrow_mut(), me);
         Ok(())
     }
 

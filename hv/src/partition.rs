@@ -9,6 +9,7 @@
 use crate::addr::{Ipa, PhysAddr};
 use crate::console::{ConsoleRing, LinePrefixer, Pl011};
 use crate::dtb::{build_guest_dtb, ExtraNode, GuestDtbSpec, HostInfo, PcieCells, PropValue};
+use crate::dtb::{GuestDevice, GuestSpi};
 use crate::lockstat::{CountedLock, LockStat};
 use crate::memmap::FreeMemory;
 use crate::psci::VcpuPower;
@@ -19,11 +20,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use pinfold_config::{KernelFormat, PartitionPlan, Plan};
-use pinfold_vboard::{
-    vcpu_mpidr, DTB_AREA, GUEST_RAM_BASE, GUEST_UART_INTID, LEGACY_IMAGE_OFFSET, RAM_ALIGN,
-    RAW_KERNEL_OFFSET,
-};
+use pinfold_config::fit::{place_images, FitError, ImagePlacement, IMAGE_HEADER_LEN};
+use pinfold_config::{PartitionPlan, Plan};
+use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_RAM_BASE, GUEST_UART_INTID, RAM_ALIGN};
 
 /// Size of each partition's console ring.
 pub const CONSOLE_RING: usize = 64 * 1024;
@@ -70,6 +69,15 @@ pub struct VcpuShared {
     pub context: AtomicU64,
 }
 
+/// A pass-through MMIO device as the guest DTB describes it: compatible
+/// from the plan, or copied from the host DT node the plan names.
+pub struct DeviceNode {
+    pub name: String,
+    pub compatible: Vec<String>,
+    pub reg: Vec<(u64, u64)>,
+    pub spis: Vec<GuestSpi>,
+}
+
 /// The emulated console of a partition.
 pub struct Console {
     pub pl011: Pl011,
@@ -95,6 +103,8 @@ pub struct Partition {
     pub vcpu_mpidrs: Vec<u64>,
     /// Physical SPIs this partition owns (devices and the PCIe bridge).
     pub spis: Vec<u32>,
+    /// Its pass-through MMIO devices, for the guest DTB.
+    pub devices: Vec<DeviceNode>,
     /// The emulated distributor, shared by the partition's vCPUs only: a
     /// GICD register is partition-wide state that any of its vCPUs may
     /// change, so no per-CPU design can hold it; no lock is shared between
@@ -144,8 +154,8 @@ impl fmt::Display for SetupError {
 pub enum LoadError {
     KernelMissing,
     InitrdMissing,
-    KernelTooLarge,
-    InitrdTooLarge,
+    /// Kernel, initrd and DTB area do not fit (the build checks the same).
+    Fit(FitError),
     DtbFailed,
     DtbTooLarge,
 }
@@ -155,77 +165,11 @@ impl fmt::Display for LoadError {
         f.write_str(match self {
             LoadError::KernelMissing => "kernel image missing from the payload",
             LoadError::InitrdMissing => "initrd image missing from the payload",
-            LoadError::KernelTooLarge => "kernel does not fit below the DTB area",
-            LoadError::InitrdTooLarge => "initrd does not fit between kernel and DTB area",
+            LoadError::Fit(e) => return write!(f, "{e}"),
             LoadError::DtbFailed => "guest DTB generation failed",
             LoadError::DtbTooLarge => "guest DTB larger than its 2 MiB area",
         })
     }
-}
-
-/// Where a partition's images go, as offsets from its RAM base.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
-    pub kernel: u64,
-    pub kernel_footprint: u64,
-    pub initrd: Option<(u64, u64)>,
-    pub dtb: u64,
-}
-
-fn le64(b: &[u8], off: usize) -> u64 {
-    let mut v = [0u8; 8];
-    if let Some(s) = b.get(off..off + 8) {
-        v.copy_from_slice(s);
-    }
-    u64::from_le_bytes(v)
-}
-
-/// Place kernel, initrd and DTB in `ram_size` bytes of guest RAM: a Linux
-/// Image at text_offset (0x80000 when its header has no image_size) with
-/// footprint max(image_size, file length), a raw kernel at
-/// RAW_KERNEL_OFFSET, the initrd page aligned just below the DTB area, the
-/// DTB in the last DTB_AREA bytes.
-pub fn place_images(
-    kernel: &[u8],
-    format: KernelFormat,
-    initrd_len: Option<u64>,
-    ram_size: u64,
-) -> Result<Placement, LoadError> {
-    let (kernel_off, footprint) = match format {
-        KernelFormat::LinuxImage => {
-            let text_offset = le64(kernel, 8);
-            let image_size = le64(kernel, 16);
-            if image_size == 0 {
-                (LEGACY_IMAGE_OFFSET, kernel.len() as u64)
-            } else {
-                (text_offset, image_size.max(kernel.len() as u64))
-            }
-        }
-        KernelFormat::Raw => (RAW_KERNEL_OFFSET, kernel.len() as u64),
-    };
-    let dtb = ram_size.checked_sub(DTB_AREA).ok_or(LoadError::KernelTooLarge)?;
-    let kernel_end = kernel_off
-        .checked_add(footprint)
-        .ok_or(LoadError::KernelTooLarge)?;
-    if kernel_end > dtb {
-        return Err(LoadError::KernelTooLarge);
-    }
-    let initrd = match initrd_len {
-        None => None,
-        Some(len) => {
-            let start = dtb.checked_sub(len).ok_or(LoadError::InitrdTooLarge)? & !0xfff;
-            if start < kernel_end {
-                return Err(LoadError::InitrdTooLarge);
-            }
-            Some((start, start + len))
-        }
-    };
-    Ok(Placement {
-        kernel: kernel_off,
-        kernel_footprint: footprint,
-        initrd,
-        dtb,
-    })
 }
 
 impl Partition {
@@ -265,18 +209,45 @@ impl Partition {
         if pp.pci_host_bridge {
             let info = host.pcie.as_ref().ok_or(SetupError::NoPciHostBridge)?;
             let cells = crate::dtb::pcie_cells(info);
-            map(&mut s2, info.ecam.0, info.ecam.0, info.ecam.1, MemType::Device)?;
+            map(
+                &mut s2,
+                info.ecam.0,
+                info.ecam.0,
+                info.ecam.1,
+                MemType::Device,
+            )?;
             for r in &info.ranges {
                 map(&mut s2, r.cpu_addr, r.cpu_addr, r.size, MemType::Device)?;
             }
             spis.extend_from_slice(&cells.spis);
             pcie = Some(cells);
         }
+        let mut devices = Vec::new();
         for dev in &pp.devices {
             for r in &dev.mmio {
                 map(&mut s2, r.base, r.base, r.size, MemType::Device)?;
             }
             spis.extend_from_slice(&dev.spis);
+            let host_node = dev.host_node.as_deref().and_then(|p| host.device(p));
+            let compatible = match (&dev.compatible, host_node) {
+                (Some(c), _) => alloc::vec![c.clone()],
+                (None, Some(h)) => h.compatible.clone(),
+                (None, None) => Vec::new(),
+            };
+            // Without a compatible the guest could bind nothing to it: the
+            // window is still mapped, but no node is made up.
+            if !compatible.is_empty() {
+                devices.push(DeviceNode {
+                    name: alloc::format!(
+                        "{}@{:x}",
+                        dev.name,
+                        dev.mmio.first().map_or(0, |r| r.base)
+                    ),
+                    compatible,
+                    reg: dev.mmio.iter().map(|r| (r.base, r.size)).collect(),
+                    spis: dev.spis.iter().map(|&i| GuestSpi::level(i)).collect(),
+                });
+            }
         }
         let vcpu_mpidrs: Vec<u64> = (0..pp.cpus.len()).map(vcpu_mpidr).collect();
         let vcpus = pp
@@ -305,6 +276,7 @@ impl Partition {
             vcpus,
             vcpu_mpidrs,
             spis,
+            devices,
             dist: CountedLock::new(dist, stat),
             console: CountedLock::new(
                 Console {
@@ -380,13 +352,15 @@ impl Partition {
             None => None,
         };
         let place = place_images(
-            kernel,
+            &kernel[..kernel.len().min(IMAGE_HEADER_LEN)],
+            kernel.len() as u64,
             self.plan.kernel.format,
             initrd.map(|i| i.len() as u64),
             self.ram_size,
-        )?;
+        )
+        .map_err(LoadError::Fit)?;
         let base = self.ram_ipa;
-        self.copy_in(mem, place.kernel, kernel);
+        self.copy_in(mem, place.kernel_offset, kernel);
         if let (Some(bytes), Some((start, _))) = (initrd, place.initrd) {
             self.copy_in(mem, start, bytes);
         }
@@ -394,9 +368,11 @@ impl Partition {
         if dtb.len() as u64 > DTB_AREA {
             return Err(LoadError::DtbTooLarge);
         }
-        self.copy_in(mem, place.dtb, &dtb);
-        self.entry_ipa.store(base + place.kernel, Ordering::Relaxed);
-        self.dtb_ipa.store(base + place.dtb, Ordering::Relaxed);
+        self.copy_in(mem, place.dtb_offset, &dtb);
+        self.entry_ipa
+            .store(base + place.kernel_offset, Ordering::Relaxed);
+        self.dtb_ipa
+            .store(base + place.dtb_offset, Ordering::Relaxed);
         Ok(())
     }
 
@@ -409,12 +385,9 @@ impl Partition {
     fn guest_dtb(
         &self,
         base: u64,
-        place: Placement,
+        place: ImagePlacement,
         mut seed: impl FnMut(u64) -> u64,
     ) -> Result<Vec<u8>, LoadError> {
-        let mut bootargs = self.plan.bootargs.clone();
-        bootargs.push_str(" pinfold.partition=");
-        bootargs.push_str(&self.name);
         let s = seed(self.index as u64);
         let mut rng = [0u8; 32];
         for (i, chunk) in rng.chunks_mut(8).enumerate() {
@@ -441,8 +414,7 @@ impl Partition {
                     ("interrupt-map", PropValue::Cells(&c.interrupt_map)),
                     ("dma-coherent", PropValue::Empty),
                 ];
-                pcie_name =
-                    alloc::format!("pcie@{:x}", (c.reg[0] as u64) << 32 | c.reg[1] as u64);
+                pcie_name = alloc::format!("pcie@{:x}", (c.reg[0] as u64) << 32 | c.reg[1] as u64);
                 pcie_node = [ExtraNode {
                     name: &pcie_name,
                     props: &pcie_props,
@@ -452,78 +424,36 @@ impl Partition {
             }
             None => &[],
         };
+        let compat: Vec<Vec<&str>> = self
+            .devices
+            .iter()
+            .map(|d| d.compatible.iter().map(String::as_str).collect())
+            .collect();
+        let devices: Vec<GuestDevice> = self
+            .devices
+            .iter()
+            .zip(&compat)
+            .map(|(d, c)| GuestDevice {
+                name: &d.name,
+                compatible: c,
+                reg: &d.reg,
+                spis: &d.spis,
+                props: &[],
+            })
+            .collect();
         let spec = GuestDtbSpec {
             partition: &self.name,
             ram_base: base,
             ram_size: self.ram_size,
             vcpu_count: self.vcpus.len(),
-            bootargs: &bootargs,
+            bootargs: &self.plan.bootargs,
             initrd: place.initrd.map(|(s, e)| (base + s, base + e)),
             rng_seed: Some(rng),
             kaslr_seed: Some(crate::system::splitmix(s ^ 0xabcd)),
             extra,
+            pmu: self.plan.pmu,
+            devices: &devices,
         };
         build_guest_dtb(&spec).map_err(|_| LoadError::DtbFailed)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn image_header(text_offset: u64, image_size: u64) -> [u8; 64] {
-        let mut h = [0u8; 64];
-        h[8..16].copy_from_slice(&text_offset.to_le_bytes());
-        h[16..24].copy_from_slice(&image_size.to_le_bytes());
-        h
-    }
-
-    #[test]
-    fn a_kernel_ending_exactly_at_the_dtb_area_fits() {
-        let ram = 64 << 20;
-        let h = image_header(0, ram - DTB_AREA);
-
-        let p = place_images(&h, KernelFormat::LinuxImage, None, ram).unwrap();
-
-        assert_eq!(p.kernel, 0);
-        assert_eq!(p.dtb, ram - DTB_AREA);
-    }
-
-    #[test]
-    fn a_kernel_one_byte_into_the_dtb_area_does_not_fit() {
-        let ram = 64 << 20;
-        let h = image_header(0, ram - DTB_AREA + 1);
-
-        assert_eq!(
-            place_images(&h, KernelFormat::LinuxImage, None, ram),
-            Err(LoadError::KernelTooLarge)
-        );
-    }
-
-    #[test]
-    fn initrd_goes_page_aligned_below_the_dtb_and_must_clear_the_kernel() {
-        let ram = 64 << 20;
-        let h = image_header(0x20_0000, 0x100_0000);
-
-        let p = place_images(&h, KernelFormat::LinuxImage, Some(0x1234), ram).unwrap();
-        let (start, end) = p.initrd.unwrap();
-        assert_eq!(start & 0xfff, 0);
-        assert!(end <= p.dtb);
-        assert_eq!(end - start, 0x1234);
-
-        assert_eq!(
-            place_images(&h, KernelFormat::LinuxImage, Some(ram), ram),
-            Err(LoadError::InitrdTooLarge)
-        );
-    }
-
-    #[test]
-    fn legacy_image_without_size_loads_at_512k() {
-        let h = image_header(0, 0);
-
-        let p = place_images(&h, KernelFormat::LinuxImage, None, 64 << 20).unwrap();
-
-        assert_eq!(p.kernel, LEGACY_IMAGE_OFFSET);
-        assert_eq!(p.kernel_footprint, 64);
     }
 }

@@ -123,6 +123,8 @@ pub struct LoadedVcpu {
     pub id: VcpuId,
     /// Its emulated redistributor.
     pub vredist: VRedist,
+    /// The PMU it was given on this CPU.
+    pub pmu: crate::pmu::PmuView,
 }
 
 /// State only this CPU touches.

@@ -117,7 +117,10 @@ mod tests {
             .map(|_| log.check(FaultKind::ForeignSpi, 5, HZ))
             .collect();
 
-        let printed = verdicts.iter().filter(|v| matches!(v, Verdict::Print { .. })).count();
+        let printed = verdicts
+            .iter()
+            .filter(|v| matches!(v, Verdict::Print { .. }))
+            .count();
         assert_eq!(printed, BURST as usize);
         assert_eq!(log.suppressed(FaultKind::ForeignSpi), 255 - BURST as u64);
     }

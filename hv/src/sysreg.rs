@@ -1,5 +1,6 @@
 //! What a guest sees when it reads an ID register trapped by HCR_EL2.TID3:
-//! the real value with the features we do not give guests hidden.
+//! the real value with the features we do not give guests hidden, and the
+//! PMU shown or hidden as the partition's PMU policy (`crate::pmu`) says.
 //!
 //! A guest that sees a feature uses it; if EL2 has not enabled or context
 //! switched that feature, the guest takes UNDEFs or corrupts state shared
@@ -7,6 +8,7 @@
 //! passed through only when the guest can use the feature safely as is.
 //! Field positions: Arm ARM D17.2 (ID_AA64PFR0_EL1 etc.).
 
+use crate::pmu::{PmuPolicy, PmuView};
 use crate::trap::SysRegId;
 
 pub const ID_AA64PFR0_EL1: SysRegId = SysRegId::new(3, 0, 0, 4, 0);
@@ -60,10 +62,18 @@ fn with_field(value: u64, shift: u32, field: u64) -> u64 {
     (value & !(0xF << shift)) | ((field & 0xF) << shift)
 }
 
-/// The value the guest reads from `reg`, given the hardware's `real` value.
-/// Registers outside the TID3 group read as zero: this is only ever asked
-/// about trapped ID reads, and RAZ is the safe answer to anything else.
+/// The value the guest reads from `reg` with the PMU hidden: the platform's
+/// current caller. The exit handler calls [`id_reg_view`] with the
+/// partition's policy instead; this goes away with it.
 pub fn sanitise_id_reg(reg: SysRegId, real: u64) -> u64 {
+    id_reg_view(reg, real, PmuPolicy::Hidden)
+}
+
+/// The value the guest reads from `reg`, given the hardware's `real` value
+/// and the partition's PMU policy. Registers outside the TID3 group read as
+/// zero: this is only ever asked about trapped ID reads, and RAZ is the
+/// safe answer to anything else.
+pub fn id_reg_view(reg: SysRegId, real: u64, pmu: PmuPolicy) -> u64 {
     if !reg.is_id_group3() {
         return 0;
     }
@@ -73,7 +83,7 @@ pub fn sanitise_id_reg(reg: SysRegId, real: u64) -> u64 {
         // SVE and SME are hidden, so their feature registers must read as
         // zero (they are RES0 on a CPU without the feature).
         ID_AA64ZFR0_EL1 | ID_AA64SMFR0_EL1 => 0,
-        ID_AA64DFR0_EL1 => sanitise_dfr0(real),
+        ID_AA64DFR0_EL1 => sanitise_dfr0(real, pmu),
         ID_AA64MMFR0_EL1 => sanitise_mmfr0(real),
         // ID_AA64MMFR2_EL1 and all others pass through unchanged.
         _ => real,
@@ -107,11 +117,13 @@ fn sanitise_pfr1(real: u64) -> u64 {
     with_field(v, PFR1_MPAM_FRAC, 0)
 }
 
-fn sanitise_dfr0(real: u64) -> u64 {
+fn sanitise_dfr0(real: u64, pmu: PmuPolicy) -> u64 {
     let mut v = real;
-    // PMUVer: no PMU is given to guests yet (MDCR_EL2 traps it); 0b0000 says
-    // "not implemented" so Linux does not probe PMU registers.
-    v = with_field(v, DFR0_PMUVER, 0);
+    // PMUVer: an owned PMU shows its version (capped at what crate::pmu
+    // handles); a hidden one 0b0000, "not implemented", so Linux does not
+    // probe PMU registers (which would UNDEF).
+    let shown = PmuView::new(pmu, real, 0).pmuver();
+    v = with_field(v, DFR0_PMUVER, u64::from(shown));
     // TraceVer and TraceBuffer (TRBE): trace units see all of the physical
     // CPU's execution, including other partitions' and ours.
     v = with_field(v, DFR0_TRACEVER, 0);
@@ -149,6 +161,10 @@ fn sanitise_mmfr0(real: u64) -> u64 {
 mod tests {
     use super::*;
 
+    fn id_reg_view_hidden(reg: SysRegId, real: u64) -> u64 {
+        id_reg_view(reg, real, PmuPolicy::Hidden)
+    }
+
     /// A register value whose every field reads 0b0101, so a cleared field
     /// or a changed neighbour shows.
     const FIVES: u64 = 0x5555_5555_5555_5555;
@@ -165,7 +181,7 @@ mod tests {
 
     #[test]
     fn pfr0_hides_sve_amu_mpam_and_reports_gicv3_sysregs() {
-        let v = sanitise_id_reg(ID_AA64PFR0_EL1, FIVES);
+        let v = id_reg_view_hidden(ID_AA64PFR0_EL1, FIVES);
 
         assert_eq!(field_of(v, 32), 0, "SVE");
         assert_eq!(field_of(v, 44), 0, "AMU");
@@ -178,7 +194,7 @@ mod tests {
     fn pfr0_keeps_ras() {
         let real = 0x0000_0000_2000_0000 | (0b0011 << 24); // RAS v1p1, GICv4.1
 
-        let v = sanitise_id_reg(ID_AA64PFR0_EL1, real);
+        let v = id_reg_view_hidden(ID_AA64PFR0_EL1, real);
 
         assert_eq!(field_of(v, 28), 0b0010);
         assert_eq!(field_of(v, 24), 0b0001);
@@ -186,7 +202,7 @@ mod tests {
 
     #[test]
     fn pfr1_hides_sme_mte_and_mpam_frac() {
-        let v = sanitise_id_reg(ID_AA64PFR1_EL1, FIVES);
+        let v = id_reg_view_hidden(ID_AA64PFR1_EL1, FIVES);
 
         assert_eq!(field_of(v, 24), 0, "SME");
         assert_eq!(field_of(v, 8), 0, "MTE");
@@ -196,7 +212,7 @@ mod tests {
 
     #[test]
     fn dfr0_hides_pmu_trace_spe_trbe_brbe_and_keeps_debug() {
-        let v = sanitise_id_reg(ID_AA64DFR0_EL1, FIVES);
+        let v = id_reg_view_hidden(ID_AA64DFR0_EL1, FIVES);
 
         for (shift, name) in [
             (8, "PMUVer"),
@@ -213,15 +229,57 @@ mod tests {
     }
 
     #[test]
+    fn dfr0_with_an_owned_pmu_shows_pmuver_and_still_hides_the_rest() {
+        let v = id_reg_view(ID_AA64DFR0_EL1, FIVES, PmuPolicy::Owned);
+
+        assert_eq!(field_of(v, 8), 5, "PMUVer (v3p4)");
+        for (shift, name) in [
+            (4, "TraceVer"),
+            (32, "PMSVer"),
+            (44, "TraceBuffer"),
+            (52, "BRBE"),
+        ] {
+            assert_eq!(field_of(v, shift), 0, "{name}");
+        }
+        only_fields_changed(FIVES, v, &[4, 32, 44, 52]);
+    }
+
+    #[test]
+    fn dfr0_of_qemu_cortex_a72_shows_pmuv3() {
+        let v = id_reg_view(ID_AA64DFR0_EL1, 0x1030_5106, PmuPolicy::Owned);
+
+        assert_eq!(field_of(v, 8), 1);
+    }
+
+    #[test]
+    fn dfr0_caps_a_newer_pmu_at_v3p5() {
+        let v = id_reg_view(ID_AA64DFR0_EL1, 0b1001 << 8, PmuPolicy::Owned);
+
+        assert_eq!(field_of(v, 8), 0b0110);
+    }
+
+    #[test]
+    fn dfr0_hides_an_imp_def_pmu_even_when_owned() {
+        let v = id_reg_view(ID_AA64DFR0_EL1, 0xF << 8, PmuPolicy::Owned);
+
+        assert_eq!(field_of(v, 8), 0);
+    }
+
+    #[test]
+    fn legacy_sanitise_id_reg_hides_the_pmu() {
+        assert_eq!(field_of(sanitise_id_reg(ID_AA64DFR0_EL1, FIVES), 8), 0);
+    }
+
+    #[test]
     fn mmfr0_clamps_48_bit_parange_to_40_bits() {
-        let v = sanitise_id_reg(ID_AA64MMFR0_EL1, 0b0101);
+        let v = id_reg_view_hidden(ID_AA64MMFR0_EL1, 0b0101);
 
         assert_eq!(field_of(v, 0), 0b0010);
     }
 
     #[test]
     fn mmfr0_keeps_a_parange_smaller_than_40_bits() {
-        let v = sanitise_id_reg(ID_AA64MMFR0_EL1, 0b0001);
+        let v = id_reg_view_hidden(ID_AA64MMFR0_EL1, 0b0001);
 
         assert_eq!(field_of(v, 0), 0b0001);
     }
@@ -231,7 +289,7 @@ mod tests {
         // QEMU -cpu max style: TGran4=1 (LPA2), TGran16=2 (LPA2), ECV=2.
         let real = (2u64 << 60) | (1 << 28) | (2 << 20) | 0b0110;
 
-        let v = sanitise_id_reg(ID_AA64MMFR0_EL1, real);
+        let v = id_reg_view_hidden(ID_AA64MMFR0_EL1, real);
 
         assert_eq!(field_of(v, 28), 0, "TGran4 without LPA2");
         assert_eq!(field_of(v, 20), 1, "TGran16 without LPA2");
@@ -240,14 +298,14 @@ mod tests {
 
     #[test]
     fn mmfr0_leaves_unsupported_4k_granule_unsupported() {
-        let v = sanitise_id_reg(ID_AA64MMFR0_EL1, 0xF << 28);
+        let v = id_reg_view_hidden(ID_AA64MMFR0_EL1, 0xF << 28);
 
         assert_eq!(field_of(v, 28), 0xF);
     }
 
     #[test]
     fn mmfr0_other_fields_pass_through() {
-        let v = sanitise_id_reg(ID_AA64MMFR0_EL1, FIVES);
+        let v = id_reg_view_hidden(ID_AA64MMFR0_EL1, FIVES);
 
         only_fields_changed(FIVES, v, &[0, 60]);
         assert_eq!(field_of(v, 28), 5);
@@ -255,21 +313,27 @@ mod tests {
 
     #[test]
     fn sve_and_sme_feature_registers_read_as_zero() {
-        assert_eq!(sanitise_id_reg(ID_AA64ZFR0_EL1, FIVES), 0);
-        assert_eq!(sanitise_id_reg(ID_AA64SMFR0_EL1, FIVES), 0);
+        assert_eq!(id_reg_view_hidden(ID_AA64ZFR0_EL1, FIVES), 0);
+        assert_eq!(id_reg_view_hidden(ID_AA64SMFR0_EL1, FIVES), 0);
     }
 
     #[test]
     fn mmfr2_and_unnamed_id_registers_pass_through() {
-        assert_eq!(sanitise_id_reg(ID_AA64MMFR2_EL1, FIVES), FIVES);
-        assert_eq!(sanitise_id_reg(SysRegId::new(3, 0, 0, 6, 0), FIVES), FIVES); // ID_AA64ISAR0_EL1
-        assert_eq!(sanitise_id_reg(SysRegId::new(3, 0, 0, 1, 0), FIVES), FIVES);
+        assert_eq!(id_reg_view_hidden(ID_AA64MMFR2_EL1, FIVES), FIVES);
+        assert_eq!(
+            id_reg_view_hidden(SysRegId::new(3, 0, 0, 6, 0), FIVES),
+            FIVES
+        ); // ID_AA64ISAR0_EL1
+        assert_eq!(
+            id_reg_view_hidden(SysRegId::new(3, 0, 0, 1, 0), FIVES),
+            FIVES
+        );
         // ID_PFR0_EL1
     }
 
     #[test]
     fn registers_outside_group3_read_as_zero() {
-        assert_eq!(sanitise_id_reg(SysRegId::new(3, 0, 0, 0, 0), FIVES), 0); // MIDR_EL1
-        assert_eq!(sanitise_id_reg(SysRegId::ACTLR_EL1, FIVES), 0);
+        assert_eq!(id_reg_view_hidden(SysRegId::new(3, 0, 0, 0, 0), FIVES), 0); // MIDR_EL1
+        assert_eq!(id_reg_view_hidden(SysRegId::ACTLR_EL1, FIVES), 0);
     }
 }

@@ -102,8 +102,7 @@ impl System {
                 }
                 Err(e) => log(format_args!(
                     "partition {} (plan entry {index}): not created: {}",
-                    pp.name,
-                    e as SetupError
+                    pp.name, e as SetupError
                 )),
             }
         }
@@ -175,7 +174,13 @@ impl System {
         for p in &self.partitions {
             let mpidr = self.cpus[p.vcpus[0].pcpu].mpidr.load(Ordering::Relaxed);
             for &intid in &p.spis {
-                hw.spi(LockPath::PhysDist, SpiOp::Enable { intid, enable: false });
+                hw.spi(
+                    LockPath::PhysDist,
+                    SpiOp::Enable {
+                        intid,
+                        enable: false,
+                    },
+                );
                 hw.spi(LockPath::PhysDist, SpiOp::SetEdge { intid, edge: false });
                 hw.spi(LockPath::PhysDist, SpiOp::Route { intid, mpidr });
             }
@@ -208,7 +213,9 @@ impl System {
         me: usize,
     ) -> Result<(), LoadError> {
         let now = hw.now();
-        if let Err(e) = p.load(&self.plan, self.payload, hw, |salt| self.next_seed(salt, now)) {
+        if let Err(e) = p.load(&self.plan, self.payload, hw, |salt| {
+            self.next_seed(salt, now)
+        }) {
             hw.log(format_args!("partition {}: cannot start: {e}", p.name));
             return Err(e);
         }
@@ -247,7 +254,10 @@ impl System {
     /// wait for the others, reload, boot again.
     pub fn finish_restart(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
         if !self.wait_all_off(p, hw) {
-            hw.log(format_args!("partition {}: a vCPU did not stop in time", p.name));
+            hw.log(format_args!(
+                "partition {}: a vCPU did not stop in time",
+                p.name
+            ));
         }
         let _ = self.start_partition(p, hw, me);
     }
@@ -273,12 +283,12 @@ impl System {
                 let _ = fmt::Write::write_fmt(&mut shared, format_args!(" {}={n}", path.name()));
             }
         }
-        hw.log(format_args!(
+        hw.report(format_args!(
             "stats hot_path_cross_cpu_locks={} exits={exits} injected={injected} dropped={dropped} shared_locks:{shared}",
             self.locks.hot_total(),
         ));
         for p in &self.partitions {
-            hw.log(format_args!(
+            hw.report(format_args!(
                 "stats partition={} state={} boots={} faults={}",
                 p.name,
                 p.state() as u8,
@@ -321,7 +331,9 @@ impl System {
 
     /// A fresh seed (rng-seed, kaslr-seed of a guest DTB; the token).
     pub fn next_seed(&self, salt: u64, now: u64) -> u64 {
-        let s = self.seed.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        let s = self
+            .seed
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
         splitmix(s ^ salt ^ now)
     }
 }

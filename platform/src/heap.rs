@@ -24,7 +24,6 @@ pub fn init() {
     unsafe { HEAP.lock().init(start, HEAP_SIZE) };
 }
 
-
 /// Stage-2 tables in hypervisor heap memory (identity mapped at EL2, so a
 /// table's address is its physical address).
 pub struct HeapTables;

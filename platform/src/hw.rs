@@ -66,7 +66,9 @@ impl PerCpuIrqChip for PlatformHw {
         }
     }
     fn ppi_bits(&mut self) -> PpiBits {
-        self.chip.as_mut().map_or(PpiBits::default(), |c| c.ppi_bits())
+        self.chip
+            .as_mut()
+            .map_or(PpiBits::default(), |c| c.ppi_bits())
     }
     fn ack(&mut self) -> u32 {
         gic::ack()
@@ -136,6 +138,12 @@ impl Hw for PlatformHw {
     fn read_id_reg(&self, reg: SysRegId) -> u64 {
         arch::regs::read_id_reg(reg.crm, reg.op2)
     }
+    fn pmu_read(&mut self, reg: pinfold_hv::pmu::PmuReg) -> u64 {
+        arch::regs::pmu_read(reg)
+    }
+    fn pmu_write(&mut self, reg: pinfold_hv::pmu::PmuReg, value: u64) {
+        arch::regs::pmu_write(reg, value)
+    }
     fn vbar_el1(&self) -> u64 {
         arch::regs::vbar_el1()
     }
@@ -150,5 +158,8 @@ impl Hw for PlatformHw {
     }
     fn log(&mut self, args: fmt::Arguments) {
         log::print_fmt(Some(self.index), args);
+    }
+    fn report(&mut self, args: fmt::Arguments) {
+        log::print_fmt(None, args);
     }
 }

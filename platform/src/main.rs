@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 use pinfold_config::Plan;
 use pinfold_drivers::gicv3::{self, GicV3Cpu, GICV3_CAPS};
 use pinfold_drivers::pl011::Pl011Uart;
-use pinfold_hv::dtb::{parse_host_dtb, Conduit, HostInfo};
+use pinfold_hv::dtb::{early_uart, host_resources, parse_host_dtb, Conduit, HostInfo};
 use pinfold_hv::exit::{SpiOp, SGI_MAILBOX};
 use pinfold_hv::irqchip::PpiStateChange;
 use pinfold_hv::lockstat::{CountedLock, LockPath, LockStat};
@@ -78,7 +78,17 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let blob = unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_size as usize) };
     let host = match parse_host_dtb(blob) {
         Ok(h) => h,
-        Err(_) => halt(),
+        Err(e) => {
+            // Say why on whatever console the DTB names, even though the
+            // rest of it was refused.
+            if let Some(u) = early_uart(blob) {
+                // SAFETY: the UART's base comes from the DTB's stdout-path
+                // (or the first PL011); firmware left it mapped flat.
+                log::init(unsafe { Pl011Uart::new(u.base as usize) });
+                hvprint!("Pinfold v{VERSION}: the host DTB was refused: {e}: halting");
+            }
+            halt()
+        }
     };
     if let Some(u) = &host.uart {
         // SAFETY: the UART's base comes from the DTB's stdout-path.
@@ -133,6 +143,14 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let mut used: Vec<(u64, u64)> = Vec::new();
     used.push((image_start, image_size.max(payload_start - image_start)));
     used.push((dtb, dtb_size));
+    // The same isolation rules the build checked, now against the real
+    // host: a plan that would map RAM, the hypervisor, the GIC or another
+    // partition's windows is refused before anything is created.
+    let resources = host_resources(&host, &used);
+    if let Err(e) = pinfold_config::isolation::check_isolation(&plan.partitions, &resources) {
+        hvprint!("the partition plan was refused: {e}: halting");
+        halt()
+    }
     used.extend_from_slice(&host.reserved);
     let mut free = pinfold_hv::memmap::FreeMemory::new(&host.memory, &used);
     let cpu_count = host.cpus.len().min(MAX_CPUS);

@@ -66,6 +66,7 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     regs::set_hcr_el2(HCR_GUEST);
     regs::set_vpidr_el2(regs::midr_el1());
     regs::set_vmpidr_el2(ctx.vmpidr);
+    regs::set_mdcr_el2(ctx.mdcr_el2);
     // EL1 may read the physical counter and use the EL1 physical timer.
     regs::set_cnthctl_el2(0b11);
     regs::set_cntvoff_el2(0);

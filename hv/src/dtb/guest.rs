@@ -1,5 +1,15 @@
 //! The DTB a partition's unmodified Linux boots with: the QEMU-virt-shaped
-//! address map of `layout`, PSCI over HVC, a GICv3 and a PL011 console.
+//! address map of `layout`, PSCI over HVC, a GICv3, a PL011 console, the
+//! PMU when the partition is given one, and the partition's pass-through
+//! MMIO devices with their SPIs.
+//!
+//! What the guest sees matches what hardware would show it: /chosen/bootargs
+//! is exactly the plan's bootargs (nothing appended); the partition's name
+//! is the string property `/chosen/pinfold,partition` (Linux shows it as
+//! `/proc/device-tree/chosen/pinfold,partition`, NUL-terminated). Shapes are
+//! copied from QEMU virt's own DTB (`-M virt,gic-version=3,dumpdtb=...`):
+//! with a GICv3 its PPI specifiers carry no CPU mask in the flags cell (the
+//! mask is a GICv2-only field of the binding), so neither do ours.
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -8,8 +18,8 @@ use super::writer::FdtWriter;
 use super::DtbError;
 use crate::layout::{
     GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
-    GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE, PPI_HYP_TIMER, PPI_PTIMER, PPI_SEC_PTIMER,
-    PPI_VTIMER,
+    GUEST_SPI_COUNT, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE, PPI_HYP_TIMER, PPI_PMU,
+    PPI_PTIMER, PPI_SEC_PTIMER, PPI_VTIMER,
 };
 
 /// Phandle of the guest's GIC node; pass-through nodes (e.g. a PCIe host
@@ -31,6 +41,23 @@ const GIC_SPI: u32 = 0;
 const GIC_PPI: u32 = 1;
 /// Flags cell: level-sensitive, active high.
 const IRQ_LEVEL_HIGH: u32 = 4;
+/// Flags cell: edge-triggered, rising edge.
+const IRQ_EDGE_RISING: u32 = 1;
+/// The first SPI INTID (GICv3 ARM IHI 0069 2.2.1).
+const FIRST_SPI_INTID: u32 = 32;
+/// The property the partition's name is given in, under /chosen.
+pub const PARTITION_PROP: &str = "pinfold,partition";
+/// Properties of a pass-through device node that the generator writes
+/// itself (from the device's fields) or that would name an interrupt parent
+/// other than the guest's GIC; a raw property copied from the host DT may
+/// not carry these names.
+const GENERATED_DEVICE_PROPS: [&str; 5] = [
+    "compatible",
+    "reg",
+    "interrupts",
+    "interrupt-parent",
+    "interrupts-extended",
+];
 /// The PL011's reference clock, as on QEMU virt.
 const APB_PCLK_HZ: u32 = 24_000_000;
 
@@ -56,6 +83,61 @@ pub struct ExtraNode<'a> {
     pub children: &'a [ExtraNode<'a>],
 }
 
+/// How an SPI is triggered, as the GIC specifier's flags cell says. A GICv3
+/// SPI is either level-sensitive active-high or rising-edge; a host DT's
+/// active-low or falling-edge line is inverted before the GIC and appears
+/// to it as one of these two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Trigger {
+    #[default]
+    LevelHigh,
+    EdgeRising,
+}
+
+impl Trigger {
+    fn flags(self) -> u32 {
+        match self {
+            Trigger::LevelHigh => IRQ_LEVEL_HIGH,
+            Trigger::EdgeRising => IRQ_EDGE_RISING,
+        }
+    }
+}
+
+/// A pass-through SPI of a device: its INTID (the same in guest and host,
+/// SPIs are not renumbered) and its trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestSpi {
+    pub intid: u32,
+    pub trigger: Trigger,
+}
+
+impl GuestSpi {
+    /// A level-high SPI, the common case.
+    pub const fn level(intid: u32) -> Self {
+        GuestSpi {
+            intid,
+            trigger: Trigger::LevelHigh,
+        }
+    }
+}
+
+/// A pass-through MMIO device, written as a node under the root: `name`
+/// (e.g. `virtio_mmio@a000000`), `compatible`, `reg` (one `<IPA size>` pair
+/// of two cells each per window), `interrupts` (one `<0 (INTID-32) flags>`
+/// per SPI; the GIC is the root's `interrupt-parent`), then `props`, raw
+/// properties copied byte for byte from the host DT node (e.g.
+/// `dma-coherent`, `clock-frequency`). A raw property may not repeat a
+/// generated one (see `GENERATED_DEVICE_PROPS`) nor claim a reserved phandle.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestDevice<'a> {
+    pub name: &'a str,
+    pub compatible: &'a [&'a str],
+    /// (IPA, size) windows, as stage 2 maps them.
+    pub reg: &'a [(u64, u64)],
+    pub spis: &'a [GuestSpi],
+    pub props: &'a [(&'a str, &'a [u8])],
+}
+
 /// What a partition's DTB describes.
 #[derive(Debug, Clone, Copy)]
 pub struct GuestDtbSpec<'a> {
@@ -69,6 +151,12 @@ pub struct GuestDtbSpec<'a> {
     pub initrd: Option<(u64, u64)>,
     pub rng_seed: Option<[u8; 32]>,
     pub kaslr_seed: Option<u64>,
+    /// The partition's vCPUs own their CPUs' PMUs (the plan's `pmu`, the
+    /// policy of `crate::pmu`): a `pmu` node, `arm,armv8-pmuv3`, with the
+    /// overflow interrupt PPI `PPI_PMU` level-high.
+    pub pmu: bool,
+    /// Pass-through MMIO devices, after the generated nodes.
+    pub devices: &'a [GuestDevice<'a>],
     pub extra: &'a [ExtraNode<'a>],
 }
 
@@ -93,6 +181,12 @@ pub fn build_guest_dtb(spec: &GuestDtbSpec) -> Result<Vec<u8>, DtbError> {
     write_gic(&mut w, spec.vcpu_count)?;
     write_apb_pclk(&mut w)?;
     write_pl011(&mut w)?;
+    if spec.pmu {
+        write_pmu(&mut w)?;
+    }
+    for device in spec.devices {
+        write_device(&mut w, device)?;
+    }
     for node in spec.extra {
         write_extra(&mut w, node)?;
     }
@@ -129,6 +223,7 @@ fn check_spec(spec: &GuestDtbSpec) -> Result<(), DtbError> {
 fn write_chosen(w: &mut FdtWriter, spec: &GuestDtbSpec, uart_path: &str) -> Result<(), DtbError> {
     let chosen = w.begin_node("chosen")?;
     w.prop_string("bootargs", spec.bootargs)?;
+    w.prop_string(PARTITION_PROP, spec.partition)?;
     w.prop_string("stdout-path", uart_path)?;
     if let Some((start, end)) = spec.initrd {
         w.prop_u64("linux,initrd-start", start)?;
@@ -238,6 +333,58 @@ fn write_pl011(w: &mut FdtWriter) -> Result<(), DtbError> {
     w.end_node(uart)
 }
 
+fn write_pmu(w: &mut FdtWriter) -> Result<(), DtbError> {
+    // QEMU virt's shape with a GICv3: compatible after interrupts does not
+    // matter, the specifier does: <PPI 7 level-high>, no CPU mask.
+    let pmu = w.begin_node("pmu")?;
+    w.prop_string("compatible", "arm,armv8-pmuv3")?;
+    w.prop_cells("interrupts", &ppi(PPI_PMU))?;
+    w.end_node(pmu)
+}
+
+fn write_device(w: &mut FdtWriter, device: &GuestDevice) -> Result<(), DtbError> {
+    let mut reg = Vec::with_capacity(device.reg.len() * 4);
+    for &(ipa, size) in device.reg {
+        reg.extend_from_slice(&reg_cells(ipa, size));
+    }
+    let mut interrupts = Vec::with_capacity(device.spis.len() * 3);
+    for spi in device.spis {
+        if !(FIRST_SPI_INTID..FIRST_SPI_INTID + GUEST_SPI_COUNT).contains(&spi.intid) {
+            return Err(DtbError::NotAnSpi {
+                node: device.name.into(),
+                intid: spi.intid,
+            });
+        }
+        interrupts.extend_from_slice(&[GIC_SPI, spi.intid - FIRST_SPI_INTID, spi.trigger.flags()]);
+    }
+
+    let node = w.begin_node(device.name)?;
+    if !device.compatible.is_empty() {
+        w.prop_strings("compatible", device.compatible)?;
+    }
+    if !reg.is_empty() {
+        w.prop_cells("reg", &reg)?;
+    }
+    if !interrupts.is_empty() {
+        w.prop_cells("interrupts", &interrupts)?;
+    }
+    for &(name, value) in device.props {
+        if GENERATED_DEVICE_PROPS.contains(&name) {
+            return Err(DtbError::GeneratedProperty {
+                node: device.name.into(),
+                prop: name.into(),
+            });
+        }
+        if let Some(claimed) = claimed_phandle(name, &PropValue::Bytes(value)) {
+            if claimed < GUEST_FIRST_FREE_PHANDLE {
+                return Err(DtbError::ReservedPhandle(claimed));
+            }
+        }
+        w.prop(name, value)?;
+    }
+    w.end_node(node)
+}
+
 fn write_extra(w: &mut FdtWriter, node: &ExtraNode) -> Result<(), DtbError> {
     let token = w.begin_node(node.name)?;
     for (name, value) in node.props {
@@ -306,6 +453,8 @@ mod tests {
             initrd: Some((0x4800_0000, 0x4810_0000)),
             rng_seed: Some(SEED),
             kaslr_seed: Some(0x0123_4567_89ab_cdef),
+            pmu: false,
+            devices: &[],
             extra: &[],
         }
     }
@@ -370,6 +519,221 @@ mod tests {
         assert_eq!(
             cells(prop(&fdt, "/chosen", "kaslr-seed")),
             [0x0123_4567, 0x89ab_cdef]
+        );
+    }
+
+    #[test]
+    fn chosen_bootargs_are_exactly_the_plans_and_the_name_is_its_own_property() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            prop(&fdt, "/chosen", "bootargs"),
+            b"console=ttyAMA0 earlycon=pl011,0x09000000\0"
+        );
+        assert_eq!(prop(&fdt, "/chosen", "pinfold,partition"), b"web\0");
+    }
+
+    #[test]
+    fn no_pmu_node_unless_asked() {
+        let blob = build_guest_dtb(&spec(2)).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert!(fdt.find_node("/pmu").is_none());
+    }
+
+    #[test]
+    fn pmu_node_is_pmuv3_on_ppi_23_level_high_as_qemu_virt_gicv3() {
+        let spec = GuestDtbSpec {
+            pmu: true,
+            ..spec(2)
+        };
+
+        let blob = build_guest_dtb(&spec).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            strings(prop(&fdt, "/pmu", "compatible")),
+            ["arm,armv8-pmuv3"]
+        );
+        // PPI 7 = INTID 23; GICv3 specifiers carry no CPU mask.
+        assert_eq!(cells(prop(&fdt, "/pmu", "interrupts")), [1, 7, 4]);
+    }
+
+    const VIRTIO_SPIS: [GuestSpi; 2] = [
+        GuestSpi::level(48),
+        GuestSpi {
+            intid: 49,
+            trigger: Trigger::EdgeRising,
+        },
+    ];
+
+    fn virtio<'a>(props: &'a [(&'a str, &'a [u8])], spis: &'a [GuestSpi]) -> GuestDevice<'a> {
+        GuestDevice {
+            name: "virtio_mmio@a000000",
+            compatible: &["virtio,mmio"],
+            reg: &[(0x0a00_0000, 0x200), (0x1_0000_0000, 0x1000)],
+            spis,
+            props,
+        }
+    }
+
+    #[test]
+    fn device_node_has_compatible_reg_windows_and_spis_with_their_triggers() {
+        let devices = [virtio(&[], &VIRTIO_SPIS)];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        let blob = build_guest_dtb(&spec).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let node = "/virtio_mmio@a000000";
+        assert_eq!(strings(prop(&fdt, node, "compatible")), ["virtio,mmio"]);
+        assert_eq!(
+            cells(prop(&fdt, node, "reg")),
+            [0, 0x0a00_0000, 0, 0x200, 1, 0, 0, 0x1000]
+        );
+        assert_eq!(cells(prop(&fdt, node, "interrupts")), [0, 16, 4, 0, 17, 1]);
+    }
+
+    #[test]
+    fn device_interrupts_resolve_to_the_guest_gic() {
+        let devices = [virtio(&[], &VIRTIO_SPIS)];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        let blob = build_guest_dtb(&spec).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let node = fdt.find_node("/virtio_mmio@a000000").unwrap();
+        // No parent of its own: the root's, inherited, is the GIC.
+        assert!(node.property("interrupt-parent").is_none());
+        let root_parent = cells(prop(&fdt, "/", "interrupt-parent"))[0];
+        let parent = fdt
+            .find_phandle(root_parent)
+            .expect("the root's interrupt parent");
+        assert_eq!(parent.name, "intc@8000000");
+        assert_eq!(cells(prop(&fdt, "/intc@8000000", "#interrupt-cells")), [3]);
+        let reg: Vec<(usize, Option<usize>)> = node
+            .reg()
+            .unwrap()
+            .map(|r| (r.starting_address as usize, r.size))
+            .collect();
+        assert_eq!(
+            reg,
+            [(0x0a00_0000, Some(0x200)), (0x1_0000_0000, Some(0x1000))]
+        );
+    }
+
+    #[test]
+    fn device_raw_properties_are_copied_byte_for_byte() {
+        let props: [(&str, &[u8]); 2] = [
+            ("dma-coherent", b""),
+            ("clock-frequency", &[0, 0x16, 0xe3, 0x60]),
+        ];
+        let devices = [virtio(&props, &[])];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        let blob = build_guest_dtb(&spec).unwrap();
+
+        let fdt = Fdt::new(&blob).unwrap();
+        let node = "/virtio_mmio@a000000";
+        assert_eq!(prop(&fdt, node, "dma-coherent"), b"");
+        assert_eq!(cells(prop(&fdt, node, "clock-frequency")), [1_500_000]);
+        assert!(fdt
+            .find_node(node)
+            .unwrap()
+            .property("interrupts")
+            .is_none());
+    }
+
+    #[test]
+    fn device_with_a_ppi_is_rejected() {
+        let spis = [GuestSpi::level(27)];
+        let devices = [virtio(&[], &spis)];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::NotAnSpi {
+                node: "virtio_mmio@a000000".into(),
+                intid: 27
+            })
+        );
+    }
+
+    #[test]
+    fn device_with_an_spi_beyond_the_guest_distributor_is_rejected() {
+        let spis = [GuestSpi::level(32 + 256)];
+        let devices = [virtio(&[], &spis)];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        assert!(matches!(
+            build_guest_dtb(&spec),
+            Err(DtbError::NotAnSpi { intid: 288, .. })
+        ));
+    }
+
+    #[test]
+    fn device_raw_interrupt_parent_from_the_host_is_rejected() {
+        let props: [(&str, &[u8]); 1] = [("interrupt-parent", &[0, 0, 0x80, 0x03])];
+        let devices = [virtio(&props, &[])];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::GeneratedProperty {
+                node: "virtio_mmio@a000000".into(),
+                prop: "interrupt-parent".into()
+            })
+        );
+    }
+
+    #[test]
+    fn device_raw_phandle_claiming_the_gic_is_rejected() {
+        let props: [(&str, &[u8]); 1] = [("phandle", &[0, 0, 0, 1])];
+        let devices = [virtio(&props, &[])];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::ReservedPhandle(GUEST_GIC_PHANDLE))
+        );
+    }
+
+    #[test]
+    fn device_shadowing_the_console_is_rejected() {
+        let devices = [GuestDevice {
+            name: "pl011@9000000",
+            ..virtio(&[], &[])
+        }];
+        let spec = GuestDtbSpec {
+            devices: &devices,
+            ..spec(1)
+        };
+
+        assert_eq!(
+            build_guest_dtb(&spec),
+            Err(DtbError::DuplicateNode("pl011@9000000".into()))
         );
     }
 
@@ -641,12 +1005,20 @@ mod tests {
 
     #[test]
     fn guest_dtb_decompiles_with_dtc_when_available() {
-        let blob = build_guest_dtb(&spec(2)).unwrap();
+        let devices = [virtio(&[("dma-coherent", b"")], &VIRTIO_SPIS)];
+        let spec = GuestDtbSpec {
+            pmu: true,
+            devices: &devices,
+            ..spec(2)
+        };
+        let blob = build_guest_dtb(&spec).unwrap();
         let Some(dts) = crate::dtb::writer::tests::dtc_decompile(&blob) else {
             return;
         };
 
         std::println!("{dts}");
         assert!(dts.contains("pl011@9000000 {"), "{dts}");
+        assert!(dts.contains("pmu {"), "{dts}");
+        assert!(dts.contains("virtio_mmio@a000000 {"), "{dts}");
     }
 }

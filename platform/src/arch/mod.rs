@@ -46,7 +46,11 @@ static STACKS: spin::Once<(Vec<u64>, Vec<SecondaryBoot>)> = spin::Once::new();
 
 /// Take stacks for `cpu_count` CPUs from `free` (the boot CPU `boot` keeps
 /// its own). False if there is not enough memory.
-pub fn alloc_stacks(free: &mut pinfold_hv::memmap::FreeMemory, cpu_count: usize, boot: usize) -> bool {
+pub fn alloc_stacks(
+    free: &mut pinfold_hv::memmap::FreeMemory,
+    cpu_count: usize,
+    boot: usize,
+) -> bool {
     let Some(base) = free.take_top(STACK_SIZE * cpu_count as u64, 4096) else {
         return false;
     };
@@ -82,14 +86,11 @@ pub fn stack_top(cpu: usize) -> u64 {
 
 /// The context id CPU `cpu` is started with: its boot record's address.
 pub fn secondary_context(cpu: usize) -> u64 {
-    STACKS
-        .get()
-        .and_then(|(_, r)| r.get(cpu))
-        .map_or(0, |r| {
-            let addr = r as *const SecondaryBoot as u64;
-            clean_dcache_range(addr, core::mem::size_of::<SecondaryBoot>() as u64);
-            addr
-        })
+    STACKS.get().and_then(|(_, r)| r.get(cpu)).map_or(0, |r| {
+        let addr = r as *const SecondaryBoot as u64;
+        clean_dcache_range(addr, core::mem::size_of::<SecondaryBoot>() as u64);
+        addr
+    })
 }
 
 /// Enter the guest with `frame` on a fresh stack. Never returns: the next

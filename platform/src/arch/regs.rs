@@ -108,3 +108,86 @@ pub fn read_id_reg(crm: u8, op2: u8) -> u64 {
         7,4 => "S3_0_C0_C7_4"; 7,5 => "S3_0_C0_C7_5"; 7,6 => "S3_0_C0_C7_6"; 7,7 => "S3_0_C0_C7_7";
     }
 }
+
+raw_write!(set_mdcr_el2, "mdcr_el2");
+
+/// Read a PMU register by its name in the Arm ARM.
+macro_rules! pmu_regs {
+    (rw: $($variant:ident => $reg:literal),* ;
+     ro: $($ro:ident => $ror:literal),* ;
+     wo: $($wo:ident => $wor:literal),* $(;)?) => {
+        /// Read one of this CPU's PMU registers. PMEVCNTR<n>/PMEVTYPER<n>
+        /// go through PMSELR_EL0 and PMXEV*, restoring the guest's PMSELR.
+        pub fn pmu_read(reg: pinfold_hv::pmu::PmuReg) -> u64 {
+            use pinfold_hv::pmu::PmuReg;
+            let v: u64;
+            match reg {
+                $(PmuReg::$variant => {
+                    // SAFETY: a PMU register read; EL2 may access them all.
+                    unsafe { asm!(concat!("mrs {}, ", $reg), out(reg) v, options(nostack)) };
+                })*
+                $(PmuReg::$ro => {
+                    // SAFETY: as above.
+                    unsafe { asm!(concat!("mrs {}, ", $ror), out(reg) v, options(nostack)) };
+                })*
+                // Write-only: the core never asks (reads of it are UNDEF).
+                $(PmuReg::$wo => v = 0,)*
+                PmuReg::PMEVCNTR_EL0(n) => v = with_selected(n, || pmu_read(PmuReg::PMXEVCNTR_EL0)),
+                PmuReg::PMEVTYPER_EL0(n) => v = with_selected(n, || pmu_read(PmuReg::PMXEVTYPER_EL0)),
+            }
+            v
+        }
+
+        /// Write one of this CPU's PMU registers.
+        pub fn pmu_write(reg: pinfold_hv::pmu::PmuReg, v: u64) {
+            use pinfold_hv::pmu::PmuReg;
+            match reg {
+                $(PmuReg::$variant => {
+                    // SAFETY: a PMU register write with a value the core's
+                    // PMU policy produced; PMU state cannot break isolation
+                    // (EL2 counting is filtered by MDCR_EL2 or the policy).
+                    unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) v, options(nostack)) };
+                })*
+                $(PmuReg::$wo => {
+                    // SAFETY: as above.
+                    unsafe { asm!(concat!("msr ", $wor, ", {}"), in(reg) v, options(nostack)) };
+                })*
+                // Read-only: the core never asks (writes to it are UNDEF).
+                $(PmuReg::$ro => {})*
+                PmuReg::PMEVCNTR_EL0(n) => { with_selected(n, || { pmu_write(PmuReg::PMXEVCNTR_EL0, v); 0 }); }
+                PmuReg::PMEVTYPER_EL0(n) => { with_selected(n, || { pmu_write(PmuReg::PMXEVTYPER_EL0, v); 0 }); }
+            };
+        }
+    };
+}
+
+pmu_regs! {
+    rw:
+    PMCR_EL0 => "pmcr_el0",
+    PMCNTENSET_EL0 => "pmcntenset_el0",
+    PMCNTENCLR_EL0 => "pmcntenclr_el0",
+    PMOVSCLR_EL0 => "pmovsclr_el0",
+    PMSELR_EL0 => "pmselr_el0",
+    PMCCNTR_EL0 => "pmccntr_el0",
+    PMXEVTYPER_EL0 => "pmxevtyper_el0",
+    PMXEVCNTR_EL0 => "pmxevcntr_el0",
+    PMUSERENR_EL0 => "pmuserenr_el0",
+    PMINTENSET_EL1 => "pmintenset_el1",
+    PMINTENCLR_EL1 => "pmintenclr_el1",
+    PMOVSSET_EL0 => "pmovsset_el0",
+    PMCCFILTR_EL0 => "pmccfiltr_el0";
+    ro: PMCEID0_EL0 => "pmceid0_el0", PMCEID1_EL0 => "pmceid1_el0";
+    wo: PMSWINC_EL0 => "pmswinc_el0";
+}
+
+/// Run `f` with PMSELR_EL0 = n, then give the guest its PMSELR back.
+fn with_selected(n: u8, f: impl FnOnce() -> u64) -> u64 {
+    use pinfold_hv::pmu::PmuReg;
+    let saved = pmu_read(PmuReg::PMSELR_EL0);
+    pmu_write(PmuReg::PMSELR_EL0, u64::from(n));
+    // SAFETY: barrier so the selection takes effect before the access.
+    unsafe { asm!("isb", options(nostack)) };
+    let v = f();
+    pmu_write(PmuReg::PMSELR_EL0, saved);
+    v
+}

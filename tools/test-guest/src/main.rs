@@ -9,6 +9,10 @@
 //! With the MMU off every data access is Device-nGnRnE, so everything here
 //! is aligned (the target has +strict-align) and nothing uses exclusives.
 //!
+//! The PMU probe checks that a shown PMU's cycle counter counts and that the
+//! hypervisor's EL2 time is not in it (or that a hidden PMU UNDEFs).
+//! Addresses and function IDs are the virtual board's (`pinfold-vboard`).
+//!
 //! A probe that may fault runs inside [`catching`]: the synchronous
 //! exception handler records ESR_EL1/FAR_EL1 and resumes at ELR_EL1 + 4,
 //! skipping exactly the one probing instruction. An exception outside a
@@ -28,13 +32,15 @@ macro_rules! println {
     ($($arg:tt)*) => {{ let _ = writeln!(Uart, $($arg)*); }};
 }
 
-// --- The partition's view (QEMU virt layout) --------------------------------
+// --- The partition's view (the virtual board, pinfold-vboard) ---------------
 
-const UART_BASE: u64 = 0x0900_0000;
-const GICD_BASE: u64 = 0x0800_0000;
-/// Redistributor of vCPU0 (RD_base; the SGI_base frame follows at +64 KiB).
-const GICR_BASE: u64 = 0x080A_0000;
-const RAM_BASE: u64 = 0x4000_0000;
+// GUEST_GICR_BASE is vCPU0's redistributor (RD_base; SGI_base follows at
+// +64 KiB).
+use pinfold_vboard::fid::{CPU_ON_64 as PSCI_CPU_ON_64, PSCI_VERSION};
+use pinfold_vboard::{
+    GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID,
+    GUEST_UART_SIZE,
+};
 /// Used only when the DTB has no usable /memory node.
 const RAM_SIZE_ASSUMED: u64 = 256 << 20;
 /// An IPA inside the device window that the partition is given nothing at.
@@ -62,13 +68,11 @@ const GICR_WAKER_CHILDREN_ASLEEP: u32 = 1 << 2;
 /// An SPI this partition does not own.
 const FOREIGN_SPI: u32 = 48;
 /// The emulated UART's SPI: the partition's own, used as a control.
-const OWN_SPI: u32 = 33;
+const OWN_SPI: u32 = GUEST_UART_INTID;
 /// Bounded polls: every GIC access may be a trap to the hypervisor.
 const POLL_LIMIT: u32 = 10_000;
 
-// PSCI (DEN0022) and SMCCC (DEN0028).
-const PSCI_VERSION: u64 = 0x8400_0000;
-const PSCI_CPU_ON_64: u64 = 0xC400_0003;
+// PSCI (DEN0022) and SMCCC (DEN0028) return codes.
 const PSCI_NOT_SUPPORTED: i64 = -1;
 const PSCI_INVALID_PARAMETERS: i64 = -2;
 const PSCI_ALREADY_ON: i64 = -4;
@@ -283,10 +287,10 @@ struct Uart;
 
 impl Uart {
     fn putc(byte: u8) {
-        while mmio_read32(UART_BASE + UARTFR) & UARTFR_TXFF != 0 {
+        while mmio_read32(GUEST_UART_BASE + UARTFR) & UARTFR_TXFF != 0 {
             core::hint::spin_loop();
         }
-        mmio_write32(UART_BASE + UARTDR, u32::from(byte));
+        mmio_write32(GUEST_UART_BASE + UARTDR, u32::from(byte));
     }
 }
 
@@ -304,7 +308,7 @@ impl Write for Uart {
 
 /// A 32-bit load from the UART frame (the only unguarded device access).
 fn mmio_read32(addr: u64) -> u32 {
-    debug_assert!((UART_BASE..UART_BASE + 0x1000).contains(&addr));
+    debug_assert!((GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&addr));
     // SAFETY: `addr` is an aligned register of the partition's own PL011;
     // with the MMU off it is Device memory that aliases no Rust object.
     unsafe { core::ptr::read_volatile(addr as *const u32) }
@@ -312,7 +316,7 @@ fn mmio_read32(addr: u64) -> u32 {
 
 /// A 32-bit store to the UART frame.
 fn mmio_write32(addr: u64, value: u32) {
-    debug_assert!((UART_BASE..UART_BASE + 0x1000).contains(&addr));
+    debug_assert!((GUEST_UART_BASE..GUEST_UART_BASE + GUEST_UART_SIZE).contains(&addr));
     // SAFETY: as for `mmio_read32`.
     unsafe { core::ptr::write_volatile(addr as *mut u32, value) };
 }
@@ -402,9 +406,9 @@ fn probe_write(addr: u64, value: u32) -> Result<(), Fault> {
 }
 
 /// An SMCCC call through `hvc #0` or `smc #0`; returns x0.
-fn smccc(use_smc: bool, function: u64, a1: u64, a2: u64, a3: u64) -> Result<u64, Fault> {
+fn smccc(use_smc: bool, function: u32, a1: u64, a2: u64, a3: u64) -> Result<u64, Fault> {
     let (x0, fault) = catching(|| {
-        let mut x0 = function;
+        let mut x0 = u64::from(function);
         // SAFETY: an SMCCC call; the callee may clobber x0-x17 (declared),
         // touches no guest memory we own, and an UNDEFINED conduit is caught
         // by the handler, which skips the one instruction.
@@ -428,26 +432,27 @@ fn smccc(use_smc: bool, function: u64, a1: u64, a2: u64, a3: u64) -> Result<u64,
     fault.map_or(Ok(x0), Err)
 }
 
-/// Writes a GIC CPU interface system register, UNDEFINED caught.
+/// Writes a system register (GIC CPU interface, PMU), UNDEFINED caught.
 macro_rules! probe_msr {
     ($reg:literal, $value:expr) => {{
         let v: u64 = $value;
         catching(|| {
-            // SAFETY: a GIC CPU interface register write at EL1; it changes
-            // no memory, and a trap or UNDEFINED is caught by the handler.
+            // SAFETY: a GIC CPU interface or PMU register write at EL1; it
+            // changes no memory, and a trap or UNDEFINED is caught by the
+            // handler.
             unsafe { asm!(concat!("msr ", $reg, ", {}"), "isb", in(reg) v, options(nostack)) };
         })
         .1
     }};
 }
 
-/// Reads a GIC CPU interface system register, UNDEFINED caught.
+/// Reads a system register (GIC CPU interface, PMU, ID), UNDEFINED caught.
 macro_rules! probe_mrs {
     ($reg:literal) => {{
         let (v, fault) = catching(|| {
             let v: u64;
-            // SAFETY: a GIC CPU interface register read at EL1; no memory is
-            // touched, and a trap or UNDEFINED is caught by the handler.
+            // SAFETY: a system register read at EL1; no memory is touched,
+            // and a trap or UNDEFINED is caught by the handler.
             unsafe { asm!(concat!("mrs {}, ", $reg), out(reg) v, options(nostack)) };
             v
         });
@@ -514,7 +519,7 @@ fn wait_clear(addr: u64, mask: u32) -> bool {
 fn probe_enable_foreign_spi() {
     const TEST: &str = "enable-foreign-spi";
     // As Linux's gic_dist_init: disable, wait for RWP, enable with ARE.
-    let ctlr = GICD_BASE + GICD_CTLR;
+    let ctlr = GUEST_GICD_BASE + GICD_CTLR;
     let setup = probe_write(ctlr, 0)
         .and_then(|()| {
             probe_write(
@@ -522,7 +527,7 @@ fn probe_enable_foreign_spi() {
                 GICD_CTLR_ARE_NS | GICD_CTLR_ENABLE_G1A | GICD_CTLR_ENABLE_G1,
             )
         })
-        .and_then(|()| probe_read(GICD_BASE + GICD_TYPER));
+        .and_then(|()| probe_read(GUEST_GICD_BASE + GICD_TYPER));
     let typer = match setup {
         Ok(t) => t,
         Err(f) => return println!("PROBE {TEST}: refused (GIC distributor setup faulted: {f})"),
@@ -530,13 +535,13 @@ fn probe_enable_foreign_spi() {
     let rwp_ok = wait_clear(ctlr, GICD_CTLR_RWP);
 
     let reg = 4 * u64::from(FOREIGN_SPI / 32);
-    let isenabler = GICD_BASE + GICD_ISENABLER + reg;
+    let isenabler = GUEST_GICD_BASE + GICD_ISENABLER + reg;
     let foreign = 1u32 << (FOREIGN_SPI % 32);
     let own = 1u32 << (OWN_SPI % 32);
     let readback = probe_write(isenabler, own)
         .and_then(|()| probe_write(isenabler, foreign))
         .and_then(|()| probe_read(isenabler));
-    let _ = probe_write(GICD_BASE + GICD_ICENABLER + reg, foreign | own);
+    let _ = probe_write(GUEST_GICD_BASE + GICD_ICENABLER + reg, foreign | own);
 
     let lines = 32 * ((typer & 0x1f) + 1);
     let rwp = if rwp_ok {
@@ -565,7 +570,7 @@ fn probe_enable_foreign_spi() {
 fn probe_sgi_outside_partition() {
     const TEST: &str = "sgi-outside-partition";
     // Wake our redistributor (GICR_WAKER handshake, as Linux does).
-    let waker = GICR_BASE + GICR_WAKER;
+    let waker = GUEST_GICR_BASE + GICR_WAKER;
     let woke = probe_read(waker)
         .and_then(|w| probe_write(waker, w & !GICR_WAKER_PROCESSOR_SLEEP))
         .map(|()| wait_clear(waker, GICR_WAKER_CHILDREN_ASLEEP));
@@ -647,7 +652,7 @@ fn probe_smc() {
 /// even it may only name buffers inside its own RAM.
 fn probe_management_calls(ram_end: u64) {
     use pinfold_abi::{fid, AbiError};
-    let version = smccc(false, u64::from(fid::ABI_VERSION), 0, 0, 0).map(|r| r as i64);
+    let version = smccc(false, fid::ABI_VERSION, 0, 0, 0).map(|r| r as i64);
     match version {
         Ok(0) => println!("PROBE mgmt-call: allowed (this partition is the management partition)"),
         Ok(r) if r == AbiError::NotSupported.code() => {
@@ -658,7 +663,7 @@ fn probe_management_calls(ram_end: u64) {
     }
     // A buffer that starts inside RAM and runs past its end.
     let buf = ram_end - 64;
-    let list = smccc(false, u64::from(fid::LIST_PARTITIONS), buf, 4096, 0).map(|r| r as i64);
+    let list = smccc(false, fid::LIST_PARTITIONS, buf, 4096, 0).map(|r| r as i64);
     match list {
         Ok(r) if r == AbiError::BadAddress.code() => {
             println!("PROBE mgmt-bad-buffer: refused (LIST_PARTITIONS past RAM end -> BAD_ADDRESS)")
@@ -666,10 +671,133 @@ fn probe_management_calls(ram_end: u64) {
         Ok(r) if r == AbiError::NotSupported.code() => {
             println!("PROBE mgmt-bad-buffer: refused (LIST_PARTITIONS -> NOT_SUPPORTED)")
         }
-        Ok(r) if r >= 0 => println!("PROBE mgmt-bad-buffer: ESCAPED (LIST_PARTITIONS wrote past RAM end -> {r})"),
+        Ok(r) if r >= 0 => {
+            println!("PROBE mgmt-bad-buffer: ESCAPED (LIST_PARTITIONS wrote past RAM end -> {r})")
+        }
         Ok(r) => println!("PROBE mgmt-bad-buffer: refused (LIST_PARTITIONS -> {r})"),
         Err(f) => println!("PROBE mgmt-bad-buffer: refused (HVC raised {f})"),
     }
+}
+
+// PMU (Arm ARM D19.5): PMCR_EL0.E enables, .C resets the cycle counter;
+// PMCNTENSET_EL0 bit 31 enables the cycle counter; PMCCFILTR_EL0.NSH (bit
+// 27) asks it to count at EL2 as well.
+const PMCR_E: u64 = 1 << 0;
+const PMCR_C: u64 = 1 << 2;
+const PMCNTEN_CYCLES: u64 = 1 << 31;
+const PMCCFILTR_NSH: u64 = 1 << 27;
+/// Calls (and loop iterations) per EL2-time measurement.
+const PMU_CALLS: usize = 100;
+/// Each measurement is repeated, the two filters interleaved so both see
+/// the same host, and the smallest of each taken, so a host preemption
+/// (QEMU on a shared machine) does not look like EL2 time.
+const PMU_TRIALS: usize = 7;
+
+fn read_pmccntr() -> u64 {
+    let v: u64;
+    // SAFETY: reading the cycle counter has no side effects; the caller
+    // has checked it is accessible (an UNDEF would be fatal here).
+    unsafe { asm!("isb", "mrs {}, pmccntr_el0", "isb", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// Cycles of `PMU_CALLS` HVC PSCI_VERSION calls (`hvc` true) or of the same
+/// EL1 instructions with a `nop` instead of each `hvc`.
+fn hvc_cycles(hvc: bool) -> u64 {
+    {
+        let start = read_pmccntr();
+        for _ in 0..PMU_CALLS {
+            // SAFETY: PSCI_VERSION over HVC clobbers at most x0-x17
+            // (declared) and touches no memory; the nop variant nothing.
+            unsafe {
+                if hvc {
+                    asm!("hvc #0", inout("x0") u64::from(PSCI_VERSION) => _, out("x1") _,
+                         out("x2") _, out("x3") _, out("x4") _, out("x5") _, out("x6") _,
+                         out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _,
+                         out("x12") _, out("x13") _, out("x14") _, out("x15") _, out("x16") _,
+                         out("x17") _, options(nostack))
+                } else {
+                    asm!("nop", inout("x0") u64::from(PSCI_VERSION) => _, out("x1") _,
+                         out("x2") _, out("x3") _, out("x4") _, out("x5") _, out("x6") _,
+                         out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _,
+                         out("x12") _, out("x13") _, out("x14") _, out("x15") _, out("x16") _,
+                         out("x17") _, options(nostack))
+                }
+            }
+        }
+        read_pmccntr().wrapping_sub(start)
+    }
+}
+
+/// The PMU as the partition sees it. `pmu-cycles`: with a PMU shown, the
+/// cycle counter can be enabled and counts a busy loop. `pmu-el2-time`: the
+/// hypervisor's time is not in it: 100 HVCs cost about the same with
+/// PMCCFILTR_EL0.NSH=1 (the guest asks to count EL2) as with NSH=0 (it asks
+/// not to, so this is the EL1-only cost on any implementation); counted EL2
+/// time would add the whole exit path per call. `pmu-hidden`: with
+/// PMUVer 0 the PMU registers must be UNDEFINED.
+fn probe_pmu() {
+    let dfr0 = probe_mrs!("id_aa64dfr0_el1").unwrap_or(0);
+    let pmuver = dfr0 >> 8 & 0xf;
+    let shown = pmuver != 0 && pmuver != 0xf;
+    let enable = probe_msr!("pmcr_el0", PMCR_E | PMCR_C)
+        .or_else(|| probe_msr!("pmccfiltr_el0", PMCCFILTR_NSH))
+        .or_else(|| probe_msr!("pmcntenset_el0", PMCNTEN_CYCLES))
+        .or_else(|| probe_mrs!("pmccntr_el0").err());
+    match (shown, enable) {
+        (false, Some(f)) => {
+            return println!("PROBE pmu-hidden: refused (PMUVer={pmuver}, PMU registers raise {f})")
+        }
+        (true, Some(f)) => {
+            return println!("PROBE pmu-cycles: FAILED (PMUVer={pmuver} but enabling the cycle counter raised {f})")
+        }
+        (false, None) => println!(
+            "PROBE pmu-hidden: ESCAPED (PMUVer={pmuver} but the PMU registers answer; measuring anyway)"
+        ),
+        (true, None) => {}
+    }
+    let n = probe_mrs!("pmcr_el0").map_or(0, |v| v >> 11 & 0x1f);
+
+    let start = read_pmccntr();
+    for i in 0..10_000u64 {
+        core::hint::black_box(i);
+    }
+    let busy = read_pmccntr().wrapping_sub(start);
+    if busy == 0 {
+        println!("PROBE pmu-cycles: FAILED (PMUVer={pmuver}, PMCCNTR_EL0 did not move over a 10000-iteration loop)");
+    } else {
+        println!("PROBE pmu-cycles: counts (PMUVer={pmuver}, PMCR_EL0.N={n}, 10000-iteration loop = {busy} cycles)");
+    }
+
+    // Warm up (first executions pay for translation under QEMU), then
+    // measure with EL2 counting asked for, and without, interleaved.
+    let _ = hvc_cycles(true);
+    let _ = hvc_cycles(false);
+    let (mut asked, mut el1_only, mut nop_loop) = (u64::MAX, u64::MAX, u64::MAX);
+    let mut filter = u64::MAX;
+    for _ in 0..PMU_TRIALS {
+        let _ = probe_msr!("pmccfiltr_el0", PMCCFILTR_NSH);
+        filter = probe_mrs!("pmccfiltr_el0").unwrap_or(u64::MAX);
+        asked = asked.min(hvc_cycles(true));
+        let _ = probe_msr!("pmccfiltr_el0", 0);
+        el1_only = el1_only.min(hvc_cycles(true));
+        nop_loop = nop_loop.min(hvc_cycles(false));
+    }
+    let detail = format_args!(
+        "{PMU_CALLS} HVC PSCI_VERSION: {asked} cycles with NSH=1 asked, {el1_only} with NSH=0; \
+         same EL1 instructions with nop: {nop_loop}; PMCCFILTR_EL0 read 0x{filter:x} after NSH=1"
+    );
+    // Counted EL2 time adds the whole exit path to each call, far more than
+    // the guest's side of an HVC (on hardware; under QEMU TCG, whose cycle
+    // counter is host time, the EL1 side includes QEMU's exception
+    // machinery and EL2 adds about 1.7x on top); noise between the
+    // interleaved minima stays well below half.
+    if 2 * asked > 3 * el1_only + PMU_CALLS as u64 {
+        println!("PROBE pmu-el2-time: ESCAPED (EL2 time is counted: {detail})");
+    } else {
+        println!("PROBE pmu-el2-time: refused (EL2 time not counted: {detail})");
+    }
+    let _ = probe_msr!("pmcntenclr_el0", PMCNTEN_CYCLES);
 }
 
 /// Exit round trips, timed with the virtual counter. Under QEMU with
@@ -677,14 +805,13 @@ fn probe_management_calls(ram_end: u64) {
 /// instructions, so these numbers repeat exactly from run to run.
 fn bench_exits() {
     const N: u64 = 1000;
-    const GICD_TYPER: u64 = 0x0800_0004;
     let t0 = counter().1;
     for _ in 0..N {
         let _ = smccc(false, PSCI_VERSION, 0, 0, 0);
     }
     let t1 = counter().1;
     for _ in 0..N {
-        let _ = mmio_read32(GICD_TYPER);
+        let _ = mmio_read32(GUEST_GICD_BASE + GICD_TYPER);
     }
     let t2 = counter().1;
     println!(
@@ -732,7 +859,7 @@ struct Fdt {
 impl Fdt {
     /// Validates the header at `base` with guarded loads.
     fn at(base: u64) -> Option<Fdt> {
-        if base < RAM_BASE || !base.is_multiple_of(8) {
+        if base < GUEST_RAM_BASE || !base.is_multiple_of(8) {
             return None;
         }
         let magic = u32::from_be(probe_read(base).ok()?);
@@ -853,13 +980,13 @@ extern "C" fn rust_main(dtb: u64) -> ! {
         halt();
     }
     let (ram_end, source) = match Fdt::at(dtb).and_then(|f| f.memory()) {
-        Some((base, size)) if base == RAM_BASE && size > 0 => (base + size, "DTB /memory"),
+        Some((base, size)) if base == GUEST_RAM_BASE && size > 0 => (base + size, "DTB /memory"),
         _ => (
-            RAM_BASE + RAM_SIZE_ASSUMED,
+            GUEST_RAM_BASE + RAM_SIZE_ASSUMED,
             "assumed: no usable DTB /memory",
         ),
     };
-    println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{RAM_BASE:x}..0x{ram_end:x} ({source})");
+    println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{GUEST_RAM_BASE:x}..0x{ram_end:x} ({source})");
 
     probe_read_outside_ram(ram_end);
     probe_write_outside_ram(ram_end);
@@ -868,6 +995,7 @@ extern "C" fn rust_main(dtb: u64) -> ! {
     probe_psci_cpu_on_foreign();
     probe_smc();
     probe_management_calls(ram_end);
+    probe_pmu();
     println!("PROBE done");
     bench_exits();
 

@@ -17,7 +17,7 @@ use crate::cmd;
 use crate::harness::{number_after, Line, QemuRun};
 use crate::http::{self, Reply, Request};
 use crate::provision::Provisioner;
-use crate::qemu::MANAGER_PORT;
+use crate::qemu::manager_port;
 use crate::Workspace;
 
 /// A check's verdict: `Ok` with notes to print, or `Err` with why it failed.
@@ -37,7 +37,7 @@ const TOKEN_LINE: &str = "pinfold: management token: ";
 const BROWSER_LIMIT: Duration = Duration::from_secs(240);
 
 fn authority() -> String {
-    format!("127.0.0.1:{MANAGER_PORT}")
+    format!("127.0.0.1:{}", manager_port())
 }
 
 /// The default plan booted under QEMU, shared by every check here.
@@ -102,11 +102,12 @@ impl Stack {
 /// Fails when something already answers on the manager's port: the checks
 /// would then talk to it instead of the QEMU they boot.
 pub fn port_is_free() -> Result<(), String> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], MANAGER_PORT));
+    let addr = SocketAddr::from(([127, 0, 0, 1], manager_port()));
     match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
         Ok(_) => Err(format!(
-            "127.0.0.1:{MANAGER_PORT} already accepts connections before QEMU started \
-             (another QEMU or server holds the port)"
+            "127.0.0.1:{} already accepts connections before QEMU started \
+             (another QEMU or server holds the port)",
+            manager_port()
         )),
         Err(_) => Ok(()),
     }

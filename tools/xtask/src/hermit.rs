@@ -32,7 +32,8 @@ pub const HERMIT_TOOLCHAIN: &str = "nightly-2025-03-15";
 const KERNEL_CRATE: &str = "hermit-kernel-0.11.0";
 /// The kernel as a dependency, for `cargo fetch` to download through the
 /// ordinary registry client.
-const KERNEL_DEPENDENCY: &str = "hermit-kernel = { version = \"=0.11.0\", default-features = false }";
+const KERNEL_DEPENDENCY: &str =
+    "hermit-kernel = { version = \"=0.11.0\", default-features = false }";
 /// SHA-256 of the .crate file (equal to the `cksum` in the crates.io index).
 const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7bff16edba8e03";
 /// Our edits to the kernel source, applied right after unpacking: (file,
@@ -262,7 +263,8 @@ fn fetch_crate_with_cargo(paths: &Paths) -> Result<PathBuf, String> {
     let manifest = format!(
         "[package]\nname = \"pinfold-hermit-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{KERNEL_DEPENDENCY}\n\n[workspace]\n"
     );
-    fs::write(dir.join("Cargo.toml"), manifest).map_err(|err| format!("{}: {err}", dir.display()))?;
+    fs::write(dir.join("Cargo.toml"), manifest)
+        .map_err(|err| format!("{}: {err}", dir.display()))?;
     fs::write(dir.join("src/lib.rs"), "").map_err(|err| format!("{}: {err}", dir.display()))?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run(Command::new(cargo)
@@ -597,9 +599,13 @@ fn build_web_ui(paths: &Paths) -> Result<PathBuf, String> {
     let ui = paths.root.join("web-ui");
     let dist = ui.join("dist");
     if !ui.join("node_modules").is_dir() {
-        run(Command::new("npm").current_dir(&ui).args(["ci", "--no-audit", "--no-fund"]))?;
+        run(Command::new("npm")
+            .current_dir(&ui)
+            .args(["ci", "--no-audit", "--no-fund"]))?;
     }
-    let built = fs::metadata(dist.join("index.html")).and_then(|m| m.modified()).ok();
+    let built = fs::metadata(dist.join("index.html"))
+        .and_then(|m| m.modified())
+        .ok();
     if built.is_none() || newest(&ui) > built {
         run(Command::new("npm").current_dir(&ui).args(["run", "build"]))?;
     }

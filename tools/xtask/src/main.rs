@@ -175,7 +175,7 @@ fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), X
         eprintln!(
             "xtask: web UI and REST API: http://127.0.0.1:{}/ (mutating calls need the token the \
              hypervisor prints as `pinfold: management token: ...`)",
-            qemu::MANAGER_PORT
+            qemu::manager_port()
         );
     }
     let program = cmd::describe(&qemu);

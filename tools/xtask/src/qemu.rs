@@ -1,6 +1,7 @@
 //! The one place that knows how QEMU is started for Pinfold, shared by
 //! `cargo xtask run`, the boot tests and the build's DTB dump so all three
-//! see the same machine.
+//! see the same machine, and the one place that reads `PINFOLD_MANAGER_PORT`
+//! (the host port forwarded to the manager).
 
 use std::path::Path;
 use std::process::Command;
@@ -13,12 +14,37 @@ pub struct Board {
     pub memory: u64,
     /// A partition owns the PCIe host bridge: give QEMU the management NIC
     /// (virtio-net-pci on user networking, the REST API forwarded to
-    /// 127.0.0.1:MANAGER_PORT).
+    /// 127.0.0.1:[`manager_port`]).
     pub nic: bool,
 }
 
-/// Host port forwarded to the manager's REST API and web UI.
-pub const MANAGER_PORT: u16 = 8080;
+/// Host port forwarded to the manager's REST API and web UI unless
+/// [`MANAGER_PORT_ENV`] names another.
+pub const DEFAULT_MANAGER_PORT: u16 = 8080;
+/// Environment variable that moves the forwarded port, so two checkouts can
+/// boot at once (e.g. `PINFOLD_MANAGER_PORT=18080 cargo xtask test`).
+pub const MANAGER_PORT_ENV: &str = "PINFOLD_MANAGER_PORT";
+/// The port the manager listens on inside the guest (its NIC, not ours).
+const GUEST_MANAGER_PORT: u16 = 8080;
+
+/// The host port forwarded to the manager: `PINFOLD_MANAGER_PORT` if set
+/// (read once; a value that is not a port is a usage error and panics with
+/// the variable's name), else 8080. Every hostfwd and every API check takes
+/// the port from here.
+pub fn manager_port() -> u16 {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *PORT.get_or_init(|| parse_manager_port(std::env::var(MANAGER_PORT_ENV).ok().as_deref()))
+}
+
+fn parse_manager_port(value: Option<&str>) -> u16 {
+    match value.map(str::trim) {
+        None | Some("") => DEFAULT_MANAGER_PORT,
+        Some(v) => match v.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => panic!("{MANAGER_PORT_ENV}={v:?} is not a TCP port (1-65535)"),
+        },
+    }
+}
 
 /// Byte QEMU's console multiplexer reacts to: Ctrl-] (0x1d). QEMU's default,
 /// Ctrl-A, is the hypervisor monitor's prefix and must reach the UART.
@@ -103,12 +129,16 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     if board.nic {
         qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
             .arg("-netdev")
-            .arg(format!(
-                "user,id=mgmt0,hostfwd=tcp:127.0.0.1:{MANAGER_PORT}-:8080"
-            ));
+            .arg(netdev(manager_port()));
     }
     qemu.args(&extra.args);
     qemu
+}
+
+/// The management NIC's user-mode network, forwarding `host_port` on
+/// 127.0.0.1 to the manager.
+fn netdev(host_port: u16) -> String {
+    format!("user,id=mgmt0,hostfwd=tcp:127.0.0.1:{host_port}-:{GUEST_MANAGER_PORT}")
 }
 
 #[cfg(test)]
@@ -131,9 +161,39 @@ mod tests {
             Some("virtio-net-pci,netdev=mgmt0")
         );
         assert_eq!(
-            value_after(&args, "-netdev").as_deref(),
-            Some("user,id=mgmt0,hostfwd=tcp:127.0.0.1:8080-:8080")
+            value_after(&args, "-device").as_deref(),
+            Some("virtio-net-pci,netdev=mgmt0")
         );
+        assert_eq!(
+            value_after(&args, "-netdev"),
+            Some(format!(
+                "user,id=mgmt0,hostfwd=tcp:127.0.0.1:{}-:8080",
+                manager_port()
+            ))
+        );
+    }
+
+    #[test]
+    fn manager_port_is_8080_without_the_variable() {
+        assert_eq!(parse_manager_port(None), 8080);
+        assert_eq!(parse_manager_port(Some("")), 8080);
+    }
+
+    #[test]
+    fn manager_port_variable_moves_the_forwarded_port() {
+        let port = parse_manager_port(Some("18080"));
+
+        assert_eq!(port, 18080);
+        assert_eq!(
+            netdev(port),
+            "user,id=mgmt0,hostfwd=tcp:127.0.0.1:18080-:8080"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "PINFOLD_MANAGER_PORT")]
+    fn manager_port_variable_that_is_not_a_port_is_refused() {
+        parse_manager_port(Some("80x"));
     }
 
     fn args(cmd: &Command) -> Vec<String> {

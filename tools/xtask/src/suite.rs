@@ -119,7 +119,10 @@ const UBOOT_LOAD_ADDR: u64 = 0x5000_0000;
 fn uboot(ctx: &mut Context<'_>) -> Outcome {
     let built = ctx
         .builder
-        .build(Path::new("vm-configs/qemu-virt/test-isolation.toml"), "test-uboot.bin")
+        .build(
+            Path::new("vm-configs/qemu-virt/test-isolation.toml"),
+            "test-uboot.bin",
+        )
         .map_err(|err| format!("build failed: {err}"))?;
     let extra = Extra {
         firmware: Some((UBOOT.into(), UBOOT_LOAD_ADDR)),
@@ -145,8 +148,13 @@ fn uboot(ctx: &mut Context<'_>) -> Outcome {
         .and_then(|rest| rest.split(':').next())
         .and_then(|hex| u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
         .ok_or_else(|| format!("no address in `{}`", site.text))?;
-    if !(UBOOT_LOAD_ADDR..UBOOT_LOAD_ADDR + (64 << 20)).contains(&at) || !site.text.ends_with(", ok)") {
-        return Err(format!("the image did not run relocated where U-Boot started it: `{}`", site.text));
+    if !(UBOOT_LOAD_ADDR..UBOOT_LOAD_ADDR + (64 << 20)).contains(&at)
+        || !site.text.ends_with(", ok)")
+    {
+        return Err(format!(
+            "the image did not run relocated where U-Boot started it: `{}`",
+            site.text
+        ));
     }
     expect(&qemu, "[probe] PROBE done", banner.index, deadline)?;
     let up = expect(&qemu, "[steady] PINFOLD-GUEST-UP", banner.index, deadline)?;
@@ -178,7 +186,11 @@ struct Context<'w> {
 impl Context<'_> {
     /// The console log of the current case's boot.
     fn log_path(&self) -> std::path::PathBuf {
-        let name = if self.shares_default { DEFAULT_LOG } else { self.name };
+        let name = if self.shares_default {
+            DEFAULT_LOG
+        } else {
+            self.name
+        };
         self.ws
             .root
             .join("target/pinfold/test-logs")
@@ -207,7 +219,10 @@ impl Context<'_> {
     fn boot_stack(&mut self) -> Result<Stack, String> {
         let built = self
             .builder
-            .build(Path::new(DEFAULT_CONFIG), &format!("test-{DEFAULT_LOG}.bin"))
+            .build(
+                Path::new(DEFAULT_CONFIG),
+                &format!("test-{DEFAULT_LOG}.bin"),
+            )
             .map_err(|err| format!("build failed: {err}"))?;
         api_checks::port_is_free()?;
         let cmd = qemu_command(&built.board, &built.image, &Extra::default());
@@ -234,7 +249,10 @@ pub fn names() -> Vec<&'static str> {
 /// Runs the selected tests, prints a verdict per test and the closing
 /// `N passed, M failed` line.
 pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
-    let only: Option<Vec<&str>> = options.only.as_deref().map(|only| only.split(',').collect());
+    let only: Option<Vec<&str>> = options
+        .only
+        .as_deref()
+        .map(|only| only.split(',').collect());
     for name in only.iter().flatten() {
         if !names().contains(name) {
             return Err(XtaskError::Usage(format!(
@@ -263,7 +281,7 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
         ctx.name = case.name;
         ctx.shares_default = case.shares_default;
         if !case.shares_default {
-            // Its own boot: stop the shared one (CPU time, port 8080).
+            // Its own boot: stop the shared one (CPU time, the manager port).
             ctx.stack = None;
         }
         if !case.shares_default || (ctx.stack.is_none() && ctx.stack_failed.is_none()) {
@@ -347,14 +365,73 @@ fn expect_guest_up(
     }
 }
 
+/// The line the guest's init prints with its /proc/cmdline.
+const CMDLINE_MARKER: &str = "PINFOLD-GUEST-CMDLINE name=";
+/// The line the guest's init prints with Linux's `hw perfevents:` line.
+const PMU_MARKER: &str = "PINFOLD-GUEST-PMU name=";
+/// What Linux's arm_pmu driver prints once it probed (drivers/perf/arm_pmu.c:
+/// "hw perfevents: enabled with %s PMU driver, %d counters available%s").
+const PMU_PROBED: &str = "hw perfevents: enabled with ";
+
+/// Whether `line` is `name`'s init reporting exactly `bootargs` as its
+/// kernel command line.
+fn cmdline_is(line: &str, name: &str, bootargs: &str) -> bool {
+    let prefix = format!("[{name}] {CMDLINE_MARKER}{name} ");
+    line.split_once(&prefix)
+        .is_some_and(|(_, cmdline)| cmdline.trim_end() == bootargs.trim())
+}
+
+/// The PMU driver and counter count in `name`'s PMU line, if Linux's
+/// PMU driver probed.
+fn pmu_probed(line: &str, name: &str) -> Option<(String, u32)> {
+    let prefix = format!("[{name}] {PMU_MARKER}{name} {PMU_PROBED}");
+    let (_, rest) = line.split_once(&prefix)?;
+    let (driver, rest) = rest.split_once(" PMU driver, ")?;
+    let counters = rest.split_whitespace().next()?.parse().ok()?;
+    rest.contains("counters available")
+        .then(|| (driver.to_string(), counters))
+}
+
+/// The plan's bootargs of partition `name` in the default config.
+fn default_bootargs(ctx: &Context<'_>, name: &str) -> Result<String, String> {
+    let config = pinfold_config::load(&ctx.ws.resolve(Path::new(DEFAULT_CONFIG)))
+        .map_err(|err| err.to_string())?;
+    config
+        .partitions
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.bootargs.clone())
+        .ok_or_else(|| format!("{DEFAULT_CONFIG} has no partition {name}"))
+}
+
 /// Tier 2: the default plan boots both Linux partitions with working timers,
-/// and the hot path took no lock shared between CPUs.
+/// their kernel command lines exactly the plan's bootargs (the name comes
+/// from the DTB), the hot path took no lock shared between CPUs, and
+/// Linux's PMU driver probed in both.
 fn boot_default(ctx: &mut Context<'_>) -> Outcome {
+    let bootargs = [
+        ("alpha", default_bootargs(ctx, "alpha")?),
+        ("beta", default_bootargs(ctx, "beta")?),
+    ];
     let qemu = &mut ctx.stack()?.qemu;
     let deadline = Instant::now() + Duration::from_secs(240);
 
     let alpha = expect_guest_up(qemu, "alpha", 1, deadline)?;
     let beta = expect_guest_up(qemu, "beta", 2, deadline)?;
+    for (name, args) in &bootargs {
+        let line = expect(
+            qemu,
+            &format!("[{name}] {CMDLINE_MARKER}{name} "),
+            0,
+            deadline,
+        )?;
+        if !cmdline_is(&line.text, name, args) {
+            return Err(format!(
+                "{name}'s kernel command line is not the plan's bootargs `{args}`: `{}`",
+                line.text
+            ));
+        }
+    }
     let from = qemu.lines().len();
     // Ctrl-A s: the hypervisor monitor prints its statistics.
     qemu.send(b"\x01s").map_err(|err| err.to_string())?;
@@ -365,21 +442,39 @@ fn boot_default(ctx: &mut Context<'_>) -> Outcome {
         deadline,
     )?;
 
-    match number_after(&stats.text, "hot_path_cross_cpu_locks=") {
-        Some(0) => Ok(vec![format!(
-            "alpha up at {:.1} s, beta up at {:.1} s after QEMU start",
-            alpha.at.as_secs_f64(),
-            beta.at.as_secs_f64()
-        )]),
-        _ => Err(format!(
+    if number_after(&stats.text, "hot_path_cross_cpu_locks=") != Some(0) {
+        return Err(format!(
             "the hot path took cross-CPU locks: `{}`",
             stats.text
-        )),
+        ));
     }
+    let mut notes = vec![format!(
+        "alpha up at {:.1} s, beta up at {:.1} s after QEMU start",
+        alpha.at.as_secs_f64(),
+        beta.at.as_secs_f64()
+    )];
+    // Needs the platform to show PMUVer and forward PPI 23 (hv::pmu).
+    for name in ["alpha", "beta"] {
+        let line = expect(qemu, &format!("[{name}] {PMU_MARKER}{name}"), 0, deadline)?;
+        match pmu_probed(&line.text, name) {
+            Some((driver, counters)) => {
+                notes.push(format!("{name}: {driver} PMU, {counters} counters"))
+            }
+            None => {
+                return Err(format!(
+                    "{name}'s Linux did not probe its PMU driver: `{}`",
+                    line.text
+                ))
+            }
+        }
+    }
+    Ok(notes)
 }
 
-/// Probe checks that must each print a refusal.
-const PROBE_CHECKS: [&str; 7] = [
+/// Probe checks that must each print a refusal. `pmu-el2-time` (the
+/// hypervisor's EL2 time is not in the guest's cycle counter) needs the
+/// platform to apply `hv::pmu` (MDCR_EL2, PMU traps).
+const PROBE_CHECKS: [&str; 8] = [
     "read-outside-ram",
     "write-outside-ram",
     "enable-foreign-spi",
@@ -387,7 +482,11 @@ const PROBE_CHECKS: [&str; 7] = [
     "smc",
     "mgmt-call",
     "mgmt-bad-buffer",
+    "pmu-el2-time",
 ];
+
+/// The probe's line saying its cycle counter counts (it owns its CPU's PMU).
+const PMU_COUNTS: &str = "[probe] PROBE pmu-cycles: counts";
 
 /// Whether `line` is the probe reporting that `check` was refused.
 fn is_refusal(line: &str, check: &str) -> bool {
@@ -425,18 +524,31 @@ fn isolation(ctx: &mut Context<'_>) -> Outcome {
             ));
         }
     }
+    if !lines[..=done.index]
+        .iter()
+        .any(|line| line.text.contains(PMU_COUNTS))
+    {
+        return Err(format!("no `{PMU_COUNTS}` line before PROBE done"));
+    }
     // The same probe as the management partition: its management calls are
     // answered, but a buffer past the end of its RAM is still refused.
     let mgmt_done = expect(&qemu, "[mgmtprobe] PROBE done", 0, deadline)?;
     let mgmt_lines = qemu.lines();
     let mgmt_lines = &mgmt_lines[..=mgmt_done.index];
-    if !mgmt_lines.iter().any(|l| l.text.contains("[mgmtprobe] PROBE mgmt-call: allowed")) {
+    if !mgmt_lines
+        .iter()
+        .any(|l| l.text.contains("[mgmtprobe] PROBE mgmt-call: allowed"))
+    {
         return Err("the management probe's ABI_VERSION call was not answered".into());
     }
     if !mgmt_lines.iter().any(|l| {
-        l.text.contains("[mgmtprobe] PROBE mgmt-bad-buffer: refused") && l.text.contains("BAD_ADDRESS")
+        l.text
+            .contains("[mgmtprobe] PROBE mgmt-bad-buffer: refused")
+            && l.text.contains("BAD_ADDRESS")
     }) {
-        return Err("the management probe's out-of-RAM buffer was not refused with BAD_ADDRESS".into());
+        return Err(
+            "the management probe's out-of-RAM buffer was not refused with BAD_ADDRESS".into(),
+        );
     }
     let panicking = expect(&qemu, "[crash] PINFOLD-GUEST-PANICKING", 0, deadline)?;
     let panic = qemu
@@ -512,6 +624,60 @@ mod tests {
 
         assert_eq!(escaped_line(&lines).map(|l| l.index), Some(1));
         assert!(escaped_line(&lines[..1]).is_none());
+    }
+
+    #[test]
+    fn cmdline_must_be_exactly_the_bootargs() {
+        let line = "[alpha] PINFOLD-GUEST-CMDLINE name=alpha console=ttyAMA0 quiet\r";
+
+        assert!(cmdline_is(line, "alpha", "console=ttyAMA0 quiet"));
+        assert!(!cmdline_is(line, "alpha", "console=ttyAMA0"));
+        assert!(!cmdline_is(line, "beta", "console=ttyAMA0 quiet"));
+    }
+
+    #[test]
+    fn cmdline_with_an_appended_partition_name_is_not_the_bootargs() {
+        let line =
+            "[alpha] PINFOLD-GUEST-CMDLINE name=alpha console=ttyAMA0 pinfold.partition=alpha";
+
+        assert!(!cmdline_is(line, "alpha", "console=ttyAMA0"));
+    }
+
+    #[test]
+    fn pmu_probed_reads_driver_and_counters_from_linux_line() {
+        let line = "[beta] PINFOLD-GUEST-PMU name=beta hw perfevents: enabled with \
+                    armv8_cortex_a72 PMU driver, 7 counters available";
+
+        assert_eq!(
+            pmu_probed(line, "beta"),
+            Some(("armv8_cortex_a72".to_string(), 7))
+        );
+    }
+
+    #[test]
+    fn pmu_not_probed_when_linux_printed_nothing() {
+        assert_eq!(
+            pmu_probed("[beta] PINFOLD-GUEST-PMU name=beta ", "beta"),
+            None
+        );
+        assert_eq!(
+            pmu_probed(
+                "[beta] PINFOLD-GUEST-PMU name=beta hw perfevents: no PMU",
+                "beta"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn pmu_el2_time_refusal_is_a_probe_check() {
+        let line = "[probe] PROBE pmu-el2-time: refused (EL2 time not counted: ...)";
+
+        assert!(PROBE_CHECKS.iter().any(|check| is_refusal(line, check)));
+        assert!(!is_refusal(
+            "[probe] PROBE pmu-el2-time: ESCAPED (...)",
+            "pmu-el2-time"
+        ));
     }
 
     #[test]
