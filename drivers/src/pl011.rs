@@ -31,9 +31,10 @@ impl Pl011Uart {
     /// `base` must be the address of a PL011's register block, mapped as
     /// device memory, and not used by anything else as memory.
     pub const unsafe fn new(base: usize) -> Self {
-        // SAFETY: callers pass a non-zero MMIO base; a zero base is a board
-        // bug that faults on first use rather than corrupting memory.
         Pl011Uart {
+            // SAFETY: callers pass a non-zero MMIO base; a zero base is a
+            // board bug that faults on first use rather than corrupting
+            // memory.
             base: unsafe { NonNull::new_unchecked(base as *mut u32) },
         }
     }

@@ -363,8 +363,10 @@ fn gicd_typer_read_lands_in_the_target_register_and_advances_pc() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
-    let mut regs = GuestRegs::default();
-    regs.elr = 0x1000;
+    let mut regs = GuestRegs {
+        elr: 0x1000,
+        ..GuestRegs::default()
+    };
 
     let next = run(
         sys,
@@ -736,9 +738,11 @@ fn access_to_an_unmapped_ipa_injects_a_data_abort() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
-    let mut regs = GuestRegs::default();
-    regs.elr = 0x4000_1000;
-    regs.spsr = 0x3c5;
+    let mut regs = GuestRegs {
+        elr: 0x4000_1000,
+        spsr: 0x3c5,
+        ..GuestRegs::default()
+    };
 
     let next = run(
         sys,
@@ -1052,8 +1056,10 @@ fn smc_answers_not_supported_and_steps_over_it() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
-    let mut regs = GuestRegs::default();
-    regs.elr = 0x100;
+    let mut regs = GuestRegs {
+        elr: 0x100,
+        ..GuestRegs::default()
+    };
 
     run(sys, &mut cpu, &mut hw, &mut regs, Exit::Smc { imm: 0 });
 

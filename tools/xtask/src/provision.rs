@@ -63,11 +63,12 @@ impl Provisioner {
         }
         let components =
             cmd::stdout_of(Command::new("rustup").args(["component", "list", "--installed"]))?;
-        if !components
-            .lines()
-            .any(|line| line.starts_with("llvm-tools"))
-        {
-            cmd::run(Command::new("rustup").args(["component", "add", "llvm-tools"]))?;
+        // llvm-tools for objcopy/size; clippy and rustfmt because the host
+        // tier enforces them.
+        for component in ["llvm-tools", "clippy", "rustfmt"] {
+            if !components.lines().any(|line| line.starts_with(component)) {
+                cmd::run(Command::new("rustup").args(["component", "add", component]))?;
+            }
         }
         Ok(())
     }

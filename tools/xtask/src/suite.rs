@@ -327,15 +327,58 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
     }
 }
 
-/// Tier 1: `cargo test` of the workspace's default members.
+/// The crates that only build for aarch64 bare metal, linted on that target.
+const BARE_METAL_CRATES: [&str; 3] = ["platform", "tools/test-guest", "manager/loader"];
+
+/// Tier 1: `cargo test` of the workspace's default members, then what the
+/// house declares: `cargo fmt --check` over the workspace and `cargo clippy
+/// -D warnings` for the host crates and for the bare-metal crates on their
+/// target. An unformatted file or a clippy warning fails the tier.
 fn host_tests(ctx: &mut Context<'_>) -> Outcome {
-    cmd::run(cmd::cargo().current_dir(&ctx.ws.root).args([
-        "test",
+    let root = &ctx.ws.root;
+    let fail = |what: &str, err: XtaskError| format!("{what}: {err}");
+    cmd::run(
+        cmd::cargo()
+            .current_dir(root)
+            .args(["test", "--features", "pinfold-config/std"]),
+    )
+    .map_err(|e| fail("cargo test", e))?;
+    cmd::run(
+        cmd::cargo()
+            .current_dir(root)
+            .args(["fmt", "--all", "--check"]),
+    )
+    .map_err(|e| fail("cargo fmt --check (run `cargo fmt --all`)", e))?;
+    cmd::run(cmd::cargo().current_dir(root).args([
+        "clippy",
+        "--all-targets",
         "--features",
         "pinfold-config/std",
+        "--",
+        "-D",
+        "warnings",
     ]))
-    .map(|()| Vec::new())
-    .map_err(|err| err.to_string())
+    .map_err(|e| fail("cargo clippy (host crates)", e))?;
+    for krate in BARE_METAL_CRATES {
+        cmd::run(cmd::cargo().current_dir(root.join(krate)).args([
+            "clippy",
+            "--release",
+            "--target",
+            crate::provision::BARE_TARGET,
+            "--",
+            "-D",
+            "warnings",
+        ]))
+        .map_err(|e| {
+            fail(
+                &format!("cargo clippy ({krate}, {})", crate::provision::BARE_TARGET),
+                e,
+            )
+        })?;
+    }
+    Ok(vec![String::from(
+        "cargo test, cargo fmt --check, cargo clippy -D warnings (host and bare-metal crates) clean",
+    )])
 }
 
 /// Waits for a line containing `needle`, starting at line `from`.
