@@ -62,13 +62,6 @@ fn with_field(value: u64, shift: u32, field: u64) -> u64 {
     (value & !(0xF << shift)) | ((field & 0xF) << shift)
 }
 
-/// The value the guest reads from `reg` with the PMU hidden: the platform's
-/// current caller. The exit handler calls [`id_reg_view`] with the
-/// partition's policy instead; this goes away with it.
-pub fn sanitise_id_reg(reg: SysRegId, real: u64) -> u64 {
-    id_reg_view(reg, real, PmuPolicy::Hidden)
-}
-
 /// The value the guest reads from `reg`, given the hardware's `real` value
 /// and the partition's PMU policy. Registers outside the TID3 group read as
 /// zero: this is only ever asked about trapped ID reads, and RAZ is the
@@ -266,8 +259,11 @@ mod tests {
     }
 
     #[test]
-    fn legacy_sanitise_id_reg_hides_the_pmu() {
-        assert_eq!(field_of(sanitise_id_reg(ID_AA64DFR0_EL1, FIVES), 8), 0);
+    fn hidden_policy_hides_the_pmu() {
+        assert_eq!(
+            field_of(id_reg_view(ID_AA64DFR0_EL1, FIVES, PmuPolicy::Hidden), 8),
+            0
+        );
     }
 
     #[test]

@@ -175,7 +175,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     );
     let sys = SYSTEM.call_once(|| sys);
     percpu::init_all(sys);
-    percpu::enter(index);
+    enter_cpu(index);
     // SAFETY: the boot CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
@@ -236,9 +236,8 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
 extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     arch::mmu::enable();
     arch::regs::set_vbar_el2(vectors_address());
-    arch::regs::set_hcr_el2(vcpu::HCR_HOST);
     let index = index as usize;
-    percpu::enter(index);
+    enter_cpu(index);
     let sys = system();
     // SAFETY: this CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
@@ -248,6 +247,14 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
         .store(true, core::sync::atomic::Ordering::Release);
     hvlog!("online");
     arch::reset_stack_and_call(index, vcpu::idle)
+}
+
+/// Every CPU, boot and secondary, once at its start: physical interrupts
+/// routed to EL2 while no vCPU is loaded (the idle loop's WFI must see
+/// them), and TPIDR_EL2 pointing at its local state.
+fn enter_cpu(index: usize) {
+    arch::regs::set_hcr_el2(vcpu::HCR_HOST);
+    percpu::enter(index);
 }
 
 fn vectors_address() -> u64 {
