@@ -38,6 +38,7 @@ struct FakeHw {
     now: u64,
     mem: Vec<u8>,
     pmu: Vec<(crate::pmu::PmuReg, u64)>,
+    icache_syncs: u32,
 }
 
 impl FakeHw {
@@ -59,6 +60,7 @@ impl FakeHw {
             now: 1,
             mem: vec![0; 4 << 20],
             pmu: Vec::new(),
+            icache_syncs: 0,
         }
     }
 
@@ -122,6 +124,9 @@ impl HostMemory for FakeHw {
         }
     }
     fn clean_for_guest(&mut self, _: PhysAddr, _: u64) {}
+    fn sync_instructions(&mut self) {
+        self.icache_syncs += 1;
+    }
 }
 
 impl Hw for FakeHw {
@@ -1040,6 +1045,7 @@ fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
 
     assert_eq!(p.state(), State::Running);
     assert_eq!(p.boot_count.load(Ordering::Relaxed), 1);
+    assert_eq!(hw.icache_syncs, 1, "one instruction-cache sync per load");
     let boot = idle_work(sys, &mut cpu, &mut hw).unwrap();
     assert_eq!(
         boot.id,

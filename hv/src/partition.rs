@@ -34,8 +34,12 @@ pub trait HostMemory {
     /// Copy from host physical address `pa` (caller checked bounds).
     fn read(&self, pa: PhysAddr, out: &mut [u8]);
     /// Clean `[pa, pa + len)` to the point of coherency (the guest starts
-    /// with its MMU and caches off) and invalidate the instruction cache.
+    /// with its MMU and caches off).
     fn clean_for_guest(&mut self, pa: PhysAddr, len: u64);
+    /// Invalidate the instruction caches, once after every image of a
+    /// load is in place (the guest's first fetches must not hit lines of a
+    /// previous boot).
+    fn sync_instructions(&mut self);
 }
 
 /// Lifecycle state of a partition.
@@ -369,6 +373,7 @@ impl Partition {
             return Err(LoadError::DtbTooLarge);
         }
         self.copy_in(mem, place.dtb_offset, &dtb);
+        mem.sync_instructions();
         self.entry_ipa
             .store(base + place.kernel_offset, Ordering::Relaxed);
         self.dtb_ipa

@@ -97,6 +97,8 @@ impl HostMemory for PlatformHw {
     }
     fn clean_for_guest(&mut self, pa: PhysAddr, len: u64) {
         arch::clean_dcache_range(pa.0, len);
+    }
+    fn sync_instructions(&mut self) {
         arch::invalidate_icache_all();
     }
 }
