@@ -20,7 +20,7 @@ use crate::layout::{emulated_device, EmulatedDevice};
 use crate::lockstat::LockPath;
 use crate::mailbox::MailboxOp;
 use crate::partition::{HostMemory, Partition, State};
-use crate::percpu::{CpuState, LoadedVcpu, VcpuId, REQ_CPU_ON, REQ_START, REQ_STOP};
+use crate::percpu::{CpuState, LoadedVcpu, PublicCpu, VcpuId, REQ_CPU_ON, REQ_START, REQ_STOP};
 use crate::pmu::{self, PmuAccess, PmuAction, PmuPolicy, PmuReg, PmuView};
 use crate::psci::{self, Call, PowerState};
 use crate::ratelimit::{FaultKind, Verdict};
@@ -30,7 +30,6 @@ use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
 use crate::vgic::dist::DistAction;
 use crate::vgic::lr::{ListRegisters, VirtIrq, MAX_LR_COUNT};
 use crate::vgic::redist::{RedistAction, VRedist};
-use crate::vgic::sgi;
 use core::cell::RefCell;
 use core::fmt;
 use core::sync::atomic::Ordering;
@@ -218,12 +217,24 @@ pub fn fault(p: &Partition, hw: &mut impl Hw, kind: FaultKind, args: fmt::Argume
     }
 }
 
-fn loaded_partition<'s>(sys: &'s System, cpu: &CpuState) -> Option<(&'s Partition, usize)> {
-    let id = cpu.loaded.as_ref()?.id;
-    Some((sys.partitions.get(id.partition)?, id.vcpu))
+fn loaded_partition<'s>(cpu: &CpuState<'s>) -> Option<(&'s Partition, usize)> {
+    let l = cpu.loaded.as_ref()?;
+    Some((l.partition, l.id.vcpu))
+}
+
+#[cold]
+#[inline(never)]
+fn no_vcpu(hw: &mut impl Hw, exit: Exit) -> Next {
+    hw.log(format_args!("trap with no vCPU loaded: {exit:?}"));
+    Next::Park
 }
 
 /// Handle one synchronous exit of the vCPU loaded on this CPU.
+///
+/// The exits a running guest takes all the time (hypercalls, emulated
+/// device accesses, trapped system registers) are handled in line; guest
+/// mistakes (aborts, unknown traps) go to [`contained_exit`], out of line, so
+/// that the hot arms keep their registers to themselves.
 pub fn handle_exit(
     sys: &System,
     cpu: &mut CpuState,
@@ -231,15 +242,17 @@ pub fn handle_exit(
     regs: &mut GuestRegs,
     exit: Exit,
 ) -> Next {
-    let Some((p, v)) = loaded_partition(sys, cpu) else {
-        hw.log(format_args!("trap with no vCPU loaded: {exit:?}"));
-        return Next::Park;
+    let Some((p, v)) = loaded_partition(cpu) else {
+        return no_vcpu(hw, exit);
     };
-    let counters = &sys.cpus[cpu.index].counters;
+    let counters = &cpu.public.counters;
     match exit {
+        Exit::Hvc { .. } => {
+            counters.exit(ExitClass::Hvc);
+            hvc(sys, cpu, hw, p, v, regs)
+        }
         Exit::DataAbort {
             ipa,
-            far,
             access: Some(access),
             ..
         } => match emulated_device(ipa.0, p.vcpus.len()) {
@@ -249,17 +262,54 @@ pub fn handle_exit(
                 regs.elr += 4;
                 Next::Resume
             }
-            None => {
-                counters.exit(ExitClass::Abort);
-                fault(
-                    p,
-                    hw,
-                    FaultKind::UnmappedIpa,
-                    format_args!("access to unmapped IPA {:#x}: data abort injected", ipa.0),
-                );
-                inject(hw, regs, InjectKind::DataAbort, far)
-            }
+            None => contained_exit(cpu, hw, p, regs, exit),
         },
+        Exit::SysReg(access) => {
+            counters.exit(ExitClass::SysReg);
+            if sysreg(sys, cpu, hw, p, v, access.reg, access.rt, access.read, regs) {
+                regs.elr += 4;
+                Next::Resume
+            } else {
+                contained_exit(cpu, hw, p, regs, exit)
+            }
+        }
+        Exit::Wfx { .. } => {
+            counters.exit(ExitClass::Other);
+            regs.elr += 4;
+            Next::Resume
+        }
+        _ => contained_exit(cpu, hw, p, regs, exit),
+    }
+}
+
+/// The exits that are a guest's mistake or a refusal: counted, reported
+/// (rate-limited) and answered with the exception hardware would raise.
+#[cold]
+#[inline(never)]
+fn contained_exit(
+    cpu: &CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    regs: &mut GuestRegs,
+    exit: Exit,
+) -> Next {
+    let counters = &cpu.public.counters;
+    match exit {
+        Exit::DataAbort {
+            ipa,
+            far,
+            access: Some(_),
+            ..
+        } => {
+            counters.exit(ExitClass::Abort);
+            fault(
+                p,
+                hw,
+                FaultKind::UnmappedIpa,
+                format_args!("access to unmapped IPA {:#x}: data abort injected", ipa.0),
+            );
+            inject(hw, regs, InjectKind::DataAbort, far)
+        }
         Exit::DataAbort {
             ipa,
             far,
@@ -291,10 +341,6 @@ pub fn handle_exit(
             );
             inject(hw, regs, InjectKind::InstrAbort, far)
         }
-        Exit::Hvc { .. } => {
-            counters.exit(ExitClass::Hvc);
-            hvc(sys, cpu, hw, p, v, regs)
-        }
         Exit::Smc { .. } => {
             // No secure firmware is offered to partitions.
             counters.exit(ExitClass::Hvc);
@@ -303,29 +349,19 @@ pub fn handle_exit(
             Next::Resume
         }
         Exit::SysReg(access) => {
-            counters.exit(ExitClass::SysReg);
-            if sysreg(sys, cpu, hw, p, v, access.reg, access.rt, access.read, regs) {
-                regs.elr += 4;
-                Next::Resume
-            } else {
-                fault(
-                    p,
-                    hw,
-                    FaultKind::UnknownSysReg,
-                    format_args!(
-                        "unhandled system register {:?}: undefined injected",
-                        access.reg
-                    ),
-                );
-                inject(hw, regs, InjectKind::Undefined, 0)
-            }
+            // Counted as SysReg by handle_exit.
+            fault(
+                p,
+                hw,
+                FaultKind::UnknownSysReg,
+                format_args!(
+                    "unhandled system register {:?}: undefined injected",
+                    access.reg
+                ),
+            );
+            inject(hw, regs, InjectKind::Undefined, 0)
         }
-        Exit::Wfx { .. } => {
-            counters.exit(ExitClass::Other);
-            regs.elr += 4;
-            Next::Resume
-        }
-        Exit::FpAccess | Exit::Unknown { .. } => {
+        Exit::Hvc { .. } | Exit::Wfx { .. } | Exit::FpAccess | Exit::Unknown { .. } => {
             counters.exit(ExitClass::Other);
             fault(
                 p,
@@ -340,7 +376,7 @@ pub fn handle_exit(
 
 /// An SError (or FIQ) taken from the guest: the partition is stopped.
 pub fn handle_serror(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, esr: u64) -> Next {
-    let Some((p, _)) = loaded_partition(sys, cpu) else {
+    let Some((p, _)) = loaded_partition(cpu) else {
         return Next::Park;
     };
     fault(
@@ -383,38 +419,20 @@ fn mmio(
         0
     };
     let result = match device {
-        EmulatedDevice::Gicd { offset } => {
-            let mut dist = p.dist.lock(LockPath::GicdTrap);
-            if a.write {
-                dist.write(offset, a.width, value, &mut |act| {
-                    dist_action(sys, cpu, hw, p, act)
-                });
-                0
-            } else {
-                dist.read(offset, a.width)
+        EmulatedDevice::Gicd { offset } if !a.write => {
+            match crate::vgic::dist::constant_register(offset, a.width) {
+                Some(v) => v,
+                None => gicd_read(p, offset, a.width),
             }
+        }
+        EmulatedDevice::Gicd { offset } => {
+            gicd_write(sys, cpu, hw, p, offset, a.width, value);
+            0
         }
         EmulatedDevice::Gicr { vcpu, offset } if vcpu == v => {
             redist_access(sys, cpu, hw, offset, a.width, a.write, value)
         }
-        EmulatedDevice::Gicr { vcpu, offset } => {
-            // Another vCPU's redistributor: Linux reads GICR_TYPER of every
-            // frame to find its own. Only identification registers are
-            // meaningful from here; they are the same for any instance.
-            if a.write {
-                fault(
-                    p,
-                    hw,
-                    FaultKind::ForeignRedist,
-                    format_args!("write to vCPU {vcpu}'s redistributor from vCPU {v}: ignored"),
-                );
-                0
-            } else {
-                let last = vcpu + 1 == p.vcpus.len();
-                VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, passthrough_ppis(p))
-                    .read(offset, a.width)
-            }
-        }
+        EmulatedDevice::Gicr { vcpu, offset } => foreign_redist(hw, p, v, vcpu, offset, a),
         EmulatedDevice::Uart { offset } => {
             uart_access(sys, cpu, hw, p, offset, a.width, a.write, value)
         }
@@ -426,6 +444,56 @@ fn mmio(
     }
 }
 
+/// A GICD register whose value is state: under the partition's lock.
+#[inline(never)]
+fn gicd_read(p: &Partition, offset: u64, width: u8) -> u64 {
+    p.dist.lock(LockPath::GicdTrap).read(offset, width)
+}
+
+#[inline(never)]
+fn gicd_write(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    offset: u64,
+    width: u8,
+    value: u64,
+) {
+    let mut dist = p.dist.lock(LockPath::GicdTrap);
+    dist.write(offset, width, value, &mut |act| {
+        dist_action(sys, cpu, hw, p, act)
+    });
+}
+
+/// Another vCPU's redistributor: Linux reads GICR_TYPER of every frame to
+/// find its own. Only identification registers are meaningful from here;
+/// they are the same for any instance.
+#[cold]
+#[inline(never)]
+fn foreign_redist(
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    vcpu: usize,
+    offset: u64,
+    a: &MmioAccess,
+) -> u64 {
+    if a.write {
+        fault(
+            p,
+            hw,
+            FaultKind::ForeignRedist,
+            format_args!("write to vCPU {vcpu}'s redistributor from vCPU {v}: ignored"),
+        );
+        0
+    } else {
+        let last = vcpu + 1 == p.vcpus.len();
+        VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, passthrough_ppis(p)).read(offset, a.width)
+    }
+}
+
+#[inline(never)]
 fn redist_access(
     sys: &System,
     cpu: &mut CpuState,
@@ -435,11 +503,16 @@ fn redist_access(
     write: bool,
     value: u64,
 ) -> u64 {
-    let index = cpu.index;
-    let CpuState { lrs, loaded, .. } = cpu;
+    let CpuState {
+        lrs,
+        loaded,
+        public,
+        ..
+    } = cpu;
     let Some(loaded) = loaded.as_mut() else {
         return 0;
     };
+    let p = loaded.partition;
     if !write {
         let held = lrs.private_bits(&Lrs(hw));
         let phys = hw.ppi_bits();
@@ -452,7 +525,7 @@ fn redist_access(
     loaded
         .vredist
         .write(offset, width, value, &mut |act| match act {
-            RedistAction::Inject(irq) => inject_into(sys, index, lrs, hw, irq),
+            RedistAction::Inject(irq) => inject_into(public, p, lrs, hw, irq),
             RedistAction::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
             RedistAction::PhysPpiEnable { intid, enable } => ppi_change(
                 sys,
@@ -481,6 +554,7 @@ fn ppi_change(sys: &System, hw: &mut impl Hw, path: LockPath, change: PpiStateCh
 }
 
 #[allow(clippy::too_many_arguments)]
+#[inline(never)]
 fn uart_access(
     sys: &System,
     cpu: &mut CpuState,
@@ -570,25 +644,30 @@ fn deliver(
         .as_ref()
         .is_some_and(|l| l.id.partition == p.index && l.id.vcpu == vcpu);
     if s.pcpu == cpu.index && here {
-        apply_op(sys, cpu, hw, op);
+        apply_op(cpu, hw, op);
     } else {
         post_remote(sys, cpu.index, hw, p, s.pcpu, op);
     }
 }
 
 /// Apply a mailbox operation to the vCPU loaded here.
-fn apply_op(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
-    let index = cpu.index;
-    let CpuState { lrs, loaded, .. } = cpu;
+fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
+    let CpuState {
+        lrs,
+        loaded,
+        public,
+        ..
+    } = cpu;
     let Some(loaded) = loaded.as_mut() else {
         return;
     };
+    let p = loaded.partition;
     match op {
-        MailboxOp::Inject(irq) => inject_into(sys, index, lrs, hw, irq),
+        MailboxOp::Inject(irq) => inject_into(public, p, lrs, hw, irq),
         MailboxOp::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
         MailboxOp::Sgi(intid) => {
             if let Some(irq) = loaded.vredist.raise_sgi(intid) {
-                inject_into(sys, index, lrs, hw, irq);
+                inject_into(public, p, lrs, hw, irq);
             }
         }
     }
@@ -598,33 +677,42 @@ fn apply_op(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
 /// no lock shared between CPUs. A full overflow queue is counted and
 /// reported, never silent.
 fn inject_into(
-    sys: &System,
-    index: usize,
+    public: &PublicCpu,
+    p: &Partition,
     lrs: &mut crate::vgic::lr::LrManager,
     hw: &mut impl Hw,
     irq: VirtIrq,
 ) {
-    let counters = &sys.cpus[index].counters;
-    counters.injected();
+    public.counters.injected();
     if let Err(e) = lrs.inject(&mut Lrs(hw), irq) {
-        counters.dropped();
-        if let Some(p) = sys.partition_on(index) {
-            fault(
-                p,
-                hw,
-                FaultKind::Dropped,
-                format_args!("interrupt {} lost: {e}", irq.intid),
-            );
-        }
+        lost(public, p, hw, irq, e);
     }
 }
 
+#[cold]
+#[inline(never)]
+fn lost(
+    public: &PublicCpu,
+    p: &Partition,
+    hw: &mut impl Hw,
+    irq: VirtIrq,
+    e: crate::vgic::lr::InjectError,
+) {
+    public.counters.dropped();
+    fault(
+        p,
+        hw,
+        FaultKind::Dropped,
+        format_args!("interrupt {} lost: {e}", irq.intid),
+    );
+}
+
 /// Inject into the vCPU loaded on this CPU (a timer or a local event).
-pub fn inject_local(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, irq: VirtIrq) {
-    if cpu.loaded.is_none() {
+pub fn inject_local(cpu: &mut CpuState, hw: &mut impl Hw, irq: VirtIrq) {
+    let Some(l) = cpu.loaded.as_ref() else {
         return;
-    }
-    inject_into(sys, cpu.index, &mut cpu.lrs, hw, irq);
+    };
+    inject_into(cpu.public, l.partition, &mut cpu.lrs, hw, irq);
 }
 
 /// Post `op` to CPU `pcpu`'s mailbox and kick it. A mailbox that stays full
@@ -732,37 +820,36 @@ fn send_sgi(
     v: usize,
     value: u64,
 ) {
-    let req = sgi::decode_sgi1r(value);
-    let res = sgi::resolve(&req, &p.vcpu_mpidrs, v);
+    let (intid, res) = p.sgi.resolve(value, v);
     if res.outside > 0 {
-        fault(
-            p,
-            hw,
-            FaultKind::ForeignCpu,
-            format_args!(
-                "SGI {} to {} target(s) outside the partition: dropped",
-                req.intid, res.outside
-            ),
-        );
+        sgi_outside(p, hw, intid, res.outside);
     }
-    let intid = u32::from(req.intid);
-    for t in 0..p.vcpus.len() {
-        if res.vcpus & (1 << t) == 0 {
-            continue;
-        }
+    let intid = u32::from(intid);
+    let mut targets = res.vcpus;
+    while targets != 0 {
+        let t = targets.trailing_zeros() as usize;
+        targets &= targets - 1;
         if t == v {
-            apply_op(sys, cpu, hw, MailboxOp::Sgi(intid));
-        } else {
-            post_remote(
-                sys,
-                cpu.index,
-                hw,
-                p,
-                p.vcpus[t].pcpu,
-                MailboxOp::Sgi(intid),
-            );
+            apply_op(cpu, hw, MailboxOp::Sgi(intid));
+        } else if let Some(target) = p.vcpus.get(t) {
+            // An SGI is a doorbell bit: it needs no slot and cannot be lost.
+            if let Some(c) = sys.cpus.get(target.pcpu) {
+                c.mailbox.post_sgi(intid);
+                sys.kick(hw, cpu.index, target.pcpu);
+            }
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn sgi_outside(p: &Partition, hw: &mut impl Hw, intid: u8, outside: u32) {
+    fault(
+        p,
+        hw,
+        FaultKind::ForeignCpu,
+        format_args!("SGI {intid} to {outside} target(s) outside the partition: dropped"),
+    );
 }
 
 /// The caller's RAM and the management operations, sharing the hardware.
@@ -820,41 +907,69 @@ fn hvc(
             None => psci::INVALID_PARAMETERS,
             Some(t) => p.vcpus[t].power.state().affinity_info(),
         },
-        Call::CpuOff => {
-            hw.log(format_args!("partition {}: vCPU {v} off", p.name));
-            return Next::Park;
+        Call::CpuOff | Call::SystemOff | Call::SystemReset => {
+            return power_call(sys, cpu, hw, p, v, call)
         }
+        Call::Pinfold { .. } => return management_call(sys, cpu, hw, p, regs),
+        Call::Unknown { .. } => psci::NOT_SUPPORTED,
+    };
+    regs.x[0] = ret as u64;
+    Next::Resume
+}
+
+/// PSCI calls that take the vCPU or its partition down.
+#[cold]
+#[inline(never)]
+fn power_call(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    call: Call,
+) -> Next {
+    match call {
         Call::SystemOff => {
             hw.log(format_args!(
                 "partition {}: powered off by the guest",
                 p.name
             ));
             sys.stop_partition(p, hw, cpu.index);
-            return Next::Stopped;
+            Next::Stopped
         }
         Call::SystemReset => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
             sys.stop_partition(p, hw, cpu.index);
-            return Next::Restart(p.index);
+            Next::Restart(p.index)
         }
-        Call::Pinfold { .. } => {
-            let args = [
-                regs.x[0], regs.x[1], regs.x[2], regs.x[3], regs.x[4], regs.x[5],
-            ];
-            let cell = RefCell::new(hw);
-            let mut caller = Caller { p, hw: &cell };
-            let mut mgr = crate::manage::Manager {
-                sys,
-                cpu,
-                hw: &cell,
-            };
-            let out = hypercall::dispatch(p.plan.management, &args, &mut caller, &mut mgr);
-            regs.x[..4].copy_from_slice(&out);
-            return Next::Resume;
+        _ => {
+            hw.log(format_args!("partition {}: vCPU {v} off", p.name));
+            Next::Park
         }
-        Call::Unknown { .. } => psci::NOT_SUPPORTED,
+    }
+}
+
+/// A Pinfold vendor hypercall (the management ABI).
+#[inline(never)]
+fn management_call(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    regs: &mut GuestRegs,
+) -> Next {
+    let args = [
+        regs.x[0], regs.x[1], regs.x[2], regs.x[3], regs.x[4], regs.x[5],
+    ];
+    let cell = RefCell::new(hw);
+    let mut caller = Caller { p, hw: &cell };
+    let mut mgr = crate::manage::Manager {
+        sys,
+        cpu,
+        hw: &cell,
     };
-    regs.x[0] = ret as u64;
+    let out = hypercall::dispatch(p.plan.management, &args, &mut caller, &mut mgr);
+    regs.x[..4].copy_from_slice(&out);
     Next::Resume
 }
 
@@ -893,7 +1008,12 @@ fn cpu_on(
 /// mailbox, a reset emulated redistributor. Touches only this CPU's state:
 /// no lock shared between CPUs. Returns what the platform writes to the
 /// virtualisation registers.
-pub fn load(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, id: VcpuId) -> VcpuContext {
+pub fn load<'s>(
+    sys: &'s System,
+    cpu: &mut CpuState<'s>,
+    hw: &mut impl Hw,
+    id: VcpuId,
+) -> VcpuContext {
     let p = &sys.partitions[id.partition];
     cpu.lrs.clear(&mut Lrs(hw));
     for ppi in OWNED_PPIS {
@@ -910,7 +1030,7 @@ pub fn load(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, id: VcpuId) -> V
             PpiStateChange::Active(ppi, false),
         );
     }
-    let public = &sys.cpus[cpu.index];
+    let public = cpu.public;
     public.counters.reset();
     // Stale posts from a previous run of this vCPU.
     public.mailbox.clear();
@@ -927,6 +1047,7 @@ pub fn load(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, id: VcpuId) -> V
     }
     cpu.loaded = Some(LoadedVcpu {
         id,
+        partition: p,
         vredist: VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p)),
         pmu: view,
     });
@@ -972,25 +1093,23 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
             PpiStateChange::Active(ppi, false),
         );
     }
-    if let Some(p) = sys.partitions.get(loaded.id.partition) {
-        p.vcpus[loaded.id.vcpu].power.set_off();
-    }
+    loaded.partition.vcpus[loaded.id.vcpu].power.set_off();
 }
 
 /// What the root IRQ handler does with an acknowledged interrupt (after
 /// priority drop) that is not the host UART's.
 pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     match intid {
+        PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         SGI_MAILBOX => {
             hw.deactivate(intid);
-            let public = &sys.cpus[cpu.index];
-            public.mailbox.drain(|op| apply_op(sys, cpu, hw, op));
+            let public = cpu.public;
+            public.mailbox.drain(|op| apply_op(cpu, hw, op));
         }
         PPI_MAINTENANCE => {
             hw.deactivate(intid);
             maintenance(sys, cpu, hw);
         }
-        PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         _ => match sys.spi_owner(intid) {
             Some(p) => passthrough_spi(sys, cpu, hw, p, intid),
             None => {
@@ -1005,12 +1124,17 @@ pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u
 /// to the vCPU, which deactivates the physical interrupt when it
 /// deactivates the virtual one.
 fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
-    let irq = cpu
+    let fired = cpu
         .loaded
         .as_ref()
-        .and_then(|l| l.vredist.hw_ppi_fired(intid));
-    match irq {
-        Some(irq) => inject_local(sys, cpu, hw, irq),
+        .and_then(|l| Some((l.partition, l.vredist.hw_ppi_fired(intid)?)));
+    match fired {
+        Some((p, irq)) => {
+            cpu.public.counters.injected();
+            if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {
+                lost(cpu.public, p, hw, irq, e);
+            }
+        }
         None => {
             // No vCPU wants it: silence it on our own redistributor.
             ppi_change(
@@ -1037,7 +1161,7 @@ fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     if n == 0 {
         return;
     }
-    let Some((p, _)) = loaded_partition(sys, cpu) else {
+    let Some((p, _)) = loaded_partition(cpu) else {
         return;
     };
     let mut dist = p.dist.lock(LockPath::Maintenance);
@@ -1068,8 +1192,8 @@ fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Parti
 }
 
 /// After an interrupt taken from the guest: what requests say to do.
-pub fn after_guest_irq(sys: &System, cpu: &mut CpuState) -> Next {
-    let public = &sys.cpus[cpu.index];
+pub fn after_guest_irq(cpu: &mut CpuState) -> Next {
+    let public = cpu.public;
     public.counters.exit(ExitClass::Irq);
     let req = public.take_requests();
     if req & REQ_STOP != 0 {
@@ -1085,7 +1209,7 @@ pub fn after_guest_irq(sys: &System, cpu: &mut CpuState) -> Next {
 
 /// The idle loop's decision: which vCPU to enter, if a request says so.
 pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<Boot> {
-    let req = sys.cpus[cpu.index].take_requests();
+    let req = cpu.public.take_requests();
     if req & (REQ_CPU_ON | REQ_START) == 0 {
         return None;
     }

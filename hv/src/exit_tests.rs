@@ -316,12 +316,8 @@ fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
 }
 
 /// CPU `index`'s state with its assigned vCPU loaded.
-fn loaded_cpu(sys: &System, hw: &mut FakeHw, index: usize) -> CpuState {
-    let mut cpu = CpuState::new(
-        index,
-        sys.cpus[index].mpidr.load(Ordering::Relaxed),
-        sys.assigned(index),
-    );
+fn loaded_cpu<'s>(sys: &'s System, hw: &mut FakeHw, index: usize) -> CpuState<'s> {
+    let mut cpu = CpuState::new(sys, index);
     let id = cpu.assigned.unwrap();
     load(sys, &mut cpu, hw, id);
     cpu
@@ -897,16 +893,47 @@ fn sgi_to_self_is_injected_once_the_guest_enabled_it() {
 }
 
 #[test]
-fn a_full_mailbox_loses_the_post_counted_and_reported() {
+fn a_full_mailbox_loses_an_spi_injection_counted_and_reported() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
-    while sys.cpus[2].mailbox.post(MailboxOp::Sgi(1)) {}
-
-    sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10);
+    while sys.cpus[2].mailbox.post(MailboxOp::Retract(40)) {}
+    let mut regs = GuestRegs::default();
+    let mut write = |regs: &mut GuestRegs, offset: u64, width: u8, value: u64| {
+        regs.x[1] = value;
+        let exit = mmio(GUEST_GICD_BASE + offset, width, true, 1);
+        run(sys, &mut cpu, &mut hw, regs, exit)
+    };
+    // The emulated UART line (SPI 33) enabled, routed to vCPU 1 (on CPU 2),
+    // then made pending: its injection needs a slot of CPU 2's mailbox.
+    write(&mut regs, 0, 4, 1 << 4 | 1 << 1);
+    // Affinity only: bit 31 of an MPIDR is RES1, of GICD_IROUTER it is IRM.
+    write(
+        &mut regs,
+        0x6000 + 8 * 33,
+        8,
+        vcpu_mpidr(1) & 0xff_00ff_ffff,
+    );
+    write(&mut regs, 0x104, 4, 1 << 1);
+    write(&mut regs, 0x204, 4, 1 << 1);
 
     assert!(hw.log_has("full"));
     assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_sgi_reaches_a_sibling_whose_mailbox_slots_are_all_full() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    while sys.cpus[2].mailbox.post(MailboxOp::Retract(40)) {}
+
+    sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10);
+
+    let mut got = Vec::new();
+    sys.cpus[2].mailbox.drain(|op| got.push(op));
+    assert!(got.contains(&MailboxOp::Sgi(3)), "{got:?}");
+    assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 0);
 }
 
 // --- PSCI -------------------------------------------------------------------
@@ -974,7 +1001,7 @@ fn cpu_on_posts_to_the_siblings_cpu_and_a_second_call_races_to_on_pending() {
         psci::AFFINITY_INFO_ON_PENDING
     );
     // The sibling's CPU, idle, boots it with the context id in x0.
-    let mut sibling = CpuState::new(2, 0x102, sys.assigned(2));
+    let mut sibling = CpuState::new(sys, 2);
     let boot = idle_work(sys, &mut sibling, &mut hw).unwrap();
     assert_eq!(boot.entry, 0x4000_2000);
     assert_eq!(boot.x0, 77);
@@ -1111,7 +1138,7 @@ fn put_deactivates_passthrough_spis_left_in_the_list_registers() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
-    inject_local(sys, &mut cpu, &mut hw, VirtIrq::hw_linked(40, 0xa0));
+    inject_local(&mut cpu, &mut hw, VirtIrq::hw_linked(40, 0xa0));
 
     put(sys, &mut cpu, &mut hw);
 
@@ -1127,8 +1154,8 @@ fn a_stop_request_parks_the_vcpu_after_an_interrupt() {
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
     sys.cpus[3].post_request(REQ_STOP);
 
-    assert_eq!(after_guest_irq(sys, &mut cpu), Next::Park);
-    assert_eq!(after_guest_irq(sys, &mut cpu), Next::Resume);
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park);
+    assert_eq!(after_guest_irq(&mut cpu), Next::Resume);
     assert_eq!(sys.cpus[3].counters.exits_of(ExitClass::Irq), 2);
 }
 
@@ -1139,7 +1166,7 @@ fn overflowing_the_list_register_queue_is_counted() {
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
 
     for intid in 32..32 + 100 {
-        inject_local(sys, &mut cpu, &mut hw, VirtIrq::soft(intid, 0xa0));
+        inject_local(&mut cpu, &mut hw, VirtIrq::soft(intid, 0xa0));
     }
 
     let dropped = sys.cpus[3].counters.dropped_count();
@@ -1178,7 +1205,7 @@ fn pmu_access(reg: crate::pmu::PmuReg, read: bool) -> Exit {
 fn load_writes_mdcr_with_all_counters_and_el2_hidden_by_trapping_on_pmuv3() {
     let sys = system();
     let mut hw = FakeHw::new();
-    let mut cpu = CpuState::new(3, 0x103, sys.assigned(3));
+    let mut cpu = CpuState::new(sys, 3);
 
     let id = cpu.assigned.unwrap();
     let ctx = load(sys, &mut cpu, &mut hw, id);

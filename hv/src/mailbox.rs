@@ -1,7 +1,12 @@
 //! The per-CPU mailbox other CPUs post virtual-interrupt work to before they
-//! send the owning CPU an SGI. Lock-free: each slot is one atomic word that a
-//! producer claims with compare-and-swap (0 = empty) and the owning CPU
-//! empties with swap, so no CPU ever waits for another.
+//! send the owning CPU an SGI. Lock-free, and drained in O(pending): one
+//! doorbell word says what is there. A sibling vCPU's SGI is a bit of the
+//! doorbell (an SGI is a pending state, as on a GIC: two posts of one SGI
+//! before the owner looks are one interrupt); any other operation is one
+//! atomic word in a slot, which a producer claims with compare-and-swap
+//! (0 = empty) and then announces with the slot's doorbell bit. The owner
+//! takes the doorbell with one swap and empties only the slots it names, so
+//! no CPU ever waits for another and an idle mailbox costs one load.
 
 use crate::vgic::lr::VirtIrq;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -65,39 +70,88 @@ impl MailboxOp {
     }
 }
 
-/// One CPU's mailbox of `N` slots.
+/// Doorbell bits 0..15: SGI INTIDs posted by sibling vCPUs.
+const DOORBELL_SGIS: u64 = 0xffff;
+/// Doorbell bit of slot `i`.
+const fn slot_bit(i: usize) -> u64 {
+    1 << (32 + i)
+}
+
+/// One CPU's mailbox of `N` slots (at most 32: one doorbell bit each).
 pub struct Mailbox<const N: usize> {
+    /// SGI bits 0..15, slot bits 32..32+N.
+    doorbell: AtomicU64,
     slots: [AtomicU64; N],
 }
 
 impl<const N: usize> Mailbox<N> {
+    const FITS: () = assert!(N <= 32, "one doorbell bit per slot");
+
     pub const fn new() -> Self {
+        let () = Self::FITS;
         Mailbox {
+            doorbell: AtomicU64::new(0),
             slots: [const { AtomicU64::new(0) }; N],
         }
     }
 
-    /// Claim an empty slot for `op`; false when every slot is full (the
-    /// caller may retry: the owner empties slots as it runs).
-    pub fn post(&self, op: MailboxOp) -> bool {
-        let v = op.encode();
-        self.slots.iter().any(|s| {
-            s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        })
+    /// Make SGI `intid` (0..15) pending for the owner. Never fails: a
+    /// pending SGI posted again stays one pending SGI.
+    pub fn post_sgi(&self, intid: u32) {
+        self.doorbell
+            .fetch_or(1 << (intid & 0xf), Ordering::Release);
     }
 
-    /// Empty every slot, handing each operation to `f` (owner only).
+    /// Post `op`: an SGI as a doorbell bit, anything else in a free slot;
+    /// false when every slot is full (the caller may retry: the owner
+    /// empties slots as it runs).
+    pub fn post(&self, op: MailboxOp) -> bool {
+        if let MailboxOp::Sgi(intid) = op {
+            self.post_sgi(intid);
+            return true;
+        }
+        let v = op.encode();
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                // The owner may take the doorbell between the claim and
+                // this; then the slot waits for the next drain, which the
+                // kick the caller sends after posting guarantees.
+                self.doorbell.fetch_or(slot_bit(i), Ordering::Release);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Hand everything posted to `f` (owner only): SGIs in INTID order, then
+    /// the announced slots in slot order.
     pub fn drain(&self, mut f: impl FnMut(MailboxOp)) {
-        for slot in &self.slots {
-            if let Some(op) = MailboxOp::decode(slot.swap(0, Ordering::AcqRel)) {
-                f(op);
+        if self.doorbell.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let bell = self.doorbell.swap(0, Ordering::Acquire);
+        let mut sgis = bell & DOORBELL_SGIS;
+        while sgis != 0 {
+            f(MailboxOp::Sgi(sgis.trailing_zeros()));
+            sgis &= sgis - 1;
+        }
+        let mut slots = bell >> 32;
+        while slots != 0 {
+            let i = slots.trailing_zeros() as usize;
+            slots &= slots - 1;
+            if let Some(slot) = self.slots.get(i) {
+                if let Some(op) = MailboxOp::decode(slot.swap(0, Ordering::AcqRel)) {
+                    f(op);
+                }
             }
         }
     }
 
     /// Forget everything posted (a vCPU being loaded afresh).
     pub fn clear(&self) {
+        self.doorbell.store(0, Ordering::Relaxed);
         for slot in &self.slots {
             slot.store(0, Ordering::Relaxed);
         }
@@ -155,15 +209,62 @@ mod tests {
     #[test]
     fn full_mailbox_refuses_the_next_post_until_drained() {
         let mb: Mailbox<2> = Mailbox::new();
-        assert!(mb.post(MailboxOp::Sgi(1)));
-        assert!(mb.post(MailboxOp::Sgi(2)));
+        assert!(mb.post(MailboxOp::Retract(40)));
+        assert!(mb.post(MailboxOp::Retract(41)));
 
-        assert!(!mb.post(MailboxOp::Sgi(3)));
+        assert!(!mb.post(MailboxOp::Retract(42)));
 
         let mut got = Vec::new();
         mb.drain(|op| got.push(op));
-        assert_eq!(got, [MailboxOp::Sgi(1), MailboxOp::Sgi(2)]);
-        assert!(mb.post(MailboxOp::Sgi(3)));
+        assert_eq!(got, [MailboxOp::Retract(40), MailboxOp::Retract(41)]);
+        assert!(mb.post(MailboxOp::Retract(42)));
+    }
+
+    #[test]
+    fn sgis_never_fill_the_mailbox_and_coalesce_like_pending_state() {
+        let mb: Mailbox<1> = Mailbox::new();
+        assert!(mb.post(MailboxOp::Retract(40)));
+        for _ in 0..3 {
+            assert!(mb.post(MailboxOp::Sgi(5)), "an SGI needs no slot");
+        }
+        mb.post_sgi(1);
+
+        let mut got = Vec::new();
+        mb.drain(|op| got.push(op));
+        assert_eq!(
+            got,
+            [MailboxOp::Sgi(1), MailboxOp::Sgi(5), MailboxOp::Retract(40)]
+        );
+    }
+
+    #[test]
+    fn drain_visits_only_announced_slots() {
+        let mb: Mailbox<32> = Mailbox::new();
+        assert!(mb.post(MailboxOp::Retract(40)));
+        assert!(mb.post(MailboxOp::Retract(41)));
+        let mut got = Vec::new();
+        mb.drain(|op| got.push(op));
+        assert_eq!(got.len(), 2);
+        // A word in a slot whose doorbell bit is not set (a post still
+        // between claim and announce) waits for the next drain.
+        mb.slots[7].store(MailboxOp::Retract(43).encode(), Ordering::Relaxed);
+        mb.drain(|op| got.push(op));
+        assert_eq!(got.len(), 2);
+        mb.doorbell.fetch_or(slot_bit(7), Ordering::Relaxed);
+        mb.drain(|op| got.push(op));
+        assert_eq!(got[2], MailboxOp::Retract(43));
+    }
+
+    #[test]
+    fn clear_forgets_sgis_and_slots() {
+        let mb: Mailbox<4> = Mailbox::new();
+        mb.post_sgi(3);
+        assert!(mb.post(MailboxOp::Retract(40)));
+        mb.clear();
+        let mut got = Vec::new();
+        mb.drain(|op| got.push(op));
+        assert!(got.is_empty());
+        assert!(mb.post(MailboxOp::Retract(40)));
     }
 
     #[test]

@@ -19,9 +19,9 @@ use pinfold_abi::{CpuOwner, ExitCounts, PartitionState, VcpuInfo, VcpuPower};
 use pinfold_vboard::ExitClass;
 
 /// The management operations of one call.
-pub struct Manager<'a, 'h, H: Hw> {
+pub struct Manager<'a, 's, 'h, H: Hw> {
     pub sys: &'a System,
-    pub cpu: &'a mut CpuState,
+    pub cpu: &'a mut CpuState<'s>,
     pub hw: &'a RefCell<&'h mut H>,
 }
 
@@ -33,7 +33,7 @@ fn state_of(p: &Partition) -> PartitionState {
     }
 }
 
-impl<H: Hw> Manager<'_, '_, H> {
+impl<H: Hw> Manager<'_, '_, '_, H> {
     fn find(&self, index: u32) -> Result<&Partition, AbiError> {
         self.sys
             .partitions
@@ -65,7 +65,7 @@ impl<H: Hw> Manager<'_, '_, H> {
     }
 }
 
-impl<H: Hw> Manage for Manager<'_, '_, H> {
+impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
     fn host_info(&self) -> HostInfo {
         let host = &self.sys.host;
         let cpus = (0..self.sys.cpus.len() as u32)

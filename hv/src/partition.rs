@@ -16,6 +16,7 @@ use crate::psci::VcpuPower;
 use crate::ratelimit::{FaultKind, FaultLog, Verdict};
 use crate::stage2::{MemType, Stage2, Stage2Error, TableMemory};
 use crate::vgic::dist::VDist;
+use crate::vgic::sgi::SgiMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
@@ -105,6 +106,8 @@ pub struct Partition {
     pub stage2_root: PhysAddr,
     pub vcpus: Vec<VcpuShared>,
     pub vcpu_mpidrs: Vec<u64>,
+    /// SGI routing precomputed from `vcpu_mpidrs` for the trap path.
+    pub sgi: SgiMap,
     /// Physical SPIs this partition owns (devices and the PCIe bridge).
     pub spis: Vec<u32>,
     /// Its pass-through MMIO devices, for the guest DTB.
@@ -278,6 +281,7 @@ impl Partition {
             vmid: index as u16 + 1,
             stage2_root: s2.root(),
             vcpus,
+            sgi: SgiMap::new(&vcpu_mpidrs),
             vcpu_mpidrs,
             spis,
             devices,

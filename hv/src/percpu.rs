@@ -2,10 +2,18 @@
 //! `public_per_cpu`): [`CpuState`] is touched only by its own CPU and is
 //! handed down as `&mut` from the exception entries, so it needs no lock and
 //! is not `Sync`; [`PublicCpu`] is what other CPUs may see of and post to a
-//! CPU: a few atomics, its counters and its mailbox, on cache lines of its
-//! own so that one CPU's counter stores never share a line with another's.
+//! CPU: a few atomics, its counters and its mailbox. Its cache lines split
+//! by writer: what other CPUs post (requests, the mailbox) is on lines the
+//! owner only reads and empties, and the counters the owner stores on every
+//! exit are on a line of their own that no other CPU writes, so an exit
+//! never bounces a line another CPU is writing.
+//!
+//! `CpuState` caches what the hot paths would otherwise look up on every
+//! exit: this CPU's `PublicCpu` and the loaded vCPU's partition.
 
 use crate::mailbox::Mailbox;
+use crate::partition::Partition;
+use crate::system::System;
 use crate::vgic::lr::LrManager;
 use crate::vgic::redist::VRedist;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -81,27 +89,42 @@ impl VcpuCounters {
     }
 }
 
-/// What other CPUs may see of and post to a CPU. Cache-line aligned: the
-/// owner's counter stores and other CPUs' posts to neighbouring entries
-/// never share a line.
+/// `T` on cache lines of its own.
 #[repr(align(64))]
+#[derive(Default)]
+pub struct OwnLines<T>(pub T);
+
+impl<T> core::ops::Deref for OwnLines<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// What other CPUs may see of and post to a CPU, laid out by writer (see
+/// the module comment).
+#[repr(C, align(64))]
 pub struct PublicCpu {
-    pub mpidr: AtomicU64,
-    pub online: AtomicBool,
+    /// Written by other CPUs (posts), emptied by the owner: the doorbell
+    /// and slots of the mailbox and the request bits share these lines,
+    /// together with what a poster reads to kick the owner.
+    pub mailbox: Mailbox<MAILBOX_SLOTS>,
     /// REQ_* bits.
     requests: AtomicU32,
-    pub counters: VcpuCounters,
-    pub mailbox: Mailbox<MAILBOX_SLOTS>,
+    pub online: AtomicBool,
+    pub mpidr: AtomicU64,
+    /// Written by the owner only (plain stores), read by the statistics.
+    pub counters: OwnLines<VcpuCounters>,
 }
 
 impl PublicCpu {
     pub fn new(mpidr: u64) -> Self {
         PublicCpu {
-            mpidr: AtomicU64::new(mpidr),
-            online: AtomicBool::new(false),
-            requests: AtomicU32::new(0),
-            counters: VcpuCounters::default(),
             mailbox: Mailbox::new(),
+            requests: AtomicU32::new(0),
+            online: AtomicBool::new(false),
+            mpidr: AtomicU64::new(mpidr),
+            counters: OwnLines::default(),
         }
     }
 
@@ -109,7 +132,8 @@ impl PublicCpu {
         self.requests.fetch_or(bits, Ordering::Release);
     }
 
-    /// Take every posted request (owner only).
+    /// Take every posted request (owner only). Nothing posted costs one
+    /// load.
     pub fn take_requests(&self) -> u32 {
         if self.requests.load(Ordering::Relaxed) == 0 {
             return 0;
@@ -119,8 +143,10 @@ impl PublicCpu {
 }
 
 /// The vCPU loaded on a CPU.
-pub struct LoadedVcpu {
+pub struct LoadedVcpu<'s> {
     pub id: VcpuId,
+    /// Its partition (cached: every exit needs it).
+    pub partition: &'s Partition,
     /// Its emulated redistributor.
     pub vredist: VRedist,
     /// The PMU it was given on this CPU.
@@ -128,24 +154,29 @@ pub struct LoadedVcpu {
 }
 
 /// State only this CPU touches.
-pub struct CpuState {
+pub struct CpuState<'s> {
     pub index: usize,
     pub mpidr: u64,
+    /// This CPU's entry of `System::cpus`.
+    pub public: &'s PublicCpu,
     /// List-register allocation of the loaded vCPU.
     pub lrs: LrManager,
     /// The vCPU pinned to this CPU by the plan, if any.
     pub assigned: Option<VcpuId>,
     /// The loaded vCPU (running, or about to run).
-    pub loaded: Option<LoadedVcpu>,
+    pub loaded: Option<LoadedVcpu<'s>>,
 }
 
-impl CpuState {
-    pub fn new(index: usize, mpidr: u64, assigned: Option<VcpuId>) -> Self {
+impl<'s> CpuState<'s> {
+    /// The state of CPU `index` of `sys` (which must have it).
+    pub fn new(sys: &'s System, index: usize) -> Self {
+        let public = &sys.cpus[index];
         CpuState {
             index,
-            mpidr,
+            mpidr: public.mpidr.load(Ordering::Relaxed),
+            public,
             lrs: LrManager::new(),
-            assigned,
+            assigned: sys.assigned(index),
             loaded: None,
         }
     }
@@ -159,6 +190,19 @@ mod tests {
     fn public_entries_do_not_share_cache_lines() {
         assert_eq!(core::mem::align_of::<PublicCpu>(), 64);
         assert_eq!(core::mem::size_of::<PublicCpu>() % 64, 0);
+    }
+
+    #[test]
+    fn owner_counters_do_not_share_a_line_with_what_others_write() {
+        let cpu = PublicCpu::new(0);
+        let base = &cpu as *const PublicCpu as usize;
+        let counters = &*cpu.counters as *const VcpuCounters as usize - base;
+        let posted_end = core::mem::offset_of!(PublicCpu, mpidr) + 8;
+        assert_eq!(counters % 64, 0);
+        assert!(
+            counters >= posted_end,
+            "counters at {counters}, posts end at {posted_end}"
+        );
     }
 
     #[test]

@@ -2,16 +2,20 @@
 //! which boot code patches once so the IRQ path calls the GIC driver without
 //! loading a function pointer.
 //!
-//! The vector code reserves [`CALL_SITE_WORDS`] instructions assembled as
-//! `bl default_handler; nop; nop; nop; nop`, so an IRQ taken before patching
-//! reaches a safe handler, never a bogus address. Boot code then writes
-//! [`call_site`] for the chosen driver's handler while IRQs are still masked
-//! on every CPU (a 5-word patch is not atomic), followed by the usual
-//! `DC CVAU; DSB ISH; IC IVAU; DSB ISH; ISB` sequence. Encodings follow the
-//! Arm ARM C6.2 (BL, BLR, MOVZ, MOVK; 64-bit forms).
+//! A call site is one instruction, assembled as `bl default_handler`, so an
+//! IRQ taken before patching reaches a safe handler, never a bogus address,
+//! and a patched site executes exactly one instruction: `bl handler`. A
+//! target out of BL's +-128 MiB reach (never the case for a driver linked
+//! into the image, but the encoder does not assume it) goes through a
+//! veneer, as a linker would place one: the site becomes `bl veneer` and the
+//! veneer `movz/movk x16 ...; br x16`, a tail branch that returns to the
+//! site's successor. Boot code writes the words with IRQs masked on every
+//! CPU, followed by the usual `DC CVAU; DSB ISH; IC IVAU; DSB ISH; ISB`
+//! sequence. Encodings follow the Arm ARM C6.2 (BL, BR, MOVZ, MOVK; 64-bit
+//! forms).
 
-/// Instructions in a call site: room for the absolute form.
-pub const CALL_SITE_WORDS: usize = 5;
+/// Instructions in a veneer: four moves and the branch.
+pub const VENEER_WORDS: usize = 5;
 
 /// `NOP` (HINT #0).
 pub const NOP: u32 = 0xd503_201f;
@@ -29,6 +33,7 @@ const BL_RANGE: i64 = 1 << 27;
 const MOVZ_X: u32 = 0xd280_0000;
 const MOVK_X: u32 = 0xf280_0000;
 const BLR: u32 = 0xd63f_0000;
+const BR: u32 = 0xd61f_0000;
 
 /// `BL target` placed at `site`, or None when the target is out of the
 /// +-128 MiB range or either address is not 4-byte aligned.
@@ -68,39 +73,63 @@ pub fn encode_blr(reg: u8) -> u32 {
     BLR | (u32::from(reg & 0x1F) << 5)
 }
 
-/// The call site at `site` calling `target`: `bl target` and four NOPs when
-/// in range (one direct branch, nothing to load), else the absolute form.
-pub fn call_site(site: u64, target: u64) -> [u32; CALL_SITE_WORDS] {
-    match encode_bl(site, target) {
-        Some(bl) => [bl, NOP, NOP, NOP, NOP],
-        None => call_site_absolute(target),
+/// `BR Xreg`.
+pub fn encode_br(reg: u8) -> u32 {
+    BR | (u32::from(reg & 0x1F) << 5)
+}
+
+/// What boot code writes: the site's one word and, for a far target, the
+/// veneer's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSitePatch {
+    pub site: u32,
+    pub veneer: Option<[u32; VENEER_WORDS]>,
+}
+
+/// The patch that makes the call site at `site` call `target`: `bl target`
+/// when in range, else `bl veneer` with the veneer at `veneer` branching to
+/// `target`. None if neither the target nor the veneer is reachable (or an
+/// address is misaligned).
+pub fn call_site(site: u64, target: u64, veneer: u64) -> Option<CallSitePatch> {
+    if let Some(bl) = encode_bl(site, target) {
+        return Some(CallSitePatch {
+            site: bl,
+            veneer: None,
+        });
     }
+    Some(CallSitePatch {
+        site: encode_bl(site, veneer)?,
+        veneer: Some(veneer_words(target)),
+    })
 }
 
 /// `movz x16, #t[15:0]; movk x16, #t[31:16], lsl 16; movk ... lsl 32;
-/// movk ... lsl 48; blr x16`, independent of where it is placed. All four
+/// movk ... lsl 48; br x16`, independent of where it is placed. All four
 /// moves are always emitted so the form is fixed-length and decodable.
-pub fn call_site_absolute(target: u64) -> [u32; CALL_SITE_WORDS] {
+pub fn veneer_words(target: u64) -> [u32; VENEER_WORDS] {
     let part = |shift: u8| (target >> shift) as u16;
     [
         encode_movz(SCRATCH_REG, part(0), 0),
         encode_movk(SCRATCH_REG, part(16), 16),
         encode_movk(SCRATCH_REG, part(32), 32),
         encode_movk(SCRATCH_REG, part(48), 48),
-        encode_blr(SCRATCH_REG),
+        encode_br(SCRATCH_REG),
     ]
 }
 
-/// The target a call site at `site` calls, or None if `words` is neither of
-/// the two forms this module writes (so boot code can verify a patch, and
-/// tests can check the default handler is in place).
-pub fn decode_call_site(site: u64, words: &[u32; CALL_SITE_WORDS]) -> Option<u64> {
-    if words[0] & BL_OPCODE_MASK == BL_OPCODE && words[1..].iter().all(|&w| w == NOP) {
-        // Sign-extend imm26 from bit 25, then scale by 4.
-        let imm26 = (words[0] & BL_IMM26_MASK) as i32;
-        let offset = i64::from((imm26 << 6) >> 6) * 4;
-        return Some(site.wrapping_add(offset as u64));
+/// Where a `bl` at `site` goes, or None if `word` is not a BL.
+pub fn decode_bl(site: u64, word: u32) -> Option<u64> {
+    if word & BL_OPCODE_MASK != BL_OPCODE {
+        return None;
     }
+    // Sign-extend imm26 from bit 25, then scale by 4.
+    let imm26 = (word & BL_IMM26_MASK) as i32;
+    let offset = i64::from((imm26 << 6) >> 6) * 4;
+    Some(site.wrapping_add(offset as u64))
+}
+
+/// The target a veneer branches to, or None if `words` is not one.
+pub fn decode_veneer(words: &[u32; VENEER_WORDS]) -> Option<u64> {
     let mut target = 0u64;
     for (i, &word) in words[..4].iter().enumerate() {
         let opcode = if i == 0 { MOVZ_X } else { MOVK_X };
@@ -112,7 +141,23 @@ pub fn decode_call_site(site: u64, words: &[u32; CALL_SITE_WORDS]) -> Option<u64
         }
         target |= u64::from((word & imm_mask) >> 5) << (16 * i);
     }
-    (words[4] == encode_blr(SCRATCH_REG)).then_some(target)
+    (words[4] == encode_br(SCRATCH_REG)).then_some(target)
+}
+
+/// The handler a patched site ends up calling: the BL's target, or the
+/// veneer's when the BL goes to the veneer. Lets boot code verify a patch.
+pub fn decode_call_site(
+    site: u64,
+    word: u32,
+    veneer: u64,
+    veneer_words: &[u32; VENEER_WORDS],
+) -> Option<u64> {
+    let to = decode_bl(site, word)?;
+    if to == veneer {
+        decode_veneer(veneer_words)
+    } else {
+        Some(to)
+    }
 }
 
 #[cfg(test)]
@@ -169,50 +214,62 @@ mod tests {
     }
 
     #[test]
-    fn near_target_gets_bl_and_four_nops() {
-        let words = call_site(0x4000_0800, 0x4001_0000);
+    fn br_encodings_match_reference_words() {
+        assert_eq!(encode_br(16), 0xd61f_0200);
+        assert_eq!(encode_br(0), 0xd61f_0000);
+    }
 
-        assert_eq!(words, [0x9400_3E00, NOP, NOP, NOP, NOP]);
+    const VENEER: u64 = 0x4000_2000;
+
+    #[test]
+    fn near_target_is_one_bl_and_no_veneer() {
+        let patch = call_site(0x4000_0800, 0x4001_0000, VENEER).unwrap();
+
+        assert_eq!(patch.site, 0x9400_3E00);
+        assert_eq!(patch.veneer, None);
     }
 
     #[test]
-    fn far_target_falls_back_to_absolute_form() {
+    fn far_target_goes_through_the_veneer() {
         let site = 0x4000_0000;
         let target = 0xFFFF_8000_1234_5678;
 
-        let words = call_site(site, target);
+        let patch = call_site(site, target, VENEER).unwrap();
 
-        assert_eq!(words, call_site_absolute(target));
+        assert_eq!(Some(patch.site), encode_bl(site, VENEER));
         assert_eq!(
-            words,
-            [
+            patch.veneer,
+            Some([
                 0xd28a_cf10,
                 0xf2a2_4690,
                 0xf2d0_0010,
                 0xf2ff_fff0,
-                0xd63f_0200
-            ]
+                0xd61f_0200
+            ])
         );
     }
 
     #[test]
-    fn absolute_form_emits_all_four_moves_even_for_zero_halves() {
-        let words = call_site_absolute(0x0000_0000_4000_0000);
-
+    fn veneer_emits_all_four_moves_even_for_zero_halves() {
         assert_eq!(
-            words,
+            veneer_words(0x0000_0000_4000_0000),
             [
                 0xd280_0010,
                 0xf2a8_0010,
                 0xf2c0_0010,
                 0xf2e0_0010,
-                0xd63f_0200
+                0xd61f_0200
             ]
         );
     }
 
     #[test]
-    fn bl_site_round_trips_forward_and_backward() {
+    fn unreachable_veneer_is_refused() {
+        assert_eq!(call_site(0, 0xFFFF_8000_0000_0000, 0x4000_0000_0000), None);
+    }
+
+    #[test]
+    fn near_site_round_trips_forward_and_backward() {
         let site = 0x4010_0000;
         for target in [
             site + 4,
@@ -220,10 +277,10 @@ mod tests {
             site + (128 << 20) - 4,
             site - (128 << 20),
         ] {
-            let words = call_site(site, target);
+            let patch = call_site(site, target, VENEER).unwrap();
 
             assert_eq!(
-                decode_call_site(site, &words),
+                decode_call_site(site, patch.site, VENEER, &[0; VENEER_WORDS]),
                 Some(target),
                 "target {target:#x}"
             );
@@ -231,52 +288,59 @@ mod tests {
     }
 
     #[test]
-    fn absolute_site_round_trips_any_target() {
+    fn far_site_round_trips_any_target() {
+        let site = 0x4000_0000;
         for target in [
-            0,
             0xFFFF_FFFF_FFFF_FFFC,
             0x8000_0000_0000_0000,
             0x1234_5678_9ABC_DEF0,
         ] {
-            let words = call_site_absolute(target);
+            let patch = call_site(site, target, VENEER).unwrap();
+            let veneer = patch.veneer.expect("far target needs the veneer");
 
-            assert_eq!(decode_call_site(0x4000_0000, &words), Some(target));
+            assert_eq!(
+                decode_call_site(site, patch.site, VENEER, &veneer),
+                Some(target)
+            );
         }
     }
 
     #[test]
     fn decoding_a_bl_depends_on_the_site_it_sits_at() {
-        let words = call_site(0x1000, 0x2000);
+        let patch = call_site(0x1000, 0x2000, VENEER).unwrap();
 
-        assert_eq!(decode_call_site(0x3000, &words), Some(0x4000));
+        assert_eq!(decode_bl(0x3000, patch.site), Some(0x4000));
     }
 
     #[test]
-    fn bl_followed_by_something_other_than_nops_is_not_ours() {
-        let mut words = call_site(0x1000, 0x2000);
-        words[3] = encode_blr(16);
-
-        assert_eq!(decode_call_site(0x1000, &words), None);
+    fn a_site_that_is_not_a_bl_is_not_ours() {
+        assert_eq!(
+            decode_call_site(0, NOP, VENEER, &veneer_words(0x1234)),
+            None
+        );
     }
 
     #[test]
-    fn absolute_form_in_another_register_is_not_ours() {
-        let mut words = call_site_absolute(0x1234_5678);
-        words[4] = encode_blr(17);
+    fn veneer_in_another_register_is_not_ours() {
+        let mut words = veneer_words(0x1234_5678);
+        words[4] = encode_br(17);
 
-        assert_eq!(decode_call_site(0, &words), None);
+        assert_eq!(decode_veneer(&words), None);
     }
 
     #[test]
-    fn absolute_form_with_moves_out_of_order_is_not_ours() {
-        let mut words = call_site_absolute(0x1234_5678_9ABC_DEF0);
+    fn veneer_with_moves_out_of_order_is_not_ours() {
+        let mut words = veneer_words(0x1234_5678_9ABC_DEF0);
         words.swap(1, 2);
 
-        assert_eq!(decode_call_site(0, &words), None);
+        assert_eq!(decode_veneer(&words), None);
     }
 
     #[test]
-    fn five_nops_are_not_a_call_site() {
-        assert_eq!(decode_call_site(0, &[NOP; CALL_SITE_WORDS]), None);
+    fn a_veneer_ending_in_blr_is_not_ours() {
+        let mut words = veneer_words(0x1234_5678);
+        words[4] = encode_blr(16);
+
+        assert_eq!(decode_veneer(&words), None);
     }
 }

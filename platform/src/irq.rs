@@ -19,17 +19,14 @@ use pinfold_vboard::fid;
 pub extern "C" fn pinfold_gic_root_irq() {
     // SAFETY: an exception entry (IRQ), interrupts masked.
     let local = unsafe { this_cpu() };
-    let Some(sys) = crate::SYSTEM.get() else {
-        return;
-    };
-    let uart = sys.host.uart.as_ref().and_then(|u| u.intid);
+    let sys = local.sys;
     loop {
         let intid = local.hw.ack();
         if intid >= 1020 {
             break;
         }
         local.hw.priority_drop(intid);
-        if Some(intid) == uart {
+        if intid == local.uart_intid {
             host_input(local);
             local.hw.deactivate(intid);
             continue;
@@ -43,7 +40,7 @@ fn host_input(local: &mut CpuLocal) {
     let Some(uart) = crate::log::uart() else {
         return;
     };
-    let sys = crate::system();
+    let sys = local.sys;
     while let Some(byte) = uart.getc() {
         if exit::host_input(sys, &mut local.state, &mut local.hw, byte) == Monitor::PowerOff {
             arch::firmware_smc(u64::from(fid::SYSTEM_OFF), 0, 0, 0);
@@ -64,26 +61,36 @@ extern "C" fn pinfold_default_irq_handler() {
 /// print what the sites now decode to.
 pub fn install_root_handler() {
     let target = pinfold_gic_root_irq as *const () as usize as u64;
+    let veneer = arch::irq_veneer_address();
     let sites = [
         ("guest", core::ptr::addr_of!(arch::pinfold_irq_site_guest)),
         ("hv", core::ptr::addr_of!(arch::pinfold_irq_site_hv)),
     ];
     for (name, site) in sites {
-        let words = rtconst::call_site(site as u64, target);
-        arch::patch_call_site(site, &words);
-        let now = arch::read_call_site(site);
-        let decoded = rtconst::decode_call_site(site as u64, &now);
+        let Some(patch) = rtconst::call_site(site as u64, target, veneer) else {
+            hvlog!("irq call site {name}: root handler {target:#x} unreachable; halting");
+            loop {
+                core::hint::spin_loop();
+            }
+        };
+        arch::patch_call_site(site, &patch);
+        let (word, veneer_words) = arch::read_call_site(site);
+        let decoded = rtconst::decode_call_site(site as u64, word, veneer, &veneer_words);
         hvlog!(
-            "irq call site {name} @{:#x}: {:08x} {:08x} {:08x} {:08x} {:08x} -> {:#x} (root handler {:#x}{})",
+            "irq call site {name} @{:#x}: {word:08x}{} -> {:#x} (root handler {:#x}{})",
             site as u64,
-            now[0],
-            now[1],
-            now[2],
-            now[3],
-            now[4],
+            if patch.veneer.is_some() {
+                " via veneer"
+            } else {
+                ""
+            },
             decoded.unwrap_or(0),
             target,
-            if decoded == Some(target) { ", ok" } else { ", MISMATCH" }
+            if decoded == Some(target) {
+                ", ok"
+            } else {
+                ", MISMATCH"
+            }
         );
     }
 }

@@ -15,7 +15,11 @@ use pinfold_hv::percpu::CpuState;
 use pinfold_hv::system::System;
 
 pub struct CpuLocal {
-    pub state: CpuState,
+    /// The system, cached so that no exit goes through the `Once`.
+    pub sys: &'static System,
+    /// The host UART's INTID (u32::MAX: none), cached for the root handler.
+    pub uart_intid: u32,
+    pub state: CpuState<'static>,
     pub hw: PlatformHw,
 }
 
@@ -29,13 +33,19 @@ unsafe impl Sync for Slot {}
 static LOCALS: spin::Once<Vec<Slot>> = spin::Once::new();
 
 /// Create every CPU's local state (boot CPU, before any other CPU runs).
-pub fn init_all(sys: &System) {
+pub fn init_all(sys: &'static System) {
     LOCALS.call_once(|| {
         (0..sys.cpus.len())
             .map(|i| {
-                let mpidr = sys.host.cpus[i];
                 Slot(UnsafeCell::new(CpuLocal {
-                    state: CpuState::new(i, mpidr, sys.assigned(i)),
+                    sys,
+                    uart_intid: sys
+                        .host
+                        .uart
+                        .as_ref()
+                        .and_then(|u| u.intid)
+                        .unwrap_or(u32::MAX),
+                    state: CpuState::new(sys, i),
                     hw: PlatformHw::new(i),
                 }))
             })

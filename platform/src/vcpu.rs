@@ -6,7 +6,6 @@
 
 use crate::arch::{self, regs};
 use crate::percpu::{this_cpu, CpuLocal};
-use crate::system;
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
 use pinfold_hv::stage2;
 use pinfold_hv::trap;
@@ -57,7 +56,7 @@ fn pa_range_bits() -> u8 {
 /// Load `boot.id` here (the core decides, we write the registers) and enter
 /// it at `boot.entry` with x0 = `boot.x0`.
 fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
-    let sys = system();
+    let sys = local.sys;
     local.hw.set_virtual_cpu_interface(true);
     let ctx = exit::load(sys, &mut local.state, &mut local.hw, boot.id);
     regs::set_vtcr_el2(stage2::vtcr_el2(pa_range_bits()));
@@ -107,7 +106,7 @@ fn put(local: &mut CpuLocal) {
     }
     regs::set_cntv_ctl_el0(0);
     regs::set_cntp_ctl_el0(0);
-    exit::put(system(), &mut local.state, &mut local.hw);
+    exit::put(local.sys, &mut local.state, &mut local.hw);
     local.hw.set_virtual_cpu_interface(false);
     regs::set_hcr_el2(HCR_HOST);
 }
@@ -119,15 +118,24 @@ fn park(local: &mut CpuLocal) -> ! {
     arch::reset_stack_and_call(index, idle)
 }
 
-/// Apply the core's decision after an exit.
+/// Apply the core's decision after an exit. Resuming needs nothing: the
+/// vectors restore the frame and return.
+#[inline(always)]
 fn apply(local: &mut CpuLocal, next: Next) {
+    if next != Next::Resume {
+        apply_other(local, next);
+    }
+}
+
+#[inline(never)]
+fn apply_other(local: &mut CpuLocal, next: Next) {
     match next {
         Next::Resume => {}
         Next::Inject(e) => regs::write_el1_exception_state(e.esr, e.far, e.elr, e.spsr),
         Next::Park | Next::Stopped => park(local),
         Next::Restart(partition) => {
             put(local);
-            let sys = system();
+            let sys = local.sys;
             if let Some(p) = sys.partitions.get(partition) {
                 sys.finish_restart(p, &mut local.hw, local.state.index);
             }
@@ -144,7 +152,7 @@ pub extern "C" fn idle() -> ! {
             // SAFETY: a per-CPU main loop; the reference is dropped before
             // the WFI window in which an interrupt may be taken.
             let local = unsafe { this_cpu() };
-            if let Some(boot) = exit::idle_work(system(), &mut local.state, &mut local.hw) {
+            if let Some(boot) = exit::idle_work(local.sys, &mut local.state, &mut local.hw) {
                 boot_vcpu(local, boot);
             }
         }
@@ -157,7 +165,7 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestRegs) {
     // SAFETY: an exception entry, interrupts masked.
     let local = unsafe { this_cpu() };
     let exit = trap::decode(regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
-    let next = exit::handle_exit(system(), &mut local.state, &mut local.hw, frame, exit);
+    let next = exit::handle_exit(local.sys, &mut local.state, &mut local.hw, frame, exit);
     apply(local, next);
 }
 
@@ -165,16 +173,16 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestRegs) {
 extern "C" fn pinfold_guest_serror(_frame: &mut GuestRegs) {
     // SAFETY: an exception entry, interrupts masked.
     let local = unsafe { this_cpu() };
-    let next = exit::handle_serror(system(), &mut local.state, &mut local.hw, regs::esr_el2());
+    let next = exit::handle_serror(local.sys, &mut local.state, &mut local.hw, regs::esr_el2());
     apply(local, next);
     park(local);
 }
 
 /// Process requests after an interrupt taken from the guest.
 #[no_mangle]
-extern "C" fn pinfold_after_guest_irq(_frame: &mut GuestRegs) {
+extern "C" fn pinfold_after_guest_irq() {
     // SAFETY: an exception entry, interrupts masked.
     let local = unsafe { this_cpu() };
-    let next = exit::after_guest_irq(system(), &mut local.state);
+    let next = exit::after_guest_irq(&mut local.state);
     apply(local, next);
 }

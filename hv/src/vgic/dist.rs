@@ -140,6 +140,26 @@ impl Spi {
     };
 }
 
+/// The value of a distributor register that no guest action changes (the
+/// type and identification registers), or None for a register whose value
+/// is state. Readable without the distributor's lock: the guest's discovery
+/// reads (Linux reads GICD_TYPER and the PIDRs at boot and on every CPU
+/// bring-up) never serialise its vCPUs.
+pub const fn constant_register(offset: u64, width: u8) -> Option<u64> {
+    if width != 4 || !aligned(offset, width) {
+        return None;
+    }
+    match offset {
+        GICD_TYPER => Some(TYPER as u64),
+        GICD_IIDR => Some(IIDR as u64),
+        GICD_TYPER2 => Some(0),
+        _ => match id_register(offset) {
+            Some(v) => Some(v as u64),
+            None => None,
+        },
+    }
+}
+
 /// The emulated distributor of one partition.
 pub struct VDist {
     vcpu_mpidrs: Vec<u64>,
@@ -252,6 +272,9 @@ impl VDist {
         if !aligned(offset, width) {
             return 0;
         }
+        if let Some(v) = constant_register(offset, width) {
+            return v;
+        }
         match offset {
             GICD_IPRIORITYR..GICD_IPRIORITYR_END => match width {
                 1 | 4 => read_bytes(&self.priority_bytes(offset, width), 0, width),
@@ -260,9 +283,6 @@ impl VDist {
             GICD_IROUTER..GICD_IROUTER_END => self.read_irouter(offset, width),
             _ if width != 4 => 0,
             GICD_CTLR => u64::from(self.ctlr()),
-            GICD_TYPER => u64::from(TYPER),
-            GICD_IIDR => u64::from(IIDR),
-            GICD_TYPER2 => 0,
             GICD_IGROUPR..GICD_ISENABLER => self.read_bitmap(offset - GICD_IGROUPR, |_| true),
             GICD_ISENABLER..GICD_ISPENDR => self.read_bitmap(offset % BITMAP_BANK, |s| {
                 s.owner != SpiOwner::None && s.enabled
@@ -274,7 +294,7 @@ impl VDist {
                 s.owner == SpiOwner::Emulated && s.active
             }),
             GICD_ICFGR..GICD_ICFGR_END => self.read_icfgr(offset - GICD_ICFGR),
-            _ => id_register(offset).map_or(0, u64::from),
+            _ => 0,
         }
     }
 

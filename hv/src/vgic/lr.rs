@@ -193,6 +193,24 @@ pub struct LrManager {
     /// Overflow queue in arrival order (FIFO among equal priorities).
     queue: [VirtIrq; QUEUE_CAPACITY],
     queue_len: usize,
+    /// Per private INTID (0..31): the register the last injection of it
+    /// went to and the value written, so that the next physical firing of a
+    /// forwarded PPI writes it straight back (see [`LrManager::reinject_hw`]).
+    /// A hint only: checked against `shadow` before use, never maintained.
+    last: [LastLr; 32],
+}
+
+#[derive(Clone, Copy)]
+struct LastLr {
+    n: u8,
+    value: u64,
+}
+
+impl LastLr {
+    const NONE: LastLr = LastLr {
+        n: u8::MAX,
+        value: 0,
+    };
 }
 
 impl Default for LrManager {
@@ -207,7 +225,47 @@ impl LrManager {
             shadow: [None; MAX_LR_COUNT],
             queue: [VirtIrq::placeholder(); QUEUE_CAPACITY],
             queue_len: 0,
+            last: [LastLr::NONE; 32],
         }
+    }
+
+    /// Inject a HW-linked private interrupt whose physical instance just
+    /// fired (a forwarded timer or PMU PPI). The physical GIC signals it
+    /// again only after the guest deactivated the previous instance through
+    /// its list register, so that register is now empty. When nothing is
+    /// queued and the register last used for `irq` is empty and still holds
+    /// this same interrupt (same priority), the value written then is
+    /// written again: one ICH_ELRSR read and one list-register write, no
+    /// scan. Anything else takes [`LrManager::inject`].
+    pub fn reinject_hw(
+        &mut self,
+        lrs: &mut impl ListRegisters,
+        irq: VirtIrq,
+    ) -> Result<(), InjectError> {
+        let slot = (irq.intid & 31) as usize;
+        let last = self.last[slot];
+        let n = last.n as usize;
+        if self.queue_len == 0
+            && irq.intid < 32
+            && n < MAX_LR_COUNT
+            && self.shadow[n] == Some(irq)
+            && lrs.empty_lr_mask() & bit(n) != 0
+        {
+            lrs.write_lr(n, last.value);
+            return Ok(());
+        }
+        self.inject(lrs, irq)?;
+        if irq.intid < 32 {
+            let count = self.lr_count(lrs);
+            self.last[slot] = match self.lr_holding(count, irq.intid) {
+                Some(n) => LastLr {
+                    n: n as u8,
+                    value: encode_lr(&irq, LrState::Pending),
+                },
+                None => LastLr::NONE,
+            };
+        }
+        Ok(())
     }
 
     /// Number of interrupts waiting for a free list register.
@@ -540,6 +598,9 @@ mod tests {
         slots: [FakeSlot; 4],
         uie: bool,
         physically_deactivated: Vec<u32>,
+        /// List-register writes and reads so far.
+        writes: usize,
+        reads: core::cell::Cell<usize>,
     }
 
     impl FakeLrs {
@@ -548,6 +609,8 @@ mod tests {
                 slots: [FakeSlot::default(); 4],
                 uie: false,
                 physically_deactivated: Vec::new(),
+                writes: 0,
+                reads: core::cell::Cell::new(0),
             }
         }
 
@@ -612,6 +675,7 @@ mod tests {
         }
 
         fn read_lr(&self, n: usize) -> u64 {
+            self.reads.set(self.reads.get() + 1);
             let s = &self.slots[n];
             let mut v = u64::from(s.vintid);
             if s.hw {
@@ -633,6 +697,7 @@ mod tests {
         }
 
         fn write_lr(&mut self, n: usize, v: u64) {
+            self.writes += 1;
             let hw = v >> 61 & 1 == 1;
             self.slots[n] = FakeSlot {
                 pending: v >> 62 & 1 == 1,
@@ -1053,5 +1118,72 @@ mod tests {
         assert_eq!(special, Err(InjectError::InvalidIntid(1023)));
         assert_eq!(hw_sgi, Err(InjectError::InvalidHwIntid(1)));
         assert!(lrs.valid_intids().is_empty());
+    }
+
+    #[test]
+    fn a_refired_hw_ppi_goes_back_into_its_register_with_one_write() {
+        let mut lrs = FakeLrs::new();
+        let mut m = LrManager::new();
+        let timer = VirtIrq::hw_linked(27, 0xa0);
+        m.reinject_hw(&mut lrs, timer).unwrap();
+        let first = lrs.read_lr(0);
+        assert_eq!(decode_lr(first), (timer, LrState::Pending));
+        // The guest takes and deactivates it: the register empties.
+        lrs.complete(27);
+        lrs.writes = 0;
+        lrs.reads.set(0);
+
+        m.reinject_hw(&mut lrs, timer).unwrap();
+
+        assert_eq!(
+            (lrs.writes, lrs.reads.get()),
+            (1, 0),
+            "one list-register write, no scan"
+        );
+        assert_eq!(lrs.read_lr(0), first);
+    }
+
+    #[test]
+    fn a_refired_hw_ppi_whose_register_was_reused_takes_the_general_path() {
+        let mut lrs = FakeLrs::new();
+        let mut m = LrManager::new();
+        let timer = VirtIrq::hw_linked(27, 0xa0);
+        m.reinject_hw(&mut lrs, timer).unwrap();
+        lrs.complete(27);
+        // Register 0 now goes to someone else.
+        m.inject(&mut lrs, irq(1, 0x80)).unwrap();
+        assert_eq!(decode_lr(lrs.read_lr(0)).0.intid, 1);
+
+        m.reinject_hw(&mut lrs, timer).unwrap();
+
+        assert_eq!(lrs.valid_intids(), [1, 27], "the SGI is kept");
+        assert_eq!(decode_lr(lrs.read_lr(1)), (timer, LrState::Pending));
+    }
+
+    #[test]
+    fn a_refired_hw_ppi_with_a_new_priority_is_written_with_it() {
+        let mut lrs = FakeLrs::new();
+        let mut m = LrManager::new();
+        m.reinject_hw(&mut lrs, VirtIrq::hw_linked(27, 0xa0))
+            .unwrap();
+        lrs.complete(27);
+
+        let urgent = VirtIrq::hw_linked(27, 0x20);
+        m.reinject_hw(&mut lrs, urgent).unwrap();
+
+        assert_eq!(decode_lr(lrs.read_lr(0)), (urgent, LrState::Pending));
+    }
+
+    #[test]
+    fn a_refired_hw_ppi_whose_register_is_still_busy_is_not_duplicated() {
+        let mut lrs = FakeLrs::new();
+        let mut m = LrManager::new();
+        let timer = VirtIrq::hw_linked(27, 0xa0);
+        m.reinject_hw(&mut lrs, timer).unwrap();
+        // Still pending (not taken): the fast path must not write it again
+        // elsewhere, nor treat the register as free.
+        m.reinject_hw(&mut lrs, timer).unwrap();
+
+        assert_eq!(lrs.valid_intids(), [27]);
     }
 }

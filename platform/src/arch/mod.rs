@@ -26,6 +26,7 @@ extern "C" {
     static __payload_start: u8;
     pub static pinfold_irq_site_guest: u32;
     pub static pinfold_irq_site_hv: u32;
+    pub static pinfold_irq_veneer: u32;
 }
 
 pub const STACK_SIZE: u64 = 0x1_0000;
@@ -258,26 +259,40 @@ pub fn counter_frequency() -> u32 {
     CNTFRQ_EL0.get() as u32
 }
 
-/// Patch a runtime-constant call site (5 instruction words) and make the
-/// new instructions visible to instruction fetch. Runs once, at boot, on the
-/// boot CPU before interrupts are unmasked or other CPUs run.
-pub fn patch_call_site(site: *const u32, words: &[u32; 5]) {
-    let site = site as *mut u32;
-    for (i, w) in words.iter().enumerate() {
-        // SAFETY: `site` is one of the two call sites in vectors.S, five
-        // words long, in the EL2 image which is mapped writable; no CPU is
-        // executing it (IRQs are masked and secondaries not started).
-        unsafe { site.add(i).write_volatile(*w) };
+/// Patch a runtime-constant call site (one instruction word, and the
+/// veneer's five when the target is far) and make the new instructions
+/// visible to instruction fetch. Runs once, at boot, on the boot CPU before
+/// interrupts are unmasked or other CPUs run.
+pub fn patch_call_site(site: *const u32, patch: &pinfold_hv::rtconst::CallSitePatch) {
+    if let Some(words) = &patch.veneer {
+        let veneer = core::ptr::addr_of!(pinfold_irq_veneer) as *mut u32;
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: the veneer in vectors.S is five words long, in the EL2
+            // image which is mapped writable; no CPU executes it (IRQs are
+            // masked and secondaries not started).
+            unsafe { veneer.add(i).write_volatile(*w) };
+        }
+        sync_icache_range(veneer as u64, 20);
     }
-    sync_icache_range(site as u64, 20);
+    // SAFETY: `site` is one of the call sites in vectors.S, one word, in the
+    // writable image; no CPU is executing it (as above).
+    unsafe { (site as *mut u32).write_volatile(patch.site) };
+    sync_icache_range(site as u64, 4);
 }
 
-/// The five words at a call site (for the debug print).
-pub fn read_call_site(site: *const u32) -> [u32; 5] {
-    let mut out = [0u32; 5];
-    for (i, w) in out.iter_mut().enumerate() {
+/// The word at a call site and the veneer's words (for the boot check).
+pub fn read_call_site(site: *const u32) -> (u32, [u32; pinfold_hv::rtconst::VENEER_WORDS]) {
+    let veneer = core::ptr::addr_of!(pinfold_irq_veneer);
+    let mut words = [0u32; pinfold_hv::rtconst::VENEER_WORDS];
+    for (i, w) in words.iter_mut().enumerate() {
         // SAFETY: reading the image's own text.
-        *w = unsafe { site.add(i).read_volatile() };
+        *w = unsafe { veneer.add(i).read_volatile() };
     }
-    out
+    // SAFETY: as above.
+    (unsafe { site.read_volatile() }, words)
+}
+
+/// Where the call sites' veneer is.
+pub fn irq_veneer_address() -> u64 {
+    core::ptr::addr_of!(pinfold_irq_veneer) as u64
 }

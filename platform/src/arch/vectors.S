@@ -1,10 +1,15 @@
-// EL2 exception vectors. Traps from guests save the guest's general purpose
-// registers in a GuestFrame on this CPU's EL2 stack and hand a pointer to it
-// to Rust. The IRQ paths reach the root interrupt handler through call sites
-// that are patched once at boot (runtime constant, see hv::rtconst): until
-// then they call pinfold_default_irq_handler, which reports and halts.
+// EL2 exception vectors. Synchronous traps from guests save the guest's
+// general purpose registers in a GuestFrame on this CPU's EL2 stack and hand
+// a pointer to it to Rust (the core may read or write any of them). The IRQ
+// paths read no guest register: they save only what the AAPCS64 lets the
+// Rust code they call clobber (x0-x18, x30; ELR/SPSR_EL2 stay in their
+// registers, as nothing on the path takes another exception) and reach the
+// root interrupt handler through a one-instruction call site patched once
+// at boot (runtime constant, see hv::rtconst): until then it calls
+// pinfold_default_irq_handler, which reports and halts.
 
 .equ FRAME_SIZE, 272                  // x0-x30, ELR_EL2, SPSR_EL2, pad
+.equ IRQ_FRAME_SIZE, 160              // x0-x18, x30
 
 .macro SAVE_GUEST
     stp     x2, x3, [sp, #16]
@@ -34,6 +39,26 @@
     b       \target
 .endm
 
+.macro VENTRY_IRQ target
+    .balign 0x80
+    sub     sp, sp, #IRQ_FRAME_SIZE
+    stp     x0, x1, [sp, #0]
+    b       \target
+.endm
+
+// The registers the AAPCS64 lets a callee clobber, x0/x1 already stored.
+.macro SAVE_CALLER_SAVED
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x30, [sp, #144]
+.endm
+
 .section .text.vectors, "ax"
 .balign 2048
 .global pinfold_vectors
@@ -45,12 +70,12 @@ pinfold_vectors:
     VENTRY  hv_fault
     // Current EL with SP_ELx: the hypervisor itself
     VENTRY  hv_fault
-    VENTRY  hv_irq
+    VENTRY_IRQ hv_irq
     VENTRY  hv_fault
     VENTRY  hv_fault
     // Lower EL, AArch64: guests
     VENTRY  guest_sync
-    VENTRY  guest_irq
+    VENTRY_IRQ guest_irq
     VENTRY  guest_fiq
     VENTRY  guest_serror
     // Lower EL, AArch32: not supported
@@ -81,29 +106,44 @@ guest_serror:
     b       pinfold_restore_guest
 
 guest_irq:
-    SAVE_GUEST
+    SAVE_CALLER_SAVED
 .global pinfold_irq_site_guest
 pinfold_irq_site_guest:
     bl      pinfold_default_irq_handler
-    nop
-    nop
-    nop
-    nop
-    mov     x0, sp
     bl      pinfold_after_guest_irq
-    b       pinfold_restore_guest
+    b       irq_return
 
 // An interrupt while the hypervisor itself runs with IRQs unmasked (idle).
 hv_irq:
-    SAVE_GUEST
+    SAVE_CALLER_SAVED
 .global pinfold_irq_site_hv
 pinfold_irq_site_hv:
     bl      pinfold_default_irq_handler
+irq_return:
+    ldp     x18, x30, [sp, #144]
+    ldp     x16, x17, [sp, #128]
+    ldp     x14, x15, [sp, #112]
+    ldp     x12, x13, [sp, #96]
+    ldp     x10, x11, [sp, #80]
+    ldp     x8, x9, [sp, #64]
+    ldp     x6, x7, [sp, #48]
+    ldp     x4, x5, [sp, #32]
+    ldp     x2, x3, [sp, #16]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #IRQ_FRAME_SIZE
+    eret
+
+// Where a call site goes when its handler is out of BL range: boot code
+// writes movz/movk x16 and `br x16` here (hv::rtconst::veneer_words).
+// Unpatched, nothing calls it.
+.balign 4
+.global pinfold_irq_veneer
+pinfold_irq_veneer:
+    b       pinfold_default_irq_handler
     nop
     nop
     nop
     nop
-    b       pinfold_restore_guest
 
 .global pinfold_restore_guest
 pinfold_restore_guest:

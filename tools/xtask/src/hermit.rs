@@ -45,17 +45,49 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// transitional device offers the modern (virtio 1.0) interface as well,
 /// which is all Hermit's driver uses. So treat 0x1000 as the modern network
 /// device 0x1041.
-const KERNEL_PATCHES: [(&str, &str, &str); 1] = [(
-    "src/drivers/virtio/transport/pci.rs",
-    "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
-    "\tlet device_id = device.device_id();\n\
-     \t// Pinfold: transitional virtio-net also speaks virtio 1.0; drive it as such.\n\
-     \tlet device_id = if device_id == 0x1000 { 0x1041 } else { device_id };\n\n\
-     \tif device_id < 0x1040 {",
-)];
+///
+/// The other four fix a race in Hermit 0.11's scheduler that panicked the
+/// manager under host load ("scheduler/task.rs:690: entered unreachable
+/// code"): a futex waiter with a timeout is made ready by its timer but
+/// stays in the futex's queue until it runs and removes itself; a
+/// `futex_wake` in that window pops its handle and asks the blocked-task
+/// list to wake a task that is no longer in it. Waking a task that is
+/// already awake is now nothing (the waiter sees a wakeup, which futex
+/// callers must tolerate anyway) instead of a panic.
+const KERNEL_PATCHES: [(&str, &str, &str); 5] = [
+    (
+        "src/drivers/virtio/transport/pci.rs",
+        "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
+        "\tlet device_id = device.device_id();\n\
+         \t// Pinfold: transitional virtio-net also speaks virtio 1.0; drive it as such.\n\
+         \tlet device_id = if device_id == 0x1000 { 0x1041 } else { device_id };\n\n\
+         \tif device_id < 0x1040 {",
+    ),
+    (
+        "src/scheduler/task.rs",
+        "\tpub fn custom_wakeup(&mut self, task: TaskHandle) -> Rc<RefCell<Task>> {",
+        "\t// Pinfold: None when the task is not blocked (already woken by its timeout).\n\
+         \tpub fn custom_wakeup(&mut self, task: TaskHandle) -> Option<Rc<RefCell<Task>>> {",
+    ),
+    (
+        "src/scheduler/task.rs",
+        "\t\t\t\treturn task_ref;",
+        "\t\t\t\treturn Some(task_ref);",
+    ),
+    (
+        "src/scheduler/task.rs",
+        "\t\tunreachable!();\n\t}\n\n\t/// Wakes up all tasks whose wakeup time has elapsed.",
+        "\t\tNone\n\t}\n\n\t/// Wakes up all tasks whose wakeup time has elapsed.",
+    ),
+    (
+        "src/scheduler/mod.rs",
+        "\t\twithout_interrupts(|| {\n\t\t\tlet task = self.blocked_tasks.custom_wakeup(task);\n\t\t\tself.ready_queue.push(task);",
+        "\t\twithout_interrupts(|| {\n\t\t\tif let Some(task) = self.blocked_tasks.custom_wakeup(task) {\n\t\t\t\tself.ready_queue.push(task);\n\t\t\t}",
+    ),
+];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 1;
+const KERNEL_PATCH_REVISION: u32 = 2;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
