@@ -45,8 +45,11 @@ pub fn enable() {
     let ttbr = core::ptr::addr_of!(EL2_L1) as u64;
     let mair = MAIR_DEVICE_NGNRE | (MAIR_NORMAL_WB << 8);
     // TCR_EL2: T0SZ = 25 (39-bit VA, start at level 1), IRGN0/ORGN0 = WB WA,
-    // SH0 = inner shareable, TG0 = 4 KiB (0), PS = 40 bits, RES1 bits 23 and 31.
-    let tcr = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 23) | (1 << 31);
+    // SH0 = inner shareable, TG0 = 4 KiB (0), PS = 40 bits, RES1 bits 23 and
+    // 31. A u64: as an i32, `1 << 31` sign-extended into bits [63:32], which
+    // are RES0 or, with later features, controls (DS, bit 32, changes the
+    // descriptor format with FEAT_LPA2).
+    let tcr: u64 = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 23) | (1 << 31);
     // SCTLR_EL2: RES1 bits, M, C, SA, I; alignment checks off.
     let sctlr: u64 = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
     // SAFETY: the identity map covers all code and data, so execution
@@ -66,7 +69,7 @@ pub fn enable() {
             "dsb nsh",
             "isb",
             mair = in(reg) mair,
-            tcr = in(reg) tcr as u64,
+            tcr = in(reg) tcr,
             ttbr = in(reg) ttbr,
             sctlr = in(reg) sctlr,
             options(nostack)
