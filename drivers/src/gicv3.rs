@@ -5,8 +5,11 @@
 //! interface system registers, ICC_* for the hypervisor's own interrupts and
 //! ICH_* for the guest's virtual CPU interface.
 //!
-//! Register blocks come from the `arm-gic` crate; what it lacks (active and
-//! pending state, ICC_DIR_EL1, the ICH_* registers) is added here.
+//! Register blocks come from the `arm-gic` crate, and so does the CPU
+//! interface where its `GicCpuInterface` has the operation; active and
+//! pending state are added here, and `sysreg` takes what arm-gic lacks
+//! (ICC_DIR_EL1, EOImode, SGIs with a range selector, the ICH_* registers)
+//! from arm-sysregs and aarch64-cpu.
 
 use arm_gic::gicv3::registers::{Gicd, GicrSgi};
 use arm_gic::gicv3::{GicDistributor, GicRedistributor};

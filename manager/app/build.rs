@@ -12,6 +12,9 @@ use std::process;
 const LIBHERMIT_DIR: &str = "PINFOLD_LIBHERMIT_DIR";
 /// Set by the xtask to the web UI's `dist` directory (optional).
 const WEB_UI_DIST: &str = "PINFOLD_WEB_UI_DIST";
+/// Set by the xtask's lint step (`cargo clippy`, nothing is linked) when
+/// `libhermit.a` has not been built yet.
+const CHECK_ONLY: &str = "PINFOLD_MANAGER_CHECK_ONLY";
 
 fn content_type(path: &Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
@@ -27,13 +30,15 @@ fn content_type(path: &Path) -> &'static str {
     }
 }
 
-fn collect(dir: &Path, base: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
     entries.sort();
     for path in entries {
         if path.is_dir() {
-            collect(&path, base, out);
+            collect(&path, out);
         } else {
             out.push(path);
         }
@@ -47,9 +52,11 @@ fn embed_web_ui() {
         let dist = PathBuf::from(dist);
         println!("cargo:rerun-if-changed={}", dist.display());
         let mut files = Vec::new();
-        collect(&dist, &dist, &mut files);
+        collect(&dist, &mut files);
         for file in files {
-            let Ok(rel) = file.strip_prefix(&dist) else { continue };
+            let Ok(rel) = file.strip_prefix(&dist) else {
+                continue;
+            };
             println!("cargo:rerun-if-changed={}", file.display());
             let _ = writeln!(
                 table,
@@ -71,9 +78,12 @@ fn embed_web_ui() {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed={LIBHERMIT_DIR}");
+    println!("cargo:rerun-if-env-changed={CHECK_ONLY}");
     embed_web_ui();
-    // A host `cargo check` of this crate has nothing to link.
-    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("hermit") {
+    // A host `cargo check` of this crate, or a lint run, has nothing to link.
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("hermit")
+        || env::var_os(CHECK_ONLY).is_some()
+    {
         return;
     }
     let Some(dir) = env::var_os(LIBHERMIT_DIR) else {

@@ -5,6 +5,7 @@
 //! host memory through the EL2 identity map.
 
 use crate::{arch, log};
+use aarch64_cpu::registers::ICH_HCR_EL2;
 use alloc::boxed::Box;
 use core::fmt;
 use pinfold_drivers::gicv3::{sysreg as gic, GicV3Cpu};
@@ -22,9 +23,9 @@ use pinfold_hv::trap::SysRegId;
 pub static DIST: spin::Once<CountedLock<Box<dyn SharedIrqChip + Send>>> = spin::Once::new();
 
 /// ICH_HCR_EL2.En.
-const ICH_HCR_EN: u64 = 1;
+const ICH_HCR_EN: u64 = ICH_HCR_EL2::En::SET.value;
 /// ICH_HCR_EL2.UIE.
-const ICH_HCR_UIE: u64 = 1 << 1;
+const ICH_HCR_UIE: u64 = ICH_HCR_EL2::UIE::SET.value;
 
 pub struct PlatformHw {
     index: usize,

@@ -16,6 +16,7 @@ mod log;
 mod percpu;
 mod vcpu;
 
+use aarch64_cpu::registers::{Writeable, HCR_EL2, VBAR_EL2};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use pinfold_config::Plan;
@@ -103,7 +104,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     );
     arch::mmu::build(&host.memory);
     arch::mmu::enable();
-    arch::regs::set_vbar_el2(vectors_address());
+    VBAR_EL2.set(vectors_address());
     let me = arch::mpidr();
     let Some(index) = host.cpus.iter().position(|&m| same_cpu(m, me)) else {
         hvprint!("the boot CPU (MPIDR {me:#x}) is not in the host description: halting");
@@ -235,7 +236,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
 #[no_mangle]
 extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     arch::mmu::enable();
-    arch::regs::set_vbar_el2(vectors_address());
+    VBAR_EL2.set(vectors_address());
     let index = index as usize;
     enter_cpu(index);
     let sys = system();
@@ -253,7 +254,7 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
 /// routed to EL2 while no vCPU is loaded (the idle loop's WFI must see
 /// them), and TPIDR_EL2 pointing at its local state.
 fn enter_cpu(index: usize) {
-    arch::regs::set_hcr_el2(vcpu::HCR_HOST);
+    HCR_EL2.write(vcpu::HCR_HOST);
     percpu::enter(index);
 }
 

@@ -9,6 +9,7 @@
 
 use crate::arch;
 use crate::hw::PlatformHw;
+use aarch64_cpu::registers::{Writeable, TPIDR_EL2};
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use pinfold_hv::percpu::CpuState;
@@ -56,7 +57,7 @@ pub fn init_all(sys: &'static System) {
 /// Point TPIDR_EL2 at CPU `index`'s slot (each CPU, once, at its start).
 pub fn enter(index: usize) {
     if let Some(slot) = LOCALS.get().and_then(|l| l.get(index)) {
-        arch::regs::set_tpidr_el2(slot.0.get() as u64);
+        TPIDR_EL2.set(slot.0.get() as u64);
     }
 }
 

@@ -4,8 +4,14 @@
 //! returns; vCPU load writes the virtualisation registers the core's load
 //! decided on. Nothing here decides what a trap means.
 
-use crate::arch::{self, regs};
+use crate::arch;
+use crate::arch::regs::{self, Fields, Writeable};
 use crate::percpu::{this_cpu, CpuLocal};
+use aarch64_cpu::registers::{
+    CNTHCTL_EL2, CNTKCTL_EL1, CNTP_CTL_EL0, CNTVOFF_EL2, CNTV_CTL_EL0, CONTEXTIDR_EL1, CPACR_EL1,
+    CPTR_EL2, HCR_EL2, ID_AA64MMFR0_EL1, MDCR_EL2, MDSCR_EL1, SCTLR_EL1, SPSR_EL2, SP_EL0, SP_EL1,
+    TCR_EL1, TTBR0_EL1, TTBR1_EL1, VBAR_EL1, VMPIDR_EL2, VTCR_EL2, VTTBR_EL2,
+};
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
 use pinfold_hv::stage2;
 use pinfold_hv::trap;
@@ -16,40 +22,101 @@ use pinfold_hv::trap;
 /// instructions untrapped: the vCPU owns its CPU, nothing to switch).
 /// WFI/WFE are not trapped: the CPU is dedicated, so a guest WFI may sleep
 /// the CPU natively; any interrupt (routed to EL2 or virtual) wakes it.
-const HCR_GUEST: u64 = (1 << 0)
-    | (1 << 1)
-    | (1 << 3)
-    | (1 << 4)
-    | (1 << 5)
-    | (1 << 9)
-    | (1 << 10)
-    | (1 << 18)
-    | (1 << 19)
-    | (1 << 21)
-    | (1 << 22)
-    | (1 << 31)
-    | (1 << 40)
-    | (1 << 41);
+pub const HCR_GUEST: Fields<HCR_EL2::Register> = regs::fields(&[
+    HCR_EL2::VM::Enable,
+    HCR_EL2::SWIO::SET,
+    HCR_EL2::FMO::EnableVirtualFIQ,
+    HCR_EL2::IMO::EnableVirtualIRQ,
+    HCR_EL2::AMO::SET,
+    HCR_EL2::FB::SET,
+    HCR_EL2::BSU::InnerShareable,
+    HCR_EL2::TID3::SET,
+    HCR_EL2::TSC::EnableTrapEl1SmcToEl2,
+    HCR_EL2::TACR::SET,
+    HCR_EL2::TSW::SET,
+    HCR_EL2::RW::EL1IsAarch64,
+    HCR_EL2::APK::DisableTrapPointerAuthKeyRegsToEl2,
+    HCR_EL2::API::DisableTrapPointerAuthInstToEl2,
+]);
 
 /// HCR_EL2 on a CPU with no vCPU loaded: physical IRQ/FIQ/SError are routed
 /// to EL2. Without IMO an interrupt targets EL1, which is never taken while
 /// the CPU runs at EL2: the idle loop would wake from WFI and never see it.
-pub const HCR_HOST: u64 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 31);
+pub const HCR_HOST: Fields<HCR_EL2::Register> = regs::fields(&[
+    HCR_EL2::FMO::SET,
+    HCR_EL2::IMO::SET,
+    HCR_EL2::AMO::SET,
+    HCR_EL2::RW::EL1IsAarch64,
+]);
 
 /// SPSR for guest entry: EL1h with D, A, I, F masked.
-const SPSR_EL1H_MASKED: u64 = 0x3c5;
-/// SCTLR_EL1 at reset: RES1 bits, MMU and caches off.
-const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+const SPSR_EL1H_MASKED: Fields<SPSR_EL2::Register> = regs::fields(&[
+    SPSR_EL2::D::Masked,
+    SPSR_EL2::A::Masked,
+    SPSR_EL2::I::Masked,
+    SPSR_EL2::F::Masked,
+    SPSR_EL2::M::EL1h,
+]);
+
+/// SCTLR_EL1 at reset: MMU and caches off; the bits that are RES1 in
+/// Armv8.0 set, which later features named for the Armv8.0 behaviour.
+/// aarch64-cpu 11 defines none of these fields.
+const SCTLR_EL1_RESET: Fields<SCTLR_EL1::Register> = regs::fields(&[
+    // EOS (FEAT_ExS): exception return is context synchronising.
+    regs::local_field(11, 1, 1),
+    // TSCXT (FEAT_CSV2_2): EL0 access to SCXTNUM_EL0 traps.
+    regs::local_field(20, 1, 1),
+    // EIS (FEAT_ExS): exception entry is context synchronising.
+    regs::local_field(22, 1, 1),
+    // SPAN (FEAT_PAN): PSTATE.PAN unchanged on exception entry.
+    regs::local_field(23, 1, 1),
+    // nTLSMD (FEAT_LSMAOC): multiple load/store to Device memory not trapped.
+    regs::local_field(28, 1, 1),
+    // LSMAOE (FEAT_LSMAOC): ordering of multiple load/store kept.
+    regs::local_field(29, 1, 1),
+]);
+
+/// CNTHCTL_EL2 (E2H = 0): EL1 may read the physical counter and use the
+/// EL1 physical timer.
+const CNTHCTL_GUEST: Fields<CNTHCTL_EL2::Register> =
+    regs::fields(&[CNTHCTL_EL2::EL1PCTEN::SET, CNTHCTL_EL2::EL1PCEN::SET]);
+
+/// CPTR_EL2 (E2H = 0): FP/SIMD not trapped (TFP clear: EL2 is softfloat and
+/// never touches the guest's FP registers); TZ and TSM set, so SVE and SME
+/// trap (both bits are RES1 where the feature is absent); the rest RES1.
+/// aarch64-cpu 11 defines only CPTR_EL2.TAM.
+const CPTR_GUEST: Fields<CPTR_EL2::Register> = regs::fields(&[
+    // RES1 [7:0].
+    regs::local_field(0, 8, 0xff),
+    // TZ: trap SVE.
+    regs::local_field(8, 1, 1),
+    // RES1 [9].
+    regs::local_field(9, 1, 1),
+    // TSM: trap SME.
+    regs::local_field(12, 1, 1),
+    // RES1 [13].
+    regs::local_field(13, 1, 1),
+]);
+
+// The values these registers had when they were written as raw numbers
+// (before the typed fields): a field change must change these on purpose.
+const _: () = assert!(HCR_GUEST.value == 0x0000_0300_806c_063b);
+const _: () = assert!(HCR_HOST.value == 0x8000_0038);
+const _: () = assert!(SPSR_EL1H_MASKED.value == 0x3c5);
+const _: () = assert!(SCTLR_EL1_RESET.value == 0x30d0_0800);
+const _: () = assert!(CNTHCTL_GUEST.value == 0b11);
+const _: () = assert!(CPTR_GUEST.value == 0x33ff);
 
 fn pa_range_bits() -> u8 {
-    match regs::id_aa64mmfr0() & 0xf {
-        0 => 32,
-        1 => 36,
-        2 => 40,
-        3 => 42,
-        4 => 44,
-        5 => 48,
-        _ => 52,
+    use ID_AA64MMFR0_EL1::PARange::Value as PARange;
+    match regs::pa_range() {
+        Some(PARange::Bits_32) => 32,
+        Some(PARange::Bits_36) => 36,
+        Some(PARange::Bits_40) => 40,
+        Some(PARange::Bits_42) => 42,
+        Some(PARange::Bits_44) => 44,
+        Some(PARange::Bits_48) => 48,
+        Some(PARange::Bits_52) | None => 52,
     }
 }
 
@@ -59,32 +126,33 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     let sys = local.sys;
     local.hw.set_virtual_cpu_interface(true);
     let ctx = exit::load(sys, &mut local.state, &mut local.hw, boot.id);
-    regs::set_vtcr_el2(stage2::vtcr_el2(pa_range_bits()));
-    regs::set_vttbr_el2(stage2::vttbr_el2(ctx.vmid, ctx.stage2_root));
+    // The core decides VTCR_EL2 (stage-2 geometry) and VTTBR_EL2 (VMID and
+    // root); here they are only written.
+    VTCR_EL2.set(stage2::vtcr_el2(pa_range_bits()));
+    VTTBR_EL2.set(stage2::vttbr_el2(ctx.vmid, ctx.stage2_root));
     arch::tlbi_current_vmid();
-    regs::set_hcr_el2(HCR_GUEST);
+    HCR_EL2.write(HCR_GUEST);
     regs::set_vpidr_el2(regs::midr_el1());
-    regs::set_vmpidr_el2(ctx.vmpidr);
-    regs::set_mdcr_el2(ctx.mdcr_el2);
-    // EL1 may read the physical counter and use the EL1 physical timer.
-    regs::set_cnthctl_el2(0b11);
-    regs::set_cntvoff_el2(0);
-    // CPTR_EL2: RES1 bits; FP/SIMD not trapped (EL2 is softfloat and never
-    // touches the guest's FP registers).
-    regs::set_cptr_el2(0x33ff);
-    regs::set_sctlr_el1(SCTLR_EL1_RESET);
-    regs::set_cntv_ctl_el0(0);
-    regs::set_cntp_ctl_el0(0);
-    regs::set_cntkctl_el1(0);
-    regs::set_cpacr_el1(0);
-    regs::set_vbar_el1(0);
-    regs::set_mdscr_el1(0);
-    regs::set_tcr_el1(0);
-    regs::set_ttbr0_el1(0);
-    regs::set_ttbr1_el1(0);
-    regs::set_contextidr_el1(0);
-    regs::set_sp_el1(0);
-    regs::set_sp_el0(0);
+    VMPIDR_EL2.set(ctx.vmpidr);
+    MDCR_EL2.set(ctx.mdcr_el2);
+    CNTHCTL_EL2.write(CNTHCTL_GUEST);
+    CNTVOFF_EL2.set(0);
+    CPTR_EL2.write(CPTR_GUEST);
+    SCTLR_EL1.write(SCTLR_EL1_RESET);
+    // The rest of the EL1 state starts at zero (timers off, no traps
+    // configured, no translation, no vectors).
+    CNTV_CTL_EL0.set(0);
+    CNTP_CTL_EL0.set(0);
+    CNTKCTL_EL1.set(0);
+    CPACR_EL1.set(0);
+    VBAR_EL1.set(0);
+    MDSCR_EL1.set(0);
+    TCR_EL1.set(0);
+    TTBR0_EL1.set(0);
+    TTBR1_EL1.set(0);
+    CONTEXTIDR_EL1.set(0);
+    SP_EL1.set(0);
+    SP_EL0.set(0);
     arch::set_vgic_reset_state();
     let frame = GuestRegs {
         x: {
@@ -93,7 +161,7 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
             x
         },
         elr: boot.entry,
-        spsr: SPSR_EL1H_MASKED,
+        spsr: SPSR_EL1H_MASKED.value,
         _pad: 0,
     };
     arch::enter_guest(&frame, local.state.index)
@@ -104,11 +172,11 @@ fn put(local: &mut CpuLocal) {
     if local.state.loaded.is_none() {
         return;
     }
-    regs::set_cntv_ctl_el0(0);
-    regs::set_cntp_ctl_el0(0);
+    CNTV_CTL_EL0.set(0);
+    CNTP_CTL_EL0.set(0);
     exit::put(local.sys, &mut local.state, &mut local.hw);
     local.hw.set_virtual_cpu_interface(false);
-    regs::set_hcr_el2(HCR_HOST);
+    HCR_EL2.write(HCR_HOST);
 }
 
 /// Put the vCPU on this CPU and go idle.

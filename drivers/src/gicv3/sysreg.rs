@@ -1,168 +1,186 @@
-//! GICv3 CPU interface system registers used at EL2: ICC_* for the
-//! hypervisor's own interrupts, ICH_* for the guest's virtual CPU interface
-//! (Arm IHI 0069, chapter 12). Raw encodings so no assembler feature flags
-//! are needed.
+//! GICv3 CPU interface system registers used at EL2 (Arm IHI 0069, chapter
+//! 12): ICC_* for the hypervisor's own interrupts, ICH_* for the guest's
+//! virtual CPU interface. Through the crates we depend on: arm-gic's
+//! `GicCpuInterface` where it has the operation, arm-sysregs (arm-gic's own
+//! register crate) for the ICC registers arm-gic's API does not offer,
+//! aarch64-cpu's typed ICC_SRE_EL2 and ICH_* registers; a raw `mrs` only
+//! for ICH_ELRSR_EL2, which neither crate has.
 
+use aarch64_cpu::registers::{
+    Readable, Writeable, ICC_SRE_EL2, ICH_AP0R0_EL2, ICH_AP1R0_EL2, ICH_HCR_EL2, ICH_LR0_EL2,
+    ICH_LR10_EL2, ICH_LR11_EL2, ICH_LR12_EL2, ICH_LR13_EL2, ICH_LR14_EL2, ICH_LR15_EL2,
+    ICH_LR1_EL2, ICH_LR2_EL2, ICH_LR3_EL2, ICH_LR4_EL2, ICH_LR5_EL2, ICH_LR6_EL2, ICH_LR7_EL2,
+    ICH_LR8_EL2, ICH_LR9_EL2, ICH_VMCR_EL2, ICH_VTR_EL2,
+};
+use arm_gic::gicv3::GicCpuInterface;
+use arm_gic::{IntId, InterruptGroup};
+use arm_sysregs::el1::accessors::{
+    read_icc_ctlr_el1, write_icc_bpr1_el1, write_icc_ctlr_el1, write_icc_dir_el1,
+    write_icc_sgi1r_el1,
+};
+use arm_sysregs::el1::registers::{IccBpr1El1, IccCtlrEl1, IccDirEl1, IccSgi1rEl1};
 use core::arch::asm;
 
-macro_rules! sysreg_rw {
-    ($read:ident, $write:ident, $enc:literal) => {
-        #[inline(always)]
-        pub fn $read() -> u64 {
-            let v: u64;
-            // SAFETY: reading a GIC CPU interface register has no side effect
-            // beyond what the register defines; EL2 may access it.
-            unsafe { asm!(concat!("mrs {}, ", $enc), out(reg) v, options(nomem, nostack)) };
-            v
-        }
-        #[inline(always)]
-        pub fn $write(v: u64) {
-            // SAFETY: the callers in this crate and in platform/arch write
-            // values defined by the GIC architecture for this register.
-            unsafe { asm!(concat!("msr ", $enc, ", {}"), in(reg) v, options(nomem, nostack)) };
-        }
-    };
+/// ICH_HCR_EL2.
+#[inline(always)]
+pub fn set_ich_hcr_el2(v: u64) {
+    ICH_HCR_EL2.set(v);
 }
 
-sysreg_rw!(icc_sre_el2, set_icc_sre_el2, "S3_4_C12_C9_5");
-sysreg_rw!(icc_ctlr_el1, set_icc_ctlr_el1, "S3_0_C12_C12_4");
-sysreg_rw!(icc_pmr_el1, set_icc_pmr_el1, "S3_0_C4_C6_0");
-sysreg_rw!(icc_bpr1_el1, set_icc_bpr1_el1, "S3_0_C12_C12_3");
-sysreg_rw!(icc_igrpen1_el1, set_icc_igrpen1_el1, "S3_0_C12_C12_7");
-sysreg_rw!(icc_iar1_el1, set_icc_iar1_el1, "S3_0_C12_C12_0");
-sysreg_rw!(icc_eoir1_el1, set_icc_eoir1_el1, "S3_0_C12_C12_1");
-sysreg_rw!(icc_dir_el1, set_icc_dir_el1, "S3_0_C12_C11_1");
-sysreg_rw!(icc_sgi1r_el1, set_icc_sgi1r_el1, "S3_0_C12_C11_5");
-sysreg_rw!(ich_hcr_el2, set_ich_hcr_el2, "S3_4_C12_C11_0");
-sysreg_rw!(ich_vtr_el2, set_ich_vtr_el2, "S3_4_C12_C11_1");
-sysreg_rw!(ich_misr_el2, set_ich_misr_el2, "S3_4_C12_C11_2");
-sysreg_rw!(ich_eisr_el2, set_ich_eisr_el2, "S3_4_C12_C11_3");
-sysreg_rw!(ich_elrsr_el2, set_ich_elrsr_el2, "S3_4_C12_C11_5");
-sysreg_rw!(ich_vmcr_el2, set_ich_vmcr_el2, "S3_4_C12_C11_7");
-sysreg_rw!(ich_ap0r0_el2, set_ich_ap0r0_el2, "S3_4_C12_C8_0");
-sysreg_rw!(ich_ap1r0_el2, set_ich_ap1r0_el2, "S3_4_C12_C9_0");
+/// ICH_ELRSR_EL2: which list registers are empty. Raw: aarch64-cpu 11 has
+/// no ICH_ELRSR_EL2 (and arm-gic no ICH_* at all).
+#[inline(always)]
+pub fn ich_elrsr_el2() -> u64 {
+    let v: u64;
+    // SAFETY: ICH_ELRSR_EL2 is read-only and reading it has no side effect.
+    unsafe { asm!("mrs {}, S3_4_C12_C11_5", out(reg) v, options(nomem, nostack)) };
+    v
+}
 
-/// ICH_LR<n>_EL2.
+/// ICH_VMCR_EL2.
+pub fn set_ich_vmcr_el2(v: u64) {
+    ICH_VMCR_EL2.set(v);
+}
+
+/// ICH_AP0R0_EL2.
+pub fn set_ich_ap0r0_el2(v: u64) {
+    ICH_AP0R0_EL2.set(v);
+}
+
+/// ICH_AP1R0_EL2.
+pub fn set_ich_ap1r0_el2(v: u64) {
+    ICH_AP1R0_EL2.set(v);
+}
+
+/// ICH_LR<n>_EL2 (0 for `n` >= 16). One register per arm of the `match`: a
+/// list register is named in the instruction, so access by index is a
+/// jump table, never a loop.
 pub fn read_lr(n: usize) -> u64 {
-    macro_rules! rd {
-        ($enc:literal) => {{
-            let v: u64;
-            // SAFETY: reading a list register has no side effect.
-            unsafe { asm!(concat!("mrs {}, ", $enc), out(reg) v, options(nomem, nostack)) };
-            v
-        }};
-    }
     match n {
-        0 => rd!("S3_4_C12_C12_0"),
-        1 => rd!("S3_4_C12_C12_1"),
-        2 => rd!("S3_4_C12_C12_2"),
-        3 => rd!("S3_4_C12_C12_3"),
-        4 => rd!("S3_4_C12_C12_4"),
-        5 => rd!("S3_4_C12_C12_5"),
-        6 => rd!("S3_4_C12_C12_6"),
-        7 => rd!("S3_4_C12_C12_7"),
-        8 => rd!("S3_4_C12_C13_0"),
-        9 => rd!("S3_4_C12_C13_1"),
-        10 => rd!("S3_4_C12_C13_2"),
-        11 => rd!("S3_4_C12_C13_3"),
-        12 => rd!("S3_4_C12_C13_4"),
-        13 => rd!("S3_4_C12_C13_5"),
-        14 => rd!("S3_4_C12_C13_6"),
-        15 => rd!("S3_4_C12_C13_7"),
+        0 => ICH_LR0_EL2.get(),
+        1 => ICH_LR1_EL2.get(),
+        2 => ICH_LR2_EL2.get(),
+        3 => ICH_LR3_EL2.get(),
+        4 => ICH_LR4_EL2.get(),
+        5 => ICH_LR5_EL2.get(),
+        6 => ICH_LR6_EL2.get(),
+        7 => ICH_LR7_EL2.get(),
+        8 => ICH_LR8_EL2.get(),
+        9 => ICH_LR9_EL2.get(),
+        10 => ICH_LR10_EL2.get(),
+        11 => ICH_LR11_EL2.get(),
+        12 => ICH_LR12_EL2.get(),
+        13 => ICH_LR13_EL2.get(),
+        14 => ICH_LR14_EL2.get(),
+        15 => ICH_LR15_EL2.get(),
         _ => 0,
     }
 }
 
 /// ICH_LR<n>_EL2. `n` must be below ICH_VTR_EL2.ListRegs + 1.
 pub fn write_lr(n: usize, v: u64) {
-    macro_rules! wr {
-        ($enc:literal) => {
-            // SAFETY: list registers only affect the virtual CPU interface of
-            // the guest running on this CPU.
-            unsafe { asm!(concat!("msr ", $enc, ", {}"), in(reg) v, options(nomem, nostack)) }
-        };
-    }
     match n {
-        0 => wr!("S3_4_C12_C12_0"),
-        1 => wr!("S3_4_C12_C12_1"),
-        2 => wr!("S3_4_C12_C12_2"),
-        3 => wr!("S3_4_C12_C12_3"),
-        4 => wr!("S3_4_C12_C12_4"),
-        5 => wr!("S3_4_C12_C12_5"),
-        6 => wr!("S3_4_C12_C12_6"),
-        7 => wr!("S3_4_C12_C12_7"),
-        8 => wr!("S3_4_C12_C13_0"),
-        9 => wr!("S3_4_C12_C13_1"),
-        10 => wr!("S3_4_C12_C13_2"),
-        11 => wr!("S3_4_C12_C13_3"),
-        12 => wr!("S3_4_C12_C13_4"),
-        13 => wr!("S3_4_C12_C13_5"),
-        14 => wr!("S3_4_C12_C13_6"),
-        15 => wr!("S3_4_C12_C13_7"),
+        0 => ICH_LR0_EL2.set(v),
+        1 => ICH_LR1_EL2.set(v),
+        2 => ICH_LR2_EL2.set(v),
+        3 => ICH_LR3_EL2.set(v),
+        4 => ICH_LR4_EL2.set(v),
+        5 => ICH_LR5_EL2.set(v),
+        6 => ICH_LR6_EL2.set(v),
+        7 => ICH_LR7_EL2.set(v),
+        8 => ICH_LR8_EL2.set(v),
+        9 => ICH_LR9_EL2.set(v),
+        10 => ICH_LR10_EL2.set(v),
+        11 => ICH_LR11_EL2.set(v),
+        12 => ICH_LR12_EL2.set(v),
+        13 => ICH_LR13_EL2.set(v),
+        14 => ICH_LR14_EL2.set(v),
+        15 => ICH_LR15_EL2.set(v),
         _ => {}
     }
 }
 
 /// Number of implemented list registers (ICH_VTR_EL2.ListRegs + 1).
 pub fn lr_count() -> usize {
-    ((ich_vtr_el2() & 0x1f) + 1) as usize
+    ICH_VTR_EL2.read(ICH_VTR_EL2::ListRegs) as usize + 1
 }
+
+/// ICC_SRE_EL2: system registers on (SRE), IRQ/FIQ bypass off (DIB, DFB),
+/// EL1 may use ICC_SRE_EL1 (Enable). One write through aarch64-cpu's typed
+/// register: arm-gic's `enable_system_register_el2` sets only SRE and
+/// Enable (DIB/DFB stay as firmware left them) and needs arm-gic's `el2`
+/// feature, another generated register crate.
+const ICC_SRE_EL2_ON: u64 = ICC_SRE_EL2::SRE::SET.value
+    | ICC_SRE_EL2::DFB::SET.value
+    | ICC_SRE_EL2::DIB::SET.value
+    | ICC_SRE_EL2::ENABLE::SET.value;
+
+// The raw values these registers were written with before the typed
+// accessors: a field change must change these on purpose.
+const _: () = assert!(ICC_SRE_EL2_ON == 0xf);
+const _: () = assert!(IccCtlrEl1::EOIMODE.bits() == 1 << 1);
+const _: () = assert!(ICH_HCR_EL2::En::SET.value == 1);
 
 /// Set up this CPU's interface for EL2: system registers on (and allowed at
 /// EL1), split priority drop / deactivation (EOImode = 1) so that a
 /// HW-linked interrupt stays active until the guest deactivates it, all
 /// priorities unmasked, group 1 on, the virtual CPU interface enabled.
 pub fn init_cpu_interface() {
-    // ICC_SRE_EL2: SRE | DFB | DIB | Enable (EL1 may use ICC_SRE_EL1).
-    set_icc_sre_el2(0xf);
+    ICC_SRE_EL2.set(ICC_SRE_EL2_ON);
     // SAFETY: an ISB makes the SRE write visible before the next ICC access.
     unsafe { asm!("isb", options(nomem, nostack)) };
-    set_icc_pmr_el1(0xff);
-    set_icc_bpr1_el1(0);
-    set_icc_ctlr_el1(icc_ctlr_el1() | (1 << 1));
-    set_icc_igrpen1_el1(1);
+    GicCpuInterface::set_priority_mask(0xff);
+    // Neither ICC_BPR1_EL1 nor ICC_CTLR_EL1.EOImode is in arm-gic's API.
+    write_icc_bpr1_el1(IccBpr1El1::empty());
+    write_icc_ctlr_el1(read_icc_ctlr_el1() | IccCtlrEl1::EOIMODE);
+    GicCpuInterface::enable_group1(true);
     set_ich_vmcr_el2(0);
     set_ich_ap0r0_el2(0);
     set_ich_ap1r0_el2(0);
     for n in 0..lr_count() {
         write_lr(n, 0);
     }
-    // ICH_HCR_EL2.En
-    set_ich_hcr_el2(1);
+    ICH_HCR_EL2.write(ICH_HCR_EL2::En::SET);
 }
 
 /// Acknowledge the highest priority pending group 1 interrupt (1023: none).
 pub fn ack() -> u32 {
-    (icc_iar1_el1() & 0xff_ffff) as u32
+    GicCpuInterface::get_and_acknowledge_interrupt(InterruptGroup::Group1)
+        .map_or(IntId::SPECIAL_NONE.raw_value(), IntId::raw_value)
 }
 
-/// Priority drop (EOImode = 1).
+/// Priority drop (EOImode = 1). arm-gic's `end_interrupt` takes an
+/// `IntId`: ICC_IAR1_EL1 never returns a reserved INTID, and the root
+/// handler passes only INTIDs below 1020, so on the IRQ path the
+/// conversion's range checks fold away (the release image's ack/EOI
+/// sequence is the same instructions as with raw `mrs`/`msr`).
 pub fn priority_drop(intid: u32) {
-    set_icc_eoir1_el1(intid as u64);
+    if let Ok(intid) = IntId::try_from(intid) {
+        GicCpuInterface::end_interrupt(intid, InterruptGroup::Group1);
+    }
 }
 
-/// Deactivate (EOImode = 1).
+/// Deactivate (EOImode = 1). arm-gic has no ICC_DIR_EL1.
 pub fn deactivate(intid: u32) {
-    set_icc_dir_el1(intid as u64);
+    write_icc_dir_el1(IccDirEl1::from_bits_retain(u64::from(intid)));
 }
 
-/// Send SGI `intid` to the CPU with affinity `mpidr`.
+/// Send SGI `intid` to the CPU with affinity `mpidr`. Not arm-gic's
+/// `send_sgi`: its target list has no range selector (RS), so it cannot
+/// reach a CPU whose Aff0 is 16 or more, and it checks the INTID again
+/// (the core already did); the register is arm-sysregs' typed ICC_SGI1R_EL1.
 pub fn send_sgi(mpidr: u64, intid: u32) {
-    let aff0 = mpidr & 0xff;
-    let aff1 = (mpidr >> 8) & 0xff;
-    let aff2 = (mpidr >> 16) & 0xff;
-    let aff3 = (mpidr >> 32) & 0xff;
-    let rs = aff0 >> 4;
-    let target_list = 1u64 << (aff0 & 0xf);
-    let value = target_list
-        | (aff1 << 16)
-        | ((intid as u64 & 0xf) << 24)
-        | (aff2 << 32)
-        | (rs << 44)
-        | (aff3 << 48);
+    let aff0 = mpidr as u8;
+    let value = IccSgi1rEl1::empty()
+        .with_targetlist(1 << (aff0 & 0xf))
+        .with_aff1((mpidr >> 8) as u8)
+        .with_intid((intid & 0xf) as u8)
+        .with_aff2((mpidr >> 16) as u8)
+        .with_rs(aff0 >> 4)
+        .with_aff3((mpidr >> 32) as u8);
     // SAFETY: orders earlier memory writes (a mailbox post) before the SGI.
     unsafe { asm!("dsb ishst", options(nostack)) };
-    set_icc_sgi1r_el1(value);
+    write_icc_sgi1r_el1(value);
     // SAFETY: context synchronisation so the SGI is issued promptly.
     unsafe { asm!("isb", options(nostack)) };
 }

@@ -86,7 +86,10 @@ impl Hypercall for Hvc {
 /// Ask the hypervisor for the REST API's bearer token.
 fn token(hvc: &mut Hvc) -> Result<String, String> {
     let request = AbiRequest::MgmtToken {
-        buf: GuestBuffer { ipa: hvc.buffer_ipa(), len: 256 },
+        buf: GuestBuffer {
+            ipa: hvc.buffer_ipa(),
+            len: 256,
+        },
     };
     let ret = hvc.hvc(request.encode());
     match request.decode_return(&ret) {
@@ -100,7 +103,12 @@ fn token(hvc: &mut Hvc) -> Result<String, String> {
 fn to_api(request: &mut tiny_http::Request) -> Result<Request, u16> {
     let mut body = Vec::new();
     let limit = (MAX_BODY_BYTES + 1) as u64;
-    if request.as_reader().take(limit).read_to_end(&mut body).is_err() {
+    if request
+        .as_reader()
+        .take(limit)
+        .read_to_end(&mut body)
+        .is_err()
+    {
         return Err(400);
     }
     Ok(Request {
@@ -109,7 +117,12 @@ fn to_api(request: &mut tiny_http::Request) -> Result<Request, u16> {
         headers: request
             .headers()
             .iter()
-            .map(|h| (h.field.as_str().as_str().to_string(), h.value.as_str().to_string()))
+            .map(|h| {
+                (
+                    h.field.as_str().as_str().to_string(),
+                    h.value.as_str().to_string(),
+                )
+            })
             .collect(),
         body,
     })
@@ -169,7 +182,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("pinfold-manager: listening on {LISTEN} ({} web UI files)", WEB_UI.len());
+    println!(
+        "pinfold-manager: listening on {LISTEN} ({} web UI files)",
+        WEB_UI.len()
+    );
     let mut workers = Vec::new();
     for _ in 1..WORKERS {
         let (server, router) = (server.clone(), router.clone());

@@ -3,6 +3,8 @@
 //! Device-nGnRE and execute-never. EL2 only ever runs Pinfold's own code, so
 //! one map shared by all CPUs is enough.
 
+use super::regs::{self, Fields, Writeable};
+use aarch64_cpu::registers::{MAIR_EL2, SCTLR_EL2, TCR_EL2, TTBR0_EL2};
 use core::arch::asm;
 
 #[repr(C, align(4096))]
@@ -10,8 +12,6 @@ struct Table([u64; 512]);
 
 static mut EL2_L1: Table = Table([0; 512]);
 
-const MAIR_DEVICE_NGNRE: u64 = 0x04;
-const MAIR_NORMAL_WB: u64 = 0xff;
 const ATTR_DEVICE: u64 = 0 << 2;
 const ATTR_NORMAL: u64 = 1 << 2;
 const BLOCK: u64 = 0b01;
@@ -40,36 +40,64 @@ pub fn build(ram: &[(u64, u64)]) {
     super::invalidate_dcache_range(start, 4096);
 }
 
+/// MAIR_EL2: index 0 Device-nGnRE, index 1 normal write-back
+/// non-transient, read/write-allocate (inner and outer).
+const MAIR: Fields<MAIR_EL2::Register> = regs::fields(&[
+    MAIR_EL2::Attr0_Device::nonGathering_nonReordering_EarlyWriteAck,
+    MAIR_EL2::Attr1_Normal_Outer::WriteBack_NonTransient_ReadWriteAlloc,
+    MAIR_EL2::Attr1_Normal_Inner::WriteBack_NonTransient_ReadWriteAlloc,
+]);
+
+/// TCR_EL2 (E2H = 0): 39-bit VA (T0SZ = 25, the walk starts at level 1),
+/// 4 KiB granule, inner shareable write-back write-allocate walks, 40-bit
+/// PA; bits 23 and 31 RES1, which aarch64-cpu 11 does not define.
+const TCR: Fields<TCR_EL2::Register> = regs::fields(&[
+    TCR_EL2::T0SZ.val(25),
+    TCR_EL2::IRGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable,
+    TCR_EL2::ORGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable,
+    TCR_EL2::SH0::Inner,
+    TCR_EL2::TG0::KiB_4,
+    TCR_EL2::PS::Bits_40,
+    regs::local_field(23, 1, 1),
+    regs::local_field(31, 1, 1),
+]);
+
+/// SCTLR_EL2 (E2H = 0): MMU, data and instruction caches and SP alignment
+/// checks on, other alignment checks off, exception entry and return
+/// context synchronising; the other RES1 bits of this layout (4, 5, 16,
+/// 18, 23, 28, 29), which aarch64-cpu 11 does not define.
+const SCTLR: Fields<SCTLR_EL2::Register> = regs::fields(&[
+    SCTLR_EL2::M::Enable,
+    SCTLR_EL2::C::Cacheable,
+    SCTLR_EL2::SA::Enable,
+    SCTLR_EL2::I::Cacheable,
+    SCTLR_EL2::EOS::IsSynch,
+    SCTLR_EL2::EIS::IsSynch,
+    regs::local_field(4, 2, 0b11),
+    regs::local_field(16, 1, 1),
+    regs::local_field(18, 1, 1),
+    regs::local_field(23, 1, 1),
+    regs::local_field(28, 2, 0b11),
+]);
+
+// The values these registers had when they were written as raw numbers
+// (before the typed fields): a field change must change these on purpose.
+const _: () = assert!(MAIR.value == 0xff04);
+const _: () = assert!(TCR.value == 0x8082_3519);
+const _: () = assert!(SCTLR.value == 0x30c5_183d);
+
 /// Turn on the MMU and caches on this CPU with the shared identity map.
 pub fn enable() {
-    let ttbr = core::ptr::addr_of!(EL2_L1) as u64;
-    let mair = MAIR_DEVICE_NGNRE | (MAIR_NORMAL_WB << 8);
-    // TCR_EL2: T0SZ = 25 (39-bit VA, start at level 1), IRGN0/ORGN0 = WB WA,
-    // SH0 = inner shareable, TG0 = 4 KiB (0), PS = 40 bits, RES1 bits 23 and 31.
-    let tcr = 25 | (1 << 8) | (1 << 10) | (3 << 12) | (2 << 16) | (1 << 23) | (1 << 31);
-    // SCTLR_EL2: RES1 bits, M, C, SA, I; alignment checks off.
-    let sctlr: u64 = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
-    // SAFETY: the identity map covers all code and data, so execution
-    // continues at the same addresses once the MMU is on.
-    unsafe {
-        asm!(
-            "msr mair_el2, {mair}",
-            "msr tcr_el2, {tcr}",
-            "msr ttbr0_el2, {ttbr}",
-            "dsb sy",
-            "tlbi alle2",
-            "dsb sy",
-            "isb",
-            "msr sctlr_el2, {sctlr}",
-            "isb",
-            "ic iallu",
-            "dsb nsh",
-            "isb",
-            mair = in(reg) mair,
-            tcr = in(reg) tcr as u64,
-            ttbr = in(reg) ttbr,
-            sctlr = in(reg) sctlr,
-            options(nostack)
-        );
-    }
+    MAIR_EL2.write(MAIR);
+    TCR_EL2.write(TCR);
+    TTBR0_EL2.set(core::ptr::addr_of!(EL2_L1) as u64);
+    // SAFETY: barriers and TLB maintenance only. They also order memory:
+    // no load or store moves across them, so nothing but the SCTLR_EL2
+    // write sits between them and the MMU-on barriers below.
+    unsafe { asm!("dsb sy", "tlbi alle2", "dsb sy", "isb", options(nostack)) };
+    // The identity map covers all code and data, so execution continues at
+    // the same addresses once the MMU is on.
+    SCTLR_EL2.write(SCTLR);
+    // SAFETY: context synchronisation and instruction cache maintenance.
+    unsafe { asm!("isb", "ic iallu", "dsb nsh", "isb", options(nostack)) };
 }

@@ -1,11 +1,42 @@
-//! System register access for the vCPU run loop. Writes that can break
-//! isolation (HCR_EL2, VTTBR_EL2, VTCR_EL2) go through the few functions in
-//! `platform::vcpu` that set them.
+//! System register access for the vCPU run loop: aarch64-cpu's typed
+//! registers and fields wherever the crate has them, a named raw `mrs`/`msr`
+//! where it does not (VPIDR_EL2, the ID registers by encoding, the PMU).
+//! Writes that can break isolation (HCR_EL2, VTTBR_EL2, VTCR_EL2,
+//! SCTLR_EL2) happen in the few functions of `platform::vcpu`, `main` and
+//! `arch::mmu` that set them.
 
 use aarch64_cpu::registers::*;
 use core::arch::asm;
+use tock_registers::fields::FieldValue;
+use tock_registers::RegisterLongName;
 
 pub use aarch64_cpu::registers::{Readable, Writeable};
+
+/// A whole value of register `R` built from its typed fields.
+pub type Fields<R> = FieldValue<u64, R>;
+
+/// `a + b + ...` of register field values, as a `const`: tock-registers'
+/// `Add` is not a const impl, `FieldValue::new` is. A field given twice
+/// (overlapping masks) fails to compile when used in a `const`.
+pub const fn fields<R: RegisterLongName>(parts: &[Fields<R>]) -> Fields<R> {
+    let mut mask = 0;
+    let mut value = 0;
+    let mut i = 0;
+    while i < parts.len() {
+        assert!(mask & parts[i].mask() == 0, "a register field given twice");
+        mask |= parts[i].mask();
+        value |= parts[i].value;
+        i += 1;
+    }
+    Fields::<R>::new(mask, 0, value)
+}
+
+/// A field of register `R` that aarch64-cpu 11 does not define (typically a
+/// bit that is RES1 in Armv8.0 and got a name with a later feature), at
+/// `shift`, `bits` wide, set to `value`.
+pub const fn local_field<R: RegisterLongName>(shift: usize, bits: u32, value: u64) -> Fields<R> {
+    Fields::<R>::new(u64::MAX >> (64 - bits), shift, value)
+}
 
 /// The syndrome of the current exception to EL2.
 pub fn esr_el2() -> u64 {
@@ -32,38 +63,11 @@ pub fn write_el1_exception_state(esr: u64, far: Option<u64>, elr: u64, spsr: u64
     SPSR_EL1.set(spsr);
 }
 
-macro_rules! raw_write {
-    ($name:ident, $reg:literal) => {
-        pub fn $name(v: u64) {
-            // SAFETY: called only from vCPU setup with architecturally valid
-            // values for this register.
-            unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) v, options(nostack)) };
-        }
-    };
+/// VPIDR_EL2 (the MIDR_EL1 a guest reads): aarch64-cpu 11 has no VPIDR_EL2.
+pub fn set_vpidr_el2(v: u64) {
+    // SAFETY: VPIDR_EL2 only changes what EL1 reads from MIDR_EL1.
+    unsafe { asm!("msr vpidr_el2, {}", in(reg) v, options(nomem, nostack)) };
 }
-raw_write!(set_hcr_el2, "hcr_el2");
-raw_write!(set_vttbr_el2, "vttbr_el2");
-raw_write!(set_vtcr_el2, "vtcr_el2");
-raw_write!(set_cptr_el2, "cptr_el2");
-raw_write!(set_cnthctl_el2, "cnthctl_el2");
-raw_write!(set_cntvoff_el2, "cntvoff_el2");
-raw_write!(set_vmpidr_el2, "vmpidr_el2");
-raw_write!(set_vpidr_el2, "vpidr_el2");
-raw_write!(set_vbar_el2, "vbar_el2");
-raw_write!(set_tpidr_el2, "tpidr_el2");
-raw_write!(set_sctlr_el1, "sctlr_el1");
-raw_write!(set_cntv_ctl_el0, "cntv_ctl_el0");
-raw_write!(set_cntp_ctl_el0, "cntp_ctl_el0");
-raw_write!(set_cntkctl_el1, "cntkctl_el1");
-raw_write!(set_cpacr_el1, "cpacr_el1");
-raw_write!(set_vbar_el1, "vbar_el1");
-raw_write!(set_mdscr_el1, "mdscr_el1");
-raw_write!(set_tcr_el1, "tcr_el1");
-raw_write!(set_ttbr0_el1, "ttbr0_el1");
-raw_write!(set_ttbr1_el1, "ttbr1_el1");
-raw_write!(set_sp_el1, "sp_el1");
-raw_write!(set_sp_el0, "sp_el0");
-raw_write!(set_contextidr_el1, "contextidr_el1");
 
 pub fn tpidr_el2() -> u64 {
     TPIDR_EL2.get()
@@ -71,8 +75,9 @@ pub fn tpidr_el2() -> u64 {
 pub fn midr_el1() -> u64 {
     MIDR_EL1.get()
 }
-pub fn id_aa64mmfr0() -> u64 {
-    ID_AA64MMFR0_EL1.get()
+/// ID_AA64MMFR0_EL1.PARange: the physical address size the CPU supports.
+pub fn pa_range() -> Option<ID_AA64MMFR0_EL1::PARange::Value> {
+    ID_AA64MMFR0_EL1.read_as_enum(ID_AA64MMFR0_EL1::PARange)
 }
 
 /// Read an ID register of the TID3 group (op0=3, op1=0, CRn=0, CRm=1..7)
@@ -108,8 +113,6 @@ pub fn read_id_reg(crm: u8, op2: u8) -> u64 {
         7,4 => "S3_0_C0_C7_4"; 7,5 => "S3_0_C0_C7_5"; 7,6 => "S3_0_C0_C7_6"; 7,7 => "S3_0_C0_C7_7";
     }
 }
-
-raw_write!(set_mdcr_el2, "mdcr_el2");
 
 /// Read a PMU register by its name in the Arm ARM.
 macro_rules! pmu_regs {

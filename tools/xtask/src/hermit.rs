@@ -104,6 +104,11 @@ const ELFOSABI_STANDALONE: u8 = 255;
 const APP_ELF_ENV: &str = "PINFOLD_MANAGER_APP_ELF";
 /// The application's build.rs reads libhermit.a's directory from this.
 const LIBHERMIT_DIR_ENV: &str = "PINFOLD_LIBHERMIT_DIR";
+/// Tells the application's build.rs that nothing will be linked (a clippy
+/// run), so it needs no `libhermit.a`.
+const CHECK_ONLY_ENV: &str = "PINFOLD_MANAGER_CHECK_ONLY";
+/// The application's build.rs embeds the web UI's files from this.
+const WEB_UI_DIST_ENV: &str = "PINFOLD_WEB_UI_DIST";
 
 /// Builds everything and returns the path of the loader's raw image,
 /// `target/pinfold/manager.bin`: boot it as a QEMU `-kernel` (arm64 Image
@@ -225,7 +230,13 @@ fn nightly(program: &str) -> Command {
     cmd
 }
 
-/// Installs the pinned nightly with rust-src and llvm-tools unless present.
+/// What the pinned nightly needs: rust-src for build-std, llvm-tools for the
+/// archive work, clippy and rustfmt because the host tier lints the
+/// application with this toolchain.
+const TOOLCHAIN_COMPONENTS: [&str; 4] = ["rust-src", "llvm-tools", "clippy", "rustfmt"];
+
+/// Installs the pinned nightly with [`TOOLCHAIN_COMPONENTS`], or adds the
+/// components it lacks.
 fn ensure_toolchain() -> Result<(), String> {
     let installed = stdout_of(Command::new("rustup").args([
         "component",
@@ -233,21 +244,23 @@ fn ensure_toolchain() -> Result<(), String> {
         "--installed",
         "--toolchain",
         HERMIT_TOOLCHAIN,
-    ]))
-    .unwrap_or_default();
-    let has = |name: &str| installed.lines().any(|line| line.starts_with(name));
-    if has("rust-src") && has("llvm-tools") {
+    ]));
+    let Ok(installed) = installed else {
+        return run(Command::new("rustup")
+            .args(["toolchain", "install", HERMIT_TOOLCHAIN])
+            .args(["--profile", "minimal", "--component"])
+            .arg(TOOLCHAIN_COMPONENTS.join(",")));
+    };
+    let missing: Vec<&str> = TOOLCHAIN_COMPONENTS
+        .into_iter()
+        .filter(|name| !installed.lines().any(|line| line.starts_with(name)))
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    run(Command::new("rustup").args([
-        "toolchain",
-        "install",
-        HERMIT_TOOLCHAIN,
-        "--profile",
-        "minimal",
-        "--component",
-        "rust-src,llvm-tools",
-    ]))
+    run(Command::new("rustup")
+        .args(["component", "add", "--toolchain", HERMIT_TOOLCHAIN])
+        .args(missing))
 }
 
 /// The nightly's LLVM binutils (component llvm-tools).
@@ -625,11 +638,16 @@ fn newest_dir_skip(path: &Path) -> Option<std::time::SystemTime> {
     }
 }
 
+/// `web-ui/dist`, where the web UI's build puts its files.
+fn web_ui_dist(paths: &Paths) -> PathBuf {
+    paths.root.join("web-ui/dist")
+}
+
 /// Builds the web UI (`npm ci` once, then `npm run build` when its sources
 /// changed); returns `web-ui/dist`.
 fn build_web_ui(paths: &Paths) -> Result<PathBuf, String> {
     let ui = paths.root.join("web-ui");
-    let dist = ui.join("dist");
+    let dist = web_ui_dist(paths);
     if !ui.join("node_modules").is_dir() {
         run(Command::new("npm")
             .current_dir(&ui)
@@ -644,21 +662,57 @@ fn build_web_ui(paths: &Paths) -> Result<PathBuf, String> {
     Ok(dist)
 }
 
-/// Builds the Hermit application with the web UI embedded; returns its ELF.
-fn build_app(paths: &Paths, libhermit: &Path, web_ui: &Path) -> Result<PathBuf, String> {
-    let target_dir = paths.hermit.join("app");
-    let lib_dir = libhermit.parent().ok_or("libhermit.a has no directory")?;
-    run(nightly("cargo")
-        .current_dir(&paths.app)
-        .env(LIBHERMIT_DIR_ENV, lib_dir)
-        .env("PINFOLD_WEB_UI_DIST", web_ui)
-        .args(["build", "--release", "--locked", "--target", APP_TARGET])
+/// `cargo <subcommand>` of the pinned nightly on the Hermit application,
+/// with the target, build-std and target directory of the real build (so a
+/// lint run shares its std and dependency builds).
+fn app_cargo(paths: &Paths, subcommand: &str) -> Command {
+    let mut cmd = nightly("cargo");
+    cmd.current_dir(&paths.app)
+        .args([subcommand, "--release", "--locked", "--target", APP_TARGET])
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")
-        .arg(&target_dir))?;
-    Ok(target_dir
+        .arg(paths.hermit.join("app"));
+    cmd
+}
+
+/// Builds the Hermit application with the web UI embedded; returns its ELF.
+fn build_app(paths: &Paths, libhermit: &Path, web_ui: &Path) -> Result<PathBuf, String> {
+    let lib_dir = libhermit.parent().ok_or("libhermit.a has no directory")?;
+    run(app_cargo(paths, "build")
+        .env(LIBHERMIT_DIR_ENV, lib_dir)
+        .env(WEB_UI_DIST_ENV, web_ui))?;
+    Ok(paths
+        .hermit
+        .join("app")
         .join(APP_TARGET)
         .join("release/pinfold-manager-app"))
+}
+
+/// The house's lints on the Hermit application (its own workspace, the
+/// pinned nightly): `cargo fmt --check` and `cargo clippy -D warnings` for
+/// aarch64-unknown-hermit, in the real build's target directory. The build
+/// script gets the environment the real build gives it when `libhermit.a`
+/// and the web UI are there (so neither run invalidates the other's build
+/// script output); before the first manager build it is told that nothing
+/// will be linked.
+pub fn lint_app(root: &Path) -> Result<(), String> {
+    let paths = Paths::new(root);
+    ensure_toolchain()?;
+    run(nightly("cargo")
+        .current_dir(&paths.app)
+        .args(["fmt", "--check"]))
+    .map_err(|err| format!("{err} (run `cargo fmt` in manager/app)"))?;
+    let mut clippy = app_cargo(&paths, "clippy");
+    if paths.dist.join("libhermit.a").is_file() {
+        clippy.env(LIBHERMIT_DIR_ENV, &paths.dist);
+    } else {
+        clippy.env(CHECK_ONLY_ENV, "1");
+    }
+    let web_ui = web_ui_dist(&paths);
+    if web_ui.join("index.html").is_file() {
+        clippy.env(WEB_UI_DIST_ENV, web_ui);
+    }
+    run(clippy.args(["--", "-D", "warnings"]))
 }
 
 /// Builds the loader (stable toolchain, root workspace) around `app`;
