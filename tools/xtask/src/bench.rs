@@ -10,7 +10,10 @@
 //! - the probe guest (tools/test-guest) in the partition of `bench.toml`
 //!   and the same binary booted bare by QEMU at EL1 (`qemu::bare_command`),
 //!   each twice: its `PROBE bench <row>:` lines give the exit, interrupt,
-//!   SGI and boot-stamp rows (`probe`).
+//!   SGI and boot-stamp rows (`probe`);
+//! - the default plan's Linux kernel and initramfs as the only partition of
+//!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
+//!   (`linux`).
 //!
 //! Every figure is printed with its method, and a column that changed
 //! between the two runs is flagged. Performance is measured here and never
@@ -22,6 +25,7 @@
 //! `run`.
 
 mod boot;
+mod linux;
 mod probe;
 mod size;
 mod table;
@@ -37,16 +41,19 @@ use crate::cmd;
 use crate::error::{IoContext, XtaskError};
 use crate::harness::{Line, QemuRun};
 use crate::provision::BARE_TARGET;
-use crate::qemu::{bare_command, qemu_command, Extra};
+use crate::qemu::{bare_command, qemu_command, Board, Extra};
 use crate::Workspace;
 
-use boot::{run_init_seconds, BootSample, BootSection, BOOT_PARTITIONS, RUN_INIT};
+use boot::{run_init_seconds, BootSample, BootSection, BOOT_PARTITIONS};
+use linux::{LinuxGuest, LinuxRun, RUN_INIT};
 use probe::{ProbeRun, END_MARKER};
 use size::{parse_llvm_size, SizeSection};
 use table::{Goal, Repeat, Row};
 
 /// The plan of the probe rows: the probe guest alone, two vCPUs on CPUs 1-2.
 pub const BENCH_CONFIG: &str = "vm-configs/qemu-virt/bench.toml";
+/// The plan of the Linux row: one Linux partition on a one-CPU board.
+pub const BENCH_LINUX_CONFIG: &str = "vm-configs/qemu-virt/bench-linux.toml";
 /// The probe guest's flat image, booted bare by QEMU.
 const TEST_GUEST: &str = "target/guest/test-guest.bin";
 
@@ -62,16 +69,17 @@ pub const ICOUNT_SHIFT: u32 = 0;
 /// instead of following the host clock, so host load cannot leak in.
 const ICOUNT_ARG: &str = "shift=0,sleep=off";
 /// QEMU's guest random numbers from a fixed seed: the DTB's rng-seed and
-/// kaslr-seed repeat, so the hypervisor's boot (which mixes them into the
-/// partitions' seeds) repeats.
+/// kaslr-seed (which QEMU also rewrites in a `-dtb` at every reset) repeat,
+/// so the hypervisor's boot and the kernels' KASLR offsets repeat.
 const QEMU_SEED: &str = "1";
 /// icount runs all vCPUs round-robin on one host thread; QEMU refuses
 /// `thread=multi` together with `-icount`.
 const ICOUNT_ACCEL: &str = "tcg,thread=single";
 
-/// Generous: a probe run takes about a second, but the host is shared and
-/// may be busy.
+/// Generous: a probe run takes about a second and a Linux run a few, but
+/// the host is shared and may be busy.
 const PROBE_DEADLINE: Duration = Duration::from_secs(120);
+const LINUX_DEADLINE: Duration = Duration::from_secs(240);
 const BOOT_DEADLINE: Duration = Duration::from_secs(240);
 
 /// The probe's fatal line (an unexpected exception or panic).
@@ -236,6 +244,7 @@ pub struct Report {
     pub method: String,
     pub rows: Vec<Row>,
     pub probe: Runs<ProbeRun>,
+    pub linux: Runs<LinuxRun>,
     pub sections: Vec<Box<dyn Section>>,
     pub wall_clock_s: f64,
 }
@@ -284,10 +293,17 @@ impl Report {
         );
         report.insert("runs_identical".into(), json!(!self.any_difference()));
         let probe_runs = |runs: &[ProbeRun]| Value::Array(runs.iter().map(probe_json).collect());
+        let linux_runs = |runs: &[LinuxRun]| {
+            json!(runs
+                .iter()
+                .map(|r| json!({ "run_init_s": r.run_init_s, "first_line_s": r.first_line_s }))
+                .collect::<Vec<_>>())
+        };
         report.insert(
             "runs".into(),
             json!({
                 "probe": { "bare": probe_runs(&self.probe.bare), "pinfold": probe_runs(&self.probe.pinfold) },
+                "linux": { "bare": linux_runs(&self.linux.bare), "pinfold": linux_runs(&self.linux.pinfold) },
             }),
         );
         for section in &self.sections {
@@ -323,9 +339,9 @@ fn probe_json(run: &ProbeRun) -> Value {
     Value::Object(rows)
 }
 
-/// The table's rows from the probe runs.
-pub fn rows(probe: &Runs<ProbeRun>) -> Vec<Row> {
-    PROBE_ROWS
+/// The table's rows from the probe and Linux runs.
+pub fn rows(probe: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
+    let mut rows: Vec<Row> = PROBE_ROWS
         .iter()
         .map(|spec| {
             let mut row = probe.row(spec.spec, spec.method.to_string(), spec.figure);
@@ -349,7 +365,48 @@ pub fn rows(probe: &Runs<ProbeRun>) -> Vec<Row> {
             }
             row
         })
-        .collect()
+        .collect();
+    rows.push(linux_row(linux));
+    rows
+}
+
+/// Instructions per second of virtual time under `-icount shift=ICOUNT_SHIFT`.
+fn instructions_per_second() -> f64 {
+    1e9 / f64::from(1u32 << ICOUNT_SHIFT)
+}
+
+fn linux_row(linux: &Runs<LinuxRun>) -> Row {
+    let spec = RowSpec {
+        id: "linux_run_init",
+        label: "Linux partition: instructions to `Run /init`, vs the same kernel bare",
+        goal: Goal::RatioAtMost(1.01),
+    };
+    let method = format!(
+        "printk time of `{RUN_INIT}` x 1e9 (virtual ns = instructions, plus any idle time \
+         sleep=off skipped): the default plan's kernel + initramfs, same bootargs, 256 MiB, one \
+         CPU; Pinfold: the only partition of {BENCH_LINUX_CONFIG}; bare: QEMU -kernel at EL1 with a \
+         DTB of the partition's shape from the hypervisor's own generator; both get a KASLR \
+         seed, repeated by QEMU `-seed {QEMU_SEED}`. printk time starts when the arch \
+         timer becomes sched_clock (time_init), the same kernel point in both runs and blind to \
+         CNTVOFF, so nothing is subtracted; it leaves out kernel entry -> time_init, and the \
+         hypervisor's boot before entry (that is the reset row). Ratio = Pinfold / bare"
+    );
+    let mut row = linux.row(spec, method, |r| {
+        r.run_init_s.map(|s| s * instructions_per_second())
+    });
+    let started_late = linux
+        .bare
+        .iter()
+        .chain(&linux.pinfold)
+        .any(|r| r.first_line_s.is_some_and(|s| s > 0.0));
+    if started_late {
+        row.note = Some(
+            "a kernel's first printk stamp is not 0: its printk clock includes time before the \
+             kernel (compare with care)"
+                .into(),
+        );
+    }
+    row
 }
 
 /// Runs every benchmark, prints the report and writes bench.json.
@@ -358,6 +415,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
     let mut builder = Builder::new(ws);
     let default = builder.build(Path::new(DEFAULT_CONFIG), "pinfold.bin")?;
     let bench = builder.build(Path::new(BENCH_CONFIG), "bench.bin")?;
+    let bench_linux = builder.build(Path::new(BENCH_LINUX_CONFIG), "bench-linux.bin")?;
     let out = ws.root.join("target/pinfold");
     let logs = out.join("bench-logs");
     let qemu = qemu_version()?;
@@ -388,6 +446,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         probe.bare.push(sample);
     }
 
+    let linux = linux_runs(ws, &bench_linux, &logs)?;
     let cntfrq = probe
         .pinfold
         .first()
@@ -409,7 +468,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
             probe::instructions_per_tick(cntfrq).to_string()
         }
     );
-    let rows = rows(&probe);
+    let rows = rows(&probe, &linux);
 
     let mut boots = Vec::new();
     for run in 1..=BOOT_RUNS {
@@ -439,6 +498,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         method,
         rows,
         probe,
+        linux,
         sections: vec![Box::new(boot), Box::new(size)],
         wall_clock_s: started.elapsed().as_secs_f64(),
     };
@@ -518,6 +578,54 @@ fn probe_run(cmd: Command, log: &Path, mode: &str) -> Result<ProbeRun, XtaskErro
             format!("the probe ran as {seen:?} (`PROBE bench env: mode=`), expected {mode}"),
         )),
     }
+}
+
+/// The Linux row's boots: the bench-linux plan's partition, and the same
+/// kernel bare.
+fn linux_runs(ws: &Workspace, built: &Built, logs: &Path) -> Result<Runs<LinuxRun>, XtaskError> {
+    let config_path = ws.root.join(BENCH_LINUX_CONFIG);
+    let config = pinfold_config::load(&config_path)?;
+    let partition = config
+        .partitions
+        .first()
+        .ok_or_else(|| XtaskError::Provision(format!("{BENCH_LINUX_CONFIG} has no partition")))?;
+    let guest = LinuxGuest::from_plan(partition, &ws.root);
+    let dtb = ws.root.join("target/pinfold/bench-linux-bare.dtb");
+    let blob = guest.bare_dtb().map_err(XtaskError::Provision)?;
+    std::fs::write(&dtb, blob).context(|| format!("writing {}", dtb.display()))?;
+    let bare_board = Board {
+        cpus: 1,
+        memory: guest.memory,
+        nic: false,
+    };
+    let prefix = format!("[{}] ", guest.name);
+    let mut runs = Runs::default();
+    for run in 1..=ICOUNT_RUNS {
+        let log = logs.join(format!("linux-pinfold-{run}.log"));
+        let lines = run_until(
+            qemu_command(&built.board, &built.image, &icount(Vec::new())),
+            &log,
+            &format!("`{prefix}... {RUN_INIT}`"),
+            LINUX_DEADLINE,
+            |l| l.starts_with(&prefix) && l.contains(RUN_INIT),
+        )?;
+        let sample = LinuxRun::parse(&lines, Some(&guest.name));
+        println!("xtask: bench: Linux, Pinfold, run {run}/{ICOUNT_RUNS}: {sample:?}");
+        runs.pinfold.push(sample);
+
+        let log = logs.join(format!("linux-bare-{run}.log"));
+        let lines = run_until(
+            bare_command(&bare_board, &guest.kernel, &icount(guest.bare_args(&dtb))),
+            &log,
+            &format!("`{RUN_INIT}`"),
+            LINUX_DEADLINE,
+            |l| l.contains(RUN_INIT),
+        )?;
+        let sample = LinuxRun::parse(&lines, None);
+        println!("xtask: bench: Linux, bare, run {run}/{ICOUNT_RUNS}: {sample:?}");
+        runs.bare.push(sample);
+    }
+    Ok(runs)
 }
 
 /// Boots the default plan and times each partition's UP marker.
@@ -612,11 +720,24 @@ PROBE bench end";
         ProbeRun::parse(text.lines())
     }
 
-    fn runs() -> Runs<ProbeRun> {
-        Runs {
-            bare: vec![parse_probe(BARE), parse_probe(BARE)],
-            pinfold: vec![parse_probe(PARTITION), parse_probe(PARTITION)],
+    fn linux(run_init_s: f64) -> LinuxRun {
+        LinuxRun {
+            run_init_s: Some(run_init_s),
+            first_line_s: Some(0.0),
         }
+    }
+
+    fn runs() -> (Runs<ProbeRun>, Runs<LinuxRun>) {
+        (
+            Runs {
+                bare: vec![parse_probe(BARE), parse_probe(BARE)],
+                pinfold: vec![parse_probe(PARTITION), parse_probe(PARTITION)],
+            },
+            Runs {
+                bare: vec![linux(0.8); 2],
+                pinfold: vec![linux(0.808); 2],
+            },
+        )
     }
 
     fn row<'a>(rows: &'a [Row], id: &str) -> &'a Row {
@@ -627,9 +748,9 @@ PROBE bench end";
 
     #[test]
     fn every_issue_row_is_present_in_order() {
-        let probe = runs();
+        let (probe, linux) = runs();
 
-        let ids: Vec<&str> = rows(&probe).iter().map(|r| r.id).collect();
+        let ids: Vec<&str> = rows(&probe, &linux).iter().map(|r| r.id).collect();
 
         assert_eq!(
             ids,
@@ -640,15 +761,16 @@ PROBE bench end";
                 "vtimer_back",
                 "sgi_round_trip",
                 "reset_to_guest",
+                "linux_run_init"
             ]
         );
     }
 
     #[test]
     fn rows_take_bare_and_pinfold_from_their_runs() {
-        let probe = runs();
+        let (probe, linux) = runs();
 
-        let rows = rows(&probe);
+        let rows = rows(&probe, &linux);
 
         let gicd = row(&rows, "gicd_typer_read");
         assert_eq!((gicd.bare, gicd.pinfold), (Some(2.992), Some(302.0)));
@@ -664,15 +786,39 @@ PROBE bench end";
     }
 
     #[test]
+    fn linux_row_is_printk_time_in_instructions_with_its_ratio_goal() {
+        let (probe, linux) = runs();
+
+        let rows = rows(&probe, &linux);
+
+        let row = row(&rows, "linux_run_init");
+        assert_eq!(row.bare, Some(0.8e9));
+        assert_eq!(row.pinfold, Some(0.808e9));
+        assert!((row.ratio().unwrap_or_default() - 1.01).abs() < 1e-9);
+        assert_eq!(row.goal, Some(Goal::RatioAtMost(1.01)));
+        assert_eq!(row.note, None);
+    }
+
+    #[test]
+    fn a_kernel_whose_printk_clock_did_not_start_at_zero_is_noted() {
+        let (probe, mut linux) = runs();
+        linux.pinfold[0].first_line_s = Some(0.003);
+
+        let rows = rows(&probe, &linux);
+
+        assert!(row(&rows, "linux_run_init").note.is_some());
+    }
+
+    #[test]
     fn a_row_skipped_bare_is_empty_there_with_the_reason_noted() {
-        let mut probe = runs();
+        let (mut probe, linux) = runs();
         let skipped = parse_probe(&BARE.replace(
             "PROBE bench hvc: iterations=1000 ticks=250 loop_insns=4",
             "PROBE bench hvc: skipped (PSCI conduit is smc, not hvc)",
         ));
         probe.bare = vec![skipped.clone(), skipped];
 
-        let rows = rows(&probe);
+        let rows = rows(&probe, &linux);
 
         let hvc = row(&rows, "hvc_psci_version");
         assert_eq!(hvc.bare, None);
@@ -685,11 +831,11 @@ PROBE bench end";
 
     #[test]
     fn an_unknown_counter_offset_leaves_the_reset_row_empty_with_a_note() {
-        let mut probe = runs();
+        let (mut probe, linux) = runs();
         let unknown = parse_probe(&PARTITION.replace("cntvoff=0", "cntvoff=unknown (trapped)"));
         probe.pinfold = vec![unknown.clone(), unknown];
 
-        let rows = rows(&probe);
+        let rows = rows(&probe, &linux);
 
         let boot = row(&rows, "reset_to_guest");
         assert_eq!(boot.pinfold, None);
@@ -699,9 +845,9 @@ PROBE bench end";
 
     #[test]
     fn a_figure_that_changed_between_runs_is_flagged_in_table_and_json() {
-        let mut probe = runs();
+        let (mut probe, linux) = runs();
         probe.pinfold[1] = parse_probe(&PARTITION.replace("ticks=195375", "ticks=195376"));
-        let rows = rows(&probe);
+        let rows = rows(&probe, &linux);
         let report = Report {
             qemu: (
                 "QEMU emulator version 7.2.22".into(),
@@ -710,6 +856,7 @@ PROBE bench end";
             method: "m".into(),
             rows,
             probe,
+            linux,
             sections: Vec::new(),
             wall_clock_s: 1.0,
         };
@@ -724,7 +871,7 @@ PROBE bench end";
 
     #[test]
     fn json_has_qemu_rows_raw_runs_and_sections() {
-        let probe = runs();
+        let (probe, linux) = runs();
         let section = SizeSection {
             method: "s".into(),
             image: Default::default(),
@@ -737,8 +884,9 @@ PROBE bench end";
                 "/usr/bin/qemu".into(),
             ),
             method: "m".into(),
-            rows: rows(&probe),
+            rows: rows(&probe, &linux),
             probe,
+            linux,
             sections: vec![Box::new(section)],
             wall_clock_s: 1.0,
         };

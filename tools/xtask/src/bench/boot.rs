@@ -7,12 +7,13 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use super::linux::printk_seconds;
 use super::Section;
 use crate::harness::Line;
 
 /// Partitions of the default plan whose boot is timed.
 pub const BOOT_PARTITIONS: [&str; 2] = ["alpha", "beta"];
-pub const RUN_INIT: &str = "Run /init as init process";
+const RUN_INIT: &str = super::linux::RUN_INIT;
 
 /// One timed boot of the default plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,13 +37,6 @@ pub fn run_init_seconds(lines: &[Line], partition: &str) -> Option<f64> {
         }
         printk_seconds(rest)
     })
-}
-
-/// The leading `[  seconds.micros]` of a kernel log line.
-fn printk_seconds(line: &str) -> Option<f64> {
-    let inside = line.trim_start().strip_prefix('[')?;
-    let (stamp, _) = inside.split_once(']')?;
-    stamp.trim().parse().ok()
 }
 
 /// The median of `values`, `None` when empty. An even count averages the

@@ -11,25 +11,30 @@ use serde_json::{json, Value};
 pub enum Goal {
     /// The Pinfold figure, at most this.
     AtMost(f64),
+    /// Pinfold / bare, at most this.
+    RatioAtMost(f64),
 }
 
 impl Goal {
     /// Whether the row meets the goal; `None` without the figures it needs.
-    pub fn met(self, _bare: Option<f64>, pinfold: Option<f64>) -> Option<bool> {
+    pub fn met(self, bare: Option<f64>, pinfold: Option<f64>) -> Option<bool> {
         match self {
             Goal::AtMost(limit) => pinfold.map(|p| p <= limit),
+            Goal::RatioAtMost(limit) => ratio(bare, pinfold).map(|r| r <= limit),
         }
     }
 
     fn text(self) -> String {
         match self {
             Goal::AtMost(limit) => format!("<= {}", group(limit)),
+            Goal::RatioAtMost(limit) => format!("ratio <= {limit:.2}"),
         }
     }
 
     fn json(self) -> Value {
         match self {
             Goal::AtMost(limit) => json!({ "pinfold_at_most": limit }),
+            Goal::RatioAtMost(limit) => json!({ "ratio_at_most": limit }),
         }
     }
 }
@@ -243,6 +248,15 @@ mod tests {
     }
 
     #[test]
+    fn ratio_goal_bounds_pinfold_over_bare() {
+        let goal = Goal::RatioAtMost(1.01);
+
+        assert_eq!(goal.met(Some(100.0), Some(101.0)), Some(true));
+        assert_eq!(goal.met(Some(100.0), Some(101.9)), Some(false));
+        assert_eq!(goal.met(None, Some(101.0)), None);
+    }
+
+    #[test]
     fn repeat_flags_any_column_that_changed() {
         let same = Repeat::of(&[Some(1.0), Some(1.0)], &[Some(2.0), Some(2.0)]);
         let differs = Repeat::of(&[Some(1.0), Some(1.0)], &[Some(2.0), Some(2.5)]);
@@ -300,11 +314,11 @@ mod tests {
 
     #[test]
     fn json_row_carries_figures_goal_and_verdict() {
-        let json = row(Some(100.0), Some(101.9), Goal::AtMost(101.0)).json();
+        let json = row(Some(100.0), Some(101.9), Goal::RatioAtMost(1.01)).json();
 
         let diff = json["difference_instructions"].as_f64().unwrap_or_default();
         assert!((diff - 1.9).abs() < 1e-9, "{json}");
-        assert_eq!(json["goal"], json!({ "pinfold_at_most": 101.0 }));
+        assert_eq!(json["goal"], json!({ "ratio_at_most": 1.01 }));
         assert_eq!(json["goal_met"], json!(false));
         assert_eq!(json["identical_runs"]["bare"], Value::Null);
     }
