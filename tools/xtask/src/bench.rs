@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: every path of issue 7 measured bare and as a Pinfold
 //! partition in one run (docs/PERFORMANCE.md), then the wall-clock boot of
-//! the default plan and the image size; prints a table and writes
-//! `target/pinfold/bench.json`.
+//! the default plan and the image size; prints a table, writes
+//! `target/pinfold/bench.json` and `target/pinfold/bench.svg`.
 //!
 //! The deterministic part runs under QEMU TCG with `-icount
 //! shift=0,sleep=off` (one instruction is one nanosecond of virtual time,
@@ -28,6 +28,7 @@ mod boot;
 mod linux;
 mod probe;
 mod size;
+mod svg;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -127,6 +128,7 @@ impl<T> Runs<T> {
         Row {
             id: spec.id,
             label: spec.label,
+            short: spec.short,
             bare: bare.first().copied().flatten(),
             pinfold: pinfold.first().copied().flatten(),
             goal: Some(spec.goal),
@@ -142,6 +144,8 @@ impl<T> Runs<T> {
 struct RowSpec {
     id: &'static str,
     label: &'static str,
+    /// The plot's label.
+    short: &'static str,
     goal: Goal,
 }
 
@@ -160,6 +164,7 @@ const PROBE_ROWS: [ProbeRow; 6] = [
         spec: RowSpec {
             id: "gicd_typer_read",
             label: "emulated GICD_TYPER read",
+            short: "emulated GICD_TYPER read",
             goal: Goal::AtMost(120.0),
         },
         source: "gicd",
@@ -171,6 +176,7 @@ const PROBE_ROWS: [ProbeRow; 6] = [
         spec: RowSpec {
             id: "hvc_psci_version",
             label: "HVC PSCI_VERSION",
+            short: "HVC PSCI_VERSION",
             goal: Goal::AtMost(100.0),
         },
         source: "hvc",
@@ -183,6 +189,7 @@ const PROBE_ROWS: [ProbeRow; 6] = [
         spec: RowSpec {
             id: "vtimer_to_handler",
             label: "vtimer IRQ: CVAL reached -> guest handler",
+            short: "vtimer: CVAL reached -> guest handler",
             goal: Goal::AtMost(100.0),
         },
         source: "vtimer",
@@ -197,6 +204,7 @@ const PROBE_ROWS: [ProbeRow; 6] = [
         spec: RowSpec {
             id: "vtimer_back",
             label: "vtimer IRQ: CVAL -> back in interrupted code",
+            short: "vtimer: CVAL -> back in interrupted code",
             goal: Goal::AtMost(150.0),
         },
         source: "vtimer",
@@ -210,6 +218,7 @@ const PROBE_ROWS: [ProbeRow; 6] = [
         spec: RowSpec {
             id: "sgi_round_trip",
             label: "SGI round trip vCPU0 -> vCPU1 -> vCPU0",
+            short: "SGI round trip vCPU0 -> vCPU1 -> vCPU0",
             goal: Goal::AtMost(700.0),
         },
         source: "sgi",
@@ -225,6 +234,7 @@ const PROBE_ROWS: [ProbeRow; 6] = [
         spec: RowSpec {
             id: "reset_to_guest",
             label: "QEMU reset -> first guest instruction",
+            short: "QEMU reset -> first guest instruction",
             goal: Goal::AtMost(400_000.0),
         },
         source: "boot",
@@ -379,6 +389,7 @@ fn linux_row(linux: &Runs<LinuxRun>) -> Row {
     let spec = RowSpec {
         id: "linux_run_init",
         label: "Linux partition: instructions to `Run /init`, vs the same kernel bare",
+        short: "Linux: instructions to `Run /init`",
         goal: Goal::RatioAtMost(1.01),
     };
     let method = format!(
@@ -409,7 +420,8 @@ fn linux_row(linux: &Runs<LinuxRun>) -> Row {
     row
 }
 
-/// Runs every benchmark, prints the report and writes bench.json.
+/// Runs every benchmark, prints the report and writes bench.json and
+/// bench.svg.
 pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
     let started = Instant::now();
     let mut builder = Builder::new(ws);
@@ -508,7 +520,15 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         .map_err(|e| XtaskError::Provision(format!("bench.json: {e}")))?;
     std::fs::write(&json_path, json + "\n")
         .context(|| format!("writing {}", json_path.display()))?;
-    println!("xtask: bench: wrote {}", ws.relative(&json_path));
+    let svg_path = out.join("bench.svg");
+    let title = format!("Pinfold vs bare EL1, {}", report.qemu.0);
+    std::fs::write(&svg_path, svg::chart(&report.rows, &title))
+        .context(|| format!("writing {}", svg_path.display()))?;
+    println!(
+        "xtask: bench: wrote {} and {}",
+        ws.relative(&json_path),
+        ws.relative(&svg_path)
+    );
     Ok(())
 }
 

@@ -30,7 +30,7 @@ usage: cargo xtask <command>
   test [--host] [--only NAME]            host unit tests, then QEMU boot tests
   bench                                  issue 7's paths bare vs Pinfold under
                                          -icount, boot time, image size; writes
-                                         target/pinfold/bench.json
+                                         target/pinfold/bench.{json,svg}
 
 FILE defaults to vm-configs/qemu-virt/default.toml.";
 

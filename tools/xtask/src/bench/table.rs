@@ -79,6 +79,8 @@ pub struct Row {
     pub id: &'static str,
     /// The row as issue 7 names it.
     pub label: &'static str,
+    /// A shorter label for the plot.
+    pub short: &'static str,
     /// Instructions (the first run's, see `repeat`); `None` = not measured
     /// or not possible there ("-").
     pub bare: Option<f64>,
@@ -215,6 +217,7 @@ mod tests {
         Row {
             id: "x",
             label: "a path",
+            short: "a path",
             bare,
             pinfold,
             goal: Some(goal),
