@@ -17,6 +17,13 @@
 //! exception handler records ESR_EL1/FAR_EL1 and resumes at ELR_EL1 + 4,
 //! skipping exactly the one probing instruction. An exception outside a
 //! probe is a bug in this guest (or an unexpected injection) and stops it.
+//!
+//! The same binary is the workload of `cargo xtask bench` (module `bench`),
+//! in a partition and booted bare by QEMU at EL1. It tells the two apart by
+//! its DTB: a Pinfold partition's names the partition in
+//! /chosen/pinfold,partition, QEMU's has no such property. Bare, it runs
+//! only the bench loops (the isolation probes would test QEMU, not a
+//! hypervisor).
 #![no_std]
 #![no_main]
 
@@ -26,10 +33,15 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Formatted output to the PL011 (see [`Uart`]); errors cannot happen.
 macro_rules! print {
-    ($($arg:tt)*) => {{ let _ = write!(Uart, $($arg)*); }};
+    ($($arg:tt)*) => {{
+        let _ = core::fmt::Write::write_fmt(&mut $crate::Uart, format_args!($($arg)*));
+    }};
 }
 macro_rules! println {
-    ($($arg:tt)*) => {{ let _ = writeln!(Uart, $($arg)*); }};
+    ($($arg:tt)*) => {{
+        print!($($arg)*);
+        print!("\n");
+    }};
 }
 
 // --- The partition's view (the virtual board, pinfold-vboard) ---------------
@@ -102,6 +114,9 @@ _start:
     .word   0x644d5241          // magic "ARM\x64"
     .word   0                   // res5 (no PE header)
 2:
+    // The boot stamp: the first instruction after the header's branch
+    // reads the virtual counter (`PROBE bench boot:` prints it later).
+    mrs     x20, cntvct_el0
     msr     daifset, #0xf
     mov     x19, x0
     adrp    x1, __stack_top
@@ -122,6 +137,7 @@ _start:
     msr     vbar_el1, x1
     isb
     mov     x0, x19
+    mov     x1, x20
     bl      {main}
 5:
     wfe
@@ -205,6 +221,8 @@ exception_common:
 extern "C" {
     /// A `wfe` loop (in the boot assembly above); never called from Rust.
     fn park_cpu();
+    /// The VBAR_EL1 table (above); its address only.
+    fn exception_vectors();
 }
 
 /// Registers saved by `exception_common`, in its layout.
@@ -800,28 +818,6 @@ fn probe_pmu() {
     let _ = probe_msr!("pmcntenclr_el0", PMCNTEN_CYCLES);
 }
 
-/// Exit round trips, timed with the virtual counter. Under QEMU with
-/// `-icount shift=0` one counter tick is a fixed number of guest
-/// instructions, so these numbers repeat exactly from run to run.
-fn bench_exits() {
-    const N: u64 = 1000;
-    let t0 = counter().1;
-    for _ in 0..N {
-        let _ = smccc(false, PSCI_VERSION, 0, 0, 0);
-    }
-    let t1 = counter().1;
-    for _ in 0..N {
-        let _ = mmio_read32(GUEST_GICD_BASE + GICD_TYPER);
-    }
-    let t2 = counter().1;
-    println!(
-        "PROBE bench: iterations={N} hvc_psci_version_ticks={} gicd_read_ticks={} cntfrq={}",
-        t1 - t0,
-        t2 - t1,
-        counter().0
-    );
-}
-
 /// The probe never allocates; the ABI crate it takes its constants from has
 /// heap-using payload types, which need an allocator to link. Any allocation
 /// fails (returns null), which would end in the panic handler.
@@ -839,7 +835,9 @@ unsafe impl core::alloc::GlobalAlloc for NoAlloc {
 #[global_allocator]
 static ALLOCATOR: NoAlloc = NoAlloc;
 
-// --- DTB: just enough to find /memory ------------------------------------------
+mod bench;
+
+// --- DTB: just enough to find /memory, the mode and the PSCI conduit ------------------------------------------
 
 const FDT_MAGIC: u32 = 0xd00d_feed;
 const FDT_BEGIN_NODE: u32 = 1;
@@ -904,6 +902,79 @@ impl Fdt {
             2 => Some(u64::from(self.be32(off)?) << 32 | u64::from(self.be32(off + 4)?)),
             _ => None,
         }
+    }
+
+    /// The value (offset, length) of property `name` of the node at `path`
+    /// (node names from the root, each matching `name` or `name@unit`).
+    fn prop(&self, path: &[&[u8]], name: &[u8]) -> Option<(u32, u32)> {
+        // off_dt_struct and off_dt_strings.
+        let (mut p, strings) = (self.be32(8)?, self.be32(12)?);
+        // depth counts the root as 1; `matched` path components match the
+        // chain of nodes we are in (the current node is on the path when
+        // matched == depth - 1).
+        let (mut depth, mut matched) = (0usize, 0usize);
+        loop {
+            let token = self.be32(p)?;
+            p += 4;
+            match token {
+                FDT_BEGIN_NODE => {
+                    depth += 1;
+                    if depth >= 2
+                        && matched == depth - 2
+                        && path
+                            .get(depth - 2)
+                            .is_some_and(|want| self.name_is(p, want, true))
+                    {
+                        matched = depth - 1;
+                    }
+                    let mut len = 0;
+                    while self.byte(p + len)? != 0 {
+                        len += 1;
+                    }
+                    p = (p + len + 1 + 3) & !3;
+                }
+                FDT_END_NODE => {
+                    if matched + 1 >= depth {
+                        matched = depth.saturating_sub(2);
+                    }
+                    depth = depth.checked_sub(1)?;
+                }
+                FDT_PROP => {
+                    let len = self.be32(p)?;
+                    let prop_name = strings.checked_add(self.be32(p + 4)?)?;
+                    let value = p + 8;
+                    if depth >= 1
+                        && matched == depth - 1
+                        && matched == path.len()
+                        && self.name_is(prop_name, name, false)
+                    {
+                        return Some((value, len));
+                    }
+                    p = (value.checked_add(len)? + 3) & !3;
+                }
+                FDT_NOP => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// Whether the string property at (`off`, `len`) is `s` (NUL-terminated).
+    fn string_is(&self, (off, len): (u32, u32), s: &[u8]) -> bool {
+        len as usize == s.len() + 1 && self.name_is(off, s, false)
+    }
+
+    /// Copies a string property into `buf` (truncated, NUL dropped); returns
+    /// the copied length.
+    fn string_into(&self, (off, len): (u32, u32), buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() && (n as u32) < len {
+            match self.byte(off + n as u32) {
+                Some(0) | None => break,
+                Some(b) => buf[n] = b,
+            }
+            n += 1;
+        }
+        n
     }
 
     /// The first (base, size) of the top-level /memory node.
@@ -973,13 +1044,58 @@ fn counter() -> (u64, u64) {
     (freq, count)
 }
 
-extern "C" fn rust_main(dtb: u64) -> ! {
+/// Where the probe runs, told apart by the DTB it was given: a Pinfold
+/// partition's DTB names the partition in /chosen/pinfold,partition; the
+/// DTB QEMU generates for `-kernel` at EL1 (bare) has no such property.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Partition,
+    Bare,
+    /// No readable DTB: treated as a partition (the probes run).
+    Unknown,
+}
+
+/// Reads the mode and the PSCI conduit (/psci `method`) from the DTB.
+fn detect(fdt: Option<&Fdt>) -> (Mode, bench::Conduit) {
+    let Some(fdt) = fdt else {
+        println!("PROBE mode: unknown (no readable DTB); running as a partition");
+        return (Mode::Unknown, bench::Conduit::Hvc);
+    };
+    let conduit = match fdt.prop(&[b"psci"], b"method") {
+        Some(m) if fdt.string_is(m, b"smc") => bench::Conduit::Smc,
+        Some(m) if fdt.string_is(m, b"hvc") => bench::Conduit::Hvc,
+        _ => bench::Conduit::None,
+    };
+    match fdt.prop(&[b"chosen"], b"pinfold,partition") {
+        Some(name) => {
+            let mut buf = [0u8; 32];
+            let n = fdt.string_into(name, &mut buf);
+            let name = core::str::from_utf8(&buf[..n]).unwrap_or("?");
+            println!(
+                "PROBE mode: partition (DTB /chosen/pinfold,partition = \"{name}\"), PSCI over {}",
+                conduit.name()
+            );
+            (Mode::Partition, conduit)
+        }
+        None => {
+            println!(
+                "PROBE mode: bare (DTB has no /chosen/pinfold,partition), PSCI over {}; \
+                 bench loops only",
+                conduit.name()
+            );
+            (Mode::Bare, conduit)
+        }
+    }
+}
+
+extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
     let el = current_el();
     if el != 1 {
         println!("PROBE fatal: entered at EL{el}, expected EL1");
         halt();
     }
-    let (ram_end, source) = match Fdt::at(dtb).and_then(|f| f.memory()) {
+    let fdt = Fdt::at(dtb);
+    let (ram_end, source) = match fdt.as_ref().and_then(|f| f.memory()) {
         Some((base, size)) if base == GUEST_RAM_BASE && size > 0 => (base + size, "DTB /memory"),
         _ => (
             GUEST_RAM_BASE + RAM_SIZE_ASSUMED,
@@ -987,17 +1103,24 @@ extern "C" fn rust_main(dtb: u64) -> ! {
         ),
     };
     println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{GUEST_RAM_BASE:x}..0x{ram_end:x} ({source})");
+    let (mode, conduit) = detect(fdt.as_ref());
 
-    probe_read_outside_ram(ram_end);
-    probe_write_outside_ram(ram_end);
-    probe_enable_foreign_spi();
-    probe_sgi_outside_partition();
-    probe_psci_cpu_on_foreign();
-    probe_smc();
-    probe_management_calls(ram_end);
-    probe_pmu();
-    println!("PROBE done");
-    bench_exits();
+    if mode != Mode::Bare {
+        probe_read_outside_ram(ram_end);
+        probe_write_outside_ram(ram_end);
+        probe_enable_foreign_spi();
+        probe_sgi_outside_partition();
+        probe_psci_cpu_on_foreign();
+        probe_smc();
+        probe_management_calls(ram_end);
+        probe_pmu();
+        println!("PROBE done");
+    }
+    bench::run(&bench::Env {
+        bare: mode == Mode::Bare,
+        conduit,
+        entry_cntvct,
+    });
 
     let (mut freq, start) = counter();
     if freq == 0 {

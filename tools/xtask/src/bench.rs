@@ -1,571 +1,486 @@
-//! `cargo xtask bench`: exit round-trip cost (deterministic, under
-//! `-icount`), wall-clock boot time of the default plan, and image size;
-//! prints a table and writes `target/pinfold/bench.json`.
+//! `cargo xtask bench`: every path of issue 7 measured bare and as a Pinfold
+//! partition in one run (docs/PERFORMANCE.md), then the wall-clock boot of
+//! the default plan and the image size; prints a table, writes
+//! `target/pinfold/bench.json` and `target/pinfold/bench.svg`.
 //!
-//! Performance is measured here and never asserted as a time limit in a
-//! test: every number is printed next to the method that produced it.
+//! The deterministic part runs under QEMU TCG with `-icount
+//! shift=0,sleep=off` (one instruction is one nanosecond of virtual time,
+//! so the guest's virtual counter counts instructions over all CPUs):
+//!
+//! - the probe guest (tools/test-guest) in the partition of `bench.toml`
+//!   and the same binary booted bare by QEMU at EL1 (`qemu::bare_command`),
+//!   each twice: its `PROBE bench <row>:` lines give the exit, interrupt,
+//!   SGI and boot-stamp rows (`probe`);
+//! - the default plan's Linux kernel and initramfs as the only partition of
+//!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
+//!   (`linux`).
+//!
+//! Every figure is printed with its method, and a column that changed
+//! between the two runs is flagged. Performance is measured here and never
+//! asserted as a time limit in a test.
+//!
+//! To add a row read from the probe: print `PROBE bench <name>: k=v ...` in
+//! the guest and add a `ProbeRow` to `PROBE_ROWS`. To add a section (an
+//! ablation, a scaling run, a workload): implement `Section` and push it in
+//! `run`.
 
-use std::fmt::Write as _;
+mod boot;
+mod linux;
+mod probe;
+mod size;
+mod svg;
+mod table;
+
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
 
 use crate::build::{llvm_tool, Builder, Built, DEFAULT_CONFIG};
 use crate::cmd;
 use crate::error::{IoContext, XtaskError};
-use crate::harness::{number_after, Line, QemuRun};
+use crate::harness::{Line, QemuRun};
 use crate::provision::BARE_TARGET;
-use crate::qemu::{qemu_command, Extra};
+use crate::qemu::{bare_command, qemu_command, Board, Extra};
 use crate::Workspace;
 
-/// The plan the exit benchmark boots: the probe guest alone on CPU 1.
-pub const BENCH_CONFIG: &str = "vm-configs/qemu-virt/bench.toml";
+use boot::{run_init_seconds, BootSample, BootSection, BOOT_PARTITIONS};
+use linux::{LinuxGuest, LinuxRun, RUN_INIT};
+use probe::{ProbeRun, END_MARKER};
+use size::{parse_llvm_size, SizeSection};
+use table::{Goal, Repeat, Row};
 
-/// Exit benchmark boots; under `-icount` they must print identical numbers.
-const EXIT_RUNS: usize = 2;
+/// The plan of the probe rows: the probe guest alone, two vCPUs on CPUs 1-2.
+pub const BENCH_CONFIG: &str = "vm-configs/qemu-virt/bench.toml";
+/// The plan of the Linux row: one Linux partition on a one-CPU board.
+pub const BENCH_LINUX_CONFIG: &str = "vm-configs/qemu-virt/bench-linux.toml";
+/// The probe guest's flat image, booted bare by QEMU.
+const TEST_GUEST: &str = "target/guest/test-guest.bin";
+
+/// Deterministic runs per column; they must print identical numbers.
+const ICOUNT_RUNS: usize = 2;
 /// Default-plan boots timed; the median is reported.
 const BOOT_RUNS: usize = 3;
 
 /// `-icount` exponent: each instruction advances QEMU's virtual clock by
 /// 2^shift ns. 0 makes one instruction exactly one nanosecond.
-const ICOUNT_SHIFT: u32 = 0;
+pub const ICOUNT_SHIFT: u32 = 0;
 /// `sleep=off`: when every vCPU idles, virtual time jumps to the next timer
 /// instead of following the host clock, so host load cannot leak in.
 const ICOUNT_ARG: &str = "shift=0,sleep=off";
+/// QEMU's guest random numbers from a fixed seed: the DTB's rng-seed and
+/// kaslr-seed (which QEMU also rewrites in a `-dtb` at every reset) repeat,
+/// so the hypervisor's boot and the kernels' KASLR offsets repeat.
+const QEMU_SEED: &str = "1";
 /// icount runs all vCPUs round-robin on one host thread; QEMU refuses
 /// `thread=multi` together with `-icount`.
 const ICOUNT_ACCEL: &str = "tcg,thread=single";
 
-/// Generous: a probe boot takes well under a second and a default-plan boot
-/// a few seconds, but the host is shared and may be busy.
-const EXIT_DEADLINE: Duration = Duration::from_secs(120);
+/// Generous: a probe run takes about a second and a Linux run a few, but
+/// the host is shared and may be busy.
+const PROBE_DEADLINE: Duration = Duration::from_secs(120);
+const LINUX_DEADLINE: Duration = Duration::from_secs(240);
 const BOOT_DEADLINE: Duration = Duration::from_secs(240);
 
-const BENCH_MARKER: &str = "[probe] PROBE bench:";
-const RUN_INIT: &str = "Run /init as init process";
-/// Partitions of the default plan whose boot is timed.
-const BOOT_PARTITIONS: [&str; 2] = ["alpha", "beta"];
+/// The probe's fatal line (an unexpected exception or panic).
+const PROBE_FATAL: &str = "PROBE fatal";
 
-/// What the probe's `PROBE bench:` line reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitSample {
-    /// Round trips per measured loop.
-    pub iterations: u64,
-    /// Counter ticks for `iterations` HVC PSCI_VERSION calls.
-    pub hvc_psci_version_ticks: u64,
-    /// Counter ticks for `iterations` reads of the emulated GICD_TYPER.
-    pub gicd_read_ticks: u64,
-    /// CNTFRQ_EL0 as the guest read it, in Hz.
-    pub cntfrq: u64,
+/// A block of the report after the comparison table: printed, and written
+/// as one member of bench.json.
+pub trait Section {
+    /// The JSON member name.
+    fn key(&self) -> &'static str;
+    /// The printed block, its title line included.
+    fn text(&self) -> String;
+    fn json(&self) -> Value;
 }
 
-impl ExitSample {
-    /// Parses `... PROBE bench: iterations=N hvc_psci_version_ticks=T
-    /// gicd_read_ticks=T cntfrq=F`; `None` if a field is missing.
-    pub fn parse(line: &str) -> Option<Self> {
-        if !line.contains("PROBE bench:") {
-            return None;
-        }
-        Some(Self {
-            iterations: number_after(line, "iterations=")?,
-            hvc_psci_version_ticks: number_after(line, "hvc_psci_version_ticks=")?,
-            gicd_read_ticks: number_after(line, "gicd_read_ticks=")?,
-            cntfrq: number_after(line, "cntfrq=")?,
-        })
-    }
-
-    /// The HVC round trip's cost.
-    pub fn hvc(&self) -> Option<PerTrip> {
-        PerTrip::new(self.hvc_psci_version_ticks, self.iterations, self.cntfrq)
-    }
-
-    /// The trapped GICD_TYPER read's cost.
-    pub fn gicd_read(&self) -> Option<PerTrip> {
-        PerTrip::new(self.gicd_read_ticks, self.iterations, self.cntfrq)
-    }
-}
-
-/// The cost of one round trip.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PerTrip {
-    pub ticks: f64,
-    /// Instructions QEMU executed (guest EL1 and hypervisor EL2 alike).
-    pub instructions: f64,
-}
-
-impl PerTrip {
-    /// With `-icount shift=0` a tick of a `cntfrq` Hz counter lasts
-    /// 1e9 / cntfrq ns of virtual time, i.e. that many instructions. `None`
-    /// when the counts cannot be divided (no iterations, counter at 0 Hz).
-    pub fn new(total_ticks: u64, iterations: u64, cntfrq: u64) -> Option<Self> {
-        if iterations == 0 || cntfrq == 0 {
-            return None;
-        }
-        let ticks = total_ticks as f64 / iterations as f64;
-        Some(Self {
-            ticks,
-            instructions: ticks * instructions_per_tick(cntfrq),
-        })
-    }
-}
-
-/// Instructions per counter tick under `-icount shift=ICOUNT_SHIFT`.
-pub fn instructions_per_tick(cntfrq: u64) -> f64 {
-    let ns_per_instruction = f64::from(1u32 << ICOUNT_SHIFT);
-    1e9 / cntfrq as f64 / ns_per_instruction
-}
-
-/// One timed boot of the default plan.
+/// Runs of one kind, per column.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BootSample {
-    /// Per partition of `BOOT_PARTITIONS`: wall-clock seconds from QEMU's
-    /// start to its `PINFOLD-GUEST-UP` line.
-    pub up_s: Vec<f64>,
-    /// Per partition: the guest kernel's printk timestamp of `Run /init`,
-    /// `None` if the log did not have it.
-    pub run_init_guest_s: Vec<Option<f64>>,
+pub struct Runs<T> {
+    pub bare: Vec<T>,
+    pub pinfold: Vec<T>,
 }
 
-/// The printk timestamp (seconds) of `partition`'s `Run /init as init
-/// process` line, as in `[alpha] [    2.186079] Run /init as init process`.
-pub fn run_init_seconds(lines: &[Line], partition: &str) -> Option<f64> {
-    let prefix = format!("[{partition}] ");
-    lines.iter().find_map(|line| {
-        let rest = line.text.strip_prefix(&prefix)?;
-        if !rest.contains(RUN_INIT) {
-            return None;
+impl<T> Default for Runs<T> {
+    fn default() -> Self {
+        Self {
+            bare: Vec::new(),
+            pinfold: Vec::new(),
         }
-        printk_seconds(rest)
-    })
-}
-
-/// The leading `[  seconds.micros]` of a kernel log line.
-fn printk_seconds(line: &str) -> Option<f64> {
-    let inside = line.trim_start().strip_prefix('[')?;
-    let (stamp, _) = inside.split_once(']')?;
-    stamp.trim().parse().ok()
-}
-
-/// The median of `values`, `None` when empty. An even count averages the
-/// two middle values.
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    match sorted.len() {
-        0 => None,
-        n if n % 2 == 1 => sorted.get(mid).copied(),
-        _ => Some((sorted[mid - 1] + sorted[mid]) / 2.0),
     }
 }
 
-/// Section sizes of the EL2 ELF, in bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ImageSize {
-    /// `.text*` and `.head` (the arm64 Image header, which holds the first
-    /// branch).
-    pub text: u64,
-    pub rodata: u64,
-    /// `.data*` and `.got*`.
-    pub data: u64,
-    /// Other loaded sections: the dynamic relocations the image applies to
-    /// itself at boot and their symbol tables.
-    pub other: u64,
-    pub bss: u64,
-}
+impl<T> Runs<T> {
+    /// Each column's figure per run.
+    fn figures(&self, figure: impl Fn(&T) -> Option<f64>) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
+        (
+            self.bare.iter().map(&figure).collect(),
+            self.pinfold.iter().map(&figure).collect(),
+        )
+    }
 
-impl ImageSize {
-    /// Bytes that must be loaded: everything but BSS and non-loaded sections.
-    pub fn loadable(&self) -> u64 {
-        self.text + self.rodata + self.data + self.other
+    /// A row whose columns are the first run's `figure`, flagged when a
+    /// later run differs.
+    fn row(&self, spec: RowSpec, method: String, figure: impl Fn(&T) -> Option<f64>) -> Row {
+        let (bare, pinfold) = self.figures(figure);
+        Row {
+            id: spec.id,
+            label: spec.label,
+            short: spec.short,
+            bare: bare.first().copied().flatten(),
+            pinfold: pinfold.first().copied().flatten(),
+            goal: Some(spec.goal),
+            method,
+            repeat: Repeat::of(&bare, &pinfold),
+            note: None,
+        }
     }
 }
 
-/// Sections that are in the ELF file but never loaded.
-const NOT_LOADED: [&str; 6] = [
-    ".debug",
-    ".comment",
-    ".symtab",
-    ".strtab",
-    ".shstrtab",
-    ".note.GNU-stack",
+/// What names a row and what it must reach.
+#[derive(Debug, Clone, Copy)]
+struct RowSpec {
+    id: &'static str,
+    label: &'static str,
+    /// The plot's label.
+    short: &'static str,
+    goal: Goal,
+}
+
+/// A row read from the probe's bench lines.
+struct ProbeRow {
+    spec: RowSpec,
+    /// The guest's row name (for "skipped" notes).
+    source: &'static str,
+    figure: fn(&ProbeRun) -> Option<f64>,
+    method: &'static str,
+}
+
+/// Issue 7's probe rows, in its order; goals are the issue's.
+const PROBE_ROWS: [ProbeRow; 6] = [
+    ProbeRow {
+        spec: RowSpec {
+            id: "gicd_typer_read",
+            label: "emulated GICD_TYPER read",
+            short: "emulated GICD_TYPER read",
+            goal: Goal::AtMost(120.0),
+        },
+        source: "gicd",
+        figure: |r| r.per_iteration("gicd"),
+        method: "1000 back-to-back `ldr w10, [GICD_TYPER]; subs; b.ne` (the 3 EL1 instructions \
+                 included); bare, the load reads QEMU's GICD without a trap",
+    },
+    ProbeRow {
+        spec: RowSpec {
+            id: "hvc_psci_version",
+            label: "HVC PSCI_VERSION",
+            short: "HVC PSCI_VERSION",
+            goal: Goal::AtMost(100.0),
+        },
+        source: "hvc",
+        figure: |r| r.per_iteration("hvc"),
+        method: "1000 back-to-back `mov w0, #PSCI_VERSION; hvc #0; subs; b.ne` (the 4 EL1 \
+                 instructions included); bare, QEMU's own PSCI emulation answers the HVC \
+                 (conduit from its DTB's /psci), which executes no guest instructions",
+    },
+    ProbeRow {
+        spec: RowSpec {
+            id: "vtimer_to_handler",
+            label: "vtimer IRQ: CVAL reached -> guest handler",
+            short: "vtimer: CVAL reached -> guest handler",
+            goal: Goal::AtMost(100.0),
+        },
+        source: "vtimer",
+        figure: |r| r.vtimer("handler_ticks"),
+        method: "64 virtual-timer interrupts (PPI 27 enabled in the guest's GICR, priority 0x80, \
+                 Group 1) taken by a CPU spinning with IRQs unmasked: from the counter reaching \
+                 CVAL to the handler's CNTVCT read, its 3rd instruction (vector `br`, `isb`, \
+                 `mrs`); a 0-15 nop dither before the read makes the mean exact, not rounded to \
+                 a 16-instruction tick",
+    },
+    ProbeRow {
+        spec: RowSpec {
+            id: "vtimer_back",
+            label: "vtimer IRQ: CVAL -> back in interrupted code",
+            short: "vtimer: CVAL -> back in interrupted code",
+            goal: Goal::AtMost(150.0),
+        },
+        source: "vtimer",
+        figure: |r| r.vtimer("back_ticks"),
+        method: "the same interrupts, to the CNTVCT read 2 instructions after the handler's ERET \
+                 lands in the interrupted loop; the handler acknowledges (ICC_IAR1_EL1), turns \
+                 the timer off (CNTV_CTL_EL0), EOIs (ICC_EOIR1_EL1) and returns: 7 instructions \
+                 after its stamp",
+    },
+    ProbeRow {
+        spec: RowSpec {
+            id: "sgi_round_trip",
+            label: "SGI round trip vCPU0 -> vCPU1 -> vCPU0",
+            short: "SGI round trip vCPU0 -> vCPU1 -> vCPU0",
+            goal: Goal::AtMost(700.0),
+        },
+        source: "sgi",
+        figure: |r| r.per_iteration("sgi"),
+        method: "1000 round trips (after 16 untimed) between two vCPUs on two CPUs (CPUs 1 and 2; \
+                 bare, QEMU CPUs 0 and 1, the second started with QEMU's PSCI CPU_ON): vCPU 0 \
+                 writes ICC_SGI1R_EL1 (SGI 3) and waits in WFI with IRQs masked, then unmasks to \
+                 take the answer; vCPU 1 sleeps in WFI and its handler answers with an SGI 3 \
+                 first thing. WFI on both sides: a waiting CPU executes nothing under icount, so \
+                 the figure is every instruction of the round trip on both CPUs",
+    },
+    ProbeRow {
+        spec: RowSpec {
+            id: "reset_to_guest",
+            label: "QEMU reset -> first guest instruction",
+            short: "QEMU reset -> first guest instruction",
+            goal: Goal::AtMost(400_000.0),
+        },
+        source: "boot",
+        figure: ProbeRun::boot_stamp,
+        method: "CNTVCT_EL0 read by the probe's 2nd instruction (after the Image header's branch) \
+                 plus CNTVOFF (CNTPCT - CNTVCT, read by the guest later): virtual time since \
+                 QEMU's reset, i.e. instructions over all 4 CPUs (the raw probe partition of \
+                 bench.toml; vCPU 1 waits for CPU_ON, so only vCPU 0 enters here); bare, QEMU's \
+                 own boot stub",
+    },
 ];
 
-/// Parses `llvm-size -A` output (`section size addr` rows, then `Total`).
-pub fn parse_llvm_size(text: &str) -> Result<ImageSize, String> {
-    let mut size = ImageSize::default();
-    let mut rows = 0;
-    for line in text.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(name), Some(bytes)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        if !name.starts_with('.') {
-            // The file name, the header and `Total`.
-            continue;
-        }
-        let bytes: u64 = bytes
-            .parse()
-            .map_err(|_| format!("section {name} has size `{bytes}`, not a number"))?;
-        rows += 1;
-        let bucket = if NOT_LOADED.iter().any(|p| name.starts_with(p)) {
-            continue;
-        } else if [".bss", ".sbss", ".tbss"]
-            .iter()
-            .any(|p| name.starts_with(p))
-        {
-            &mut size.bss
-        } else if name.starts_with(".text") || name == ".head" {
-            &mut size.text
-        } else if name.starts_with(".rodata") {
-            &mut size.rodata
-        } else if name.starts_with(".data") || name.starts_with(".got") {
-            &mut size.data
-        } else {
-            &mut size.other
-        };
-        *bucket += bytes;
-    }
-    if rows == 0 {
-        return Err("no `.section size addr` rows".into());
-    }
-    Ok(size)
-}
-
-/// A JSON value, enough for the report (no dependency for one file).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    Int(u64),
-    /// Written with three decimals; a non-finite value becomes `null`.
-    Float(f64),
-    Str(String),
-    Array(Vec<Json>),
-    Object(Vec<(&'static str, Json)>),
-}
-
-impl Json {
-    pub fn render(&self, out: &mut String, indent: usize) {
-        let pad = |n: usize| "  ".repeat(n);
-        match self {
-            Self::Null => out.push_str("null"),
-            Self::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Self::Int(n) => out.push_str(&n.to_string()),
-            Self::Float(x) if x.is_finite() => out.push_str(&format!("{x:.3}")),
-            Self::Float(_) => out.push_str("null"),
-            Self::Str(s) => push_json_string(out, s),
-            Self::Array(items) if items.is_empty() => out.push_str("[]"),
-            Self::Array(items) => {
-                out.push_str("[\n");
-                for (i, item) in items.iter().enumerate() {
-                    out.push_str(&pad(indent + 1));
-                    item.render(out, indent + 1);
-                    out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
-                }
-                out.push_str(&pad(indent));
-                out.push(']');
-            }
-            Self::Object(fields) if fields.is_empty() => out.push_str("{}"),
-            Self::Object(fields) => {
-                out.push_str("{\n");
-                for (i, (key, value)) in fields.iter().enumerate() {
-                    out.push_str(&pad(indent + 1));
-                    push_json_string(out, key);
-                    out.push_str(": ");
-                    value.render(out, indent + 1);
-                    out.push_str(if i + 1 < fields.len() { ",\n" } else { "\n" });
-                }
-                out.push_str(&pad(indent));
-                out.push('}');
-            }
-        }
-    }
-}
-
-fn push_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Picks one loop's total ticks out of a sample.
-type TicksOf = fn(&ExitSample) -> u64;
-
 /// Everything one `cargo xtask bench` measured.
-#[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    pub exit_method: String,
-    pub exits: Vec<ExitSample>,
-    pub boot_method: String,
-    pub boots: Vec<BootSample>,
-    pub size_method: String,
-    pub image: ImageSize,
-    /// The flat EL2 image (BSS included as zeros).
-    pub el2_bin_bytes: u64,
-    /// The final image: EL2 image plus the default plan's payload.
-    pub pinfold_bin_bytes: u64,
+    /// `qemu-system-aarch64 --version`'s first line, and the binary's path.
+    pub qemu: (String, String),
+    pub method: String,
+    pub rows: Vec<Row>,
+    pub probe: Runs<ProbeRun>,
+    pub linux: Runs<LinuxRun>,
+    pub sections: Vec<Box<dyn Section>>,
+    pub wall_clock_s: f64,
 }
 
 impl Report {
-    /// Whether every exit run printed the same numbers as the first.
-    pub fn exits_identical(&self) -> bool {
-        self.exits.windows(2).all(|pair| pair[0] == pair[1])
+    /// Whether any row changed between its runs.
+    pub fn any_difference(&self) -> bool {
+        self.rows.iter().any(|r| r.repeat.differs())
     }
 
-    fn up_column(&self, partition: usize) -> Vec<f64> {
-        self.boots
-            .iter()
-            .filter_map(|b| b.up_s.get(partition).copied())
-            .collect()
-    }
-
-    fn run_init_column(&self, partition: usize) -> Vec<f64> {
-        self.boots
-            .iter()
-            .filter_map(|b| b.run_init_guest_s.get(partition).copied().flatten())
-            .collect()
-    }
-
-    pub fn to_json(&self) -> String {
-        let opt = |x: Option<f64>| x.map_or(Json::Null, Json::Float);
-        let trip = |t: Option<PerTrip>| match t {
-            Some(t) => Json::Object(vec![
-                ("ticks_per_round_trip", Json::Float(t.ticks)),
-                ("instructions_per_round_trip", Json::Float(t.instructions)),
-            ]),
-            None => Json::Null,
-        };
-        let exit_runs = self
-            .exits
-            .iter()
-            .map(|s| {
-                Json::Object(vec![
-                    ("iterations", Json::Int(s.iterations)),
-                    ("cntfrq_hz", Json::Int(s.cntfrq)),
-                    (
-                        "hvc_psci_version_ticks",
-                        Json::Int(s.hvc_psci_version_ticks),
-                    ),
-                    ("gicd_read_ticks", Json::Int(s.gicd_read_ticks)),
-                    ("hvc_psci_version", trip(s.hvc())),
-                    ("gicd_typer_read", trip(s.gicd_read())),
-                ])
-            })
-            .collect();
-        let per_partition = |column: &dyn Fn(usize) -> Vec<Option<f64>>| {
-            Json::Object(
-                BOOT_PARTITIONS
-                    .iter()
-                    .enumerate()
-                    .map(|(i, name)| (*name, Json::Array(column(i).into_iter().map(opt).collect())))
-                    .collect(),
-            )
-        };
-        let up = |i: usize| {
-            self.boots
-                .iter()
-                .map(|b| b.up_s.get(i).copied())
-                .collect::<Vec<_>>()
-        };
-        let init = |i: usize| {
-            self.boots
-                .iter()
-                .map(|b| b.run_init_guest_s.get(i).copied().flatten())
-                .collect::<Vec<_>>()
-        };
-        let medians = |column: &dyn Fn(usize) -> Vec<f64>| {
-            Json::Object(
-                BOOT_PARTITIONS
-                    .iter()
-                    .enumerate()
-                    .map(|(i, name)| (*name, opt(median(&column(i)))))
-                    .collect(),
-            )
-        };
-        let report = Json::Object(vec![
-            (
-                "exit_round_trip",
-                Json::Object(vec![
-                    ("method", Json::Str(self.exit_method.clone())),
-                    ("runs", Json::Array(exit_runs)),
-                    ("runs_identical", Json::Bool(self.exits_identical())),
-                ]),
-            ),
-            (
-                "boot_default",
-                Json::Object(vec![
-                    ("method", Json::Str(self.boot_method.clone())),
-                    ("wall_clock_up_s", per_partition(&up)),
-                    ("wall_clock_up_median_s", medians(&|i| self.up_column(i))),
-                    ("guest_run_init_s", per_partition(&init)),
-                    (
-                        "guest_run_init_median_s",
-                        medians(&|i| self.run_init_column(i)),
-                    ),
-                ]),
-            ),
-            (
-                "image_size",
-                Json::Object(vec![
-                    ("method", Json::Str(self.size_method.clone())),
-                    ("text_bytes", Json::Int(self.image.text)),
-                    ("rodata_bytes", Json::Int(self.image.rodata)),
-                    ("data_bytes", Json::Int(self.image.data)),
-                    ("other_loadable_bytes", Json::Int(self.image.other)),
-                    ("loadable_bytes", Json::Int(self.image.loadable())),
-                    ("bss_bytes", Json::Int(self.image.bss)),
-                    ("pinfold_el2_bin_bytes", Json::Int(self.el2_bin_bytes)),
-                    ("pinfold_bin_bytes", Json::Int(self.pinfold_bin_bytes)),
-                ]),
-            ),
-        ]);
-        let mut out = String::new();
-        report.render(&mut out, 0);
-        out.push('\n');
-        out
-    }
-
-    /// The human-readable table.
-    pub fn table(&self) -> String {
+    /// The human-readable report.
+    pub fn text(&self) -> String {
         let mut t = String::new();
-        let secs = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"));
-        // `write!` to a String cannot fail.
-        let _ = writeln!(t, "== Exit round trip (deterministic) ==");
-        let _ = writeln!(t, "method: {}", self.exit_method);
-        let _ = writeln!(
-            t,
-            "{:<28} {:>4} {:>12} {:>12} {:>18}",
-            "exit", "run", "total ticks", "ticks/trip", "instructions/trip"
+        t.push_str(&format!("QEMU: {} ({})\n", self.qemu.0, self.qemu.1));
+        t.push_str(
+            "\n== Paths of issue 7: bare EL1 vs Pinfold partition (deterministic, -icount) ==\n",
         );
-        let loops: [(&str, TicksOf); 2] = [
-            ("HVC PSCI_VERSION", |s| s.hvc_psci_version_ticks),
-            ("GICD_TYPER read (MMIO trap)", |s| s.gicd_read_ticks),
-        ];
-        for (name, total_of) in loops {
-            for (run, sample) in self.exits.iter().enumerate() {
-                let total = total_of(sample);
-                let (ticks, instructions) = PerTrip::new(total, sample.iterations, sample.cntfrq)
-                    .map_or(("-".into(), "-".into()), |p| {
-                        (format!("{:.3}", p.ticks), format!("{:.1}", p.instructions))
-                    });
-                let _ = writeln!(
-                    t,
-                    "{:<28} {:>4} {:>12} {:>12} {:>18}",
-                    name,
-                    run + 1,
-                    total,
-                    ticks,
-                    instructions
-                );
-            }
-        }
-        let verdict = if self.exits_identical() {
-            "identical (as expected under -icount)"
+        t.push_str(&format!("method: {}\n", self.method));
+        t.push_str(&table::render(&self.rows));
+        t.push_str(if self.any_difference() {
+            "runs: DIFFER: a figure changed between two identical runs; investigate before trusting it\n"
         } else {
-            "DIFFER: the measurement is not deterministic, investigate before trusting it"
-        };
-        let _ = writeln!(t, "runs: {verdict}");
-
-        let _ = writeln!(t, "\n== Boot of the default plan (WALL CLOCK, noisy) ==");
-        let _ = writeln!(t, "method: {}", self.boot_method);
-        let mut header = format!("{:<8}", "run");
-        for name in BOOT_PARTITIONS {
-            let _ = write!(
-                header,
-                " {:>16} {:>20}",
-                format!("{name} UP wall s"),
-                format!("{name} /init guest s")
-            );
+            "runs: every figure identical in both runs of each column (as expected under -icount)\n"
+        });
+        for section in &self.sections {
+            t.push('\n');
+            t.push_str(&section.text());
         }
-        let _ = writeln!(t, "{header}");
-        for (run, boot) in self.boots.iter().enumerate() {
-            let mut row = format!("{:<8}", run + 1);
-            for i in 0..BOOT_PARTITIONS.len() {
-                let _ = write!(
-                    row,
-                    " {:>16} {:>20}",
-                    secs(boot.up_s.get(i).copied()),
-                    secs(boot.run_init_guest_s.get(i).copied().flatten())
-                );
-            }
-            let _ = writeln!(t, "{row}");
-        }
-        let mut row = format!("{:<8}", "median");
-        for i in 0..BOOT_PARTITIONS.len() {
-            let _ = write!(
-                row,
-                " {:>16} {:>20}",
-                secs(median(&self.up_column(i))),
-                secs(median(&self.run_init_column(i)))
-            );
-        }
-        let _ = writeln!(t, "{row}");
-
-        let _ = writeln!(t, "\n== Image size ==");
-        let _ = writeln!(t, "method: {}", self.size_method);
-        let image = &self.image;
-        for (name, bytes) in [
-            ("text (.head + .text)", image.text),
-            ("rodata", image.rodata),
-            ("data", image.data),
-            ("other loaded (.rela.dyn, .dyn*)", image.other),
-            ("loadable total", image.loadable()),
-            ("bss", image.bss),
-            ("pinfold-el2.bin (flat, BSS as zeros)", self.el2_bin_bytes),
-            (
-                "pinfold.bin (EL2 + default payload)",
-                self.pinfold_bin_bytes,
-            ),
-        ] {
-            let _ = writeln!(
-                t,
-                "{name:<38} {bytes:>12} bytes {:>10.1} KiB",
-                bytes as f64 / 1024.0
-            );
-        }
+        t.push_str(&format!(
+            "\nbench wall clock: {:.1} s (builds included)\n",
+            self.wall_clock_s
+        ));
         t
+    }
+
+    pub fn json(&self) -> Value {
+        let mut report = Map::new();
+        report.insert(
+            "qemu".into(),
+            json!({ "version": self.qemu.0, "binary": self.qemu.1 }),
+        );
+        report.insert("method".into(), json!(self.method));
+        report.insert(
+            "rows".into(),
+            Value::Array(self.rows.iter().map(Row::json).collect()),
+        );
+        report.insert("runs_identical".into(), json!(!self.any_difference()));
+        let probe_runs = |runs: &[ProbeRun]| Value::Array(runs.iter().map(probe_json).collect());
+        let linux_runs = |runs: &[LinuxRun]| {
+            json!(runs
+                .iter()
+                .map(|r| json!({ "run_init_s": r.run_init_s, "first_line_s": r.first_line_s }))
+                .collect::<Vec<_>>())
+        };
+        report.insert(
+            "runs".into(),
+            json!({
+                "probe": { "bare": probe_runs(&self.probe.bare), "pinfold": probe_runs(&self.probe.pinfold) },
+                "linux": { "bare": linux_runs(&self.linux.bare), "pinfold": linux_runs(&self.linux.pinfold) },
+            }),
+        );
+        for section in &self.sections {
+            report.insert(section.key().into(), section.json());
+        }
+        report.insert("bench_wall_clock_s".into(), json!(self.wall_clock_s));
+        Value::Object(report)
     }
 }
 
-/// Runs every benchmark, prints the table and writes the JSON report.
+/// A probe run as JSON: each row's fields (numbers where they parse), or
+/// `{"skipped": why}`.
+fn probe_json(run: &ProbeRun) -> Value {
+    let rows = run
+        .rows
+        .iter()
+        .map(|(row, entry)| {
+            let value = match entry {
+                probe::Entry::Skipped(why) => json!({ "skipped": why }),
+                probe::Entry::Values(fields) => Value::Object(
+                    fields
+                        .iter()
+                        .map(|(k, v)| {
+                            let v = v.parse::<u64>().map_or_else(|_| json!(v), |n| json!(n));
+                            (k.clone(), v)
+                        })
+                        .collect(),
+                ),
+            };
+            (row.clone(), value)
+        })
+        .collect();
+    Value::Object(rows)
+}
+
+/// The table's rows from the probe and Linux runs.
+pub fn rows(probe: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
+    let mut rows: Vec<Row> = PROBE_ROWS
+        .iter()
+        .map(|spec| {
+            let mut row = probe.row(spec.spec, spec.method.to_string(), spec.figure);
+            let why = |runs: &[ProbeRun], column: &str| {
+                let run = runs.first()?;
+                let why = match spec.source {
+                    "boot" => run.boot_stamp_missing(),
+                    source => run.skipped(source).map(str::to_string),
+                };
+                why.map(|why| format!("{column}: {why}"))
+            };
+            let notes: Vec<String> = [why(&probe.bare, "bare"), why(&probe.pinfold, "Pinfold")]
+                .into_iter()
+                .flatten()
+                .collect();
+            if !notes.is_empty() {
+                row.note = Some(notes.join("; "));
+            }
+            if spec.source == "vtimer" && !probe.pinfold.iter().all(ProbeRun::vtimer_dither_exact) {
+                row.note = Some("the dither does not span one tick: mean rounded to ticks".into());
+            }
+            row
+        })
+        .collect();
+    rows.push(linux_row(linux));
+    rows
+}
+
+/// Instructions per second of virtual time under `-icount shift=ICOUNT_SHIFT`.
+fn instructions_per_second() -> f64 {
+    1e9 / f64::from(1u32 << ICOUNT_SHIFT)
+}
+
+fn linux_row(linux: &Runs<LinuxRun>) -> Row {
+    let spec = RowSpec {
+        id: "linux_run_init",
+        label: "Linux partition: instructions to `Run /init`, vs the same kernel bare",
+        short: "Linux: instructions to `Run /init`",
+        goal: Goal::RatioAtMost(1.01),
+    };
+    let method = format!(
+        "printk time of `{RUN_INIT}` x 1e9 (virtual ns = instructions, plus any idle time \
+         sleep=off skipped): the default plan's kernel + initramfs, same bootargs, 256 MiB, one \
+         CPU; Pinfold: the only partition of {BENCH_LINUX_CONFIG}; bare: QEMU -kernel at EL1 with a \
+         DTB of the partition's shape from the hypervisor's own generator; both get a KASLR \
+         seed, repeated by QEMU `-seed {QEMU_SEED}`. printk time starts when the arch \
+         timer becomes sched_clock (time_init), the same kernel point in both runs and blind to \
+         CNTVOFF, so nothing is subtracted; it leaves out kernel entry -> time_init, and the \
+         hypervisor's boot before entry (that is the reset row). Ratio = Pinfold / bare"
+    );
+    let mut row = linux.row(spec, method, |r| {
+        r.run_init_s.map(|s| s * instructions_per_second())
+    });
+    let started_late = linux
+        .bare
+        .iter()
+        .chain(&linux.pinfold)
+        .any(|r| r.first_line_s.is_some_and(|s| s > 0.0));
+    if started_late {
+        row.note = Some(
+            "a kernel's first printk stamp is not 0: its printk clock includes time before the \
+             kernel (compare with care)"
+                .into(),
+        );
+    }
+    row
+}
+
+/// Runs every benchmark, prints the report and writes bench.json and
+/// bench.svg.
 pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
+    let started = Instant::now();
     let mut builder = Builder::new(ws);
     let default = builder.build(Path::new(DEFAULT_CONFIG), "pinfold.bin")?;
     let bench = builder.build(Path::new(BENCH_CONFIG), "bench.bin")?;
-    let logs = ws.root.join("target/pinfold/bench-logs");
+    let bench_linux = builder.build(Path::new(BENCH_LINUX_CONFIG), "bench-linux.bin")?;
+    let out = ws.root.join("target/pinfold");
+    let logs = out.join("bench-logs");
+    let qemu = qemu_version()?;
+    println!("xtask: bench: QEMU {} ({})", qemu.0, qemu.1);
 
-    let (image, size_method) = image_size(ws)?;
-    let el2_bin = ws.root.join("target/pinfold/pinfold-el2.bin");
-    let el2_bin_bytes = file_len(&el2_bin)?;
-    let pinfold_bin_bytes = file_len(&default.image)?;
-
-    let mut exits = Vec::new();
-    for run in 1..=EXIT_RUNS {
-        let sample = exit_run(&bench, &logs.join(format!("exits-{run}.log")))?;
-        println!("xtask: bench: exit run {run}/{EXIT_RUNS}: {sample:?}");
-        exits.push(sample);
+    let mut probe = Runs::default();
+    for run in 1..=ICOUNT_RUNS {
+        let sample = probe_run(
+            qemu_command(&bench.board, &bench.image, &icount(Vec::new())),
+            &logs.join(format!("probe-pinfold-{run}.log")),
+            "partition",
+        )?;
+        println!(
+            "xtask: bench: probe, Pinfold, run {run}/{ICOUNT_RUNS}: {} rows",
+            sample.rows.len()
+        );
+        probe.pinfold.push(sample);
+        let guest = ws.root.join(TEST_GUEST);
+        let sample = probe_run(
+            bare_command(&bench.board, &guest, &icount(Vec::new())),
+            &logs.join(format!("probe-bare-{run}.log")),
+            "bare",
+        )?;
+        println!(
+            "xtask: bench: probe, bare, run {run}/{ICOUNT_RUNS}: {} rows",
+            sample.rows.len()
+        );
+        probe.bare.push(sample);
     }
-    let cntfrq = exits.first().map_or(0, |s| s.cntfrq);
-    let exit_method = format!(
-        "{} back-to-back round trips per loop in the bare-metal probe (partition `probe` on CPU 1, \
-         {BENCH_CONFIG}), timed with the virtual counter; QEMU TCG `-accel {ICOUNT_ACCEL} \
-         -icount {ICOUNT_ARG}`, so 1 instruction = 1 ns of virtual time and one tick at \
-         CNTFRQ={cntfrq} Hz = {:.0} instructions, counted over every vCPU (EL1 guest and EL2 \
-         hypervisor alike; the CPUs without a partition idle in WFI), loop overhead and the \
-         counter reads included",
-        exits.first().map_or(0, |s| s.iterations),
-        if cntfrq == 0 { f64::NAN } else { instructions_per_tick(cntfrq) },
+
+    let linux = linux_runs(ws, &bench_linux, &logs)?;
+    let cntfrq = probe
+        .pinfold
+        .first()
+        .and_then(|r| r.number("env", "cntfrq"))
+        .unwrap_or(0);
+    let method = format!(
+        "QEMU TCG `-accel {ICOUNT_ACCEL} -icount {ICOUNT_ARG} -seed {QEMU_SEED}`, same QEMU binary, board \
+         (`-M virt,gic-version=3`, `-cpu cortex-a72`) and flags bare and hosted (bare: no \
+         `virtualization=on`, QEMU `-kernel` enters the image at EL1); 1 instruction = 1 ns of \
+         virtual time, read with the virtual counter (CNTFRQ={cntfrq} Hz: 1 tick = {} \
+         instructions), never the PMU; figures count every instruction QEMU executed on every \
+         CPU (guest EL1 and hypervisor EL2), CPUs in WFI execute none. The probe: \
+         {TEST_GUEST} in the partition of {BENCH_CONFIG} and the same binary bare; it tells the \
+         two apart by /chosen/pinfold,partition in its DTB and, bare, runs only the bench loops. \
+         {ICOUNT_RUNS} runs per column",
+        if cntfrq == 0 {
+            "?".to_string()
+        } else {
+            probe::instructions_per_tick(cntfrq).to_string()
+        }
     );
+    let rows = rows(&probe, &linux);
 
     let mut boots = Vec::new();
     for run in 1..=BOOT_RUNS {
@@ -576,76 +491,161 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         );
         boots.push(sample);
     }
-    let boot_method = format!(
-        "wall clock from spawning QEMU to each `[<name>] PINFOLD-GUEST-UP` line, {BOOT_RUNS} \
-         boots of {DEFAULT_CONFIG} under QEMU TCG (`-accel tcg,thread=multi`, {} vCPUs on {} \
-         host CPUs) on a shared, noisy machine: compare only runs on the same host. `/init guest \
-         s` is the guest kernel's own printk timestamp of `{RUN_INIT}` (guest time)",
-        default.board.cpus,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-    );
+    let boot = BootSection {
+        method: format!(
+            "wall clock from spawning QEMU to each `[<name>] PINFOLD-GUEST-UP` line, {BOOT_RUNS} \
+             boots of {DEFAULT_CONFIG} under QEMU TCG (`-accel tcg,thread=multi`, {} vCPUs on {} \
+             host CPUs) on a shared, noisy machine: compare only runs on the same host. `/init \
+             guest s` is the guest kernel's own printk timestamp of `{RUN_INIT}` (guest time, \
+             not icount)",
+            default.board.cpus,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+        ),
+        boots,
+    };
+    let size = size_section(ws, &default)?;
 
     let report = Report {
-        exit_method,
-        exits,
-        boot_method,
-        boots,
-        size_method,
-        image,
-        el2_bin_bytes,
-        pinfold_bin_bytes,
+        qemu,
+        method,
+        rows,
+        probe,
+        linux,
+        sections: vec![Box::new(boot), Box::new(size)],
+        wall_clock_s: started.elapsed().as_secs_f64(),
     };
-    println!("\n{}", report.table());
-    let json_path = ws.root.join("target/pinfold/bench.json");
-    std::fs::write(&json_path, report.to_json())
+    println!("\n{}", report.text());
+    let json_path = out.join("bench.json");
+    let json = serde_json::to_string_pretty(&report.json())
+        .map_err(|e| XtaskError::Provision(format!("bench.json: {e}")))?;
+    std::fs::write(&json_path, json + "\n")
         .context(|| format!("writing {}", json_path.display()))?;
-    println!("xtask: bench: wrote {}", ws.relative(&json_path));
+    let svg_path = out.join("bench.svg");
+    let title = format!("Pinfold vs bare EL1, {}", report.qemu.0);
+    std::fs::write(&svg_path, svg::chart(&report.rows, &title))
+        .context(|| format!("writing {}", svg_path.display()))?;
+    println!(
+        "xtask: bench: wrote {} and {}",
+        ws.relative(&json_path),
+        ws.relative(&svg_path)
+    );
     Ok(())
 }
 
-fn file_len(path: &Path) -> Result<u64, XtaskError> {
-    std::fs::metadata(path)
-        .map(|m| m.len())
-        .context(|| format!("reading the size of {}", path.display()))
-}
-
-/// `llvm-size -A` on the EL2 ELF; also returns the method line.
-fn image_size(ws: &Workspace) -> Result<(ImageSize, String), XtaskError> {
-    let elf: PathBuf = ws
-        .root
-        .join("target")
-        .join(BARE_TARGET)
-        .join("release/pinfold");
-    let llvm_size = llvm_tool("llvm-size")?;
-    let text = cmd::stdout_of(std::process::Command::new(&llvm_size).arg("-A").arg(&elf))?;
-    let size = parse_llvm_size(&text).map_err(|why| XtaskError::BadFile {
-        path: elf.clone(),
-        why: format!("llvm-size -A: {why}"),
-    })?;
-    let method = format!(
-        "`llvm-size -A {}` (sections summed by name; .debug*, .comment, symbol tables not \
-         loaded); file sizes of target/pinfold/pinfold-el2.bin and pinfold.bin",
-        ws.relative(&elf)
-    );
-    Ok((size, method))
-}
-
-/// Boots the probe plan under `-icount` and reads its bench line.
-fn exit_run(bench: &Built, log: &Path) -> Result<ExitSample, XtaskError> {
-    let extra = Extra {
-        args: vec!["-icount".into(), ICOUNT_ARG.into()],
+/// `-icount` and single-threaded TCG, then `args`.
+fn icount(args: Vec<String>) -> Extra {
+    let mut all = vec![
+        "-icount".to_string(),
+        ICOUNT_ARG.to_string(),
+        "-seed".to_string(),
+        QEMU_SEED.to_string(),
+    ];
+    all.extend(args);
+    Extra {
+        args: all,
         accel: Some(ICOUNT_ACCEL.into()),
         ..Extra::default()
-    };
-    let qemu = QemuRun::spawn(qemu_command(&bench.board, &bench.image, &extra), log)?;
-    let deadline = Instant::now() + EXIT_DEADLINE;
+    }
+}
+
+/// The first line of `qemu-system-aarch64 --version` and where the binary
+/// is on PATH.
+fn qemu_version() -> Result<(String, String), XtaskError> {
+    let text = cmd::stdout_of(Command::new("qemu-system-aarch64").arg("--version"))?;
+    let version = text.lines().next().unwrap_or_default().trim().to_string();
+    let binary = std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("qemu-system-aarch64"))
+                .find(|candidate| candidate.is_file())
+        })
+        .map_or_else(|| "qemu-system-aarch64".into(), |p| p.display().to_string());
+    Ok((version, binary))
+}
+
+/// Boots `cmd` until a line satisfies `done` (or the probe reports a fatal
+/// error); returns every line so far.
+fn run_until(
+    cmd: Command,
+    log: &Path,
+    what: &str,
+    deadline: Duration,
+    done: impl Fn(&str) -> bool,
+) -> Result<Vec<Line>, XtaskError> {
+    let qemu = QemuRun::spawn(cmd, log)?;
     let line = qemu
-        .wait_for(&format!("`{BENCH_MARKER}`"), 0, deadline, |l| {
-            l.contains(BENCH_MARKER)
+        .wait_for(what, 0, Instant::now() + deadline, |l| {
+            done(l) || l.contains(PROBE_FATAL)
         })
         .map_err(|err| bad_log(log, err.to_string()))?;
-    ExitSample::parse(&line.text)
-        .ok_or_else(|| bad_log(log, format!("cannot parse the bench line `{}`", line.text)))
+    if line.text.contains(PROBE_FATAL) {
+        return Err(bad_log(log, format!("the probe failed: `{}`", line.text)));
+    }
+    Ok(qemu.lines())
+}
+
+/// One probe boot, to its `PROBE bench end`; the probe must have seen
+/// itself in `mode` (`bare` or `partition`).
+fn probe_run(cmd: Command, log: &Path, mode: &str) -> Result<ProbeRun, XtaskError> {
+    let lines = run_until(cmd, log, &format!("`{END_MARKER}`"), PROBE_DEADLINE, |l| {
+        l.contains(END_MARKER)
+    })?;
+    let run = ProbeRun::parse(lines.iter().map(|l| l.text.as_str()));
+    match run.mode() {
+        Some(seen) if seen == mode => Ok(run),
+        seen => Err(bad_log(
+            log,
+            format!("the probe ran as {seen:?} (`PROBE bench env: mode=`), expected {mode}"),
+        )),
+    }
+}
+
+/// The Linux row's boots: the bench-linux plan's partition, and the same
+/// kernel bare.
+fn linux_runs(ws: &Workspace, built: &Built, logs: &Path) -> Result<Runs<LinuxRun>, XtaskError> {
+    let config_path = ws.root.join(BENCH_LINUX_CONFIG);
+    let config = pinfold_config::load(&config_path)?;
+    let partition = config
+        .partitions
+        .first()
+        .ok_or_else(|| XtaskError::Provision(format!("{BENCH_LINUX_CONFIG} has no partition")))?;
+    let guest = LinuxGuest::from_plan(partition, &ws.root);
+    let dtb = ws.root.join("target/pinfold/bench-linux-bare.dtb");
+    let blob = guest.bare_dtb().map_err(XtaskError::Provision)?;
+    std::fs::write(&dtb, blob).context(|| format!("writing {}", dtb.display()))?;
+    let bare_board = Board {
+        cpus: 1,
+        memory: guest.memory,
+        nic: false,
+    };
+    let prefix = format!("[{}] ", guest.name);
+    let mut runs = Runs::default();
+    for run in 1..=ICOUNT_RUNS {
+        let log = logs.join(format!("linux-pinfold-{run}.log"));
+        let lines = run_until(
+            qemu_command(&built.board, &built.image, &icount(Vec::new())),
+            &log,
+            &format!("`{prefix}... {RUN_INIT}`"),
+            LINUX_DEADLINE,
+            |l| l.starts_with(&prefix) && l.contains(RUN_INIT),
+        )?;
+        let sample = LinuxRun::parse(&lines, Some(&guest.name));
+        println!("xtask: bench: Linux, Pinfold, run {run}/{ICOUNT_RUNS}: {sample:?}");
+        runs.pinfold.push(sample);
+
+        let log = logs.join(format!("linux-bare-{run}.log"));
+        let lines = run_until(
+            bare_command(&bare_board, &guest.kernel, &icount(guest.bare_args(&dtb))),
+            &log,
+            &format!("`{RUN_INIT}`"),
+            LINUX_DEADLINE,
+            |l| l.contains(RUN_INIT),
+        )?;
+        let sample = LinuxRun::parse(&lines, None);
+        println!("xtask: bench: Linux, bare, run {run}/{ICOUNT_RUNS}: {sample:?}");
+        runs.bare.push(sample);
+    }
+    Ok(runs)
 }
 
 /// Boots the default plan and times each partition's UP marker.
@@ -674,6 +674,38 @@ fn boot_run(default: &Built, log: &Path) -> Result<BootSample, XtaskError> {
     })
 }
 
+/// `llvm-size -A` on the EL2 ELF and the flat images' sizes.
+fn size_section(ws: &Workspace, default: &Built) -> Result<SizeSection, XtaskError> {
+    let elf: PathBuf = ws
+        .root
+        .join("target")
+        .join(BARE_TARGET)
+        .join("release/pinfold");
+    let llvm_size = llvm_tool("llvm-size")?;
+    let text = cmd::stdout_of(Command::new(&llvm_size).arg("-A").arg(&elf))?;
+    let image = parse_llvm_size(&text).map_err(|why| XtaskError::BadFile {
+        path: elf.clone(),
+        why: format!("llvm-size -A: {why}"),
+    })?;
+    let el2_bin = ws.root.join("target/pinfold/pinfold-el2.bin");
+    Ok(SizeSection {
+        method: format!(
+            "`llvm-size -A {}` (sections summed by name; .debug*, .comment, symbol tables not \
+             loaded); file sizes of target/pinfold/pinfold-el2.bin and pinfold.bin",
+            ws.relative(&elf)
+        ),
+        image,
+        el2_bin_bytes: file_len(&el2_bin)?,
+        pinfold_bin_bytes: file_len(&default.image)?,
+    })
+}
+
+fn file_len(path: &Path) -> Result<u64, XtaskError> {
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .context(|| format!("reading the size of {}", path.display()))
+}
+
 /// A failed wait, pointing at the log that shows why.
 fn bad_log(log: &Path, why: String) -> XtaskError {
     XtaskError::BadFile {
@@ -686,239 +718,216 @@ fn bad_log(log: &Path, why: String) -> XtaskError {
 mod tests {
     use super::*;
 
-    const BENCH_LINE: &str = "[probe] PROBE bench: iterations=1000 \
-        hvc_psci_version_ticks=63804 gicd_read_ticks=90001 cntfrq=62500000";
+    const PARTITION: &str = "\
+[probe] PROBE bench env: mode=partition psci=hvc cntfrq=62500000 mpidr=0x80000000
+[probe] PROBE bench boot: entry_cntvct=187087 cntvoff=0
+[probe] PROBE bench hvc: iterations=1000 ticks=10500 loop_insns=4
+[probe] PROBE bench gicd: iterations=1000 ticks=18875 loop_insns=3
+[probe] PROBE bench vtimer: trials=64 dither=16 ahead=32 handler_ticks=1644 back_ticks=1672
+[probe] PROBE bench sgi: iterations=1000 ticks=195375 method=wfi-both sgi=3
+[probe] PROBE bench end";
 
-    fn line(index: usize, text: &str) -> Line {
-        Line {
-            index,
-            at: Duration::ZERO,
-            text: text.into(),
+    const BARE: &str = "\
+PROBE bench env: mode=bare psci=hvc cntfrq=62500000 mpidr=0x80000000
+PROBE bench boot: entry_cntvct=0 cntvoff=0
+PROBE bench hvc: iterations=1000 ticks=250 loop_insns=4
+PROBE bench gicd: iterations=1000 ticks=187 loop_insns=3
+PROBE bench vtimer: trials=64 dither=16 ahead=32 handler_ticks=12 back_ticks=40
+PROBE bench sgi: iterations=1000 ticks=1313 method=wfi-both sgi=3
+PROBE bench end";
+
+    fn parse_probe(text: &str) -> ProbeRun {
+        ProbeRun::parse(text.lines())
+    }
+
+    fn linux(run_init_s: f64) -> LinuxRun {
+        LinuxRun {
+            run_init_s: Some(run_init_s),
+            first_line_s: Some(0.0),
         }
     }
 
+    fn runs() -> (Runs<ProbeRun>, Runs<LinuxRun>) {
+        (
+            Runs {
+                bare: vec![parse_probe(BARE), parse_probe(BARE)],
+                pinfold: vec![parse_probe(PARTITION), parse_probe(PARTITION)],
+            },
+            Runs {
+                bare: vec![linux(0.8); 2],
+                pinfold: vec![linux(0.808); 2],
+            },
+        )
+    }
+
+    fn row<'a>(rows: &'a [Row], id: &str) -> &'a Row {
+        rows.iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("no row {id}"))
+    }
+
     #[test]
-    fn bench_line_parses_every_field() {
-        let sample = ExitSample::parse(BENCH_LINE);
+    fn every_issue_row_is_present_in_order() {
+        let (probe, linux) = runs();
+
+        let ids: Vec<&str> = rows(&probe, &linux).iter().map(|r| r.id).collect();
 
         assert_eq!(
-            sample,
-            Some(ExitSample {
-                iterations: 1000,
-                hvc_psci_version_ticks: 63804,
-                gicd_read_ticks: 90001,
-                cntfrq: 62_500_000,
-            })
+            ids,
+            [
+                "gicd_typer_read",
+                "hvc_psci_version",
+                "vtimer_to_handler",
+                "vtimer_back",
+                "sgi_round_trip",
+                "reset_to_guest",
+                "linux_run_init"
+            ]
         );
     }
 
     #[test]
-    fn bench_line_missing_a_field_is_refused() {
-        let line = "[probe] PROBE bench: iterations=1000 hvc_psci_version_ticks=63804 cntfrq=1";
+    fn rows_take_bare_and_pinfold_from_their_runs() {
+        let (probe, linux) = runs();
 
-        assert_eq!(ExitSample::parse(line), None);
+        let rows = rows(&probe, &linux);
+
+        let gicd = row(&rows, "gicd_typer_read");
+        assert_eq!((gicd.bare, gicd.pinfold), (Some(2.992), Some(302.0)));
+        let timer = row(&rows, "vtimer_to_handler");
+        assert_eq!((timer.bare, timer.pinfold), (Some(3.0), Some(411.0)));
+        let back = row(&rows, "vtimer_back");
+        assert_eq!((back.bare, back.pinfold), (Some(10.0), Some(418.0)));
+        let sgi = row(&rows, "sgi_round_trip");
+        assert_eq!(sgi.pinfold, Some(3126.0));
+        let boot = row(&rows, "reset_to_guest");
+        assert_eq!((boot.bare, boot.pinfold), (Some(0.0), Some(2_993_392.0)));
+        assert!(rows.iter().all(|r| !r.repeat.differs()));
     }
 
     #[test]
-    fn other_probe_lines_are_not_bench_lines() {
-        assert_eq!(ExitSample::parse("[probe] PROBE alive iterations=3"), None);
+    fn linux_row_is_printk_time_in_instructions_with_its_ratio_goal() {
+        let (probe, linux) = runs();
+
+        let rows = rows(&probe, &linux);
+
+        let row = row(&rows, "linux_run_init");
+        assert_eq!(row.bare, Some(0.8e9));
+        assert_eq!(row.pinfold, Some(0.808e9));
+        assert!((row.ratio().unwrap_or_default() - 1.01).abs() < 1e-9);
+        assert_eq!(row.goal, Some(Goal::RatioAtMost(1.01)));
+        assert_eq!(row.note, None);
     }
 
     #[test]
-    fn tick_of_62_5_mhz_counter_is_16_instructions_at_shift_0() {
-        assert_eq!(instructions_per_tick(62_500_000), 16.0);
+    fn a_kernel_whose_printk_clock_did_not_start_at_zero_is_noted() {
+        let (probe, mut linux) = runs();
+        linux.pinfold[0].first_line_s = Some(0.003);
+
+        let rows = rows(&probe, &linux);
+
+        assert!(row(&rows, "linux_run_init").note.is_some());
     }
 
     #[test]
-    fn per_trip_divides_by_iterations_and_scales_to_instructions() {
-        let trip = PerTrip::new(63804, 1000, 62_500_000);
+    fn a_row_skipped_bare_is_empty_there_with_the_reason_noted() {
+        let (mut probe, linux) = runs();
+        let skipped = parse_probe(&BARE.replace(
+            "PROBE bench hvc: iterations=1000 ticks=250 loop_insns=4",
+            "PROBE bench hvc: skipped (PSCI conduit is smc, not hvc)",
+        ));
+        probe.bare = vec![skipped.clone(), skipped];
 
+        let rows = rows(&probe, &linux);
+
+        let hvc = row(&rows, "hvc_psci_version");
+        assert_eq!(hvc.bare, None);
+        assert_eq!(hvc.pinfold, Some(168.0));
         assert_eq!(
-            trip,
-            Some(PerTrip {
-                ticks: 63.804,
-                instructions: 63.804 * 16.0,
-            })
+            hvc.note.as_deref(),
+            Some("bare: PSCI conduit is smc, not hvc")
         );
     }
 
     #[test]
-    fn per_trip_with_zero_frequency_is_none() {
-        assert_eq!(PerTrip::new(63804, 1000, 0), None);
-        assert_eq!(PerTrip::new(63804, 0, 62_500_000), None);
+    fn an_unknown_counter_offset_leaves_the_reset_row_empty_with_a_note() {
+        let (mut probe, linux) = runs();
+        let unknown = parse_probe(&PARTITION.replace("cntvoff=0", "cntvoff=unknown (trapped)"));
+        probe.pinfold = vec![unknown.clone(), unknown];
+
+        let rows = rows(&probe, &linux);
+
+        let boot = row(&rows, "reset_to_guest");
+        assert_eq!(boot.pinfold, None);
+        let note = boot.note.as_deref().unwrap_or_default();
+        assert!(note.starts_with("Pinfold: CNTVOFF unknown"), "{note}");
     }
 
     #[test]
-    fn run_init_timestamp_is_read_from_the_named_partition() {
-        let lines = [
-            line(0, "[beta] [    2.430392] Run /init as init process"),
-            line(1, "[alpha] [    2.186079] Run /init as init process"),
-        ];
-
-        assert_eq!(run_init_seconds(&lines, "alpha"), Some(2.186079));
-        assert_eq!(run_init_seconds(&lines, "beta"), Some(2.430392));
-    }
-
-    #[test]
-    fn run_init_without_printk_timestamp_is_none() {
-        let lines = [line(0, "[alpha] Run /init as init process")];
-
-        assert_eq!(run_init_seconds(&lines, "alpha"), None);
-    }
-
-    #[test]
-    fn run_init_of_another_partition_whose_name_extends_is_ignored() {
-        let lines = [line(
-            0,
-            "[alphabet] [    1.000000] Run /init as init process",
-        )];
-
-        assert_eq!(run_init_seconds(&lines, "alpha"), None);
-    }
-
-    #[test]
-    fn median_of_odd_count_is_the_middle_value() {
-        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
-    }
-
-    #[test]
-    fn median_of_even_count_averages_the_middle_pair() {
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
-    }
-
-    #[test]
-    fn median_of_nothing_is_none() {
-        assert_eq!(median(&[]), None);
-    }
-
-    const LLVM_SIZE: &str = "\
-target/aarch64-unknown-none-softfloat/release/pinfold  :
-section               size     addr
-.head                   64        0
-.text               119872     2048
-.rodata               7856   122880
-.rela.dyn             4440   130736
-.dynsym                 24   135176
-.dynamic               208   135256
-.data                15456   139264
-.bss               4734976   155648
-.debug_info         785809        0
-.comment                19        0
-Total              7245327
-";
-
-    #[test]
-    fn llvm_size_sections_are_bucketed_by_name() {
-        let size = parse_llvm_size(LLVM_SIZE);
-
-        assert_eq!(
-            size,
-            Ok(ImageSize {
-                text: 64 + 119_872,
-                rodata: 7856,
-                data: 15_456,
-                other: 4440 + 24 + 208,
-                bss: 4_734_976,
-            })
-        );
-    }
-
-    #[test]
-    fn loadable_excludes_bss_and_debug_sections() {
-        let size = parse_llvm_size(LLVM_SIZE).unwrap_or_default();
-
-        assert_eq!(
-            size.loadable(),
-            64 + 119_872 + 7856 + 15_456 + 4440 + 24 + 208
-        );
-    }
-
-    #[test]
-    fn llvm_size_without_sections_is_an_error() {
-        assert!(parse_llvm_size("llvm-size: error: no such file").is_err());
-    }
-
-    #[test]
-    fn llvm_size_with_non_numeric_size_is_an_error() {
-        assert!(parse_llvm_size(".text  lots  0").is_err());
-    }
-
-    #[test]
-    fn json_strings_escape_quotes_backslashes_and_control_characters() {
-        let mut out = String::new();
-
-        Json::Str("a \"b\" \\ c\n\t".into()).render(&mut out, 0);
-
-        assert_eq!(out, r#""a \"b\" \\ c\n\u0009""#);
-    }
-
-    #[test]
-    fn json_non_finite_float_is_null() {
-        let mut out = String::new();
-
-        Json::Array(vec![Json::Float(f64::NAN), Json::Float(1.5)]).render(&mut out, 0);
-
-        assert_eq!(out, "[\n  null,\n  1.500\n]");
-    }
-
-    fn report(exits: Vec<ExitSample>) -> Report {
-        Report {
-            exit_method: "m".into(),
-            exits,
-            boot_method: "b".into(),
-            boots: vec![BootSample {
-                up_s: vec![4.0, 5.0],
-                run_init_guest_s: vec![Some(2.0), None],
-            }],
-            size_method: "s".into(),
-            image: ImageSize::default(),
-            el2_bin_bytes: 1,
-            pinfold_bin_bytes: 2,
-        }
-    }
-
-    #[test]
-    fn differing_exit_runs_are_flagged_in_table_and_json() {
-        let first = ExitSample::parse(BENCH_LINE).unwrap_or(ExitSample {
-            iterations: 0,
-            hvc_psci_version_ticks: 0,
-            gicd_read_ticks: 0,
-            cntfrq: 0,
-        });
-        let second = ExitSample {
-            gicd_read_ticks: first.gicd_read_ticks + 1,
-            ..first
+    fn a_figure_that_changed_between_runs_is_flagged_in_table_and_json() {
+        let (mut probe, linux) = runs();
+        probe.pinfold[1] = parse_probe(&PARTITION.replace("ticks=195375", "ticks=195376"));
+        let rows = rows(&probe, &linux);
+        let report = Report {
+            qemu: (
+                "QEMU emulator version 7.2.22".into(),
+                "/usr/bin/qemu".into(),
+            ),
+            method: "m".into(),
+            rows,
+            probe,
+            linux,
+            sections: Vec::new(),
+            wall_clock_s: 1.0,
         };
 
-        let report = report(vec![first, second]);
-
-        assert!(!report.exits_identical());
-        assert!(report.table().contains("DIFFER"));
-        assert!(report.to_json().contains("\"runs_identical\": false"));
+        assert!(row(&report.rows, "sgi_round_trip").repeat.differs());
+        assert!(!row(&report.rows, "gicd_typer_read").repeat.differs());
+        assert!(report.text().contains("runs: DIFFER"));
+        let json = report.json();
+        assert_eq!(json["runs_identical"], json!(false));
+        assert_eq!(json["rows"][4]["identical_runs"]["pinfold"], json!(false));
     }
 
     #[test]
-    fn json_reports_per_trip_instructions_and_boot_medians() {
-        let sample = ExitSample::parse(BENCH_LINE)
-            .map(|s| vec![s, s])
-            .unwrap_or_default();
+    fn json_has_qemu_rows_raw_runs_and_sections() {
+        let (probe, linux) = runs();
+        let section = SizeSection {
+            method: "s".into(),
+            image: Default::default(),
+            el2_bin_bytes: 1,
+            pinfold_bin_bytes: 2,
+        };
+        let report = Report {
+            qemu: (
+                "QEMU emulator version 7.2.22".into(),
+                "/usr/bin/qemu".into(),
+            ),
+            method: "m".into(),
+            rows: rows(&probe, &linux),
+            probe,
+            linux,
+            sections: vec![Box::new(section)],
+            wall_clock_s: 1.0,
+        };
 
-        let json = report(sample).to_json();
+        let json = report.json();
 
-        let compact: String = json.split_whitespace().collect();
-        assert!(
-            compact.contains("\"instructions_per_round_trip\":1020.864"),
-            "{json}"
+        assert_eq!(
+            json["qemu"]["version"],
+            json!("QEMU emulator version 7.2.22")
         );
-        assert!(compact.contains("\"runs_identical\":true"), "{json}");
-        assert!(
-            compact.contains("\"guest_run_init_s\":{\"alpha\":[2.000],\"beta\":[null]}"),
-            "{json}"
+        assert_eq!(json["rows"][2]["pinfold_instructions"], json!(411.0));
+        assert_eq!(
+            json["runs"]["probe"]["bare"][0]["sgi"]["method"],
+            json!("wfi-both")
         );
-        assert!(
-            compact.contains("\"wall_clock_up_median_s\":{\"alpha\":4.000,\"beta\":5.000}"),
-            "{json}"
+        assert_eq!(
+            json["runs"]["probe"]["pinfold"][1]["hvc"]["ticks"],
+            json!(10500)
         );
-        assert!(compact.contains("\"pinfold_bin_bytes\":2"), "{json}");
+        assert_eq!(json["image_size"]["pinfold_bin_bytes"], json!(2));
+        assert_eq!(json["runs_identical"], json!(true));
+        assert!(report.text().contains("QEMU: QEMU emulator version 7.2.22"));
     }
 }

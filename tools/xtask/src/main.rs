@@ -28,8 +28,9 @@ usage: cargo xtask <command>
   build [--config FILE]                  build target/pinfold/pinfold.bin
   run [--config FILE] [--timeout SECS]   build, then boot it under QEMU
   test [--host] [--only NAME]            host unit tests, then QEMU boot tests
-  bench                                  exit cost, boot time, image size;
-                                         writes target/pinfold/bench.json
+  bench                                  issue 7's paths bare vs Pinfold under
+                                         -icount, boot time, image size; writes
+                                         target/pinfold/bench.{json,svg}
 
 FILE defaults to vm-configs/qemu-virt/default.toml.";
 

@@ -135,6 +135,31 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     qemu
 }
 
+/// The `-M` value of a bare run: the same `virt` board and GICv3 without
+/// EL2, so `-kernel` enters the image at EL1 (the benchmark's reference).
+const BARE_MACHINE: &str = "virt,gic-version=3";
+
+/// `qemu-system-aarch64` booting `kernel` directly at EL1 on the board a
+/// Pinfold image would run on (same machine but for EL2, CPU model, CPU
+/// count, RAM and console): the bare-metal reference of `cargo xtask bench`.
+/// QEMU answers PSCI itself (over HVC, as its DTB's /psci says).
+pub fn bare_command(board: &Board, kernel: &Path, extra: &Extra) -> Command {
+    let mut qemu = Command::new("qemu-system-aarch64");
+    machine(&mut qemu, board, BARE_MACHINE.to_string());
+    qemu.arg("-accel")
+        .arg(extra.accel.as_deref().unwrap_or(DEFAULT_ACCEL))
+        .args(["-display", "none"])
+        .args(["-chardev", "stdio,id=console,mux=on,signal=off"])
+        .args(["-serial", "chardev:console"])
+        .args(["-mon", "chardev=console,mode=readline"])
+        .arg("-echr")
+        .arg(QEMU_ESCAPE.to_string())
+        .arg("-kernel")
+        .arg(kernel);
+    qemu.args(&extra.args);
+    qemu
+}
+
 /// The management NIC's user-mode network, forwarding `host_port` on
 /// 127.0.0.1 to the manager.
 fn netdev(host_port: u16) -> String {
@@ -256,6 +281,38 @@ mod tests {
         for flag in ["-cpu", "-smp", "-m"] {
             assert_eq!(value_after(&dump, flag), value_after(&run, flag), "{flag}");
         }
+    }
+
+    #[test]
+    fn bare_run_is_the_same_board_without_el2() {
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: true,
+        };
+        let extra = Extra {
+            args: vec!["-icount".into(), "shift=0".into()],
+            accel: Some("tcg,thread=single".into()),
+            ..Extra::default()
+        };
+
+        let bare = args(&bare_command(&board, Path::new("guest.bin"), &extra));
+        let hosted = args(&qemu_command(&board, Path::new("x"), &extra));
+
+        assert_eq!(
+            value_after(&bare, "-M").as_deref(),
+            Some("virt,gic-version=3")
+        );
+        assert_eq!(value_after(&bare, "-kernel").as_deref(), Some("guest.bin"));
+        for flag in ["-cpu", "-smp", "-m", "-accel", "-icount"] {
+            assert_eq!(
+                value_after(&bare, flag),
+                value_after(&hosted, flag),
+                "{flag}"
+            );
+        }
+        // No management NIC: nothing in a bare run would drive it.
+        assert_eq!(value_after(&bare, "-device"), None);
     }
 
     #[test]
