@@ -173,6 +173,14 @@ try {
   });
 
   await check("typing into beta's console reaches the guest", async () => {
+    // The restarted guest's shell must be reading its console first: input
+    // that arrives while the kernel still boots is dropped when the shell
+    // opens the tty (on a loaded host the prompt can come seconds later).
+    const ready = Date.now() + 60_000;
+    while (!/# *$/.test((await consoleText()).trimEnd())) {
+      if (Date.now() > ready) throw new Error("beta's shell prompt never appeared after the restart");
+      await page.waitForTimeout(250);
+    }
     await page.locator('[data-testid="console"] .xterm').click();
     await page.keyboard.type('echo pinfold-input-check');
     await page.keyboard.press('Enter');
