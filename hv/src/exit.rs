@@ -143,15 +143,19 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
 pub struct Lrs<'a, H: Hw>(pub &'a mut H);
 
 impl<H: Hw> ListRegisters for Lrs<'_, H> {
+    #[inline(always)]
     fn lr_count(&self) -> usize {
         self.0.lr_count()
     }
+    #[inline(always)]
     fn read_lr(&self, n: usize) -> u64 {
         self.0.read_lr(n)
     }
+    #[inline(always)]
     fn write_lr(&mut self, n: usize, value: u64) {
         self.0.write_lr(n, value)
     }
+    #[inline(always)]
     fn empty_lr_mask(&self) -> u16 {
         self.0.empty_lr_mask()
     }
@@ -1103,9 +1107,23 @@ pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u
         PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         SGI_MAILBOX => {
             hw.deactivate(intid);
-            let public = cpu.public;
-            public.mailbox.drain(|op| apply_op(cpu, hw, op));
+            drain_mailbox(cpu, hw);
         }
+        _ => other_irq(sys, cpu, hw, intid),
+    }
+}
+
+#[inline(never)]
+fn drain_mailbox(cpu: &mut CpuState, hw: &mut impl Hw) {
+    let public = cpu.public;
+    public.mailbox.drain(|op| apply_op(cpu, hw, op));
+}
+
+/// Maintenance and forwarded SPIs: out of line, so that the timer and
+/// mailbox paths of the root handler keep their registers.
+#[inline(never)]
+fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+    match intid {
         PPI_MAINTENANCE => {
             hw.deactivate(intid);
             maintenance(sys, cpu, hw);
@@ -1135,17 +1153,21 @@ fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
                 lost(cpu.public, p, hw, irq, e);
             }
         }
-        None => {
-            // No vCPU wants it: silence it on our own redistributor.
-            ppi_change(
-                sys,
-                hw,
-                LockPath::TimerPpiState,
-                PpiStateChange::Enable(intid, false),
-            );
-            hw.deactivate(intid);
-        }
+        None => silence_ppi(sys, hw, intid),
     }
+}
+
+/// A pass-through PPI no vCPU wants: silenced on our own redistributor.
+#[cold]
+#[inline(never)]
+fn silence_ppi(sys: &System, hw: &mut impl Hw, intid: u32) {
+    ppi_change(
+        sys,
+        hw,
+        LockPath::TimerPpiState,
+        PpiStateChange::Enable(intid, false),
+    );
+    hw.deactivate(intid);
 }
 
 fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {

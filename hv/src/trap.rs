@@ -116,25 +116,51 @@ pub struct SysRegAccess {
 }
 
 /// A system register encoding: the (op0, op1, CRn, CRm, op2) tuple of
-/// MSR/MRS, as in the Arm ARM's register descriptions.
-#[derive(Copy, Clone, PartialEq, Eq, Debug, Hash)]
-pub struct SysRegId {
-    pub op0: u8,
-    pub op1: u8,
-    pub crn: u8,
-    pub crm: u8,
-    pub op2: u8,
+/// MSR/MRS, as in the Arm ARM's register descriptions, packed into one word
+/// (op0 [17:16], op1 [14:12], CRn [11:8], CRm [7:4], op2 [2:0]) so that the
+/// trap path compares a register with one instruction.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+pub struct SysRegId(u32);
+
+impl core::fmt::Debug for SysRegId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "S{}_{}_C{}_C{}_{}",
+            self.op0(),
+            self.op1(),
+            self.crn(),
+            self.crm(),
+            self.op2()
+        )
+    }
 }
 
 impl SysRegId {
     pub const fn new(op0: u8, op1: u8, crn: u8, crm: u8, op2: u8) -> Self {
-        SysRegId {
-            op0,
-            op1,
-            crn,
-            crm,
-            op2,
-        }
+        SysRegId(
+            (op0 as u32 & 3) << 16
+                | (op1 as u32 & 7) << 12
+                | (crn as u32 & 0xF) << 8
+                | (crm as u32 & 0xF) << 4
+                | (op2 as u32 & 7),
+        )
+    }
+
+    pub const fn op0(self) -> u8 {
+        (self.0 >> 16) as u8 & 3
+    }
+    pub const fn op1(self) -> u8 {
+        (self.0 >> 12) as u8 & 7
+    }
+    pub const fn crn(self) -> u8 {
+        (self.0 >> 8) as u8 & 0xF
+    }
+    pub const fn crm(self) -> u8 {
+        (self.0 >> 4) as u8 & 0xF
+    }
+    pub const fn op2(self) -> u8 {
+        self.0 as u8 & 7
     }
 
     pub const ICC_SGI1R_EL1: SysRegId = SysRegId::new(3, 0, 12, 11, 5);
@@ -145,18 +171,18 @@ impl SysRegId {
     /// The ID register space HCR_EL2.TID3 traps (Arm ARM D13.1.3 "Trapping
     /// of ID register accesses"): op0=3, op1=0, CRn=0, CRm=1..=7.
     pub const fn is_id_group3(&self) -> bool {
-        self.op0 == 3 && self.op1 == 0 && self.crn == 0 && self.crm >= 1 && self.crm <= 7
+        self.op0() == 3 && self.op1() == 0 && self.crn() == 0 && self.crm() >= 1 && self.crm() <= 7
     }
 
     /// DC ISW / DC CSW / DC CISW, the set/way operations HCR_EL2.TSW traps:
     /// a guest cannot clean caches by set/way safely on a shared machine,
     /// so the hypervisor turns them into something meaningful.
     pub const fn is_dc_set_way(&self) -> bool {
-        self.op0 == 1
-            && self.op1 == 0
-            && self.crn == 7
-            && (self.crm == 6 || self.crm == 10 || self.crm == 14)
-            && self.op2 == 2
+        self.op0() == 1
+            && self.op1() == 0
+            && self.crn() == 7
+            && (self.crm() == 6 || self.crm() == 10 || self.crm() == 14)
+            && self.op2() == 2
     }
 }
 
