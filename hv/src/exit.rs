@@ -233,6 +233,73 @@ fn no_vcpu(hw: &mut impl Hw, exit: Exit) -> Next {
     Next::Park
 }
 
+/// Handle one synchronous exit from its syndrome (ESR_EL2, FAR_EL2,
+/// HPFAR_EL2), the platform's entry point. The exits a guest takes all the
+/// time are handled here in line, decoding only what they need: a hypercall
+/// that only asks (versions, features), an SGI (ICC_SGI1R_EL1, Linux's
+/// IPIs) and a read of an emulated register whose value no guest action
+/// changes (GICD_TYPER and the identification registers). Everything else
+/// is decoded in full and goes to [`handle_exit`], out of line, so that
+/// these two keep a small frame. Both are counted as the class they are.
+#[inline(always)]
+pub fn handle_sync(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    regs: &mut GuestRegs,
+    syndrome: (u64, u64, u64),
+) -> Next {
+    let (esr, far, hpfar) = syndrome;
+    if cpu.loaded.is_some() {
+        if trap::exception_class(esr) == trap::ec::HVC64 {
+            if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
+                cpu.public.counters.exit(ExitClass::Hvc);
+                regs.x[0] = ret as u64;
+                return Next::Resume;
+            }
+        } else if trap::exception_class(esr) == trap::ec::SYSREG {
+            let access = trap::sysreg_access(esr);
+            if access.reg == SysRegId::ICC_SGI1R_EL1 && !access.read {
+                // Linux's IPIs: straight to the SGI path.
+                cpu.public.counters.exit(ExitClass::SysReg);
+                let value = regs.reg(access.rt);
+                if let Some(l) = cpu.loaded.as_ref() {
+                    let (p, v) = (l.partition, l.id.vcpu);
+                    send_sgi(sys, cpu, hw, p, v, value);
+                }
+                regs.elr += 4;
+                return Next::Resume;
+            }
+        } else if let Some((ipa, a)) = trap::mmio_access(esr, far, hpfar) {
+            let offset = ipa.0.wrapping_sub(pinfold_vboard::GUEST_GICD_BASE);
+            if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE {
+                if let Some(v) = crate::vgic::dist::constant_register(offset, a.width) {
+                    cpu.public.counters.exit(ExitClass::Mmio);
+                    if let Some(r) = a.target_reg() {
+                        regs.set_reg(r, trap::mmio_load_value(&a, v));
+                    }
+                    regs.elr += 4;
+                    return Next::Resume;
+                }
+            }
+        }
+    }
+    decode_and_handle(sys, cpu, hw, regs, esr, far, hpfar)
+}
+
+#[inline(never)]
+fn decode_and_handle(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    regs: &mut GuestRegs,
+    esr: u64,
+    far: u64,
+    hpfar: u64,
+) -> Next {
+    handle_exit(sys, cpu, hw, regs, trap::decode(esr, far, hpfar))
+}
+
 /// Handle one synchronous exit of the vCPU loaded on this CPU.
 ///
 /// The exits a running guest takes all the time (hypercalls, emulated
@@ -816,6 +883,7 @@ fn sysreg(
     false
 }
 
+#[inline(never)]
 fn send_sgi(
     sys: &System,
     cpu: &mut CpuState,
@@ -892,6 +960,10 @@ fn hvc(
     v: usize,
     regs: &mut GuestRegs,
 ) -> Next {
+    if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
+        regs.x[0] = ret as u64;
+        return Next::Resume;
+    }
     let call = psci::decode(regs.x[0], regs.x[1], regs.x[2], regs.x[3]);
     let ret: i64 = match call {
         Call::PsciVersion => psci::PSCI_VERSION_1_1 as i64,

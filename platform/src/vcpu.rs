@@ -14,7 +14,6 @@ use aarch64_cpu::registers::{
 };
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
 use pinfold_hv::stage2;
-use pinfold_hv::trap;
 
 /// HCR_EL2 for guests: VM, SWIO, FMO, IMO, AMO, FB, BSU=inner shareable,
 /// TID3 (sanitise ID registers), TSC (trap SMC), TACR, TSW (set/way
@@ -232,8 +231,8 @@ pub extern "C" fn idle() -> ! {
 extern "C" fn pinfold_guest_sync(frame: &mut GuestRegs) {
     // SAFETY: an exception entry, interrupts masked.
     let local = unsafe { this_cpu() };
-    let exit = trap::decode(regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
-    let next = exit::handle_exit(local.sys, &mut local.state, &mut local.hw, frame, exit);
+    let syndrome = (regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
+    let next = exit::handle_sync(local.sys, &mut local.state, &mut local.hw, frame, syndrome);
     apply(local, next);
 }
 
