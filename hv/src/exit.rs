@@ -275,9 +275,15 @@ pub fn handle_sync(
             if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE {
                 if let Some(v) = crate::vgic::dist::constant_register(offset, a.width) {
                     cpu.public.counters.exit(ExitClass::Mmio);
-                    if let Some(r) = a.target_reg() {
-                        regs.set_reg(r, trap::mmio_load_value(&a, v));
-                    }
+                    // Constant registers are 32-bit: a plain LDR of one
+                    // zero-extends into W or X alike; other forms (LDRSW)
+                    // take the general conversion.
+                    let v = if a.sign_extend {
+                        trap::mmio_load_value(&a, v)
+                    } else {
+                        v
+                    };
+                    regs.set_reg(a.reg, v);
                     regs.elr += 4;
                     return Next::Resume;
                 }
