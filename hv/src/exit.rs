@@ -1180,6 +1180,7 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
 
 /// What the root IRQ handler does with an acknowledged interrupt (after
 /// priority drop) that is not the host UART's.
+#[inline(always)]
 pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     match intid {
         PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
@@ -1219,6 +1220,7 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
 /// A pass-through PPI of this CPU (timer, PMU) fired: forward it HW-linked
 /// to the vCPU, which deactivates the physical interrupt when it
 /// deactivates the virtual one.
+#[inline(always)]
 fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     let fired = cpu
         .loaded
@@ -1292,6 +1294,7 @@ fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Parti
 }
 
 /// After an interrupt taken from the guest: what requests say to do.
+#[inline]
 pub fn after_guest_irq(cpu: &mut CpuState) -> Next {
     let public = cpu.public;
     public.counters.exit(ExitClass::Irq);

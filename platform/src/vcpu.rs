@@ -245,11 +245,10 @@ extern "C" fn pinfold_guest_serror(_frame: &mut GuestRegs) {
     park(local);
 }
 
-/// Process requests after an interrupt taken from the guest.
-#[no_mangle]
-extern "C" fn pinfold_after_guest_irq() {
-    // SAFETY: an exception entry, interrupts masked.
-    let local = unsafe { this_cpu() };
+/// Process requests after an interrupt taken from the guest (the guest
+/// entry of the root IRQ handler calls it last).
+#[inline(always)]
+pub fn after_guest_irq(local: &mut CpuLocal) {
     let next = exit::after_guest_irq(&mut local.state);
     apply(local, next);
 }

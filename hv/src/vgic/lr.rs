@@ -233,6 +233,7 @@ impl LrManager {
     /// this same interrupt (same priority: one word compared), it is written
     /// there again: one ICH_ELRSR read and one list-register write, no scan.
     /// Anything else takes [`LrManager::inject`].
+    #[inline(always)]
     pub fn reinject_hw(
         &mut self,
         lrs: &mut impl ListRegisters,
