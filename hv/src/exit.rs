@@ -728,6 +728,7 @@ fn deliver(
 }
 
 /// Apply a mailbox operation to the vCPU loaded here.
+#[inline(always)]
 fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
     let CpuState {
         lrs,
@@ -753,6 +754,7 @@ fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
 /// Inject into the vCPU running on this CPU: its own list registers only,
 /// no lock shared between CPUs. A full overflow queue is counted and
 /// reported, never silent.
+#[inline(always)]
 fn inject_into(
     public: &PublicCpu,
     p: &Partition,
@@ -908,15 +910,20 @@ fn send_sgi(
         let t = targets.trailing_zeros() as usize;
         targets &= targets - 1;
         if t == v {
-            apply_op(cpu, hw, MailboxOp::Sgi(intid));
+            sgi_to_self(cpu, hw, intid);
         } else if let Some(target) = p.vcpus.get(t) {
             // An SGI is a doorbell bit: it needs no slot and cannot be lost.
             if let Some(c) = sys.cpus.get(target.pcpu) {
                 c.mailbox.post_sgi(intid);
-                sys.kick(hw, cpu.index, target.pcpu);
+                hw.send_sgi(c.mpidr.load(Ordering::Relaxed), SGI_MAILBOX);
             }
         }
     }
+}
+
+#[inline(never)]
+fn sgi_to_self(cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+    apply_op(cpu, hw, MailboxOp::Sgi(intid));
 }
 
 #[cold]
