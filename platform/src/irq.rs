@@ -45,7 +45,8 @@ fn root_loop(local: &mut CpuLocal) {
         return;
     }
     local.hw.priority_drop(intid);
-    if intid == local.uart_intid {
+    // SGIs and PPIs (the timers, the mailbox kick) are never the UART.
+    if intid >= 32 && intid == local.uart_intid {
         host_input(local);
         local.hw.deactivate(intid);
         return;
