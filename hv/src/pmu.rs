@@ -176,10 +176,10 @@ impl PmuReg {
 
 /// The trapped PMU register `reg` names, or `None` if it is not one.
 pub fn classify(reg: SysRegId) -> Option<PmuReg> {
-    if reg.op0 != 3 {
+    if reg.op0() != 3 {
         return None;
     }
-    let r = match (reg.op1, reg.crn, reg.crm, reg.op2) {
+    let r = match (reg.op1(), reg.crn(), reg.crm(), reg.op2()) {
         (3, 9, 12, 0) => PmuReg::PMCR_EL0,
         (3, 9, 12, 1) => PmuReg::PMCNTENSET_EL0,
         (3, 9, 12, 2) => PmuReg::PMCNTENCLR_EL0,

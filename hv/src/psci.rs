@@ -92,7 +92,8 @@ pub enum Call {
 /// Decodes the guest's X0..X3 at an HVC.
 pub fn decode(x0: u64, x1: u64, x2: u64, x3: u64) -> Call {
     let fid = x0 as u32;
-    // SMC32 arguments are W registers: drop the UNKNOWN upper halves.
+    // SMC32 arguments are W registers: drop the UNKNOWN upper halves. Only
+    // the calls with arguments pay for it.
     let arg = |x: u64| {
         if fid & FID_SMC64 != 0 {
             x
@@ -100,23 +101,23 @@ pub fn decode(x0: u64, x1: u64, x2: u64, x3: u64) -> Call {
             u64::from(x as u32)
         }
     };
-    let (a1, a2, a3) = (arg(x1), arg(x2), arg(x3));
+    let (a1, a2, a3) = (|| arg(x1), || arg(x2), || arg(x3));
     match fid {
         fid::PSCI_VERSION => Call::PsciVersion,
         fid::CPU_SUSPEND_32 | fid::CPU_SUSPEND_64 => Call::CpuSuspend {
-            power_state: a1,
-            entry: a2,
-            context_id: a3,
+            power_state: a1(),
+            entry: a2(),
+            context_id: a3(),
         },
         fid::CPU_OFF => Call::CpuOff,
         fid::CPU_ON_32 | fid::CPU_ON_64 => Call::CpuOn {
-            target_mpidr: a1,
-            entry: a2,
-            context_id: a3,
+            target_mpidr: a1(),
+            entry: a2(),
+            context_id: a3(),
         },
         fid::AFFINITY_INFO_32 | fid::AFFINITY_INFO_64 => Call::AffinityInfo {
-            target_mpidr: a1,
-            lowest_level: a2,
+            target_mpidr: a1(),
+            lowest_level: a2(),
         },
         fid::MIGRATE_INFO_TYPE => Call::MigrateInfoType,
         fid::SYSTEM_OFF => Call::SystemOff,
@@ -126,9 +127,27 @@ pub fn decode(x0: u64, x1: u64, x2: u64, x3: u64) -> Call {
         fid::SMCCC_ARCH_FEATURES => Call::SmcccArchFeatures { fid: x1 as u32 },
         _ if fid & FID_VENDOR_HYP_MASK == fid::PINFOLD_32_BASE => Call::Pinfold {
             fid,
-            args: [a1, a2, a3],
+            args: [a1(), a2(), a3()],
         },
         _ => Call::Unknown { fid },
+    }
+}
+
+/// The answer to a call that only asks (versions, features, migration
+/// type) or is satisfied without doing anything (CPU_SUSPEND to standby: a
+/// WFI's worth of waiting, done natively by the guest's next WFI); None for
+/// a call that acts. Needs only the function ID and x1, so the trap path
+/// answers these without decoding further.
+#[inline]
+pub fn query(x0: u64, x1: u64) -> Option<i64> {
+    match x0 as u32 {
+        fid::PSCI_VERSION => Some(PSCI_VERSION_1_1 as i64),
+        fid::SMCCC_VERSION => Some(SMCCC_VERSION_1_1 as i64),
+        fid::PSCI_FEATURES => Some(psci_features(x1 as u32)),
+        fid::SMCCC_ARCH_FEATURES => Some(smccc_arch_features(x1 as u32)),
+        fid::MIGRATE_INFO_TYPE => Some(MIGRATE_INFO_TYPE_NOT_REQUIRED),
+        fid::CPU_SUSPEND_32 | fid::CPU_SUSPEND_64 => Some(SUCCESS),
+        _ => None,
     }
 }
 

@@ -71,12 +71,15 @@ impl PerCpuIrqChip for PlatformHw {
             .as_mut()
             .map_or(PpiBits::default(), |c| c.ppi_bits())
     }
+    #[inline(always)]
     fn ack(&mut self) -> u32 {
         gic::ack()
     }
+    #[inline(always)]
     fn priority_drop(&mut self, intid: u32) {
         gic::priority_drop(intid)
     }
+    #[inline(always)]
     fn deactivate(&mut self, intid: u32) {
         gic::deactivate(intid)
     }
@@ -105,15 +108,19 @@ impl HostMemory for PlatformHw {
 }
 
 impl Hw for PlatformHw {
+    #[inline(always)]
     fn lr_count(&self) -> usize {
         gic::lr_count()
     }
+    #[inline(always)]
     fn read_lr(&self, n: usize) -> u64 {
         gic::read_lr(n)
     }
+    #[inline(always)]
     fn write_lr(&mut self, n: usize, value: u64) {
         gic::write_lr(n, value)
     }
+    #[inline(always)]
     fn empty_lr_mask(&self) -> u16 {
         gic::ich_elrsr_el2() as u16
     }
@@ -139,7 +146,7 @@ impl Hw for PlatformHw {
         }
     }
     fn read_id_reg(&self, reg: SysRegId) -> u64 {
-        arch::regs::read_id_reg(reg.crm, reg.op2)
+        arch::regs::read_id_reg(reg.crm(), reg.op2())
     }
     fn pmu_read(&mut self, reg: pinfold_hv::pmu::PmuReg) -> u64 {
         arch::regs::pmu_read(reg)

@@ -55,6 +55,7 @@ pub fn set_ich_ap1r0_el2(v: u64) {
 /// ICH_LR<n>_EL2 (0 for `n` >= 16). One register per arm of the `match`: a
 /// list register is named in the instruction, so access by index is a
 /// jump table, never a loop.
+#[inline]
 pub fn read_lr(n: usize) -> u64 {
     match n {
         0 => ICH_LR0_EL2.get(),
@@ -78,6 +79,7 @@ pub fn read_lr(n: usize) -> u64 {
 }
 
 /// ICH_LR<n>_EL2. `n` must be below ICH_VTR_EL2.ListRegs + 1.
+#[inline(always)]
 pub fn write_lr(n: usize, v: u64) {
     match n {
         0 => ICH_LR0_EL2.set(v),

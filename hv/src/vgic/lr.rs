@@ -190,27 +190,19 @@ impl fmt::Display for InjectError {
 pub struct LrManager {
     /// What the manager last wrote to each list register, None if free.
     shadow: [Option<VirtIrq>; MAX_LR_COUNT],
+    /// `shadow` as the Pending list-register value (0: free), kept by
+    /// `set_shadow`, so that a hot path compares one word.
+    shadow_key: [u64; MAX_LR_COUNT],
     /// Overflow queue in arrival order (FIFO among equal priorities).
     queue: [VirtIrq; QUEUE_CAPACITY],
     queue_len: usize,
-    /// Per private INTID (0..31): the register the last injection of it
-    /// went to and the value written, so that the next physical firing of a
-    /// forwarded PPI writes it straight back (see [`LrManager::reinject_hw`]).
-    /// A hint only: checked against `shadow` before use, never maintained.
-    last: [LastLr; 32],
-}
-
-#[derive(Clone, Copy)]
-struct LastLr {
-    n: u8,
-    value: u64,
-}
-
-impl LastLr {
-    const NONE: LastLr = LastLr {
-        n: u8::MAX,
-        value: 0,
-    };
+    /// Per private INTID (0..31): the register it was last placed in, so
+    /// that the next physical firing of a forwarded PPI goes straight back
+    /// there (see [`LrManager::reinject_hw`]). A hint only: checked against
+    /// `shadow_key` before use.
+    last: [u8; 32],
+    /// Implemented list registers, read once (0: not yet).
+    count: u8,
 }
 
 impl Default for LrManager {
@@ -225,8 +217,37 @@ impl LrManager {
             shadow: [None; MAX_LR_COUNT],
             queue: [VirtIrq::placeholder(); QUEUE_CAPACITY],
             queue_len: 0,
-            last: [LastLr::NONE; 32],
+            shadow_key: [0; MAX_LR_COUNT],
+            last: [u8::MAX; 32],
+            count: 0,
         }
+    }
+
+    /// The number of list registers, read from the hardware once.
+    #[inline(always)]
+    fn cached_count(&mut self, lrs: &impl ListRegisters) -> usize {
+        if self.count == 0 {
+            self.count = self.lr_count(lrs) as u8;
+        }
+        self.count as usize
+    }
+
+    /// Record what register `n` now holds (its Pending value `key`, 0 when
+    /// free), and where a private interrupt went.
+    #[inline(always)]
+    fn record(&mut self, n: usize, irq: Option<VirtIrq>, key: u64) {
+        self.shadow[n] = irq;
+        self.shadow_key[n] = key;
+        if let Some(irq) = irq {
+            if irq.intid < 32 {
+                self.last[irq.intid as usize] = n as u8;
+            }
+        }
+    }
+
+    fn set_shadow(&mut self, n: usize, irq: Option<VirtIrq>) {
+        let key = irq.map_or(0, |irq| encode_lr(&irq, LrState::Pending));
+        self.record(n, irq, key);
     }
 
     /// Inject a HW-linked private interrupt whose physical instance just
@@ -234,38 +255,38 @@ impl LrManager {
     /// again only after the guest deactivated the previous instance through
     /// its list register, so that register is now empty. When nothing is
     /// queued and the register last used for `irq` is empty and still holds
-    /// this same interrupt (same priority), the value written then is
-    /// written again: one ICH_ELRSR read and one list-register write, no
-    /// scan. Anything else takes [`LrManager::inject`].
+    /// this same interrupt (same priority: one word compared), it is written
+    /// there again: one ICH_ELRSR read and one list-register write, no scan.
+    /// Anything else takes [`LrManager::inject`].
+    #[inline(always)]
     pub fn reinject_hw(
         &mut self,
         lrs: &mut impl ListRegisters,
         irq: VirtIrq,
     ) -> Result<(), InjectError> {
         let slot = (irq.intid & 31) as usize;
-        let last = self.last[slot];
-        let n = last.n as usize;
+        let n = self.last[slot] as usize;
+        let value = encode_lr(&irq, LrState::Pending);
         if self.queue_len == 0
             && irq.intid < 32
             && n < MAX_LR_COUNT
-            && self.shadow[n] == Some(irq)
+            && self.shadow_key[n] == value
             && lrs.empty_lr_mask() & bit(n) != 0
         {
-            lrs.write_lr(n, last.value);
+            lrs.write_lr(n, value);
             return Ok(());
         }
-        self.inject(lrs, irq)?;
-        if irq.intid < 32 {
-            let count = self.lr_count(lrs);
-            self.last[slot] = match self.lr_holding(count, irq.intid) {
-                Some(n) => LastLr {
-                    n: n as u8,
-                    value: encode_lr(&irq, LrState::Pending),
-                },
-                None => LastLr::NONE,
-            };
-        }
-        Ok(())
+        self.reinject_placing(lrs, irq)
+    }
+
+    #[inline(never)]
+    fn reinject_placing(
+        &mut self,
+        lrs: &mut impl ListRegisters,
+        irq: VirtIrq,
+    ) -> Result<(), InjectError> {
+        // `record` keeps `last` pointing at wherever it goes.
+        self.inject(lrs, irq)
     }
 
     /// Number of interrupts waiting for a free list register.
@@ -287,7 +308,42 @@ impl LrManager {
     ///   the queue and `irq` takes its place; otherwise `irq` is queued.
     ///
     /// ICH_HCR_EL2.UIE is on exactly while the queue is non-empty.
+    #[inline(always)]
     pub fn inject(
+        &mut self,
+        lrs: &mut impl ListRegisters,
+        irq: VirtIrq,
+    ) -> Result<(), InjectError> {
+        // The common case, decided from the shadow keys alone: nothing
+        // queued, and either no register holds this vINTID (take the lowest
+        // empty one) or the one that does has been completed and is empty
+        // (reuse it). Same outcome as the general path below, without its
+        // scans; UIE stays off because the queue stays empty.
+        if self.queue_len == 0 && irq.intid < INTID_LIMIT && irq.hw_intid.is_none() {
+            let count = self.cached_count(lrs);
+            let empty = lrs.empty_lr_mask();
+            let held = (0..count).find(|&n| {
+                let key = self.shadow_key[n];
+                key != 0 && key & LR_VINTID_MASK == u64::from(irq.intid)
+            });
+            let usable = empty & count_mask(count);
+            let target = match held {
+                None if usable != 0 => Some(usable.trailing_zeros() as usize),
+                Some(n) if usable & bit(n) != 0 => Some(n),
+                _ => None,
+            };
+            if let Some(n) = target {
+                self.place(lrs, n, irq);
+                return Ok(());
+            }
+        }
+        self.inject_general(lrs, irq)
+    }
+
+    /// [`LrManager::inject`] for everything but the common case: validity,
+    /// instances already held, the queue, eviction.
+    #[inline(never)]
+    fn inject_general(
         &mut self,
         lrs: &mut impl ListRegisters,
         irq: VirtIrq,
@@ -328,7 +384,7 @@ impl LrManager {
                 }
                 LrState::Invalid => {
                     // Done and nothing owed: free, fall through.
-                    self.shadow[n] = None;
+                    self.set_shadow(n, None);
                 }
             }
         }
@@ -363,7 +419,7 @@ impl LrManager {
         for n in 0..count {
             let Some(held) = self.shadow[n] else { continue };
             if empty & bit(n) != 0 {
-                self.shadow[n] = None;
+                self.set_shadow(n, None);
                 continue;
             }
             if state_of(lrs.read_lr(n)) == LrState::Invalid {
@@ -374,7 +430,7 @@ impl LrManager {
                     eoied(held.intid);
                 }
                 lrs.write_lr(n, 0);
-                self.shadow[n] = None;
+                self.set_shadow(n, None);
                 empty |= bit(n);
             }
         }
@@ -398,7 +454,7 @@ impl LrManager {
                 match state {
                     LrState::Pending => {
                         lrs.write_lr(n, 0);
-                        self.shadow[n] = None;
+                        self.set_shadow(n, None);
                         empty |= bit(n);
                     }
                     LrState::PendingActive => {
@@ -470,7 +526,7 @@ impl LrManager {
                 hw_dropped(pintid);
             }
             lrs.write_lr(n, 0);
-            self.shadow[n] = None;
+            self.set_shadow(n, None);
         }
         for irq in &self.queue[..self.queue_len] {
             if let Some(pintid) = irq.hw_intid {
@@ -509,9 +565,11 @@ impl LrManager {
         victim
     }
 
+    #[inline(always)]
     fn place(&mut self, lrs: &mut impl ListRegisters, n: usize, irq: VirtIrq) {
-        lrs.write_lr(n, encode_lr(&irq, LrState::Pending));
-        self.shadow[n] = Some(irq);
+        let value = encode_lr(&irq, LrState::Pending);
+        lrs.write_lr(n, value);
+        self.record(n, Some(irq), value);
     }
 
     /// Move queued interrupts into free list registers, most urgent first.
@@ -571,6 +629,15 @@ impl LrManager {
 
 const fn bit(n: usize) -> u16 {
     1 << n
+}
+
+/// The ICH_ELRSR bits of `count` implemented registers.
+const fn count_mask(count: usize) -> u16 {
+    if count >= 16 {
+        u16::MAX
+    } else {
+        (1 << count) - 1
+    }
 }
 
 #[cfg(test)]

@@ -141,21 +141,21 @@ impl SgiMap {
             return (intid, res);
         }
         let target_list = value & 0xFFFF;
-        let named = target_list.count_ones();
         // Aff1 [23:16], Aff2 [39:32], Aff3 [55:48] must be 0; RS [47:44]
         // picks the group of 16 Aff0 values.
         let cluster = value & (0xFF << 16 | 0xFF << 32 | 0xFF << 48);
         let rs = (value >> 44) & 0xF;
-        let vcpus = if cluster == 0 && rs < 4 {
-            (target_list << (rs * 16)) & self.all
+        let (vcpus, missed) = if cluster == 0 && rs < 4 {
+            let shift = rs * 16;
+            let vcpus = (target_list << shift) & self.all;
+            (vcpus, target_list & !(vcpus >> shift))
         } else {
-            0
+            (0, target_list)
         };
-        let res = SgiResolution {
-            vcpus,
-            outside: named - vcpus.count_ones(),
-        };
-        (intid, res)
+        // Counting needs no instruction on the common path (the arm64
+        // population count is a SIMD instruction the EL2 image cannot use).
+        let outside = if missed == 0 { 0 } else { missed.count_ones() };
+        (intid, SgiResolution { vcpus, outside })
     }
 }
 

@@ -110,7 +110,6 @@ guest_irq:
 .global pinfold_irq_site_guest
 pinfold_irq_site_guest:
     bl      pinfold_default_irq_handler
-    bl      pinfold_after_guest_irq
     b       irq_return
 
 // An interrupt while the hypervisor itself runs with IRQs unmasked (idle).
