@@ -1,8 +1,10 @@
 //! The portable exit handler: what a trap, an interrupt or a request means
 //! and what the platform must do about it. Arch code reads the syndrome
-//! registers, decodes them (`trap::decode`) into an [`Exit`] and calls
-//! [`handle_exit`] with this CPU's [`CpuState`], the guest's registers and
-//! the small hardware trait [`Hw`]; it gets back a typed [`Next`] to apply.
+//! registers and calls [`handle_sync`] with this CPU's [`CpuState`], the
+//! guest's registers and the small hardware trait [`Hw`]; it gets back a
+//! typed [`Next`] to apply. `handle_sync` answers the exits that only ask
+//! in line and hands the rest, decoded into an [`Exit`] (`trap::decode`),
+//! to [`handle_exit`].
 //! MMIO routing to the emulated devices (GICD, GICR, PL011), the
 //! system-register policy, SGI resolution, PSCI/SMCCC, the management
 //! hypercalls and fault accounting all live here, as do vCPU load/put, the
