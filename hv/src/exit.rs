@@ -766,7 +766,7 @@ fn inject_into(
 ) {
     public.counters.injected();
     if let Err(e) = lrs.inject(&mut Lrs(hw), irq) {
-        lost(public, p, hw, irq, e);
+        lost(public, p, hw, irq.intid, e);
     }
 }
 
@@ -776,7 +776,7 @@ fn lost(
     public: &PublicCpu,
     p: &Partition,
     hw: &mut impl Hw,
-    irq: VirtIrq,
+    intid: u32,
     e: crate::vgic::lr::InjectError,
 ) {
     public.counters.dropped();
@@ -784,7 +784,7 @@ fn lost(
         p,
         hw,
         FaultKind::Dropped,
-        format_args!("interrupt {} lost: {e}", irq.intid),
+        format_args!("interrupt {intid} lost: {e}"),
     );
 }
 
@@ -1277,7 +1277,7 @@ fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
         Some((p, irq)) => {
             cpu.public.counters.injected();
             if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {
-                lost(cpu.public, p, hw, irq, e);
+                lost(cpu.public, p, hw, irq.intid, e);
             }
         }
         None => silence_ppi(sys, hw, intid),
