@@ -766,7 +766,7 @@ fn inject_into(
 ) {
     public.counters.injected();
     if let Err(e) = lrs.inject(&mut Lrs(hw), irq) {
-        lost(public, p, hw, irq, e);
+        lost(public, p, hw, irq.intid, e);
     }
 }
 
@@ -776,7 +776,7 @@ fn lost(
     public: &PublicCpu,
     p: &Partition,
     hw: &mut impl Hw,
-    irq: VirtIrq,
+    intid: u32,
     e: crate::vgic::lr::InjectError,
 ) {
     public.counters.dropped();
@@ -784,7 +784,7 @@ fn lost(
         p,
         hw,
         FaultKind::Dropped,
-        format_args!("interrupt {} lost: {e}", irq.intid),
+        format_args!("interrupt {intid} lost: {e}"),
     );
 }
 
@@ -903,6 +903,30 @@ fn send_sgi(
     value: u64,
 ) {
     let (intid, res) = p.sgi.resolve(value, v);
+    // The common IPI: one sibling, nobody outside.
+    if res.outside == 0 && res.vcpus.is_power_of_two() {
+        let t = res.vcpus.trailing_zeros() as usize;
+        if t != v {
+            if let Some(c) = p.vcpus.get(t).and_then(|s| sys.cpus.get(s.pcpu)) {
+                c.mailbox.post_sgi(u32::from(intid));
+                hw.send_sgi(c.mpidr.load(Ordering::Relaxed), SGI_MAILBOX);
+            }
+            return;
+        }
+    }
+    send_sgi_general(sys, cpu, hw, p, v, intid, res);
+}
+
+#[inline(never)]
+fn send_sgi_general(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    intid: u8,
+    res: crate::vgic::sgi::SgiResolution,
+) {
     if res.outside > 0 {
         sgi_outside(p, hw, intid, res.outside);
     }
@@ -1204,7 +1228,21 @@ pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u
 #[inline(never)]
 fn drain_mailbox(cpu: &mut CpuState, hw: &mut impl Hw) {
     let public = cpu.public;
-    public.mailbox.drain(|op| apply_op(cpu, hw, op));
+    let bell = public.mailbox.take();
+    let mut sgis = bell.sgis();
+    while sgis != 0 {
+        apply_op(cpu, hw, MailboxOp::Sgi(sgis.trailing_zeros()));
+        sgis &= sgis - 1;
+    }
+    if bell.has_slots() {
+        drain_slots(cpu, hw, bell);
+    }
+}
+
+#[inline(never)]
+fn drain_slots(cpu: &mut CpuState, hw: &mut impl Hw, bell: crate::mailbox::Doorbell) {
+    let public = cpu.public;
+    public.mailbox.drain_slots(bell, |op| apply_op(cpu, hw, op));
 }
 
 /// Maintenance and forwarded SPIs: out of line, so that the timer and
@@ -1239,7 +1277,7 @@ fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
         Some((p, irq)) => {
             cpu.public.counters.injected();
             if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {
-                lost(cpu.public, p, hw, irq, e);
+                lost(cpu.public, p, hw, irq.intid, e);
             }
         }
         None => silence_ppi(sys, hw, intid),

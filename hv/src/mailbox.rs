@@ -77,6 +77,21 @@ const fn slot_bit(i: usize) -> u64 {
     1 << (32 + i)
 }
 
+/// What a take of the doorbell found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Doorbell(u64);
+
+impl Doorbell {
+    /// The SGIs posted (bit i: SGI i).
+    pub const fn sgis(self) -> u32 {
+        (self.0 & DOORBELL_SGIS) as u32
+    }
+    /// Whether any slot was announced.
+    pub const fn has_slots(self) -> bool {
+        self.0 >> 32 != 0
+    }
+}
+
 /// One CPU's mailbox of `N` slots (at most 32: one doorbell bit each).
 pub struct Mailbox<const N: usize> {
     /// SGI bits 0..15, slot bits 32..32+N.
@@ -128,16 +143,29 @@ impl<const N: usize> Mailbox<N> {
     /// Hand everything posted to `f` (owner only): SGIs in INTID order, then
     /// the announced slots in slot order.
     pub fn drain(&self, mut f: impl FnMut(MailboxOp)) {
-        if self.doorbell.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let bell = self.doorbell.swap(0, Ordering::Acquire);
-        let mut sgis = bell & DOORBELL_SGIS;
+        let bell = self.take();
+        let mut sgis = bell.sgis();
         while sgis != 0 {
             f(MailboxOp::Sgi(sgis.trailing_zeros()));
             sgis &= sgis - 1;
         }
-        let mut slots = bell >> 32;
+        self.drain_slots(bell, f);
+    }
+
+    /// Take the doorbell (owner only): what was posted since the last take.
+    /// The SGIs are in it; the slots it names are emptied by
+    /// [`Mailbox::drain_slots`].
+    #[inline(always)]
+    pub fn take(&self) -> Doorbell {
+        if self.doorbell.load(Ordering::Relaxed) == 0 {
+            return Doorbell(0);
+        }
+        Doorbell(self.doorbell.swap(0, Ordering::Acquire))
+    }
+
+    /// Empty the slots `bell` names, handing each operation to `f`.
+    pub fn drain_slots(&self, bell: Doorbell, mut f: impl FnMut(MailboxOp)) {
+        let mut slots = bell.0 >> 32;
         while slots != 0 {
             let i = slots.trailing_zeros() as usize;
             slots &= slots - 1;

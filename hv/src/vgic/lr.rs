@@ -276,15 +276,26 @@ impl LrManager {
             lrs.write_lr(n, value);
             return Ok(());
         }
-        self.reinject_placing(lrs, irq)
+        // Scalars, not the struct: nothing of it is spilled on the fast path.
+        let hw = irq.hw_intid.map_or(u32::MAX, |h| h);
+        self.reinject_placing(lrs, irq.intid, irq.priority, hw, irq.eoi_maintenance)
     }
 
     #[inline(never)]
     fn reinject_placing(
         &mut self,
         lrs: &mut impl ListRegisters,
-        irq: VirtIrq,
+        intid: u32,
+        priority: u8,
+        hw: u32,
+        eoi_maintenance: bool,
     ) -> Result<(), InjectError> {
+        let irq = VirtIrq {
+            intid,
+            priority,
+            hw_intid: (hw != u32::MAX).then_some(hw),
+            eoi_maintenance,
+        };
         // `record` keeps `last` pointing at wherever it goes.
         self.inject(lrs, irq)
     }
