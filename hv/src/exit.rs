@@ -652,6 +652,7 @@ fn uart_access(
             pl011,
             prefix,
             ring,
+            ..
         } = con;
         pl011.write(offset, width, value, &mut |byte| {
             ring.push(&[byte]);
@@ -664,12 +665,31 @@ fn uart_access(
     } else {
         con.pl011.read(offset, width)
     };
+    uart_line(sys, cpu, hw, p, con, LockPath::ConsoleTrap);
+    result
+}
+
+/// Give the distributor the PL011's interrupt line if it changed since it
+/// was last given: the distributor's lock is taken only on an edge, not on
+/// every character a guest writes. Called with the console locked, so the
+/// remembered level and the distributor's never disagree.
+fn uart_line(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    con: &mut crate::partition::Console,
+    path: LockPath,
+) {
     let level = con.pl011.irq_level();
-    let mut dist = p.dist.lock(LockPath::ConsoleTrap);
+    if level == con.line {
+        return;
+    }
+    con.line = level;
+    let mut dist = p.dist.lock(path);
     dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
         dist_action(sys, cpu, hw, p, act)
     });
-    result
 }
 
 /// Apply one distributor action: deliver injections (locally or through the
@@ -1403,11 +1423,7 @@ pub fn console_input(
 ) -> usize {
     let mut con = p.console.lock(LockPath::ConsoleIo);
     let accepted = bytes.iter().take_while(|&&b| con.pl011.push_rx(b)).count();
-    let level = con.pl011.irq_level();
-    let mut dist = p.dist.lock(LockPath::ConsoleIo);
-    dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
-        dist_action(sys, cpu, hw, p, act)
-    });
+    uart_line(sys, cpu, hw, p, &mut con, LockPath::ConsoleIo);
     accepted
 }
 

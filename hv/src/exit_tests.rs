@@ -724,6 +724,29 @@ fn pl011_output_reaches_the_ring_and_whole_lines_the_host() {
 }
 
 #[test]
+fn guest_console_output_takes_the_distributor_lock_only_when_the_line_changes() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    let before = sys.locks.count(LockPath::ConsoleTrap);
+    for &b in b"hello\n" {
+        regs.x[0] = b as u64;
+        run(
+            sys,
+            &mut cpu,
+            &mut hw,
+            &mut regs,
+            mmio(GUEST_UART_BASE, 4, true, 0),
+        );
+    }
+
+    // One console lock per character; the line stayed low (no interrupt
+    // unmasked), so the partition's distributor was never locked for it.
+    assert_eq!(sys.locks.count(LockPath::ConsoleTrap) - before, 6);
+}
+
+#[test]
 fn console_input_beyond_the_fifo_reports_how_much_was_taken() {
     let sys = system();
     let mut hw = FakeHw::new();

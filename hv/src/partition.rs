@@ -88,6 +88,8 @@ pub struct Console {
     pub pl011: Pl011,
     pub prefix: LinePrefixer,
     pub ring: ConsoleRing,
+    /// The PL011 interrupt level last given to the distributor.
+    pub line: bool,
 }
 
 pub struct Partition {
@@ -289,6 +291,7 @@ impl Partition {
             console: CountedLock::new(
                 Console {
                     pl011: Pl011::new(),
+                    line: false,
                     prefix: LinePrefixer::new(&pp.name),
                     ring: ConsoleRing::new(CONSOLE_RING),
                 },
