@@ -315,6 +315,49 @@ fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
     sys
 }
 
+#[test]
+fn cpus_beyond_max_cpus_are_reported_and_left_out() {
+    use crate::percpu::MAX_CPUS;
+    let plan = Plan {
+        partitions: vec![partition_plan("alpha", &[1], false)],
+        images: vec![pinfold_config::ImageRef {
+            offset: 0,
+            size: 16,
+        }],
+    };
+    let payload: &'static [u8] = Box::leak(vec![0xAA; 16].into_boxed_slice());
+    let locks = Box::leak(Box::new(crate::lockstat::LockStat::new()));
+    let mut free = FreeMemory::new(&[HOST_RAM], &[]);
+    let mut tables = FakeTables {
+        next: 0x1000_0000,
+        tables: Vec::new(),
+    };
+    let mut log = Vec::new();
+    let sys = System::new(
+        BootInputs {
+            host: host(MAX_CPUS + 3),
+            plan,
+            payload,
+            free: &mut free,
+            tables: &mut tables,
+            locks,
+            boot_counter: 1,
+            entropy: &[],
+            version: "test",
+        },
+        &mut |args| log.push(std::format!("{args}")),
+    );
+
+    assert_eq!(sys.cpus.len(), MAX_CPUS);
+    assert!(
+        log.iter().any(|l| l.contains(&std::format!(
+            "{} CPUs in the host description; driving the first {MAX_CPUS}",
+            MAX_CPUS + 3
+        ))),
+        "{log:?}"
+    );
+}
+
 /// CPU `index`'s state with its assigned vCPU loaded.
 fn loaded_cpu<'s>(sys: &'s System, hw: &mut FakeHw, index: usize) -> CpuState<'s> {
     let mut cpu = CpuState::new(sys, index);
