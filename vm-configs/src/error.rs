@@ -162,15 +162,12 @@ pub enum Problem {
     /// `kernel_format = "linux"` on a file without the arm64 Image magic.
     #[error("file {} lacks the arm64 Image magic \"ARM\\x64\" at byte 56 (kernel_format = \"linux\")", path.display())]
     NotLinuxImage { path: PathBuf },
-    /// Bootargs too long for Linux once the hypervisor's suffix is added.
-    #[error("{len} bytes including the appended \" pinfold.partition=<name>\", Linux accepts at most {max}")]
+    /// Bootargs too long for Linux's command line.
+    #[error("{len} bytes, Linux accepts at most {max}")]
     BootargsTooLong { len: usize, max: usize },
     /// Bootargs hold a NUL, which would cut the DT string short.
     #[error("contains a NUL byte")]
     BootargsNul,
-    /// Bootargs already set what the hypervisor appends.
-    #[error("must not set pinfold.partition= (the hypervisor appends it)")]
-    BootargsReserved,
     /// A second partition takes the console input.
     #[error("partition \"{other}\" already takes console input; at most one partition may")]
     ConsoleInputTaken { other: String },

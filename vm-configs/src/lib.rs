@@ -35,6 +35,6 @@ pub use schema::{
 };
 #[cfg(feature = "std")]
 pub use validate::{
-    hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE, PARTITION_BOOTARG,
-    RAM_GRANULE, SPI_FIRST, SPI_LAST,
+    hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE, RAM_GRANULE, SPI_FIRST,
+    SPI_LAST,
 };

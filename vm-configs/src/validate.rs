@@ -22,8 +22,6 @@ pub const RAM_GRANULE: u64 = 2 * Size::MIB;
 pub const HYPERVISOR_RESERVE_BASE: u64 = 64 * Size::MIB;
 /// Linux's arm64 COMMAND_LINE_SIZE, including the terminating NUL.
 pub const LINUX_COMMAND_LINE_SIZE: usize = 2048;
-/// What the hypervisor appends to every partition's bootargs (then the name).
-pub const PARTITION_BOOTARG: &str = " pinfold.partition=";
 /// First and last SPI INTID (GICv3, IHI 0069 2.2.1: 1020..1023 are special).
 pub const SPI_FIRST: u32 = 32;
 pub const SPI_LAST: u32 = 1019;
@@ -248,14 +246,10 @@ fn check_bootargs(partition: &PartitionConfig) -> Result<(), ConfigError> {
     if bootargs.contains('\0') {
         return Err(partition_error(partition, "bootargs", Problem::BootargsNul));
     }
-    if bootargs.contains(PARTITION_BOOTARG.trim_start()) {
-        return Err(partition_error(
-            partition,
-            "bootargs",
-            Problem::BootargsReserved,
-        ));
-    }
-    let len = bootargs.len() + PARTITION_BOOTARG.len() + partition.name.len();
+    // The guest's /chosen/bootargs is exactly this string (the partition's
+    // identity is the /chosen/pinfold,partition property), so only Linux's
+    // own limit applies.
+    let len = bootargs.len();
     let max = LINUX_COMMAND_LINE_SIZE - 1;
     if len > max {
         return Err(partition_error(
