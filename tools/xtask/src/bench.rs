@@ -24,6 +24,7 @@
 //! ablation, a scaling run, a workload): implement `Section` and push it in
 //! `run`.
 
+mod ablation;
 mod boot;
 mod linux;
 mod probe;
@@ -45,6 +46,7 @@ use crate::provision::BARE_TARGET;
 use crate::qemu::{bare_command, qemu_command, Board, Extra};
 use crate::Workspace;
 
+pub use ablation::ABLATIONS;
 use boot::{run_init_seconds, BootSample, BootSection, BOOT_PARTITIONS};
 use linux::{LinuxGuest, LinuxRun, RUN_INIT};
 use probe::{ProbeRun, END_MARKER};
