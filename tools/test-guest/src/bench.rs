@@ -28,13 +28,22 @@
 //!   a CPU in WFI executes nothing) the ticks count only the instructions
 //!   of the round trip itself on both CPUs.
 //!
+//! - `bench_loadput_loop` (after the SGI round trips, which end with vCPU 1
+//!   switched off by SGI 4): vCPU 0 starts vCPU 1 with PSCI CPU_ON and
+//!   waits in WFI with IRQs masked; vCPU 1's entry (`bench_loadput_entry`)
+//!   sends SGI 3 to vCPU 0 and calls PSCI CPU_OFF; vCPU 0 wakes, takes the
+//!   SGI from ICC_IAR1_EL1 and starts vCPU 1 again. In a partition that is
+//!   one vCPU load and one put per round trip, plus the two cross-CPU
+//!   requests; a CPU_ON refused because vCPU 1 is not off yet is retried
+//!   and counted (`retries=`).
+//!
 //! Output: one `PROBE bench <row>: key=value ...` line per row, or `PROBE
 //! bench <row>: skipped (why)`, then `PROBE bench end`.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use pinfold_vboard::fid::{CPU_ON_64, PSCI_VERSION};
+use pinfold_vboard::fid::{AFFINITY_INFO_64, CPU_OFF, CPU_ON_64, PSCI_VERSION};
 use pinfold_vboard::{GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICR_BASE, PPI_VTIMER};
 
 /// The SGI the round trip uses (the isolation probe uses 1 and 2).
@@ -51,6 +60,13 @@ const VTIMER_AHEAD_TICKS: u64 = 32;
 /// Untimed round trips first (the responder reaches its WFI), then timed.
 const SGI_WARMUP: u64 = 16;
 const SGI_ITERATIONS: u64 = 1000;
+/// The SGI that switches the SGI responder (vCPU 1) off with PSCI CPU_OFF.
+const OFF_SGI: u32 = 4;
+/// CPU_ON -> CPU_OFF round trips of vCPU 1: untimed, then timed.
+const LOADPUT_WARMUP: u64 = 4;
+const LOADPUT_ITERATIONS: u64 = 200;
+/// AFFINITY_INFO polls (each followed by a WFE) for vCPU 1 to be off.
+const OFF_WAIT: u32 = 100_000;
 /// WFE rounds to wait for vCPU 1 to come up (each yields to other CPUs).
 const SECONDARY_WAIT: u32 = 1_000_000;
 
@@ -285,9 +301,68 @@ bench_sgi1_vectors:
     cmp     x11, #{sgi}
     b.ne    4f
     msr     S3_0_C12_C11_5, x12     // ICC_SGI1R_EL1: the answer
+    msr     S3_0_C12_C12_1, x11     // ICC_EOIR1_EL1
+    eret
 4:  msr     S3_0_C12_C12_1, x11     // ICC_EOIR1_EL1
+    cmp     x11, #{off_sgi}
+    b.eq    bench_cpu_off           // the bench is done with this vCPU
     eret
     FWD_AFTER_IRQ
+
+// u64 bench_loadput_loop(u64 iterations, u64 entry, u64 sgi1r, u64 *retries):
+// ticks of `iterations` round trips: PSCI CPU_ON of vCPU 1 (MPIDR 1) at
+// `entry` with context `sgi1r` (vCPU 1's answer to vCPU 0), then WFI with
+// IRQs masked until the answer is pending, acknowledged from ICC_IAR1_EL1.
+// A refused CPU_ON (vCPU 1 not off yet) is retried and counted. SMCCC lets
+// the callee clobber x0-x17: the loop state lives in x19-x24.
+.global bench_loadput_loop
+bench_loadput_loop:
+    stp     x19, x20, [sp, #-48]!
+    stp     x21, x22, [sp, #16]
+    stp     x23, x24, [sp, #32]
+    mov     x19, x0
+    mov     x20, x1
+    mov     x21, x2
+    mov     x22, x3
+    mov     x23, #0
+    msr     daifset, #2
+    isb
+    mrs     x24, cntvct_el0
+1:  ldr     x0, ={cpu_on}
+    mov     x1, #1
+    mov     x2, x20
+    mov     x3, x21
+    hvc     #0
+    cbnz    x0, 3f
+2:  wfi
+    mrs     x0, S3_0_C12_C12_0      // ICC_IAR1_EL1
+    cmp     x0, #1020
+    b.hs    2b                      // nothing pending: a spurious wake
+    msr     S3_0_C12_C12_1, x0      // ICC_EOIR1_EL1
+    subs    x19, x19, #1
+    b.ne    1b
+    isb
+    mrs     x0, cntvct_el0
+    sub     x0, x0, x24
+    str     x23, [x22]
+    ldp     x23, x24, [sp, #32]
+    ldp     x21, x22, [sp, #16]
+    ldp     x19, x20, [sp], #48
+    ret
+3:  add     x23, x23, #1
+    b       1b
+
+// vCPU 1's PSCI CPU_ON entry in the load/put loop (x0 = context = the SGI
+// to vCPU 0): answer, then switch off. Nothing else: the round trip is the
+// hypervisor's load and put.
+.global bench_loadput_entry
+bench_loadput_entry:
+    msr     S3_0_C12_C11_5, x0      // ICC_SGI1R_EL1
+bench_cpu_off:
+    ldr     x0, ={cpu_off}
+    hvc     #0
+5:  wfe                             // CPU_OFF does not return on success
+    b       5b
 
 .section .bss.bench_secondary_stack, "aw", %nobits
 .balign 16
@@ -297,6 +372,9 @@ bench_secondary_stack_top:
 "#,
     psci_version = const PSCI_VERSION,
     sgi = const BENCH_SGI,
+    off_sgi = const OFF_SGI,
+    cpu_on = const CPU_ON_64,
+    cpu_off = const CPU_OFF,
     secondary_main = sym secondary_main,
 );
 
@@ -306,6 +384,8 @@ extern "C" {
     fn bench_vtimer_trial(entry: u64, ahead: u64, out: *mut [u64; 4]);
     fn bench_sgi_loop(iterations: u64, sgi1r: u64) -> u64;
     fn bench_sgi_responder(sgi1r: u64) -> !;
+    fn bench_loadput_loop(iterations: u64, entry: u64, sgi1r: u64, retries: *mut u64) -> u64;
+    fn bench_loadput_entry();
     // Code addresses only, never called from Rust.
     fn bench_vtimer_handler();
     fn bench_secondary_entry();
@@ -336,7 +416,8 @@ pub fn run(env: &Env) {
     hvc(env);
     gicd();
     vtimer();
-    sgi(env);
+    let secondary_up = sgi(env);
+    loadput(env, secondary_up);
     println!("PROBE bench end");
 }
 
@@ -458,20 +539,27 @@ fn vtimer() {
     }
 }
 
-fn sgi(env: &Env) {
+/// The SGI round trips; returns whether vCPU 1 was started (and answers
+/// SGIs).
+fn sgi(env: &Env) -> bool {
     if env.conduit == Conduit::None {
-        return println!("PROBE bench sgi: skipped (no PSCI conduit to start vCPU 1)");
+        println!("PROBE bench sgi: skipped (no PSCI conduit to start vCPU 1)");
+        return false;
     }
     let entry = addr_of_code(bench_secondary_entry);
     match crate::smccc(env.conduit == Conduit::Smc, CPU_ON_64, 1, entry, 0) {
         Ok(0) => {}
         Ok(r) => {
-            return println!(
+            println!(
                 "PROBE bench sgi: skipped (CPU_ON MPIDR 1 -> {}: one vCPU)",
                 r as i64
-            )
+            );
+            return false;
         }
-        Err(f) => return println!("PROBE bench sgi: skipped (CPU_ON raised {f})"),
+        Err(f) => {
+            println!("PROBE bench sgi: skipped (CPU_ON raised {f})");
+            return false;
+        }
     }
     let ready = (0..SECONDARY_WAIT).any(|_| {
         if SECONDARY_READY.load(Ordering::Acquire) != 0 {
@@ -482,7 +570,8 @@ fn sgi(env: &Env) {
         false
     });
     if !ready {
-        return println!("PROBE bench sgi: skipped (vCPU 1 did not come up)");
+        println!("PROBE bench sgi: skipped (vCPU 1 did not come up)");
+        return true;
     }
     gic_enable(0, BENCH_SGI, true);
     set_vbar(addr_of_code(bench_sgi0_vectors));
@@ -499,13 +588,63 @@ fn sgi(env: &Env) {
     println!(
         "PROBE bench sgi: iterations={SGI_ITERATIONS} ticks={ticks} method=wfi-both sgi={BENCH_SGI}"
     );
+    true
 }
+
+/// `PROBE bench loadput:` CPU_ON -> CPU_OFF round trips of vCPU 1 (one
+/// load and one put each in a partition), after switching off the SGI
+/// responder if `secondary_up`.
+fn loadput(env: &Env, secondary_up: bool) {
+    if env.conduit != Conduit::Hvc {
+        return println!(
+            "PROBE bench loadput: skipped (PSCI conduit is {}, not hvc)",
+            env.conduit.name()
+        );
+    }
+    if secondary_up {
+        // SAFETY: ICC_SGI1R_EL1 (SGI 4 to vCPU 1, whose handler calls
+        // CPU_OFF); it changes no memory.
+        unsafe {
+            asm!("msr S3_0_C12_C11_5, {}", "isb", in(reg) sgi1r(OFF_SGI, 1), options(nostack))
+        };
+    }
+    let off = (0..OFF_WAIT).any(|_| {
+        if crate::smccc(false, AFFINITY_INFO_64, 1, 0, 0).ok() == Some(AFFINITY_OFF) {
+            return true;
+        }
+        // SAFETY: `wfe` only waits (under QEMU it yields to the other CPUs).
+        unsafe { asm!("wfe", options(nomem, nostack)) };
+        false
+    });
+    if !off {
+        return println!("PROBE bench loadput: skipped (vCPU 1 did not switch off)");
+    }
+    gic_enable(0, BENCH_SGI, true);
+    let entry = addr_of_code(bench_loadput_entry);
+    let answer = sgi1r(BENCH_SGI, 0);
+    let (mut warm_retries, mut retries) = (0u64, 0u64);
+    // SAFETY: vCPU 1 is off; its entry only sends SGI 3 to vCPU 0 and
+    // calls CPU_OFF. The loop keeps IRQs masked and clobbers only what
+    // SMCCC allows; x19-x24 are restored.
+    let ticks = unsafe {
+        bench_loadput_loop(LOADPUT_WARMUP, entry, answer, &mut warm_retries);
+        bench_loadput_loop(LOADPUT_ITERATIONS, entry, answer, &mut retries)
+    };
+    gic_enable(0, BENCH_SGI, false);
+    println!(
+        "PROBE bench loadput: iterations={LOADPUT_ITERATIONS} warmup={LOADPUT_WARMUP} \
+         ticks={ticks} retries={retries} warmup_retries={warm_retries} method=cpu_on-sgi-cpu_off"
+    );
+}
+
+/// AFFINITY_INFO: the CPU is off (PSCI DEN0022 5.1.7).
+const AFFINITY_OFF: u64 = 1;
 
 /// vCPU 1's Rust entry (from bench_secondary_entry): its redistributor and
 /// CPU interface, then it answers SGIs forever.
 extern "C" fn secondary_main() -> ! {
     let index = mpidr() & 0xff;
-    gic_cpu_init(index, &[BENCH_SGI]);
+    gic_cpu_init(index, &[BENCH_SGI, OFF_SGI]);
     set_vbar(addr_of_code(bench_sgi1_vectors));
     SECONDARY_READY.store(1, Ordering::Release);
     // SAFETY: the vectors that answer are installed; the responder never

@@ -13,7 +13,11 @@
 //!   SGI and boot-stamp rows (`probe`);
 //! - the default plan's Linux kernel and initramfs as the only partition of
 //!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
-//!   (`linux`).
+//!   (`linux`);
+//! - the bench image built again with each ablation feature of the EL2
+//!   image (`ablation::ABLATIONS`), the same probe twice each, compared row
+//!   by row with the default image, with the hypervisor's shared-lock
+//!   counts (its monitor's stats line, Ctrl-A s, `lockstats`).
 //!
 //! Every figure is printed with its method, and a column that changed
 //! between the two runs is flagged. Performance is measured here and never
@@ -27,6 +31,7 @@
 mod ablation;
 mod boot;
 mod linux;
+mod lockstats;
 mod probe;
 mod size;
 mod svg;
@@ -47,8 +52,10 @@ use crate::qemu::{bare_command, qemu_command, Board, Extra};
 use crate::Workspace;
 
 pub use ablation::ABLATIONS;
+use ablation::{AblationSection, Variant};
 use boot::{run_init_seconds, BootSample, BootSection, BOOT_PARTITIONS};
 use linux::{LinuxGuest, LinuxRun, RUN_INIT};
+use lockstats::{LockStats, STATS_MARKER};
 use probe::{ProbeRun, END_MARKER};
 use size::{parse_llvm_size, SizeSection};
 use table::{Goal, Repeat, Row};
@@ -329,7 +336,7 @@ impl Report {
 /// A probe run as JSON: each row's fields (numbers where they parse), or
 /// `{"skipped": why}`.
 fn probe_json(run: &ProbeRun) -> Value {
-    let rows = run
+    let mut rows: Map<String, Value> = run
         .rows
         .iter()
         .map(|(row, entry)| {
@@ -348,6 +355,12 @@ fn probe_json(run: &ProbeRun) -> Value {
             (row.clone(), value)
         })
         .collect();
+    if let Some(locks) = &run.locks {
+        rows.insert("hypervisor_locks".into(), locks.json());
+    }
+    if !run.ablations.is_empty() {
+        rows.insert("hypervisor_ablations".into(), json!(run.ablations));
+    }
     Value::Object(rows)
 }
 
@@ -506,6 +519,8 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         boots,
     };
     let size = size_section(ws, &default)?;
+    // After the size section: each ablation build overwrites the EL2 ELF.
+    let ablations = ablation_section(&mut builder, &logs, &probe.pinfold)?;
 
     let report = Report {
         qemu,
@@ -513,7 +528,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         rows,
         probe,
         linux,
-        sections: vec![Box::new(boot), Box::new(size)],
+        sections: vec![Box::new(boot), Box::new(size), Box::new(ablations)],
         wall_clock_s: started.elapsed().as_secs_f64(),
     };
     println!("\n{}", report.text());
@@ -575,23 +590,58 @@ fn run_until(
     done: impl Fn(&str) -> bool,
 ) -> Result<Vec<Line>, XtaskError> {
     let qemu = QemuRun::spawn(cmd, log)?;
+    wait_line(&qemu, log, what, 0, Instant::now() + deadline, done)?;
+    Ok(qemu.lines())
+}
+
+/// Waits for a line from index `from` on that satisfies `done`, failing on
+/// the probe's fatal line.
+fn wait_line(
+    qemu: &QemuRun,
+    log: &Path,
+    what: &str,
+    from: usize,
+    deadline: Instant,
+    done: impl Fn(&str) -> bool,
+) -> Result<Line, XtaskError> {
     let line = qemu
-        .wait_for(what, 0, Instant::now() + deadline, |l| {
-            done(l) || l.contains(PROBE_FATAL)
-        })
+        .wait_for(what, from, deadline, |l| done(l) || l.contains(PROBE_FATAL))
         .map_err(|err| bad_log(log, err.to_string()))?;
     if line.text.contains(PROBE_FATAL) {
         return Err(bad_log(log, format!("the probe failed: `{}`", line.text)));
     }
-    Ok(qemu.lines())
+    Ok(line)
 }
 
 /// One probe boot, to its `PROBE bench end`; the probe must have seen
-/// itself in `mode` (`bare` or `partition`).
+/// itself in `mode` (`bare` or `partition`). In a partition the bench then
+/// types Ctrl-A s and reads the hypervisor's lock statistics.
 fn probe_run(cmd: Command, log: &Path, mode: &str) -> Result<ProbeRun, XtaskError> {
-    let lines = run_until(cmd, log, &format!("`{END_MARKER}`"), PROBE_DEADLINE, |l| {
+    let mut qemu = QemuRun::spawn(cmd, log)?;
+    let deadline = Instant::now() + PROBE_DEADLINE;
+    wait_line(&qemu, log, &format!("`{END_MARKER}`"), 0, deadline, |l| {
         l.contains(END_MARKER)
     })?;
+    if mode == "partition" {
+        let from = qemu.lines().len();
+        // Ctrl-A s: the hypervisor monitor prints its statistics.
+        qemu.send(b"\x01s")?;
+        let line = wait_line(
+            &qemu,
+            log,
+            &format!("`{STATS_MARKER}` after Ctrl-A s"),
+            from,
+            deadline,
+            |l| LockStats::parse(l).is_some(),
+        )?;
+        if !line.text.starts_with("pinfold: ") {
+            return Err(bad_log(
+                log,
+                format!("the stats line is not the hypervisor's: `{}`", line.text),
+            ));
+        }
+    }
+    let lines = qemu.lines();
     let run = ProbeRun::parse(lines.iter().map(|l| l.text.as_str()));
     match run.mode() {
         Some(seen) if seen == mode => Ok(run),
@@ -600,6 +650,81 @@ fn probe_run(cmd: Command, log: &Path, mode: &str) -> Result<ProbeRun, XtaskErro
             format!("the probe ran as {seen:?} (`PROBE bench env: mode=`), expected {mode}"),
         )),
     }
+}
+
+/// The bench image built again with each ablation feature, probed
+/// ICOUNT_RUNS times like the default image (whose runs are `default`).
+fn ablation_section(
+    builder: &mut Builder,
+    logs: &Path,
+    default: &[ProbeRun],
+) -> Result<AblationSection, XtaskError> {
+    if let Some(run) = default.iter().find(|r| !r.ablations.is_empty()) {
+        return Err(XtaskError::Provision(format!(
+            "the default bench image reports ablations {:?}",
+            run.ablations
+        )));
+    }
+    let mut ablated = Vec::new();
+    for ablation in ABLATIONS {
+        let image = builder.build_with_features(
+            Path::new(BENCH_CONFIG),
+            &format!("bench+{}.bin", ablation.feature),
+            &[ablation.feature],
+        )?;
+        let mut runs = Vec::new();
+        for run in 1..=ICOUNT_RUNS {
+            let log = logs.join(format!("probe-{}-{run}.log", ablation.feature));
+            let sample = probe_run(
+                qemu_command(&image.board, &image.image, &icount(Vec::new())),
+                &log,
+                "partition",
+            )?;
+            if sample.ablations != [ablation.feature] {
+                return Err(bad_log(
+                    &log,
+                    format!(
+                        "the hypervisor reports ablations {:?}, expected [{:?}]",
+                        sample.ablations, ablation.feature
+                    ),
+                ));
+            }
+            println!(
+                "xtask: bench: probe, {}, run {run}/{ICOUNT_RUNS}: {} rows, locks {:?}",
+                ablation.feature,
+                sample.rows.len(),
+                sample.locks.as_ref().map(|l| l.hot)
+            );
+            runs.push(sample);
+        }
+        ablated.push(Variant {
+            ablation: Some(ablation),
+            runs,
+        });
+    }
+    Ok(AblationSection {
+        method: format!(
+            "{BENCH_CONFIG} built once more per ablation with `cargo build -p pinfold --features \
+             <feature>` (platform/src/ablate.rs; the hypervisor's boot log names the feature and \
+             the bench checks it), then the same probe under the same flags \
+             (`-accel {ICOUNT_ACCEL} -icount {ICOUNT_ARG} -seed {QEMU_SEED}`), {ICOUNT_RUNS} runs \
+             per image; default = the table's Pinfold runs. Figures as in the table. vCPU load + \
+             put: vCPU 0 starts vCPU 1 with PSCI CPU_ON and waits in WFI (IRQs masked); vCPU 1's \
+             entry sends SGI 3 to vCPU 0 and calls PSCI CPU_OFF; vCPU 0 takes the SGI from \
+             ICC_IAR1_EL1 and starts it again: one load and one put of vCPU 1 per round trip, \
+             with the CPU_ON request, the SGI and both traps; 200 timed round trips after 4. \
+             Locks: after `PROBE bench end` the bench types Ctrl-A s and reads the hypervisor's \
+             stats line (acquisitions of locks shared between CPUs per hv::lockstat::LockPath, \
+             over the whole run: boot, isolation probes and every bench loop); hot = vCPU \
+             load/put, timer PPI state, local injection. Uncontended here: icount runs one CPU \
+             at a time"
+        ),
+        default: Variant {
+            ablation: None,
+            runs: default.to_vec(),
+        },
+        ablated,
+    })
 }
 
 /// The Linux row's boots: the bench-linux plan's partition, and the same
