@@ -313,8 +313,10 @@ bench_sgi1_vectors:
 // ticks of `iterations` round trips: PSCI CPU_ON of vCPU 1 (MPIDR 1) at
 // `entry` with context `sgi1r` (vCPU 1's answer to vCPU 0), then WFI with
 // IRQs masked until the answer is pending, acknowledged from ICC_IAR1_EL1.
-// A refused CPU_ON (vCPU 1 not off yet) is retried and counted. SMCCC lets
-// the callee clobber x0-x17: the loop state lives in x19-x24.
+// A CPU_ON refused with ALREADY_ON or ON_PENDING (vCPU 1 not off yet) is
+// retried and counted; any other refusal ends the loop, returning
+// u64::MAX. SMCCC lets the callee clobber x0-x17: the loop state lives in
+// x19-x24.
 .global bench_loadput_loop
 bench_loadput_loop:
     stp     x19, x20, [sp, #-48]!
@@ -344,13 +346,19 @@ bench_loadput_loop:
     isb
     mrs     x0, cntvct_el0
     sub     x0, x0, x24
-    str     x23, [x22]
+6:  str     x23, [x22]
     ldp     x23, x24, [sp, #32]
     ldp     x21, x22, [sp, #16]
     ldp     x19, x20, [sp], #48
     ret
-3:  add     x23, x23, #1
+3:  cmn     x0, #{already_on}
+    b.eq    4f
+    cmn     x0, #{on_pending}
+    b.ne    5f
+4:  add     x23, x23, #1
     b       1b
+5:  mov     x0, #-1
+    b       6b
 
 // vCPU 1's PSCI CPU_ON entry in the load/put loop (x0 = context = the SGI
 // to vCPU 0): answer, then switch off. Nothing else: the round trip is the
@@ -374,6 +382,8 @@ bench_secondary_stack_top:
     sgi = const BENCH_SGI,
     off_sgi = const OFF_SGI,
     cpu_on = const CPU_ON_64,
+    already_on = const 4,
+    on_pending = const 5,
     cpu_off = const CPU_OFF,
     secondary_main = sym secondary_main,
 );
@@ -608,16 +618,30 @@ fn loadput(env: &Env, secondary_up: bool) {
             asm!("msr S3_0_C12_C11_5, {}", "isb", in(reg) sgi1r(OFF_SGI, 1), options(nostack))
         };
     }
-    let off = (0..OFF_WAIT).any(|_| {
-        if crate::smccc(false, AFFINITY_INFO_64, 1, 0, 0).ok() == Some(AFFINITY_OFF) {
-            return true;
+    let mut state = None;
+    for _ in 0..OFF_WAIT {
+        state = crate::smccc(false, AFFINITY_INFO_64, 1, 0, 0).ok();
+        match state {
+            Some(AFFINITY_OFF) => break,
+            Some(AFFINITY_ON | AFFINITY_ON_PENDING) => {}
+            // No vCPU 1 (one vCPU) or no AFFINITY_INFO: nothing to wait for.
+            _ => break,
         }
         // SAFETY: `wfe` only waits (under QEMU it yields to the other CPUs).
         unsafe { asm!("wfe", options(nomem, nostack)) };
-        false
-    });
-    if !off {
-        return println!("PROBE bench loadput: skipped (vCPU 1 did not switch off)");
+    }
+    match state {
+        Some(AFFINITY_OFF) => {}
+        Some(AFFINITY_ON | AFFINITY_ON_PENDING) => {
+            return println!("PROBE bench loadput: skipped (vCPU 1 did not switch off)")
+        }
+        Some(r) => {
+            return println!(
+                "PROBE bench loadput: skipped (AFFINITY_INFO MPIDR 1 -> {}: one vCPU)",
+                r as i64
+            )
+        }
+        None => return println!("PROBE bench loadput: skipped (AFFINITY_INFO raised a fault)"),
     }
     gic_enable(0, BENCH_SGI, true);
     let entry = addr_of_code(bench_loadput_entry);
@@ -631,14 +655,19 @@ fn loadput(env: &Env, secondary_up: bool) {
         bench_loadput_loop(LOADPUT_ITERATIONS, entry, answer, &mut retries)
     };
     gic_enable(0, BENCH_SGI, false);
+    if ticks == u64::MAX {
+        return println!("PROBE bench loadput: skipped (CPU_ON of vCPU 1 refused)");
+    }
     println!(
         "PROBE bench loadput: iterations={LOADPUT_ITERATIONS} warmup={LOADPUT_WARMUP} \
          ticks={ticks} retries={retries} warmup_retries={warm_retries} method=cpu_on-sgi-cpu_off"
     );
 }
 
-/// AFFINITY_INFO: the CPU is off (PSCI DEN0022 5.1.7).
+// AFFINITY_INFO results (PSCI DEN0022 5.1.7).
+const AFFINITY_ON: u64 = 0;
 const AFFINITY_OFF: u64 = 1;
+const AFFINITY_ON_PENDING: u64 = 2;
 
 /// vCPU 1's Rust entry (from bench_secondary_entry): its redistributor and
 /// CPU interface, then it answers SGIs forever.

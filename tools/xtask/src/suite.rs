@@ -333,9 +333,9 @@ const BARE_METAL_CRATES: [&str; 3] = ["platform", "tools/test-guest", "manager/l
 /// Tier 1: `cargo test` of the workspace's default members, then what the
 /// house declares: `cargo fmt --check` over the workspace and `cargo clippy
 /// -D warnings` for the host crates and for the bare-metal crates on their
-/// target (the EL2 image also with the bench's ablation features), and both for the Hermit application (its own workspace) with
-/// its pinned nightly. An unformatted file or a clippy warning fails the
-/// tier.
+/// target (the EL2 image also with the bench's ablation features), and both
+/// for the Hermit application (its own workspace) with its pinned nightly.
+/// An unformatted file or a clippy warning fails the tier.
 fn host_tests(ctx: &mut Context<'_>) -> Outcome {
     let root = &ctx.ws.root;
     let fail = |what: &str, err: XtaskError| format!("{what}: {err}");
