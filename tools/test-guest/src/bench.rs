@@ -37,6 +37,11 @@
 //!   requests; a CPU_ON refused because vCPU 1 is not off yet is retried
 //!   and counted (`retries=`).
 //!
+//! The scaling mode (bootargs `pinfold-bench=scale`, vm-configs/qemu-virt/
+//! bench-scale.toml, run under multi-threaded TCG without icount) is
+//! [`scale`]: exits per second per vCPU, with one and with two vCPUs
+//! trapping at once, for a fixed stretch of the guest counter.
+//!
 //! Output: one `PROBE bench <row>: key=value ...` line per row, or `PROBE
 //! bench <row>: skipped (why)`, then `PROBE bench end`.
 
@@ -87,6 +92,9 @@ const GICR_IGROUPR0: u64 = 0x0080;
 const GICR_ISENABLER0: u64 = 0x0100;
 const GICR_ICENABLER0: u64 = 0x0180;
 const GICR_IPRIORITYR0: u64 = 0x0400;
+// The same offsets as the `str` immediates of bench_scale_gicr.
+const GICR_SGI_FRAME_ISENABLER0: u64 = GICR_ISENABLER0;
+const GICR_SGI_FRAME_ICENABLER0: u64 = GICR_ICENABLER0;
 const BENCH_PRIORITY: u32 = 0x80;
 const POLL_LIMIT: u32 = 10_000;
 
@@ -372,6 +380,61 @@ bench_cpu_off:
 5:  wfe                             // CPU_OFF does not return on success
     b       5b
 
+// u64 bench_scale_gicr(u64 sgi_frame, u64 end): until CNTVCT_EL0 >= end,
+// enable and disable PPI 27 (the virtual timer) in the redistributor SGI
+// frame at `sgi_frame`: GICR_ISENABLER0 then GICR_ICENABLER0, each a
+// trapped write whose enable change the hypervisor applies to its own
+// redistributor (hv::irqchip::change_percpu_state). Returns the writes.
+.global bench_scale_gicr
+bench_scale_gicr:
+    mov     x3, #0
+    mov     w4, #(1 << {vtimer})
+1:  str     w4, [x0, #{isenabler0}]
+    str     w4, [x0, #{icenabler0}]
+    add     x3, x3, #2
+    mrs     x5, cntvct_el0
+    cmp     x5, x1
+    b.lo    1b
+    mov     x0, x3
+    ret
+
+// u64 bench_scale_hvc(u64 end): HVC PSCI_VERSION, two per iteration, until
+// CNTVCT_EL0 >= end; returns the calls. State in x19/x20 (SMCCC clobbers
+// x0-x17).
+.global bench_scale_hvc
+bench_scale_hvc:
+    stp     x19, x20, [sp, #-16]!
+    mov     x19, x0
+    mov     x20, #0
+1:  mov     w0, #{psci_version}
+    hvc     #0
+    mov     w0, #{psci_version}
+    hvc     #0
+    add     x20, x20, #2
+    mrs     x1, cntvct_el0
+    cmp     x1, x19
+    b.lo    1b
+    mov     x0, x20
+    ldp     x19, x20, [sp], #16
+    ret
+
+// PSCI CPU_ON entry of vCPU 1 in the scaling mode: x0 = its job; the
+// secondary stack (no other bench runs in this mode), the main vectors,
+// Rust.
+.global bench_scale_entry
+bench_scale_entry:
+    msr     daifset, #0xf
+    adrp    x1, bench_secondary_stack_top
+    add     x1, x1, :lo12:bench_secondary_stack_top
+    mov     sp, x1
+    adrp    x1, exception_vectors
+    add     x1, x1, :lo12:exception_vectors
+    msr     vbar_el1, x1
+    isb
+    bl      {scale_secondary}
+6:  wfe
+    b       6b
+
 .section .bss.bench_secondary_stack, "aw", %nobits
 .balign 16
 bench_secondary_stack:
@@ -386,6 +449,10 @@ bench_secondary_stack_top:
     on_pending = const 5,
     cpu_off = const CPU_OFF,
     secondary_main = sym secondary_main,
+    scale_secondary = sym scale_secondary,
+    vtimer = const PPI_VTIMER,
+    isenabler0 = const GICR_SGI_FRAME_ISENABLER0,
+    icenabler0 = const GICR_SGI_FRAME_ICENABLER0,
 );
 
 extern "C" {
@@ -396,6 +463,9 @@ extern "C" {
     fn bench_sgi_responder(sgi1r: u64) -> !;
     fn bench_loadput_loop(iterations: u64, entry: u64, sgi1r: u64, retries: *mut u64) -> u64;
     fn bench_loadput_entry();
+    fn bench_scale_gicr(sgi_frame: u64, end: u64) -> u64;
+    fn bench_scale_hvc(end: u64) -> u64;
+    fn bench_scale_entry();
     // Code addresses only, never called from Rust.
     fn bench_vtimer_handler();
     fn bench_secondary_entry();
@@ -785,5 +855,195 @@ fn gic_enable(index: u64, intid: u32, on: bool) {
         gic_write32(frame + GICR_ISENABLER0, 1 << intid);
     } else {
         gic_write32(frame + GICR_ICENABLER0, 1 << intid);
+    }
+}
+
+// --- Scaling mode (bootargs `pinfold-bench=scale`) ---------------------------
+
+/// Rounds of every (exit, N) measurement, interleaved.
+const SCALE_ROUNDS: u64 = 3;
+/// Each measurement's stretch of the guest counter: 1/5 s.
+const SCALE_WINDOW_DIVISOR: u64 = 5;
+/// How long before the window opens its start is set: enough for vCPU 1 to
+/// be started and reach its loop on a busy host (1/10 s). A vCPU that still
+/// arrives late reports by how much (`late1=`), and the xtask counts its
+/// rate over the part of the window it ran.
+const SCALE_LEAD_DIVISOR: u64 = 10;
+
+/// The exits the scaling loops make.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+enum ScaleExit {
+    /// Trapped GICR_ISENABLER0/ICENABLER0 writes of PPI 27: each changes
+    /// the timer PPI's enable state on the vCPU's own CPU.
+    Gicr = 0,
+    /// HVC PSCI_VERSION: a trap that changes no interrupt state (control).
+    Hvc = 1,
+}
+
+impl ScaleExit {
+    fn name(self) -> &'static str {
+        match self {
+            ScaleExit::Gicr => "gicr",
+            ScaleExit::Hvc => "hvc",
+        }
+    }
+}
+
+/// What vCPU 1 runs in a two-vCPU measurement (shared with vCPU 0; every
+/// field is read or written with plain loads and stores, ordered by the
+/// `done` flag).
+#[repr(C)]
+struct ScaleJob {
+    exit: AtomicU64,
+    start: AtomicU64,
+    end: AtomicU64,
+    count: AtomicU64,
+    /// CNTVCT_EL0 when vCPU 1 reached the window's start.
+    reached: AtomicU64,
+    done: AtomicU64,
+}
+
+static SCALE_JOB: ScaleJob = ScaleJob {
+    exit: AtomicU64::new(0),
+    start: AtomicU64::new(0),
+    end: AtomicU64::new(0),
+    count: AtomicU64::new(0),
+    reached: AtomicU64::new(0),
+    done: AtomicU64::new(0),
+};
+
+fn cntvct() -> u64 {
+    let v: u64;
+    // SAFETY: reads the virtual counter; no side effects.
+    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// Waits for the window's start, then makes `exit` exits until its end;
+/// returns (exits, counter when the start was seen).
+fn scale_window(exit: ScaleExit, vcpu: u64, start: u64, end: u64) -> (u64, u64) {
+    let reached = loop {
+        let now = cntvct();
+        if now >= start {
+            break now;
+        }
+        core::hint::spin_loop();
+    };
+    // SAFETY: the loops write only this vCPU's own redistributor SGI frame
+    // (PPI 27, whose timer stays off) or make HVC PSCI_VERSION calls; they
+    // clobber only caller-saved registers and restore x19/x20.
+    let count = unsafe {
+        match exit {
+            ScaleExit::Gicr => bench_scale_gicr(sgi_frame(vcpu), end),
+            ScaleExit::Hvc => bench_scale_hvc(end),
+        }
+    };
+    (count, reached)
+}
+
+/// The scaling mode: for each round, each exit, N = 1 (vCPU 0 alone, vCPU 1
+/// off) and N = 2 (vCPU 1 started with PSCI CPU_ON for the window and
+/// switched off after), one `PROBE scale <exit>: n=.. round=.. ticks=..
+/// vcpu0=.. [vcpu1=.. late1=..]` line; counts are exits, `ticks` the
+/// window in counter ticks (CNTFRQ in the env line). Under multi-threaded
+/// TCG without icount the counter follows the host's clock: wall clock.
+pub fn scale(env: &Env) {
+    let (cntfrq, _) = crate::counter();
+    let cntfrq = if cntfrq == 0 { 62_500_000 } else { cntfrq };
+    let window = cntfrq / SCALE_WINDOW_DIVISOR;
+    let lead = cntfrq / SCALE_LEAD_DIVISOR;
+    println!(
+        "PROBE scale env: cntfrq={cntfrq} window_ticks={window} rounds={SCALE_ROUNDS} \
+         psci={}",
+        env.conduit.name()
+    );
+    if env.conduit != Conduit::Hvc {
+        println!("PROBE scale end: skipped (PSCI conduit is not hvc)");
+        return;
+    }
+    silence_vtimer();
+    let entry = addr_of_code(bench_scale_entry);
+    let job = &SCALE_JOB as *const ScaleJob as u64;
+    for round in 0..SCALE_ROUNDS {
+        for exit in [ScaleExit::Gicr, ScaleExit::Hvc] {
+            let start = cntvct() + lead;
+            let (c0, _) = scale_window(exit, 0, start, start + window);
+            println!(
+                "PROBE scale {}: n=1 round={round} ticks={window} vcpu0={c0}",
+                exit.name()
+            );
+
+            SCALE_JOB.exit.store(exit as u64, Ordering::Relaxed);
+            let start = cntvct() + lead;
+            SCALE_JOB.start.store(start, Ordering::Relaxed);
+            SCALE_JOB.end.store(start + window, Ordering::Relaxed);
+            SCALE_JOB.done.store(0, Ordering::Release);
+            match crate::smccc(false, CPU_ON_64, 1, entry, job) {
+                Ok(0) => {}
+                Ok(r) => {
+                    println!(
+                        "PROBE scale end: skipped (CPU_ON MPIDR 1 -> {}: one vCPU)",
+                        r as i64
+                    );
+                    return;
+                }
+                Err(f) => {
+                    println!("PROBE scale end: skipped (CPU_ON raised {f})");
+                    return;
+                }
+            }
+            let (c0, _) = scale_window(exit, 0, start, start + window);
+            while SCALE_JOB.done.load(Ordering::Acquire) == 0 {
+                core::hint::spin_loop();
+            }
+            let c1 = SCALE_JOB.count.load(Ordering::Relaxed);
+            let late = SCALE_JOB
+                .reached
+                .load(Ordering::Relaxed)
+                .saturating_sub(start);
+            // vCPU 1 switches itself off; wait until it is, for the next N = 1.
+            while crate::smccc(false, AFFINITY_INFO_64, 1, 0, 0).ok() != Some(AFFINITY_OFF) {
+                core::hint::spin_loop();
+            }
+            println!(
+                "PROBE scale {}: n=2 round={round} ticks={window} vcpu0={c0} vcpu1={c1} \
+                 late1={late}",
+                exit.name()
+            );
+        }
+    }
+    println!("PROBE scale end");
+}
+
+/// The virtual timer off, so that enabling PPI 27 never makes it pending.
+fn silence_vtimer() {
+    // SAFETY: CNTV_CTL_EL0 = 0 (timer disabled); no memory is touched.
+    unsafe { asm!("msr cntv_ctl_el0, xzr", "isb", options(nomem, nostack)) };
+}
+
+/// vCPU 1's Rust entry in the scaling mode (from bench_scale_entry): run
+/// the job's window, report, switch off.
+extern "C" fn scale_secondary(job: *const ScaleJob) -> ! {
+    // SAFETY: vCPU 0 passed SCALE_JOB's address as the CPU_ON context.
+    let job = unsafe { &*job };
+    silence_vtimer();
+    let exit = if job.exit.load(Ordering::Relaxed) == ScaleExit::Hvc as u64 {
+        ScaleExit::Hvc
+    } else {
+        ScaleExit::Gicr
+    };
+    let (start, end) = (
+        job.start.load(Ordering::Relaxed),
+        job.end.load(Ordering::Relaxed),
+    );
+    let (count, reached) = scale_window(exit, 1, start, end);
+    job.count.store(count, Ordering::Relaxed);
+    job.reached.store(reached, Ordering::Relaxed);
+    job.done.store(1, Ordering::Release);
+    let _ = crate::smccc(false, CPU_OFF, 0, 0, 0);
+    loop {
+        // SAFETY: CPU_OFF does not return on success; `wfe` only waits.
+        unsafe { asm!("wfe", options(nomem, nostack)) };
     }
 }

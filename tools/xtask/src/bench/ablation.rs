@@ -139,6 +139,8 @@ pub struct AblationSection {
     pub method: String,
     pub default: Variant,
     pub ablated: Vec<Variant>,
+    /// The section's own wall time (builds included).
+    pub wall_clock_s: f64,
 }
 
 impl AblationSection {
@@ -292,6 +294,11 @@ impl Section for AblationSection {
                 }
             );
         }
+        let _ = writeln!(
+            t,
+            "\nsection wall clock: {:.1} s (builds included)",
+            self.wall_clock_s
+        );
         t
     }
 
@@ -328,7 +335,11 @@ impl Section for AblationSection {
                 })
             })
             .collect();
-        json!({ "method": self.method, "ablations": variants })
+        json!({
+            "method": self.method,
+            "ablations": variants,
+            "wall_clock_s": self.wall_clock_s,
+        })
     }
 }
 
@@ -374,6 +385,7 @@ pinfold: stats hot_path_cross_cpu_locks=0 exits=9000 injected=1 dropped=0 shared
             method: "m".into(),
             default: variant(None, RUN),
             ablated,
+            wall_clock_s: 1.0,
         }
     }
 

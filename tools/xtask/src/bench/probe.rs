@@ -139,7 +139,7 @@ impl ProbeRun {
 /// The feature a hypervisor `ablation <feature>: ...` line names, after
 /// the CPU tag hvlog puts first (`pinfold: cpu0: ablation ...`). Guest
 /// lines carry their partition's `[<name>] ` prefix and never match.
-fn ablation_feature(line: &str) -> Option<&str> {
+pub fn ablation_feature(line: &str) -> Option<&str> {
     let rest = line.strip_prefix(HV_PREFIX)?;
     let rest = match rest.split_once(": ") {
         Some((tag, tail)) if tag.starts_with("cpu") && !tag.contains(' ') => tail,
