@@ -1,8 +1,10 @@
 //! The portable exit handler: what a trap, an interrupt or a request means
 //! and what the platform must do about it. Arch code reads the syndrome
-//! registers, decodes them (`trap::decode`) into an [`Exit`] and calls
-//! [`handle_exit`] with this CPU's [`CpuState`], the guest's registers and
-//! the small hardware trait [`Hw`]; it gets back a typed [`Next`] to apply.
+//! registers and calls [`handle_sync`] with this CPU's [`CpuState`], the
+//! guest's registers and the small hardware trait [`Hw`]; it gets back a
+//! typed [`Next`] to apply. `handle_sync` answers the exits that only ask
+//! in line and hands the rest, decoded into an [`Exit`] (`trap::decode`),
+//! to [`handle_exit`].
 //! MMIO routing to the emulated devices (GICD, GICR, PL011), the
 //! system-register policy, SGI resolution, PSCI/SMCCC, the management
 //! hypercalls and fault accounting all live here, as do vCPU load/put, the
@@ -231,6 +233,79 @@ fn loaded_partition<'s>(cpu: &CpuState<'s>) -> Option<(&'s Partition, usize)> {
 fn no_vcpu(hw: &mut impl Hw, exit: Exit) -> Next {
     hw.log(format_args!("trap with no vCPU loaded: {exit:?}"));
     Next::Park
+}
+
+/// Handle one synchronous exit from its syndrome (ESR_EL2, FAR_EL2,
+/// HPFAR_EL2), the platform's entry point. The exits a guest takes all the
+/// time are handled here in line, decoding only what they need: a hypercall
+/// that only asks (versions, features), an SGI (ICC_SGI1R_EL1, Linux's
+/// IPIs) and a read of an emulated register whose value no guest action
+/// changes (GICD_TYPER and the identification registers). Everything else
+/// is decoded in full and goes to [`handle_exit`], out of line, so that
+/// these two keep a small frame. Both are counted as the class they are.
+#[inline(always)]
+pub fn handle_sync(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    regs: &mut GuestRegs,
+    syndrome: (u64, u64, u64),
+) -> Next {
+    let (esr, far, hpfar) = syndrome;
+    if cpu.loaded.is_some() {
+        if trap::exception_class(esr) == trap::ec::HVC64 {
+            if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
+                cpu.public.counters.exit(ExitClass::Hvc);
+                regs.x[0] = ret as u64;
+                return Next::Resume;
+            }
+        } else if trap::exception_class(esr) == trap::ec::SYSREG {
+            let access = trap::sysreg_access(esr);
+            if access.reg == SysRegId::ICC_SGI1R_EL1 && !access.read {
+                // Linux's IPIs: straight to the SGI path.
+                cpu.public.counters.exit(ExitClass::SysReg);
+                let value = regs.reg(access.rt);
+                if let Some(l) = cpu.loaded.as_ref() {
+                    let (p, v) = (l.partition, l.id.vcpu);
+                    send_sgi(sys, cpu, hw, p, v, value);
+                }
+                regs.elr += 4;
+                return Next::Resume;
+            }
+        } else if let Some((ipa, a)) = trap::mmio_access(esr, far, hpfar) {
+            let offset = ipa.0.wrapping_sub(pinfold_vboard::GUEST_GICD_BASE);
+            if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE {
+                if let Some(v) = crate::vgic::dist::constant_register(offset, a.width) {
+                    cpu.public.counters.exit(ExitClass::Mmio);
+                    // Constant registers are 32-bit: a plain LDR of one
+                    // zero-extends into W or X alike; other forms (LDRSW)
+                    // take the general conversion.
+                    let v = if a.sign_extend {
+                        trap::mmio_load_value(&a, v)
+                    } else {
+                        v
+                    };
+                    regs.set_reg(a.reg, v);
+                    regs.elr += 4;
+                    return Next::Resume;
+                }
+            }
+        }
+    }
+    decode_and_handle(sys, cpu, hw, regs, esr, far, hpfar)
+}
+
+#[inline(never)]
+fn decode_and_handle(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    regs: &mut GuestRegs,
+    esr: u64,
+    far: u64,
+    hpfar: u64,
+) -> Next {
+    handle_exit(sys, cpu, hw, regs, trap::decode(esr, far, hpfar))
 }
 
 /// Handle one synchronous exit of the vCPU loaded on this CPU.
@@ -655,6 +730,7 @@ fn deliver(
 }
 
 /// Apply a mailbox operation to the vCPU loaded here.
+#[inline(always)]
 fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
     let CpuState {
         lrs,
@@ -680,6 +756,7 @@ fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
 /// Inject into the vCPU running on this CPU: its own list registers only,
 /// no lock shared between CPUs. A full overflow queue is counted and
 /// reported, never silent.
+#[inline(always)]
 fn inject_into(
     public: &PublicCpu,
     p: &Partition,
@@ -816,6 +893,7 @@ fn sysreg(
     false
 }
 
+#[inline(never)]
 fn send_sgi(
     sys: &System,
     cpu: &mut CpuState,
@@ -834,15 +912,20 @@ fn send_sgi(
         let t = targets.trailing_zeros() as usize;
         targets &= targets - 1;
         if t == v {
-            apply_op(cpu, hw, MailboxOp::Sgi(intid));
+            sgi_to_self(cpu, hw, intid);
         } else if let Some(target) = p.vcpus.get(t) {
             // An SGI is a doorbell bit: it needs no slot and cannot be lost.
             if let Some(c) = sys.cpus.get(target.pcpu) {
                 c.mailbox.post_sgi(intid);
-                sys.kick(hw, cpu.index, target.pcpu);
+                hw.send_sgi(c.mpidr.load(Ordering::Relaxed), SGI_MAILBOX);
             }
         }
     }
+}
+
+#[inline(never)]
+fn sgi_to_self(cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+    apply_op(cpu, hw, MailboxOp::Sgi(intid));
 }
 
 #[cold]
@@ -892,6 +975,10 @@ fn hvc(
     v: usize,
     regs: &mut GuestRegs,
 ) -> Next {
+    if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
+        regs.x[0] = ret as u64;
+        return Next::Resume;
+    }
     let call = psci::decode(regs.x[0], regs.x[1], regs.x[2], regs.x[3]);
     let ret: i64 = match call {
         Call::PsciVersion => psci::PSCI_VERSION_1_1 as i64,
@@ -1102,6 +1189,7 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
 
 /// What the root IRQ handler does with an acknowledged interrupt (after
 /// priority drop) that is not the host UART's.
+#[inline(always)]
 pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     match intid {
         PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
@@ -1141,6 +1229,7 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
 /// A pass-through PPI of this CPU (timer, PMU) fired: forward it HW-linked
 /// to the vCPU, which deactivates the physical interrupt when it
 /// deactivates the virtual one.
+#[inline(always)]
 fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     let fired = cpu
         .loaded
@@ -1214,6 +1303,7 @@ fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Parti
 }
 
 /// After an interrupt taken from the guest: what requests say to do.
+#[inline]
 pub fn after_guest_irq(cpu: &mut CpuState) -> Next {
     let public = cpu.public;
     public.counters.exit(ExitClass::Irq);

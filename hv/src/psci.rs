@@ -133,6 +133,24 @@ pub fn decode(x0: u64, x1: u64, x2: u64, x3: u64) -> Call {
     }
 }
 
+/// The answer to a call that only asks (versions, features, migration
+/// type) or is satisfied without doing anything (CPU_SUSPEND to standby: a
+/// WFI's worth of waiting, done natively by the guest's next WFI); None for
+/// a call that acts. Needs only the function ID and x1, so the trap path
+/// answers these without decoding further.
+#[inline]
+pub fn query(x0: u64, x1: u64) -> Option<i64> {
+    match x0 as u32 {
+        fid::PSCI_VERSION => Some(PSCI_VERSION_1_1 as i64),
+        fid::SMCCC_VERSION => Some(SMCCC_VERSION_1_1 as i64),
+        fid::PSCI_FEATURES => Some(psci_features(x1 as u32)),
+        fid::SMCCC_ARCH_FEATURES => Some(smccc_arch_features(x1 as u32)),
+        fid::MIGRATE_INFO_TYPE => Some(MIGRATE_INFO_TYPE_NOT_REQUIRED),
+        fid::CPU_SUSPEND_32 | fid::CPU_SUSPEND_64 => Some(SUCCESS),
+        _ => None,
+    }
+}
+
 /// PSCI_FEATURES: 0 (with no feature flags: original power_state format,
 /// platform-coordinated mode) for what we implement, NOT_SUPPORTED
 /// otherwise. SMCCC_VERSION is included because DEN0028 makes

@@ -9,7 +9,7 @@
 use crate::addr::Ipa;
 
 /// Exception classes (ESR_EL2.EC) that Pinfold handles.
-mod ec {
+pub mod ec {
     pub const WFX: u8 = 0x01;
     pub const FP_ACCESS: u8 = 0x07;
     pub const HVC64: u8 = 0x16;
@@ -190,6 +190,94 @@ impl SysRegId {
 ///
 /// `far` is FAR_EL2 and `hpfar` HPFAR_EL2, both only meaningful for aborts;
 /// pass whatever the registers hold for other classes.
+/// ESR_EL2.EC.
+pub const fn exception_class(esr: u64) -> u8 {
+    ((esr >> ESR_EC_SHIFT) & 0x3F) as u8
+}
+
+/// The IPA and access of a data abort with a valid syndrome (ISV = 1), or
+/// None: what the trap path needs to route an MMIO access, decoded without
+/// building an [`Exit`].
+pub fn mmio_access(esr: u64, far: u64, hpfar: u64) -> Option<(Ipa, MmioAccess)> {
+    let iss = esr & ESR_ISS_MASK;
+    if exception_class(esr) != ec::DABT_LOWER || iss & DABT_ISV == 0 {
+        return None;
+    }
+    Some((
+        fault_ipa(far, hpfar),
+        MmioAccess {
+            width: 1 << ((iss >> DABT_SAS_SHIFT) & 0b11),
+            write: iss & DABT_WNR != 0,
+            reg: ((iss >> DABT_SRT_SHIFT) & 0x1F) as u8,
+            sign_extend: iss & DABT_SSE != 0,
+            sixty_four: iss & DABT_SF != 0,
+        },
+    ))
+}
+
+/// A syndrome for `exit` as the hardware would report it (ESR_EL2,
+/// FAR_EL2, HPFAR_EL2): the inverse of [`decode`] for the exits it
+/// produces, so host tests can drive the trap path from syndromes.
+pub fn encode(exit: &Exit) -> (u64, u64, u64) {
+    let esr = |ec: u8, iss: u64| u64::from(ec) << ESR_EC_SHIFT | ESR_IL | iss;
+    let abort_addr = |ipa: Ipa, far: u64| (far & !0xFFF | ipa.0 & 0xFFF, (ipa.0 >> 12) << 4);
+    match *exit {
+        Exit::DataAbort {
+            ipa,
+            far,
+            access,
+            write,
+            s1ptw,
+            dfsc,
+        } => {
+            let mut iss = u64::from(dfsc) & ABT_FSC_MASK;
+            if write {
+                iss |= DABT_WNR;
+            }
+            if s1ptw {
+                iss |= DABT_S1PTW;
+            }
+            if let Some(a) = access {
+                iss |= DABT_ISV
+                    | u64::from(a.width.trailing_zeros()) << DABT_SAS_SHIFT
+                    | u64::from(a.reg) << DABT_SRT_SHIFT;
+                if a.sign_extend {
+                    iss |= DABT_SSE;
+                }
+                if a.sixty_four {
+                    iss |= DABT_SF;
+                }
+            }
+            let (far, hpfar) = abort_addr(ipa, far);
+            (esr(ec::DABT_LOWER, iss), far, hpfar)
+        }
+        Exit::InstrAbort { ipa, far, ifsc } => {
+            let (far, hpfar) = abort_addr(ipa, far);
+            (
+                esr(ec::IABT_LOWER, u64::from(ifsc) & ABT_FSC_MASK),
+                far,
+                hpfar,
+            )
+        }
+        Exit::Hvc { imm } => (esr(ec::HVC64, u64::from(imm)), 0, 0),
+        Exit::Smc { imm } => (esr(ec::SMC64, u64::from(imm)), 0, 0),
+        Exit::SysReg(a) => {
+            let r = a.reg;
+            let iss = u64::from(r.op0()) << 20
+                | u64::from(r.op2()) << 17
+                | u64::from(r.op1()) << 14
+                | u64::from(r.crn()) << 10
+                | u64::from(a.rt) << 5
+                | u64::from(r.crm()) << 1
+                | u64::from(a.read);
+            (esr(ec::SYSREG, iss), 0, 0)
+        }
+        Exit::Wfx { wfe } => (esr(ec::WFX, u64::from(wfe)), 0, 0),
+        Exit::FpAccess => (esr(ec::FP_ACCESS, 0), 0, 0),
+        Exit::Unknown { ec, iss } => (esr(ec, u64::from(iss)), 0, 0),
+    }
+}
+
 pub fn decode(esr: u64, far: u64, hpfar: u64) -> Exit {
     let ec = ((esr >> ESR_EC_SHIFT) & 0x3F) as u8;
     let iss = esr & ESR_ISS_MASK;
@@ -244,6 +332,11 @@ fn decode_data_abort(iss: u64, far: u64, hpfar: u64) -> Exit {
 
 /// ISS for EC 0x18 (Arm ARM D17.2.37, "ISS encoding for an exception from
 /// MSR, MRS, or System instruction execution in AArch64 state").
+/// The register access of a trapped MSR/MRS (EC 0x18).
+pub fn sysreg_access(esr: u64) -> SysRegAccess {
+    decode_sysreg(esr & ESR_ISS_MASK)
+}
+
 fn decode_sysreg(iss: u64) -> SysRegAccess {
     let bits = |shift: u32, width: u32| ((iss >> shift) & ((1 << width) - 1)) as u8;
     SysRegAccess {
@@ -395,6 +488,108 @@ pub fn inject(kind: InjectKind, guest_spsr: u64, guest_vbar_el1: u64, far: u64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encode_is_the_inverse_of_decode() {
+        let access = |width, write, reg, sign_extend, sixty_four| MmioAccess {
+            width,
+            write,
+            reg,
+            sign_extend,
+            sixty_four,
+        };
+        let exits = [
+            Exit::DataAbort {
+                ipa: Ipa(0x0800_0004),
+                far: 0x0800_0004,
+                access: Some(access(4, false, 3, false, false)),
+                write: false,
+                s1ptw: false,
+                dfsc: 0x04,
+            },
+            Exit::DataAbort {
+                ipa: Ipa(0x1_2345_6ff8),
+                far: 0xffff_0000_0000_0ff8,
+                access: Some(access(8, true, 30, false, true)),
+                write: true,
+                s1ptw: false,
+                dfsc: 0x07,
+            },
+            Exit::DataAbort {
+                ipa: Ipa(0x9000_0001),
+                far: 0x9000_0001,
+                access: Some(access(1, false, 0, true, false)),
+                write: false,
+                s1ptw: true,
+                dfsc: 0x05,
+            },
+            Exit::DataAbort {
+                ipa: Ipa(0x4000_0000),
+                far: 0x4000_0000,
+                access: None,
+                write: true,
+                s1ptw: false,
+                dfsc: 0x06,
+            },
+            Exit::InstrAbort {
+                ipa: Ipa(0x8000_1234),
+                far: 0x8000_1234,
+                ifsc: 0x0f,
+            },
+            Exit::Hvc { imm: 0 },
+            Exit::Hvc { imm: 0xbeef },
+            Exit::Smc { imm: 1 },
+            Exit::SysReg(SysRegAccess {
+                reg: SysRegId::ICC_SGI1R_EL1,
+                rt: 7,
+                read: false,
+            }),
+            Exit::SysReg(SysRegAccess {
+                reg: SysRegId::new(3, 0, 0, 5, 0),
+                rt: 30,
+                read: true,
+            }),
+            Exit::Wfx { wfe: true },
+            Exit::Wfx { wfe: false },
+            Exit::FpAccess,
+            Exit::Unknown { ec: 0x3c, iss: 0x1 },
+        ];
+        for exit in exits {
+            let (esr, far, hpfar) = encode(&exit);
+            assert_eq!(decode(esr, far, hpfar), exit, "ESR {esr:#x}");
+        }
+    }
+
+    #[test]
+    fn mmio_access_reads_a_data_abort_without_building_an_exit() {
+        let exit = Exit::DataAbort {
+            ipa: Ipa(0x0800_0004),
+            far: 0x0800_0004,
+            access: Some(MmioAccess {
+                width: 4,
+                write: false,
+                reg: 3,
+                sign_extend: false,
+                sixty_four: false,
+            }),
+            write: false,
+            s1ptw: false,
+            dfsc: 0x04,
+        };
+        let (esr, far, hpfar) = encode(&exit);
+        let Exit::DataAbort {
+            ipa,
+            access: Some(a),
+            ..
+        } = exit
+        else {
+            unreachable!()
+        };
+
+        assert_eq!(mmio_access(esr, far, hpfar), Some((ipa, a)));
+        let (hvc, _, _) = encode(&Exit::Hvc { imm: 0 });
+        assert_eq!(mmio_access(hvc, far, hpfar), None);
+    }
 
     fn esr(ec: u8, iss: u64) -> u64 {
         (u64::from(ec) << 26) | ESR_IL | iss

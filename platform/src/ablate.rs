@@ -39,30 +39,46 @@ pub fn log_ablations() {
     );
 }
 
-/// Under `ablate-irq-fnptr`: the IRQ call sites load the handler from
-/// `pinfold_irq_handler_ptr` (vectors.S), which holds the default handler
-/// until this stores the GIC driver's root handler. Secondary CPUs start
-/// later (PSCI CPU_ON orders the store before them) and this CPU unmasks
-/// IRQs later still.
+/// Under `ablate-irq-fnptr`: each IRQ call site loads its handler from its
+/// pointer (`pinfold_irq_handler_ptr_{guest,hv}`, vectors.S), which holds
+/// the default handler until this stores the GIC driver's root handler
+/// entry for that site. Secondary CPUs start later (PSCI CPU_ON orders the
+/// stores before them) and this CPU unmasks IRQs later still.
 #[cfg(feature = "ablate-irq-fnptr")]
 pub fn install_root_handler() {
     use core::sync::atomic::{AtomicU64, Ordering};
     extern "C" {
-        static pinfold_irq_handler_ptr: AtomicU64;
+        static pinfold_irq_handler_ptr_guest: AtomicU64;
+        static pinfold_irq_handler_ptr_hv: AtomicU64;
     }
-    let target = crate::irq::pinfold_gic_root_irq as *const () as usize as u64;
-    // SAFETY: an 8-byte aligned word in the image's .data (vectors.S); the
-    // vectors only load it.
-    let ptr = unsafe { &pinfold_irq_handler_ptr };
-    ptr.store(target, Ordering::Release);
-    crate::hvlog!(
-        "irq call sites: function pointer @{:#x} = {:#x} (root handler {target:#x}{})",
-        ptr as *const AtomicU64 as u64,
-        ptr.load(Ordering::Relaxed),
-        if ptr.load(Ordering::Relaxed) == target {
-            ", ok"
-        } else {
-            ", MISMATCH"
-        }
-    );
+    // SAFETY: 8-byte aligned words in the image's .data (vectors.S); the
+    // vectors only load them.
+    let sites = unsafe {
+        [
+            (
+                "guest",
+                &pinfold_irq_handler_ptr_guest,
+                crate::irq::pinfold_gic_root_irq_guest as *const () as usize as u64,
+            ),
+            (
+                "hv",
+                &pinfold_irq_handler_ptr_hv,
+                crate::irq::pinfold_gic_root_irq as *const () as usize as u64,
+            ),
+        ]
+    };
+    for (name, ptr, target) in sites {
+        ptr.store(target, Ordering::Release);
+        let stored = ptr.load(Ordering::Relaxed);
+        crate::hvlog!(
+            "irq call site {name}: function pointer @{:#x} = {stored:#x} (root handler \
+             {target:#x}{})",
+            ptr as *const AtomicU64 as u64,
+            if stored == target {
+                ", ok"
+            } else {
+                ", MISMATCH"
+            }
+        );
+    }
 }

@@ -11,28 +11,47 @@ use pinfold_hv::irqchip::PerCpuIrqChip;
 use pinfold_hv::rtconst;
 use pinfold_vboard::fid;
 
-/// The GIC driver's root IRQ handler. The vectors reach it through the
-/// patched call sites; it acknowledges and dispatches until nothing is
-/// pending. EOImode = 1: priority drop here, deactivation explicit, except
-/// for HW-linked interrupts, which the guest deactivates.
+/// The GIC driver's root IRQ handler, in two entry points, one per call
+/// site: [`pinfold_gic_root_irq`] for an interrupt taken while the
+/// hypervisor idles, [`pinfold_gic_root_irq_guest`] for one taken from a
+/// guest, which then also applies what requests say (a stop parks the vCPU).
+/// Each acknowledges and dispatches one interrupt. EOImode = 1:
+/// priority drop here, deactivation explicit, except for HW-linked
+/// interrupts, which the guest deactivates.
 #[no_mangle]
 pub extern "C" fn pinfold_gic_root_irq() {
     // SAFETY: an exception entry (IRQ), interrupts masked.
     let local = unsafe { this_cpu() };
-    let sys = local.sys;
-    loop {
-        let intid = local.hw.ack();
-        if intid >= 1020 {
-            break;
-        }
-        local.hw.priority_drop(intid);
-        if intid == local.uart_intid {
-            host_input(local);
-            local.hw.deactivate(intid);
-            continue;
-        }
-        exit::dispatch_irq(sys, &mut local.state, &mut local.hw, intid);
+    root_loop(local);
+}
+
+#[no_mangle]
+pub extern "C" fn pinfold_gic_root_irq_guest() {
+    // SAFETY: an exception entry (IRQ from the guest), interrupts masked.
+    let local = unsafe { this_cpu() };
+    root_loop(local);
+    crate::vcpu::after_guest_irq(local);
+}
+
+/// One interrupt per exception: if another is pending, the CPU takes the
+/// IRQ exception again as soon as this one returns (physical interrupts
+/// stay routed to EL2), so the hardware does the looping and the common
+/// case, a single timer or mailbox interrupt, reads ICC_IAR1_EL1 once and
+/// carries no loop state.
+#[inline(always)]
+fn root_loop(local: &mut CpuLocal) {
+    let intid = local.hw.ack();
+    if intid >= 1020 {
+        return;
     }
+    local.hw.priority_drop(intid);
+    // SGIs and PPIs (the timers, the mailbox kick) are never the UART.
+    if intid >= 32 && intid == local.uart_intid {
+        host_input(local);
+        local.hw.deactivate(intid);
+        return;
+    }
+    exit::dispatch_irq(local.sys, &mut local.state, &mut local.hw, intid);
 }
 
 /// Host UART receive interrupt: every byte to the core's monitor. Out of
@@ -62,13 +81,20 @@ extern "C" fn pinfold_default_irq_handler() {
 /// Patch both IRQ call sites to call the GIC driver's root handler, and
 /// print what the sites now decode to.
 pub fn install_root_handler() {
-    let target = pinfold_gic_root_irq as *const () as usize as u64;
     let veneer = arch::irq_veneer_address();
     let sites = [
-        ("guest", core::ptr::addr_of!(arch::pinfold_irq_site_guest)),
-        ("hv", core::ptr::addr_of!(arch::pinfold_irq_site_hv)),
+        (
+            "guest",
+            core::ptr::addr_of!(arch::pinfold_irq_site_guest),
+            pinfold_gic_root_irq_guest as *const () as usize as u64,
+        ),
+        (
+            "hv",
+            core::ptr::addr_of!(arch::pinfold_irq_site_hv),
+            pinfold_gic_root_irq as *const () as usize as u64,
+        ),
     ];
-    for (name, site) in sites {
+    for (name, site, target) in sites {
         let Some(patch) = rtconst::call_site(site as u64, target, veneer) else {
             hvlog!("irq call site {name}: root handler {target:#x} unreachable; halting");
             loop {

@@ -14,7 +14,6 @@ use aarch64_cpu::registers::{
 };
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
 use pinfold_hv::stage2;
-use pinfold_hv::trap;
 
 /// HCR_EL2 for guests: VM, SWIO, FMO, IMO, AMO, FB, BSU=inner shareable,
 /// TID3 (sanitise ID registers), TSC (trap SMC), TACR, TSW (set/way
@@ -232,8 +231,8 @@ pub extern "C" fn idle() -> ! {
 extern "C" fn pinfold_guest_sync(frame: &mut GuestRegs) {
     // SAFETY: an exception entry, interrupts masked.
     let local = unsafe { this_cpu() };
-    let exit = trap::decode(regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
-    let next = exit::handle_exit(local.sys, &mut local.state, &mut local.hw, frame, exit);
+    let syndrome = (regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
+    let next = exit::handle_sync(local.sys, &mut local.state, &mut local.hw, frame, syndrome);
     apply(local, next);
 }
 
@@ -246,11 +245,10 @@ extern "C" fn pinfold_guest_serror(_frame: &mut GuestRegs) {
     park(local);
 }
 
-/// Process requests after an interrupt taken from the guest.
-#[no_mangle]
-extern "C" fn pinfold_after_guest_irq() {
-    // SAFETY: an exception entry, interrupts masked.
-    let local = unsafe { this_cpu() };
+/// Process requests after an interrupt taken from the guest (the guest
+/// entry of the root IRQ handler calls it last).
+#[inline(always)]
+pub fn after_guest_irq(local: &mut CpuLocal) {
     let next = exit::after_guest_irq(&mut local.state);
     apply(local, next);
 }

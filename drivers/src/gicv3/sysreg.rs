@@ -79,7 +79,7 @@ pub fn read_lr(n: usize) -> u64 {
 }
 
 /// ICH_LR<n>_EL2. `n` must be below ICH_VTR_EL2.ListRegs + 1.
-#[inline]
+#[inline(always)]
 pub fn write_lr(n: usize, v: u64) {
     match n {
         0 => ICH_LR0_EL2.set(v),

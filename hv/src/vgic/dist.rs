@@ -145,6 +145,7 @@ impl Spi {
 /// is state. Readable without the distributor's lock: the guest's discovery
 /// reads (Linux reads GICD_TYPER and the PIDRs at boot and on every CPU
 /// bring-up) never serialise its vCPUs.
+#[inline]
 pub const fn constant_register(offset: u64, width: u8) -> Option<u64> {
     if width != 4 || !aligned(offset, width) {
         return None;

@@ -196,11 +196,13 @@ pub struct LrManager {
     /// Overflow queue in arrival order (FIFO among equal priorities).
     queue: [VirtIrq; QUEUE_CAPACITY],
     queue_len: usize,
-    /// Per private INTID (0..31): the register the last injection of it
-    /// went to, so that the next physical firing of a forwarded PPI goes
-    /// straight back there (see [`LrManager::reinject_hw`]). A hint only:
-    /// checked against `shadow_key` before use, never maintained.
+    /// Per private INTID (0..31): the register it was last placed in, so
+    /// that the next physical firing of a forwarded PPI goes straight back
+    /// there (see [`LrManager::reinject_hw`]). A hint only: checked against
+    /// `shadow_key` before use.
     last: [u8; 32],
+    /// Implemented list registers, read once (0: not yet).
+    count: u8,
 }
 
 impl Default for LrManager {
@@ -217,12 +219,35 @@ impl LrManager {
             queue_len: 0,
             shadow_key: [0; MAX_LR_COUNT],
             last: [u8::MAX; 32],
+            count: 0,
+        }
+    }
+
+    /// The number of list registers, read from the hardware once.
+    #[inline(always)]
+    fn cached_count(&mut self, lrs: &impl ListRegisters) -> usize {
+        if self.count == 0 {
+            self.count = self.lr_count(lrs) as u8;
+        }
+        self.count as usize
+    }
+
+    /// Record what register `n` now holds (its Pending value `key`, 0 when
+    /// free), and where a private interrupt went.
+    #[inline(always)]
+    fn record(&mut self, n: usize, irq: Option<VirtIrq>, key: u64) {
+        self.shadow[n] = irq;
+        self.shadow_key[n] = key;
+        if let Some(irq) = irq {
+            if irq.intid < 32 {
+                self.last[irq.intid as usize] = n as u8;
+            }
         }
     }
 
     fn set_shadow(&mut self, n: usize, irq: Option<VirtIrq>) {
-        self.shadow[n] = irq;
-        self.shadow_key[n] = irq.map_or(0, |irq| encode_lr(&irq, LrState::Pending));
+        let key = irq.map_or(0, |irq| encode_lr(&irq, LrState::Pending));
+        self.record(n, irq, key);
     }
 
     /// Inject a HW-linked private interrupt whose physical instance just
@@ -233,6 +258,7 @@ impl LrManager {
     /// this same interrupt (same priority: one word compared), it is written
     /// there again: one ICH_ELRSR read and one list-register write, no scan.
     /// Anything else takes [`LrManager::inject`].
+    #[inline(always)]
     pub fn reinject_hw(
         &mut self,
         lrs: &mut impl ListRegisters,
@@ -259,14 +285,8 @@ impl LrManager {
         lrs: &mut impl ListRegisters,
         irq: VirtIrq,
     ) -> Result<(), InjectError> {
-        self.inject(lrs, irq)?;
-        if irq.intid < 32 {
-            let count = self.lr_count(lrs);
-            self.last[(irq.intid & 31) as usize] = self
-                .lr_holding(count, irq.intid)
-                .map_or(u8::MAX, |n| n as u8);
-        }
-        Ok(())
+        // `record` keeps `last` pointing at wherever it goes.
+        self.inject(lrs, irq)
     }
 
     /// Number of interrupts waiting for a free list register.
@@ -288,7 +308,42 @@ impl LrManager {
     ///   the queue and `irq` takes its place; otherwise `irq` is queued.
     ///
     /// ICH_HCR_EL2.UIE is on exactly while the queue is non-empty.
+    #[inline(always)]
     pub fn inject(
+        &mut self,
+        lrs: &mut impl ListRegisters,
+        irq: VirtIrq,
+    ) -> Result<(), InjectError> {
+        // The common case, decided from the shadow keys alone: nothing
+        // queued, and either no register holds this vINTID (take the lowest
+        // empty one) or the one that does has been completed and is empty
+        // (reuse it). Same outcome as the general path below, without its
+        // scans; UIE stays off because the queue stays empty.
+        if self.queue_len == 0 && irq.intid < INTID_LIMIT && irq.hw_intid.is_none() {
+            let count = self.cached_count(lrs);
+            let empty = lrs.empty_lr_mask();
+            let held = (0..count).find(|&n| {
+                let key = self.shadow_key[n];
+                key != 0 && key & LR_VINTID_MASK == u64::from(irq.intid)
+            });
+            let usable = empty & count_mask(count);
+            let target = match held {
+                None if usable != 0 => Some(usable.trailing_zeros() as usize),
+                Some(n) if usable & bit(n) != 0 => Some(n),
+                _ => None,
+            };
+            if let Some(n) = target {
+                self.place(lrs, n, irq);
+                return Ok(());
+            }
+        }
+        self.inject_general(lrs, irq)
+    }
+
+    /// [`LrManager::inject`] for everything but the common case: validity,
+    /// instances already held, the queue, eviction.
+    #[inline(never)]
+    fn inject_general(
         &mut self,
         lrs: &mut impl ListRegisters,
         irq: VirtIrq,
@@ -303,32 +358,6 @@ impl LrManager {
         }
         let count = self.lr_count(lrs);
         let mut empty = lrs.empty_lr_mask();
-
-        // The common case, decided from the shadow keys alone: nothing
-        // queued, and either no register holds this vINTID (take the lowest
-        // empty one) or the one that does has been completed and is empty
-        // (reuse it). Same outcome as the general path below, without its
-        // scans; UIE stays off because the queue stays empty.
-        if self.queue_len == 0 {
-            let mut held = None;
-            for n in 0..count {
-                let key = self.shadow_key[n];
-                if key != 0 && key & LR_VINTID_MASK == u64::from(irq.intid) {
-                    held = Some(n);
-                    break;
-                }
-            }
-            let usable = empty & count_mask(count);
-            let target = match held {
-                None if usable != 0 => Some(usable.trailing_zeros() as usize),
-                Some(n) if usable & bit(n) != 0 => Some(n),
-                _ => None,
-            };
-            if let Some(n) = target {
-                self.place(lrs, n, irq);
-                return Ok(());
-            }
-        }
 
         if let Some(n) = self.lr_holding(count, irq.intid) {
             let (current, state) = decode_lr(lrs.read_lr(n));
@@ -536,11 +565,11 @@ impl LrManager {
         victim
     }
 
+    #[inline(always)]
     fn place(&mut self, lrs: &mut impl ListRegisters, n: usize, irq: VirtIrq) {
         let value = encode_lr(&irq, LrState::Pending);
         lrs.write_lr(n, value);
-        self.shadow[n] = Some(irq);
-        self.shadow_key[n] = value;
+        self.record(n, Some(irq), value);
     }
 
     /// Move queued interrupts into free list registers, most urgent first.

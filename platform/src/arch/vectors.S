@@ -11,15 +11,15 @@
 .equ FRAME_SIZE, 272                  // x0-x30, ELR_EL2, SPSR_EL2, pad
 .equ IRQ_FRAME_SIZE, 160              // x0-x18, x30
 
-// The IRQ call site. PINFOLD_IRQ_FNPTR (set by arch/mod.rs from the
+// An IRQ call site. PINFOLD_IRQ_FNPTR (set by arch/mod.rs from the
 // `ablate-irq-fnptr` cargo feature, 0 otherwise) swaps it for the
 // conventional mechanism the runtime constant replaces: load the handler
-// from a pointer in data (pinfold_irq_handler_ptr, the default handler until
-// boot stores the root handler) and `blr` it. docs/PERFORMANCE.md, Ablations.
-.macro IRQ_CALL
+// from the site's pointer in data (`ptr`, the default handler until boot
+// stores the root handler) and `blr` it. docs/PERFORMANCE.md, Ablations.
+.macro IRQ_CALL ptr
 .if PINFOLD_IRQ_FNPTR
-    adrp    x16, pinfold_irq_handler_ptr
-    ldr     x16, [x16, :lo12:pinfold_irq_handler_ptr]
+    adrp    x16, \ptr
+    ldr     x16, [x16, :lo12:\ptr]
     blr     x16
 .else
     bl      pinfold_default_irq_handler
@@ -124,8 +124,7 @@ guest_irq:
     SAVE_CALLER_SAVED
 .global pinfold_irq_site_guest
 pinfold_irq_site_guest:
-    IRQ_CALL
-    bl      pinfold_after_guest_irq
+    IRQ_CALL pinfold_irq_handler_ptr_guest
     b       irq_return
 
 // An interrupt while the hypervisor itself runs with IRQs unmasked (idle).
@@ -133,7 +132,7 @@ hv_irq:
     SAVE_CALLER_SAVED
 .global pinfold_irq_site_hv
 pinfold_irq_site_hv:
-    IRQ_CALL
+    IRQ_CALL pinfold_irq_handler_ptr_hv
 irq_return:
     ldp     x18, x30, [sp, #144]
     ldp     x16, x17, [sp, #128]
@@ -215,8 +214,11 @@ pinfold_enter_guest:
 .if PINFOLD_IRQ_FNPTR
 .section .data.pinfold_irq_handler_ptr, "aw"
 .balign 8
-.global pinfold_irq_handler_ptr
-pinfold_irq_handler_ptr:
+.global pinfold_irq_handler_ptr_guest
+pinfold_irq_handler_ptr_guest:
+    .quad   pinfold_default_irq_handler
+.global pinfold_irq_handler_ptr_hv
+pinfold_irq_handler_ptr_hv:
     .quad   pinfold_default_irq_handler
 .section .text, "ax"
 .endif
