@@ -5,9 +5,13 @@
 //! to the core and applies what it returns.
 #![no_std]
 #![no_main]
+// Under this ablation the call-site patching (irq::install_root_handler and
+// its arch helpers) is left unused: the vectors load a function pointer.
+#![cfg_attr(feature = "ablate-irq-fnptr", allow(dead_code))]
 
 extern crate alloc;
 
+mod ablate;
 mod arch;
 mod heap;
 mod hw;
@@ -20,7 +24,7 @@ use aarch64_cpu::registers::{Writeable, HCR_EL2, VBAR_EL2};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use pinfold_config::Plan;
-use pinfold_drivers::gicv3::{self, GicV3Cpu, GICV3_CAPS};
+use pinfold_drivers::gicv3::{self, GicV3Cpu};
 use pinfold_drivers::pl011::Pl011Uart;
 use pinfold_hv::dtb::{early_uart, host_resources, parse_host_dtb, Conduit, HostInfo};
 use pinfold_hv::exit::{SpiOp, SGI_MAILBOX};
@@ -55,7 +59,7 @@ fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
             &host.gic.redist_regions,
             host.gic.redist_stride,
             local.state.mpidr,
-            GICV3_CAPS,
+            ablate::GIC_CPU_CAPS,
         )
     };
     let Some(mut chip) = chip else {
@@ -180,7 +184,11 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     // SAFETY: the boot CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
+    ablate::log_ablations();
+    #[cfg(not(feature = "ablate-irq-fnptr"))]
     irq::install_root_handler();
+    #[cfg(feature = "ablate-irq-fnptr")]
+    ablate::install_root_handler();
     sys.program_spis(&mut local.hw);
 
     // Host UART input, routed to this CPU.

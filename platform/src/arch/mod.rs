@@ -10,7 +10,13 @@ use alloc::vec::Vec;
 use core::arch::{asm, global_asm};
 
 global_asm!(include_str!("entry.S"));
-global_asm!(include_str!("vectors.S"));
+// The IRQ call sites: patched once at boot (runtime constant), or, with the
+// `ablate-irq-fnptr` feature of `cargo xtask bench`, a load of a function
+// pointer and `blr` (vectors.S, IRQ_CALL).
+#[cfg(not(feature = "ablate-irq-fnptr"))]
+global_asm!(".equ PINFOLD_IRQ_FNPTR, 0", include_str!("vectors.S"));
+#[cfg(feature = "ablate-irq-fnptr")]
+global_asm!(".equ PINFOLD_IRQ_FNPTR, 1", include_str!("vectors.S"));
 
 /// Guest general purpose registers saved by the vectors: the core's
 /// `GuestRegs` (layout shared with vectors.S: x0-x30, ELR_EL2, SPSR_EL2, pad).

@@ -11,6 +11,21 @@
 .equ FRAME_SIZE, 272                  // x0-x30, ELR_EL2, SPSR_EL2, pad
 .equ IRQ_FRAME_SIZE, 160              // x0-x18, x30
 
+// An IRQ call site. PINFOLD_IRQ_FNPTR (set by arch/mod.rs from the
+// `ablate-irq-fnptr` cargo feature, 0 otherwise) swaps it for the
+// conventional mechanism the runtime constant replaces: load the handler
+// from the site's pointer in data (`ptr`, the default handler until boot
+// stores the root handler) and `blr` it. docs/PERFORMANCE.md, Ablations.
+.macro IRQ_CALL ptr
+.if PINFOLD_IRQ_FNPTR
+    adrp    x16, \ptr
+    ldr     x16, [x16, :lo12:\ptr]
+    blr     x16
+.else
+    bl      pinfold_default_irq_handler
+.endif
+.endm
+
 .macro SAVE_GUEST
     stp     x2, x3, [sp, #16]
     stp     x4, x5, [sp, #32]
@@ -109,7 +124,7 @@ guest_irq:
     SAVE_CALLER_SAVED
 .global pinfold_irq_site_guest
 pinfold_irq_site_guest:
-    bl      pinfold_default_irq_handler
+    IRQ_CALL pinfold_irq_handler_ptr_guest
     b       irq_return
 
 // An interrupt while the hypervisor itself runs with IRQs unmasked (idle).
@@ -117,7 +132,7 @@ hv_irq:
     SAVE_CALLER_SAVED
 .global pinfold_irq_site_hv
 pinfold_irq_site_hv:
-    bl      pinfold_default_irq_handler
+    IRQ_CALL pinfold_irq_handler_ptr_hv
 irq_return:
     ldp     x18, x30, [sp, #144]
     ldp     x16, x17, [sp, #128]
@@ -195,6 +210,18 @@ pinfold_enter_guest:
     ldp     x28, x29, [x0, #224]
     ldp     x0, x1, [x0, #0]
     eret
+
+.if PINFOLD_IRQ_FNPTR
+.section .data.pinfold_irq_handler_ptr, "aw"
+.balign 8
+.global pinfold_irq_handler_ptr_guest
+pinfold_irq_handler_ptr_guest:
+    .quad   pinfold_default_irq_handler
+.global pinfold_irq_handler_ptr_hv
+pinfold_irq_handler_ptr_hv:
+    .quad   pinfold_default_irq_handler
+.section .text, "ax"
+.endif
 
 // pinfold_reset_stack_and_call(stack_top: u64, f: extern "C" fn() -> !) -> !
 .global pinfold_reset_stack_and_call

@@ -28,13 +28,27 @@
 //!   a CPU in WFI executes nothing) the ticks count only the instructions
 //!   of the round trip itself on both CPUs.
 //!
+//! - `bench_loadput_loop` (after the SGI round trips, which end with vCPU 1
+//!   switched off by SGI 4): vCPU 0 starts vCPU 1 with PSCI CPU_ON and
+//!   waits in WFI with IRQs masked; vCPU 1's entry (`bench_loadput_entry`)
+//!   sends SGI 3 to vCPU 0 and calls PSCI CPU_OFF; vCPU 0 wakes, takes the
+//!   SGI from ICC_IAR1_EL1 and starts vCPU 1 again. In a partition that is
+//!   one vCPU load and one put per round trip, plus the two cross-CPU
+//!   requests; a CPU_ON refused because vCPU 1 is not off yet is retried
+//!   and counted (`retries=`).
+//!
+//! The scaling mode (bootargs `pinfold-bench=scale`, vm-configs/qemu-virt/
+//! bench-scale.toml, run under multi-threaded TCG without icount) is
+//! [`scale`]: exits per second per vCPU, with one and with two vCPUs
+//! trapping at once, for a fixed stretch of the guest counter.
+//!
 //! Output: one `PROBE bench <row>: key=value ...` line per row, or `PROBE
 //! bench <row>: skipped (why)`, then `PROBE bench end`.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use pinfold_vboard::fid::{CPU_ON_64, PSCI_VERSION};
+use pinfold_vboard::fid::{AFFINITY_INFO_64, CPU_OFF, CPU_ON_64, PSCI_VERSION};
 use pinfold_vboard::{GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICR_BASE, PPI_VTIMER};
 
 /// The SGI the round trip uses (the isolation probe uses 1 and 2).
@@ -51,6 +65,13 @@ const VTIMER_AHEAD_TICKS: u64 = 32;
 /// Untimed round trips first (the responder reaches its WFI), then timed.
 const SGI_WARMUP: u64 = 16;
 const SGI_ITERATIONS: u64 = 1000;
+/// The SGI that switches the SGI responder (vCPU 1) off with PSCI CPU_OFF.
+const OFF_SGI: u32 = 4;
+/// CPU_ON -> CPU_OFF round trips of vCPU 1: untimed, then timed.
+const LOADPUT_WARMUP: u64 = 4;
+const LOADPUT_ITERATIONS: u64 = 200;
+/// AFFINITY_INFO polls (each followed by a WFE) for vCPU 1 to be off.
+const OFF_WAIT: u32 = 100_000;
 /// WFE rounds to wait for vCPU 1 to come up (each yields to other CPUs).
 const SECONDARY_WAIT: u32 = 1_000_000;
 
@@ -71,6 +92,9 @@ const GICR_IGROUPR0: u64 = 0x0080;
 const GICR_ISENABLER0: u64 = 0x0100;
 const GICR_ICENABLER0: u64 = 0x0180;
 const GICR_IPRIORITYR0: u64 = 0x0400;
+// The same offsets as the `str` immediates of bench_scale_gicr.
+const GICR_SGI_FRAME_ISENABLER0: u64 = GICR_ISENABLER0;
+const GICR_SGI_FRAME_ICENABLER0: u64 = GICR_ICENABLER0;
 const BENCH_PRIORITY: u32 = 0x80;
 const POLL_LIMIT: u32 = 10_000;
 
@@ -285,9 +309,131 @@ bench_sgi1_vectors:
     cmp     x11, #{sgi}
     b.ne    4f
     msr     S3_0_C12_C11_5, x12     // ICC_SGI1R_EL1: the answer
+    msr     S3_0_C12_C12_1, x11     // ICC_EOIR1_EL1
+    eret
 4:  msr     S3_0_C12_C12_1, x11     // ICC_EOIR1_EL1
+    cmp     x11, #{off_sgi}
+    b.eq    bench_cpu_off           // the bench is done with this vCPU
     eret
     FWD_AFTER_IRQ
+
+// u64 bench_loadput_loop(u64 iterations, u64 entry, u64 sgi1r, u64 *retries):
+// ticks of `iterations` round trips: PSCI CPU_ON of vCPU 1 (MPIDR 1) at
+// `entry` with context `sgi1r` (vCPU 1's answer to vCPU 0), then WFI with
+// IRQs masked until the answer is pending, acknowledged from ICC_IAR1_EL1.
+// A CPU_ON refused with ALREADY_ON or ON_PENDING (vCPU 1 not off yet) is
+// retried and counted; any other refusal ends the loop, returning
+// u64::MAX. SMCCC lets the callee clobber x0-x17: the loop state lives in
+// x19-x24.
+.global bench_loadput_loop
+bench_loadput_loop:
+    stp     x19, x20, [sp, #-48]!
+    stp     x21, x22, [sp, #16]
+    stp     x23, x24, [sp, #32]
+    mov     x19, x0
+    mov     x20, x1
+    mov     x21, x2
+    mov     x22, x3
+    mov     x23, #0
+    msr     daifset, #2
+    isb
+    mrs     x24, cntvct_el0
+1:  ldr     x0, ={cpu_on}
+    mov     x1, #1
+    mov     x2, x20
+    mov     x3, x21
+    hvc     #0
+    cbnz    x0, 3f
+2:  wfi
+    mrs     x0, S3_0_C12_C12_0      // ICC_IAR1_EL1
+    cmp     x0, #1020
+    b.hs    2b                      // nothing pending: a spurious wake
+    msr     S3_0_C12_C12_1, x0      // ICC_EOIR1_EL1
+    subs    x19, x19, #1
+    b.ne    1b
+    isb
+    mrs     x0, cntvct_el0
+    sub     x0, x0, x24
+6:  str     x23, [x22]
+    ldp     x23, x24, [sp, #32]
+    ldp     x21, x22, [sp, #16]
+    ldp     x19, x20, [sp], #48
+    ret
+3:  cmn     x0, #{already_on}
+    b.eq    4f
+    cmn     x0, #{on_pending}
+    b.ne    5f
+4:  add     x23, x23, #1
+    b       1b
+5:  mov     x0, #-1
+    b       6b
+
+// vCPU 1's PSCI CPU_ON entry in the load/put loop (x0 = context = the SGI
+// to vCPU 0): answer, then switch off. Nothing else: the round trip is the
+// hypervisor's load and put.
+.global bench_loadput_entry
+bench_loadput_entry:
+    msr     S3_0_C12_C11_5, x0      // ICC_SGI1R_EL1
+bench_cpu_off:
+    ldr     x0, ={cpu_off}
+    hvc     #0
+5:  wfe                             // CPU_OFF does not return on success
+    b       5b
+
+// u64 bench_scale_gicr(u64 sgi_frame, u64 end): until CNTVCT_EL0 >= end,
+// enable and disable PPI 27 (the virtual timer) in the redistributor SGI
+// frame at `sgi_frame`: GICR_ISENABLER0 then GICR_ICENABLER0, each a
+// trapped write whose enable change the hypervisor applies to its own
+// redistributor (hv::irqchip::change_percpu_state). Returns the writes.
+.global bench_scale_gicr
+bench_scale_gicr:
+    mov     x3, #0
+    mov     w4, #(1 << {vtimer})
+1:  str     w4, [x0, #{isenabler0}]
+    str     w4, [x0, #{icenabler0}]
+    add     x3, x3, #2
+    mrs     x5, cntvct_el0
+    cmp     x5, x1
+    b.lo    1b
+    mov     x0, x3
+    ret
+
+// u64 bench_scale_hvc(u64 end): HVC PSCI_VERSION, two per iteration, until
+// CNTVCT_EL0 >= end; returns the calls. State in x19/x20 (SMCCC clobbers
+// x0-x17).
+.global bench_scale_hvc
+bench_scale_hvc:
+    stp     x19, x20, [sp, #-16]!
+    mov     x19, x0
+    mov     x20, #0
+1:  mov     w0, #{psci_version}
+    hvc     #0
+    mov     w0, #{psci_version}
+    hvc     #0
+    add     x20, x20, #2
+    mrs     x1, cntvct_el0
+    cmp     x1, x19
+    b.lo    1b
+    mov     x0, x20
+    ldp     x19, x20, [sp], #16
+    ret
+
+// PSCI CPU_ON entry of vCPU 1 in the scaling mode: x0 = its job; the
+// secondary stack (no other bench runs in this mode), the main vectors,
+// Rust.
+.global bench_scale_entry
+bench_scale_entry:
+    msr     daifset, #0xf
+    adrp    x1, bench_secondary_stack_top
+    add     x1, x1, :lo12:bench_secondary_stack_top
+    mov     sp, x1
+    adrp    x1, exception_vectors
+    add     x1, x1, :lo12:exception_vectors
+    msr     vbar_el1, x1
+    isb
+    bl      {scale_secondary}
+6:  wfe
+    b       6b
 
 .section .bss.bench_secondary_stack, "aw", %nobits
 .balign 16
@@ -297,7 +443,16 @@ bench_secondary_stack_top:
 "#,
     psci_version = const PSCI_VERSION,
     sgi = const BENCH_SGI,
+    off_sgi = const OFF_SGI,
+    cpu_on = const CPU_ON_64,
+    already_on = const 4,
+    on_pending = const 5,
+    cpu_off = const CPU_OFF,
     secondary_main = sym secondary_main,
+    scale_secondary = sym scale_secondary,
+    vtimer = const PPI_VTIMER,
+    isenabler0 = const GICR_SGI_FRAME_ISENABLER0,
+    icenabler0 = const GICR_SGI_FRAME_ICENABLER0,
 );
 
 extern "C" {
@@ -306,6 +461,11 @@ extern "C" {
     fn bench_vtimer_trial(entry: u64, ahead: u64, out: *mut [u64; 4]);
     fn bench_sgi_loop(iterations: u64, sgi1r: u64) -> u64;
     fn bench_sgi_responder(sgi1r: u64) -> !;
+    fn bench_loadput_loop(iterations: u64, entry: u64, sgi1r: u64, retries: *mut u64) -> u64;
+    fn bench_loadput_entry();
+    fn bench_scale_gicr(sgi_frame: u64, end: u64) -> u64;
+    fn bench_scale_hvc(end: u64) -> u64;
+    fn bench_scale_entry();
     // Code addresses only, never called from Rust.
     fn bench_vtimer_handler();
     fn bench_secondary_entry();
@@ -336,7 +496,8 @@ pub fn run(env: &Env) {
     hvc(env);
     gicd();
     vtimer();
-    sgi(env);
+    let secondary_up = sgi(env);
+    loadput(env, secondary_up);
     println!("PROBE bench end");
 }
 
@@ -458,20 +619,27 @@ fn vtimer() {
     }
 }
 
-fn sgi(env: &Env) {
+/// The SGI round trips; returns whether vCPU 1 was started (and answers
+/// SGIs).
+fn sgi(env: &Env) -> bool {
     if env.conduit == Conduit::None {
-        return println!("PROBE bench sgi: skipped (no PSCI conduit to start vCPU 1)");
+        println!("PROBE bench sgi: skipped (no PSCI conduit to start vCPU 1)");
+        return false;
     }
     let entry = addr_of_code(bench_secondary_entry);
     match crate::smccc(env.conduit == Conduit::Smc, CPU_ON_64, 1, entry, 0) {
         Ok(0) => {}
         Ok(r) => {
-            return println!(
+            println!(
                 "PROBE bench sgi: skipped (CPU_ON MPIDR 1 -> {}: one vCPU)",
                 r as i64
-            )
+            );
+            return false;
         }
-        Err(f) => return println!("PROBE bench sgi: skipped (CPU_ON raised {f})"),
+        Err(f) => {
+            println!("PROBE bench sgi: skipped (CPU_ON raised {f})");
+            return false;
+        }
     }
     let ready = (0..SECONDARY_WAIT).any(|_| {
         if SECONDARY_READY.load(Ordering::Acquire) != 0 {
@@ -482,7 +650,8 @@ fn sgi(env: &Env) {
         false
     });
     if !ready {
-        return println!("PROBE bench sgi: skipped (vCPU 1 did not come up)");
+        println!("PROBE bench sgi: skipped (vCPU 1 did not come up)");
+        return true;
     }
     gic_enable(0, BENCH_SGI, true);
     set_vbar(addr_of_code(bench_sgi0_vectors));
@@ -499,13 +668,82 @@ fn sgi(env: &Env) {
     println!(
         "PROBE bench sgi: iterations={SGI_ITERATIONS} ticks={ticks} method=wfi-both sgi={BENCH_SGI}"
     );
+    true
 }
+
+/// `PROBE bench loadput:` CPU_ON -> CPU_OFF round trips of vCPU 1 (one
+/// load and one put each in a partition), after switching off the SGI
+/// responder if `secondary_up`.
+fn loadput(env: &Env, secondary_up: bool) {
+    if env.conduit != Conduit::Hvc {
+        return println!(
+            "PROBE bench loadput: skipped (PSCI conduit is {}, not hvc)",
+            env.conduit.name()
+        );
+    }
+    if secondary_up {
+        // SAFETY: ICC_SGI1R_EL1 (SGI 4 to vCPU 1, whose handler calls
+        // CPU_OFF); it changes no memory.
+        unsafe {
+            asm!("msr S3_0_C12_C11_5, {}", "isb", in(reg) sgi1r(OFF_SGI, 1), options(nostack))
+        };
+    }
+    let mut state = None;
+    for _ in 0..OFF_WAIT {
+        state = crate::smccc(false, AFFINITY_INFO_64, 1, 0, 0).ok();
+        match state {
+            Some(AFFINITY_OFF) => break,
+            Some(AFFINITY_ON | AFFINITY_ON_PENDING) => {}
+            // No vCPU 1 (one vCPU) or no AFFINITY_INFO: nothing to wait for.
+            _ => break,
+        }
+        // SAFETY: `wfe` only waits (under QEMU it yields to the other CPUs).
+        unsafe { asm!("wfe", options(nomem, nostack)) };
+    }
+    match state {
+        Some(AFFINITY_OFF) => {}
+        Some(AFFINITY_ON | AFFINITY_ON_PENDING) => {
+            return println!("PROBE bench loadput: skipped (vCPU 1 did not switch off)")
+        }
+        Some(r) => {
+            return println!(
+                "PROBE bench loadput: skipped (AFFINITY_INFO MPIDR 1 -> {}: one vCPU)",
+                r as i64
+            )
+        }
+        None => return println!("PROBE bench loadput: skipped (AFFINITY_INFO raised a fault)"),
+    }
+    gic_enable(0, BENCH_SGI, true);
+    let entry = addr_of_code(bench_loadput_entry);
+    let answer = sgi1r(BENCH_SGI, 0);
+    let (mut warm_retries, mut retries) = (0u64, 0u64);
+    // SAFETY: vCPU 1 is off; its entry only sends SGI 3 to vCPU 0 and
+    // calls CPU_OFF. The loop keeps IRQs masked and clobbers only what
+    // SMCCC allows; x19-x24 are restored.
+    let ticks = unsafe {
+        bench_loadput_loop(LOADPUT_WARMUP, entry, answer, &mut warm_retries);
+        bench_loadput_loop(LOADPUT_ITERATIONS, entry, answer, &mut retries)
+    };
+    gic_enable(0, BENCH_SGI, false);
+    if ticks == u64::MAX {
+        return println!("PROBE bench loadput: skipped (CPU_ON of vCPU 1 refused)");
+    }
+    println!(
+        "PROBE bench loadput: iterations={LOADPUT_ITERATIONS} warmup={LOADPUT_WARMUP} \
+         ticks={ticks} retries={retries} warmup_retries={warm_retries} method=cpu_on-sgi-cpu_off"
+    );
+}
+
+// AFFINITY_INFO results (PSCI DEN0022 5.1.7).
+const AFFINITY_ON: u64 = 0;
+const AFFINITY_OFF: u64 = 1;
+const AFFINITY_ON_PENDING: u64 = 2;
 
 /// vCPU 1's Rust entry (from bench_secondary_entry): its redistributor and
 /// CPU interface, then it answers SGIs forever.
 extern "C" fn secondary_main() -> ! {
     let index = mpidr() & 0xff;
-    gic_cpu_init(index, &[BENCH_SGI]);
+    gic_cpu_init(index, &[BENCH_SGI, OFF_SGI]);
     set_vbar(addr_of_code(bench_sgi1_vectors));
     SECONDARY_READY.store(1, Ordering::Release);
     // SAFETY: the vectors that answer are installed; the responder never
@@ -617,5 +855,195 @@ fn gic_enable(index: u64, intid: u32, on: bool) {
         gic_write32(frame + GICR_ISENABLER0, 1 << intid);
     } else {
         gic_write32(frame + GICR_ICENABLER0, 1 << intid);
+    }
+}
+
+// --- Scaling mode (bootargs `pinfold-bench=scale`) ---------------------------
+
+/// Rounds of every (exit, N) measurement, interleaved.
+const SCALE_ROUNDS: u64 = 3;
+/// Each measurement's stretch of the guest counter: 1/5 s.
+const SCALE_WINDOW_DIVISOR: u64 = 5;
+/// How long before the window opens its start is set: enough for vCPU 1 to
+/// be started and reach its loop on a busy host (1/10 s). A vCPU that still
+/// arrives late reports by how much (`late1=`), and the xtask counts its
+/// rate over the part of the window it ran.
+const SCALE_LEAD_DIVISOR: u64 = 10;
+
+/// The exits the scaling loops make.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+enum ScaleExit {
+    /// Trapped GICR_ISENABLER0/ICENABLER0 writes of PPI 27: each changes
+    /// the timer PPI's enable state on the vCPU's own CPU.
+    Gicr = 0,
+    /// HVC PSCI_VERSION: a trap that changes no interrupt state (control).
+    Hvc = 1,
+}
+
+impl ScaleExit {
+    fn name(self) -> &'static str {
+        match self {
+            ScaleExit::Gicr => "gicr",
+            ScaleExit::Hvc => "hvc",
+        }
+    }
+}
+
+/// What vCPU 1 runs in a two-vCPU measurement (shared with vCPU 0; every
+/// field is read or written with plain loads and stores, ordered by the
+/// `done` flag).
+#[repr(C)]
+struct ScaleJob {
+    exit: AtomicU64,
+    start: AtomicU64,
+    end: AtomicU64,
+    count: AtomicU64,
+    /// CNTVCT_EL0 when vCPU 1 reached the window's start.
+    reached: AtomicU64,
+    done: AtomicU64,
+}
+
+static SCALE_JOB: ScaleJob = ScaleJob {
+    exit: AtomicU64::new(0),
+    start: AtomicU64::new(0),
+    end: AtomicU64::new(0),
+    count: AtomicU64::new(0),
+    reached: AtomicU64::new(0),
+    done: AtomicU64::new(0),
+};
+
+fn cntvct() -> u64 {
+    let v: u64;
+    // SAFETY: reads the virtual counter; no side effects.
+    unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// Waits for the window's start, then makes `exit` exits until its end;
+/// returns (exits, counter when the start was seen).
+fn scale_window(exit: ScaleExit, vcpu: u64, start: u64, end: u64) -> (u64, u64) {
+    let reached = loop {
+        let now = cntvct();
+        if now >= start {
+            break now;
+        }
+        core::hint::spin_loop();
+    };
+    // SAFETY: the loops write only this vCPU's own redistributor SGI frame
+    // (PPI 27, whose timer stays off) or make HVC PSCI_VERSION calls; they
+    // clobber only caller-saved registers and restore x19/x20.
+    let count = unsafe {
+        match exit {
+            ScaleExit::Gicr => bench_scale_gicr(sgi_frame(vcpu), end),
+            ScaleExit::Hvc => bench_scale_hvc(end),
+        }
+    };
+    (count, reached)
+}
+
+/// The scaling mode: for each round, each exit, N = 1 (vCPU 0 alone, vCPU 1
+/// off) and N = 2 (vCPU 1 started with PSCI CPU_ON for the window and
+/// switched off after), one `PROBE scale <exit>: n=.. round=.. ticks=..
+/// vcpu0=.. [vcpu1=.. late1=..]` line; counts are exits, `ticks` the
+/// window in counter ticks (CNTFRQ in the env line). Under multi-threaded
+/// TCG without icount the counter follows the host's clock: wall clock.
+pub fn scale(env: &Env) {
+    let (cntfrq, _) = crate::counter();
+    let cntfrq = if cntfrq == 0 { 62_500_000 } else { cntfrq };
+    let window = cntfrq / SCALE_WINDOW_DIVISOR;
+    let lead = cntfrq / SCALE_LEAD_DIVISOR;
+    println!(
+        "PROBE scale env: cntfrq={cntfrq} window_ticks={window} rounds={SCALE_ROUNDS} \
+         psci={}",
+        env.conduit.name()
+    );
+    if env.conduit != Conduit::Hvc {
+        println!("PROBE scale end: skipped (PSCI conduit is not hvc)");
+        return;
+    }
+    silence_vtimer();
+    let entry = addr_of_code(bench_scale_entry);
+    let job = &SCALE_JOB as *const ScaleJob as u64;
+    for round in 0..SCALE_ROUNDS {
+        for exit in [ScaleExit::Gicr, ScaleExit::Hvc] {
+            let start = cntvct() + lead;
+            let (c0, _) = scale_window(exit, 0, start, start + window);
+            println!(
+                "PROBE scale {}: n=1 round={round} ticks={window} vcpu0={c0}",
+                exit.name()
+            );
+
+            SCALE_JOB.exit.store(exit as u64, Ordering::Relaxed);
+            let start = cntvct() + lead;
+            SCALE_JOB.start.store(start, Ordering::Relaxed);
+            SCALE_JOB.end.store(start + window, Ordering::Relaxed);
+            SCALE_JOB.done.store(0, Ordering::Release);
+            match crate::smccc(false, CPU_ON_64, 1, entry, job) {
+                Ok(0) => {}
+                Ok(r) => {
+                    println!(
+                        "PROBE scale end: skipped (CPU_ON MPIDR 1 -> {}: one vCPU)",
+                        r as i64
+                    );
+                    return;
+                }
+                Err(f) => {
+                    println!("PROBE scale end: skipped (CPU_ON raised {f})");
+                    return;
+                }
+            }
+            let (c0, _) = scale_window(exit, 0, start, start + window);
+            while SCALE_JOB.done.load(Ordering::Acquire) == 0 {
+                core::hint::spin_loop();
+            }
+            let c1 = SCALE_JOB.count.load(Ordering::Relaxed);
+            let late = SCALE_JOB
+                .reached
+                .load(Ordering::Relaxed)
+                .saturating_sub(start);
+            // vCPU 1 switches itself off; wait until it is, for the next N = 1.
+            while crate::smccc(false, AFFINITY_INFO_64, 1, 0, 0).ok() != Some(AFFINITY_OFF) {
+                core::hint::spin_loop();
+            }
+            println!(
+                "PROBE scale {}: n=2 round={round} ticks={window} vcpu0={c0} vcpu1={c1} \
+                 late1={late}",
+                exit.name()
+            );
+        }
+    }
+    println!("PROBE scale end");
+}
+
+/// The virtual timer off, so that enabling PPI 27 never makes it pending.
+fn silence_vtimer() {
+    // SAFETY: CNTV_CTL_EL0 = 0 (timer disabled); no memory is touched.
+    unsafe { asm!("msr cntv_ctl_el0, xzr", "isb", options(nomem, nostack)) };
+}
+
+/// vCPU 1's Rust entry in the scaling mode (from bench_scale_entry): run
+/// the job's window, report, switch off.
+extern "C" fn scale_secondary(job: *const ScaleJob) -> ! {
+    // SAFETY: vCPU 0 passed SCALE_JOB's address as the CPU_ON context.
+    let job = unsafe { &*job };
+    silence_vtimer();
+    let exit = if job.exit.load(Ordering::Relaxed) == ScaleExit::Hvc as u64 {
+        ScaleExit::Hvc
+    } else {
+        ScaleExit::Gicr
+    };
+    let (start, end) = (
+        job.start.load(Ordering::Relaxed),
+        job.end.load(Ordering::Relaxed),
+    );
+    let (count, reached) = scale_window(exit, 1, start, end);
+    job.count.store(count, Ordering::Relaxed);
+    job.reached.store(reached, Ordering::Relaxed);
+    job.done.store(1, Ordering::Release);
+    let _ = crate::smccc(false, CPU_OFF, 0, 0, 0);
+    loop {
+        // SAFETY: CPU_OFF does not return on success; `wfe` only waits.
+        unsafe { asm!("wfe", options(nomem, nostack)) };
     }
 }

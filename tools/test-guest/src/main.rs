@@ -53,6 +53,8 @@ use pinfold_vboard::{
     GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID,
     GUEST_UART_SIZE,
 };
+/// The bootargs word that selects the scaling mode (bench::scale).
+const SCALE_BOOTARG: &str = "pinfold-bench=scale";
 /// Used only when the DTB has no usable /memory node.
 const RAM_SIZE_ASSUMED: u64 = 256 << 20;
 /// An IPA inside the device window that the partition is given nothing at.
@@ -958,6 +960,17 @@ impl Fdt {
         }
     }
 
+    /// Whether /chosen/bootargs has the word `word`.
+    fn bootargs_have(&self, word: &str) -> bool {
+        let Some(args) = self.prop(&[b"chosen"], b"bootargs") else {
+            return false;
+        };
+        let mut buf = [0u8; 256];
+        let n = self.string_into(args, &mut buf);
+        core::str::from_utf8(&buf[..n])
+            .is_ok_and(|args| args.split_ascii_whitespace().any(|w| w == word))
+    }
+
     /// Whether the string property at (`off`, `len`) is `s` (NUL-terminated).
     fn string_is(&self, (off, len): (u32, u32), s: &[u8]) -> bool {
         len as usize == s.len() + 1 && self.name_is(off, s, false)
@@ -1104,6 +1117,16 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
     };
     println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{GUEST_RAM_BASE:x}..0x{ram_end:x} ({source})");
     let (mode, conduit) = detect(fdt.as_ref());
+    let env = bench::Env {
+        bare: mode == Mode::Bare,
+        conduit,
+        entry_cntvct,
+    };
+    if fdt.as_ref().is_some_and(|f| f.bootargs_have(SCALE_BOOTARG)) {
+        println!("PROBE mode: scaling (bootargs `{SCALE_BOOTARG}`): no probes, no bench loops");
+        bench::scale(&env);
+        halt();
+    }
 
     if mode != Mode::Bare {
         probe_read_outside_ram(ram_end);
@@ -1116,11 +1139,7 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         probe_pmu();
         println!("PROBE done");
     }
-    bench::run(&bench::Env {
-        bare: mode == Mode::Bare,
-        conduit,
-        entry_cntvct,
-    });
+    bench::run(&env);
 
     let (mut freq, start) = counter();
     if freq == 0 {

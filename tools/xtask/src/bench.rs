@@ -13,7 +13,11 @@
 //!   SGI and boot-stamp rows (`probe`);
 //! - the default plan's Linux kernel and initramfs as the only partition of
 //!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
-//!   (`linux`).
+//!   (`linux`);
+//! - the bench image built again with each ablation feature of the EL2
+//!   image (`ablation::ABLATIONS`), the same probe twice each, compared row
+//!   by row with the default image, with the hypervisor's shared-lock
+//!   counts (its monitor's stats line, Ctrl-A s, `lockstats`).
 //!
 //! Every figure is printed with its method, and a column that changed
 //! between the two runs is flagged. Performance is measured here and never
@@ -24,9 +28,12 @@
 //! ablation, a scaling run, a workload): implement `Section` and push it in
 //! `run`.
 
+mod ablation;
 mod boot;
 mod linux;
+mod lockstats;
 mod probe;
+mod scale;
 mod size;
 mod svg;
 mod table;
@@ -45,9 +52,13 @@ use crate::provision::BARE_TARGET;
 use crate::qemu::{bare_command, qemu_command, Board, Extra};
 use crate::Workspace;
 
+pub use ablation::ABLATIONS;
+use ablation::{AblationSection, Variant};
 use boot::{run_init_seconds, BootSample, BootSection, BOOT_PARTITIONS};
 use linux::{LinuxGuest, LinuxRun, RUN_INIT};
+use lockstats::{LockStats, STATS_MARKER};
 use probe::{ProbeRun, END_MARKER};
+use scale::{ScaleImage, ScaleRun, ScaleSection, SCALE_END};
 use size::{parse_llvm_size, SizeSection};
 use table::{Goal, Repeat, Row};
 
@@ -55,6 +66,15 @@ use table::{Goal, Repeat, Row};
 pub const BENCH_CONFIG: &str = "vm-configs/qemu-virt/bench.toml";
 /// The plan of the Linux row: one Linux partition on a one-CPU board.
 pub const BENCH_LINUX_CONFIG: &str = "vm-configs/qemu-virt/bench-linux.toml";
+/// The plan of the scaling section: the probe guest in its scaling mode,
+/// two vCPUs on a two-CPU board.
+pub const BENCH_SCALE_CONFIG: &str = "vm-configs/qemu-virt/bench-scale.toml";
+/// The ablation the scaling section compares with the default image.
+const SCALE_ABLATION: &str = "ablate-chip-lock";
+/// Boots per image in the scaling section, interleaved between the images
+/// (each boot measures every exit and N `rounds` times).
+const SCALE_BOOTS: usize = 2;
+const SCALE_DEADLINE: Duration = Duration::from_secs(120);
 /// The probe guest's flat image, booted bare by QEMU.
 const TEST_GUEST: &str = "target/guest/test-guest.bin";
 
@@ -327,7 +347,7 @@ impl Report {
 /// A probe run as JSON: each row's fields (numbers where they parse), or
 /// `{"skipped": why}`.
 fn probe_json(run: &ProbeRun) -> Value {
-    let rows = run
+    let mut rows: Map<String, Value> = run
         .rows
         .iter()
         .map(|(row, entry)| {
@@ -346,6 +366,12 @@ fn probe_json(run: &ProbeRun) -> Value {
             (row.clone(), value)
         })
         .collect();
+    if let Some(locks) = &run.locks {
+        rows.insert("hypervisor_locks".into(), locks.json());
+    }
+    if !run.ablations.is_empty() {
+        rows.insert("hypervisor_ablations".into(), json!(run.ablations));
+    }
     Value::Object(rows)
 }
 
@@ -504,6 +530,9 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         boots,
     };
     let size = size_section(ws, &default)?;
+    // After the size section: each ablation build overwrites the EL2 ELF.
+    let ablations = ablation_section(&mut builder, &logs, &probe.pinfold)?;
+    let scaling = scale_section(&mut builder, &logs)?;
 
     let report = Report {
         qemu,
@@ -511,7 +540,12 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         rows,
         probe,
         linux,
-        sections: vec![Box::new(boot), Box::new(size)],
+        sections: vec![
+            Box::new(boot),
+            Box::new(size),
+            Box::new(ablations),
+            Box::new(scaling),
+        ],
         wall_clock_s: started.elapsed().as_secs_f64(),
     };
     println!("\n{}", report.text());
@@ -573,23 +607,42 @@ fn run_until(
     done: impl Fn(&str) -> bool,
 ) -> Result<Vec<Line>, XtaskError> {
     let qemu = QemuRun::spawn(cmd, log)?;
+    wait_line(&qemu, log, what, 0, Instant::now() + deadline, done)?;
+    Ok(qemu.lines())
+}
+
+/// Waits for a line from index `from` on that satisfies `done`, failing on
+/// the probe's fatal line.
+fn wait_line(
+    qemu: &QemuRun,
+    log: &Path,
+    what: &str,
+    from: usize,
+    deadline: Instant,
+    done: impl Fn(&str) -> bool,
+) -> Result<Line, XtaskError> {
     let line = qemu
-        .wait_for(what, 0, Instant::now() + deadline, |l| {
-            done(l) || l.contains(PROBE_FATAL)
-        })
+        .wait_for(what, from, deadline, |l| done(l) || l.contains(PROBE_FATAL))
         .map_err(|err| bad_log(log, err.to_string()))?;
     if line.text.contains(PROBE_FATAL) {
         return Err(bad_log(log, format!("the probe failed: `{}`", line.text)));
     }
-    Ok(qemu.lines())
+    Ok(line)
 }
 
 /// One probe boot, to its `PROBE bench end`; the probe must have seen
-/// itself in `mode` (`bare` or `partition`).
+/// itself in `mode` (`bare` or `partition`). In a partition the bench then
+/// types Ctrl-A s and reads the hypervisor's lock statistics.
 fn probe_run(cmd: Command, log: &Path, mode: &str) -> Result<ProbeRun, XtaskError> {
-    let lines = run_until(cmd, log, &format!("`{END_MARKER}`"), PROBE_DEADLINE, |l| {
+    let mut qemu = QemuRun::spawn(cmd, log)?;
+    let deadline = Instant::now() + PROBE_DEADLINE;
+    wait_line(&qemu, log, &format!("`{END_MARKER}`"), 0, deadline, |l| {
         l.contains(END_MARKER)
     })?;
+    if mode == "partition" {
+        hypervisor_stats(&mut qemu, log, deadline)?;
+    }
+    let lines = qemu.lines();
     let run = ProbeRun::parse(lines.iter().map(|l| l.text.as_str()));
     match run.mode() {
         Some(seen) if seen == mode => Ok(run),
@@ -598,6 +651,206 @@ fn probe_run(cmd: Command, log: &Path, mode: &str) -> Result<ProbeRun, XtaskErro
             format!("the probe ran as {seen:?} (`PROBE bench env: mode=`), expected {mode}"),
         )),
     }
+}
+
+/// Types Ctrl-A s and waits for the hypervisor's stats line.
+fn hypervisor_stats(qemu: &mut QemuRun, log: &Path, deadline: Instant) -> Result<(), XtaskError> {
+    let from = qemu.lines().len();
+    // Ctrl-A s: the hypervisor monitor prints its statistics.
+    qemu.send(b"\x01s")?;
+    let line = wait_line(
+        qemu,
+        log,
+        &format!("`{STATS_MARKER}` after Ctrl-A s"),
+        from,
+        deadline,
+        |l| LockStats::parse(l).is_some(),
+    )?;
+    if !line.text.starts_with("pinfold: ") {
+        return Err(bad_log(
+            log,
+            format!("the stats line is not the hypervisor's: `{}`", line.text),
+        ));
+    }
+    Ok(())
+}
+
+/// The bench image built again with each ablation feature, probed
+/// ICOUNT_RUNS times like the default image (whose runs are `default`).
+fn ablation_section(
+    builder: &mut Builder,
+    logs: &Path,
+    default: &[ProbeRun],
+) -> Result<AblationSection, XtaskError> {
+    let started = Instant::now();
+    if let Some(run) = default.iter().find(|r| !r.ablations.is_empty()) {
+        return Err(XtaskError::Provision(format!(
+            "the default bench image reports ablations {:?}",
+            run.ablations
+        )));
+    }
+    let mut ablated = Vec::new();
+    for ablation in ABLATIONS {
+        let image = builder.build_with_features(
+            Path::new(BENCH_CONFIG),
+            &format!("bench+{}.bin", ablation.feature),
+            &[ablation.feature],
+        )?;
+        let mut runs = Vec::new();
+        for run in 1..=ICOUNT_RUNS {
+            let log = logs.join(format!("probe-{}-{run}.log", ablation.feature));
+            let sample = probe_run(
+                qemu_command(&image.board, &image.image, &icount(Vec::new())),
+                &log,
+                "partition",
+            )?;
+            if sample.ablations != [ablation.feature] {
+                return Err(bad_log(
+                    &log,
+                    format!(
+                        "the hypervisor reports ablations {:?}, expected [{:?}]",
+                        sample.ablations, ablation.feature
+                    ),
+                ));
+            }
+            println!(
+                "xtask: bench: probe, {}, run {run}/{ICOUNT_RUNS}: {} rows, locks {:?}",
+                ablation.feature,
+                sample.rows.len(),
+                sample.locks.as_ref().map(|l| l.hot)
+            );
+            runs.push(sample);
+        }
+        ablated.push(Variant {
+            ablation: Some(ablation),
+            runs,
+        });
+    }
+    Ok(AblationSection {
+        method: format!(
+            "{BENCH_CONFIG} built once more per ablation with `cargo build -p pinfold --features \
+             <feature>` (platform/src/ablate.rs; the hypervisor's boot log names the feature and \
+             the bench checks it), then the same probe under the same flags \
+             (`-accel {ICOUNT_ACCEL} -icount {ICOUNT_ARG} -seed {QEMU_SEED}`), {ICOUNT_RUNS} runs \
+             per image; default = the table's Pinfold runs. Figures as in the table. vCPU load + \
+             put: vCPU 0 starts vCPU 1 with PSCI CPU_ON and waits in WFI (IRQs masked); vCPU 1's \
+             entry sends SGI 3 to vCPU 0 and calls PSCI CPU_OFF; vCPU 0 takes the SGI from \
+             ICC_IAR1_EL1 and starts it again: one load and one put of vCPU 1 per round trip, \
+             with the CPU_ON request, the SGI and both traps; 200 timed round trips after 4. \
+             Locks: after `PROBE bench end` the bench types Ctrl-A s and reads the hypervisor's \
+             stats line (acquisitions of locks shared between CPUs per hv::lockstat::LockPath, \
+             over the whole run: boot, isolation probes and every bench loop); hot = vCPU \
+             load/put, timer PPI state, local injection. Uncontended here: icount runs one CPU \
+             at a time"
+        ),
+        default: Variant {
+            ablation: None,
+            runs: default.to_vec(),
+        },
+        ablated,
+        wall_clock_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The scaling plan built as the default image and with the chip-lock
+/// ablation, each booted SCALE_BOOTS times under multi-threaded TCG,
+/// alternating.
+fn scale_section(builder: &mut Builder, logs: &Path) -> Result<ScaleSection, XtaskError> {
+    let started = Instant::now();
+    let host_load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
+    let images = [
+        (
+            "default",
+            builder.build(Path::new(BENCH_SCALE_CONFIG), "bench-scale.bin")?,
+            Vec::new(),
+        ),
+        (
+            SCALE_ABLATION,
+            builder.build_with_features(
+                Path::new(BENCH_SCALE_CONFIG),
+                &format!("bench-scale+{SCALE_ABLATION}.bin"),
+                &[SCALE_ABLATION],
+            )?,
+            vec![SCALE_ABLATION.to_string()],
+        ),
+    ];
+    let mut results: Vec<ScaleImage> = images
+        .iter()
+        .map(|(label, _, _)| ScaleImage {
+            label: label.to_string(),
+            runs: Vec::new(),
+        })
+        .collect();
+    let cpus = images[0].1.board.cpus;
+    for boot in 1..=SCALE_BOOTS {
+        for ((label, image, ablations), result) in images.iter().zip(&mut results) {
+            let log = logs.join(format!("scale-{label}-{boot}.log"));
+            let mut qemu = QemuRun::spawn(
+                qemu_command(&image.board, &image.image, &Extra::default()),
+                &log,
+            )?;
+            let deadline = Instant::now() + SCALE_DEADLINE;
+            wait_line(&qemu, &log, &format!("`{SCALE_END}`"), 0, deadline, |l| {
+                l.contains(SCALE_END)
+            })?;
+            hypervisor_stats(&mut qemu, &log, deadline)?;
+            let lines = qemu.lines();
+            drop(qemu);
+            let reported: Vec<String> = lines
+                .iter()
+                .filter_map(|l| probe::ablation_feature(&l.text).map(str::to_string))
+                .collect();
+            if &reported != ablations {
+                return Err(bad_log(
+                    &log,
+                    format!(
+                        "the hypervisor reports ablations {reported:?}, expected {ablations:?}"
+                    ),
+                ));
+            }
+            let run = ScaleRun::parse(lines.iter().map(|l| l.text.as_str()));
+            println!(
+                "xtask: bench: scaling, {label}, boot {boot}/{SCALE_BOOTS}: {} samples",
+                run.samples.len()
+            );
+            result.runs.push(run);
+        }
+    }
+    let first = results[0].runs.first().cloned().unwrap_or_default();
+    let window_s = match (first.window_ticks, first.cntfrq) {
+        (Some(ticks), Some(f)) if f != 0 => format!("{:.2} s", ticks as f64 / f as f64),
+        _ => "?".into(),
+    };
+    let rounds = first.rounds.map_or_else(|| "?".into(), |r| r.to_string());
+    Ok(ScaleSection {
+        method: format!(
+            "{BENCH_SCALE_CONFIG} (the probe guest in its scaling mode, vCPUs 0 and 1 on CPUs 0 \
+             and 1 of a {cpus}-CPU board) under QEMU `-accel {}` without icount, so the guest \
+             counter follows the host clock: WALL CLOCK, on a shared {}-core host (other work \
+             runs beside it), noisy. Built as the default image and with `{SCALE_ABLATION}` \
+             (chip-wide lock on timer PPI state changes), {SCALE_BOOTS} boots each, alternating. \
+             Per boot, {rounds} rounds of: each exit for a {window_s} window of the guest counter with N = 1 \
+             (vCPU 0 alone, vCPU 1 off) and N = 2 (vCPU 1 started with PSCI CPU_ON for the window \
+             and off after; both loops start at the same counter value; a vCPU that arrives late \
+             is rated over the part it ran). Figures: exits per second per vCPU (each vCPU's \
+             count / its seconds, averaged over the N vCPUs), median over all rounds of all boots. \
+             `gicr` alternately writes PPI 27's bit to the vCPU's own GICR_ISENABLER0 and \
+             GICR_ICENABLER0: each write traps and changes the timer PPI's enable state on the \
+             physical redistributor of the vCPU's own CPU through \
+             hv::irqchip::change_percpu_state (lockless by default; the chip-wide lock under \
+             the ablation). `hvc` (HVC PSCI_VERSION) touches no interrupt state: the control. \
+             Under TCG the emulated GIC's registers are QEMU devices and system registers that \
+             QEMU serialises under its global lock (BQL), so both images also serialise there; \
+             the difference between the images is Pinfold's lock",
+            crate::qemu::DEFAULT_ACCEL,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+        ),
+        host_load,
+        images: results,
+        wall_clock_s: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// The Linux row's boots: the bench-linux plan's partition, and the same

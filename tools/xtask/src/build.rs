@@ -28,8 +28,11 @@ pub struct Built {
 pub struct Builder<'w> {
     ws: &'w Workspace,
     provisioner: Provisioner,
-    /// The flat EL2 image, once built in this invocation.
-    el2: Option<PathBuf>,
+    /// Host provisioned and the test guest built, in this invocation.
+    guests_built: bool,
+    /// The flat EL2 images built in this invocation, by cargo feature set
+    /// (empty: the default image; the bench's ablations add features).
+    el2: Vec<(Vec<String>, PathBuf)>,
     manager_built: bool,
 }
 
@@ -41,7 +44,8 @@ impl<'w> Builder<'w> {
         Self {
             ws,
             provisioner: Provisioner::new(),
-            el2: None,
+            guests_built: false,
+            el2: Vec::new(),
             manager_built: false,
         }
     }
@@ -50,9 +54,20 @@ impl<'w> Builder<'w> {
     /// to parse fails before anything is built; one that fails validation
     /// (which needs the guest images) fails before the image is written.
     pub fn build(&mut self, config: &Path, out_name: &str) -> Result<Built, XtaskError> {
+        self.build_with_features(config, out_name, &[])
+    }
+
+    /// [`Builder::build`] with an EL2 image built with the `pinfold`
+    /// package's cargo `features` (the bench's ablations).
+    pub fn build_with_features(
+        &mut self,
+        config: &Path,
+        out_name: &str,
+        features: &[&str],
+    ) -> Result<Built, XtaskError> {
         let config_path = self.ws.resolve(config);
         let config = pinfold_config::load(&config_path)?;
-        let el2 = self.binaries()?;
+        let el2 = self.binaries(features)?;
         if config
             .partitions
             .iter()
@@ -136,14 +151,18 @@ impl<'w> Builder<'w> {
         Ok(())
     }
 
-    /// Provisions the host and builds the EL2 image, the bare-metal test
-    /// guest and the guest Linux files; returns the flat EL2 image.
-    fn binaries(&mut self) -> Result<PathBuf, XtaskError> {
-        if let Some(el2) = &self.el2 {
+    /// Provisions the host and builds the bare-metal test guest and the
+    /// guest Linux files (once), and the EL2 image with `features`; returns
+    /// the flat EL2 image.
+    fn binaries(&mut self, features: &[&str]) -> Result<PathBuf, XtaskError> {
+        let features: Vec<String> = features.iter().map(|f| f.to_string()).collect();
+        if let Some((_, el2)) = self.el2.iter().find(|(f, _)| *f == features) {
             return Ok(el2.clone());
         }
-        self.provisioner.host_tools()?;
-        self.provisioner.guest_linux(self.ws)?;
+        if !self.guests_built {
+            self.provisioner.host_tools()?;
+            self.provisioner.guest_linux(self.ws)?;
+        }
         let objcopy = llvm_objcopy()?;
         let release = self
             .ws
@@ -152,23 +171,26 @@ impl<'w> Builder<'w> {
             .join(BARE_TARGET)
             .join("release");
         let out_dir = self.ws.root.join("target/pinfold");
-        let guest_dir = self.ws.root.join("target/guest");
-        for dir in [&out_dir, &guest_dir] {
-            fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+        if !self.guests_built {
+            let guest_dir = self.ws.root.join("target/guest");
+            for dir in [&out_dir, &guest_dir] {
+                fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+            }
+            cargo_build_bare(&self.ws.root, "pinfold-test-guest", &[])?;
+            flat_binary(
+                &objcopy,
+                &release.join("pinfold-test-guest"),
+                &guest_dir.join("test-guest.bin"),
+            )?;
+            self.guests_built = true;
         }
 
-        cargo_build_bare(&self.ws.root, "pinfold")?;
-        let el2 = out_dir.join("pinfold-el2.bin");
+        // The ELF is overwritten by every feature set; the flat image is not.
+        cargo_build_bare(&self.ws.root, "pinfold", &features)?;
+        let el2 = out_dir.join(el2_flat_name(&features));
         flat_binary(&objcopy, &release.join("pinfold"), &el2)?;
 
-        cargo_build_bare(&self.ws.root, "pinfold-test-guest")?;
-        flat_binary(
-            &objcopy,
-            &release.join("pinfold-test-guest"),
-            &guest_dir.join("test-guest.bin"),
-        )?;
-
-        self.el2 = Some(el2.clone());
+        self.el2.push((features, el2.clone()));
         Ok(el2)
     }
 }
@@ -203,15 +225,26 @@ pub fn check_plan_isolation(dtb: &[u8], payload: &[u8]) -> Result<(), IsolationC
         .map_err(IsolationCheck::Isolation)
 }
 
-fn cargo_build_bare(root: &Path, package: &str) -> Result<(), XtaskError> {
-    cmd::run(cmd::cargo().current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        package,
-        "--target",
-        BARE_TARGET,
-    ]))
+/// The flat EL2 image's name in target/pinfold for a feature set:
+/// `pinfold-el2.bin`, or `pinfold-el2+<feature>+....bin`.
+pub fn el2_flat_name(features: &[String]) -> String {
+    let mut name = String::from("pinfold-el2");
+    for feature in features {
+        name.push('+');
+        name.push_str(feature);
+    }
+    name + ".bin"
+}
+
+fn cargo_build_bare(root: &Path, package: &str, features: &[String]) -> Result<(), XtaskError> {
+    let mut cargo = cmd::cargo();
+    cargo
+        .current_dir(root)
+        .args(["build", "--release", "-p", package, "--target", BARE_TARGET]);
+    if !features.is_empty() {
+        cargo.arg("--features").arg(features.join(","));
+    }
+    cmd::run(&mut cargo)
 }
 
 /// `llvm-objcopy` from the toolchain's llvm-tools component.
@@ -284,6 +317,15 @@ mod tests {
             .unwrap()
             .build_payload(&dir)
             .unwrap()
+    }
+
+    #[test]
+    fn each_feature_set_gets_its_own_flat_el2_image() {
+        assert_eq!(el2_flat_name(&[]), "pinfold-el2.bin");
+        assert_eq!(
+            el2_flat_name(&["ablate-irq-fnptr".into(), "ablate-chip-lock".into()]),
+            "pinfold-el2+ablate-irq-fnptr+ablate-chip-lock.bin"
+        );
     }
 
     #[test]

@@ -333,9 +333,9 @@ const BARE_METAL_CRATES: [&str; 3] = ["platform", "tools/test-guest", "manager/l
 /// Tier 1: `cargo test` of the workspace's default members, then what the
 /// house declares: `cargo fmt --check` over the workspace and `cargo clippy
 /// -D warnings` for the host crates and for the bare-metal crates on their
-/// target, and both for the Hermit application (its own workspace) with
-/// its pinned nightly. An unformatted file or a clippy warning fails the
-/// tier.
+/// target (the EL2 image also with the bench's ablation features), and both
+/// for the Hermit application (its own workspace) with its pinned nightly.
+/// An unformatted file or a clippy warning fails the tier.
 fn host_tests(ctx: &mut Context<'_>) -> Outcome {
     let root = &ctx.ws.root;
     let fail = |what: &str, err: XtaskError| format!("{what}: {err}");
@@ -378,6 +378,20 @@ fn host_tests(ctx: &mut Context<'_>) -> Outcome {
             )
         })?;
     }
+    // The bench's ablations are features of the EL2 image: linted too, so
+    // they build when the bench needs them.
+    cmd::run(cmd::cargo().current_dir(root.join("platform")).args([
+        "clippy",
+        "--release",
+        "--target",
+        crate::provision::BARE_TARGET,
+        "--features",
+        &crate::bench::ABLATIONS.map(|a| a.feature).join(","),
+        "--",
+        "-D",
+        "warnings",
+    ]))
+    .map_err(|e| fail("cargo clippy (platform, ablation features)", e))?;
     crate::hermit::lint_app(root).map_err(|e| format!("manager/app lints: {e}"))?;
     Ok(vec![String::from(
         "cargo test, cargo fmt --check, cargo clippy -D warnings (host, bare-metal and Hermit crates) clean",

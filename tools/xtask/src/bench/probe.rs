@@ -3,11 +3,18 @@
 //!
 //! The guest prints `PROBE bench <row>: key=value ...` (or `PROBE bench
 //! <row>: skipped (why)`) per loop and `PROBE bench end` last; in a
-//! partition each line carries the hypervisor's `[<name>] ` prefix.
+//! partition each line carries the hypervisor's `[<name>] ` prefix. A
+//! hosted run also has the hypervisor's own lines: the ablations built into
+//! its image (`pinfold: ablation <feature>: ...`, platform/src/ablate.rs)
+//! and, when the bench asked for it, the monitor's stats line.
 
 use std::collections::BTreeMap;
 
+use super::lockstats::LockStats;
 use super::ICOUNT_SHIFT;
+
+/// How the hypervisor's own console lines start.
+const HV_PREFIX: &str = "pinfold: ";
 
 /// The marker of a bench line, wherever it sits in the console line.
 pub const LINE_MARKER: &str = "PROBE bench ";
@@ -27,6 +34,10 @@ pub enum Entry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProbeRun {
     pub rows: BTreeMap<String, Entry>,
+    /// The hypervisor's lock statistics (the last stats line), if asked.
+    pub locks: Option<LockStats>,
+    /// The ablation features the hypervisor said its image has.
+    pub ablations: Vec<String>,
 }
 
 impl ProbeRun {
@@ -37,6 +48,10 @@ impl ProbeRun {
         for line in lines {
             if let Some((row, entry)) = parse_line(line) {
                 run.rows.insert(row, entry);
+            } else if let Some(stats) = LockStats::parse(line) {
+                run.locks = Some(stats);
+            } else if let Some(feature) = ablation_feature(line) {
+                run.ablations.push(feature.to_string());
             }
         }
         run
@@ -121,6 +136,19 @@ impl ProbeRun {
     }
 }
 
+/// The feature a hypervisor `ablation <feature>: ...` line names, after
+/// the CPU tag hvlog puts first (`pinfold: cpu0: ablation ...`). Guest
+/// lines carry their partition's `[<name>] ` prefix and never match.
+pub fn ablation_feature(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix(HV_PREFIX)?;
+    let rest = match rest.split_once(": ") {
+        Some((tag, tail)) if tag.starts_with("cpu") && !tag.contains(' ') => tail,
+        _ => rest,
+    };
+    let feature = rest.strip_prefix("ablation ")?.split_once(':')?.0;
+    (!feature.is_empty() && !feature.contains(char::is_whitespace)).then_some(feature)
+}
+
 /// `(row, entry)` of a bench line, `None` for any other line and for the
 /// end marker.
 fn parse_line(line: &str) -> Option<(String, Entry)> {
@@ -203,6 +231,28 @@ mod tests {
         let run = run("[probe] PROBE alive 3\nPROBE bench end\nPROBE benchmark: x=1\n");
 
         assert!(run.rows.is_empty(), "{run:?}");
+    }
+
+    #[test]
+    fn the_hypervisor_stats_line_and_ablation_lines_are_kept() {
+        let run = run("pinfold: cpu0: ablation ablate-chip-lock: no lockless state\n\
+                       pinfold: ablation ablate-irq-fnptr: pointer\n\
+                       [probe] pinfold: ablation fake: a guest line is not the hypervisor's\n\
+                       [probe] PROBE bench end\n\
+                       pinfold: stats hot_path_cross_cpu_locks=12 exits=3 shared_locks: vcpu_load=12");
+
+        assert_eq!(run.ablations, ["ablate-chip-lock", "ablate-irq-fnptr"]);
+        let locks = run.locks.expect("the stats line");
+        assert_eq!((locks.hot, locks.path("vcpu_load")), (12, 12));
+        assert!(run.rows.is_empty());
+    }
+
+    #[test]
+    fn a_run_without_stats_or_ablations_has_none() {
+        let run = run(PARTITION);
+
+        assert_eq!(run.locks, None);
+        assert!(run.ablations.is_empty());
     }
 
     #[test]
