@@ -143,7 +143,6 @@ impl<'w> Builder<'w> {
             return Ok(el2.clone());
         }
         self.provisioner.host_tools()?;
-        self.provisioner.guest_linux(self.ws)?;
         let objcopy = llvm_objcopy()?;
         let release = self
             .ws
@@ -156,6 +155,12 @@ impl<'w> Builder<'w> {
         for dir in [&out_dir, &guest_dir] {
             fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
         }
+
+        // The workload goes into the initramfs, so it is built first.
+        cargo_build_bare(&self.ws.root, "pinfold-pipebench")?;
+        let pipebench = guest_dir.join("pipebench");
+        stripped(&objcopy, &release.join("pipebench"), &pipebench)?;
+        self.provisioner.guest_linux(self.ws, &pipebench)?;
 
         cargo_build_bare(&self.ws.root, "pinfold")?;
         let el2 = out_dir.join("pinfold-el2.bin");
@@ -240,6 +245,12 @@ pub fn llvm_tool(name: &str) -> Result<PathBuf, XtaskError> {
             tool.display()
         )))
     }
+}
+
+/// A copy of `elf` without symbols or debug information: what a program
+/// in the guest's initramfs needs (the kernel reads only program headers).
+fn stripped(objcopy: &Path, elf: &Path, out: &Path) -> Result<(), XtaskError> {
+    cmd::run(Command::new(objcopy).arg("--strip-all").arg(elf).arg(out))
 }
 
 /// ELF -> flat binary, with .bss made part of the file so the loaded image
