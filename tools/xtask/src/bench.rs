@@ -13,7 +13,11 @@
 //!   SGI and boot-stamp rows (`probe`);
 //! - the default plan's Linux kernel and initramfs as the only partition of
 //!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
-//!   (`linux`).
+//!   (`linux`);
+//! - the same kernel and initramfs running the sched-pipe-style workload
+//!   (`/bin/pipebench`) with one and with two vCPUs, as a partition of
+//!   `bench-pipe-{1,2}cpu.toml` and bare, each twice: instructions per
+//!   round trip (`workload`).
 //!
 //! Every figure is printed with its method, and a column that changed
 //! between the two runs is flagged. Performance is measured here and never
@@ -30,6 +34,7 @@ mod probe;
 mod size;
 mod svg;
 mod table;
+mod workload;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -459,6 +464,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
     }
 
     let linux = linux_runs(ws, &bench_linux, &logs)?;
+    let workload = workload::run(ws, &mut builder, &logs)?;
     let cntfrq = probe
         .pinfold
         .first()
@@ -511,7 +517,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         rows,
         probe,
         linux,
-        sections: vec![Box::new(boot), Box::new(size)],
+        sections: vec![Box::new(workload), Box::new(boot), Box::new(size)],
         wall_clock_s: started.elapsed().as_secs_f64(),
     };
     println!("\n{}", report.text());
