@@ -103,6 +103,12 @@ const CLOCK_MONOTONIC: usize = 1;
 const SIGCHLD: usize = 17;
 const STDOUT: usize = 1;
 
+/// `placement=` words, indexed by whether the processes are spread. A table
+/// of string slices holds absolute addresses, so this static also makes the
+/// linker emit R_AARCH64_RELATIVE relocations: every run exercises
+/// `_start`'s relocation loop (a wrong bias would print garbage or fault).
+static PLACEMENTS: [&str; 2] = ["shared", "cpu0,cpu1"];
+
 /// Default counts when the command line gives none.
 const DEFAULT_LOOPS: u64 = 10_000;
 const DEFAULT_WARMUP: u64 = 100;
@@ -488,11 +494,8 @@ unsafe extern "C" fn pipebench_main(sp: *const usize) -> ! {
         .field("loops", loops)
         .field("warmup", warmup)
         .field("cpus", cpus)
-        .text(if spread {
-            " placement=cpu0,cpu1"
-        } else {
-            " placement=shared"
-        })
+        .text(" placement=")
+        .text(PLACEMENTS[usize::from(spread)])
         .field("cntfrq", cntfrq())
         .field("cntvct_start", start)
         .field("cntvct_end", end)
