@@ -14,6 +14,10 @@
 //! - the default plan's Linux kernel and initramfs as the only partition of
 //!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
 //!   (`linux`);
+//! - the same kernel and initramfs running the sched-pipe-style workload
+//!   (`/bin/pipebench`) with one and with two vCPUs, as a partition of
+//!   `bench-pipe-{1,2}cpu.toml` and bare, each twice: instructions per
+//!   round trip (`workload`);
 //! - the bench image built again with each ablation feature of the EL2
 //!   image (`ablation::ABLATIONS`), the same probe twice each, compared row
 //!   by row with the default image, with the hypervisor's shared-lock
@@ -37,6 +41,7 @@ mod scale;
 mod size;
 mod svg;
 mod table;
+mod workload;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -485,6 +490,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
     }
 
     let linux = linux_runs(ws, &bench_linux, &logs)?;
+    let workload = workload::run(ws, &mut builder, &logs)?;
     let cntfrq = probe
         .pinfold
         .first()
@@ -541,6 +547,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         probe,
         linux,
         sections: vec![
+            Box::new(workload),
             Box::new(boot),
             Box::new(size),
             Box::new(ablations),

@@ -161,7 +161,6 @@ impl<'w> Builder<'w> {
         }
         if !self.guests_built {
             self.provisioner.host_tools()?;
-            self.provisioner.guest_linux(self.ws)?;
         }
         let objcopy = llvm_objcopy()?;
         let release = self
@@ -182,6 +181,11 @@ impl<'w> Builder<'w> {
                 &release.join("pinfold-test-guest"),
                 &guest_dir.join("test-guest.bin"),
             )?;
+            // The workload goes into the initramfs, so it is built first.
+            cargo_build_bare(&self.ws.root, "pinfold-pipebench", &[])?;
+            let pipebench = guest_dir.join("pipebench");
+            stripped(&objcopy, &release.join("pipebench"), &pipebench)?;
+            self.provisioner.guest_linux(self.ws, &pipebench)?;
             self.guests_built = true;
         }
 
@@ -273,6 +277,12 @@ pub fn llvm_tool(name: &str) -> Result<PathBuf, XtaskError> {
             tool.display()
         )))
     }
+}
+
+/// A copy of `elf` without symbols or debug information: what a program
+/// in the guest's initramfs needs (the kernel reads only program headers).
+fn stripped(objcopy: &Path, elf: &Path, out: &Path) -> Result<(), XtaskError> {
+    cmd::run(Command::new(objcopy).arg("--strip-all").arg(elf).arg(out))
 }
 
 /// ELF -> flat binary, with .bss made part of the file so the loaded image

@@ -40,7 +40,7 @@ pub const BARE_TARGET: &str = "aarch64-unknown-none-softfloat";
 const KERNEL_META: &str = "linux-image-cloud-arm64:arm64";
 const BUSYBOX_PACKAGE: &str = "busybox-static:arm64";
 /// Bumped when the initramfs layout changes, so old archives are rebuilt.
-const INITRAMFS_LAYOUT: u32 = 2;
+const INITRAMFS_LAYOUT: u32 = 3;
 
 /// Carries "apt-get update already ran" through one xtask invocation.
 #[derive(Debug, Default)]
@@ -74,8 +74,10 @@ impl Provisioner {
     }
 
     /// Provides target/guest/linux/Image and target/guest/initramfs.cpio.gz,
-    /// downloading the Debian arm64 packages once into target/guest/cache.
-    pub fn guest_linux(&mut self, ws: &Workspace) -> Result<(), XtaskError> {
+    /// downloading the Debian arm64 packages once into target/guest/cache;
+    /// `workload` is the already built `pipebench` program
+    /// (tools/guest-rootfs/pipebench) the initramfs carries as /bin/pipebench.
+    pub fn guest_linux(&mut self, ws: &Workspace, workload: &Path) -> Result<(), XtaskError> {
         let guest = ws.root.join("target/guest");
         let cache = guest.join("cache");
         fs::create_dir_all(&cache).context(|| format!("creating {}", cache.display()))?;
@@ -93,7 +95,14 @@ impl Provisioner {
 
         let initramfs = guest.join("initramfs.cpio.gz");
         let init = ws.root.join("tools/guest-rootfs/init");
-        build_initramfs(&init, &busybox, &initramfs)
+        build_initramfs(
+            &InitramfsInputs {
+                init: &init,
+                busybox: &busybox,
+                workload,
+            },
+            &initramfs,
+        )
     }
 
     /// The cached kernel and busybox packages, downloading what is missing.
@@ -362,22 +371,37 @@ fn stamp_path(out: &Path) -> PathBuf {
     out.with_file_name(name)
 }
 
-/// Writes the guest initramfs (gzip'ed cpio newc) from the /init script and
-/// busybox, unless the stamp shows those inputs unchanged.
-fn build_initramfs(init: &Path, busybox: &Path, out: &Path) -> Result<(), XtaskError> {
-    let init_bytes = fs::read(init).context(|| format!("reading {}", init.display()))?;
-    let busybox_bytes = fs::read(busybox).context(|| format!("reading {}", busybox.display()))?;
+/// The files the initramfs is made of.
+struct InitramfsInputs<'a> {
+    /// tools/guest-rootfs/init.
+    init: &'a Path,
+    /// busybox-static's /bin/busybox.
+    busybox: &'a Path,
+    /// The stripped `pipebench` (tools/guest-rootfs/pipebench).
+    workload: &'a Path,
+}
+
+/// Writes the guest initramfs (gzip'ed cpio newc) from the /init script,
+/// busybox and the workload, unless the stamp shows those inputs unchanged.
+fn build_initramfs(inputs: &InitramfsInputs<'_>, out: &Path) -> Result<(), XtaskError> {
+    let read = |path: &Path| fs::read(path).context(|| format!("reading {}", path.display()));
+    let files = RootFiles {
+        init: read(inputs.init)?,
+        busybox: read(inputs.busybox)?,
+        pipebench: read(inputs.workload)?,
+    };
     let mut hasher = DefaultHasher::new();
     INITRAMFS_LAYOUT.hash(&mut hasher);
-    init_bytes.hash(&mut hasher);
-    busybox_bytes.hash(&mut hasher);
+    files.init.hash(&mut hasher);
+    files.busybox.hash(&mut hasher);
+    files.pipebench.hash(&mut hasher);
     let fingerprint = format!("{:016x}", hasher.finish());
     let stamp = stamp_path(out);
     if out.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint) {
         return Ok(());
     }
     eprintln!("xtask: building {}", out.display());
-    let cpio = initramfs_archive(&init_bytes, &busybox_bytes);
+    let cpio = initramfs_archive(&files);
     let mut gz = GzEncoder::new(Vec::new(), Compression::best());
     gz.write_all(&cpio)
         .context(|| "compressing the initramfs".into())?;
@@ -386,17 +410,27 @@ fn build_initramfs(init: &Path, busybox: &Path, out: &Path) -> Result<(), XtaskE
     fs::write(&stamp, fingerprint).context(|| format!("writing {}", stamp.display()))
 }
 
-/// The uncompressed initramfs: busybox, its shell link, the mount points and
-/// /init. Other applets are linked by /init at boot (`busybox --install`).
-pub fn initramfs_archive(init: &[u8], busybox: &[u8]) -> Vec<u8> {
+/// The contents of the initramfs's files.
+pub struct RootFiles {
+    pub init: Vec<u8>,
+    pub busybox: Vec<u8>,
+    pub pipebench: Vec<u8>,
+}
+
+/// The uncompressed initramfs: busybox, its shell link, the workload
+/// (/bin/pipebench, run by /init only when the command line asks), the
+/// mount points and /init. Other applets are linked by /init at boot
+/// (`busybox --install`).
+pub fn initramfs_archive(files: &RootFiles) -> Vec<u8> {
     let mut cpio = CpioWriter::new();
     for dir in ["bin", "dev", "proc", "sys", "tmp", "root"] {
         cpio.dir(dir, if dir == "tmp" { 0o1777 } else { 0o755 });
     }
     cpio.char_device("dev/console", 0o600, 5, 1);
-    cpio.file("bin/busybox", 0o755, busybox);
+    cpio.file("bin/busybox", 0o755, &files.busybox);
     cpio.symlink("bin/sh", "busybox");
-    cpio.file("init", 0o755, init);
+    cpio.file("bin/pipebench", 0o755, &files.pipebench);
+    cpio.file("init", 0o755, &files.init);
     cpio.finish()
 }
 
@@ -426,13 +460,34 @@ mod tests {
 
     #[test]
     fn initramfs_holds_init_before_trailer_and_busybox() {
-        let archive = initramfs_archive(b"#!/bin/sh\n", b"\x7fELF");
+        let archive = initramfs_archive(&RootFiles {
+            init: b"#!/bin/sh\n".to_vec(),
+            busybox: b"\x7fELF".to_vec(),
+            pipebench: b"\x7fELF pipebench".to_vec(),
+        });
 
         let text = String::from_utf8_lossy(&archive);
         let busybox = text.find("bin/busybox\0").expect("busybox entry");
         let init = text.find("init\0").expect("init entry");
         let trailer = text.find("TRAILER!!!").expect("trailer");
         assert!(busybox < init && init < trailer);
+    }
+
+    #[test]
+    fn initramfs_carries_the_workload_as_an_executable() {
+        let archive = initramfs_archive(&RootFiles {
+            init: b"#!/bin/sh\n".to_vec(),
+            busybox: b"\x7fELF".to_vec(),
+            pipebench: b"\x7fELF pipebench".to_vec(),
+        });
+
+        let text = String::from_utf8_lossy(&archive);
+        let name = text.find("bin/pipebench\0").expect("pipebench entry");
+        // The newc header (110 bytes) precedes the name; its mode field is
+        // the second 8-digit field after the 6-byte magic.
+        let mode = &text[name - 110 + 14..name - 110 + 22];
+        assert_eq!(u32::from_str_radix(mode, 16), Ok(0o100_755));
+        assert!(text[name..].contains("\x7fELF pipebench"));
     }
 
     #[test]

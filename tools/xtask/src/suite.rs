@@ -328,7 +328,12 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
 }
 
 /// The crates that only build for aarch64 bare metal, linted on that target.
-const BARE_METAL_CRATES: [&str; 3] = ["platform", "tools/test-guest", "manager/loader"];
+const BARE_METAL_CRATES: [&str; 4] = [
+    "platform",
+    "tools/test-guest",
+    "tools/guest-rootfs/pipebench",
+    "manager/loader",
+];
 
 /// Tier 1: `cargo test` of the workspace's default members, then what the
 /// house declares: `cargo fmt --check` over the workspace and `cargo clippy
