@@ -267,7 +267,12 @@ mod tests {
 
     /// The payload of a plan whose single partition passes `device` through.
     fn payload_with_device(device: &str) -> Vec<u8> {
-        let dir = std::env::temp_dir().join(format!("xtask-isolation-{}", std::process::id()));
+        // One directory per call: the tests run in parallel, and one
+        // rewriting "raw" while another reads it sees it empty.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("xtask-isolation-{}-{call}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("raw"), b"a raw kernel").unwrap();
         let text = format!(
