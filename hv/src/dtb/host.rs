@@ -649,6 +649,7 @@ impl<'a> Cells<'a> {
     }
 
     /// Cell `k`; 0 past the end (callers check `len` first).
+    #[inline]
     fn get(self, k: usize) -> u32 {
         match self.0.get(k * 4..k * 4 + 4) {
             Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]),
@@ -657,6 +658,7 @@ impl<'a> Cells<'a> {
     }
 
     /// Cells `from..to` as one number (callers pass at most two cells).
+    #[inline]
     fn read(self, from: usize, to: usize) -> u64 {
         (from..to).fold(0, |acc, k| (acc << 32) | u64::from(self.get(k)))
     }
@@ -807,6 +809,8 @@ struct Tree<'a> {
     props: Vec<Prop<'a>>,
     /// (address, size) of each /memreserve/ entry.
     reservations: Vec<(u64, u64)>,
+    /// (phandle, node) of every node with a phandle, by phandle.
+    phandles: Vec<(u32, u32)>,
 }
 
 impl<'a> Tree<'a> {
@@ -853,6 +857,7 @@ impl<'a> Tree<'a> {
             nodes: Vec::with_capacity(size_struct / 128 + 8),
             props: Vec::with_capacity(size_struct / 32 + 8),
             reservations,
+            phandles: Vec::new(),
         };
         let mut names = NameCache::new(strings);
         // The open nodes, innermost last, each with its last child so far.
@@ -953,12 +958,19 @@ impl<'a> Tree<'a> {
             }
         }
         for i in 0..tree.nodes.len() {
-            tree.nodes[i].phandle = tree
+            let phandle = tree
                 .prop(i, Known::Phandle)
                 .or_else(|| tree.prop(i, Known::LinuxPhandle))
                 .and_then(|value| <[u8; 4]>::try_from(value).ok())
                 .map(u32::from_be_bytes);
+            tree.nodes[i].phandle = phandle;
+            if let Some(phandle) = phandle {
+                tree.phandles.push((phandle, i as u32));
+            }
         }
+        // Stable: of nodes claiming one phandle, the first in the document
+        // stays first.
+        tree.phandles.sort_by_key(|&(phandle, _)| phandle);
         Ok(tree)
     }
 
@@ -1120,8 +1132,13 @@ impl<'a> Tree<'a> {
         self.nodes[i].phandle
     }
 
+    /// The first node (in document order) with this phandle.
     fn by_phandle(&self, phandle: u32) -> Option<usize> {
-        self.nodes.iter().position(|n| n.phandle == Some(phandle))
+        let at = self.phandles.partition_point(|&(p, _)| p < phandle);
+        match self.phandles.get(at) {
+            Some(&(p, node)) if p == phandle => Some(node as usize),
+            _ => None,
+        }
     }
 
     /// The GIC that the root's `interrupt-parent` names, else the first
@@ -2425,6 +2442,23 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn of_two_nodes_claiming_one_phandle_the_first_is_found() {
+        let mut w = FdtWriter::new();
+        node(&mut w, "", |w| {
+            node(w, "b", |w| w.prop_u32("phandle", 9).unwrap());
+            node(w, "a", |w| w.prop_u32("phandle", 5).unwrap());
+            node(w, "c", |w| w.prop_u32("linux,phandle", 9).unwrap());
+        });
+        let blob = w.finish().unwrap();
+
+        let tree = Tree::index(&blob).unwrap();
+
+        assert_eq!(tree.by_phandle(9), Some(1));
+        assert_eq!(tree.by_phandle(5), Some(2));
+        assert_eq!(tree.by_phandle(7), None);
     }
 
     #[test]
