@@ -29,6 +29,8 @@ use pinfold_hv::memmap;
 use pinfold_hv::percpu::MAX_CPUS;
 use pinfold_hv::system::{BootInputs, System};
 use pinfold_vboard::{fid, same_cpu, PPI_MAINTENANCE};
+// Linked for its memcpy/memset, which replace compiler_builtins' weak ones.
+use pinfold_mem as _;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
