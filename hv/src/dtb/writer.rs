@@ -5,7 +5,10 @@
 //! allocates per blob, not per property: values go straight into the
 //! structure block, and the checks for repeated names compare against what
 //! is already written (property-name offsets of the innermost node, child
-//! names in the structure block) instead of keeping copies.
+//! names in the structure block) instead of keeping copies. The blob is
+//! laid out in one buffer as it is written (header and reservation block
+//! first, then the structure block), so `finish` appends the strings and
+//! fills the header in place instead of copying everything once more.
 
 use alloc::string::ToString;
 use alloc::vec::Vec;
@@ -44,17 +47,21 @@ struct OpenNode {
 
 /// Builds a DTB in memory: open nodes, add properties, close nodes, finish.
 pub struct FdtWriter {
-    structure: Vec<u8>,
+    /// The blob so far: room for the header, the reservation block with its
+    /// terminator, then the structure block from `struct_start` on.
+    blob: Vec<u8>,
+    struct_start: usize,
     strings: Vec<u8>,
     /// (offset, length) in `strings` of each property name, stored once.
     names: Vec<(u32, u32)>,
     /// Name offsets of the innermost open node's properties: properties
     /// precede children, so no other open node can take one any more.
     node_props: Vec<u32>,
-    /// (offset, length) in `structure` of the names of the open nodes'
-    /// children, grouped by open node (`OpenNode::first_child`).
+    /// (offset in the structure block, length) of the names of the open
+    /// nodes' children, grouped by open node (`OpenNode::first_child`).
     child_names: Vec<(u32, u32)>,
-    mem_reserve: Vec<(u64, u64)>,
+    /// How many /memreserve/ entries the reservation block holds.
+    mem_reserve_count: usize,
     open: Vec<OpenNode>,
     root_written: bool,
     next_node_id: u32,
@@ -69,13 +76,19 @@ impl Default for FdtWriter {
 
 impl FdtWriter {
     pub fn new() -> Self {
+        let struct_start = HEADER_SIZE + 16;
+        let mut blob = Vec::with_capacity(struct_start + STRUCTURE_CAPACITY + STRINGS_CAPACITY);
+        // The header is filled in by `finish`; the zeros after it are the
+        // reservation block's (0, 0) terminator.
+        blob.resize(struct_start, 0);
         FdtWriter {
-            structure: Vec::with_capacity(STRUCTURE_CAPACITY),
+            blob,
+            struct_start,
             strings: Vec::with_capacity(STRINGS_CAPACITY),
             names: Vec::new(),
             node_props: Vec::new(),
             child_names: Vec::new(),
-            mem_reserve: Vec::new(),
+            mem_reserve_count: 0,
             open: Vec::new(),
             root_written: false,
             next_node_id: 0,
@@ -84,9 +97,17 @@ impl FdtWriter {
         }
     }
 
-    /// Adds a /memreserve/ entry: memory the OS must not use.
+    /// Adds a /memreserve/ entry: memory the OS must not use. (Cheapest
+    /// before the root node: later, the structure block written so far
+    /// moves up by one entry.)
     pub fn add_mem_reserve(&mut self, addr: u64, size: u64) {
-        self.mem_reserve.push((addr, size));
+        let mut entry = [0u8; 16];
+        entry[..8].copy_from_slice(&addr.to_be_bytes());
+        entry[8..].copy_from_slice(&size.to_be_bytes());
+        let at = HEADER_SIZE + 16 * self.mem_reserve_count;
+        self.blob.splice(at..at, entry);
+        self.mem_reserve_count += 1;
+        self.struct_start += 16;
     }
 
     /// Opens a node inside the innermost open one. The root is named "" and
@@ -101,7 +122,7 @@ impl FdtWriter {
             }
             Some(parent) => {
                 check_node_name(name)?;
-                let structure = &self.structure;
+                let structure = &self.blob[self.struct_start..];
                 let repeated = self.child_names[parent.first_child..]
                     .iter()
                     .any(|&(at, len)| {
@@ -114,9 +135,9 @@ impl FdtWriter {
             }
         }
         self.push_u32(FDT_BEGIN_NODE);
-        let name_at = self.offset_u32(self.structure.len())?;
-        self.structure.extend_from_slice(name.as_bytes());
-        self.structure.push(0);
+        let name_at = self.offset_u32(self.blob.len() - self.struct_start)?;
+        self.blob.extend_from_slice(name.as_bytes());
+        self.blob.push(0);
         self.pad_structure();
         if !self.open.is_empty() {
             self.child_names.push((name_at, name.len() as u32));
@@ -148,7 +169,7 @@ impl FdtWriter {
     /// Adds a property with a raw value to the innermost open node.
     pub fn prop(&mut self, name: &str, value: &[u8]) -> Result<(), DtbError> {
         self.begin_prop(name, value.len())?;
-        self.structure.extend_from_slice(value);
+        self.blob.extend_from_slice(value);
         self.pad_structure();
         Ok(())
     }
@@ -171,7 +192,7 @@ impl FdtWriter {
         let len = cells.len().checked_mul(4).ok_or(DtbError::TooLarge)?;
         self.begin_prop(name, len)?;
         for cell in cells {
-            self.structure.extend_from_slice(&cell.to_be_bytes());
+            self.blob.extend_from_slice(&cell.to_be_bytes());
         }
         Ok(())
     }
@@ -191,8 +212,8 @@ impl FdtWriter {
         }
         self.begin_prop(name, len)?;
         for value in values {
-            self.structure.extend_from_slice(value.as_bytes());
-            self.structure.push(0);
+            self.blob.extend_from_slice(value.as_bytes());
+            self.blob.push(0);
         }
         self.pad_structure();
         Ok(())
@@ -219,9 +240,9 @@ impl FdtWriter {
         // The reservation block must be 8-byte aligned; the header's 40 bytes
         // already are. The structure block follows it 4-byte aligned.
         let off_mem_rsvmap = HEADER_SIZE;
-        let rsvmap_size = (self.mem_reserve.len() + 1) * 16;
-        let off_dt_struct = off_mem_rsvmap + rsvmap_size;
-        let off_dt_strings = off_dt_struct + self.structure.len();
+        let off_dt_struct = self.struct_start;
+        let off_dt_strings = self.blob.len();
+        let structure_len = off_dt_strings - off_dt_struct;
         let total = off_dt_strings + self.strings.len();
 
         let to_u32 = |v: usize| u32::try_from(v).map_err(|_| DtbError::TooLarge);
@@ -235,18 +256,13 @@ impl FdtWriter {
             LAST_COMP_VERSION,
             0, // boot_cpuid_phys: the boot vCPU is always cpu@0.
             to_u32(self.strings.len())?,
-            to_u32(self.structure.len())?,
+            to_u32(structure_len)?,
         ];
 
-        let mut blob = Vec::with_capacity(total);
-        for field in header {
-            blob.extend_from_slice(&field.to_be_bytes());
+        let mut blob = self.blob;
+        for (slot, field) in blob.chunks_exact_mut(4).zip(header) {
+            slot.copy_from_slice(&field.to_be_bytes());
         }
-        for (addr, size) in self.mem_reserve.iter().chain(core::iter::once(&(0, 0))) {
-            blob.extend_from_slice(&addr.to_be_bytes());
-            blob.extend_from_slice(&size.to_be_bytes());
-        }
-        blob.extend_from_slice(&self.structure);
         blob.extend_from_slice(&self.strings);
         Ok(blob)
     }
@@ -255,12 +271,19 @@ impl FdtWriter {
     /// and writes its FDT_PROP header; the caller writes the value (and
     /// pads unless it is a multiple of 4 bytes).
     fn begin_prop(&mut self, name: &str, len: usize) -> Result<(), DtbError> {
-        check_property_name(name)?;
+        // A name already in the strings block passed the check when added.
+        let stored = self.find_name(name);
+        if stored.is_none() {
+            check_property_name(name)?;
+        }
         let node = self.open.last_mut().ok_or(DtbError::PropertyOutsideNode)?;
         if node.has_child {
             return Err(DtbError::PropertyAfterChild(name.to_string()));
         }
-        let name_offset = self.string_offset(name)?;
+        let name_offset = match stored {
+            Some(offset) => offset,
+            None => self.add_name(name)?,
+        };
         if self.node_props.contains(&name_offset) {
             return Err(DtbError::DuplicateProperty(name.to_string()));
         }
@@ -272,15 +295,20 @@ impl FdtWriter {
         Ok(())
     }
 
-    fn string_offset(&mut self, name: &str) -> Result<u32, DtbError> {
+    /// The offset of `name` in the strings block, if it is there.
+    fn find_name(&self, name: &str) -> Option<u32> {
         let strings = &self.strings;
-        let known = self.names.iter().find(|&&(at, len)| {
-            len as usize == name.len()
-                && &strings[at as usize..(at + len) as usize] == name.as_bytes()
-        });
-        if let Some(&(offset, _)) = known {
-            return Ok(offset);
-        }
+        self.names
+            .iter()
+            .find(|&&(at, len)| {
+                len as usize == name.len()
+                    && &strings[at as usize..(at + len) as usize] == name.as_bytes()
+            })
+            .map(|&(offset, _)| offset)
+    }
+
+    /// Appends `name` to the strings block; its offset.
+    fn add_name(&mut self, name: &str) -> Result<u32, DtbError> {
         let offset = self.offset_u32(self.strings.len())?;
         let len = u32::try_from(name.len()).map_err(|_| DtbError::TooLarge)?;
         self.strings.extend_from_slice(name.as_bytes());
@@ -294,13 +322,14 @@ impl FdtWriter {
     }
 
     fn push_u32(&mut self, value: u32) {
-        self.structure.extend_from_slice(&value.to_be_bytes());
+        self.blob.extend_from_slice(&value.to_be_bytes());
     }
 
-    /// Every token in the structure block starts 4-byte aligned (spec 5.4.1).
+    /// Every token in the structure block starts 4-byte aligned (spec 5.4.1;
+    /// the block itself starts 8-byte aligned in the blob).
     fn pad_structure(&mut self) {
-        let padded = self.structure.len().next_multiple_of(4);
-        self.structure.resize(padded, 0);
+        let padded = self.blob.len().next_multiple_of(4);
+        self.blob.resize(padded, 0);
     }
 }
 
@@ -435,6 +464,28 @@ pub(crate) mod tests {
             .map(|r| (r.address() as usize, r.size()))
             .collect();
         assert_eq!(reservations, [(0x4000_0000, 0x1000)]);
+    }
+
+    #[test]
+    fn mem_reserve_added_inside_the_tree_still_precedes_the_structure_block() {
+        let mut w = FdtWriter::new();
+        let root = w.begin_node("").unwrap();
+        let a = w.begin_node("a").unwrap();
+        w.add_mem_reserve(0x4000_0000, 0x1000);
+        w.prop_u32("x", 7).unwrap();
+        w.end_node(a).unwrap();
+        w.end_node(root).unwrap();
+
+        let blob = w.finish().unwrap();
+
+        let fdt = fdt::Fdt::new(&blob).unwrap();
+        let reservations: Vec<(usize, usize)> = fdt
+            .memory_reservations()
+            .map(|r| (r.address() as usize, r.size()))
+            .collect();
+        assert_eq!(reservations, [(0x4000_0000, 0x1000)]);
+        let x = fdt.find_node("/a").unwrap().property("x").unwrap();
+        assert_eq!(x.as_usize(), Some(7));
     }
 
     #[test]
