@@ -1,8 +1,56 @@
-//! Host physical memory at boot: the RAM the DTB describes minus what is
-//! already used (the image and its payload, the host DTB, reserved
-//! regions), handed out in aligned blocks top-down for partition RAM.
+//! Host physical memory at boot: where the loaded image keeps its payload
+//! and heap (`image_layout`), and the RAM the DTB describes minus what is
+//! already used (the image with its payload and heap, the host DTB,
+//! reserved regions), handed out in aligned blocks top-down for partition
+//! RAM.
 
 use alloc::vec::Vec;
+
+/// The EL2 heap: boot and partition (re)start allocations (the parsed host
+/// description, partition objects, stage-2 tables, guest DTBs). It is the
+/// uninitialised tail of the loaded image, after the payload: the xtask
+/// adds it to the arm64 Image header's `image_size`, so a loader that
+/// honours the header (QEMU, U-Boot `booti`) keeps it free, and it is
+/// neither in the file nor cleared at boot.
+pub const EL2_HEAP_SIZE: u64 = 4 << 20;
+/// Alignment of the payload and of the heap after it.
+pub const IMAGE_TAIL_ALIGN: u64 = 4096;
+
+/// Where the parts of the loaded image are (all host physical, identity
+/// mapped at EL2):
+///
+/// ```text
+/// image_start  code, data, BSS (the flat image)
+/// payload      plan + partition images, appended by the xtask
+/// heap         EL2_HEAP_SIZE bytes, image_start + image_size - EL2_HEAP_SIZE
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageLayout {
+    /// (start, length) of the payload; the length includes the padding up
+    /// to the heap.
+    pub payload: (u64, u64),
+    /// (start, length) of the heap.
+    pub heap: (u64, u64),
+}
+
+/// The layout of an image loaded at `image_start` whose payload starts at
+/// `payload_start` and whose header says it needs `image_size` bytes. None
+/// when `image_size` leaves no aligned heap after the payload (an image not
+/// assembled by the xtask).
+pub fn image_layout(image_start: u64, payload_start: u64, image_size: u64) -> Option<ImageLayout> {
+    let image_end = image_start.checked_add(image_size)?;
+    let heap_start = image_end.checked_sub(EL2_HEAP_SIZE)?;
+    if heap_start < payload_start
+        || payload_start < image_start
+        || heap_start % IMAGE_TAIL_ALIGN != 0
+    {
+        return None;
+    }
+    Some(ImageLayout {
+        payload: (payload_start, heap_start - payload_start),
+        heap: (heap_start, EL2_HEAP_SIZE),
+    })
+}
 
 /// Free ranges `(base, size)`.
 pub struct FreeMemory {
@@ -73,6 +121,45 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn heap_is_the_tail_of_image_size_after_the_payload() {
+        let image = GIB + 2 * MIB;
+        let payload = image + 0x44000;
+        let size = 0x44000 + 0x7000 + EL2_HEAP_SIZE;
+
+        let layout = image_layout(image, payload, size).expect("layout");
+
+        assert_eq!(layout.payload, (payload, 0x7000));
+        assert_eq!(layout.heap, (payload + 0x7000, EL2_HEAP_SIZE));
+    }
+
+    #[test]
+    fn image_size_without_room_for_the_heap_has_no_layout() {
+        let image = GIB;
+        let payload = image + 0x44000;
+
+        assert_eq!(image_layout(image, payload, 0), None);
+        assert_eq!(image_layout(image, payload, 0x45000), None);
+        assert_eq!(
+            image_layout(image, payload, 0x44000 + EL2_HEAP_SIZE - 1),
+            None
+        );
+        assert_eq!(
+            image_layout(u64::MAX - 10, u64::MAX - 5, EL2_HEAP_SIZE),
+            None
+        );
+    }
+
+    #[test]
+    fn an_unaligned_heap_has_no_layout() {
+        let image = GIB;
+
+        assert_eq!(
+            image_layout(image, image + 0x1000, 0x1800 + EL2_HEAP_SIZE),
+            None
+        );
+    }
 
     #[test]
     fn used_ranges_are_cut_out_of_ram() {

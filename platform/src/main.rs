@@ -30,9 +30,12 @@ use pinfold_hv::dtb::{early_uart, host_resources, parse_host_dtb, Conduit, HostI
 use pinfold_hv::exit::{SpiOp, SGI_MAILBOX};
 use pinfold_hv::irqchip::PpiStateChange;
 use pinfold_hv::lockstat::{CountedLock, LockPath, LockStat};
+use pinfold_hv::memmap;
 use pinfold_hv::percpu::MAX_CPUS;
 use pinfold_hv::system::{BootInputs, System};
 use pinfold_vboard::{fid, same_cpu, PPI_MAINTENANCE};
+// Linked for its memcpy/memset, which replace compiler_builtins' weak ones.
+use pinfold_mem as _;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -75,7 +78,18 @@ fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
 #[no_mangle]
 extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let boot_counter = arch::counter();
-    heap::init();
+    let (image_start, payload_start) = arch::image_bounds();
+    // SAFETY: the image header's image_size (offset 16) was patched by the
+    // xtask to the whole file, payload included, plus the heap.
+    let image_size = unsafe { ((image_start + 16) as *const u64).read_volatile() };
+    // No console is known before the heap exists (the DTB parse allocates):
+    // an image the xtask did not assemble stops here silently.
+    let Some(layout) = memmap::image_layout(image_start, payload_start, image_size) else {
+        halt()
+    };
+    // SAFETY: the heap is the tail of the memory the image header claims,
+    // which the loader kept free and nothing else in the image uses.
+    unsafe { heap::init(layout.heap.0, layout.heap.1) };
     // SAFETY: firmware passed the DTB address in x0; its header holds the
     // total size (big endian at offset 4).
     let dtb_size = u32::from_be(unsafe { ((dtb + 4) as *const u32).read_volatile() }) as u64;
@@ -124,11 +138,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
     hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
 
-    let (image_start, payload_start) = arch::image_bounds();
-    // SAFETY: the image header's image_size (offset 16) was patched by the
-    // xtask to the whole file, payload included.
-    let image_size = unsafe { ((image_start + 16) as *const u64).read_volatile() };
-    let payload_len = (image_start + image_size).saturating_sub(payload_start);
+    let (payload_start, payload_len) = layout.payload;
     // SAFETY: the payload was loaded with the image and is never written.
     let payload: &'static [u8] =
         unsafe { core::slice::from_raw_parts(payload_start as *const u8, payload_len as usize) };
@@ -146,7 +156,8 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     };
 
     let mut used: Vec<(u64, u64)> = Vec::new();
-    used.push((image_start, image_size.max(payload_start - image_start)));
+    // The image, its payload and its heap.
+    used.push((image_start, image_size));
     used.push((dtb, dtb_size));
     // The same isolation rules the build checked, now against the real
     // host: a plan that would map RAM, the hypervisor, the GIC or another
@@ -157,7 +168,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         halt()
     }
     used.extend_from_slice(&host.reserved);
-    let mut free = pinfold_hv::memmap::FreeMemory::new(&host.memory, &used);
+    let mut free = memmap::FreeMemory::new(&host.memory, &used);
     let cpu_count = host.cpus.len().min(MAX_CPUS);
     if !arch::alloc_stacks(&mut free, cpu_count, index) {
         hvprint!("no memory for {cpu_count} CPU stacks: halting");

@@ -1,8 +1,16 @@
 //! A flattened device tree (DTB, version 17) writer: nodes and properties in,
 //! a blob Linux and U-Boot accept out (devicetree specification v0.4, ch. 5).
+//!
+//! A partition's DTB is written at each partition (re)start, so the writer
+//! allocates per blob, not per property: values go straight into the
+//! structure block, and the checks for repeated names compare against what
+//! is already written (property-name offsets of the innermost node, child
+//! names in the structure block) instead of keeping copies. The blob is
+//! laid out in one buffer as it is written (header and reservation block
+//! first, then the structure block), so `finish` appends the strings and
+//! fills the header in place instead of copying everything once more.
 
-use alloc::collections::BTreeMap;
-use alloc::string::{String, ToString};
+use alloc::string::ToString;
 use alloc::vec::Vec;
 
 use super::DtbError;
@@ -17,6 +25,9 @@ const HEADER_SIZE: usize = 40;
 const VERSION: u32 = 17;
 /// Version 17 blobs are readable by version-16 parsers (spec 5.2).
 const LAST_COMP_VERSION: u32 = 16;
+/// Room reserved up front: a partition's DTB is a few KiB.
+const STRUCTURE_CAPACITY: usize = 4096;
+const STRINGS_CAPACITY: usize = 512;
 
 /// Proof that a node is open; `end_node` consumes it, so a node cannot be
 /// closed twice, and closing anything but the innermost node is an error.
@@ -26,21 +37,31 @@ pub struct NodeToken {
     id: u32,
 }
 
-/// One node still open, with what its children and properties must not repeat.
+/// One node still open.
 struct OpenNode {
     id: u32,
     has_child: bool,
-    prop_names: Vec<String>,
-    child_names: Vec<String>,
+    /// Where its children's names start in `FdtWriter::child_names`.
+    first_child: usize,
 }
 
 /// Builds a DTB in memory: open nodes, add properties, close nodes, finish.
 pub struct FdtWriter {
-    structure: Vec<u8>,
+    /// The blob so far: room for the header, the reservation block with its
+    /// terminator, then the structure block from `struct_start` on.
+    blob: Vec<u8>,
+    struct_start: usize,
     strings: Vec<u8>,
-    /// Property name -> offset in `strings`, so each name is stored once.
-    string_offsets: BTreeMap<String, u32>,
-    mem_reserve: Vec<(u64, u64)>,
+    /// (offset, length) in `strings` of each property name, stored once.
+    names: Vec<(u32, u32)>,
+    /// Name offsets of the innermost open node's properties: properties
+    /// precede children, so no other open node can take one any more.
+    node_props: Vec<u32>,
+    /// (offset in the structure block, length) of the names of the open
+    /// nodes' children, grouped by open node (`OpenNode::first_child`).
+    child_names: Vec<(u32, u32)>,
+    /// How many /memreserve/ entries the reservation block holds.
+    mem_reserve_count: usize,
     open: Vec<OpenNode>,
     root_written: bool,
     next_node_id: u32,
@@ -55,11 +76,19 @@ impl Default for FdtWriter {
 
 impl FdtWriter {
     pub fn new() -> Self {
+        let struct_start = HEADER_SIZE + 16;
+        let mut blob = Vec::with_capacity(struct_start + STRUCTURE_CAPACITY + STRINGS_CAPACITY);
+        // The header is filled in by `finish`; the zeros after it are the
+        // reservation block's (0, 0) terminator.
+        blob.resize(struct_start, 0);
         FdtWriter {
-            structure: Vec::new(),
-            strings: Vec::new(),
-            string_offsets: BTreeMap::new(),
-            mem_reserve: Vec::new(),
+            blob,
+            struct_start,
+            strings: Vec::with_capacity(STRINGS_CAPACITY),
+            names: Vec::new(),
+            node_props: Vec::new(),
+            child_names: Vec::new(),
+            mem_reserve_count: 0,
             open: Vec::new(),
             root_written: false,
             next_node_id: 0,
@@ -68,9 +97,17 @@ impl FdtWriter {
         }
     }
 
-    /// Adds a /memreserve/ entry: memory the OS must not use.
+    /// Adds a /memreserve/ entry: memory the OS must not use. (Cheapest
+    /// before the root node: later, the structure block written so far
+    /// moves up by one entry.)
     pub fn add_mem_reserve(&mut self, addr: u64, size: u64) {
-        self.mem_reserve.push((addr, size));
+        let mut entry = [0u8; 16];
+        entry[..8].copy_from_slice(&addr.to_be_bytes());
+        entry[8..].copy_from_slice(&size.to_be_bytes());
+        let at = HEADER_SIZE + 16 * self.mem_reserve_count;
+        self.blob.splice(at..at, entry);
+        self.mem_reserve_count += 1;
+        self.struct_start += 16;
     }
 
     /// Opens a node inside the innermost open one. The root is named "" and
@@ -85,24 +122,33 @@ impl FdtWriter {
             }
             Some(parent) => {
                 check_node_name(name)?;
-                if parent.child_names.iter().any(|n| n == name) {
+                let structure = &self.blob[self.struct_start..];
+                let repeated = self.child_names[parent.first_child..]
+                    .iter()
+                    .any(|&(at, len)| {
+                        &structure[at as usize..(at + len) as usize] == name.as_bytes()
+                    });
+                if repeated {
                     return Err(DtbError::DuplicateNode(name.to_string()));
                 }
-                parent.child_names.push(name.to_string());
                 parent.has_child = true;
             }
         }
         self.push_u32(FDT_BEGIN_NODE);
-        self.structure.extend_from_slice(name.as_bytes());
-        self.structure.push(0);
+        let name_at = self.offset_u32(self.blob.len() - self.struct_start)?;
+        self.blob.extend_from_slice(name.as_bytes());
+        self.blob.push(0);
         self.pad_structure();
+        if !self.open.is_empty() {
+            self.child_names.push((name_at, name.len() as u32));
+        }
+        self.node_props.clear();
         let id = self.next_node_id;
         self.next_node_id = self.next_node_id.wrapping_add(1);
         self.open.push(OpenNode {
             id,
             has_child: false,
-            prop_names: Vec::new(),
-            child_names: Vec::new(),
+            first_child: self.child_names.len(),
         });
         Ok(NodeToken { id })
     }
@@ -111,6 +157,7 @@ impl FdtWriter {
     pub fn end_node(&mut self, node: NodeToken) -> Result<(), DtbError> {
         match self.open.last() {
             Some(innermost) if innermost.id == node.id => {
+                self.child_names.truncate(innermost.first_child);
                 self.open.pop();
                 self.push_u32(FDT_END_NODE);
                 Ok(())
@@ -121,21 +168,8 @@ impl FdtWriter {
 
     /// Adds a property with a raw value to the innermost open node.
     pub fn prop(&mut self, name: &str, value: &[u8]) -> Result<(), DtbError> {
-        check_property_name(name)?;
-        let node = self.open.last_mut().ok_or(DtbError::PropertyOutsideNode)?;
-        if node.has_child {
-            return Err(DtbError::PropertyAfterChild(name.to_string()));
-        }
-        if node.prop_names.iter().any(|p| p == name) {
-            return Err(DtbError::DuplicateProperty(name.to_string()));
-        }
-        node.prop_names.push(name.to_string());
-        let len = u32::try_from(value.len()).map_err(|_| DtbError::TooLarge)?;
-        let name_offset = self.string_offset(name)?;
-        self.push_u32(FDT_PROP);
-        self.push_u32(len);
-        self.push_u32(name_offset);
-        self.structure.extend_from_slice(value);
+        self.begin_prop(name, value.len())?;
+        self.blob.extend_from_slice(value);
         self.pad_structure();
         Ok(())
     }
@@ -155,8 +189,12 @@ impl FdtWriter {
     }
 
     pub fn prop_cells(&mut self, name: &str, cells: &[u32]) -> Result<(), DtbError> {
-        let bytes: Vec<u8> = cells.iter().flat_map(|c| c.to_be_bytes()).collect();
-        self.prop(name, &bytes)
+        let len = cells.len().checked_mul(4).ok_or(DtbError::TooLarge)?;
+        self.begin_prop(name, len)?;
+        for cell in cells {
+            self.blob.extend_from_slice(&cell.to_be_bytes());
+        }
+        Ok(())
     }
 
     pub fn prop_string(&mut self, name: &str, value: &str) -> Result<(), DtbError> {
@@ -165,15 +203,20 @@ impl FdtWriter {
 
     /// A string list: each string NUL-terminated, back to back.
     pub fn prop_strings(&mut self, name: &str, values: &[&str]) -> Result<(), DtbError> {
-        let mut bytes = Vec::new();
+        let mut len = 0usize;
         for value in values {
             if value.as_bytes().contains(&0) {
                 return Err(DtbError::NulInString);
             }
-            bytes.extend_from_slice(value.as_bytes());
-            bytes.push(0);
+            len = len.saturating_add(value.len() + 1);
         }
-        self.prop(name, &bytes)
+        self.begin_prop(name, len)?;
+        for value in values {
+            self.blob.extend_from_slice(value.as_bytes());
+            self.blob.push(0);
+        }
+        self.pad_structure();
+        Ok(())
     }
 
     /// A fresh phandle for a node that others will reference.
@@ -197,9 +240,9 @@ impl FdtWriter {
         // The reservation block must be 8-byte aligned; the header's 40 bytes
         // already are. The structure block follows it 4-byte aligned.
         let off_mem_rsvmap = HEADER_SIZE;
-        let rsvmap_size = (self.mem_reserve.len() + 1) * 16;
-        let off_dt_struct = off_mem_rsvmap + rsvmap_size;
-        let off_dt_strings = off_dt_struct + self.structure.len();
+        let off_dt_struct = self.struct_start;
+        let off_dt_strings = self.blob.len();
+        let structure_len = off_dt_strings - off_dt_struct;
         let total = off_dt_strings + self.strings.len();
 
         let to_u32 = |v: usize| u32::try_from(v).map_err(|_| DtbError::TooLarge);
@@ -213,42 +256,80 @@ impl FdtWriter {
             LAST_COMP_VERSION,
             0, // boot_cpuid_phys: the boot vCPU is always cpu@0.
             to_u32(self.strings.len())?,
-            to_u32(self.structure.len())?,
+            to_u32(structure_len)?,
         ];
 
-        let mut blob = Vec::with_capacity(total);
-        for field in header {
-            blob.extend_from_slice(&field.to_be_bytes());
+        let mut blob = self.blob;
+        for (slot, field) in blob.chunks_exact_mut(4).zip(header) {
+            slot.copy_from_slice(&field.to_be_bytes());
         }
-        for (addr, size) in self.mem_reserve.iter().chain(core::iter::once(&(0, 0))) {
-            blob.extend_from_slice(&addr.to_be_bytes());
-            blob.extend_from_slice(&size.to_be_bytes());
-        }
-        blob.extend_from_slice(&self.structure);
         blob.extend_from_slice(&self.strings);
         Ok(blob)
     }
 
-    fn string_offset(&mut self, name: &str) -> Result<u32, DtbError> {
-        if let Some(&offset) = self.string_offsets.get(name) {
-            return Ok(offset);
+    /// Checks a property of `len` bytes may be added to the innermost node
+    /// and writes its FDT_PROP header; the caller writes the value (and
+    /// pads unless it is a multiple of 4 bytes).
+    fn begin_prop(&mut self, name: &str, len: usize) -> Result<(), DtbError> {
+        // A name already in the strings block passed the check when added.
+        let stored = self.find_name(name);
+        if stored.is_none() {
+            check_property_name(name)?;
         }
-        let offset = u32::try_from(self.strings.len()).map_err(|_| DtbError::TooLarge)?;
+        let node = self.open.last_mut().ok_or(DtbError::PropertyOutsideNode)?;
+        if node.has_child {
+            return Err(DtbError::PropertyAfterChild(name.to_string()));
+        }
+        let name_offset = match stored {
+            Some(offset) => offset,
+            None => self.add_name(name)?,
+        };
+        if self.node_props.contains(&name_offset) {
+            return Err(DtbError::DuplicateProperty(name.to_string()));
+        }
+        self.node_props.push(name_offset);
+        let len = u32::try_from(len).map_err(|_| DtbError::TooLarge)?;
+        self.push_u32(FDT_PROP);
+        self.push_u32(len);
+        self.push_u32(name_offset);
+        Ok(())
+    }
+
+    /// The offset of `name` in the strings block, if it is there.
+    fn find_name(&self, name: &str) -> Option<u32> {
+        let strings = &self.strings;
+        self.names
+            .iter()
+            .find(|&&(at, len)| {
+                len as usize == name.len()
+                    && &strings[at as usize..(at + len) as usize] == name.as_bytes()
+            })
+            .map(|&(offset, _)| offset)
+    }
+
+    /// Appends `name` to the strings block; its offset.
+    fn add_name(&mut self, name: &str) -> Result<u32, DtbError> {
+        let offset = self.offset_u32(self.strings.len())?;
+        let len = u32::try_from(name.len()).map_err(|_| DtbError::TooLarge)?;
         self.strings.extend_from_slice(name.as_bytes());
         self.strings.push(0);
-        self.string_offsets.insert(name.to_string(), offset);
+        self.names.push((offset, len));
         Ok(offset)
     }
 
-    fn push_u32(&mut self, value: u32) {
-        self.structure.extend_from_slice(&value.to_be_bytes());
+    fn offset_u32(&self, offset: usize) -> Result<u32, DtbError> {
+        u32::try_from(offset).map_err(|_| DtbError::TooLarge)
     }
 
-    /// Every token in the structure block starts 4-byte aligned (spec 5.4.1).
+    fn push_u32(&mut self, value: u32) {
+        self.blob.extend_from_slice(&value.to_be_bytes());
+    }
+
+    /// Every token in the structure block starts 4-byte aligned (spec 5.4.1;
+    /// the block itself starts 8-byte aligned in the blob).
     fn pad_structure(&mut self) {
-        while self.structure.len() & 3 != 0 {
-            self.structure.push(0);
-        }
+        let padded = self.blob.len().next_multiple_of(4);
+        self.blob.resize(padded, 0);
     }
 }
 
@@ -286,6 +367,7 @@ fn check_property_name(name: &str) -> Result<(), DtbError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use alloc::string::String;
 
     fn be32(blob: &[u8], offset: usize) -> u32 {
         u32::from_be_bytes([
@@ -382,6 +464,28 @@ pub(crate) mod tests {
             .map(|r| (r.address() as usize, r.size()))
             .collect();
         assert_eq!(reservations, [(0x4000_0000, 0x1000)]);
+    }
+
+    #[test]
+    fn mem_reserve_added_inside_the_tree_still_precedes_the_structure_block() {
+        let mut w = FdtWriter::new();
+        let root = w.begin_node("").unwrap();
+        let a = w.begin_node("a").unwrap();
+        w.add_mem_reserve(0x4000_0000, 0x1000);
+        w.prop_u32("x", 7).unwrap();
+        w.end_node(a).unwrap();
+        w.end_node(root).unwrap();
+
+        let blob = w.finish().unwrap();
+
+        let fdt = fdt::Fdt::new(&blob).unwrap();
+        let reservations: Vec<(usize, usize)> = fdt
+            .memory_reservations()
+            .map(|r| (r.address() as usize, r.size()))
+            .collect();
+        assert_eq!(reservations, [(0x4000_0000, 0x1000)]);
+        let x = fdt.find_node("/a").unwrap().property("x").unwrap();
+        assert_eq!(x.as_usize(), Some(7));
     }
 
     #[test]
@@ -546,6 +650,37 @@ pub(crate) mod tests {
         w.end_node(root).unwrap();
 
         assert!(w.finish().is_ok());
+    }
+
+    #[test]
+    fn a_sibling_repeating_a_name_after_a_closed_subtree_is_rejected() {
+        let mut w = FdtWriter::new();
+        let _root = w.begin_node("").unwrap();
+        let p = w.begin_node("p").unwrap();
+        let c = w.begin_node("c").unwrap();
+        w.end_node(c).unwrap();
+        w.end_node(p).unwrap();
+
+        let c = w.begin_node("c").unwrap();
+        w.end_node(c).unwrap();
+
+        assert_eq!(w.begin_node("p"), Err(DtbError::DuplicateNode("p".into())));
+    }
+
+    #[test]
+    fn a_child_may_repeat_a_property_name_of_its_parent() {
+        let mut w = FdtWriter::new();
+        let root = w.begin_node("").unwrap();
+        w.prop_u32("x", 1).unwrap();
+        let child = w.begin_node("c").unwrap();
+
+        assert_eq!(w.prop_u32("x", 2), Ok(()));
+        assert_eq!(
+            w.prop_u32("x", 3),
+            Err(DtbError::DuplicateProperty("x".into()))
+        );
+        w.end_node(child).unwrap();
+        w.end_node(root).unwrap();
     }
 
     #[test]

@@ -1,5 +1,6 @@
 // Pinfold EL2 entry: the arm64 Image header, relocation of the static PIE,
-// BSS clearing and per-CPU stacks. Everything after this is Rust.
+// BSS clearing (small: the heap and the boot stack are outside it) and
+// per-CPU stacks. Everything after this is Rust.
 
 .equ STACK_SIZE, 0x10000
 .equ R_AARCH64_RELATIVE, 1027
@@ -10,7 +11,7 @@ _head:
     b       primary_entry               // code0
     .long   0                           // code1
     .quad   0                           // text_offset
-    .quad   0                           // image_size: patched by the xtask to the file size
+    .quad   0                           // image_size: patched by the xtask to file + heap
     .quad   0xa                         // flags: LE, 4 KiB pages, may be placed anywhere
     .quad   0
     .quad   0
@@ -76,7 +77,7 @@ halt:
     wfe
     b       halt
 
-.section .bss.stacks, "aw", %nobits
+.section .stack.boot, "aw", %nobits
 .balign 4096
 .global __boot_stack
 __boot_stack:

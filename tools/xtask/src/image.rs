@@ -1,9 +1,13 @@
 //! Assembles `pinfold.bin`: the flat EL2 image, padded, with the partition
 //! payload appended and the arm64 Image header's image_size patched to cover
-//! it (so a loader that honours image_size reserves the payload too).
+//! it and the EL2 heap after it (`pinfold_hv::memmap::image_layout`), so a
+//! loader that honours image_size reserves both; the heap is not in the
+//! file.
 
-/// Alignment of the payload after the EL2 image.
-pub const PAYLOAD_ALIGN: usize = 4096;
+use pinfold_hv::memmap::{EL2_HEAP_SIZE, IMAGE_TAIL_ALIGN};
+
+/// Alignment of the payload after the EL2 image (and of the heap after it).
+pub const PAYLOAD_ALIGN: usize = IMAGE_TAIL_ALIGN as usize;
 /// Byte offset of `image_size` (u64 LE) in the arm64 Image header
 /// (Documentation/arch/arm64/booting.rst).
 pub const IMAGE_SIZE_OFFSET: usize = 16;
@@ -32,7 +36,8 @@ pub struct Assembled {
     pub warnings: Vec<HeaderWarning>,
 }
 
-/// Pads `el2` to `PAYLOAD_ALIGN`, appends `payload`, and writes the total size
+/// Pads `el2` to `PAYLOAD_ALIGN`, appends `payload`, and writes the memory
+/// the image needs (the file rounded up to `PAYLOAD_ALIGN`, then the heap)
 /// into the Image header's image_size when the header is present.
 pub fn assemble(mut el2: Vec<u8>, payload: &[u8]) -> Assembled {
     let mut warnings = Vec::new();
@@ -53,8 +58,8 @@ pub fn assemble(mut el2: Vec<u8>, payload: &[u8]) -> Assembled {
     let payload_offset = el2.len();
     el2.extend_from_slice(payload);
     if has_magic {
-        let total = el2.len() as u64;
-        el2[IMAGE_SIZE_OFFSET..IMAGE_SIZE_OFFSET + 8].copy_from_slice(&total.to_le_bytes());
+        let needed = (el2.len() as u64).next_multiple_of(IMAGE_TAIL_ALIGN) + EL2_HEAP_SIZE;
+        el2[IMAGE_SIZE_OFFSET..IMAGE_SIZE_OFFSET + 8].copy_from_slice(&needed.to_le_bytes());
     }
     Assembled {
         bytes: el2,
@@ -97,14 +102,34 @@ mod tests {
     }
 
     #[test]
-    fn image_size_is_patched_to_total_length() {
+    fn image_size_is_patched_to_the_aligned_file_plus_the_heap() {
         let el2 = el2_with_header(4096, 4096);
 
         let out = assemble(el2, &[1u8; 100]);
 
-        assert_eq!(read_u64(&out.bytes, IMAGE_SIZE_OFFSET), 4196);
+        assert_eq!(
+            read_u64(&out.bytes, IMAGE_SIZE_OFFSET),
+            8192 + EL2_HEAP_SIZE
+        );
         assert_eq!(out.bytes.len(), 4196);
         assert!(out.warnings.is_empty());
+    }
+
+    #[test]
+    fn the_hypervisor_finds_payload_and_heap_where_assemble_put_them() {
+        let el2 = el2_with_header(5000, 5000);
+        let load = 0x4020_0000;
+
+        let out = assemble(el2, &[3u8; 100]);
+
+        let image_size = read_u64(&out.bytes, IMAGE_SIZE_OFFSET);
+        let payload_start = load + out.payload_offset as u64;
+        let layout =
+            pinfold_hv::memmap::image_layout(load, payload_start, image_size).expect("layout");
+        assert_eq!(layout.payload.0, payload_start);
+        assert!(layout.payload.1 >= 100);
+        assert!(layout.heap.0 >= load + out.bytes.len() as u64);
+        assert_eq!(layout.heap.1, EL2_HEAP_SIZE);
     }
 
     #[test]
