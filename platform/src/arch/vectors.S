@@ -3,10 +3,11 @@
 // a pointer to it to Rust (the core may read or write any of them). The IRQ
 // paths read no guest register: they save only what the AAPCS64 lets the
 // Rust code they call clobber (x0-x18, x30; ELR/SPSR_EL2 stay in their
-// registers, as nothing on the path takes another exception) and reach the
-// root interrupt handler through a one-instruction call site patched once
-// at boot (runtime constant, see hv::rtconst): until then it calls
-// pinfold_default_irq_handler, which reports and halts.
+// registers, as nothing on the path takes another exception), run whole in
+// their vector slot, and reach the root interrupt handler through a
+// one-instruction call site patched once at boot (runtime constant, see
+// hv::rtconst): until then it calls pinfold_default_irq_handler, which
+// reports and halts.
 
 .equ FRAME_SIZE, 272                  // x0-x30, ELR_EL2, SPSR_EL2, pad
 .equ IRQ_FRAME_SIZE, 160              // x0-x18, x30
@@ -54,11 +55,18 @@
     b       \target
 .endm
 
-.macro VENTRY_IRQ target
+// An IRQ entry, whole, in its 32-instruction vector slot: no branch to or
+// from a shared tail. `site` is the patched call site.
+.macro IRQ_VECTOR site, ptr
     .balign 0x80
     sub     sp, sp, #IRQ_FRAME_SIZE
     stp     x0, x1, [sp, #0]
-    b       \target
+    SAVE_CALLER_SAVED
+.global \site
+\site:
+    IRQ_CALL \ptr
+    RESTORE_CALLER_SAVED
+    eret
 .endm
 
 // The registers the AAPCS64 lets a callee clobber, x0/x1 already stored.
@@ -74,6 +82,20 @@
     stp     x18, x30, [sp, #144]
 .endm
 
+.macro RESTORE_CALLER_SAVED
+    ldp     x18, x30, [sp, #144]
+    ldp     x16, x17, [sp, #128]
+    ldp     x14, x15, [sp, #112]
+    ldp     x12, x13, [sp, #96]
+    ldp     x10, x11, [sp, #80]
+    ldp     x8, x9, [sp, #64]
+    ldp     x6, x7, [sp, #48]
+    ldp     x4, x5, [sp, #32]
+    ldp     x2, x3, [sp, #16]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #IRQ_FRAME_SIZE
+.endm
+
 .section .text.vectors, "ax"
 .balign 2048
 .global pinfold_vectors
@@ -85,12 +107,17 @@ pinfold_vectors:
     VENTRY  hv_fault
     // Current EL with SP_ELx: the hypervisor itself
     VENTRY  hv_fault
-    VENTRY_IRQ hv_irq
+    // An interrupt while the hypervisor itself runs with IRQs unmasked (idle).
+    IRQ_VECTOR pinfold_irq_site_hv, pinfold_irq_handler_ptr_hv
+    // The assembler refuses to move backwards: an IRQ entry that outgrew its
+    // slot fails the build instead of shifting the vectors after it.
+    .org    pinfold_vectors + 0x300
     VENTRY  hv_fault
     VENTRY  hv_fault
     // Lower EL, AArch64: guests
     VENTRY  guest_sync
-    VENTRY_IRQ guest_irq
+    IRQ_VECTOR pinfold_irq_site_guest, pinfold_irq_handler_ptr_guest
+    .org    pinfold_vectors + 0x500
     VENTRY  guest_fiq
     VENTRY  guest_serror
     // Lower EL, AArch32: not supported
@@ -119,33 +146,6 @@ guest_serror:
     mov     x0, sp
     bl      pinfold_guest_serror
     b       pinfold_restore_guest
-
-guest_irq:
-    SAVE_CALLER_SAVED
-.global pinfold_irq_site_guest
-pinfold_irq_site_guest:
-    IRQ_CALL pinfold_irq_handler_ptr_guest
-    b       irq_return
-
-// An interrupt while the hypervisor itself runs with IRQs unmasked (idle).
-hv_irq:
-    SAVE_CALLER_SAVED
-.global pinfold_irq_site_hv
-pinfold_irq_site_hv:
-    IRQ_CALL pinfold_irq_handler_ptr_hv
-irq_return:
-    ldp     x18, x30, [sp, #144]
-    ldp     x16, x17, [sp, #128]
-    ldp     x14, x15, [sp, #112]
-    ldp     x12, x13, [sp, #96]
-    ldp     x10, x11, [sp, #80]
-    ldp     x8, x9, [sp, #64]
-    ldp     x6, x7, [sp, #48]
-    ldp     x4, x5, [sp, #32]
-    ldp     x2, x3, [sp, #16]
-    ldp     x0, x1, [sp, #0]
-    add     sp, sp, #IRQ_FRAME_SIZE
-    eret
 
 // Where a call site goes when its handler is out of BL range: boot code
 // writes movz/movk x16 and `br x16` here (hv::rtconst::veneer_words).
