@@ -625,6 +625,7 @@ fn redist_access(
                 PpiStateChange::Active(intid, active),
             ),
         });
+    cpu.hw_ppis = loaded.vredist.hw_ppis();
     0
 }
 
@@ -1186,6 +1187,10 @@ pub fn load<'s>(
         vredist: VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p)),
         pmu: view,
     });
+    cpu.hw_ppis = cpu
+        .loaded
+        .as_ref()
+        .map_or_else(Default::default, |l| l.vredist.hw_ppis());
     p.vcpus[id.vcpu].power.set_on();
     VcpuContext {
         vmpidr: mpidr,
@@ -1203,6 +1208,7 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     let Some(loaded) = cpu.loaded.take() else {
         return;
     };
+    cpu.hw_ppis = crate::percpu::HwPpis::default();
     let mut dropped = [0u32; MAX_LR_COUNT + crate::vgic::lr::QUEUE_CAPACITY];
     let mut n = 0;
     cpu.lrs.clear_reporting_hw(&mut Lrs(hw), &mut |pintid| {
@@ -1289,15 +1295,18 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
 /// deactivates the virtual one.
 #[inline(always)]
 fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
-    let fired = cpu
-        .loaded
-        .as_ref()
-        .and_then(|l| Some((l.partition, l.vredist.hw_ppi_fired(intid)?)));
+    // The mirror of the loaded vCPU's redistributor: nothing loaded, or the
+    // guest has it disabled, reads as not enabled.
+    let private = intid & 31;
+    let fired = (intid == private && cpu.hw_ppis.enabled & (1 << private) != 0)
+        .then(|| VirtIrq::hw_linked(intid, cpu.hw_ppis.priority[private as usize]));
     match fired {
-        Some((p, irq)) => {
+        Some(irq) => {
             cpu.public.counters.injected();
             if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {
-                lost(cpu.public, p, hw, irq.intid, e);
+                if let Some(l) = cpu.loaded.as_ref() {
+                    lost(cpu.public, l.partition, hw, irq.intid, e);
+                }
             }
         }
         None => silence_ppi(sys, hw, intid),

@@ -597,6 +597,44 @@ fn enabling_the_virtual_timer_ppi_enables_it_on_this_cpus_redistributor_without_
 }
 
 #[test]
+fn the_timer_path_follows_the_guests_enable_and_forgets_it_on_put() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let mut regs = GuestRegs::default();
+    // Disabled by the guest: a firing is silenced, nothing injected.
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+    assert!(hw.injected().is_empty());
+    // GICR_ISENABLER0 with the virtual timer, priority 0x40 (IPRIORITYR6).
+    regs.x[2] = 1 << PPI_VTIMER;
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+    );
+    regs.x[2] = 0x40 << 24;
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 0x1_0418, 4, true, 2),
+    );
+
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+    assert_eq!(hw.injected(), [PPI_VTIMER]);
+    let lr = (0..4).map(|n| hw.read_lr(n)).find(|&v| v != 0).unwrap();
+    assert_eq!(decode_lr(lr).0.priority, 0x40, "the guest's priority");
+
+    put(sys, &mut cpu, &mut hw);
+    let silenced = hw.deactivated.len();
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+    assert_eq!(hw.deactivated.len(), silenced + 1, "no vCPU: silenced");
+}
+
+#[test]
 fn a_chip_without_the_lockless_capability_is_counted_on_load_and_timer_paths() {
     let sys = system();
     let mut hw = FakeHw::new();

@@ -165,6 +165,18 @@ pub struct CpuState<'s> {
     pub assigned: Option<VcpuId>,
     /// The loaded vCPU (running, or about to run).
     pub loaded: Option<LoadedVcpu<'s>>,
+    /// The loaded vCPU's forwarded PPIs as its redistributor says (none
+    /// when nothing is loaded), mirrored here so that the timer path reads
+    /// two fields of this struct and nothing else.
+    pub hw_ppis: HwPpis,
+}
+
+/// Which pass-through PPIs the loaded vCPU has enabled, and their
+/// priorities (`VRedist::hw_ppis`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HwPpis {
+    pub enabled: u32,
+    pub priority: [u8; 32],
 }
 
 impl<'s> CpuState<'s> {
@@ -178,6 +190,7 @@ impl<'s> CpuState<'s> {
             lrs: LrManager::new(),
             assigned: sys.assigned(index),
             loaded: None,
+            hw_ppis: HwPpis::default(),
         }
     }
 }

@@ -348,11 +348,23 @@ impl VRedist {
 
     /// A pass-through PPI fired on this physical CPU: the HW-linked virtual
     /// interrupt to inject, with the guest's priority, if the guest enabled it.
+    /// The pass-through PPIs the guest has enabled and all priorities, for
+    /// the per-CPU mirror the timer path reads (`CpuState::hw_ppis`).
+    pub fn hw_ppis(&self) -> crate::percpu::HwPpis {
+        crate::percpu::HwPpis {
+            enabled: self.passthrough & self.enabled,
+            priority: self.priority,
+        }
+    }
+
     pub fn hw_ppi_fired(&self, intid: u32) -> Option<VirtIrq> {
-        if !(16..32).contains(&intid) || self.passthrough & self.enabled & bit(intid) == 0 {
+        // One test covers the range too: `passthrough` has PPI bits only,
+        // and an INTID of 32 or more has no bit in this bank.
+        let private = intid & 31;
+        if intid != private || self.passthrough & self.enabled & bit(private) == 0 {
             return None;
         }
-        Some(VirtIrq::hw_linked(intid, self.priority[intid as usize]))
+        Some(VirtIrq::hw_linked(intid, self.priority[private as usize]))
     }
 }
 
