@@ -16,6 +16,7 @@
 //! distributor and console) are `CountedLock`s, counted per path.
 
 use crate::addr::{Ipa, IpaRange, PhysAddr};
+use crate::bits::ones;
 use crate::hypercall::{self, GuestMemory, GuestMemoryFault};
 use crate::irqchip::{change_percpu_state, PerCpuIrqChip, PpiBits, PpiStateChange};
 use crate::layout::{emulated_device, EmulatedDevice};
@@ -633,6 +634,15 @@ fn ppi_change(sys: &System, hw: &mut impl Hw, path: LockPath, change: PpiStateCh
     change_percpu_state(hw, &sys.chip_lock, path, change);
 }
 
+/// The PPIs a vCPU owns, disabled and inactive on this CPU's own
+/// redistributor (vCPU load and put).
+fn quiesce_owned_ppis(sys: &System, hw: &mut impl Hw, path: LockPath) {
+    for ppi in OWNED_PPIS {
+        ppi_change(sys, hw, path, PpiStateChange::Enable(ppi, false));
+        ppi_change(sys, hw, path, PpiStateChange::Active(ppi, false));
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn uart_access(
@@ -809,14 +819,6 @@ fn lost(
     );
 }
 
-/// Inject into the vCPU loaded on this CPU (a timer or a local event).
-pub fn inject_local(cpu: &mut CpuState, hw: &mut impl Hw, irq: VirtIrq) {
-    let Some(l) = cpu.loaded.as_ref() else {
-        return;
-    };
-    inject_into(cpu.public, l.partition, &mut cpu.lrs, hw, irq);
-}
-
 /// Post `op` to CPU `pcpu`'s mailbox and kick it. A mailbox that stays full
 /// after bounded retries loses the operation: counted as the partition's
 /// fault and reported.
@@ -923,7 +925,7 @@ fn send_sgi(
     v: usize,
     value: u64,
 ) {
-    let (intid, res) = p.sgi.resolve(value, v);
+    let (intid, res) = p.sgi.resolve(&p.vcpu_mpidrs, value, v);
     // The common IPI: one sibling, nobody outside.
     if res.outside == 0 && res.vcpus.is_power_of_two() {
         let t = res.vcpus.trailing_zeros() as usize;
@@ -952,10 +954,8 @@ fn send_sgi_general(
         sgi_outside(p, hw, intid, res.outside);
     }
     let intid = u32::from(intid);
-    let mut targets = res.vcpus;
-    while targets != 0 {
-        let t = targets.trailing_zeros() as usize;
-        targets &= targets - 1;
+    for t in ones(res.vcpus) {
+        let t = t as usize;
         if t == v {
             sgi_to_self(cpu, hw, intid);
         } else if let Some(target) = p.vcpus.get(t) {
@@ -1020,20 +1020,19 @@ fn hvc(
     v: usize,
     regs: &mut GuestRegs,
 ) -> Next {
-    if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
-        regs.x[0] = ret as u64;
-        return Next::Resume;
-    }
     let call = psci::decode(regs.x[0], regs.x[1], regs.x[2], regs.x[3]);
     let ret: i64 = match call {
-        Call::PsciVersion => psci::PSCI_VERSION_1_1 as i64,
-        Call::SmcccVersion => psci::SMCCC_VERSION_1_1 as i64,
-        Call::PsciFeatures { fid } => psci::psci_features(fid),
-        Call::SmcccArchFeatures { fid } => psci::smccc_arch_features(fid),
-        Call::MigrateInfoType => psci::MIGRATE_INFO_TYPE_NOT_REQUIRED,
-        // Standby only: a WFI's worth of waiting, done natively by the
-        // guest's next WFI; report success.
-        Call::CpuSuspend { .. } => psci::SUCCESS,
+        // The calls that only ask have one answer, psci::query's, which
+        // handle_sync gives in line; these arms are reached from
+        // handle_exit alone.
+        Call::PsciVersion
+        | Call::SmcccVersion
+        | Call::PsciFeatures { .. }
+        | Call::SmcccArchFeatures { .. }
+        | Call::MigrateInfoType
+        | Call::CpuSuspend { .. } => {
+            psci::query(regs.x[0], regs.x[1]).unwrap_or(psci::NOT_SUPPORTED)
+        }
         Call::CpuOn {
             target_mpidr,
             entry,
@@ -1152,20 +1151,7 @@ pub fn load<'s>(
 ) -> VcpuContext {
     let p = &sys.partitions[id.partition];
     cpu.lrs.clear(&mut Lrs(hw));
-    for ppi in OWNED_PPIS {
-        ppi_change(
-            sys,
-            hw,
-            LockPath::VcpuLoad,
-            PpiStateChange::Enable(ppi, false),
-        );
-        ppi_change(
-            sys,
-            hw,
-            LockPath::VcpuLoad,
-            PpiStateChange::Active(ppi, false),
-        );
-    }
+    quiesce_owned_ppis(sys, hw, LockPath::VcpuLoad);
     let public = cpu.public;
     public.counters.reset();
     // Stale posts from a previous run of this vCPU.
@@ -1220,20 +1206,7 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     for &pintid in &dropped[..n] {
         hw.deactivate(pintid);
     }
-    for ppi in OWNED_PPIS {
-        ppi_change(
-            sys,
-            hw,
-            LockPath::VcpuPut,
-            PpiStateChange::Enable(ppi, false),
-        );
-        ppi_change(
-            sys,
-            hw,
-            LockPath::VcpuPut,
-            PpiStateChange::Active(ppi, false),
-        );
-    }
+    quiesce_owned_ppis(sys, hw, LockPath::VcpuPut);
     loaded.partition.vcpus[loaded.id.vcpu].power.set_off();
 }
 
@@ -1255,11 +1228,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u
 fn drain_mailbox(cpu: &mut CpuState, hw: &mut impl Hw) {
     let public = cpu.public;
     let bell = public.mailbox.take();
-    let mut sgis = bell.sgis();
-    while sgis != 0 {
-        apply_op(cpu, hw, MailboxOp::Sgi(sgis.trailing_zeros()));
-        sgis &= sgis - 1;
-    }
+    bell.for_each_sgi(|intid| apply_op(cpu, hw, MailboxOp::Sgi(intid)));
     if bell.has_slots() {
         drain_slots(cpu, hw, bell);
     }
@@ -1297,10 +1266,7 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
 fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
     // The mirror of the loaded vCPU's redistributor: nothing loaded, or the
     // guest has it disabled, reads as not enabled.
-    let private = intid & 31;
-    let fired = (intid == private && cpu.hw_ppis.enabled & (1 << private) != 0)
-        .then(|| VirtIrq::hw_linked(intid, cpu.hw_ppis.priority[private as usize]));
-    match fired {
+    match cpu.hw_ppis.fired(intid) {
         Some(irq) => {
             cpu.public.counters.injected();
             if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {

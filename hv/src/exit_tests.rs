@@ -1244,7 +1244,11 @@ fn put_deactivates_passthrough_spis_left_in_the_list_registers() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
-    inject_local(&mut cpu, &mut hw, VirtIrq::hw_linked(40, 0xa0));
+    apply_op(
+        &mut cpu,
+        &mut hw,
+        MailboxOp::Inject(VirtIrq::hw_linked(40, 0xa0)),
+    );
 
     put(sys, &mut cpu, &mut hw);
 
@@ -1272,7 +1276,11 @@ fn overflowing_the_list_register_queue_is_counted() {
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
 
     for intid in 32..32 + 100 {
-        inject_local(&mut cpu, &mut hw, VirtIrq::soft(intid, 0xa0));
+        apply_op(
+            &mut cpu,
+            &mut hw,
+            MailboxOp::Inject(VirtIrq::soft(intid, 0xa0)),
+        );
     }
 
     let dropped = sys.cpus[3].counters.dropped_count();

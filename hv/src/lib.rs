@@ -10,6 +10,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod addr;
+pub mod bits;
 pub mod console;
 pub mod dtb;
 pub mod exit;

@@ -8,6 +8,7 @@
 //! takes the doorbell with one swap and empties only the slots it names, so
 //! no CPU ever waits for another and an idle mailbox costs one load.
 
+use crate::bits::ones;
 use crate::vgic::lr::VirtIrq;
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -82,9 +83,16 @@ const fn slot_bit(i: usize) -> u64 {
 pub struct Doorbell(u64);
 
 impl Doorbell {
-    /// The SGIs posted (bit i: SGI i).
-    pub const fn sgis(self) -> u32 {
-        (self.0 & DOORBELL_SGIS) as u32
+    /// `f` for the INTID of each SGI posted, lowest first.
+    #[inline(always)]
+    pub fn for_each_sgi(self, mut f: impl FnMut(u32)) {
+        // The 32-bit form of `bits::ones`: on the mailbox kick's path it is
+        // two instructions shorter per SGI than the iterator.
+        let mut sgis = (self.0 & DOORBELL_SGIS) as u32;
+        while sgis != 0 {
+            f(sgis.trailing_zeros());
+            sgis &= sgis - 1;
+        }
     }
     /// Whether any slot was announced.
     pub const fn has_slots(self) -> bool {
@@ -144,11 +152,7 @@ impl<const N: usize> Mailbox<N> {
     /// the announced slots in slot order.
     pub fn drain(&self, mut f: impl FnMut(MailboxOp)) {
         let bell = self.take();
-        let mut sgis = bell.sgis();
-        while sgis != 0 {
-            f(MailboxOp::Sgi(sgis.trailing_zeros()));
-            sgis &= sgis - 1;
-        }
+        bell.for_each_sgi(|intid| f(MailboxOp::Sgi(intid)));
         self.drain_slots(bell, f);
     }
 
@@ -165,11 +169,8 @@ impl<const N: usize> Mailbox<N> {
 
     /// Empty the slots `bell` names, handing each operation to `f`.
     pub fn drain_slots(&self, bell: Doorbell, mut f: impl FnMut(MailboxOp)) {
-        let mut slots = bell.0 >> 32;
-        while slots != 0 {
-            let i = slots.trailing_zeros() as usize;
-            slots &= slots - 1;
-            if let Some(slot) = self.slots.get(i) {
+        for i in ones(bell.0 >> 32) {
+            if let Some(slot) = self.slots.get(i as usize) {
                 if let Some(op) = MailboxOp::decode(slot.swap(0, Ordering::AcqRel)) {
                     f(op);
                 }

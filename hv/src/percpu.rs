@@ -14,7 +14,7 @@
 use crate::mailbox::Mailbox;
 use crate::partition::Partition;
 use crate::system::System;
-use crate::vgic::lr::LrManager;
+use crate::vgic::lr::{LrManager, VirtIrq};
 use crate::vgic::redist::VRedist;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use pinfold_vboard::ExitClass;
@@ -177,6 +177,19 @@ pub struct CpuState<'s> {
 pub struct HwPpis {
     pub enabled: u32,
     pub priority: [u8; 32],
+}
+
+impl HwPpis {
+    /// The HW-linked interrupt to inject now that PPI `intid` fired, with
+    /// the guest's priority, if the guest enabled it; None for an INTID
+    /// that is not one of its enabled pass-through PPIs. One bit test
+    /// covers the range too: an INTID of 32 or more has no bit here.
+    #[inline(always)]
+    pub fn fired(&self, intid: u32) -> Option<VirtIrq> {
+        let private = intid & 31;
+        (intid == private && self.enabled & (1 << private) != 0)
+            .then(|| VirtIrq::hw_linked(intid, self.priority[private as usize]))
+    }
 }
 
 impl<'s> CpuState<'s> {

@@ -356,16 +356,6 @@ impl VRedist {
             priority: self.priority,
         }
     }
-
-    pub fn hw_ppi_fired(&self, intid: u32) -> Option<VirtIrq> {
-        // One test covers the range too: `passthrough` has PPI bits only,
-        // and an INTID of 32 or more has no bit in this bank.
-        let private = intid & 31;
-        if intid != private || self.passthrough & self.enabled & bit(private) == 0 {
-            return None;
-        }
-        Some(VirtIrq::hw_linked(intid, self.priority[private as usize]))
-    }
 }
 
 const fn bit(intid: u32) -> u32 {
@@ -374,7 +364,7 @@ const fn bit(intid: u32) -> u32 {
 
 /// The INTIDs whose bits are set in a 32-bit SGI/PPI bank.
 fn set_bits(bits: u32) -> impl Iterator<Item = u32> {
-    (0..32).filter(move |i| bits & (1 << i) != 0)
+    crate::bits::ones(u64::from(bits))
 }
 
 #[cfg(test)]
@@ -496,23 +486,25 @@ mod tests {
     }
 
     #[test]
-    fn hw_ppi_fired_links_timer_with_guest_priority() {
+    fn hw_ppis_link_the_timer_with_the_guests_priority() {
         let mut r = redist();
         write(&mut r, sgi(GICR_IPRIORITYR0 + 27), 1, 0x48);
         write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << PPI_VTIMER);
 
-        let irq = r.hw_ppi_fired(PPI_VTIMER);
+        let irq = r.hw_ppis().fired(PPI_VTIMER);
 
         assert_eq!(irq, Some(VirtIrq::hw_linked(27, 0x48)));
     }
 
     #[test]
-    fn hw_ppi_fired_is_none_while_disabled_or_not_passthrough() {
+    fn hw_ppis_fire_nothing_disabled_not_passthrough_or_out_of_range() {
         let mut r = redist();
         write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << 23);
 
-        assert_eq!(r.hw_ppi_fired(PPI_VTIMER), None);
-        assert_eq!(r.hw_ppi_fired(23), None);
+        assert_eq!(r.hw_ppis().fired(PPI_VTIMER), None);
+        assert_eq!(r.hw_ppis().fired(23), None);
+        write(&mut r, sgi(GICR_ISENABLER0), 4, 1 << PPI_VTIMER);
+        assert_eq!(r.hw_ppis().fired(32 + PPI_VTIMER), None);
     }
 
     #[test]

@@ -100,7 +100,6 @@ pub fn resolve(req: &SgiRequest, vcpu_mpidrs: &[u64], self_index: usize) -> SgiR
 /// A partition's SGI routing, precomputed from its vCPU affinities.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SgiMap {
-    mpidrs: alloc::vec::Vec<u64>,
     /// vCPU i has affinity 0.0.0.i for every i (and at most 64 vCPUs).
     dense: bool,
     /// One bit per vCPU.
@@ -116,20 +115,25 @@ impl SgiMap {
                 .enumerate()
                 .all(|(i, m)| m & super::MPIDR_AFFINITY_MASK == i as u64);
         SgiMap {
-            mpidrs: vcpu_mpidrs.to_vec(),
             dense,
             all: if n == 64 { u64::MAX } else { (1 << n) - 1 },
         }
     }
 
-    /// Resolve an ICC_SGI1R_EL1 `value` written by vCPU `self_index`: the
-    /// SGI's INTID and where it goes.
-    pub fn resolve(&self, value: u64, self_index: usize) -> (u8, SgiResolution) {
+    /// Resolve an ICC_SGI1R_EL1 `value` written by vCPU `self_index` of the
+    /// partition whose vCPU affinities (the ones this map was made from)
+    /// are `vcpu_mpidrs`: the SGI's INTID and where it goes.
+    pub fn resolve(
+        &self,
+        vcpu_mpidrs: &[u64],
+        value: u64,
+        self_index: usize,
+    ) -> (u8, SgiResolution) {
         let intid = ((value >> 24) & 0xF) as u8;
         if !self.dense {
             return (
                 intid,
-                resolve(&decode_sgi1r(value), &self.mpidrs, self_index),
+                resolve(&decode_sgi1r(value), vcpu_mpidrs, self_index),
             );
         }
         if value >> 40 & 1 == 1 {
@@ -350,7 +354,7 @@ mod tests {
             assert!(map.dense);
             for me in [0, n - 1] {
                 for &v in &values {
-                    let (intid, res) = map.resolve(v, me);
+                    let (intid, res) = map.resolve(&mpidrs, v, me);
                     assert_eq!(intid, 7);
                     assert_eq!(
                         res,
@@ -367,7 +371,7 @@ mod tests {
         let map = SgiMap::new(&MPIDRS);
         assert!(!map.dense);
 
-        let (_, res) = map.resolve(1 << 16 | 0b11, 0);
+        let (_, res) = map.resolve(&MPIDRS, 1 << 16 | 0b11, 0);
 
         assert_eq!(res.vcpus, 0b1100);
     }
