@@ -978,14 +978,8 @@ fn bad_log(log: &Path, why: String) -> XtaskError {
 mod tests {
     use super::*;
 
-    const PARTITION: &str = "\
-[probe] PROBE bench env: mode=partition psci=hvc cntfrq=62500000 mpidr=0x80000000
-[probe] PROBE bench boot: entry_cntvct=187087 cntvoff=0
-[probe] PROBE bench hvc: iterations=1000 ticks=10500 loop_insns=4
-[probe] PROBE bench gicd: iterations=1000 ticks=18875 loop_insns=3
-[probe] PROBE bench vtimer: trials=64 dither=16 ahead=32 handler_ticks=1644 back_ticks=1672
-[probe] PROBE bench sgi: iterations=1000 ticks=195375 method=wfi-both sgi=3
-[probe] PROBE bench end";
+    /// The same partition run the probe parser's tests read.
+    use probe::tests::PARTITION;
 
     const BARE: &str = "\
 PROBE bench env: mode=bare psci=hvc cntfrq=62500000 mpidr=0x80000000

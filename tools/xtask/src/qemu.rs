@@ -107,14 +107,7 @@ pub fn dumpdtb_command(board: &Board, out: &Path) -> Command {
 pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
     machine(&mut qemu, board, MACHINE.to_string());
-    qemu.arg("-accel")
-        .arg(extra.accel.as_deref().unwrap_or(DEFAULT_ACCEL))
-        .args(["-display", "none"])
-        .args(["-chardev", "stdio,id=console,mux=on,signal=off"])
-        .args(["-serial", "chardev:console"])
-        .args(["-mon", "chardev=console,mode=readline"])
-        .arg("-echr")
-        .arg(QEMU_ESCAPE.to_string());
+    accel_and_console(&mut qemu, extra);
     match &extra.firmware {
         None => {
             qemu.arg("-kernel").arg(image);
@@ -135,6 +128,19 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     qemu
 }
 
+/// The accelerator and the console both kinds of run share (see
+/// [`qemu_command`] for the console's keys).
+fn accel_and_console(qemu: &mut Command, extra: &Extra) {
+    qemu.arg("-accel")
+        .arg(extra.accel.as_deref().unwrap_or(DEFAULT_ACCEL))
+        .args(["-display", "none"])
+        .args(["-chardev", "stdio,id=console,mux=on,signal=off"])
+        .args(["-serial", "chardev:console"])
+        .args(["-mon", "chardev=console,mode=readline"])
+        .arg("-echr")
+        .arg(QEMU_ESCAPE.to_string());
+}
+
 /// The `-M` value of a bare run: the same `virt` board and GICv3 without
 /// EL2, so `-kernel` enters the image at EL1 (the benchmark's reference).
 const BARE_MACHINE: &str = "virt,gic-version=3";
@@ -146,16 +152,8 @@ const BARE_MACHINE: &str = "virt,gic-version=3";
 pub fn bare_command(board: &Board, kernel: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
     machine(&mut qemu, board, BARE_MACHINE.to_string());
-    qemu.arg("-accel")
-        .arg(extra.accel.as_deref().unwrap_or(DEFAULT_ACCEL))
-        .args(["-display", "none"])
-        .args(["-chardev", "stdio,id=console,mux=on,signal=off"])
-        .args(["-serial", "chardev:console"])
-        .args(["-mon", "chardev=console,mode=readline"])
-        .arg("-echr")
-        .arg(QEMU_ESCAPE.to_string())
-        .arg("-kernel")
-        .arg(kernel);
+    accel_and_console(&mut qemu, extra);
+    qemu.arg("-kernel").arg(kernel);
     qemu.args(&extra.args);
     qemu
 }

@@ -184,7 +184,7 @@ pub fn instructions_per_tick(cntfrq: u64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A partition run as the probe prints it (hypervisor prefix included).

@@ -198,6 +198,12 @@ pub struct Cell {
 impl ScaleImage {
     /// Exits per second per vCPU of every sample of `exit` with `n` vCPUs.
     pub fn per_vcpu(&self, exit: &str, n: usize) -> Vec<f64> {
+        self.rates(exit, n, ScaleSample::per_vcpu)
+    }
+
+    /// `rate` of every sample of `exit` with `n` vCPUs, each with its run's
+    /// counter frequency.
+    fn rates(&self, exit: &str, n: usize, rate: fn(&ScaleSample, u64) -> f64) -> Vec<f64> {
         self.runs
             .iter()
             .flat_map(|run| {
@@ -205,7 +211,7 @@ impl ScaleImage {
                 run.samples
                     .iter()
                     .filter(move |s| s.exit == exit && s.n == n)
-                    .map(move |s| s.per_vcpu(cntfrq))
+                    .map(move |s| rate(s, cntfrq))
             })
             .collect()
     }
@@ -213,17 +219,7 @@ impl ScaleImage {
     /// The median over every sample of `exit` with `n` vCPUs of all vCPUs'
     /// exits per second together.
     pub fn total(&self, exit: &str, n: usize) -> Option<f64> {
-        let totals: Vec<f64> = self
-            .runs
-            .iter()
-            .flat_map(|run| {
-                let cntfrq = run.cntfrq.unwrap_or(0);
-                run.samples
-                    .iter()
-                    .filter(move |s| s.exit == exit && s.n == n)
-                    .map(move |s| s.total(cntfrq))
-            })
-            .collect();
+        let totals = self.rates(exit, n, ScaleSample::total);
         median(&totals)
     }
 
