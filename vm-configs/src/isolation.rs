@@ -428,6 +428,16 @@ mod tests {
         }
     }
 
+    /// What a lone window of alpha is refused for running into.
+    fn refused_over(window: (u64, u64)) -> HostKind {
+        let plan = [partition("alpha", &[&[window]])];
+        let error = check_isolation(&plan, &host()).unwrap_err();
+        match error.problem {
+            IsolationProblem::Over { kind, .. } => kind,
+            ref other => panic!("{error}: not an overlap but {other:?}"),
+        }
+    }
+
     #[test]
     fn windows_inside_distinct_device_regions_pass() {
         let plan = [
@@ -468,56 +478,17 @@ mod tests {
 
     #[test]
     fn window_over_reserved_memory_is_refused() {
-        let plan = [partition("alpha", &[&[(0x7000_0000, 0x1000)]])];
-
-        let error = check_isolation(&plan, &host()).unwrap_err();
-
-        assert!(
-            matches!(
-                error.problem,
-                IsolationProblem::Over {
-                    kind: HostKind::Reserved,
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_eq!(refused_over((0x7000_0000, 0x1000)), HostKind::Reserved);
     }
 
     #[test]
     fn window_over_the_hypervisors_console_is_refused() {
-        let plan = [partition("alpha", &[&[(0x200_0000, 0x1000)]])];
-
-        let error = check_isolation(&plan, &host()).unwrap_err();
-
-        assert!(
-            matches!(
-                error.problem,
-                IsolationProblem::Over {
-                    kind: HostKind::Hypervisor,
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_eq!(refused_over((0x200_0000, 0x1000)), HostKind::Hypervisor);
     }
 
     #[test]
     fn window_over_a_gic_frame_is_refused_although_the_gic_is_a_device_node() {
-        let plan = [partition("alpha", &[&[(0x300_0000, 0x1000)]])];
-
-        let error = check_isolation(&plan, &host()).unwrap_err();
-
-        assert!(
-            matches!(
-                error.problem,
-                IsolationProblem::Over {
-                    kind: HostKind::Gic,
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_eq!(refused_over((0x300_0000, 0x1000)), HostKind::Gic);
     }
 
     #[test]
