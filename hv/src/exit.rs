@@ -253,7 +253,7 @@ pub fn handle_sync(
     syndrome: (u64, u64, u64),
 ) -> Next {
     let (esr, far, hpfar) = syndrome;
-    if cpu.loaded.is_some() {
+    if let Some((p, v)) = loaded_partition(cpu) {
         if trap::exception_class(esr) == trap::ec::HVC64 {
             if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
                 cpu.public.counters.exit(ExitClass::Hvc);
@@ -265,28 +265,24 @@ pub fn handle_sync(
             if access.reg == SysRegId::ICC_SGI1R_EL1 && !access.read {
                 // Linux's IPIs: straight to the SGI path.
                 cpu.public.counters.exit(ExitClass::SysReg);
-                let value = regs.reg(access.rt);
-                if let Some(l) = cpu.loaded.as_ref() {
-                    let (p, v) = (l.partition, l.id.vcpu);
-                    send_sgi(sys, cpu, hw, p, v, value);
-                }
+                send_sgi(sys, cpu, hw, p, v, regs.reg(access.rt));
                 regs.elr += 4;
                 return Next::Resume;
             }
         } else if let Some((ipa, a)) = trap::mmio_access(esr, far, hpfar) {
             let offset = ipa.0.wrapping_sub(pinfold_vboard::GUEST_GICD_BASE);
             if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE {
-                if let Some(v) = crate::vgic::dist::constant_register(offset, a.width) {
+                if let Some(value) = crate::vgic::dist::constant_register(offset, a.width) {
                     cpu.public.counters.exit(ExitClass::Mmio);
                     // Constant registers are 32-bit: a plain LDR of one
                     // zero-extends into W or X alike; other forms (LDRSW)
                     // take the general conversion.
-                    let v = if a.sign_extend {
-                        trap::mmio_load_value(&a, v)
+                    let value = if a.sign_extend {
+                        trap::mmio_load_value(&a, value)
                     } else {
-                        v
+                        value
                     };
-                    regs.set_reg(a.reg, v);
+                    regs.set_reg(a.reg, value);
                     regs.elr += 4;
                     return Next::Resume;
                 }
