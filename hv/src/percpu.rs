@@ -9,7 +9,9 @@
 //! never bounces a line another CPU is writing.
 //!
 //! `CpuState` caches what the hot paths would otherwise look up on every
-//! exit: this CPU's `PublicCpu` and the loaded vCPU's partition.
+//! exit: this CPU's `PublicCpu`, the loaded vCPU's partition, and a mirror
+//! of which pass-through PPIs its guest enabled at which priority
+//! ([`HwPpis`], for the timer path).
 
 use crate::mailbox::Mailbox;
 use crate::partition::Partition;

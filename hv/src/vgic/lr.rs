@@ -11,6 +11,13 @@
 //! back (Pending -> Active -> Invalid), and trusts ICH_ELRSR_EL2 for which
 //! registers are free. That makes one assumption explicit: nothing but this
 //! manager writes the vCPU's list registers.
+//!
+//! The hot paths decide without scanning the queue or reading registers
+//! back: each shadow is also kept as the one-word Pending value written
+//! (`shadow_key`), the common injection (nothing queued, a free or finished
+//! register) is decided from those words and ICH_ELRSR_EL2, and a forwarded
+//! PPI that fires again goes back into the register it used last
+//! ([`LrManager::reinject_hw`]).
 
 use core::fmt;
 
