@@ -309,7 +309,7 @@ fn decode_and_handle(
 ///
 /// The exits a running guest takes all the time (hypercalls, emulated
 /// device accesses, trapped system registers) are handled in line; guest
-/// mistakes (aborts, unknown traps) go to [`contained_exit`], out of line, so
+/// mistakes (aborts, unknown traps) go to `contained_exit`, out of line, so
 /// that the hot arms keep their registers to themselves.
 pub fn handle_exit(
     sys: &System,

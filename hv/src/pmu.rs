@@ -11,7 +11,7 @@
 //! count its own execution, not the hypervisor's: EL2 time on its CPU (exits,
 //! other partitions' mailbox posts and interrupts handled there) would both
 //! inflate its profiles and give it a clock on the hypervisor's work. By
-//! PMUVer (ID_AA64DFR0_EL1[11:8], Arm ARM D19.2.54):
+//! PMUVer (ID_AA64DFR0_EL1 bits 11:8, Arm ARM D19.2.54):
 //!
 //! - PMUv3p5 and later: MDCR_EL2.HPMD stops the event counters and
 //!   MDCR_EL2.HCCD the cycle counter at EL2. Nothing traps.
