@@ -17,8 +17,9 @@ pub use guest::{
     PARTITION_PROP,
 };
 pub use host::{
-    early_uart, host_resources, parse_host_dtb, Conduit, EarlyUart, GicInfo, HostDevice, HostInfo,
-    PciIntxMap, PciRange, PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
+    chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb, Conduit,
+    EarlyUart, GicInfo, HostDevice, HostInfo, PciIntxMap, PciRange, PciSpace, PcieInfo, PsciInfo,
+    TimerPpis, UartInfo,
 };
 pub use pcie::{pcie_cells, PcieCells};
 pub use writer::{FdtWriter, NodeToken};

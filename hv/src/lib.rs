@@ -13,6 +13,7 @@ pub mod addr;
 pub mod bits;
 pub mod console;
 pub mod dtb;
+pub mod efi;
 pub mod exit;
 pub mod hypercall;
 pub mod irqchip;

@@ -13,6 +13,7 @@ extern crate alloc;
 
 mod ablate;
 mod arch;
+mod efi;
 mod heap;
 mod hw;
 mod irq;
@@ -75,6 +76,27 @@ fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
     local.hw.chip = Some(chip);
 }
 
+/// What a way in hands the common boot (`boot`): the Image path
+/// (`pinfold_primary_main`, QEMU `-kernel`, U-Boot `booti`) fills `dtb`
+/// alone; the UEFI path (`efi`) fills what firmware told it. The heap is
+/// set up before this exists (it holds it).
+pub struct BootHandoff {
+    /// The host DTB: x0 of the Image entry, or the DT configuration table.
+    pub dtb: Option<u64>,
+    /// The ACPI 2.0 RSDP from the EFI configuration table, for the ACPI
+    /// host description (not read yet: the DT is required).
+    pub rsdp: Option<u64>,
+    /// The boot bundle the boot loader or firmware handed over, (address,
+    /// length), 8-byte aligned, in memory nothing else uses. None: the
+    /// payload appended to the image.
+    pub bundle: Option<(u64, u64)>,
+    /// RAM and reserved ranges from the EFI memory map, replacing the DTB's
+    /// /memory and adding to its reserved regions. None: the DTB's.
+    pub memory: Option<pinfold_hv::efi::EfiMemory>,
+    /// CNTPCT_EL0 when the image was entered.
+    pub boot_counter: u64,
+}
+
 #[no_mangle]
 extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let boot_counter = arch::counter();
@@ -90,12 +112,35 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     // SAFETY: the heap is the tail of the memory the image header claims,
     // which the loader kept free and nothing else in the image uses.
     unsafe { heap::init(layout.heap.0, layout.heap.1) };
+    boot(BootHandoff {
+        dtb: Some(dtb),
+        rsdp: None,
+        bundle: None,
+        memory: None,
+        boot_counter,
+    })
+}
+
+/// The boot every way in ends in, with the heap set up: host description,
+/// console, MMU, plan, partitions, secondary CPUs.
+fn boot(handoff: BootHandoff) -> ! {
+    let boot_counter = handoff.boot_counter;
+    let (image_start, payload_start) = arch::image_bounds();
+    // SAFETY: as in pinfold_primary_main (the UEFI path read it too).
+    let image_size = unsafe { ((image_start + 16) as *const u64).read_volatile() };
+    let Some(layout) = memmap::image_layout(image_start, payload_start, image_size) else {
+        halt()
+    };
+    let Some(dtb) = handoff.dtb else {
+        // The UEFI path refuses a host without a DT before it leaves firmware.
+        halt()
+    };
     // SAFETY: firmware passed the DTB address in x0; its header holds the
     // total size (big endian at offset 4).
     let dtb_size = u32::from_be(unsafe { ((dtb + 4) as *const u32).read_volatile() }) as u64;
     // SAFETY: the DTB is firmware-provided memory that nothing writes.
     let blob = unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_size as usize) };
-    let host = match parse_host_dtb(blob) {
+    let mut host = match parse_host_dtb(blob) {
         Ok(h) => h,
         Err(e) => {
             // Say why on whatever console the DTB names, even though the
@@ -109,6 +154,12 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
             halt()
         }
     };
+    if let Some(memory) = &handoff.memory {
+        // Under UEFI the memory map is the truth about RAM (the DT's
+        // /memory may be stale or absent).
+        host.memory = memory.ram.clone();
+        host.reserved.extend_from_slice(&memory.reserved);
+    }
     if let Some(u) = &host.uart {
         // SAFETY: the UART's base comes from the DTB's stdout-path.
         log::init(unsafe { Pl011Uart::new(u.base as usize) });
@@ -120,6 +171,17 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         host.memory.iter().map(|m| m.1).sum::<u64>() >> 20,
         host.gic.version
     );
+    if let Some(memory) = &handoff.memory {
+        hvprint!(
+            "booted from UEFI: DTB at {:#x}{}, RAM from the EFI memory map ({} ranges, {} reserved)",
+            dtb,
+            handoff
+                .rsdp
+                .map_or(alloc::string::String::new(), |r| alloc::format!(", ACPI RSDP at {r:#x}")),
+            memory.ram.len(),
+            memory.reserved.len()
+        );
+    }
     arch::mmu::build(&host.memory);
     arch::mmu::enable();
     VBAR_EL2.set(vectors_address());
@@ -138,8 +200,15 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
     hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
 
-    let (payload_start, payload_len) = layout.payload;
-    // SAFETY: the payload was loaded with the image and is never written.
+    // A bundle handed over is the plan + images (until the signed bundle
+    // format lands, the same bytes the xtask appends); else the appended
+    // payload.
+    let (payload_start, payload_len) = handoff.bundle.unwrap_or(layout.payload);
+    if let Some((addr, len)) = handoff.bundle {
+        hvprint!("boot bundle handed over: {len} bytes at {addr:#x}");
+    }
+    // SAFETY: the payload was loaded with the image (or the bundle by the
+    // way in, into memory it owns) and is never written.
     let payload: &'static [u8] =
         unsafe { core::slice::from_raw_parts(payload_start as *const u8, payload_len as usize) };
     let plan = match Plan::decode(payload) {
@@ -159,6 +228,9 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
     // The image, its payload and its heap.
     used.push((image_start, image_size));
     used.push((dtb, dtb_size));
+    if let Some(bundle) = handoff.bundle {
+        used.push(bundle);
+    }
     // The same isolation rules the build checked, now against the real
     // host: a plan that would map RAM, the hypervisor, the GIC or another
     // partition's windows is refused before anything is created.

@@ -367,6 +367,33 @@ pub fn early_uart(blob: &[u8]) -> Option<EarlyUart> {
         .or_else(|| node_uart(tree.find_compatible(&PL011_COMPATIBLE)?))
 }
 
+/// `/chosen/linux,initrd-start` and `-end` as (start, length): where a boot
+/// loader (Debian's GRUB 2.06 under UEFI, U-Boot) put the initrd it was
+/// given. None when either is absent or the range is empty or inverted.
+pub fn chosen_initrd(blob: &[u8]) -> Result<Option<(u64, u64)>, DtbError> {
+    let tree = Tree::index(blob)?;
+    let Some(chosen) = tree.find_path("/chosen") else {
+        return Ok(None);
+    };
+    let start = tree.u64_prop(chosen, "linux,initrd-start")?;
+    let end = tree.u64_prop(chosen, "linux,initrd-end")?;
+    Ok(match (start, end) {
+        (Some(start), Some(end)) if end > start => Some((start, end - start)),
+        _ => None,
+    })
+}
+
+/// Whether the DT describes the machine (a /cpus node and a memory node)
+/// rather than only carrying /chosen, as the DT Debian's GRUB 2.06 makes
+/// on an ACPI machine does.
+pub fn describes_hardware(blob: &[u8]) -> bool {
+    let Ok(tree) = Tree::index(blob) else {
+        return false;
+    };
+    tree.find_path("/cpus").is_some()
+        && (1..tree.nodes.len()).any(|i| tree.str_prop(i, Known::DeviceType) == Some("memory"))
+}
+
 fn parse_memory(tree: &Tree) -> Result<Vec<(u64, u64)>, DtbError> {
     let mut memory = Vec::new();
     for i in tree.children(0) {
@@ -1400,6 +1427,42 @@ mod tests {
 
     fn qemu() -> HostInfo {
         parse_host_dtb(QEMU_VIRT).unwrap()
+    }
+
+    /// A DT like the one Debian's GRUB 2.06 makes on an ACPI machine: only
+    /// /chosen, with the initrd it loaded.
+    fn grub_chosen_only(start: u64, end: u32) -> Vec<u8> {
+        let mut w = FdtWriter::new();
+        let root = w.begin_node("").unwrap();
+        let chosen = w.begin_node("chosen").unwrap();
+        w.prop_u64("linux,initrd-start", start).unwrap();
+        w.prop_u32("linux,initrd-end", end).unwrap();
+        w.end_node(chosen).unwrap();
+        w.end_node(root).unwrap();
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn chosen_initrd_reads_64_and_32_bit_cells() {
+        let blob = grub_chosen_only(0x4800_0000, 0x4810_0000);
+
+        assert_eq!(chosen_initrd(&blob), Ok(Some((0x4800_0000, 0x10_0000))));
+        assert!(!describes_hardware(&blob));
+    }
+
+    #[test]
+    fn chosen_initrd_that_is_empty_or_absent_is_none() {
+        assert_eq!(
+            chosen_initrd(&grub_chosen_only(0x4800_0000, 0x4800_0000)),
+            Ok(None)
+        );
+        assert_eq!(chosen_initrd(QEMU_VIRT), Ok(None));
+    }
+
+    #[test]
+    fn qemu_virt_dt_describes_the_hardware() {
+        assert!(describes_hardware(QEMU_VIRT));
+        assert!(!describes_hardware(b"not a dtb"));
     }
 
     #[test]

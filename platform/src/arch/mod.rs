@@ -246,6 +246,12 @@ pub fn wait_for_interrupt() {
     };
 }
 
+/// The exception level this code runs at (CurrentEL.EL).
+pub fn current_el() -> u64 {
+    use aarch64_cpu::registers::{CurrentEL, Readable};
+    CurrentEL.read(CurrentEL::EL)
+}
+
 /// This CPU's MPIDR_EL1.
 pub fn mpidr() -> u64 {
     use aarch64_cpu::registers::{Readable, MPIDR_EL1};

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use crate::cmd;
 use crate::error::{IoContext, XtaskError};
-use crate::image::{assemble, HeaderWarning};
+use crate::image::{assemble, Assembled, HeaderWarning};
 use crate::provision::{Provisioner, BARE_TARGET};
 use crate::qemu::Board;
 use crate::Workspace;
@@ -65,6 +65,66 @@ impl<'w> Builder<'w> {
         out_name: &str,
         features: &[&str],
     ) -> Result<Built, XtaskError> {
+        let prepared = self.prepare(config, features)?;
+        let assembled = self.assembled(&prepared.el2, &prepared.payload)?;
+        let out = self.ws.root.join("target/pinfold").join(out_name);
+        fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
+        println!(
+            "xtask: {} ({} bytes: hypervisor {} + payload {} at offset {:#x}; config {})",
+            self.ws.relative(&out),
+            assembled.bytes.len(),
+            assembled.payload_offset,
+            prepared.payload.len(),
+            assembled.payload_offset,
+            self.ws.relative(&prepared.config_path),
+        );
+        Ok(Built {
+            image: out,
+            board: prepared.board,
+        })
+    }
+
+    /// A netboot tree for the UEFI tests: `dir/pinfold.efi`, the generic
+    /// image (no payload: the same file for every host), and the plan's
+    /// payload as each of `bundles` (names relative to `dir`, e.g.
+    /// `bundles/01-<mac>.bundle`), until the signed bundle format and
+    /// `cargo xtask pxe` replace it.
+    pub fn efi_tree(
+        &mut self,
+        config: &Path,
+        dir: &Path,
+        bundles: &[&str],
+    ) -> Result<Built, XtaskError> {
+        let prepared = self.prepare(config, &[])?;
+        let assembled = self.assembled(&prepared.el2, &[])?;
+        let image = dir.join("pinfold.efi");
+        fs::create_dir_all(dir.join("bundles"))
+            .context(|| format!("creating {}/bundles", dir.display()))?;
+        fs::write(&image, &assembled.bytes).context(|| format!("writing {}", image.display()))?;
+        for name in bundles {
+            let path = dir.join(name);
+            fs::write(&path, &prepared.payload)
+                .context(|| format!("writing {}", path.display()))?;
+        }
+        println!(
+            "xtask: {} ({} bytes) and {} bundle(s) of {} bytes; config {}",
+            self.ws.relative(&image),
+            assembled.bytes.len(),
+            bundles.len(),
+            prepared.payload.len(),
+            self.ws.relative(&prepared.config_path),
+        );
+        Ok(Built {
+            image,
+            board: prepared.board,
+        })
+    }
+
+    /// Builds what an image of `config` needs and checks the plan: the flat
+    /// EL2 image, the payload, the board. A config that fails to parse
+    /// fails before anything is built; one that fails validation (which
+    /// needs the guest images) fails before an image is written.
+    fn prepare(&mut self, config: &Path, features: &[&str]) -> Result<Prepared, XtaskError> {
         let config_path = self.ws.resolve(config);
         let config = pinfold_config::load(&config_path)?;
         let el2 = self.binaries(features)?;
@@ -99,8 +159,19 @@ impl<'w> Builder<'w> {
                 config.board.name
             );
         }
-        let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
-        let assembled = assemble(flat, &payload);
+        Ok(Prepared {
+            config_path,
+            el2,
+            payload,
+            board,
+        })
+    }
+
+    /// The flat EL2 image with `payload` appended, headers patched, warnings
+    /// printed.
+    fn assembled(&self, el2: &Path, payload: &[u8]) -> Result<Assembled, XtaskError> {
+        let flat = fs::read(el2).context(|| format!("reading {}", el2.display()))?;
+        let assembled = assemble(flat, payload);
         for warning in &assembled.warnings {
             match warning {
                 HeaderWarning::MissingMagic => eprintln!(
@@ -112,20 +183,18 @@ impl<'w> Builder<'w> {
                     "xtask: warning: the Image header claims {claimed} bytes but the flat image \
                      has {file}: the payload overlaps memory the hypervisor thinks is its own"
                 ),
+                HeaderWarning::MissingPeHeader => eprintln!(
+                    "xtask: warning: {} has no PE/COFF header with a .data section: UEFI \
+                     cannot start it",
+                    el2.display()
+                ),
+                HeaderWarning::TooLargeForPe { bytes } => eprintln!(
+                    "xtask: warning: the image needs {bytes} bytes, more than a PE header can \
+                     declare: UEFI cannot start it"
+                ),
             }
         }
-        let out = self.ws.root.join("target/pinfold").join(out_name);
-        fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
-        println!(
-            "xtask: {} ({} bytes: hypervisor {} + payload {} at offset {:#x}; config {})",
-            self.ws.relative(&out),
-            assembled.bytes.len(),
-            assembled.payload_offset,
-            payload.len(),
-            assembled.payload_offset,
-            self.ws.relative(&config_path),
-        );
-        Ok(Built { image: out, board })
+        Ok(assembled)
     }
 
     /// The DTB QEMU hands the hypervisor on `board`, dumped by QEMU itself
@@ -197,6 +266,15 @@ impl<'w> Builder<'w> {
         self.el2.push((features, el2.clone()));
         Ok(el2)
     }
+}
+
+/// What an image of one config is made of (`Builder::prepare`).
+struct Prepared {
+    config_path: PathBuf,
+    /// The flat EL2 image.
+    el2: PathBuf,
+    payload: Vec<u8>,
+    board: Board,
 }
 
 /// Why [`check_plan_isolation`] refused.

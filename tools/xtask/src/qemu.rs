@@ -62,7 +62,33 @@ pub struct Extra {
     /// (`-bios`) and the address where QEMU places our image for it to
     /// start (`-device loader`).
     pub firmware: Option<(std::path::PathBuf, u64)>,
+    /// Boot through UEFI instead: edk2 starts the generic image from the
+    /// network (the image argument of [`qemu_command`] is then unused).
+    pub uefi: Option<Uefi>,
 }
+
+/// A UEFI boot: which firmware, whether QEMU describes the machine with
+/// ACPI (edk2 then publishes no DT) and where the TFTP tree is.
+#[derive(Debug, Clone)]
+pub struct Uefi {
+    pub firmware: UefiFirmware,
+    /// `false` adds `acpi=off` to `-M`: edk2 then installs QEMU's DTB as a
+    /// configuration table and no ACPI tables.
+    pub acpi: bool,
+    /// QEMU user networking serves this directory over TFTP, and its DHCP
+    /// names [`EFI_BOOT_FILE`] in it as the boot file (PXE).
+    pub tftp: Option<std::path::PathBuf>,
+}
+
+/// The firmware images of a UEFI boot.
+#[derive(Debug, Clone)]
+pub enum UefiFirmware {
+    /// `-bios`: edk2 with its variables in RAM (the boot order it makes up).
+    Bios(std::path::PathBuf),
+}
+
+/// The generic image's name in a netboot tree, and the boot file DHCP names.
+pub const EFI_BOOT_FILE: &str = "pinfold.efi";
 
 /// The `-accel` value unless an [`Extra`] overrides it: one host thread per
 /// vCPU, so a four-CPU board boots in a reasonable time.
@@ -106,13 +132,24 @@ pub fn dumpdtb_command(board: &Board, out: &Path) -> Command {
 /// untouched. With stdin not a terminal (tests) the same device just pipes.
 pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
-    machine(&mut qemu, board, MACHINE.to_string());
+    let acpi_off = extra.uefi.as_ref().is_some_and(|u| !u.acpi);
+    let machine_value = if acpi_off {
+        format!("{MACHINE},acpi=off")
+    } else {
+        MACHINE.to_string()
+    };
+    machine(&mut qemu, board, machine_value);
     accel_and_console(&mut qemu, extra);
-    match &extra.firmware {
-        None => {
+    match (&extra.firmware, &extra.uefi) {
+        (_, Some(uefi)) => match &uefi.firmware {
+            UefiFirmware::Bios(bios) => {
+                qemu.arg("-bios").arg(bios);
+            }
+        },
+        (None, None) => {
             qemu.arg("-kernel").arg(image);
         }
-        Some((bios, addr)) => {
+        (Some((bios, addr)), None) => {
             qemu.arg("-bios").arg(bios).arg("-device").arg(format!(
                 "loader,file={},addr={addr:#x},force-raw=on",
                 image.display()
@@ -120,9 +157,16 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         }
     }
     if board.nic {
+        let mut net = netdev(manager_port());
+        if let Some(tree) = extra.uefi.as_ref().and_then(|u| u.tftp.as_ref()) {
+            net.push_str(&format!(
+                ",tftp={},bootfile={EFI_BOOT_FILE}",
+                tree.display()
+            ));
+        }
         qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
             .arg("-netdev")
-            .arg(netdev(manager_port()));
+            .arg(net);
     }
     qemu.args(&extra.args);
     qemu
@@ -194,6 +238,37 @@ mod tests {
                 manager_port()
             ))
         );
+    }
+
+    #[test]
+    fn uefi_pxe_boot_has_firmware_no_kernel_acpi_off_and_the_tftp_tree() {
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: true,
+        };
+        let extra = Extra {
+            uefi: Some(Uefi {
+                firmware: UefiFirmware::Bios("/fw/QEMU_EFI.fd".into()),
+                acpi: false,
+                tftp: Some("/srv/tree".into()),
+            }),
+            ..Extra::default()
+        };
+
+        let args = args(&qemu_command(&board, Path::new("unused.bin"), &extra));
+
+        assert_eq!(
+            value_after(&args, "-bios").as_deref(),
+            Some("/fw/QEMU_EFI.fd")
+        );
+        assert_eq!(value_after(&args, "-kernel"), None);
+        assert!(value_after(&args, "-M")
+            .unwrap_or_default()
+            .ends_with(",acpi=off"));
+        assert!(value_after(&args, "-netdev")
+            .unwrap_or_default()
+            .ends_with(",tftp=/srv/tree,bootfile=pinfold.efi"));
     }
 
     #[test]

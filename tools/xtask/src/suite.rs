@@ -10,7 +10,7 @@ use crate::build::{Builder, DEFAULT_CONFIG};
 use crate::cmd;
 use crate::error::XtaskError;
 use crate::harness::{log_tail, number_after, Line, QemuRun};
-use crate::qemu::{qemu_command, Extra};
+use crate::qemu::{qemu_command, Board, Extra, Uefi, UefiFirmware, EFI_BOOT_FILE};
 use crate::Workspace;
 
 /// What `cargo xtask test` was asked to run.
@@ -38,7 +38,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 10] = [
+const CASES: [Case; 11] = [
     Case {
         name: "host",
         tier: 1,
@@ -105,7 +105,95 @@ const CASES: [Case; 10] = [
         shares_default: false,
         run: uboot,
     },
+    Case {
+        name: "pxe-uefi-dt",
+        tier: 2,
+        shares_default: false,
+        run: pxe_uefi_dt,
+    },
 ];
+
+/// edk2 for QEMU's arm64 `virt` (Debian's qemu-efi-aarch64), as `-bios`.
+const QEMU_EFI: &str = "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd";
+/// The MAC QEMU gives the first NIC, and its PXE-style bundle name.
+const QEMU_MAC_NAME: &str = "01-52-54-00-12-34-56";
+
+/// A netboot tree of the default plan under target/pinfold/`name`: the
+/// generic image and the plan's bundle under the per-MAC name of QEMU's
+/// NIC, with a `default.bundle` that is no bundle at all, so a boot that
+/// ignored the MAC fails.
+fn efi_tree(ctx: &mut Context<'_>, name: &str) -> Result<(std::path::PathBuf, Board), String> {
+    let tree = ctx.ws.root.join("target/pinfold").join(name);
+    let _ = std::fs::remove_dir_all(&tree);
+    let per_mac = format!("bundles/{QEMU_MAC_NAME}.bundle");
+    let built = ctx
+        .builder
+        .efi_tree(Path::new(DEFAULT_CONFIG), &tree, &[&per_mac])
+        .map_err(|err| format!("build failed: {err}"))?;
+    std::fs::write(tree.join("bundles/default.bundle"), b"not a bundle")
+        .map_err(|err| format!("writing the decoy default bundle: {err}"))?;
+    Ok((tree, built.board))
+}
+
+/// Waits for the UEFI path's milestones and the manager's first answer;
+/// notes the times from QEMU's start.
+fn uefi_boot_checks(stack: &mut Stack, source: &str, file: &str) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let entered = expect(&stack.qemu, "UEFI application at EL2", 0, deadline)?;
+    let bundle = expect(
+        &stack.qemu,
+        "Pinfold: boot bundle from ",
+        entered.index,
+        deadline,
+    )?;
+    if !bundle.text.contains(&format!("from {source}: ")) || !bundle.text.contains(file) {
+        return Err(format!(
+            "the bundle did not come from {source} as {file}: `{}`",
+            bundle.text
+        ));
+    }
+    let handed = expect(
+        &stack.qemu,
+        "pinfold: booted from UEFI: DTB at",
+        bundle.index,
+        deadline,
+    )?;
+    expect(&stack.qemu, "pinfold: ready: ", handed.index, deadline)?;
+    let api = stack.first_answer()?;
+    Ok(vec![format!(
+        "image entered at {:.1} s, bundle at {:.1} s, hypervisor at {:.1} s, API answered {:.1} s after QEMU start ({})",
+        entered.at.as_secs_f64(),
+        bundle.at.as_secs_f64(),
+        handed.at.as_secs_f64(),
+        api.as_secs_f64(),
+        bundle.text.trim()
+    )])
+}
+
+/// Tier 2: edk2 PXE-boots the generic image with QEMU describing the
+/// machine by DT only (`acpi=off`): the image finds the DTB in the
+/// configuration table, fetches its bundle over TFTP by the NIC's MAC,
+/// boots the default plan, and the manager's API answers.
+fn pxe_uefi_dt(ctx: &mut Context<'_>) -> Outcome {
+    let (tree, board) = efi_tree(ctx, "tree-pxe-uefi-dt")?;
+    api_checks::port_is_free()?;
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Bios(QEMU_EFI.into()),
+            acpi: false,
+            tftp: Some(tree.clone()),
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&board, &tree.join(EFI_BOOT_FILE), &extra);
+    let qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
+    let mut stack = Stack::new(qemu);
+    uefi_boot_checks(
+        &mut stack,
+        "TFTP",
+        &format!("bundles/{QEMU_MAC_NAME}.bundle"),
+    )
+}
 
 /// U-Boot for QEMU virt (Debian's u-boot-qemu).
 const UBOOT: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
