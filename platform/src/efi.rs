@@ -16,6 +16,7 @@ use alloc::vec::Vec;
 use core::ffi::c_void;
 use core::fmt::Write;
 use core::net::{IpAddr, Ipv4Addr};
+use core::ptr;
 
 use pinfold_hv::efi::{self as decide, HostSource, MemoryDescriptor};
 use pinfold_hv::memmap;
@@ -24,11 +25,17 @@ use uefi::mem::memory_map::MemoryMap;
 use uefi::proto::device_path::{DevicePath, LoadedImageDevicePath};
 use uefi::proto::loaded_image::LoadedImage;
 use uefi::proto::media::load_file::LoadFile2;
-use uefi::proto::network::http::{HttpBinding, HttpHelper};
+use uefi::proto::network::http::{Http, HttpBinding};
+use uefi::proto::network::ip4config2::Ip4Config2;
 use uefi::proto::network::pxe::BaseCode;
 use uefi::proto::ProtocolPointer;
 use uefi::table::cfg::ConfigTableEntry;
 use uefi::{guid, CStr8, Guid, Handle, Status};
+use uefi_raw::protocol::network::http::{
+    HttpAccessPoint, HttpConfigData, HttpHeader, HttpMessage, HttpMethod, HttpRequestData,
+    HttpResponseData, HttpStatusCode, HttpToken, HttpV4AccessPoint, HttpVersion,
+};
+use uefi_raw::Boolean;
 
 use crate::{arch, BootHandoff, VERSION};
 
@@ -386,12 +393,19 @@ fn fetch_http(path: &DevicePath) -> Option<Bundle> {
     }
     let uri = uri?;
     let uri = String::from(uri.trim_end_matches('\0'));
+    // HTTP boot configured its own child with the address its DHCP got;
+    // ours uses the NIC's default address, which needs the IPv4 config
+    // to be up (DHCP: the same server that answered HTTP boot's).
+    let mut remaining = path;
+    let ip4 = boot::locate_device_path::<Ip4Config2>(&mut remaining).ok()?;
+    if let Err(e) = Ip4Config2::new(ip4).and_then(|mut c| c.ifup()) {
+        efi_println!("Pinfold: no IPv4 address for HTTP: {:?}", e.status());
+        return None;
+    }
     let mut remaining = path;
     let nic = boot::locate_device_path::<HttpBinding>(&mut remaining).ok()?;
-    let mut http = HttpHelper::new(nic).ok()?;
-    http.configure().ok()?;
     for url in decide::bundle_candidates(&uri, mac.as_ref()) {
-        match http_get(&mut http, &url) {
+        match http_get(nic, &url) {
             Ok(Some((addr, len))) => {
                 return Some(Bundle {
                     source: "HTTP",
@@ -407,36 +421,159 @@ fn fetch_http(path: &DevicePath) -> Option<Bundle> {
     None
 }
 
-/// GET `url` into fresh loader pages; None on a status other than 200.
-fn http_get(http: &mut HttpHelper, url: &str) -> Result<Option<(u64, u64)>, Status> {
-    use uefi_raw::protocol::network::http::HttpStatusCode;
-    http.request_get(url).map_err(|e| e.status())?;
-    let first = http.response_first(true).map_err(|e| e.status())?;
-    if first.status != HttpStatusCode::STATUS_200_OK {
-        // The rest of an error body is left unread; the next request on
-        // this connection may then fail, and so does the fallback.
+/// GET `url` into fresh loader pages through EFI_HTTP_PROTOCOL, on a child
+/// of its own; None on a status other than 200. (Not the uefi crate's
+/// HttpHelper: its wait loop reads the token's status through a `&mut`
+/// the firmware writes behind, which the optimiser may keep in a register,
+/// and the first response never completed in a release build. Here every
+/// field firmware writes is read volatile.)
+fn http_get(nic: Handle, url: &str) -> Result<Option<(u64, u64)>, Status> {
+    let mut binding = open_get::<HttpBinding>(nic).ok_or(Status::UNSUPPORTED)?;
+    let child = binding.create_child().map_err(|e| e.status())?;
+    let result = match open_get::<Http>(child) {
+        Some(mut http) => http_get_on(&mut http, url),
+        None => Err(Status::UNSUPPORTED),
+    };
+    let _ = binding.destroy_child(child);
+    result
+}
+
+fn http_get_on(http: &mut Http, url: &str) -> Result<Option<(u64, u64)>, Status> {
+    let mut v4 = HttpV4AccessPoint {
+        use_default_addr: Boolean::TRUE,
+        ..Default::default()
+    };
+    let config = HttpConfigData {
+        http_version: HttpVersion::HTTP_VERSION_11,
+        time_out_millisec: 10_000,
+        local_addr_is_ipv6: Boolean::FALSE,
+        access_point: HttpAccessPoint { ipv4_node: &mut v4 },
+    };
+    http.configure(&config).map_err(|e| e.status())?;
+
+    let url16: Vec<u16> = url.encode_utf16().chain(core::iter::once(0)).collect();
+    let mut host = String::from(url.split('/').nth(2).ok_or(Status::INVALID_PARAMETER)?);
+    host.push('\0');
+    let request = HttpRequestData {
+        method: HttpMethod::GET,
+        url: url16.as_ptr(),
+    };
+    let mut headers = [HttpHeader {
+        field_name: c"Host".as_ptr().cast(),
+        field_value: host.as_ptr(),
+    }];
+    let mut message = HttpMessage::default();
+    message.data.request = &request;
+    message.header_count = headers.len();
+    message.header = headers.as_mut_ptr();
+    exchange(http, &mut message, Http::request)?;
+
+    // The status line and headers first, no body buffer.
+    let mut response = HttpResponseData {
+        status_code: HttpStatusCode::STATUS_UNSUPPORTED,
+    };
+    let mut message = HttpMessage::default();
+    message.data.response = &mut response;
+    exchange(http, &mut message, Http::response)?;
+    // SAFETY: firmware filled `response` and the header array (pool
+    // memory, ours to free) before completing the token.
+    let (status, length) = unsafe {
+        let status = ptr::read_volatile(&response.status_code);
+        let count = ptr::read_volatile(&message.header_count);
+        let array = ptr::read_volatile(&message.header);
+        (status, take_content_length(array, count))
+    };
+    if status != HttpStatusCode::STATUS_200_OK {
         return Ok(None);
     }
-    let len = first
-        .headers
-        .iter()
-        .find(|(name, _)| name == "content-length")
-        .and_then(|(_, value)| value.trim().parse::<u64>().ok())
-        .ok_or(Status::PROTOCOL_ERROR)?;
+    let len = length.ok_or(Status::PROTOCOL_ERROR)?;
     let addr = loader_pages(len).ok_or(Status::OUT_OF_RESOURCES)?;
-    // SAFETY: fresh loader pages of at least `len` bytes.
-    let buf = unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len as usize) };
-    let mut have = first.body.len().min(buf.len());
-    buf[..have].copy_from_slice(&first.body[..have]);
-    while (have as u64) < len {
-        let mut chunk = Vec::new();
-        let got = http.response_more(&mut chunk).map_err(|e| e.status())?;
-        if got.is_empty() {
+    let mut have = 0u64;
+    let mut reported = 0;
+    while have < len {
+        let mut message = HttpMessage {
+            body_length: (len - have) as usize,
+            body: (addr + have) as *mut c_void,
+            ..Default::default()
+        };
+        exchange(http, &mut message, Http::response)?;
+        // SAFETY: firmware wrote how much of the buffer it filled.
+        let got = unsafe { ptr::read_volatile(&message.body_length) } as u64;
+        if got == 0 {
             return Err(Status::END_OF_FILE);
         }
-        let n = got.len().min(buf.len() - have);
-        buf[have..have + n].copy_from_slice(&got[..n]);
-        have += n;
+        have += got.min(len - have);
+        if have >> 23 != reported {
+            reported = have >> 23;
+            efi_println!("Pinfold: {url}: {} of {} MiB", have >> 20, len >> 20);
+        }
     }
     Ok(Some((addr, len)))
+}
+
+/// Submits a token for `message` with `submit` (request or response) and
+/// polls until firmware completes it; its status as the result.
+fn exchange(
+    http: &mut Http,
+    message: &mut HttpMessage,
+    submit: fn(&mut Http, &mut HttpToken) -> uefi::Result<()>,
+) -> Result<(), Status> {
+    let mut token = HttpToken {
+        status: Status::NOT_READY,
+        message,
+        ..Default::default()
+    };
+    let token: *mut HttpToken = &mut token;
+    // SAFETY: the token lives until it completed (or the cancel below);
+    // it is read only through `token`, volatile, from here on.
+    submit(http, unsafe { &mut *token }).map_err(|e| e.status())?;
+    let deadline = arch::counter() + 30 * u64::from(arch::counter_frequency());
+    loop {
+        // SAFETY: as above; firmware writes the status when it completes.
+        let status = unsafe { ptr::read_volatile(&(*token).status) };
+        if status != Status::NOT_READY {
+            return if status == Status::SUCCESS {
+                Ok(())
+            } else {
+                Err(status)
+            };
+        }
+        if arch::counter() > deadline {
+            // SAFETY: as above.
+            let _ = http.cancel(unsafe { &mut *token });
+            return Err(Status::TIMEOUT);
+        }
+        let _ = http.poll();
+    }
+}
+
+/// The Content-Length among `count` headers at `array`, freeing the
+/// headers (UEFI 29.6.2.5: the caller frees the array and its strings).
+///
+/// # Safety
+///
+/// `array` and `count` are what firmware returned in a response message.
+unsafe fn take_content_length(array: *mut HttpHeader, count: usize) -> Option<u64> {
+    let array = ptr::NonNull::new(array)?;
+    let mut length = None;
+    for i in 0..count {
+        // SAFETY: firmware wrote `count` entries of NUL-terminated strings.
+        let header = unsafe { &*array.as_ptr().add(i) };
+        let text = |p: *const u8| {
+            // SAFETY: as above.
+            unsafe { core::ffi::CStr::from_ptr(p.cast()) }.to_str().ok()
+        };
+        if text(header.field_name).is_some_and(|n| n.eq_ignore_ascii_case("content-length")) {
+            length = text(header.field_value).and_then(|v| v.trim().parse().ok());
+        }
+        for field in [header.field_name, header.field_value] {
+            if let Some(p) = ptr::NonNull::new(field.cast_mut()) {
+                // SAFETY: pool memory firmware allocated for us.
+                let _ = unsafe { boot::free_pool(p) };
+            }
+        }
+    }
+    // SAFETY: as above.
+    let _ = unsafe { boot::free_pool(array.cast()) };
+    length
 }

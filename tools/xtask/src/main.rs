@@ -13,6 +13,7 @@ mod image;
 mod provision;
 mod qemu;
 mod suite;
+mod uefi;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode};

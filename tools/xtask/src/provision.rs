@@ -23,7 +23,7 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 5] = [
+const HOST_PACKAGES: [&str; 6] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
@@ -32,6 +32,9 @@ const HOST_PACKAGES: [&str; 5] = [
     // edk2 for QEMU's virt machine (QEMU_EFI.fd, AAVMF_CODE/VARS.fd): the
     // UEFI tests start the generic image as an EFI application.
     "qemu-efi-aarch64",
+    // The venv under target/ that holds virt-fw-vars (PyPI virt-firmware),
+    // which writes the HTTP boot entry of the `uefi-http` test (uefi.rs).
+    "python3-venv",
 ];
 /// Debian packages only the web UI's browser test needs (`cargo xtask
 /// test`): the Chromium it drives through playwright-core, and a font with

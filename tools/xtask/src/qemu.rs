@@ -85,6 +85,12 @@ pub struct Uefi {
 pub enum UefiFirmware {
     /// `-bios`: edk2 with its variables in RAM (the boot order it makes up).
     Bios(std::path::PathBuf),
+    /// Two pflash drives: the code, read-only, and a copy of a variable
+    /// store (boot entries written into it beforehand, e.g. an HTTP URI).
+    Pflash {
+        code: std::path::PathBuf,
+        vars: std::path::PathBuf,
+    },
 }
 
 /// The generic image's name in a netboot tree, and the boot file DHCP names.
@@ -144,6 +150,16 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         (_, Some(uefi)) => match &uefi.firmware {
             UefiFirmware::Bios(bios) => {
                 qemu.arg("-bios").arg(bios);
+            }
+            UefiFirmware::Pflash { code, vars } => {
+                qemu.arg("-drive").arg(format!(
+                    "if=pflash,format=raw,unit=0,readonly=on,file={}",
+                    code.display()
+                ));
+                qemu.arg("-drive").arg(format!(
+                    "if=pflash,format=raw,unit=1,file={}",
+                    vars.display()
+                ));
             }
         },
         (None, None) => {
@@ -269,6 +285,46 @@ mod tests {
         assert!(value_after(&args, "-netdev")
             .unwrap_or_default()
             .ends_with(",tftp=/srv/tree,bootfile=pinfold.efi"));
+    }
+
+    #[test]
+    fn uefi_pflash_boot_has_read_only_code_and_writable_vars_with_acpi() {
+        let board = Board {
+            cpus: 1,
+            memory: 1 << 30,
+            nic: true,
+        };
+        let extra = Extra {
+            uefi: Some(Uefi {
+                firmware: UefiFirmware::Pflash {
+                    code: "/fw/CODE.fd".into(),
+                    vars: "/tmp/VARS.fd".into(),
+                },
+                acpi: true,
+                tftp: None,
+            }),
+            ..Extra::default()
+        };
+
+        let args = args(&qemu_command(&board, Path::new("unused.bin"), &extra));
+
+        let drives: Vec<&String> = args
+            .iter()
+            .zip(args.iter().skip(1))
+            .filter(|(flag, _)| *flag == "-drive")
+            .map(|(_, value)| value)
+            .collect();
+        assert_eq!(
+            drives,
+            [
+                "if=pflash,format=raw,unit=0,readonly=on,file=/fw/CODE.fd",
+                "if=pflash,format=raw,unit=1,file=/tmp/VARS.fd"
+            ]
+        );
+        assert!(!value_after(&args, "-M")
+            .unwrap_or_default()
+            .contains("acpi"));
+        assert_eq!(value_after(&args, "-bios"), None);
     }
 
     #[test]

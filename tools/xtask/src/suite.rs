@@ -11,6 +11,7 @@ use crate::cmd;
 use crate::error::XtaskError;
 use crate::harness::{log_tail, number_after, Line, QemuRun};
 use crate::qemu::{qemu_command, Board, Extra, Uefi, UefiFirmware, EFI_BOOT_FILE};
+use crate::uefi;
 use crate::Workspace;
 
 /// What `cargo xtask test` was asked to run.
@@ -38,7 +39,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 11] = [
+const CASES: [Case; 12] = [
     Case {
         name: "host",
         tier: 1,
@@ -111,10 +112,14 @@ const CASES: [Case; 11] = [
         shares_default: false,
         run: pxe_uefi_dt,
     },
+    Case {
+        name: "uefi-http",
+        tier: 2,
+        shares_default: false,
+        run: uefi_http,
+    },
 ];
 
-/// edk2 for QEMU's arm64 `virt` (Debian's qemu-efi-aarch64), as `-bios`.
-const QEMU_EFI: &str = "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd";
 /// The MAC QEMU gives the first NIC, and its PXE-style bundle name.
 const QEMU_MAC_NAME: &str = "01-52-54-00-12-34-56";
 
@@ -179,7 +184,7 @@ fn pxe_uefi_dt(ctx: &mut Context<'_>) -> Outcome {
     api_checks::port_is_free()?;
     let extra = Extra {
         uefi: Some(Uefi {
-            firmware: UefiFirmware::Bios(QEMU_EFI.into()),
+            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
             acpi: false,
             tftp: Some(tree.clone()),
         }),
@@ -250,6 +255,47 @@ fn uboot(ctx: &mut Context<'_>) -> Outcome {
         "booti at {UBOOT_LOAD_ADDR:#x}: code ran at {at:#x}, steady up {:.1} s after QEMU start",
         up.at.as_secs_f64()
     )])
+}
+
+/// Tier 2: edk2 HTTP-boots the generic image from a loopback HTTP server
+/// (a URI boot entry written into a copy of an initialised VARS store: QEMU's
+/// DHCP sends no boot URI), DT only; the image fetches its bundle over HTTP
+/// beside its own URI (this path hands over no initrd), and the API answers.
+fn uefi_http(ctx: &mut Context<'_>) -> Outcome {
+    let (tree, board) = efi_tree(ctx, "tree-uefi-http")?;
+    let root = ctx.ws.root.clone();
+    let logs = root.join("target/pinfold/test-logs");
+    std::fs::create_dir_all(&logs).map_err(|err| err.to_string())?;
+    let server = uefi::HttpServer::serve(&tree, &logs.join("uefi-http-server.log"))
+        .map_err(|err| err.to_string())?;
+    let uri = format!("http://10.0.2.2:{}/{EFI_BOOT_FILE}", server.port);
+    let vars = root.join("target/pinfold/AAVMF_VARS.uefi-http.fd");
+    uefi::vars_with_boot_uri(&root, &uri, &vars).map_err(|err| err.to_string())?;
+    api_checks::port_is_free()?;
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Pflash {
+                code: uefi::AAVMF_CODE.into(),
+                vars,
+            },
+            acpi: false,
+            tftp: None,
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&board, &tree.join(EFI_BOOT_FILE), &extra);
+    let qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
+    let mut stack = Stack::new(qemu);
+    let mut notes = uefi_boot_checks(
+        &mut stack,
+        "HTTP",
+        &format!(
+            "http://10.0.2.2:{}/bundles/{QEMU_MAC_NAME}.bundle",
+            server.port
+        ),
+    )?;
+    notes.push(format!("boot URI {uri}"));
+    Ok(notes)
 }
 
 /// The log of the shared default boot.
