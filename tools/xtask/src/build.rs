@@ -8,9 +8,10 @@ use std::process::Command;
 
 use crate::cmd;
 use crate::error::{IoContext, XtaskError};
-use crate::image::{assemble, HeaderWarning};
+use crate::image::{assemble, enrol_key, HeaderWarning};
 use crate::provision::{Provisioner, BARE_TARGET};
 use crate::qemu::Board;
+use crate::signing::SigningKey;
 use crate::Workspace;
 
 /// The config `build`, `run` and the default boot test use.
@@ -34,6 +35,8 @@ pub struct Builder<'w> {
     /// (empty: the default image; the bench's ablations add features).
     el2: Vec<(Vec<String>, PathBuf)>,
     manager_built: bool,
+    /// The bundle signing key, once loaded.
+    key: Option<SigningKey>,
 }
 
 /// The management partition's image, as configs name it.
@@ -47,6 +50,7 @@ impl<'w> Builder<'w> {
             guests_built: false,
             el2: Vec::new(),
             manager_built: false,
+            key: None,
         }
     }
 
@@ -68,6 +72,94 @@ impl<'w> Builder<'w> {
         let config_path = self.ws.resolve(config);
         let config = pinfold_config::load(&config_path)?;
         let el2 = self.binaries(features)?;
+        let (payload, board) = self.payload(&config, &config_path)?;
+        let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
+        let assembled = self.assemble(&el2, flat, &payload)?;
+        let out = self.ws.root.join("target/pinfold").join(out_name);
+        fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
+        println!(
+            "xtask: {} ({} bytes: hypervisor {} + payload {} at offset {:#x}; config {})",
+            self.ws.relative(&out),
+            assembled.bytes.len(),
+            assembled.payload_offset,
+            payload.len(),
+            assembled.payload_offset,
+            self.ws.relative(&config_path),
+        );
+        Ok(Built { image: out, board })
+    }
+
+    /// The generic image every server boots, with no plan of its own:
+    /// `target/pinfold/pinfold.efi`. Plans travel beside it as signed
+    /// bundles ([`Builder::bundle`]).
+    pub fn generic_image(&mut self) -> Result<PathBuf, XtaskError> {
+        let el2 = self.binaries(&[])?;
+        let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
+        let assembled = self.assemble(&el2, flat, &[])?;
+        let out = self.ws.root.join("target/pinfold/pinfold.efi");
+        fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
+        Ok(out)
+    }
+
+    /// The signed boot bundle of `config` (already loaded from
+    /// `config_path`, and perhaps changed by the caller, e.g. its token),
+    /// and the board it is for.
+    pub fn bundle(
+        &mut self,
+        config: &pinfold_config::Config,
+        config_path: &Path,
+    ) -> Result<(Vec<u8>, Board), XtaskError> {
+        let (payload, board) = self.payload(config, config_path)?;
+        let key = self.key()?;
+        Ok((pinfold_config::bundle::seal(&payload, &key.secret), board))
+    }
+
+    /// The bundle signing key ([`SigningKey::load_or_create`]), loaded once.
+    pub fn key(&mut self) -> Result<&SigningKey, XtaskError> {
+        if self.key.is_none() {
+            self.key = Some(SigningKey::load_or_create(self.ws)?);
+        }
+        Ok(self.key.as_ref().expect("just loaded"))
+    }
+
+    /// Pads the EL2 image, appends `payload`, patches the header and
+    /// enrols the bundle signing key.
+    fn assemble(
+        &mut self,
+        el2: &Path,
+        flat: Vec<u8>,
+        payload: &[u8],
+    ) -> Result<crate::image::Assembled, XtaskError> {
+        let mut assembled = assemble(flat, payload);
+        let public = self.key()?.public;
+        enrol_key(&mut assembled.bytes, &public).map_err(|why| XtaskError::BadFile {
+            path: el2.to_path_buf(),
+            why,
+        })?;
+        for warning in &assembled.warnings {
+            match warning {
+                HeaderWarning::MissingMagic => eprintln!(
+                    "xtask: warning: {} has no arm64 Image header (ARM\\x64 at offset 56); \
+                     image_size not patched",
+                    el2.display()
+                ),
+                HeaderWarning::ImageSizeBeyondFile { claimed, file } => eprintln!(
+                    "xtask: warning: the Image header claims {claimed} bytes but the flat image \
+                     has {file}: the payload overlaps memory the hypervisor thinks is its own"
+                ),
+            }
+        }
+        Ok(assembled)
+    }
+
+    /// Validates `config` and builds its payload (the plan and its images),
+    /// building the manager first when a partition boots it, and checks
+    /// the plan's isolation against the board's own DTB.
+    fn payload(
+        &mut self,
+        config: &pinfold_config::Config,
+        config_path: &Path,
+    ) -> Result<(Vec<u8>, Board), XtaskError> {
         if config
             .partitions
             .iter()
@@ -87,7 +179,7 @@ impl<'w> Builder<'w> {
             let dtb = self.board_dtb(&board)?;
             check_plan_isolation(&dtb, &payload).map_err(|error| match error {
                 IsolationCheck::Isolation(error) => XtaskError::Isolation {
-                    config: self.ws.relative(&config_path).into(),
+                    config: self.ws.relative(config_path).into(),
                     error: Box::new(error),
                 },
                 IsolationCheck::Other(error) => error,
@@ -99,33 +191,7 @@ impl<'w> Builder<'w> {
                 config.board.name
             );
         }
-        let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
-        let assembled = assemble(flat, &payload);
-        for warning in &assembled.warnings {
-            match warning {
-                HeaderWarning::MissingMagic => eprintln!(
-                    "xtask: warning: {} has no arm64 Image header (ARM\\x64 at offset 56); \
-                     image_size not patched",
-                    el2.display()
-                ),
-                HeaderWarning::ImageSizeBeyondFile { claimed, file } => eprintln!(
-                    "xtask: warning: the Image header claims {claimed} bytes but the flat image \
-                     has {file}: the payload overlaps memory the hypervisor thinks is its own"
-                ),
-            }
-        }
-        let out = self.ws.root.join("target/pinfold").join(out_name);
-        fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
-        println!(
-            "xtask: {} ({} bytes: hypervisor {} + payload {} at offset {:#x}; config {})",
-            self.ws.relative(&out),
-            assembled.bytes.len(),
-            assembled.payload_offset,
-            payload.len(),
-            assembled.payload_offset,
-            self.ws.relative(&config_path),
-        );
-        Ok(Built { image: out, board })
+        Ok((payload, board))
     }
 
     /// The DTB QEMU hands the hypervisor on `board`, dumped by QEMU itself

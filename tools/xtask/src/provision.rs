@@ -23,12 +23,14 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 4] = [
+const HOST_PACKAGES: [&str; 5] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
     // U-Boot for QEMU's virt machine: the `uboot` test starts the image with booti.
     "u-boot-qemu",
+    // mkimage: `cargo xtask pxe` wraps the U-Boot boot script (boot.scr.uimg).
+    "u-boot-tools",
 ];
 /// Debian packages only the web UI's browser test needs (`cargo xtask
 /// test`): the Chromium it drives through playwright-core, and a font with

@@ -62,6 +62,21 @@ pub struct Extra {
     /// (`-bios`) and the address where QEMU places our image for it to
     /// start (`-device loader`).
     pub firmware: Option<(std::path::PathBuf, u64)>,
+    /// Network boot: the management NIC's user network serves this TFTP
+    /// tree and names this boot file in its DHCP offers.
+    pub netboot: Option<Netboot>,
+}
+
+/// What QEMU's user-network DHCP and TFTP server offer a netbooting
+/// firmware.
+#[derive(Debug, Clone)]
+pub struct Netboot {
+    /// The TFTP root (`cargo xtask pxe --out`).
+    pub tftp: std::path::PathBuf,
+    /// The DHCP boot file name.
+    pub bootfile: String,
+    /// The NIC's MAC address, which picks the host's boot bundle.
+    pub mac: String,
 }
 
 /// The `-accel` value unless an [`Extra`] overrides it: one host thread per
@@ -112,6 +127,10 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         None => {
             qemu.arg("-kernel").arg(image);
         }
+        // Netbooting firmware fetches the image from the tree itself.
+        Some((bios, _)) if extra.netboot.is_some() => {
+            qemu.arg("-bios").arg(bios);
+        }
         Some((bios, addr)) => {
             qemu.arg("-bios").arg(bios).arg("-device").arg(format!(
                 "loader,file={},addr={addr:#x},force-raw=on",
@@ -119,10 +138,30 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
             ));
         }
     }
-    if board.nic {
-        qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
-            .arg("-netdev")
-            .arg(netdev(manager_port()));
+    match &extra.netboot {
+        None if board.nic => {
+            qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
+                .arg("-netdev")
+                .arg(netdev(manager_port()));
+        }
+        None => {}
+        Some(boot) => {
+            // Modern-only: U-Boot 2023.01's legacy virtio-net driver reports
+            // 52:52:52:52:52:52 whatever the device's MAC, so its per-MAC
+            // pxelinux.cfg lookup would never find the host's own file.
+            qemu.arg("-device")
+                .arg(format!(
+                    "virtio-net-pci,netdev=mgmt0,mac={},disable-legacy=on",
+                    boot.mac
+                ))
+                .arg("-netdev")
+                .arg(format!(
+                    "{},tftp={},bootfile={}",
+                    netdev(manager_port()),
+                    boot.tftp.display(),
+                    boot.bootfile
+                ));
+        }
     }
     qemu.args(&extra.args);
     qemu

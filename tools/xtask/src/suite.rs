@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::api_checks::{self, Stack};
 use crate::build::{Builder, DEFAULT_CONFIG};
 use crate::cmd;
+use crate::deploy_checks;
 use crate::error::XtaskError;
 use crate::harness::{log_tail, number_after, Line, QemuRun};
 use crate::qemu::{qemu_command, Extra};
@@ -38,7 +39,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 10] = [
+const CASES: [Case; 12] = [
     Case {
         name: "host",
         tier: 1,
@@ -104,6 +105,24 @@ const CASES: [Case; 10] = [
         tier: 2,
         shares_default: false,
         run: uboot,
+    },
+    Case {
+        name: "pxe-uboot",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| {
+            let log = ctx.log_path();
+            deploy_checks::pxe_uboot(ctx.ws, &mut ctx.builder, &mut ctx.tree, &log)
+        },
+    },
+    Case {
+        name: "bundle-refused",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| {
+            let log = ctx.log_path();
+            deploy_checks::bundle_refused(ctx.ws, &mut ctx.builder, &mut ctx.tree, &log)
+        },
     },
 ];
 
@@ -181,6 +200,8 @@ struct Context<'w> {
     /// Why the shared boot could not be started, so later cases do not try
     /// (and wait) again.
     stack_failed: Option<String>,
+    /// The `cargo xtask pxe` tree the deployment tests boot from, once made.
+    tree: Option<crate::pxe::Tree>,
 }
 
 impl Context<'_> {
@@ -275,6 +296,7 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
         shares_default: false,
         stack: None,
         stack_failed: None,
+        tree: None,
     };
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in selected {
