@@ -21,8 +21,17 @@ const HOST_A: &str = "52:54:00:12:34:56";
 const HOST_B: &str = "52:54:00:12:34:57";
 const HOST_B_PLAN: &str = "vm-configs/qemu-virt/test-isolation.toml";
 
+/// What a deployment test works with: the suite's builder, the tree
+/// (made on first use and shared by the tests of one run) and its log.
+pub struct Deploy<'c, 'w> {
+    pub ws: &'w Workspace,
+    pub builder: &'c mut Builder<'w>,
+    pub tree: &'c mut Option<Tree>,
+    pub log: PathBuf,
+}
+
 /// The tree the deployment tests boot from, written once per test run.
-pub fn tree<'t>(
+fn tree<'t>(
     ws: &Workspace,
     builder: &mut Builder<'_>,
     cached: &'t mut Option<Tree>,
@@ -111,13 +120,9 @@ fn booted_own_bundle(
 /// and its REST API answers, through the very NIC U-Boot used, to the
 /// token `cargo xtask pxe` made; host B boots a different plan from the
 /// same image.
-pub fn pxe_uboot(
-    ws: &Workspace,
-    builder: &mut Builder<'_>,
-    cached: &mut Option<Tree>,
-    log: &Path,
-) -> Outcome {
-    let tree = tree(ws, builder, cached)?;
+pub fn pxe_uboot(d: Deploy<'_, '_>) -> Outcome {
+    let log = &d.log;
+    let tree = tree(d.ws, d.builder, d.tree)?;
     let a = bundle_for(tree, HOST_A)?;
     let token = a
         .token
@@ -167,13 +172,9 @@ pub fn pxe_uboot(
 /// Tier 2: a bundle changed after signing is refused at boot with the
 /// reason on the console, and nothing boots. (QEMU `-kernel` + `-initrd`:
 /// the same /chosen handover U-Boot makes.)
-pub fn bundle_refused(
-    ws: &Workspace,
-    builder: &mut Builder<'_>,
-    cached: &mut Option<Tree>,
-    log: &Path,
-) -> Outcome {
-    let tree = tree(ws, builder, cached)?;
+pub fn bundle_refused(d: Deploy<'_, '_>) -> Outcome {
+    let (ws, log) = (d.ws, &d.log);
+    let tree = tree(d.ws, d.builder, d.tree)?;
     let good = tree.dir.join(&bundle_for(tree, HOST_B)?.file);
     let mut bytes = std::fs::read(&good).map_err(|e| format!("{}: {e}", good.display()))?;
     let last = bytes.len() - 1;

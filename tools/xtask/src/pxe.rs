@@ -205,29 +205,32 @@ pxe get && pxe boot
 echo Pinfold: no pxelinux.cfg entry booted
 ";
 
-fn pxelinux_cfg(b: &HostBundle) -> String {
+/// The comment line both boot loader configs start with.
+fn config_comment(b: &HostBundle) -> String {
     let host = b
         .mac
         .map_or("any host without its own file".into(), |m| m.colons());
     format!(
-        "# Pinfold for {host}: plan {plan} (made by cargo xtask pxe)\n\
-         default pinfold\nprompt 0\ntimeout 0\n\n\
-         label pinfold\n  kernel {IMAGE_NAME}\n  initrd {file}\n",
-        plan = b.plan.display(),
-        file = b.file,
+        "# Pinfold for {host}: plan {} (made by cargo xtask pxe)\n",
+        b.plan.display()
+    )
+}
+
+fn pxelinux_cfg(b: &HostBundle) -> String {
+    format!(
+        "{}default pinfold\nprompt 0\ntimeout 0\n\n\
+         label pinfold\n  kernel {IMAGE_NAME}\n  initrd {}\n",
+        config_comment(b),
+        b.file,
     )
 }
 
 fn grub_cfg(b: &HostBundle) -> String {
-    let host = b
-        .mac
-        .map_or("any host without its own file".into(), |m| m.colons());
     format!(
-        "# Pinfold for {host}: plan {plan} (made by cargo xtask pxe)\n\
-         set timeout=0\n\
-         menuentry \"Pinfold\" {{\n  linux /{IMAGE_NAME}\n  initrd /{file}\n}}\n",
-        plan = b.plan.display(),
-        file = b.file,
+        "{}set timeout=0\n\
+         menuentry \"Pinfold\" {{\n  linux /{IMAGE_NAME}\n  initrd /{}\n}}\n",
+        config_comment(b),
+        b.file,
     )
 }
 

@@ -110,19 +110,13 @@ const CASES: [Case; 12] = [
         name: "pxe-uboot",
         tier: 2,
         shares_default: false,
-        run: |ctx| {
-            let log = ctx.log_path();
-            deploy_checks::pxe_uboot(ctx.ws, &mut ctx.builder, &mut ctx.tree, &log)
-        },
+        run: |ctx| deploy_checks::pxe_uboot(ctx.deploy()),
     },
     Case {
         name: "bundle-refused",
         tier: 2,
         shares_default: false,
-        run: |ctx| {
-            let log = ctx.log_path();
-            deploy_checks::bundle_refused(ctx.ws, &mut ctx.builder, &mut ctx.tree, &log)
-        },
+        run: |ctx| deploy_checks::bundle_refused(ctx.deploy()),
     },
 ];
 
@@ -204,7 +198,7 @@ struct Context<'w> {
     tree: Option<crate::pxe::Tree>,
 }
 
-impl Context<'_> {
+impl<'w> Context<'w> {
     /// The console log of the current case's boot.
     fn log_path(&self) -> std::path::PathBuf {
         let name = if self.shares_default {
@@ -216,6 +210,16 @@ impl Context<'_> {
             .root
             .join("target/pinfold/test-logs")
             .join(format!("{name}.log"))
+    }
+
+    /// What the deployment tests need of the context.
+    fn deploy(&mut self) -> deploy_checks::Deploy<'_, 'w> {
+        deploy_checks::Deploy {
+            log: self.log_path(),
+            ws: self.ws,
+            builder: &mut self.builder,
+            tree: &mut self.tree,
+        }
     }
 
     /// The shared boot of the default plan, booting it on first use.
