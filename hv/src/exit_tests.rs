@@ -239,7 +239,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         devices: Vec::new(),
         management,
         pci_host_bridge: false,
-        token: Some("secret".into()),
+        token_sha256: Some(pinfold_config::bundle::token_digest(b"secret")),
         autostart: true,
         pmu: true,
     }
@@ -264,6 +264,7 @@ fn host(cpus: usize) -> HostInfo {
         pcie: None,
         rng_seed: None,
         kaslr_seed: None,
+        initrd: None,
         model: None,
         devices: Vec::new(),
     }

@@ -25,7 +25,6 @@
 //! A misbehaving caller only ever gets an error status back: nothing here
 //! panics or logs on its behalf.
 
-use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -71,8 +70,8 @@ pub trait Manage {
     /// Queues `bytes` as console input, returning how many fitted; `None`
     /// for an unknown index.
     fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize>;
-    /// The REST API's bearer token.
-    fn token(&self) -> String;
+    /// SHA-256 of the REST API's bearer token.
+    fn token_digest(&self) -> [u8; 32];
 }
 
 /// Handles one management hypercall: `regs` is the caller's X0..X5, the
@@ -122,7 +121,7 @@ fn handle(
         Request::ListPartitions { buf } => {
             write_reply(mem, buf, &encode_reply_vec(&hv.partitions()))
         }
-        Request::MgmtToken { buf } => write_reply(mem, buf, hv.token().as_bytes()),
+        Request::MgmtTokenDigest { buf } => write_reply(mem, buf, &hv.token_digest()),
         Request::PartitionInfo { index, buf } => {
             let detail = hv.detail(index).ok_or(AbiError::NotFound)?;
             write_reply(mem, buf, &encode_reply_vec(&detail))
@@ -437,8 +436,8 @@ mod tests {
             Some(n)
         }
 
-        fn token(&self) -> String {
-            "s3cret-token".to_string()
+        fn token_digest(&self) -> [u8; 32] {
+            [0x5a; 32]
         }
     }
 
@@ -455,7 +454,7 @@ mod tests {
         let b = buf(BUF_IPA, 4096);
         vec![
             Request::AbiVersion,
-            Request::MgmtToken { buf: b },
+            Request::MgmtTokenDigest { buf: b },
             Request::HostInfo { buf: b },
             Request::ListPartitions { buf: b },
             Request::PartitionInfo {
@@ -501,12 +500,12 @@ mod tests {
     }
 
     #[test]
-    fn abi_version_is_1_0() {
+    fn abi_version_is_2_0() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0001_0000, 0, 0]);
+        assert_eq!(x, [0, 0x0002_0000, 0, 0]);
     }
 
     #[test]
@@ -885,26 +884,26 @@ mod tests {
     }
 
     #[test]
-    fn mgmt_token_is_written_to_the_callers_buffer() {
+    fn mgmt_token_digest_is_written_to_the_callers_buffer() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
         let ret = call(
-            Request::MgmtToken {
+            Request::MgmtTokenDigest {
                 buf: buf(BUF_IPA, 64),
             },
             &mut mem,
             &mut hv,
         );
 
-        assert_eq!(ret, Ok(Return::Written(12)));
-        assert_eq!(mem.at(BUF_IPA, 12), b"s3cret-token");
+        assert_eq!(ret, Ok(Return::Written(32)));
+        assert_eq!(mem.at(BUF_IPA, 32), &[0x5a; 32]);
     }
 
     #[test]
     fn mgmt_token_is_refused_to_other_partitions() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
-        let request = Request::MgmtToken {
+        let request = Request::MgmtTokenDigest {
             buf: buf(BUF_IPA, 64),
         };
 

@@ -11,6 +11,7 @@ extern crate std;
 
 pub mod addr;
 pub mod bits;
+pub mod boot;
 pub mod console;
 pub mod dtb;
 pub mod efi;

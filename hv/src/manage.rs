@@ -186,7 +186,7 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
         ))
     }
 
-    fn token(&self) -> String {
-        String::from(self.sys.token())
+    fn token_digest(&self) -> [u8; 32] {
+        *self.sys.token_digest()
     }
 }

@@ -37,7 +37,11 @@ pub struct System {
     plan: Plan,
     payload: &'static [u8],
     seed: AtomicU64,
-    token: String,
+    /// SHA-256 of the management API's bearer token.
+    token_digest: [u8; 32],
+    /// The token, when the hypervisor made it at boot (no plan gave one):
+    /// printed once on the console.
+    generated_token: Option<String>,
     /// Counter value when the hypervisor started.
     pub boot_counter: u64,
     /// The monitor saw Ctrl-A.
@@ -138,13 +142,21 @@ impl System {
             plan,
             payload,
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
-            token: String::new(),
+            token_digest: [0; 32],
+            generated_token: None,
             boot_counter,
             escape: AtomicBool::new(false),
             version,
         };
         sys.add_entropy(entropy);
-        sys.token = sys.make_token();
+        match sys.partitions.iter().find_map(|p| p.plan.token_sha256) {
+            Some(digest) => sys.token_digest = digest,
+            None => {
+                let token = sys.make_token();
+                sys.token_digest = pinfold_config::bundle::token_digest(token.as_bytes());
+                sys.generated_token = Some(token);
+            }
+        }
         sys
     }
 
@@ -298,16 +310,18 @@ impl System {
         }
     }
 
-    /// The management API's bearer token: the plan's, or one made from the
-    /// boot entropy.
-    pub fn token(&self) -> &str {
-        &self.token
+    /// SHA-256 of the management API's bearer token.
+    pub fn token_digest(&self) -> &[u8; 32] {
+        &self.token_digest
+    }
+
+    /// The bearer token the hypervisor made at boot because no plan gave
+    /// one (None when the plan carries its digest).
+    pub fn generated_token(&self) -> Option<&str> {
+        self.generated_token.as_deref()
     }
 
     fn make_token(&self) -> String {
-        if let Some(t) = self.partitions.iter().find_map(|p| p.plan.token.clone()) {
-            return t;
-        }
         let mut t = String::new();
         for i in 0..2 {
             let v = self.next_seed(0x7073_7400 + i, self.boot_counter);

@@ -27,6 +27,7 @@ use alloc::vec::Vec;
 use pinfold_config::Plan;
 use pinfold_drivers::gicv3::{self, GicV3Cpu};
 use pinfold_drivers::pl011::Pl011Uart;
+use pinfold_hv::boot::{select_payload, PlanSource};
 use pinfold_hv::dtb::{early_uart, host_resources, parse_host_dtb, Conduit, HostInfo};
 use pinfold_hv::exit::{SpiOp, SGI_MAILBOX};
 use pinfold_hv::irqchip::PpiStateChange;
@@ -39,6 +40,24 @@ use pinfold_vboard::{fid, same_cpu, PPI_MAINTENANCE};
 use pinfold_mem as _;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The public key boot bundles must be signed with: the xtask writes it
+/// after the marker when it assembles the image (tools/xtask/src/image.rs
+/// `enrol_key`). All zeros: no key enrolled, so only the appended payload
+/// can boot.
+#[used]
+#[link_section = ".rodata.bundle_key"]
+static BUNDLE_KEY: [u8; 48] =
+    *b"PINFOLD-BNDLKEY:\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+
+fn bundle_key() -> [u8; 32] {
+    // SAFETY: a static; read volatile so the compiler cannot assume the
+    // zeros it was compiled with (the xtask rewrites them in the file).
+    let slot = unsafe { core::ptr::read_volatile(&BUNDLE_KEY) };
+    let mut key = [0u8; 32];
+    key.copy_from_slice(&slot[16..]);
+    key
+}
 
 /// Acquisitions of every lock more than one CPU can take, by path.
 pub static LOCKSTAT: LockStat = LockStat::new();
@@ -200,25 +219,47 @@ fn boot(handoff: BootHandoff) -> ! {
     let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
     hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
 
-    // A bundle handed over is the plan + images (until the signed bundle
-    // format lands, the same bytes the xtask appends); else the appended
-    // payload.
-    let (payload_start, payload_len) = handoff.bundle.unwrap_or(layout.payload);
-    if let Some((addr, len)) = handoff.bundle {
-        hvprint!("boot bundle handed over: {len} bytes at {addr:#x}");
-    }
-    // SAFETY: the payload was loaded with the image (or the bundle by the
-    // way in, into memory it owns) and is never written.
-    let payload: &'static [u8] =
+    let (payload_start, payload_len) = layout.payload;
+    // SAFETY: the payload was loaded with the image and is never written.
+    let appended: &'static [u8] =
         unsafe { core::slice::from_raw_parts(payload_start as *const u8, payload_len as usize) };
+    // The bundle the UEFI path copied into loader memory, else the initrd a
+    // boot loader named in /chosen.
+    let handed_range = handoff.bundle.or(host.initrd);
+    // SAFETY: the way in put the bundle there (the UEFI path in loader
+    // memory it allocated, a boot loader where /chosen says); it is RAM that
+    // nothing else uses (it is kept out of free memory).
+    let handed: Option<&'static [u8]> = handed_range.map(|(base, size)| unsafe {
+        core::slice::from_raw_parts(base as *const u8, size as usize)
+    });
+    let payload = match select_payload(appended, handed, &bundle_key()) {
+        Ok((source, payload)) => {
+            match source {
+                PlanSource::Bundle => hvprint!(
+                    "boot bundle: {} bytes at {:#x}, signed by key {}",
+                    handed.map_or(0, <[u8]>::len),
+                    handed.map_or(0, |b| b.as_ptr() as usize),
+                    pinfold_config::bundle::Hex(&pinfold_config::bundle::key_id(&bundle_key()))
+                ),
+                PlanSource::Image => {
+                    hvprint!("partition plan: the image's own ({} bytes)", payload.len())
+                }
+            }
+            payload
+        }
+        Err(e) => {
+            hvprint!("{e}: halting");
+            halt();
+        }
+    };
     let plan = match Plan::decode(payload) {
         Ok(plan) => plan,
         Err(e) => {
             hvprint!(
-                "no usable partition plan in the image ({:?}, {} bytes at {:#x}): halting",
+                "no usable partition plan ({:?}, {} bytes at {:#x}): halting",
                 e,
-                payload_len,
-                payload_start
+                payload.len(),
+                payload.as_ptr() as usize
             );
             halt();
         }
@@ -228,8 +269,11 @@ fn boot(handoff: BootHandoff) -> ! {
     // The image, its payload and its heap.
     used.push((image_start, image_size));
     used.push((dtb, dtb_size));
-    if let Some(bundle) = handoff.bundle {
-        used.push(bundle);
+    if let Some(handed) = handed_range {
+        used.push(handed);
+    }
+    if let Some(initrd) = host.initrd.filter(|&i| Some(i) != handed_range) {
+        used.push(initrd);
     }
     // The same isolation rules the build checked, now against the real
     // host: a plan that would map RAM, the hypervisor, the GIC or another
@@ -313,7 +357,13 @@ fn boot(handoff: BootHandoff) -> ! {
     }
 
     if sys.partitions.iter().any(|p| p.plan.management) {
-        hvprint!("management token: {}", sys.token());
+        match sys.generated_token() {
+            Some(token) => hvprint!("management token: {token}"),
+            None => hvprint!(
+                "management token: set by the plan (SHA-256 {}...)",
+                pinfold_config::bundle::Hex(&sys.token_digest()[..4])
+            ),
+        }
     }
     for p in &sys.partitions {
         if p.plan.autostart {

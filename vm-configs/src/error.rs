@@ -180,6 +180,12 @@ pub enum Problem {
     /// A token that is too short or uses characters outside [A-Za-z0-9._~-].
     #[error("a token must be 16 to 128 characters of [A-Za-z0-9._~-]")]
     BadToken,
+    /// Both `token` and `token_sha256` are set.
+    #[error("give either token or token_sha256, not both")]
+    TokenTwice,
+    /// `token_sha256` is not 64 hex digits.
+    #[error("token_sha256 must be 64 hex digits (the SHA-256 of the token)")]
+    BadTokenDigest,
     /// A second partition asks for the PCIe host bridge.
     #[error("the PCIe host bridge is already passed to partition \"{other}\"")]
     PciHostBridgeTaken { other: String },

@@ -415,7 +415,7 @@ mod tests {
                 .collect(),
             management: false,
             pci_host_bridge: false,
-            token: None,
+            token_sha256: None,
             autostart: true,
             pmu: true,
         }

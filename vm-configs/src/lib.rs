@@ -8,6 +8,7 @@
 
 extern crate alloc;
 
+pub mod bundle;
 pub mod fit;
 pub mod isolation;
 pub mod plan;

@@ -235,7 +235,7 @@ impl Config {
                     .collect(),
                 management: partition.management,
                 pci_host_bridge: partition.pci_host_bridge,
-                token: partition.token.clone(),
+                token_sha256: partition.token_digest(),
                 autostart: partition.autostart,
                 pmu: partition.pmu,
             })

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 3;
+pub const PLAN_REVISION: u32 = 4;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -107,8 +107,9 @@ pub struct PartitionPlan {
     pub management: bool,
     /// Owns the host's PCIe host bridge; RAM is mapped at IPA == PA.
     pub pci_host_bridge: bool,
-    /// The management API's bearer token, if the plan sets one.
-    pub token: Option<String>,
+    /// SHA-256 of the management API's bearer token, if the plan sets one
+    /// (the token itself never travels in a plan).
+    pub token_sha256: Option<[u8; 32]>,
     /// Booted by the hypervisor at start (otherwise it waits for a start call).
     pub autostart: bool,
     /// The partition sees its CPUs' PMU; when false every PMU register

@@ -66,10 +66,15 @@ pub struct PartitionConfig {
     /// there is no IOMMU in the path.
     #[serde(default)]
     pub pci_host_bridge: bool,
-    /// The REST API's bearer token (management partition only). Without
-    /// it the hypervisor generates one at boot and prints it.
+    /// The REST API's bearer token (management partition only). Only its
+    /// SHA-256 goes into the plan blob. Without `token` or `token_sha256`
+    /// the hypervisor generates one at boot and prints it.
     #[serde(default)]
     pub token: Option<String>,
+    /// The SHA-256 of the bearer token, 64 hex digits: the plan then never
+    /// holds the token itself (`cargo xtask pxe` writes this).
+    #[serde(default)]
+    pub token_sha256: Option<String>,
     /// The partition gets its CPUs' PMU; false hides it (every PMU
     /// register access traps and is UNDEFINED to the guest).
     #[serde(default = "default_pmu")]

@@ -802,6 +802,68 @@ fn short_token_is_rejected() {
     );
 }
 
+#[test]
+fn token_and_token_sha256_together_are_rejected() {
+    let root = Root::with_images();
+    let alpha = format!(
+        "{ALPHA}management = true\ntoken = \"0123456789abcdef0123\"\ntoken_sha256 = \"{}\"\n",
+        "ab".repeat(32)
+    );
+
+    let error = rejected(&root, &alpha);
+
+    assert_names(&error, "alpha", "token_sha256");
+    assert!(
+        matches!(error.problem(), Some(Problem::TokenTwice)),
+        "{error}"
+    );
+}
+
+#[test]
+fn token_sha256_that_is_not_64_hex_digits_is_rejected() {
+    let root = Root::with_images();
+    for bad in ["ab".repeat(31), "zz".repeat(32), "ab".repeat(33)] {
+        let alpha = format!("{ALPHA}management = true\ntoken_sha256 = \"{bad}\"\n");
+
+        let error = rejected(&root, &alpha);
+
+        assert_names(&error, "alpha", "token_sha256");
+        assert!(
+            matches!(error.problem(), Some(Problem::BadTokenDigest)),
+            "{bad}: {error}"
+        );
+    }
+}
+
+#[test]
+fn the_plan_blob_carries_only_the_tokens_digest() {
+    let root = default_images();
+    let mut config = load(&default_config_path()).expect("default.toml parses");
+    config.partitions[0].token = Some("0123456789abcdef0123".into());
+
+    let payload = config.build_payload(root.path()).expect("payload");
+
+    let plan = Plan::decode(&payload).expect("decodes");
+    assert_eq!(
+        plan.partitions[0].token_sha256,
+        Some(crate::bundle::token_digest(b"0123456789abcdef0123"))
+    );
+    let needle = b"0123456789abcdef0123";
+    assert!(!payload.windows(needle.len()).any(|w| w == needle));
+}
+
+#[test]
+fn token_sha256_goes_into_the_plan_as_given() {
+    let root = default_images();
+    let mut config = load(&default_config_path()).expect("default.toml parses");
+    config.partitions[0].token_sha256 = Some("0f".repeat(32));
+
+    let payload = config.build_payload(root.path()).expect("payload");
+
+    let plan = Plan::decode(&payload).expect("decodes");
+    assert_eq!(plan.partitions[0].token_sha256, Some([0x0f; 32]));
+}
+
 // ---- devices --------------------------------------------------------------
 
 /// `partition` (CPU `cpu`) owning one device.

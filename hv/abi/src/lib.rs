@@ -27,7 +27,7 @@
 //! | 6 | PARTITION_RESTART | index   |         |         |     |                             |
 //! | 7 | CONSOLE_READ      | index   | offset  | buf IPA | len | X1 = bytes, X2 = next, X3 = dropped |
 //! | 8 | CONSOLE_WRITE     | index   | buf IPA | buf len |     | X1 = bytes accepted         |
-//! | 9 | MGMT_TOKEN        | buf IPA | buf len |         |     | X1 = bytes written (UTF-8)  |
+//! | 9 | MGMT_TOKEN_DIGEST | buf IPA | buf len |         |     | X1 = 32 (SHA-256 written)   |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -64,7 +64,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 1, minor: 0 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 2, minor: 0 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -110,10 +110,12 @@ pub mod fid {
     pub const PARTITION_RESTART: u32 = BASE | 6;
     pub const CONSOLE_READ: u32 = BASE | 7;
     pub const CONSOLE_WRITE: u32 = BASE | 8;
-    /// The bearer token the manager's REST API requires for mutating calls
-    /// (from the plan, or generated at boot and printed on the hypervisor
-    /// console), as raw UTF-8.
-    pub const MGMT_TOKEN: u32 = BASE | 9;
+    /// The SHA-256 of the bearer token the manager's REST API requires for
+    /// mutating calls (from the plan or boot bundle, which carry only the
+    /// digest, or of the token generated at boot and printed once on the
+    /// hypervisor console): 32 bytes. The token itself never reaches the
+    /// manager. (ABI 2.0: in 1.x this call returned the token.)
+    pub const MGMT_TOKEN_DIGEST: u32 = BASE | 9;
 }
 
 /// SMCCC 1.3 SVE live-state hint (DEN0028 2.10): ignored by the callee.
@@ -286,7 +288,7 @@ pub enum Request {
         buf: GuestBuffer,
     },
     /// The REST API's bearer token.
-    MgmtToken {
+    MgmtTokenDigest {
         buf: GuestBuffer,
     },
 }
@@ -301,7 +303,7 @@ impl Request {
         let used = match fid {
             fid::ABI_VERSION => 0,
             fid::PARTITION_START | fid::PARTITION_STOP | fid::PARTITION_RESTART => 1,
-            fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN => 2,
+            fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN_DIGEST => 2,
             fid::PARTITION_INFO | fid::CONSOLE_WRITE => 3,
             fid::CONSOLE_READ => 4,
             _ => return Err(AbiError::NotSupported),
@@ -325,7 +327,7 @@ impl Request {
             fid::LIST_PARTITIONS => Request::ListPartitions {
                 buf: buf(args[0], args[1])?,
             },
-            fid::MGMT_TOKEN => Request::MgmtToken {
+            fid::MGMT_TOKEN_DIGEST => Request::MgmtTokenDigest {
                 buf: buf(args[0], args[1])?,
             },
             fid::PARTITION_INFO => Request::PartitionInfo {
@@ -357,7 +359,9 @@ impl Request {
             Request::ListPartitions { buf } => {
                 [fid::LIST_PARTITIONS as u64, buf.ipa, buf.len, 0, 0, 0]
             }
-            Request::MgmtToken { buf } => [fid::MGMT_TOKEN as u64, buf.ipa, buf.len, 0, 0, 0],
+            Request::MgmtTokenDigest { buf } => {
+                [fid::MGMT_TOKEN_DIGEST as u64, buf.ipa, buf.len, 0, 0, 0]
+            }
             Request::PartitionInfo { index, buf } => {
                 [fid::PARTITION_INFO as u64, i(index), buf.ipa, buf.len, 0, 0]
             }
@@ -387,7 +391,7 @@ impl Request {
         match *self {
             Request::HostInfo { buf }
             | Request::ListPartitions { buf }
-            | Request::MgmtToken { buf }
+            | Request::MgmtTokenDigest { buf }
             | Request::PartitionInfo { buf, .. }
             | Request::ConsoleRead { buf, .. }
             | Request::ConsoleWrite { buf, .. } => Some(buf),
@@ -420,7 +424,7 @@ impl Request {
             Request::HostInfo { .. }
             | Request::ListPartitions { .. }
             | Request::PartitionInfo { .. }
-            | Request::MgmtToken { .. } => Return::Written(within(x[1])?),
+            | Request::MgmtTokenDigest { .. } => Return::Written(within(x[1])?),
             Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. } => Return::Done,
@@ -713,7 +717,7 @@ mod tests {
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0001_0000);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0002_0000);
     }
 
     #[test]

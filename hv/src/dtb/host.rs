@@ -42,6 +42,11 @@ pub struct HostInfo {
     pub rng_seed: Option<Vec<u8>>,
     /// /chosen/kaslr-seed.
     pub kaslr_seed: Option<u64>,
+    /// (base, size) from /chosen linux,initrd-start and linux,initrd-end:
+    /// what the boot loader loaded beside the image (U-Boot `booti`'s and
+    /// pxelinux's initrd, QEMU `-initrd`, GRUB's `initrd`), which for
+    /// Pinfold is the boot bundle.
+    pub initrd: Option<(u64, u64)>,
     /// The root `model` string.
     pub model: Option<String>,
     /// Every node with a `reg` that translates to CPU physical addresses,
@@ -216,9 +221,27 @@ pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
             Some(c) => tree.u64_prop(c, "kaslr-seed")?,
             None => None,
         },
+        initrd: match chosen {
+            Some(c) => parse_initrd(&tree, c)?,
+            None => None,
+        },
         model: tree.str_prop(0, "model").map(ToString::to_string),
         devices: parse_devices(&tree, gic),
     })
+}
+
+/// /chosen's initrd range. Both properties or neither; the end is
+/// exclusive (as Linux reads it) and not below the start.
+fn parse_initrd(tree: &Tree, chosen: usize) -> Result<Option<(u64, u64)>, DtbError> {
+    let start = tree.u64_prop(chosen, "linux,initrd-start")?;
+    let end = tree.u64_prop(chosen, "linux,initrd-end")?;
+    match (start, end) {
+        (None, None) => Ok(None),
+        (Some(start), Some(end)) if end >= start => Ok(Some((start, end - start))),
+        (Some(_), Some(_)) => Err(tree.bad(chosen, "linux,initrd-end")),
+        (Some(_), None) => Err(tree.bad(chosen, "linux,initrd-end")),
+        (None, Some(_)) => Err(tree.bad(chosen, "linux,initrd-start")),
+    }
 }
 
 /// Device nodes with MMIO. A node whose `reg` is malformed or not
@@ -1687,7 +1710,7 @@ mod tests {
             }],
             management: false,
             pci_host_bridge: false,
-            token: None,
+            token_sha256: None,
             autostart: true,
             pmu: true,
         }]
@@ -1757,6 +1780,8 @@ mod tests {
         soc_ranges: bool,
         timer_parent: u32,
         memory: bool,
+        /// Raw /chosen linux,initrd-start and linux,initrd-end values.
+        initrd: (Option<&'static [u8]>, Option<&'static [u8]>),
     }
 
     impl Default for Board {
@@ -1767,6 +1792,7 @@ mod tests {
                 soc_ranges: true,
                 timer_parent: GIC_PHANDLE,
                 memory: true,
+                initrd: (None, None),
             }
         }
     }
@@ -1794,6 +1820,12 @@ mod tests {
                         w.prop_string("stdout-path", path).unwrap();
                     }
                     w.prop("rng-seed", &[7; 16]).unwrap();
+                    if let Some(start) = self.initrd.0 {
+                        w.prop("linux,initrd-start", start).unwrap();
+                    }
+                    if let Some(end) = self.initrd.1 {
+                        w.prop("linux,initrd-end", end).unwrap();
+                    }
                 });
                 if self.memory {
                     node(w, "memory@80000000", |w| {
@@ -2125,6 +2157,56 @@ mod tests {
 
         assert_eq!(info.rng_seed, Some(alloc::vec![7; 16]));
         assert_eq!(info.kaslr_seed, None);
+    }
+
+    #[test]
+    fn initrd_from_chosen_in_one_or_two_cells() {
+        // QEMU writes two cells (the root's #address-cells), U-Boot on a
+        // 32-bit-cell board one.
+        let two = board(Board {
+            initrd: (
+                Some(&[0, 0, 0, 0, 0x48, 0, 0, 0]),
+                Some(&[0, 0, 0, 0, 0x48, 0x20, 0x10, 0]),
+            ),
+            ..Board::default()
+        });
+        let one = board(Board {
+            initrd: (Some(&[0x44, 0, 0, 0]), Some(&[0x44, 0, 0x10, 0])),
+            ..Board::default()
+        });
+
+        assert_eq!(two.initrd, Some((0x4800_0000, 0x20_1000)));
+        assert_eq!(one.initrd, Some((0x4400_0000, 0x1000)));
+        assert_eq!(board(Board::default()).initrd, None);
+    }
+
+    #[test]
+    fn initrd_half_given_or_ending_before_it_starts_is_refused() {
+        let chosen_bad = |initrd| {
+            parse_host_dtb(
+                &Board {
+                    initrd,
+                    ..Board::default()
+                }
+                .build(),
+            )
+        };
+        let start: &'static [u8] = &[0x44, 0, 0, 0];
+        let before: &'static [u8] = &[0x43, 0, 0, 0];
+
+        for (initrd, prop) in [
+            ((Some(start), None), "linux,initrd-end"),
+            ((None, Some(start)), "linux,initrd-start"),
+            ((Some(start), Some(before)), "linux,initrd-end"),
+        ] {
+            assert_eq!(
+                chosen_bad(initrd),
+                Err(DtbError::BadProperty {
+                    node: "/chosen".into(),
+                    prop
+                })
+            );
+        }
     }
 
     #[test]

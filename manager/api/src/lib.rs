@@ -439,7 +439,8 @@ fn build_action(
 /// Serves the API over a [`Backend`].
 pub struct Router<B: Backend> {
     backend: B,
-    token: String,
+    /// SHA-256 of the bearer token (the manager never holds the token).
+    token_digest: Option<[u8; 32]>,
     static_files: &'static [StaticFile],
     /// Also demand the token on GETs (console output, metrics). Off by
     /// default: the contract asks it only of POSTs.
@@ -447,12 +448,17 @@ pub struct Router<B: Backend> {
 }
 
 impl<B: Backend> Router<B> {
-    /// `token` is the bearer token POSTs must carry. An empty token matches
-    /// nothing, so a manager started without one refuses every change.
-    pub fn new(backend: B, token: impl Into<String>, static_files: &'static [StaticFile]) -> Self {
+    /// POSTs must carry a bearer token whose SHA-256 is `token_digest`.
+    /// None matches nothing, so a manager started without one refuses every
+    /// change.
+    pub fn new(
+        backend: B,
+        token_digest: Option<[u8; 32]>,
+        static_files: &'static [StaticFile],
+    ) -> Self {
         Router {
             backend,
-            token: token.into(),
+            token_digest,
             static_files,
             require_token_for_reads: false,
         }
@@ -501,7 +507,11 @@ impl<B: Backend> Router<B> {
                 ))
             }
         };
-        if self.token.is_empty() || !constant_time_eq(token.as_bytes(), self.token.as_bytes()) {
+        let presented = token_digest(token.as_bytes());
+        let matches = self
+            .token_digest
+            .is_some_and(|digest| constant_time_eq(&presented, &digest));
+        if !matches {
             return Err(ApiError::unauthorized("wrong token"));
         }
         Ok(())
@@ -704,6 +714,12 @@ fn utf8_complete_prefix(bytes: &[u8]) -> usize {
 
 /// Compares without an early exit, so response time does not reveal how
 /// much of a guessed token was right.
+/// SHA-256 of a bearer token, as the hypervisor hands it over.
+pub fn token_digest(token: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token).into()
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;

@@ -198,7 +198,11 @@ impl Backend for FakeBackend {
 }
 
 fn router() -> Router<FakeBackend> {
-    Router::new(FakeBackend::new(), TOKEN, FILES)
+    Router::new(
+        FakeBackend::new(),
+        Some(token_digest(TOKEN.as_bytes())),
+        FILES,
+    )
 }
 
 fn get(path: &str) -> Request {
@@ -247,7 +251,7 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
     assert_eq!(resp.content_type, "application/json");
     assert_eq!(
         body_json(&resp),
-        json!({"version":"0.1.0","abi_version":"1.0","gic_version":3,"cpu_count":4,
+        json!({"version":"0.1.0","abi_version":"2.0","gic_version":3,"cpu_count":4,
                "ram_bytes":2147483648u64,"uptime_ms":12345,
                "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
                        {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
@@ -627,7 +631,7 @@ fn header_name_and_bearer_scheme_are_case_insensitive() {
 
 #[test]
 fn empty_configured_token_refuses_every_post() {
-    let mut r = Router::new(FakeBackend::new(), "", FILES);
+    let mut r = Router::new(FakeBackend::new(), None, FILES);
     let req = Request {
         headers: vec![("Authorization".into(), "Bearer ".into())],
         ..post("/api/v1/partitions/beta/start", "")
@@ -1138,8 +1142,8 @@ mod hvc {
             self.0.console_write(index, bytes).ok()
         }
 
-        fn token(&self) -> String {
-            String::from("t")
+        fn token_digest(&self) -> [u8; 32] {
+            token_digest(b"t")
         }
     }
 
@@ -1167,7 +1171,11 @@ mod hvc {
             hv: FakeHv(FakeBackend::new()),
             is_management,
         };
-        Router::new(HvcBackend::new(machine), TOKEN, FILES)
+        Router::new(
+            HvcBackend::new(machine),
+            Some(token_digest(TOKEN.as_bytes())),
+            FILES,
+        )
     }
 
     #[test]
@@ -1191,7 +1199,7 @@ mod hvc {
 
         let resp = r.handle(&get("/api/v1/host"));
 
-        assert_eq!(body_json(&resp)["abi_version"], "1.0");
+        assert_eq!(body_json(&resp)["abi_version"], "2.0");
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
     }
 

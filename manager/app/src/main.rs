@@ -83,20 +83,24 @@ impl Hypercall for Hvc {
     }
 }
 
-/// Ask the hypervisor for the REST API's bearer token.
-fn token(hvc: &mut Hvc) -> Result<String, String> {
-    let request = AbiRequest::MgmtToken {
+/// Ask the hypervisor for the SHA-256 of the REST API's bearer token (the
+/// token itself never reaches the manager).
+fn token_digest(hvc: &mut Hvc) -> Result<[u8; 32], String> {
+    let request = AbiRequest::MgmtTokenDigest {
         buf: GuestBuffer {
             ipa: hvc.buffer_ipa(),
-            len: 256,
+            len: 32,
         },
     };
     let ret = hvc.hvc(request.encode());
     match request.decode_return(&ret) {
-        Ok(Return::Written(n)) => String::from_utf8(hvc.buffer()[..n as usize].to_vec())
-            .map_err(|_| "the token is not UTF-8".to_string()),
+        Ok(Return::Written(32)) => {
+            let mut digest = [0u8; 32];
+            digest.copy_from_slice(&hvc.buffer()[..32]);
+            Ok(digest)
+        }
         Ok(other) => Err(format!("unexpected reply {other:?}")),
-        Err(err) => Err(format!("MGMT_TOKEN refused: {err:?}")),
+        Err(err) => Err(format!("MGMT_TOKEN_DIGEST refused: {err:?}")),
     }
 }
 
@@ -167,14 +171,18 @@ fn main() -> ExitCode {
     std::env::set_var("RUST_MIN_STACK", CONNECTION_STACK_BYTES.to_string());
     // SAFETY: the only call.
     let mut hvc = unsafe { Hvc::take() };
-    let token = match token(&mut hvc) {
-        Ok(t) => t,
+    let digest = match token_digest(&mut hvc) {
+        Ok(d) => d,
         Err(err) => {
             eprintln!("pinfold-manager: {err}");
             return ExitCode::FAILURE;
         }
     };
-    let router = Arc::new(Mutex::new(Router::new(HvcBackend::new(hvc), token, WEB_UI)));
+    let router = Arc::new(Mutex::new(Router::new(
+        HvcBackend::new(hvc),
+        Some(digest),
+        WEB_UI,
+    )));
     let server = match Server::http(LISTEN) {
         Ok(server) => Arc::new(server),
         Err(err) => {

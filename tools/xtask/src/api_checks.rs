@@ -59,6 +59,14 @@ impl Stack {
         }
     }
 
+    /// [`Stack::new`] for a boot whose token the test already knows (a
+    /// boot bundle's, which the hypervisor never sees or prints).
+    pub fn with_token(qemu: QemuRun, token: String) -> Self {
+        let mut stack = Self::new(qemu);
+        stack.token = Some(token);
+        stack
+    }
+
     /// Time from QEMU's start to the manager's first 200 to
     /// `GET /api/v1/partitions`; waits for it if it has not come yet.
     pub fn first_answer(&mut self) -> Result<Duration, String> {
@@ -487,6 +495,31 @@ pub fn api_restart(stack: &mut Stack) -> Outcome {
             alpha_after.irq_exits
         ),
     ])
+}
+
+/// The manager answers, and takes `stack`'s token and refuses another
+/// (a call that changes nothing: a restart of a partition that does not
+/// exist is 404 once authorised, 401 before). Returns the time from QEMU's
+/// start to the first answer.
+pub fn token_accepted(stack: &mut Stack) -> Result<Duration, String> {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let token = stack.token(deadline)?;
+    let first = stack.first_answer()?;
+    let with = call(&Request::post(
+        "/api/v1/partitions/nosuch/restart",
+        Some(&token),
+        None,
+    ))?;
+    check_error(&with, 404, "not_found").map_err(|why| format!("with the token: {why}"))?;
+    let wrong = format!("{token}x");
+    let without = call(&Request::post(
+        "/api/v1/partitions/nosuch/restart",
+        Some(&wrong),
+        None,
+    ))?;
+    check_error(&without, 401, "unauthorized")
+        .map_err(|why| format!("with a wrong token: {why}"))?;
+    Ok(first)
 }
 
 /// Check 3: refused requests get the right status and JSON error body and

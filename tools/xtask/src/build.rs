@@ -8,9 +8,10 @@ use std::process::Command;
 
 use crate::cmd;
 use crate::error::{IoContext, XtaskError};
-use crate::image::{assemble, Assembled, HeaderWarning};
+use crate::image::{assemble, enrol_key, HeaderWarning};
 use crate::provision::{Provisioner, BARE_TARGET};
 use crate::qemu::Board;
+use crate::signing::SigningKey;
 use crate::Workspace;
 
 /// The config `build`, `run` and the default boot test use.
@@ -34,6 +35,8 @@ pub struct Builder<'w> {
     /// (empty: the default image; the bench's ablations add features).
     el2: Vec<(Vec<String>, PathBuf)>,
     manager_built: bool,
+    /// The bundle signing key, once loaded.
+    key: Option<SigningKey>,
 }
 
 /// The management partition's image, as configs name it.
@@ -47,6 +50,7 @@ impl<'w> Builder<'w> {
             guests_built: false,
             el2: Vec::new(),
             manager_built: false,
+            key: None,
         }
     }
 
@@ -65,8 +69,12 @@ impl<'w> Builder<'w> {
         out_name: &str,
         features: &[&str],
     ) -> Result<Built, XtaskError> {
-        let prepared = self.prepare(config, features)?;
-        let assembled = self.assembled(&prepared.el2, &prepared.payload)?;
+        let config_path = self.ws.resolve(config);
+        let config = pinfold_config::load(&config_path)?;
+        let el2 = self.binaries(features)?;
+        let (payload, board) = self.payload(&config, &config_path)?;
+        let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
+        let assembled = self.assemble(&el2, flat, &payload)?;
         let out = self.ws.root.join("target/pinfold").join(out_name);
         fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
         println!(
@@ -74,104 +82,60 @@ impl<'w> Builder<'w> {
             self.ws.relative(&out),
             assembled.bytes.len(),
             assembled.payload_offset,
-            prepared.payload.len(),
+            payload.len(),
             assembled.payload_offset,
-            self.ws.relative(&prepared.config_path),
+            self.ws.relative(&config_path),
         );
-        Ok(Built {
-            image: out,
-            board: prepared.board,
-        })
+        Ok(Built { image: out, board })
     }
 
-    /// A netboot tree for the UEFI tests: `dir/pinfold.efi`, the generic
-    /// image (no payload: the same file for every host), and the plan's
-    /// payload as each of `bundles` (names relative to `dir`, e.g.
-    /// `bundles/01-<mac>.bundle`), until the signed bundle format and
-    /// `cargo xtask pxe` replace it.
-    pub fn efi_tree(
+    /// The generic image every server boots, with no plan of its own:
+    /// `target/pinfold/pinfold.efi`. Plans travel beside it as signed
+    /// bundles ([`Builder::bundle`]).
+    pub fn generic_image(&mut self) -> Result<PathBuf, XtaskError> {
+        let el2 = self.binaries(&[])?;
+        let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;
+        let assembled = self.assemble(&el2, flat, &[])?;
+        let out = self.ws.root.join("target/pinfold/pinfold.efi");
+        fs::write(&out, &assembled.bytes).context(|| format!("writing {}", out.display()))?;
+        Ok(out)
+    }
+
+    /// The signed boot bundle of `config` (already loaded from
+    /// `config_path`, and perhaps changed by the caller, e.g. its token),
+    /// and the board it is for.
+    pub fn bundle(
         &mut self,
-        config: &Path,
-        dir: &Path,
-        bundles: &[&str],
-    ) -> Result<Built, XtaskError> {
-        let prepared = self.prepare(config, &[])?;
-        let assembled = self.assembled(&prepared.el2, &[])?;
-        let image = dir.join("pinfold.efi");
-        fs::create_dir_all(dir.join("bundles"))
-            .context(|| format!("creating {}/bundles", dir.display()))?;
-        fs::write(&image, &assembled.bytes).context(|| format!("writing {}", image.display()))?;
-        for name in bundles {
-            let path = dir.join(name);
-            fs::write(&path, &prepared.payload)
-                .context(|| format!("writing {}", path.display()))?;
-        }
-        println!(
-            "xtask: {} ({} bytes) and {} bundle(s) of {} bytes; config {}",
-            self.ws.relative(&image),
-            assembled.bytes.len(),
-            bundles.len(),
-            prepared.payload.len(),
-            self.ws.relative(&prepared.config_path),
-        );
-        Ok(Built {
-            image,
-            board: prepared.board,
-        })
+        config: &pinfold_config::Config,
+        config_path: &Path,
+    ) -> Result<(Vec<u8>, Board), XtaskError> {
+        let (payload, board) = self.payload(config, config_path)?;
+        let key = self.key()?;
+        Ok((pinfold_config::bundle::seal(&payload, &key.secret), board))
     }
 
-    /// Builds what an image of `config` needs and checks the plan: the flat
-    /// EL2 image, the payload, the board. A config that fails to parse
-    /// fails before anything is built; one that fails validation (which
-    /// needs the guest images) fails before an image is written.
-    fn prepare(&mut self, config: &Path, features: &[&str]) -> Result<Prepared, XtaskError> {
-        let config_path = self.ws.resolve(config);
-        let config = pinfold_config::load(&config_path)?;
-        let el2 = self.binaries(features)?;
-        if config
-            .partitions
-            .iter()
-            .any(|p| p.kernel.ends_with(MANAGER_IMAGE))
-        {
-            self.manager()?;
+    /// The bundle signing key ([`SigningKey::load_or_create`]), loaded once.
+    pub fn key(&mut self) -> Result<&SigningKey, XtaskError> {
+        if self.key.is_none() {
+            self.key = Some(SigningKey::load_or_create(self.ws)?);
         }
-
-        config.validate(&self.ws.root)?;
-        let payload = config.build_payload(&self.ws.root)?;
-        let board = Board {
-            cpus: config.board.cpus,
-            memory: config.board.memory.bytes(),
-            nic: config.partitions.iter().any(|p| p.pci_host_bridge),
-        };
-        if config.board.name == "qemu-virt" {
-            let dtb = self.board_dtb(&board)?;
-            check_plan_isolation(&dtb, &payload).map_err(|error| match error {
-                IsolationCheck::Isolation(error) => XtaskError::Isolation {
-                    config: self.ws.relative(&config_path).into(),
-                    error: Box::new(error),
-                },
-                IsolationCheck::Other(error) => error,
-            })?;
-        } else {
-            eprintln!(
-                "xtask: warning: no host description for board {:?}; pass-through isolation is \
-                 checked only at boot",
-                config.board.name
-            );
-        }
-        Ok(Prepared {
-            config_path,
-            el2,
-            payload,
-            board,
-        })
+        Ok(self.key.as_ref().expect("just loaded"))
     }
 
-    /// The flat EL2 image with `payload` appended, headers patched, warnings
-    /// printed.
-    fn assembled(&self, el2: &Path, payload: &[u8]) -> Result<Assembled, XtaskError> {
-        let flat = fs::read(el2).context(|| format!("reading {}", el2.display()))?;
-        let assembled = assemble(flat, payload);
+    /// Pads the EL2 image, appends `payload`, patches the header and
+    /// enrols the bundle signing key.
+    fn assemble(
+        &mut self,
+        el2: &Path,
+        flat: Vec<u8>,
+        payload: &[u8],
+    ) -> Result<crate::image::Assembled, XtaskError> {
+        let mut assembled = assemble(flat, payload);
+        let public = self.key()?.public;
+        enrol_key(&mut assembled.bytes, &public).map_err(|why| XtaskError::BadFile {
+            path: el2.to_path_buf(),
+            why,
+        })?;
         for warning in &assembled.warnings {
             match warning {
                 HeaderWarning::MissingMagic => eprintln!(
@@ -195,6 +159,48 @@ impl<'w> Builder<'w> {
             }
         }
         Ok(assembled)
+    }
+
+    /// Validates `config` and builds its payload (the plan and its images),
+    /// building the manager first when a partition boots it, and checks
+    /// the plan's isolation against the board's own DTB.
+    fn payload(
+        &mut self,
+        config: &pinfold_config::Config,
+        config_path: &Path,
+    ) -> Result<(Vec<u8>, Board), XtaskError> {
+        if config
+            .partitions
+            .iter()
+            .any(|p| p.kernel.ends_with(MANAGER_IMAGE))
+        {
+            self.manager()?;
+        }
+
+        config.validate(&self.ws.root)?;
+        let payload = config.build_payload(&self.ws.root)?;
+        let board = Board {
+            cpus: config.board.cpus,
+            memory: config.board.memory.bytes(),
+            nic: config.partitions.iter().any(|p| p.pci_host_bridge),
+        };
+        if config.board.name == "qemu-virt" {
+            let dtb = self.board_dtb(&board)?;
+            check_plan_isolation(&dtb, &payload).map_err(|error| match error {
+                IsolationCheck::Isolation(error) => XtaskError::Isolation {
+                    config: self.ws.relative(config_path).into(),
+                    error: Box::new(error),
+                },
+                IsolationCheck::Other(error) => error,
+            })?;
+        } else {
+            eprintln!(
+                "xtask: warning: no host description for board {:?}; pass-through isolation is \
+                 checked only at boot",
+                config.board.name
+            );
+        }
+        Ok((payload, board))
     }
 
     /// The DTB QEMU hands the hypervisor on `board`, dumped by QEMU itself
@@ -266,15 +272,6 @@ impl<'w> Builder<'w> {
         self.el2.push((features, el2.clone()));
         Ok(el2)
     }
-}
-
-/// What an image of one config is made of (`Builder::prepare`).
-struct Prepared {
-    config_path: PathBuf,
-    /// The flat EL2 image.
-    el2: PathBuf,
-    payload: Vec<u8>,
-    board: Board,
 }
 
 /// Why [`check_plan_isolation`] refused.

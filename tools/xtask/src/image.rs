@@ -173,6 +173,31 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(field)
 }
 
+/// The marker before the 32-byte bundle key slot in the EL2 image
+/// (platform/src/main.rs `BUNDLE_KEY`).
+pub const KEY_MARKER: &[u8; 16] = b"PINFOLD-BNDLKEY:";
+
+/// Writes the bundle signing public key into the image's key slot. The
+/// marker must occur exactly once, so a stray copy cannot be patched
+/// instead of the slot the hypervisor reads.
+pub fn enrol_key(image: &mut [u8], key: &[u8; 32]) -> Result<(), String> {
+    let mut at = image
+        .windows(KEY_MARKER.len())
+        .enumerate()
+        .filter(|(_, w)| w == KEY_MARKER)
+        .map(|(i, _)| i);
+    let slot = match (at.next(), at.next()) {
+        (Some(i), None) => i + KEY_MARKER.len(),
+        (None, _) => return Err("no bundle key slot (PINFOLD-BNDLKEY:) in the image".into()),
+        (Some(_), Some(_)) => return Err("two bundle key slots in the image".into()),
+    };
+    let field = image
+        .get_mut(slot..slot + key.len())
+        .ok_or("the bundle key slot is cut short by the end of the image")?;
+    field.copy_from_slice(key);
+    Ok(())
+}
+
 /// Whether `bytes` start with an arm64 Image header.
 pub fn is_arm64_image(bytes: &[u8]) -> bool {
     bytes.get(MAGIC_OFFSET..MAGIC_OFFSET + 4) == Some(&ARM64_MAGIC[..])
@@ -187,6 +212,31 @@ mod tests {
         image[IMAGE_SIZE_OFFSET..IMAGE_SIZE_OFFSET + 8].copy_from_slice(&image_size.to_le_bytes());
         image[MAGIC_OFFSET..MAGIC_OFFSET + 4].copy_from_slice(&ARM64_MAGIC);
         image
+    }
+
+    #[test]
+    fn the_key_goes_into_the_one_slot_after_the_marker() {
+        let mut image = vec![0u8; 256];
+        image[100..116].copy_from_slice(KEY_MARKER);
+
+        enrol_key(&mut image, &[0xab; 32]).unwrap();
+
+        assert_eq!(&image[116..148], &[0xab; 32]);
+        assert!(image[..100].iter().chain(&image[148..]).all(|&b| b == 0));
+    }
+
+    #[test]
+    fn no_slot_or_two_slots_are_refused() {
+        let mut none = vec![0u8; 256];
+        let mut two = vec![0u8; 256];
+        two[10..26].copy_from_slice(KEY_MARKER);
+        two[100..116].copy_from_slice(KEY_MARKER);
+        let mut short = vec![0u8; 40];
+        short[20..36].copy_from_slice(KEY_MARKER);
+
+        assert!(enrol_key(&mut none, &[1; 32]).is_err());
+        assert!(enrol_key(&mut two, &[1; 32]).is_err());
+        assert!(enrol_key(&mut short, &[1; 32]).is_err());
     }
 
     #[test]

@@ -5,13 +5,16 @@ mod bench;
 mod build;
 mod cmd;
 mod cpio;
+mod deploy_checks;
 mod error;
 mod harness;
 mod hermit;
 mod http;
 mod image;
 mod provision;
+mod pxe;
 mod qemu;
+mod signing;
 mod suite;
 mod uefi;
 
@@ -29,6 +32,11 @@ usage: cargo xtask <command>
   build [--config FILE]                  build target/pinfold/pinfold.bin
   run [--config FILE] [--timeout SECS]   build, then boot it under QEMU
   test [--host] [--only NAME]            host unit tests, then QEMU boot tests
+  pxe --out DIR [--config FILE] [--host MAC=FILE ...]
+                                         a TFTP/HTTP tree: the generic image,
+                                         signed bundles (FILE as default, one
+                                         per --host), pxelinux.cfg, boot.scr,
+                                         grub.cfg; prints each host's token once
   bench                                  issue 7's paths bare vs Pinfold under
                                          -icount, boot time, image size; writes
                                          target/pinfold/bench.{json,svg}
@@ -87,6 +95,7 @@ enum Task {
         only: Option<String>,
     },
     Bench,
+    Pxe(pxe::Options),
     Help,
 }
 
@@ -98,6 +107,8 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
     let mut timeout = None;
     let mut host_only = false;
     let mut only = None;
+    let mut out = None;
+    let mut hosts = Vec::new();
     let mut rest = rest.iter();
     let usage = |msg: String| XtaskError::Usage(msg);
     while let Some(arg) = rest.next() {
@@ -107,7 +118,21 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
                 .ok_or_else(|| usage(format!("{arg} needs a value")))
         };
         match (command.as_str(), arg.as_str()) {
-            ("build" | "run", "--config") => config = PathBuf::from(value()?),
+            ("build" | "run" | "pxe", "--config") => config = PathBuf::from(value()?),
+            ("pxe", "--out") => out = Some(PathBuf::from(value()?)),
+            ("pxe", "--host") => {
+                let text = value()?;
+                let (mac, plan) = text
+                    .split_once('=')
+                    .and_then(|(mac, plan)| Some((pxe::Mac::parse(mac)?, plan)))
+                    .filter(|(_, plan)| !plan.is_empty())
+                    .ok_or_else(|| {
+                        usage(format!(
+                            "--host takes MAC=PLAN (52:54:00:12:34:56=plan.toml), not `{text}`"
+                        ))
+                    })?;
+                hosts.push((mac, PathBuf::from(plan)));
+            }
             ("run", "--timeout") => {
                 let text = value()?;
                 let seconds: u64 = text
@@ -130,6 +155,11 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
         "run" => Ok(Task::Run { config, timeout }),
         "test" => Ok(Task::Test { host_only, only }),
         "bench" => Ok(Task::Bench),
+        "pxe" => Ok(Task::Pxe(pxe::Options {
+            out: out.ok_or_else(|| usage("pxe needs --out DIR".into()))?,
+            default: config,
+            hosts,
+        })),
         "help" | "-h" | "--help" => Ok(Task::Help),
         other => Err(usage(format!("unknown command `{other}`"))),
     }
@@ -160,6 +190,7 @@ fn execute(ws: &Workspace, task: Task) -> Result<(), XtaskError> {
         Task::Run { config, timeout } => run(ws, &config, timeout),
         Task::Test { host_only, only } => suite::run(ws, &suite::Options { host_only, only }),
         Task::Bench => bench::run(ws),
+        Task::Pxe(options) => pxe::write_tree(ws, &mut Builder::new(ws), &options).map(|_| ()),
     }
 }
 
@@ -295,6 +326,40 @@ mod tests {
             parse_args(&args("bench --config a.toml")),
             Err(XtaskError::Usage(_))
         ));
+    }
+
+    #[test]
+    fn pxe_takes_out_config_and_hosts() {
+        let task = parse_args(&args(
+            "pxe --out /srv/t --config a.toml --host 52:54:00:12:34:56=b.toml",
+        ))
+        .ok();
+
+        assert_eq!(
+            task,
+            Some(Task::Pxe(pxe::Options {
+                out: PathBuf::from("/srv/t"),
+                default: PathBuf::from("a.toml"),
+                hosts: vec![(
+                    pxe::Mac([0x52, 0x54, 0, 0x12, 0x34, 0x56]),
+                    PathBuf::from("b.toml")
+                )],
+            }))
+        );
+    }
+
+    #[test]
+    fn pxe_needs_out_and_well_formed_hosts() {
+        for bad in [
+            "pxe",
+            "pxe --out d --host 52:54:00=b.toml",
+            "pxe --out d --host 52:54:00:12:34:56=",
+        ] {
+            assert!(
+                matches!(parse_args(&args(bad)), Err(XtaskError::Usage(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

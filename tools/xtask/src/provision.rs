@@ -23,12 +23,14 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 6] = [
+const HOST_PACKAGES: [&str; 7] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
     // U-Boot for QEMU's virt machine: the `uboot` test starts the image with booti.
     "u-boot-qemu",
+    // mkimage: `cargo xtask pxe` wraps the U-Boot boot script (boot.scr.uimg).
+    "u-boot-tools",
     // edk2 for QEMU's virt machine (QEMU_EFI.fd, AAVMF_CODE/VARS.fd): the
     // UEFI tests start the generic image as an EFI application.
     "qemu-efi-aarch64",

@@ -62,22 +62,35 @@ pub struct Extra {
     /// (`-bios`) and the address where QEMU places our image for it to
     /// start (`-device loader`).
     pub firmware: Option<(std::path::PathBuf, u64)>,
-    /// Boot through UEFI instead: edk2 starts the generic image from the
-    /// network (the image argument of [`qemu_command`] is then unused).
+    /// Network boot: the management NIC's user network serves this TFTP
+    /// tree and names this boot file in its DHCP offers.
+    pub netboot: Option<Netboot>,
+    /// Boot through UEFI: edk2 starts the generic image from the network
+    /// (with [`Extra::netboot`] for PXE, or a boot entry in its variable
+    /// store for HTTP); the image argument of [`qemu_command`] is unused.
     pub uefi: Option<Uefi>,
 }
 
-/// A UEFI boot: which firmware, whether QEMU describes the machine with
-/// ACPI (edk2 then publishes no DT) and where the TFTP tree is.
+/// What QEMU's user-network DHCP and TFTP server offer a netbooting
+/// firmware.
+#[derive(Debug, Clone)]
+pub struct Netboot {
+    /// The TFTP root (`cargo xtask pxe --out`).
+    pub tftp: std::path::PathBuf,
+    /// The DHCP boot file name.
+    pub bootfile: String,
+    /// The NIC's MAC address, which picks the host's boot bundle.
+    pub mac: String,
+}
+
+/// A UEFI boot: which firmware, and whether QEMU describes the machine
+/// with ACPI (edk2 then publishes no DT).
 #[derive(Debug, Clone)]
 pub struct Uefi {
     pub firmware: UefiFirmware,
     /// `false` adds `acpi=off` to `-M`: edk2 then installs QEMU's DTB as a
     /// configuration table and no ACPI tables.
     pub acpi: bool,
-    /// QEMU user networking serves this directory over TFTP, and its DHCP
-    /// names [`EFI_BOOT_FILE`] in it as the boot file (PXE).
-    pub tftp: Option<std::path::PathBuf>,
 }
 
 /// The firmware images of a UEFI boot.
@@ -92,9 +105,6 @@ pub enum UefiFirmware {
         vars: std::path::PathBuf,
     },
 }
-
-/// The generic image's name in a netboot tree, and the boot file DHCP names.
-pub const EFI_BOOT_FILE: &str = "pinfold.efi";
 
 /// The `-accel` value unless an [`Extra`] overrides it: one host thread per
 /// vCPU, so a four-CPU board boots in a reasonable time.
@@ -165,6 +175,10 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         (None, None) => {
             qemu.arg("-kernel").arg(image);
         }
+        // Netbooting firmware fetches the image from the tree itself.
+        (Some((bios, _)), None) if extra.netboot.is_some() => {
+            qemu.arg("-bios").arg(bios);
+        }
         (Some((bios, addr)), None) => {
             qemu.arg("-bios").arg(bios).arg("-device").arg(format!(
                 "loader,file={},addr={addr:#x},force-raw=on",
@@ -172,17 +186,30 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
             ));
         }
     }
-    if board.nic {
-        let mut net = netdev(manager_port());
-        if let Some(tree) = extra.uefi.as_ref().and_then(|u| u.tftp.as_ref()) {
-            net.push_str(&format!(
-                ",tftp={},bootfile={EFI_BOOT_FILE}",
-                tree.display()
-            ));
+    match &extra.netboot {
+        None if board.nic => {
+            qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
+                .arg("-netdev")
+                .arg(netdev(manager_port()));
         }
-        qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
-            .arg("-netdev")
-            .arg(net);
+        None => {}
+        Some(boot) => {
+            // Modern-only: U-Boot 2023.01's legacy virtio-net driver reports
+            // 52:52:52:52:52:52 whatever the device's MAC, so its per-MAC
+            // pxelinux.cfg lookup would never find the host's own file.
+            qemu.arg("-device")
+                .arg(format!(
+                    "virtio-net-pci,netdev=mgmt0,mac={},disable-legacy=on",
+                    boot.mac
+                ))
+                .arg("-netdev")
+                .arg(format!(
+                    "{},tftp={},bootfile={}",
+                    netdev(manager_port()),
+                    boot.tftp.display(),
+                    boot.bootfile
+                ));
+        }
     }
     qemu.args(&extra.args);
     qemu
@@ -267,7 +294,11 @@ mod tests {
             uefi: Some(Uefi {
                 firmware: UefiFirmware::Bios("/fw/QEMU_EFI.fd".into()),
                 acpi: false,
-                tftp: Some("/srv/tree".into()),
+            }),
+            netboot: Some(Netboot {
+                tftp: "/srv/tree".into(),
+                bootfile: "pinfold.efi".into(),
+                mac: "52:54:00:12:34:56".into(),
             }),
             ..Extra::default()
         };
@@ -301,7 +332,6 @@ mod tests {
                     vars: "/tmp/VARS.fd".into(),
                 },
                 acpi: true,
-                tftp: None,
             }),
             ..Extra::default()
         };

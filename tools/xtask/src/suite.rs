@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use crate::api_checks::{self, Stack};
 use crate::build::{Builder, DEFAULT_CONFIG};
 use crate::cmd;
+use crate::deploy_checks;
 use crate::error::XtaskError;
 use crate::harness::{log_tail, number_after, Line, QemuRun};
-use crate::qemu::{qemu_command, Board, Extra, Uefi, UefiFirmware, EFI_BOOT_FILE};
-use crate::uefi;
+use crate::qemu::{qemu_command, Extra};
 use crate::Workspace;
 
 /// What `cargo xtask test` was asked to run.
@@ -39,7 +39,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 12] = [
+const CASES: [Case; 14] = [
     Case {
         name: "host",
         tier: 1,
@@ -107,98 +107,30 @@ const CASES: [Case; 12] = [
         run: uboot,
     },
     Case {
+        name: "pxe-uboot",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| deploy_checks::pxe_uboot(ctx.deploy()),
+    },
+    Case {
+        name: "bundle-refused",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| deploy_checks::bundle_refused(ctx.deploy()),
+    },
+    Case {
         name: "pxe-uefi-dt",
         tier: 2,
         shares_default: false,
-        run: pxe_uefi_dt,
+        run: |ctx| deploy_checks::pxe_uefi_dt(ctx.deploy()),
     },
     Case {
         name: "uefi-http",
         tier: 2,
         shares_default: false,
-        run: uefi_http,
+        run: |ctx| deploy_checks::uefi_http(ctx.deploy()),
     },
 ];
-
-/// The MAC QEMU gives the first NIC, and its PXE-style bundle name.
-const QEMU_MAC_NAME: &str = "01-52-54-00-12-34-56";
-
-/// A netboot tree of the default plan under target/pinfold/`name`: the
-/// generic image and the plan's bundle under the per-MAC name of QEMU's
-/// NIC, with a `default.bundle` that is no bundle at all, so a boot that
-/// ignored the MAC fails.
-fn efi_tree(ctx: &mut Context<'_>, name: &str) -> Result<(std::path::PathBuf, Board), String> {
-    let tree = ctx.ws.root.join("target/pinfold").join(name);
-    let _ = std::fs::remove_dir_all(&tree);
-    let per_mac = format!("bundles/{QEMU_MAC_NAME}.bundle");
-    let built = ctx
-        .builder
-        .efi_tree(Path::new(DEFAULT_CONFIG), &tree, &[&per_mac])
-        .map_err(|err| format!("build failed: {err}"))?;
-    std::fs::write(tree.join("bundles/default.bundle"), b"not a bundle")
-        .map_err(|err| format!("writing the decoy default bundle: {err}"))?;
-    Ok((tree, built.board))
-}
-
-/// Waits for the UEFI path's milestones and the manager's first answer;
-/// notes the times from QEMU's start.
-fn uefi_boot_checks(stack: &mut Stack, source: &str, file: &str) -> Outcome {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let entered = expect(&stack.qemu, "UEFI application at EL2", 0, deadline)?;
-    let bundle = expect(
-        &stack.qemu,
-        "Pinfold: boot bundle from ",
-        entered.index,
-        deadline,
-    )?;
-    if !bundle.text.contains(&format!("from {source}: ")) || !bundle.text.contains(file) {
-        return Err(format!(
-            "the bundle did not come from {source} as {file}: `{}`",
-            bundle.text
-        ));
-    }
-    let handed = expect(
-        &stack.qemu,
-        "pinfold: booted from UEFI: DTB at",
-        bundle.index,
-        deadline,
-    )?;
-    expect(&stack.qemu, "pinfold: ready: ", handed.index, deadline)?;
-    let api = stack.first_answer()?;
-    Ok(vec![format!(
-        "image entered at {:.1} s, bundle at {:.1} s, hypervisor at {:.1} s, API answered {:.1} s after QEMU start ({})",
-        entered.at.as_secs_f64(),
-        bundle.at.as_secs_f64(),
-        handed.at.as_secs_f64(),
-        api.as_secs_f64(),
-        bundle.text.trim()
-    )])
-}
-
-/// Tier 2: edk2 PXE-boots the generic image with QEMU describing the
-/// machine by DT only (`acpi=off`): the image finds the DTB in the
-/// configuration table, fetches its bundle over TFTP by the NIC's MAC,
-/// boots the default plan, and the manager's API answers.
-fn pxe_uefi_dt(ctx: &mut Context<'_>) -> Outcome {
-    let (tree, board) = efi_tree(ctx, "tree-pxe-uefi-dt")?;
-    api_checks::port_is_free()?;
-    let extra = Extra {
-        uefi: Some(Uefi {
-            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
-            acpi: false,
-            tftp: Some(tree.clone()),
-        }),
-        ..Extra::default()
-    };
-    let cmd = qemu_command(&board, &tree.join(EFI_BOOT_FILE), &extra);
-    let qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
-    let mut stack = Stack::new(qemu);
-    uefi_boot_checks(
-        &mut stack,
-        "TFTP",
-        &format!("bundles/{QEMU_MAC_NAME}.bundle"),
-    )
-}
 
 /// U-Boot for QEMU virt (Debian's u-boot-qemu).
 const UBOOT: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
@@ -257,47 +189,6 @@ fn uboot(ctx: &mut Context<'_>) -> Outcome {
     )])
 }
 
-/// Tier 2: edk2 HTTP-boots the generic image from a loopback HTTP server
-/// (a URI boot entry written into a copy of an initialised VARS store: QEMU's
-/// DHCP sends no boot URI), DT only; the image fetches its bundle over HTTP
-/// beside its own URI (this path hands over no initrd), and the API answers.
-fn uefi_http(ctx: &mut Context<'_>) -> Outcome {
-    let (tree, board) = efi_tree(ctx, "tree-uefi-http")?;
-    let root = ctx.ws.root.clone();
-    let logs = root.join("target/pinfold/test-logs");
-    std::fs::create_dir_all(&logs).map_err(|err| err.to_string())?;
-    let server = uefi::HttpServer::serve(&tree, &logs.join("uefi-http-server.log"))
-        .map_err(|err| err.to_string())?;
-    let uri = format!("http://10.0.2.2:{}/{EFI_BOOT_FILE}", server.port);
-    let vars = root.join("target/pinfold/AAVMF_VARS.uefi-http.fd");
-    uefi::vars_with_boot_uri(&root, &uri, &vars).map_err(|err| err.to_string())?;
-    api_checks::port_is_free()?;
-    let extra = Extra {
-        uefi: Some(Uefi {
-            firmware: UefiFirmware::Pflash {
-                code: uefi::AAVMF_CODE.into(),
-                vars,
-            },
-            acpi: false,
-            tftp: None,
-        }),
-        ..Extra::default()
-    };
-    let cmd = qemu_command(&board, &tree.join(EFI_BOOT_FILE), &extra);
-    let qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
-    let mut stack = Stack::new(qemu);
-    let mut notes = uefi_boot_checks(
-        &mut stack,
-        "HTTP",
-        &format!(
-            "http://10.0.2.2:{}/bundles/{QEMU_MAC_NAME}.bundle",
-            server.port
-        ),
-    )?;
-    notes.push(format!("boot URI {uri}"));
-    Ok(notes)
-}
-
 /// The log of the shared default boot.
 const DEFAULT_LOG: &str = "boot-default";
 
@@ -315,9 +206,11 @@ struct Context<'w> {
     /// Why the shared boot could not be started, so later cases do not try
     /// (and wait) again.
     stack_failed: Option<String>,
+    /// The `cargo xtask pxe` tree the deployment tests boot from, once made.
+    tree: Option<crate::pxe::Tree>,
 }
 
-impl Context<'_> {
+impl<'w> Context<'w> {
     /// The console log of the current case's boot.
     fn log_path(&self) -> std::path::PathBuf {
         let name = if self.shares_default {
@@ -329,6 +222,16 @@ impl Context<'_> {
             .root
             .join("target/pinfold/test-logs")
             .join(format!("{name}.log"))
+    }
+
+    /// What the deployment tests need of the context.
+    fn deploy(&mut self) -> deploy_checks::Deploy<'_, 'w> {
+        deploy_checks::Deploy {
+            log: self.log_path(),
+            ws: self.ws,
+            builder: &mut self.builder,
+            tree: &mut self.tree,
+        }
     }
 
     /// The shared boot of the default plan, booting it on first use.
@@ -409,6 +312,7 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
         shares_default: false,
         stack: None,
         stack_failed: None,
+        tree: None,
     };
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in selected {

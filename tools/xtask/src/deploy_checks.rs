@@ -1,0 +1,316 @@
+//! Boot tests of deployment: firmware fetches the generic image and a
+//! host's signed boot bundle from the tree `cargo xtask pxe` writes, over
+//! QEMU's user-network TFTP, with no keystroke; and the hypervisor refuses
+//! a bundle that was changed. UEFI (edk2) starts the same image as an EFI
+//! application over PXE and over HTTP boot.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::api_checks::{self, Outcome, Stack};
+use crate::build::{Builder, DEFAULT_CONFIG};
+use crate::harness::{Line, QemuRun};
+use crate::pxe::{self, Mac, Tree};
+use crate::qemu::{qemu_command, Board, Extra, Netboot, Uefi, UefiFirmware};
+use crate::uefi;
+use crate::Workspace;
+
+/// U-Boot for QEMU virt (Debian's u-boot-qemu).
+pub const UBOOT: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
+/// The host that boots the default plan from its own per-MAC file.
+const HOST_A: &str = "52:54:00:12:34:56";
+/// A second host: the same image, another plan (the isolation probe's).
+const HOST_B: &str = "52:54:00:12:34:57";
+const HOST_B_PLAN: &str = "vm-configs/qemu-virt/test-isolation.toml";
+
+/// What a deployment test works with: the suite's builder, the tree
+/// (made on first use and shared by the tests of one run) and its log.
+pub struct Deploy<'c, 'w> {
+    pub ws: &'w Workspace,
+    pub builder: &'c mut Builder<'w>,
+    pub tree: &'c mut Option<Tree>,
+    pub log: PathBuf,
+}
+
+/// The tree the deployment tests boot from, written once per test run.
+fn tree<'t>(
+    ws: &Workspace,
+    builder: &mut Builder<'_>,
+    cached: &'t mut Option<Tree>,
+) -> Result<&'t Tree, String> {
+    if cached.is_none() {
+        let options = pxe::Options {
+            out: ws.root.join("target/pinfold/test-pxe"),
+            default: PathBuf::from(DEFAULT_CONFIG),
+            hosts: vec![
+                (mac(HOST_A), PathBuf::from(DEFAULT_CONFIG)),
+                (mac(HOST_B), PathBuf::from(HOST_B_PLAN)),
+            ],
+        };
+        let _ = std::fs::remove_dir_all(&options.out);
+        let made = pxe::write_tree(ws, builder, &options)
+            .map_err(|err| format!("cargo xtask pxe failed: {err}"))?;
+        *cached = Some(made);
+    }
+    cached.as_ref().ok_or_else(|| "no tree".to_string())
+}
+
+fn mac(text: &str) -> Mac {
+    Mac::parse(text).expect("a constant MAC")
+}
+
+fn bundle_for<'t>(tree: &'t Tree, host: &str) -> Result<&'t pxe::HostBundle, String> {
+    tree.bundles
+        .iter()
+        .find(|b| b.mac == Some(mac(host)))
+        .ok_or_else(|| format!("no bundle for {host} in the tree"))
+}
+
+fn expect(qemu: &QemuRun, needle: &str, from: usize, deadline: Instant) -> Result<Line, String> {
+    qemu.wait_for(&format!("`{needle}`"), from, deadline, |line| {
+        line.contains(needle)
+    })
+    .map_err(|err| err.to_string())
+}
+
+/// U-Boot netbooting `host` from the tree: `dhcp` fetches boot.scr.uimg,
+/// which runs `pxe get` (the host's pxelinux.cfg by MAC) and `pxe boot`.
+fn uboot_netboot(tree: &Tree, board: &Board, host: &str, log: &Path) -> Result<QemuRun, String> {
+    let extra = Extra {
+        firmware: Some((UBOOT.into(), 0)),
+        netboot: Some(Netboot {
+            tftp: tree.dir.clone(),
+            bootfile: pxe::UBOOT_SCRIPT.into(),
+            mac: host.into(),
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    QemuRun::spawn(cmd, log).map_err(|err| err.to_string())
+}
+
+/// Checks that U-Boot took `host`'s own pxelinux.cfg and that the
+/// hypervisor opened the bundle it names; returns the bundle line.
+fn booted_own_bundle(
+    qemu: &QemuRun,
+    tree: &Tree,
+    host: &str,
+    deadline: Instant,
+) -> Result<Line, String> {
+    let bundle = bundle_for(tree, host)?;
+    // Only the host's own pxelinux.cfg names its per-MAC bundle (`default`
+    // names default.bundle).
+    expect(
+        qemu,
+        &format!("Retrieving file: {}", bundle.file),
+        0,
+        deadline,
+    )?;
+    let line = expect(qemu, "pinfold: boot bundle: ", 0, deadline)?;
+    let size = format!("boot bundle: {} bytes", bundle.size);
+    if !line.text.contains(&size) {
+        return Err(format!(
+            "the hypervisor did not boot {}'s bundle ({size}): `{}`",
+            bundle.file, line.text
+        ));
+    }
+    Ok(line)
+}
+
+/// Tier 2: U-Boot with no keystroke netboots two hosts from one tree. Host
+/// A (its own pxelinux.cfg by MAC, the default plan) boots its partitions
+/// and its REST API answers, through the very NIC U-Boot used, to the
+/// token `cargo xtask pxe` made; host B boots a different plan from the
+/// same image.
+pub fn pxe_uboot(d: Deploy<'_, '_>) -> Outcome {
+    let log = &d.log;
+    let tree = tree(d.ws, d.builder, d.tree)?;
+    let a = bundle_for(tree, HOST_A)?;
+    let token = a
+        .token
+        .clone()
+        .ok_or("cargo xtask pxe made no token for the default plan")?;
+    api_checks::port_is_free()?;
+    let qemu = uboot_netboot(tree, &a.board, HOST_A, log)?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let bundle_line = booted_own_bundle(&qemu, tree, HOST_A, deadline)?;
+    for name in ["alpha", "beta"] {
+        expect(
+            &qemu,
+            &format!("[{name}] PINFOLD-GUEST-UP name={name} "),
+            0,
+            deadline,
+        )?;
+    }
+    let mut stack = Stack::with_token(qemu, token);
+    let first = api_checks::token_accepted(&mut stack)?;
+    drop(stack);
+
+    let b = bundle_for(tree, HOST_B)?;
+    let log_b = log.with_file_name("pxe-uboot-host-b.log");
+    let qemu = uboot_netboot(tree, &b.board, HOST_B, &log_b)?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    booted_own_bundle(&qemu, tree, HOST_B, deadline)?;
+    let up = expect(&qemu, "[steady] PINFOLD-GUEST-UP", 0, deadline)?;
+    Ok(vec![
+        format!(
+            "host {HOST_A}: bundle at {:.1} s, API answered the bundle's token {:.1} s after QEMU start",
+            bundle_line.at.as_secs_f64(),
+            first.as_secs_f64()
+        ),
+        format!(
+            "host {HOST_B}: {} booted from the same image, steady up at {:.1} s",
+            b.plan.display(),
+            up.at.as_secs_f64()
+        ),
+        format!(
+            "image {} bytes, default bundle {} bytes",
+            tree.image_size,
+            tree.bundles.first().map_or(0, |b| b.size)
+        ),
+    ])
+}
+
+/// Tier 2: a bundle changed after signing is refused at boot with the
+/// reason on the console, and nothing boots. (QEMU `-kernel` + `-initrd`:
+/// the same /chosen handover U-Boot makes.)
+pub fn bundle_refused(d: Deploy<'_, '_>) -> Outcome {
+    let (ws, log) = (d.ws, &d.log);
+    let tree = tree(d.ws, d.builder, d.tree)?;
+    let good = tree.dir.join(&bundle_for(tree, HOST_B)?.file);
+    let mut bytes = std::fs::read(&good).map_err(|e| format!("{}: {e}", good.display()))?;
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    let tampered = ws.root.join("target/pinfold/test-tampered.bundle");
+    std::fs::write(&tampered, &bytes).map_err(|e| format!("{}: {e}", tampered.display()))?;
+    let board = bundle_for(tree, HOST_B)?.board;
+    let extra = Extra {
+        args: vec!["-initrd".into(), tampered.display().to_string()],
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    let qemu = QemuRun::spawn(cmd, log).map_err(|err| err.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let refused = expect(&qemu, "pinfold: the boot bundle was refused: ", 0, deadline)?;
+    if !refused
+        .text
+        .contains("the payload was changed after signing")
+    {
+        return Err(format!("refused for another reason: `{}`", refused.text));
+    }
+    if qemu.lines().iter().any(|l| l.text.contains("booting vCPU")) {
+        return Err("a partition booted from a refused bundle".into());
+    }
+    Ok(vec![format!("refused: `{}`", refused.text.trim())])
+}
+
+/// After a UEFI firmware started the generic image for host A: the image
+/// took A's own bundle from `source` (`TFTP` or `HTTP`), named `file`,
+/// with the size `cargo xtask pxe` wrote; the hypervisor opened the signed
+/// bundle; the API answers to A's token. Notes the times from QEMU start.
+fn uefi_booted_own_bundle(qemu: QemuRun, tree: &Tree, source: &str, file: &str) -> Outcome {
+    let a = bundle_for(tree, HOST_A)?;
+    let token = a
+        .token
+        .clone()
+        .ok_or("cargo xtask pxe made no token for the default plan")?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let entered = expect(&qemu, "UEFI application at EL2", 0, deadline)?;
+    let fetched = expect(&qemu, "Pinfold: boot bundle from ", entered.index, deadline)?;
+    let wanted = format!("from {source}: {file} ({} bytes)", a.size);
+    if !fetched.text.contains(&wanted) {
+        return Err(format!(
+            "the image did not fetch host A's own bundle (`{wanted}`): `{}`",
+            fetched.text
+        ));
+    }
+    let handed = expect(
+        &qemu,
+        "pinfold: booted from UEFI: DTB at",
+        fetched.index,
+        deadline,
+    )?;
+    let opened = expect(&qemu, "pinfold: boot bundle: ", handed.index, deadline)?;
+    if !opened
+        .text
+        .contains(&format!("boot bundle: {} bytes", a.size))
+    {
+        return Err(format!(
+            "the hypervisor did not open the fetched bundle: `{}`",
+            opened.text
+        ));
+    }
+    let mut stack = Stack::with_token(qemu, token);
+    let first = api_checks::token_accepted(&mut stack)?;
+    Ok(vec![
+        format!(
+            "image entered {:.1} s, bundle fetched {:.1} s, hypervisor {:.1} s, API answered \
+             the bundle's token {:.1} s after QEMU start",
+            entered.at.as_secs_f64(),
+            fetched.at.as_secs_f64(),
+            handed.at.as_secs_f64(),
+            first.as_secs_f64()
+        ),
+        format!("`{}`; image {} bytes", fetched.text.trim(), tree.image_size),
+    ])
+}
+
+/// Tier 2: edk2 (`-bios QEMU_EFI.fd`) PXE-boots the generic image with no
+/// keystroke on a machine QEMU describes by DT only (`acpi=off`): the
+/// image finds the DTB in the configuration table, fetches host A's bundle
+/// over TFTP by the NIC's MAC, boots the plan, and the API answers.
+pub fn pxe_uefi_dt(d: Deploy<'_, '_>) -> Outcome {
+    let tree = tree(d.ws, d.builder, d.tree)?;
+    let a = bundle_for(tree, HOST_A)?;
+    api_checks::port_is_free()?;
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
+            acpi: false,
+        }),
+        netboot: Some(Netboot {
+            tftp: tree.dir.clone(),
+            bootfile: pxe::IMAGE_NAME.into(),
+            mac: HOST_A.into(),
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let file = format!("tftp://10.0.2.2/{}", a.file);
+    uefi_booted_own_bundle(qemu, tree, "TFTP", &file)
+}
+
+/// Tier 2: edk2 HTTP boot of the same tree from a loopback HTTP server:
+/// QEMU's DHCP sends no boot URI, so the URI is a boot entry written into
+/// a copy of an initialised variable store (pflash AAVMF_CODE + that
+/// copy). HTTP boot hands over no initrd: the image fetches host A's
+/// bundle over HTTP beside its own URI.
+pub fn uefi_http(d: Deploy<'_, '_>) -> Outcome {
+    let ws = d.ws;
+    let tree = tree(d.ws, d.builder, d.tree)?;
+    let a = bundle_for(tree, HOST_A)?;
+    let server = uefi::HttpServer::serve(&tree.dir, &d.log.with_file_name("uefi-http-server.log"))
+        .map_err(|err| err.to_string())?;
+    let base = format!("http://10.0.2.2:{}", server.port);
+    let uri = format!("{base}/{}", pxe::IMAGE_NAME);
+    let vars = ws.root.join("target/pinfold/AAVMF_VARS.uefi-http.fd");
+    uefi::vars_with_boot_uri(&ws.root, &uri, &vars).map_err(|err| err.to_string())?;
+    api_checks::port_is_free()?;
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Pflash {
+                code: uefi::AAVMF_CODE.into(),
+                vars,
+            },
+            acpi: false,
+        }),
+        ..Extra::default()
+    };
+    // No Netboot: the NIC keeps QEMU's first MAC, which is host A's.
+    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let mut notes = uefi_booted_own_bundle(qemu, tree, "HTTP", &format!("{base}/{}", a.file))?;
+    notes.push(format!("boot URI {uri}"));
+    Ok(notes)
+}
