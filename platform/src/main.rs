@@ -1,5 +1,7 @@
 //! Pinfold's EL2 image: boot and per-CPU bring-up, wiring the hardware
-//! (arch, drivers) to the portable core (`pinfold-hv`). The core's
+//! (arch, drivers) to the portable core (`pinfold-hv`). Two ways in end in
+//! `boot(BootHandoff)`: the arm64 Image entry here (`-kernel`, `booti`)
+//! and the UEFI application (`efi`). The core's
 //! `System`, built once here, holds every partition and the ownership
 //! tables; the platform reads registers, hands decoded exits and interrupts
 //! to the core and applies what it returns.
