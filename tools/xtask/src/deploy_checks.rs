@@ -267,6 +267,7 @@ pub fn pxe_uefi_dt(d: Deploy<'_, '_>) -> Outcome {
         uefi: Some(Uefi {
             firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
             acpi: false,
+            el2: true,
         }),
         netboot: Some(Netboot {
             tftp: tree.dir.clone(),
@@ -304,6 +305,7 @@ pub fn uefi_http(d: Deploy<'_, '_>) -> Outcome {
                 vars,
             },
             acpi: false,
+            el2: true,
         }),
         ..Extra::default()
     };
@@ -313,4 +315,55 @@ pub fn uefi_http(d: Deploy<'_, '_>) -> Outcome {
     let mut notes = uefi_booted_own_bundle(qemu, tree, "HTTP", &format!("{base}/{}", a.file))?;
     notes.push(format!("boot URI {uri}"));
     Ok(notes)
+}
+
+/// Tier 2: firmware that runs the image at EL1 (QEMU without EL2) gets the
+/// reason on its console and an error status back, and goes on with its
+/// next boot option; nothing of the hypervisor runs.
+pub fn uefi_el1(d: Deploy<'_, '_>) -> Outcome {
+    let tree = tree(d.ws, d.builder, d.tree)?;
+    let a = bundle_for(tree, HOST_A)?;
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
+            acpi: false,
+            el2: false,
+        }),
+        netboot: Some(Netboot {
+            tftp: tree.dir.clone(),
+            bootfile: pxe::IMAGE_NAME.into(),
+            mac: HOST_A.into(),
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let refused = expect(
+        &qemu,
+        "Pinfold needs EL2; firmware entered at EL1",
+        0,
+        deadline,
+    )?;
+    let failed = qemu
+        .wait_for(
+            "edk2 reporting the image's Unsupported status",
+            refused.index,
+            deadline,
+            |line| line.contains("failed to start") && line.contains("Unsupported"),
+        )
+        .map_err(|err| err.to_string())?;
+    if let Some(line) = qemu
+        .lines()
+        .iter()
+        .find(|l| l.text.contains("Pinfold: boot bundle") || l.text.contains("pinfold: "))
+    {
+        return Err(format!("the image went on at EL1: `{}`", line.text));
+    }
+    Ok(vec![format!(
+        "refused at {:.1} s: `{}`; firmware: `{}`",
+        refused.at.as_secs_f64(),
+        refused.text.trim(),
+        failed.text.trim()
+    )])
 }

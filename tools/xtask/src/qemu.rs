@@ -91,6 +91,9 @@ pub struct Uefi {
     /// `false` adds `acpi=off` to `-M`: edk2 then installs QEMU's DTB as a
     /// configuration table and no ACPI tables.
     pub acpi: bool,
+    /// `false`: the machine without EL2 (`virtualization=on` left out), so
+    /// firmware runs at EL1 and starts the image there.
+    pub el2: bool,
 }
 
 /// The firmware images of a UEFI boot.
@@ -148,12 +151,13 @@ pub fn dumpdtb_command(board: &Board, out: &Path) -> Command {
 /// untouched. With stdin not a terminal (tests) the same device just pipes.
 pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
-    let acpi_off = extra.uefi.as_ref().is_some_and(|u| !u.acpi);
-    let machine_value = if acpi_off {
-        format!("{MACHINE},acpi=off")
-    } else {
-        MACHINE.to_string()
+    let mut machine_value = match &extra.uefi {
+        Some(u) if !u.el2 => BARE_MACHINE.to_string(),
+        _ => MACHINE.to_string(),
     };
+    if extra.uefi.as_ref().is_some_and(|u| !u.acpi) {
+        machine_value.push_str(",acpi=off");
+    }
     machine(&mut qemu, board, machine_value);
     accel_and_console(&mut qemu, extra);
     match (&extra.firmware, &extra.uefi) {
@@ -294,6 +298,7 @@ mod tests {
             uefi: Some(Uefi {
                 firmware: UefiFirmware::Bios("/fw/QEMU_EFI.fd".into()),
                 acpi: false,
+                el2: true,
             }),
             netboot: Some(Netboot {
                 tftp: "/srv/tree".into(),
@@ -332,6 +337,7 @@ mod tests {
                     vars: "/tmp/VARS.fd".into(),
                 },
                 acpi: true,
+                el2: true,
             }),
             ..Extra::default()
         };

@@ -39,7 +39,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 14] = [
+const CASES: [Case; 15] = [
     Case {
         name: "host",
         tier: 1,
@@ -129,6 +129,12 @@ const CASES: [Case; 14] = [
         tier: 2,
         shares_default: false,
         run: |ctx| deploy_checks::uefi_http(ctx.deploy()),
+    },
+    Case {
+        name: "uefi-el1",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| deploy_checks::uefi_el1(ctx.deploy()),
     },
 ];
 
