@@ -55,6 +55,10 @@ pub struct MemoryDescriptor {
 pub struct EfiMemory {
     pub ram: Vec<(u64, u64)>,
     pub reserved: Vec<(u64, u64)>,
+    /// The ACPI reclaim and NVS ranges (also in `reserved`): where firmware
+    /// keeps the ACPI tables, the only memory an ACPI table reader should
+    /// trust (and what the UEFI path cleans to the point of coherency).
+    pub acpi: Vec<(u64, u64)>,
 }
 
 /// What a memory type means once boot services are gone.
@@ -95,6 +99,7 @@ fn kind(ty: u32) -> Kind {
 pub fn memory_from_efi(map: &[MemoryDescriptor]) -> EfiMemory {
     let mut ram = Vec::new();
     let mut reserved = Vec::new();
+    let mut acpi = Vec::new();
     for d in map {
         let Some(size) = d.pages.checked_mul(EFI_PAGE_SIZE) else {
             continue;
@@ -103,6 +108,9 @@ pub fn memory_from_efi(map: &[MemoryDescriptor]) -> EfiMemory {
             continue;
         }
         let range = (d.phys_start, size);
+        if matches!(d.ty, memory_type::ACPI_RECLAIM | memory_type::ACPI_NVS) {
+            acpi.push(range);
+        }
         match kind(d.ty) {
             Kind::Usable => ram.push(range),
             Kind::Kept => {
@@ -117,6 +125,7 @@ pub fn memory_from_efi(map: &[MemoryDescriptor]) -> EfiMemory {
     EfiMemory {
         ram: merged(ram),
         reserved: merged(reserved),
+        acpi: merged(acpi),
     }
 }
 
@@ -242,6 +251,7 @@ mod tests {
                 (0x6140_0000, MIB),
             ]
         );
+        assert_eq!(memory.acpi, [(0x6120_0000, MIB)]);
     }
 
     #[test]
@@ -290,6 +300,7 @@ mod tests {
         let memory = memory_from_efi(&map);
 
         assert_eq!(memory.reserved, [(0x1_0000_0000, 6 * MIB)]);
+        assert_eq!(memory.acpi, [(0x1_0030_0000, MIB)]);
         let free = crate::memmap::FreeMemory::new(&memory.ram, &memory.reserved);
         assert!(free.ranges().is_empty(), "{:?}", free.ranges());
     }

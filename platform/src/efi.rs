@@ -195,21 +195,17 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
             attribute: d.att.bits(),
         })
         .collect();
+    let memory = decide::memory_from_efi(&descriptors);
     // ACPI tables stay where firmware put them; whoever reads them next runs
     // with the MMU off and must see memory, not firmware's cache.
-    for d in &descriptors {
-        if matches!(
-            d.ty,
-            decide::memory_type::ACPI_RECLAIM | decide::memory_type::ACPI_NVS
-        ) {
-            arch::clean_dcache_range(d.phys_start, d.pages * decide::EFI_PAGE_SIZE);
-        }
+    for &(base, len) in &memory.acpi {
+        arch::clean_dcache_range(base, len);
     }
     let handoff = Box::new(BootHandoff {
         dtb,
         rsdp,
         bundle: bundle.map(|b| (b.addr, b.len)),
-        memory: Some(decide::memory_from_efi(&descriptors)),
+        memory: Some(memory),
         boot_counter,
     });
     drop(descriptors);
