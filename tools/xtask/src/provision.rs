@@ -23,12 +23,16 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 4] = [
+const HOST_PACKAGES: [&str; 5] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
     // U-Boot for QEMU's virt machine: the `uboot` test starts the image with booti.
     "u-boot-qemu",
+    // edk2 for QEMU's virt machine (QEMU_EFI.fd): no test boots it yet; the
+    // ACPI tables the host tests of hv::acpi read were captured with it
+    // (hv/src/acpi/testdata/capture.py), and the UEFI boot path needs it.
+    "qemu-efi-aarch64",
 ];
 /// Debian packages only the web UI's browser test needs (`cargo xtask
 /// test`): the Chromium it drives through playwright-core, and a font with
