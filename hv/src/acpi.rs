@@ -12,7 +12,8 @@
 //! its checksum verified, and a table that fails either is refused by name.
 //! What ACPI keeps only in AML (PCIe windows, INTx routing, the platform
 //! devices) comes from a per-board fallback (`board`, docs/BOARDS.md):
-//! we do not interpret AML.
+//! we do not interpret AML. `early_uart` finds the console from the SPCR
+//! alone, so the platform can print why the full parse refused the tables.
 //!
 //! **Memory safety and robustness rules of this module** (it reads what
 //! firmware wrote, possibly with the MMU off, where an unaligned access
@@ -24,9 +25,11 @@
 //! - no panics: every offset is checked (`get`), arithmetic on values read
 //!   from a table is checked or done in `u64` from `u32`s;
 //! - every loop advances by at least one entry's minimum size through a
-//!   buffer of known length (an entry length of 0 is an error, not a loop),
-//!   and the XSDT is read once (an XSDT listing itself is only an entry
-//!   with a signature nobody asks for);
+//!   buffer of known length (an entry length of 0 is an error, not a loop);
+//!   no table is followed from another but the XSDT from the RSDP and the
+//!   tables from the XSDT (an XSDT listing itself is only an entry with a
+//!   signature nobody asks for), and the XSDT's entries are walked once per
+//!   table looked up;
 //! - nothing is allocated from a count a table declares before that count
 //!   has been checked against the table's length.
 //!
@@ -44,7 +47,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::dtb::HostInfo;
+use crate::dtb::{EarlyUart, HostInfo};
 
 mod board;
 mod iort;
@@ -70,8 +73,9 @@ pub trait PhysRead {
 }
 
 /// The largest table the parser reads whole (a MADT for 512 CPUs is about
-/// 40 KiB; the DSDT, which can be larger, is never read).
-pub const MAX_TABLE_LEN: u32 = 1 << 20;
+/// 42 KiB; the DSDT, which can be larger, is never read). It also bounds
+/// what a table can make the parser allocate (the CPU list, IORT nodes).
+pub const MAX_TABLE_LEN: u32 = 256 << 10;
 
 /// Everything the ACPI tables told us.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +143,12 @@ pub enum AcpiError {
         addr: u64,
         len: u64,
     },
+    /// A table's header was readable, the length it gives is not.
+    TableUnreadable {
+        table: Signature,
+        addr: u64,
+        len: u32,
+    },
     /// The table at `addr` was expected to be `expected`.
     BadSignature {
         addr: u64,
@@ -173,6 +183,11 @@ impl fmt::Display for AcpiError {
             AcpiError::Unreadable { what, addr, len } => write!(
                 f,
                 "{what} at {addr:#x} ({len} bytes) is outside the memory firmware tables may use"
+            ),
+            AcpiError::TableUnreadable { table, addr, len } => write!(
+                f,
+                "{table} at {addr:#x}: its length ({len} bytes) reaches outside the memory \
+                 firmware tables may use"
             ),
             AcpiError::BadSignature {
                 addr,
@@ -313,6 +328,26 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
         iort,
         board,
         warnings,
+    })
+}
+
+/// The console UART from the SPCR alone, for reporting why
+/// `parse_host_acpi` refused the tables (the DT path's `early_uart`). Needs
+/// a valid RSDP, XSDT and SPCR; XSDT entries that cannot be read are
+/// skipped here.
+pub fn early_uart(rsdp: u64, mem: &dyn PhysRead) -> Option<EarlyUart> {
+    let xsdt = read_table(mem, read_rsdp(rsdp, mem).ok()?, Some(Signature::XSDT)).ok()?;
+    let index = TableIndex { xsdt };
+    let spcr = index.entries().find_map(|addr| {
+        let head = mem.read(addr, HEADER_LEN)?;
+        (head.get(..4) == Some(Signature::SPCR.0.as_slice()))
+            .then(|| read_table(mem, addr, Some(Signature::SPCR)).ok())
+            .flatten()
+    })?;
+    let uart = tables::parse_spcr(spcr, &mut Vec::new()).ok()??;
+    Some(EarlyUart {
+        base: uart.base,
+        size: uart.size,
     })
 }
 
@@ -483,10 +518,10 @@ fn read_table(
     let data = mem
         .read(addr, len as usize)
         .filter(|d| d.len() == len as usize)
-        .ok_or(AcpiError::Unreadable {
-            what: "table",
+        .ok_or(AcpiError::TableUnreadable {
+            table: signature,
             addr,
-            len: u64::from(len),
+            len,
         })?;
     if !checksum_ok(data) {
         return Err(AcpiError::BadChecksum {
@@ -502,46 +537,57 @@ fn read_table(
     })
 }
 
-/// The XSDT's entries: each table's signature (from its header) and address.
-struct TableIndex {
-    entries: Vec<(Signature, u64)>,
+/// The XSDT, verified, and every entry's header checked readable once.
+/// Lookups walk its entries again (a handful of header reads) rather than
+/// keeping a list: nothing is allocated from the XSDT's length.
+struct TableIndex<'m> {
+    xsdt: Table<'m>,
 }
 
-impl TableIndex {
-    fn read(xsdt: u64, mem: &dyn PhysRead) -> Result<TableIndex, AcpiError> {
-        let table = read_table(mem, xsdt, Some(Signature::XSDT))?;
-        let body = table.bytes.data.get(HEADER_LEN..).unwrap_or_default();
-        if body.len() % 8 != 0 {
-            return Err(table
+impl<'m> TableIndex<'m> {
+    fn read(xsdt: u64, mem: &'m dyn PhysRead) -> Result<TableIndex<'m>, AcpiError> {
+        let xsdt = read_table(mem, xsdt, Some(Signature::XSDT))?;
+        let index = TableIndex { xsdt };
+        if !index.body().len().is_multiple_of(8) {
+            return Err(xsdt
                 .bytes
                 .malformed("length is not the header plus 8-byte entries"));
         }
-        let mut entries = Vec::with_capacity(body.len() / 8);
-        for entry in body.chunks_exact(8) {
-            let mut addr = [0u8; 8];
-            addr.copy_from_slice(entry);
-            let addr = u64::from_le_bytes(addr);
-            if addr == 0 {
-                continue; // an empty slot, as Linux skips them
-            }
-            let head = read(mem, "table header (XSDT entry)", addr, HEADER_LEN)?;
-            let mut signature = [0u8; 4];
-            signature.copy_from_slice(head.get(..4).unwrap_or(&[0; 4]));
-            entries.push((Signature(signature), addr));
+        for addr in index.entries() {
+            read(mem, "table header (XSDT entry)", addr, HEADER_LEN)?;
         }
-        Ok(TableIndex { entries })
+        Ok(index)
+    }
+
+    fn body(&self) -> &'m [u8] {
+        self.xsdt.bytes.data.get(HEADER_LEN..).unwrap_or_default()
+    }
+
+    /// The entries' addresses; empty slots (0) skipped, as Linux does.
+    fn entries(&self) -> impl Iterator<Item = u64> + 'm {
+        self.body()
+            .chunks_exact(8)
+            .map(|e| {
+                let mut addr = [0u8; 8];
+                addr.copy_from_slice(e);
+                u64::from_le_bytes(addr)
+            })
+            .filter(|&addr| addr != 0)
     }
 
     /// The first table with this signature (a later duplicate is ignored),
     /// read whole and verified.
-    fn get<'m>(
+    fn get(
         &self,
         signature: Signature,
         mem: &'m dyn PhysRead,
     ) -> Result<Option<Table<'m>>, AcpiError> {
-        match self.entries.iter().find(|(s, _)| *s == signature) {
-            Some(&(_, addr)) => read_table(mem, addr, Some(signature)).map(Some),
-            None => Ok(None),
+        for addr in self.entries() {
+            let head = read(mem, "table header (XSDT entry)", addr, HEADER_LEN)?;
+            if head.get(..4) == Some(signature.0.as_slice()) {
+                return read_table(mem, addr, Some(signature)).map(Some);
+            }
         }
+        Ok(None)
     }
 }

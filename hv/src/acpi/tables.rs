@@ -72,13 +72,17 @@ const ARM_PSCI_USE_HVC: u16 = 1 << 1;
 /// path reports for PSCI 0.2 and later (ACPI requires PSCI 0.2 or later).
 const PSCI_CPU_ON_64: u32 = 0xC400_0003;
 
-/// FADT: the PSCI conduit. A FADT from before ACPI 5.1 (no ARM boot flags)
-/// or one without PSCI_COMPLIANT says nothing about PSCI: `None`.
+/// FADT: the PSCI conduit. A FADT from before ACPI 5.1 (revision 5, minor
+/// revision 1: the first with ARM boot flags, the one Linux requires) or
+/// one without PSCI_COMPLIANT says nothing about PSCI: `None`.
 pub(super) fn parse_fadt(table: Table<'_>) -> Result<Option<PsciInfo>, AcpiError> {
     let t = table.bytes;
-    let Ok(flags) = t.u16(129) else {
+    let (Ok(revision), Ok(minor), Ok(flags)) = (t.u8(8), t.u8(131), t.u16(129)) else {
         return Ok(None);
     };
+    if (revision, minor) < (5, 1) {
+        return Ok(None);
+    }
     if flags & ARM_PSCI_COMPLIANT == 0 {
         return Ok(None);
     }

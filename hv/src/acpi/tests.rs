@@ -609,8 +609,8 @@ fn a_length_beyond_the_allowed_memory_or_the_bound_is_refused() {
     set_len(&mut f.xsdt, 0x1000);
     assert_eq!(
         f.parse(),
-        Err(AcpiError::Unreadable {
-            what: "table",
+        Err(AcpiError::TableUnreadable {
+            table: Signature::XSDT,
             addr: XSDT_ADDR,
             len: 0x1000
         })
@@ -836,6 +836,30 @@ fn madt_entry_lengths_that_would_loop_or_overrun_are_refused() {
     );
 }
 
+#[test]
+fn early_uart_finds_the_console_when_the_rest_is_refused() {
+    let console = Some(crate::dtb::EarlyUart {
+        base: 0x900_0000,
+        size: 0x1000,
+    });
+    assert_eq!(early_uart(RSDP_ADDR, &qemu().mem()), console);
+    // A broken MADT and an unreadable XSDT entry stop the parse, not this.
+    let mut f = qemu();
+    f.table(b"APIC")[50] ^= 1;
+    let mut entries = vec![0xdead_0000];
+    entries.extend(LAYOUT.map(|(_, a)| a));
+    f.xsdt = xsdt(&entries);
+    assert!(f.parse().is_err());
+    assert_eq!(early_uart(RSDP_ADDR, &f.mem()), console);
+    // No SPCR, or a bad one: nothing.
+    let mut f = qemu();
+    f.table(b"SPCR")[50] ^= 1;
+    assert_eq!(early_uart(RSDP_ADDR, &f.mem()), None);
+    let mut f = qemu();
+    f.xsdt = xsdt(&[LAYOUT[1].1]);
+    assert_eq!(early_uart(RSDP_ADDR, &f.mem()), None);
+}
+
 // --- GTDT, SPCR, FADT ---
 
 #[test]
@@ -902,6 +926,26 @@ fn fadt_hvc_flag_selects_the_hvc_conduit_and_no_psci_flag_warns() {
     assert_eq!(tables.host.psci, None);
     assert_eq!(tables.warnings, [AcpiWarning::NoPsci]);
     assert!(tables.warnings[0].to_string().contains("secondary CPUs"));
+}
+
+#[test]
+fn fadt_before_acpi_5_1_has_no_arm_boot_flags() {
+    for (revision, minor, psci) in [(5, 0, false), (5, 1, true), (4, 9, false), (6, 0, true)] {
+        let mut f = qemu();
+        let fadt = f.table(b"FACP");
+        fadt[8] = revision;
+        fadt[131] = minor;
+        fix_checksum(fadt);
+        assert_eq!(
+            f.parse().unwrap().host.psci.is_some(),
+            psci,
+            "{revision}.{minor}"
+        );
+    }
+    // Too short for the flags: no PSCI, not an error.
+    let mut f = qemu();
+    f.set_body(b"FACP", &FACP[36..130]);
+    assert_eq!(f.parse().unwrap().host.psci, None);
 }
 
 // --- IORT ---
