@@ -23,7 +23,7 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 5] = [
+const HOST_PACKAGES: [&str; 6] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
@@ -31,6 +31,10 @@ const HOST_PACKAGES: [&str; 5] = [
     "u-boot-qemu",
     // mkimage: `cargo xtask pxe` wraps the U-Boot boot script (boot.scr.uimg).
     "u-boot-tools",
+    // edk2 for QEMU's virt machine (QEMU_EFI.fd): no test boots it yet; the
+    // ACPI tables the host tests of hv::acpi read were captured with it
+    // (hv/src/acpi/testdata/capture.py), and the UEFI boot path needs it.
+    "qemu-efi-aarch64",
 ];
 /// Debian packages only the web UI's browser test needs (`cargo xtask
 /// test`): the Chromium it drives through playwright-core, and a font with
