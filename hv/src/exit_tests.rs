@@ -317,6 +317,46 @@ fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
 }
 
 #[test]
+fn the_plans_token_digest_is_kept_and_no_token_is_made() {
+    let sys = system();
+
+    assert_eq!(
+        sys.token_digest(),
+        &pinfold_config::bundle::token_digest(b"secret")
+    );
+    assert_eq!(sys.generated_token(), None);
+}
+
+#[test]
+fn without_a_digest_a_token_is_made_and_only_its_digest_kept_for_the_manager() {
+    let sys = system_with(|plan| {
+        for p in &mut plan.partitions {
+            p.token_sha256 = None;
+        }
+    });
+
+    let token = sys.generated_token().expect("a token was made");
+    assert_eq!(token.len(), 32);
+    assert_eq!(
+        sys.token_digest(),
+        &pinfold_config::bundle::token_digest(token.as_bytes())
+    );
+}
+
+#[test]
+fn without_a_management_partition_no_token_is_made() {
+    let sys = system_with(|plan| {
+        for p in &mut plan.partitions {
+            p.token_sha256 = None;
+            p.management = false;
+        }
+    });
+
+    assert_eq!(sys.generated_token(), None);
+    assert_eq!(sys.token_digest(), &[0; 32]);
+}
+
+#[test]
 fn cpus_beyond_max_cpus_are_reported_and_left_out() {
     use crate::percpu::MAX_CPUS;
     let plan = Plan {

@@ -9,6 +9,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod acpi;
 pub mod addr;
 pub mod bits;
 pub mod boot;

@@ -149,8 +149,11 @@ impl System {
             version,
         };
         sys.add_entropy(entropy);
+        let managed = sys.partitions.iter().any(|p| p.plan.management);
         match sys.partitions.iter().find_map(|p| p.plan.token_sha256) {
             Some(digest) => sys.token_digest = digest,
+            // No management partition: nobody could present a token.
+            None if !managed => {}
             None => {
                 let token = sys.make_token();
                 sys.token_digest = pinfold_config::bundle::token_digest(token.as_bytes());

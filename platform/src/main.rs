@@ -236,16 +236,16 @@ fn boot(handoff: BootHandoff) -> ! {
     });
     let payload = match select_payload(appended, handed, &bundle_key()) {
         Ok((source, payload)) => {
-            match source {
-                PlanSource::Bundle => hvprint!(
+            // The image's own payload needs no line: it is what the image
+            // was built with (and the boot-cost bench row counts every
+            // instruction of boot).
+            if source == PlanSource::Bundle {
+                hvprint!(
                     "boot bundle: {} bytes at {:#x}, signed by key {}",
                     handed.map_or(0, <[u8]>::len),
                     handed.map_or(0, |b| b.as_ptr() as usize),
                     pinfold_config::bundle::Hex(&pinfold_config::bundle::key_id(&bundle_key()))
-                ),
-                PlanSource::Image => {
-                    hvprint!("partition plan: the image's own ({} bytes)", payload.len())
-                }
+                );
             }
             payload
         }

@@ -32,7 +32,9 @@ const HOST_PACKAGES: [&str; 7] = [
     // mkimage: `cargo xtask pxe` wraps the U-Boot boot script (boot.scr.uimg).
     "u-boot-tools",
     // edk2 for QEMU's virt machine (QEMU_EFI.fd, AAVMF_CODE/VARS.fd): the
-    // UEFI tests start the generic image as an EFI application.
+    // UEFI tests start the generic image as an EFI application; the ACPI
+    // tables hv::acpi's host tests read were captured with it
+    // (hv/src/acpi/testdata/capture.py).
     "qemu-efi-aarch64",
     // The venv under target/ that holds virt-fw-vars (PyPI virt-firmware),
     // which writes the HTTP boot entry of the `uefi-http` test (uefi.rs).

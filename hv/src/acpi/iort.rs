@@ -1,0 +1,198 @@
+//! IORT (Arm DEN 0049, IO Remapping Table, revision E.e): how PCIe
+//! requester IDs reach SMMUs and ITSes. Kept for the device work (SMMU
+//! stream tables, vITS); nothing uses it yet.
+//!
+//! Nodes are kept by their offset in the table, which is how ID mappings
+//! name their output node (`IortIdMapping::output_ref`); every mapping's
+//! reference is checked to be the offset of a node.
+
+use alloc::vec::Vec;
+
+use super::{AcpiError, Bytes, Table};
+
+/// Node types (IORT table 4).
+const ITS_GROUP: u8 = 0;
+const ROOT_COMPLEX: u8 = 2;
+const SMMU_V3: u8 = 4;
+
+/// Node header: type, length, revision, identifier, ID mapping count and
+/// offset (IORT 3.1.1).
+const NODE_HEADER: usize = 16;
+const ID_MAPPING_LEN: usize = 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Iort {
+    pub its_groups: Vec<IortItsGroup>,
+    pub smmus: Vec<IortSmmuV3>,
+    pub root_complexes: Vec<IortRootComplex>,
+    /// Nodes of other types (named components, SMMUv1/v2, PMCGs, RMRs),
+    /// skipped.
+    pub other_nodes: usize,
+}
+
+/// An ID mapping (IORT 3.1.1.1): `num_ids + 1` input IDs from
+/// `input_base` go to the node at `output_ref` from `output_base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IortIdMapping {
+    pub input_base: u32,
+    /// The number of IDs in the range minus one, as the table has it.
+    pub num_ids: u32,
+    pub output_base: u32,
+    /// The output node's offset in the IORT.
+    pub output_ref: u32,
+    /// Bit 0: single mapping (the input range is ignored).
+    pub flags: u32,
+}
+
+/// An ITS group: the MADT GIC ITS IDs of its ITSes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IortItsGroup {
+    pub offset: u32,
+    pub its_ids: Vec<u32>,
+}
+
+/// An SMMUv3 (IORT 3.1.1.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IortSmmuV3 {
+    pub offset: u32,
+    pub base: u64,
+    /// Bit 0: COHACC override, bits 2:1: HTTU override, bit 3: proximity
+    /// domain valid, bit 4: DeviceID mapping index valid.
+    pub flags: u32,
+    /// 0 generic, 1 HiSilicon Hi161x, 2 Cavium CN99xx.
+    pub model: u32,
+    /// GSIVs of the event, PRI, global error and sync interrupts (0: none,
+    /// or MSI-signalled).
+    pub event_gsiv: u32,
+    pub pri_gsiv: u32,
+    pub gerr_gsiv: u32,
+    pub sync_gsiv: u32,
+    pub id_mappings: Vec<IortIdMapping>,
+}
+
+/// A PCIe root complex (IORT 3.1.1.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IortRootComplex {
+    pub offset: u32,
+    /// Memory access properties: cache coherency attribute (1 = coherent).
+    pub cca: u32,
+    /// Bit 0: ATS supported.
+    pub ats: u32,
+    pub segment: u32,
+    /// Memory address size limit in bits (0 on revision 0 nodes).
+    pub memory_address_limit: u8,
+    pub id_mappings: Vec<IortIdMapping>,
+}
+
+/// IORT header: signature..creator revision, node count, node array offset,
+/// reserved.
+const IORT_HEADER: usize = 48;
+
+pub(super) fn parse(table: Table<'_>) -> Result<Iort, AcpiError> {
+    let t = table.bytes;
+    let count = t.u32(36)?;
+    let mut offset = t.u32(40)? as usize;
+    if t.len() < IORT_HEADER || offset < IORT_HEADER {
+        return Err(t.malformed("node array overlaps the header"));
+    }
+    let mut iort = Iort {
+        its_groups: Vec::new(),
+        smmus: Vec::new(),
+        root_complexes: Vec::new(),
+        other_nodes: 0,
+    };
+    let mut node_offsets = Vec::new();
+    // Each node takes at least NODE_HEADER bytes of the table, so a huge
+    // count ends in `Truncated` after at most len / 16 nodes.
+    for _ in 0..count {
+        let len = usize::from(t.u16(offset + 1)?);
+        if len < NODE_HEADER {
+            return Err(t.malformed("node shorter than its header"));
+        }
+        let node = t.sub(offset, len)?;
+        let node_offset = offset as u32; // < MAX_TABLE_LEN
+        node_offsets.push(node_offset);
+        match node.u8(0)? {
+            ITS_GROUP => {
+                let n = node.u32(16)? as usize;
+                let ids = node.sub(20, n.checked_mul(4).ok_or(ids_overflow(node))?)?;
+                iort.its_groups.push(IortItsGroup {
+                    offset: node_offset,
+                    its_ids: (0..n).map(|k| ids.u32(4 * k)).collect::<Result<_, _>>()?,
+                });
+            }
+            ROOT_COMPLEX => {
+                node.u32(28)?;
+                iort.root_complexes.push(IortRootComplex {
+                    offset: node_offset,
+                    cca: node.u32(16)?,
+                    ats: node.u32(24)?,
+                    segment: node.u32(28)?,
+                    memory_address_limit: if node.u8(3)? >= 1 { node.u8(32)? } else { 0 },
+                    id_mappings: id_mappings(node)?,
+                });
+            }
+            SMMU_V3 => {
+                node.u32(56)?;
+                iort.smmus.push(IortSmmuV3 {
+                    offset: node_offset,
+                    base: node.u64(16)?,
+                    flags: node.u32(24)?,
+                    model: node.u32(40)?,
+                    event_gsiv: node.u32(44)?,
+                    pri_gsiv: node.u32(48)?,
+                    gerr_gsiv: node.u32(52)?,
+                    sync_gsiv: node.u32(56)?,
+                    id_mappings: id_mappings(node)?,
+                });
+            }
+            _ => iort.other_nodes += 1,
+        }
+        offset += len;
+    }
+    let mappings = iort
+        .root_complexes
+        .iter()
+        .flat_map(|rc| &rc.id_mappings)
+        .chain(iort.smmus.iter().flat_map(|s| &s.id_mappings));
+    for m in mappings {
+        if !node_offsets.contains(&m.output_ref) {
+            return Err(t.malformed("ID mapping to an offset where no node starts"));
+        }
+    }
+    Ok(iort)
+}
+
+fn ids_overflow(node: Bytes<'_>) -> AcpiError {
+    node.malformed("ITS count overflows")
+}
+
+/// A node's ID mapping array, which must lie inside the node.
+fn id_mappings(node: Bytes<'_>) -> Result<Vec<IortIdMapping>, AcpiError> {
+    let count = node.u32(8)? as usize;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let at = node.u32(12)? as usize;
+    if at < NODE_HEADER {
+        return Err(node.malformed("ID mappings overlap the node header"));
+    }
+    let array = node.sub(
+        at,
+        count
+            .checked_mul(ID_MAPPING_LEN)
+            .ok_or(node.malformed("ID mapping count overflows"))?,
+    )?;
+    (0..count)
+        .map(|k| {
+            let m = array.sub(k * ID_MAPPING_LEN, ID_MAPPING_LEN)?;
+            Ok(IortIdMapping {
+                input_base: m.u32(0)?,
+                num_ids: m.u32(4)?,
+                output_base: m.u32(8)?,
+                output_ref: m.u32(12)?,
+                flags: m.u32(16)?,
+            })
+        })
+        .collect()
+}
