@@ -147,16 +147,13 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
                 " (ACPI RSDP at {r:#x} too)"
             ))
         ),
-        HostSource::Acpi => {
-            // The ACPI parser (pinfold_hv::acpi) is not wired in yet: the
-            // RSDP is found and kept in the handoff for it.
-            efi_println!(
-                "Pinfold: only ACPI describes this host (RSDP at {:#x}); this build reads the \
-                 host from a DT only: boot with a DT (QEMU -M virt,acpi=off)",
-                rsdp.unwrap_or(0)
-            );
-            return Err(Status::UNSUPPORTED);
-        }
+        HostSource::Acpi => efi_println!(
+            "Pinfold: host described by ACPI (RSDP at {:#x}){}",
+            rsdp.unwrap_or(0),
+            dtb.map_or(String::new(), |d| alloc::format!(
+                "; the DT at {d:#x} only for /chosen"
+            ))
+        ),
         HostSource::None => {
             efi_println!("Pinfold: firmware published neither a DT nor an ACPI 2.0 table");
             return Err(Status::NOT_FOUND);

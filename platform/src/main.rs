@@ -152,37 +152,36 @@ fn boot(handoff: BootHandoff) -> ! {
     let Some(layout) = memmap::image_layout(image_start, payload_start, image_size) else {
         halt()
     };
-    let Some(dtb) = handoff.dtb else {
-        // The UEFI path refuses a host without a DT before it leaves firmware.
-        halt()
-    };
-    // SAFETY: firmware passed the DTB address in x0; its header holds the
-    // total size (big endian at offset 4).
-    let dtb_size = u32::from_be(unsafe { ((dtb + 4) as *const u32).read_volatile() }) as u64;
-    // SAFETY: the DTB is firmware-provided memory that nothing writes.
-    let blob = unsafe { core::slice::from_raw_parts(dtb as *const u8, dtb_size as usize) };
-    let mut host = match parse_host_dtb(blob) {
-        Ok(h) => h,
-        Err(e) => {
-            // Say why on whatever console the DTB names, even though the
-            // rest of it was refused.
-            if let Some(u) = early_uart(blob) {
-                // SAFETY: the UART's base comes from the DTB's stdout-path
-                // (or the first PL011); firmware left it mapped flat.
-                log::init(unsafe { Pl011Uart::new(u.base as usize) });
-                hvprint!("Pinfold v{VERSION}: the host DTB was refused: {e}: halting");
-            }
-            halt()
-        }
+    // The DTB, when there is one: x0 of the Image entry, or the UEFI
+    // configuration table.
+    let dtb: Option<(u64, &'static [u8])> = handoff.dtb.map(|dtb| {
+        // SAFETY: firmware passed the DTB address; its header holds the
+        // total size (big endian at offset 4).
+        let size = u32::from_be(unsafe { ((dtb + 4) as *const u32).read_volatile() });
+        // SAFETY: the DTB is firmware-provided memory that nothing writes.
+        (dtb, unsafe {
+            core::slice::from_raw_parts(dtb as *const u8, size as usize)
+        })
+    });
+    // ACPI when firmware published it and no DT describes the machine (QEMU
+    // virt under edk2 without acpi=off; a DT GRUB made only for /chosen).
+    let acpi_rsdp = handoff
+        .rsdp
+        .filter(|_| !dtb.is_some_and(|(_, blob)| pinfold_hv::dtb::describes_hardware(blob)));
+    let mut host = match (acpi_rsdp, dtb) {
+        (Some(rsdp), _) => host_from_acpi(rsdp, &handoff),
+        (None, Some((_, blob))) => host_from_dtb(blob),
+        // The UEFI path refuses a host with neither before it leaves firmware.
+        (None, None) => halt(),
     };
     if let Some(memory) = &handoff.memory {
         // Under UEFI the memory map is the truth about RAM (the DT's
-        // /memory may be stale or absent).
+        // /memory may be stale or absent; ACPI has none).
         host.memory = memory.ram.clone();
         host.reserved.extend_from_slice(&memory.reserved);
     }
     if let Some(u) = &host.uart {
-        // SAFETY: the UART's base comes from the DTB's stdout-path.
+        // SAFETY: the UART's base comes from the DTB's stdout-path or SPCR.
         log::init(unsafe { Pl011Uart::new(u.base as usize) });
     }
     hvprint!(
@@ -193,12 +192,13 @@ fn boot(handoff: BootHandoff) -> ! {
         host.gic.version
     );
     if let Some(memory) = &handoff.memory {
+        let from = match (acpi_rsdp, dtb) {
+            (Some(rsdp), _) => alloc::format!("host from ACPI (RSDP at {rsdp:#x})"),
+            (None, Some((addr, _))) => alloc::format!("host from the DT at {addr:#x}"),
+            (None, None) => alloc::string::String::new(),
+        };
         hvprint!(
-            "booted from UEFI: DTB at {:#x}{}, RAM from the EFI memory map ({} ranges, {} reserved)",
-            dtb,
-            handoff
-                .rsdp
-                .map_or(alloc::string::String::new(), |r| alloc::format!(", ACPI RSDP at {r:#x}")),
+            "booted from UEFI: {from}, RAM from the EFI memory map ({} ranges, {} reserved)",
             memory.ram.len(),
             memory.reserved.len()
         );
@@ -270,7 +270,9 @@ fn boot(handoff: BootHandoff) -> ! {
     let mut used: Vec<(u64, u64)> = Vec::new();
     // The image, its payload and its heap.
     used.push((image_start, image_size));
-    used.push((dtb, dtb_size));
+    if let Some((addr, blob)) = dtb {
+        used.push((addr, blob.len() as u64));
+    }
     if let Some(handed) = handed_range {
         used.push(handed);
     }
@@ -399,6 +401,71 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
 fn enter_cpu(index: usize) {
     HCR_EL2.write(vcpu::HCR_HOST);
     percpu::enter(index);
+}
+
+/// The host description from the DTB; a refused DTB is reported on the
+/// console it names, and boot stops.
+fn host_from_dtb(blob: &[u8]) -> HostInfo {
+    match parse_host_dtb(blob) {
+        Ok(h) => h,
+        Err(e) => {
+            // Say why on whatever console the DTB names, even though the
+            // rest of it was refused.
+            if let Some(u) = early_uart(blob) {
+                // SAFETY: the UART's base comes from the DTB's stdout-path
+                // (or the first PL011); firmware left it mapped flat.
+                log::init(unsafe { Pl011Uart::new(u.base as usize) });
+                hvprint!("Pinfold v{VERSION}: the host DTB was refused: {e}: halting");
+            }
+            halt()
+        }
+    }
+}
+
+/// Firmware's ACPI tables read in place (identity mapped, the MMU off or
+/// ours), only inside the ACPI reclaim and NVS ranges of the EFI memory map.
+struct AcpiMemory<'a>(&'a [(u64, u64)]);
+
+impl pinfold_hv::acpi::PhysRead for AcpiMemory<'_> {
+    fn read(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let end = addr.checked_add(len as u64)?;
+        self.0
+            .iter()
+            .any(|&(base, size)| addr >= base && end <= base + size)
+            // SAFETY: the range lies in firmware's ACPI memory, which the
+            // hypervisor never hands out or writes.
+            .then(|| unsafe { core::slice::from_raw_parts(addr as *const u8, len) })
+    }
+}
+
+/// The host description from ACPI (the RSDP from the UEFI configuration
+/// table); a refusal is reported on SPCR's console, and boot stops.
+fn host_from_acpi(rsdp: u64, handoff: &BootHandoff) -> HostInfo {
+    let ranges = handoff.memory.as_ref().map_or(&[][..], |m| &m.acpi[..]);
+    let mem = AcpiMemory(ranges);
+    match pinfold_hv::acpi::parse_host_acpi(rsdp, &mem) {
+        Ok(tables) => {
+            if let Some(u) = &tables.host.uart {
+                // SAFETY: SPCR's UART, left mapped flat by firmware.
+                log::init(unsafe { Pl011Uart::new(u.base as usize) });
+            }
+            for w in &tables.warnings {
+                hvprint!("ACPI: {w}");
+            }
+            if let Some(board) = tables.board {
+                hvprint!("ACPI: what only AML describes comes from the {board} board table");
+            }
+            tables.host
+        }
+        Err(e) => {
+            if let Some(u) = pinfold_hv::acpi::early_uart(rsdp, &mem) {
+                // SAFETY: SPCR's UART, left mapped flat by firmware.
+                log::init(unsafe { Pl011Uart::new(u.base as usize) });
+                hvprint!("Pinfold v{VERSION}: the ACPI tables were refused: {e}: halting");
+            }
+            halt()
+        }
+    }
 }
 
 fn vectors_address() -> u64 {

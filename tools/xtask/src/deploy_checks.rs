@@ -208,7 +208,13 @@ pub fn bundle_refused(d: Deploy<'_, '_>) -> Outcome {
 /// took A's own bundle from `source` (`TFTP` or `HTTP`), named `file`,
 /// with the size `cargo xtask pxe` wrote; the hypervisor opened the signed
 /// bundle; the API answers to A's token. Notes the times from QEMU start.
-fn uefi_booted_own_bundle(qemu: QemuRun, tree: &Tree, source: &str, file: &str) -> Outcome {
+fn uefi_booted_own_bundle(
+    qemu: QemuRun,
+    tree: &Tree,
+    source: &str,
+    file: &str,
+    host_from: &str,
+) -> Outcome {
     let a = bundle_for(tree, HOST_A)?;
     let token = a
         .token
@@ -226,10 +232,16 @@ fn uefi_booted_own_bundle(qemu: QemuRun, tree: &Tree, source: &str, file: &str) 
     }
     let handed = expect(
         &qemu,
-        "pinfold: booted from UEFI: DTB at",
+        "pinfold: booted from UEFI: ",
         fetched.index,
         deadline,
     )?;
+    if !handed.text.contains(host_from) {
+        return Err(format!(
+            "the host was not described by {host_from}: `{}`",
+            handed.text
+        ));
+    }
     let opened = expect(&qemu, "pinfold: boot bundle: ", handed.index, deadline)?;
     if !opened
         .text
@@ -260,13 +272,24 @@ fn uefi_booted_own_bundle(qemu: QemuRun, tree: &Tree, source: &str, file: &str) 
 /// image finds the DTB in the configuration table, fetches host A's bundle
 /// over TFTP by the NIC's MAC, boots the plan, and the API answers.
 pub fn pxe_uefi_dt(d: Deploy<'_, '_>) -> Outcome {
+    pxe_uefi(d, false)
+}
+
+/// Tier 2: the same with QEMU describing the machine by ACPI only (edk2
+/// publishes no DT): the image reads the host from the RSDP it found in the
+/// configuration table (`hv::acpi`, within the memory map's ACPI ranges).
+pub fn pxe_uefi_acpi(d: Deploy<'_, '_>) -> Outcome {
+    pxe_uefi(d, true)
+}
+
+fn pxe_uefi(d: Deploy<'_, '_>, acpi: bool) -> Outcome {
     let tree = tree(d.ws, d.builder, d.tree)?;
     let a = bundle_for(tree, HOST_A)?;
     api_checks::port_is_free()?;
     let extra = Extra {
         uefi: Some(Uefi {
             firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
-            acpi: false,
+            acpi,
             el2: true,
         }),
         netboot: Some(Netboot {
@@ -279,7 +302,12 @@ pub fn pxe_uefi_dt(d: Deploy<'_, '_>) -> Outcome {
     let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
     let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
     let file = format!("tftp://10.0.2.2/{}", a.file);
-    uefi_booted_own_bundle(qemu, tree, "TFTP", &file)
+    let host_from = if acpi {
+        "host from ACPI"
+    } else {
+        "host from the DT"
+    };
+    uefi_booted_own_bundle(qemu, tree, "TFTP", &file, host_from)
 }
 
 /// Tier 2: edk2 HTTP boot of the same tree from a loopback HTTP server:
@@ -312,7 +340,13 @@ pub fn uefi_http(d: Deploy<'_, '_>) -> Outcome {
     // No Netboot: the NIC keeps QEMU's first MAC, which is host A's.
     let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
     let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
-    let mut notes = uefi_booted_own_bundle(qemu, tree, "HTTP", &format!("{base}/{}", a.file))?;
+    let mut notes = uefi_booted_own_bundle(
+        qemu,
+        tree,
+        "HTTP",
+        &format!("{base}/{}", a.file),
+        "host from the DT",
+    )?;
     notes.push(format!("boot URI {uri}"));
     Ok(notes)
 }

@@ -39,7 +39,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 15] = [
+const CASES: [Case; 16] = [
     Case {
         name: "host",
         tier: 1,
@@ -123,6 +123,12 @@ const CASES: [Case; 15] = [
         tier: 2,
         shares_default: false,
         run: |ctx| deploy_checks::pxe_uefi_dt(ctx.deploy()),
+    },
+    Case {
+        name: "pxe-uefi-acpi",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| deploy_checks::pxe_uefi_acpi(ctx.deploy()),
     },
     Case {
         name: "uefi-http",
