@@ -105,7 +105,7 @@ pub struct BootHandoff {
     /// The host DTB: x0 of the Image entry, or the DT configuration table.
     pub dtb: Option<u64>,
     /// The ACPI 2.0 RSDP from the EFI configuration table, for the ACPI
-    /// host description (not read yet: the DT is required).
+    /// host description when no DT describes the machine (`host_from_acpi`).
     pub rsdp: Option<u64>,
     /// The boot bundle the boot loader or firmware handed over, (address,
     /// length), 8-byte aligned, in memory nothing else uses. None: the
