@@ -1,8 +1,10 @@
 //! The running system, built once at boot: the host description, the
 //! partitions, the public per-CPU state sized from the host's CPU count, the
 //! CPU and SPI ownership tables, the lock statistics, the boot entropy and
-//! the management token. Partition lifecycle (start, stop, restart) and the
-//! stats line are here; the platform holds one `&'static System`.
+//! the management token. Partition lifecycle (start, stop, restart; the
+//! PCI quiesce before a host-bridge owner starts, `pci`; the management
+//! partition's restart policy, `restart`) and the stats line are here; the
+//! platform holds one `&'static System`.
 
 use crate::dtb::HostInfo;
 use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
