@@ -220,6 +220,9 @@ fn uboot(ctx: &mut Context<'_>) -> Outcome {
     )])
 }
 
+/// The MAC QEMU gives the first NIC (52:54:00:12:34:56, QEMU's default).
+const QEMU_NIC_MAC: &str = "52:54:00:12:34:56";
+
 /// Tier 2: the management NIC works after firmware used it. U-Boot brings
 /// up the virtio-net function (`dhcp` on QEMU's user network: it assigns
 /// BARs, enables the function, negotiates, posts receive buffers and sets
@@ -249,6 +252,20 @@ fn uboot_dhcp(ctx: &mut Context<'_>) -> Outcome {
     let bound = expect(&qemu, "DHCP client bound to address", 0, deadline)?;
     // The prompt comes back after the lease line; typing earlier loses keys.
     std::thread::sleep(Duration::from_secs(1));
+    // The lease U-Boot took is for the MAC it used: unless that is the
+    // NIC's own, the manager's lease is another address than the one the
+    // forward points at (U-Boot's legacy virtio driver reads a wrong MAC).
+    qemu.send(b"printenv ethaddr\n")
+        .map_err(|err| err.to_string())?;
+    let mac = expect(&qemu, "ethaddr=", bound.index, deadline)?;
+    if !mac.text.ends_with(&format!("ethaddr={QEMU_NIC_MAC}")) {
+        return Err(format!(
+            "U-Boot used `{}`, not the NIC's {QEMU_NIC_MAC}: its DHCP lease holds the address \
+             the forward points at (docs/MANAGER.md, The NIC, whatever firmware did with it)",
+            mac.text
+        ));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     qemu.send(format!("booti {UBOOT_LOAD_ADDR:#x} - ${{fdtcontroladdr}}\n").as_bytes())
         .map_err(|err| err.to_string())?;
     expect(&qemu, "pinfold: Pinfold v", bound.index, deadline)?;
