@@ -37,7 +37,7 @@ use core::cell::RefCell;
 use core::fmt;
 use core::sync::atomic::Ordering;
 use pinfold_vboard::{
-    ExitClass, GUEST_UART_INTID, PPI_MAINTENANCE, PPI_PMU, PPI_PTIMER, PPI_VTIMER,
+    ExitClass, GUEST_UART_INTID, PPI_HYP_TIMER, PPI_MAINTENANCE, PPI_PMU, PPI_PTIMER, PPI_VTIMER,
 };
 
 /// The SGI other CPUs send after posting to this CPU's mailbox.
@@ -140,6 +140,22 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn log(&mut self, args: fmt::Arguments);
     /// An untagged `pinfold: ` line that tools read (the stats lines).
     fn report(&mut self, args: fmt::Arguments);
+    /// Wake this CPU's idle loop at counter value `at` (the EL2 timer,
+    /// PPI 26), or never. The wake-up only ends the idle loop's WFI.
+    fn set_wakeup(&mut self, at: Option<u64>) {
+        let _ = at;
+    }
+    /// Read `width` (1, 2, 4) bytes of PCI configuration space at host
+    /// physical address `pa`, inside a host bridge's ECAM window and
+    /// aligned (`pci::Ecam` checks both). Without one, nothing answers.
+    fn config_read(&mut self, pa: u64, width: u8) -> u32 {
+        let _ = pa;
+        u32::MAX >> (32 - 8 * u32::from(width.clamp(1, 4)))
+    }
+    /// Write PCI configuration space (as [`Hw::config_read`]).
+    fn config_write(&mut self, pa: u64, width: u8, value: u32) {
+        let _ = (pa, width, value);
+    }
 }
 
 /// The list registers of an [`Hw`], for `LrManager`.
@@ -462,6 +478,7 @@ pub fn handle_serror(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, esr: u6
         format_args!("SError/FIQ from guest (ESR {esr:#x}): partition stopped"),
     );
     sys.stop_partition(p, hw, cpu.index);
+    sys.schedule_restart(p, hw, "SError");
     Next::Stopped
 }
 
@@ -1066,6 +1083,15 @@ fn power_call(
                 p.name
             ));
             sys.stop_partition(p, hw, cpu.index);
+            sys.schedule_restart(p, hw, "powered off by the guest");
+            Next::Stopped
+        }
+        // The management partition's resets go through its restart
+        // policy too, so a manager that resets in a loop backs off.
+        Call::SystemReset if p.plan.management => {
+            hw.log(format_args!("partition {}: reset by the guest", p.name));
+            sys.stop_partition(p, hw, cpu.index);
+            sys.schedule_restart(p, hw, "reset by the guest");
             Next::Stopped
         }
         Call::SystemReset => {
@@ -1245,6 +1271,12 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
             hw.deactivate(intid);
             maintenance(sys, cpu, hw);
         }
+        PPI_HYP_TIMER => {
+            // The idle loop's wake-up (a scheduled restart): silenced here,
+            // `idle_work` decides and arms it again if still needed.
+            hw.set_wakeup(None);
+            hw.deactivate(intid);
+        }
         _ => match sys.spi_owner(intid) {
             Some(p) => passthrough_spi(sys, cpu, hw, p, intid),
             None => {
@@ -1349,7 +1381,14 @@ pub fn after_guest_irq(cpu: &mut CpuState) -> Next {
 }
 
 /// The idle loop's decision: which vCPU to enter, if a request says so.
+/// A restart the policy scheduled for a partition of this CPU is started
+/// first once it is due (the platform wakes the CPU then: [`idle_deadline`]).
 pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<Boot> {
+    let wakeup = sys.restart_due_on(cpu.index);
+    if wakeup.is_some() {
+        restart_if_due(sys, cpu, hw);
+        hw.set_wakeup(sys.restart_due_on(cpu.index));
+    }
     let req = cpu.public.take_requests();
     if req & (REQ_CPU_ON | REQ_START) == 0 {
         return None;
@@ -1381,6 +1420,34 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
         });
     }
     None
+}
+
+#[cold]
+#[inline(never)]
+fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
+    let now = hw.now();
+    for p in &sys.partitions {
+        if p.vcpus[0].pcpu != cpu.index || !p.plan.management {
+            continue;
+        }
+        if p.restart.lock(LockPath::Management).take_due(now) {
+            if !sys.wait_all_off(p, hw) {
+                hw.log(format_args!(
+                    "partition {}: a vCPU did not stop in time",
+                    p.name
+                ));
+            }
+            hw.log(format_args!("partition {}: restarting", p.name));
+            // Posts REQ_START to this CPU, taken right after.
+            let _ = sys.start_partition(p, hw, cpu.index);
+        }
+    }
+}
+
+/// When the idle loop of this CPU must wake on its own (counter value), if
+/// ever: a scheduled restart.
+pub fn idle_deadline(sys: &System, cpu: &CpuState) -> Option<u64> {
+    sys.restart_due_on(cpu.index)
 }
 
 /// Queue console input for `p` (host UART or management); returns how many

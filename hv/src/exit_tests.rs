@@ -1232,6 +1232,77 @@ fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
 }
 
 #[test]
+fn a_manager_that_powers_off_is_restarted_by_its_cpus_idle_loop_once_the_back_off_passed() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+    let mgmt = &sys.partitions[2];
+    let boots = mgmt.boot_count.load(Ordering::Relaxed);
+
+    let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+    put(sys, &mut cpu, &mut hw);
+
+    assert_eq!(next, Next::Stopped);
+    assert_eq!(mgmt.state(), State::Stopped);
+    assert!(
+        hw.log.iter().any(|l| l
+            == "report: mgmt stopped (powered off by the guest): restarting in 1 s (restart #1)"),
+        "{:?}",
+        hw.log
+    );
+    // The fake counter runs at 1 kHz: due 1000 ticks after the stop.
+    assert_eq!(idle_deadline(sys, &cpu), Some(hw.now + 1000));
+    hw.now += 999;
+    assert_eq!(idle_work(sys, &mut cpu, &mut hw), None, "restarted early");
+    assert_eq!(mgmt.state(), State::Stopped);
+    hw.now += 1;
+    let boot = idle_work(sys, &mut cpu, &mut hw).expect("boots vCPU 0");
+
+    assert_eq!(boot.id.partition, 2);
+    assert_eq!(mgmt.state(), State::Running);
+    assert_eq!(mgmt.boot_count.load(Ordering::Relaxed), boots + 1);
+    assert_eq!(idle_deadline(sys, &cpu), None);
+    assert_eq!(mgmt.restart.lock(LockPath::Management).restarts(), 1);
+}
+
+#[test]
+fn a_manager_reset_goes_through_the_back_off_and_an_ordinary_partitions_does_not() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+
+    let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_RESET as u64, 0, 0, 0]);
+
+    assert_eq!(next, Next::Stopped);
+    assert!(idle_deadline(sys, &cpu).is_some());
+    let mut hw2 = FakeHw::new();
+    let mut other = loaded_cpu(sys, &mut hw2, 3);
+    let (next, _) = hvc(sys, &mut other, &mut hw2, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+    assert_eq!(next, Next::Stopped);
+    assert_eq!(idle_deadline(sys, &other), None, "beta is not restarted");
+    assert!(hw2.log.iter().all(|l| !l.contains("restarting in")));
+}
+
+#[test]
+fn the_stats_line_shows_the_managers_report_and_restart_count() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    *sys.partitions[2].report.lock(LockPath::Management) =
+        (pinfold_abi::ManagerStatus::NoNetworkDevice, String::new());
+
+    sys.stats(&mut hw);
+
+    assert!(
+        hw.log
+            .iter()
+            .any(|l| l.starts_with("report: stats partition=mgmt ")
+                && l.ends_with(" manager=no-network-device restarts=0")),
+        "{:?}",
+        hw.log
+    );
+}
+
+#[test]
 fn smc_answers_not_supported_and_steps_over_it() {
     let sys = system();
     let mut hw = FakeHw::new();

@@ -32,7 +32,8 @@ use pinfold_abi::{
     encode_buffer_too_small, encode_error, encode_reply_vec, GuestBuffer, ABI_VERSION,
 };
 pub use pinfold_abi::{
-    AbiError, HostInfo, PartitionDetail, PartitionSummary, Request, Return, MAX_BUFFER_LEN,
+    AbiError, HostInfo, ManagerStatus, PartitionDetail, PartitionSummary, PciFunction, Request,
+    Return, MAX_BUFFER_LEN,
 };
 
 use crate::addr::{Ipa, IpaRange};
@@ -72,6 +73,11 @@ pub trait Manage {
     fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize>;
     /// SHA-256 of the REST API's bearer token.
     fn token_digest(&self) -> [u8; 32];
+    /// (2.1) The manager's state and a sentence about it (UTF-8, at most
+    /// `MAX_REPORT_LEN` bytes; invalid UTF-8 is replaced).
+    fn report(&mut self, status: ManagerStatus, detail: &[u8]);
+    /// (2.1) The functions behind the caller's host bridge.
+    fn pci_functions(&self) -> Vec<PciFunction>;
 }
 
 /// Handles one management hypercall: `regs` is the caller's X0..X5, the
@@ -122,6 +128,17 @@ fn handle(
             write_reply(mem, buf, &encode_reply_vec(&hv.partitions()))
         }
         Request::MgmtTokenDigest { buf } => write_reply(mem, buf, &hv.token_digest()),
+        Request::PciFunctions { buf } => {
+            write_reply(mem, buf, &encode_reply_vec(&hv.pci_functions()))
+        }
+        Request::MgmtReport { status, buf } => {
+            // `buf.len` is at most MAX_REPORT_LEN: Request::decode checked.
+            let mut detail = vec![0u8; buf.len as usize];
+            mem.read(Ipa(buf.ipa), &mut detail)
+                .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
+            hv.report(status, &detail);
+            Ok(Return::Done)
+        }
         Request::PartitionInfo { index, buf } => {
             let detail = hv.detail(index).ok_or(AbiError::NotFound)?;
             write_reply(mem, buf, &encode_reply_vec(&detail))
@@ -439,6 +456,25 @@ mod tests {
         fn token_digest(&self) -> [u8; 32] {
             [0x5a; 32]
         }
+
+        fn report(&mut self, status: ManagerStatus, detail: &[u8]) {
+            self.calls.push(alloc::format!(
+                "report {} {}",
+                status.name(),
+                String::from_utf8_lossy(detail)
+            ));
+        }
+
+        fn pci_functions(&self) -> Vec<PciFunction> {
+            vec![PciFunction {
+                bus: 0,
+                device: 1,
+                function: 0,
+                vendor_id: 0x8086,
+                device_id: 0x100e,
+                class: 0x020000,
+            }]
+        }
     }
 
     fn call(request: Request, mem: &mut FakeRam, hv: &mut FakeHv) -> Result<Return, CallError> {
@@ -473,6 +509,11 @@ mod tests {
                 index: ALPHA,
                 buf: b,
             },
+            Request::MgmtReport {
+                status: ManagerStatus::NoNetworkDevice,
+                buf: buf(BUF_IPA, 16),
+            },
+            Request::PciFunctions { buf: b },
         ]
     }
 
@@ -500,12 +541,67 @@ mod tests {
     }
 
     #[test]
-    fn abi_version_is_2_0() {
+    fn abi_version_is_2_1() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0002_0000, 0, 0]);
+        assert_eq!(x, [0, 0x0002_0001, 0, 0]);
+    }
+
+    #[test]
+    fn mgmt_report_hands_the_status_and_the_callers_sentence_to_the_hypervisor() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+        mem.put(BUF_IPA, b"no NIC here");
+
+        let ret = call(
+            Request::MgmtReport {
+                status: ManagerStatus::NoNetworkDevice,
+                buf: buf(BUF_IPA, 11),
+            },
+            &mut mem,
+            &mut hv,
+        );
+
+        assert_eq!(ret, Ok(Return::Done));
+        assert_eq!(hv.calls, ["report no-network-device no NIC here"]);
+    }
+
+    #[test]
+    fn mgmt_report_with_a_buffer_outside_the_callers_ram_is_refused_unheard() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+
+        let ret = call(
+            Request::MgmtReport {
+                status: ManagerStatus::Serving,
+                buf: buf(RAM_BASE + RAM_SIZE - 4, 16),
+            },
+            &mut mem,
+            &mut hv,
+        );
+
+        assert_eq!(ret, Err(CallError::Refused(AbiError::BadAddress)));
+        assert!(hv.calls.is_empty());
+    }
+
+    #[test]
+    fn pci_functions_are_written_as_postcard() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+
+        let ret = call(
+            Request::PciFunctions {
+                buf: buf(BUF_IPA, 4096),
+            },
+            &mut mem,
+            &mut hv,
+        );
+
+        let Ok(Return::Written(n)) = ret else {
+            panic!("{ret:?}")
+        };
+        let found: Vec<PciFunction> =
+            pinfold_abi::decode_reply(mem.at(BUF_IPA, n)).expect("decodes");
+        assert_eq!(found, hv.pci_functions());
     }
 
     #[test]

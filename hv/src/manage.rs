@@ -15,7 +15,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 use core::sync::atomic::Ordering;
-use pinfold_abi::{CpuOwner, ExitCounts, PartitionState, VcpuInfo, VcpuPower};
+use pinfold_abi::{
+    CpuOwner, ExitCounts, ManagerStatus, PartitionState, PciFunction, VcpuInfo, VcpuPower,
+};
 use pinfold_vboard::ExitClass;
 
 /// The management operations of one call.
@@ -188,5 +190,31 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
 
     fn token_digest(&self) -> [u8; 32] {
         *self.sys.token_digest()
+    }
+
+    fn report(&mut self, status: ManagerStatus, detail: &[u8]) {
+        let Some(p) = self.sys.partition_on(self.cpu.index) else {
+            return;
+        };
+        let detail = String::from_utf8_lossy(detail);
+        let detail = detail.trim_end();
+        let mut report = p.report.lock(LockPath::Management);
+        if report.0 == status && report.1 == detail {
+            return;
+        }
+        *report = (status, String::from(detail));
+        drop(report);
+        self.hw.borrow_mut().log(format_args!(
+            "partition {}: manager reports {}: {detail}",
+            p.name,
+            status.name()
+        ));
+    }
+
+    fn pci_functions(&self) -> Vec<PciFunction> {
+        self.sys
+            .partition_on(self.cpu.index)
+            .map(|p| p.pci_found.lock(LockPath::Management).clone())
+            .unwrap_or_default()
     }
 }

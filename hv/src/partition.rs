@@ -14,6 +14,7 @@ use crate::lockstat::{CountedLock, LockStat};
 use crate::memmap::FreeMemory;
 use crate::psci::VcpuPower;
 use crate::ratelimit::{FaultKind, FaultLog, Verdict};
+use crate::restart::RestartPolicy;
 use crate::stage2::{MemType, Stage2, Stage2Error, TableMemory};
 use crate::vgic::dist::VDist;
 use crate::vgic::sgi::SgiMap;
@@ -21,6 +22,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use pinfold_abi::{ManagerStatus, PciFunction};
 use pinfold_config::fit::{place_images, FitError, ImagePlacement, IMAGE_HEADER_LEN};
 use pinfold_config::{PartitionPlan, Plan};
 use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_RAM_BASE, GUEST_UART_INTID, RAM_ALIGN};
@@ -130,6 +132,14 @@ pub struct Partition {
     /// Guest faults contained (exact; only their log lines are limited).
     pub faults: AtomicU64,
     pub fault_log: FaultLog,
+    /// The manager's last MGMT_REPORT (status, sentence); reset to
+    /// `Starting` at every start.
+    pub report: CountedLock<(ManagerStatus, String)>,
+    /// When the management partition stops on its own it is restarted by
+    /// this policy (`System::schedule_restart`).
+    pub restart: CountedLock<RestartPolicy>,
+    /// The PCI functions found behind its host bridge at its last start.
+    pub pci_found: CountedLock<Vec<PciFunction>>,
 }
 
 /// Why a partition could not be set up.
@@ -304,6 +314,9 @@ impl Partition {
             boot_count: AtomicU64::new(0),
             faults: AtomicU64::new(0),
             fault_log: FaultLog::new(),
+            report: CountedLock::new((ManagerStatus::Starting, String::new()), stat),
+            restart: CountedLock::new(RestartPolicy::new(), stat),
+            pci_found: CountedLock::new(Vec::new(), stat),
         })
     }
 

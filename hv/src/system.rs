@@ -1,8 +1,10 @@
 //! The running system, built once at boot: the host description, the
 //! partitions, the public per-CPU state sized from the host's CPU count, the
 //! CPU and SPI ownership tables, the lock statistics, the boot entropy and
-//! the management token. Partition lifecycle (start, stop, restart) and the
-//! stats line are here; the platform holds one `&'static System`.
+//! the management token. Partition lifecycle (start, stop, restart; the
+//! PCI quiesce before a host-bridge owner starts, `pci`; the management
+//! partition's restart policy, `restart`) and the stats line are here; the
+//! platform holds one `&'static System`.
 
 use crate::dtb::HostInfo;
 use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
@@ -227,6 +229,28 @@ impl System {
         hw: &mut impl Hw,
         me: usize,
     ) -> Result<(), LoadError> {
+        if p.pcie.is_some() {
+            // Whatever firmware or the partition's previous run left
+            // running behind its host bridge is stopped and reset first:
+            // its drivers start from reset state, and no DMA runs into the
+            // RAM its images are about to be copied to.
+            if let Some(bridge) = self.host.pcie.as_ref() {
+                let found = crate::pci::quiesce_bridge(hw, &p.name, bridge);
+                *p.pci_found.lock(LockPath::Management) = found
+                    .iter()
+                    .map(|q| pinfold_abi::PciFunction {
+                        bus: q.bdf.bus,
+                        device: q.bdf.dev,
+                        function: q.bdf.func,
+                        vendor_id: q.vendor,
+                        device_id: q.device,
+                        class: q.class,
+                    })
+                    .collect();
+            }
+        }
+        *p.report.lock(LockPath::Management) =
+            (pinfold_abi::ManagerStatus::Starting, String::new());
         let now = hw.now();
         if let Err(e) = p.load(&self.plan, self.payload, hw, |salt| {
             self.next_seed(salt, now)
@@ -277,6 +301,34 @@ impl System {
         let _ = self.start_partition(p, hw, me);
     }
 
+    /// `p` stopped on its own (`why`): if it is the management partition,
+    /// its restart policy schedules a restart, which the idle loop of its
+    /// vCPU 0's CPU carries out (`exit::idle_work`).
+    pub fn schedule_restart(&self, p: &Partition, hw: &mut impl Hw, why: &str) {
+        if !p.plan.management {
+            return;
+        }
+        let d = p.restart.lock(LockPath::Management).stopped(
+            hw.now(),
+            p.started_at.load(Ordering::Relaxed),
+            hw.counter_frequency(),
+        );
+        hw.report(format_args!(
+            "{} stopped ({why}): restarting in {} s (restart #{})",
+            p.name, d.delay_s, d.restart
+        ));
+    }
+
+    /// The counter value at which a restart of a partition whose vCPU 0
+    /// runs on CPU `cpu` is due (the idle loop's wake-up).
+    pub fn restart_due_on(&self, cpu: usize) -> Option<u64> {
+        self.partitions
+            .iter()
+            .filter(|p| p.plan.management && p.vcpus[0].pcpu == cpu)
+            .filter_map(|p| p.restart.lock(LockPath::Management).due())
+            .min()
+    }
+
     /// Nanoseconds from counter value `start` to now.
     pub fn ns_since(&self, hw: &impl Hw, start: u64) -> u64 {
         let f = hw.counter_frequency() as u128;
@@ -303,8 +355,17 @@ impl System {
             self.locks.hot_total(),
         ));
         for p in &self.partitions {
+            let mut manager = String::new();
+            if p.plan.management {
+                let report = p.report.lock(LockPath::Management);
+                let restarts = p.restart.lock(LockPath::Management).restarts();
+                let _ = fmt::Write::write_fmt(
+                    &mut manager,
+                    format_args!(" manager={} restarts={restarts}", report.0.name()),
+                );
+            }
             hw.report(format_args!(
-                "stats partition={} state={} boots={} faults={}",
+                "stats partition={} state={} boots={} faults={}{manager}",
                 p.name,
                 p.state() as u8,
                 p.boot_count.load(Ordering::Relaxed),

@@ -172,4 +172,36 @@ impl Hw for PlatformHw {
     fn report(&mut self, args: fmt::Arguments) {
         log::print_fmt(None, args);
     }
+    fn set_wakeup(&mut self, at: Option<u64>) {
+        use aarch64_cpu::registers::{Writeable, CNTHP_CTL_EL2};
+        match at {
+            Some(at) => {
+                arch::regs::set_cnthp_cval_el2(at);
+                CNTHP_CTL_EL2.write(CNTHP_CTL_EL2::ENABLE::SET);
+            }
+            None => CNTHP_CTL_EL2.set(0),
+        }
+    }
+    fn config_read(&mut self, pa: u64, width: u8) -> u32 {
+        // SAFETY: the core asks only for aligned addresses inside the host
+        // bridge's ECAM window (pinfold_hv::pci::Ecam), which the EL2
+        // identity map covers as device memory.
+        unsafe {
+            match width {
+                1 => u32::from((pa as *const u8).read_volatile()),
+                2 => u32::from((pa as *const u16).read_volatile()),
+                _ => (pa as *const u32).read_volatile(),
+            }
+        }
+    }
+    fn config_write(&mut self, pa: u64, width: u8, value: u32) {
+        // SAFETY: as in `config_read`.
+        unsafe {
+            match width {
+                1 => (pa as *mut u8).write_volatile(value as u8),
+                2 => (pa as *mut u16).write_volatile(value as u16),
+                _ => (pa as *mut u32).write_volatile(value),
+            }
+        }
+    }
 }

@@ -37,7 +37,7 @@ use pinfold_hv::lockstat::{CountedLock, LockPath, LockStat};
 use pinfold_hv::memmap;
 use pinfold_hv::percpu::MAX_CPUS;
 use pinfold_hv::system::{BootInputs, System};
-use pinfold_vboard::{fid, same_cpu, PPI_MAINTENANCE};
+use pinfold_vboard::{fid, same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 // Linked for its memcpy/memset, which replace compiler_builtins' weak ones.
 use pinfold_mem as _;
 
@@ -94,6 +94,8 @@ fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
     use pinfold_hv::irqchip::PerCpuIrqChip;
     chip.apply_ppi(PpiStateChange::Enable(SGI_MAILBOX, true));
     chip.apply_ppi(PpiStateChange::Enable(PPI_MAINTENANCE, true));
+    // The EL2 timer wakes the idle loop for a scheduled restart.
+    chip.apply_ppi(PpiStateChange::Enable(PPI_HYP_TIMER, true));
     local.hw.chip = Some(chip);
 }
 

@@ -28,6 +28,8 @@
 //! | 7 | CONSOLE_READ      | index   | offset  | buf IPA | len | X1 = bytes, X2 = next, X3 = dropped |
 //! | 8 | CONSOLE_WRITE     | index   | buf IPA | buf len |     | X1 = bytes accepted         |
 //! | 9 | MGMT_TOKEN_DIGEST | buf IPA | buf len |         |     | X1 = 32 (SHA-256 written)   |
+//! | 10 | MGMT_REPORT      | status  | buf IPA | buf len |     | (2.1) the manager's state and a UTF-8 detail |
+//! | 11 | PCI_FUNCTIONS    | buf IPA | buf len |         |     | (2.1) X1 = bytes written    |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -64,7 +66,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 2, minor: 0 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 2, minor: 1 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -116,6 +118,82 @@ pub mod fid {
     /// hypervisor console): 32 bytes. The token itself never reaches the
     /// manager. (ABI 2.0: in 1.x this call returned the token.)
     pub const MGMT_TOKEN_DIGEST: u32 = BASE | 9;
+    /// (2.1) The manager says what state it is in ([`super::ManagerStatus`]
+    /// in X1) with a UTF-8 sentence in the buffer (at most
+    /// [`super::MAX_REPORT_LEN`] bytes), for the hypervisor's console and
+    /// stats line.
+    pub const MGMT_REPORT: u32 = BASE | 10;
+    /// (2.1) The PCI functions behind the caller's host bridge as the
+    /// hypervisor found them when it last quiesced the bridge
+    /// (`Vec<`[`super::PciFunction`]`>`).
+    pub const PCI_FUNCTIONS: u32 = BASE | 11;
+}
+
+/// Longest MGMT_REPORT detail the hypervisor keeps.
+pub const MAX_REPORT_LEN: u64 = 256;
+
+/// The management partition's own account of itself (MGMT_REPORT's X1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ManagerStatus {
+    /// Nothing reported since the partition (re)started.
+    Starting,
+    /// The REST API is listening.
+    Serving,
+    /// No network device the manager can drive: it stays up for its
+    /// console, without the API.
+    NoNetworkDevice,
+    /// Something else keeps the API down (the detail says what).
+    Failed,
+}
+
+impl ManagerStatus {
+    pub const ALL: [ManagerStatus; 4] = [
+        ManagerStatus::Starting,
+        ManagerStatus::Serving,
+        ManagerStatus::NoNetworkDevice,
+        ManagerStatus::Failed,
+    ];
+
+    pub const fn code(self) -> u64 {
+        match self {
+            ManagerStatus::Starting => 0,
+            ManagerStatus::Serving => 1,
+            ManagerStatus::NoNetworkDevice => 2,
+            ManagerStatus::Failed => 3,
+        }
+    }
+
+    pub const fn from_code(code: u64) -> Option<ManagerStatus> {
+        Some(match code {
+            0 => ManagerStatus::Starting,
+            1 => ManagerStatus::Serving,
+            2 => ManagerStatus::NoNetworkDevice,
+            3 => ManagerStatus::Failed,
+            _ => return None,
+        })
+    }
+
+    /// The word the stats line and the logs use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ManagerStatus::Starting => "starting",
+            ManagerStatus::Serving => "serving",
+            ManagerStatus::NoNetworkDevice => "no-network-device",
+            ManagerStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One PCI function behind a host bridge (PCI_FUNCTIONS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciFunction {
+    pub bus: u8,
+    pub device: u8,
+    pub function: u8,
+    pub vendor_id: u16,
+    pub device_id: u16,
+    /// Base class, subclass, programming interface.
+    pub class: u32,
 }
 
 /// SMCCC 1.3 SVE live-state hint (DEN0028 2.10): ignored by the callee.
@@ -291,6 +369,16 @@ pub enum Request {
     MgmtTokenDigest {
         buf: GuestBuffer,
     },
+    /// (2.1) The manager's state; the buffer holds a UTF-8 detail of at
+    /// most [`MAX_REPORT_LEN`] bytes.
+    MgmtReport {
+        status: ManagerStatus,
+        buf: GuestBuffer,
+    },
+    /// (2.1) The functions behind the caller's host bridge.
+    PciFunctions {
+        buf: GuestBuffer,
+    },
 }
 
 impl Request {
@@ -303,8 +391,10 @@ impl Request {
         let used = match fid {
             fid::ABI_VERSION => 0,
             fid::PARTITION_START | fid::PARTITION_STOP | fid::PARTITION_RESTART => 1,
-            fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN_DIGEST => 2,
-            fid::PARTITION_INFO | fid::CONSOLE_WRITE => 3,
+            fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN_DIGEST | fid::PCI_FUNCTIONS => {
+                2
+            }
+            fid::PARTITION_INFO | fid::CONSOLE_WRITE | fid::MGMT_REPORT => 3,
             fid::CONSOLE_READ => 4,
             _ => return Err(AbiError::NotSupported),
         };
@@ -329,6 +419,17 @@ impl Request {
             },
             fid::MGMT_TOKEN_DIGEST => Request::MgmtTokenDigest {
                 buf: buf(args[0], args[1])?,
+            },
+            fid::PCI_FUNCTIONS => Request::PciFunctions {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::MGMT_REPORT => Request::MgmtReport {
+                status: ManagerStatus::from_code(args[0]).ok_or(AbiError::InvalidParameters)?,
+                buf: if args[2] > MAX_REPORT_LEN {
+                    return Err(AbiError::InvalidParameters);
+                } else {
+                    buf(args[1], args[2])?
+                },
             },
             fid::PARTITION_INFO => Request::PartitionInfo {
                 index: index()?,
@@ -362,6 +463,15 @@ impl Request {
             Request::MgmtTokenDigest { buf } => {
                 [fid::MGMT_TOKEN_DIGEST as u64, buf.ipa, buf.len, 0, 0, 0]
             }
+            Request::PciFunctions { buf } => [fid::PCI_FUNCTIONS as u64, buf.ipa, buf.len, 0, 0, 0],
+            Request::MgmtReport { status, buf } => [
+                fid::MGMT_REPORT as u64,
+                status.code(),
+                buf.ipa,
+                buf.len,
+                0,
+                0,
+            ],
             Request::PartitionInfo { index, buf } => {
                 [fid::PARTITION_INFO as u64, i(index), buf.ipa, buf.len, 0, 0]
             }
@@ -392,6 +502,8 @@ impl Request {
             Request::HostInfo { buf }
             | Request::ListPartitions { buf }
             | Request::MgmtTokenDigest { buf }
+            | Request::PciFunctions { buf }
+            | Request::MgmtReport { buf, .. }
             | Request::PartitionInfo { buf, .. }
             | Request::ConsoleRead { buf, .. }
             | Request::ConsoleWrite { buf, .. } => Some(buf),
@@ -424,8 +536,10 @@ impl Request {
             Request::HostInfo { .. }
             | Request::ListPartitions { .. }
             | Request::PartitionInfo { .. }
+            | Request::PciFunctions { .. }
             | Request::MgmtTokenDigest { .. } => Return::Written(within(x[1])?),
-            Request::PartitionStart { .. }
+            Request::MgmtReport { .. }
+            | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. } => Return::Done,
             Request::ConsoleRead { .. } => Return::ConsoleRead {
@@ -681,6 +795,14 @@ mod tests {
                 buf: BUF,
             },
             Request::ConsoleWrite { index: 1, buf: BUF },
+            Request::MgmtReport {
+                status: ManagerStatus::NoNetworkDevice,
+                buf: GuestBuffer {
+                    ipa: BUF.ipa,
+                    len: 40,
+                },
+            },
+            Request::PciFunctions { buf: BUF },
         ]
     }
 
@@ -717,7 +839,7 @@ mod tests {
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0002_0000);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0002_0001);
     }
 
     #[test]
@@ -793,9 +915,42 @@ mod tests {
     }
 
     #[test]
+    fn mgmt_report_refuses_an_unknown_status_and_an_overlong_detail() {
+        assert_eq!(
+            Request::decode(&regs(fid::MGMT_REPORT, [4, BUF.ipa, 8, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+        assert_eq!(
+            Request::decode(&regs(
+                fid::MGMT_REPORT,
+                [2, BUF.ipa, MAX_REPORT_LEN + 1, 0, 0]
+            )),
+            Err(AbiError::InvalidParameters)
+        );
+        assert_eq!(
+            Request::decode(&regs(fid::MGMT_REPORT, [2, BUF.ipa, 8, 0, 0])),
+            Ok(Request::MgmtReport {
+                status: ManagerStatus::NoNetworkDevice,
+                buf: GuestBuffer {
+                    ipa: BUF.ipa,
+                    len: 8
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn manager_status_codes_round_trip() {
+        for status in ManagerStatus::ALL {
+            assert_eq!(ManagerStatus::from_code(status.code()), Some(status));
+        }
+        assert_eq!(ManagerStatus::from_code(4), None);
+    }
+
+    #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 10, [0; 5])),
+            Request::decode(&regs(fid::BASE | 12, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

@@ -251,7 +251,7 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
     assert_eq!(resp.content_type, "application/json");
     assert_eq!(
         body_json(&resp),
-        json!({"version":"0.1.0","abi_version":"2.0","gic_version":3,"cpu_count":4,
+        json!({"version":"0.1.0","abi_version":"2.1","gic_version":3,"cpu_count":4,
                "ram_bytes":2147483648u64,"uptime_ms":12345,
                "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
                        {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
@@ -1145,6 +1145,10 @@ mod hvc {
         fn token_digest(&self) -> [u8; 32] {
             token_digest(b"t")
         }
+        fn report(&mut self, _: pinfold_abi::ManagerStatus, _: &[u8]) {}
+        fn pci_functions(&self) -> Vec<pinfold_abi::PciFunction> {
+            Vec::new()
+        }
     }
 
     impl Hypercall for Machine {
@@ -1199,7 +1203,7 @@ mod hvc {
 
         let resp = r.handle(&get("/api/v1/host"));
 
-        assert_eq!(body_json(&resp)["abi_version"], "2.0");
+        assert_eq!(body_json(&resp)["abi_version"], "2.1");
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
     }
 

@@ -2,13 +2,24 @@
 //! tiny_http on the Hermit unikernel. Everything it knows it asks the
 //! hypervisor through management hypercalls (HVC); it never touches another
 //! partition's memory.
+//!
+//! It tells the hypervisor how it is (MGMT_REPORT: serving, or no network
+//! device it can drive, or another failure), and whatever happens to the
+//! API it keeps its console: a few line commands read from its UART
+//! (`help`, `status`, `poweroff`, `panic`). Without a supported NIC it
+//! lists the PCI functions it has (PCI_FUNCTIONS) and stays up for that
+//! console instead of exiting.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
-use pinfold_abi::{GuestBuffer, Request as AbiRequest, Return, MAX_BUFFER_LEN};
+use pinfold_abi::{
+    decode_reply, GuestBuffer, ManagerStatus, PciFunction, Request as AbiRequest, Return,
+    MAX_BUFFER_LEN, MAX_REPORT_LEN,
+};
 use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile, MAX_BODY_BYTES};
 use tiny_http::{Header, Response, Server};
 
@@ -54,24 +65,29 @@ impl Hvc {
     }
 }
 
+/// One HVC to Pinfold with X0..X5 = `regs`; X0..X3 back.
+fn hvc_call(regs: [u64; 6]) -> [u64; 4] {
+    let (mut x0, mut x1, mut x2, mut x3) = (regs[0], regs[1], regs[2], regs[3]);
+    // SAFETY: an SMCCC 1.1 call to the hypervisor: it reads x0-x5,
+    // writes x0-x3 and the buffer the call names (ours), and preserves the
+    // rest except x4-x17 which SMCCC allows it to clobber.
+    unsafe {
+        std::arch::asm!(
+            "hvc #0",
+            inout("x0") x0, inout("x1") x1, inout("x2") x2, inout("x3") x3,
+            inout("x4") regs[4] => _, inout("x5") regs[5] => _,
+            out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _,
+            out("x11") _, out("x12") _, out("x13") _, out("x14") _, out("x15") _,
+            out("x16") _, out("x17") _,
+            options(nostack)
+        );
+    }
+    [x0, x1, x2, x3]
+}
+
 impl Hypercall for Hvc {
     fn hvc(&mut self, regs: [u64; 6]) -> [u64; 4] {
-        let (mut x0, mut x1, mut x2, mut x3) = (regs[0], regs[1], regs[2], regs[3]);
-        // SAFETY: an SMCCC 1.1 call to the hypervisor: it reads x0-x5,
-        // writes x0-x3 and the buffer we named (ours), and preserves the
-        // rest except x4-x17 which SMCCC allows it to clobber.
-        unsafe {
-            std::arch::asm!(
-                "hvc #0",
-                inout("x0") x0, inout("x1") x1, inout("x2") x2, inout("x3") x3,
-                inout("x4") regs[4] => _, inout("x5") regs[5] => _,
-                out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _,
-                out("x11") _, out("x12") _, out("x13") _, out("x14") _, out("x15") _,
-                out("x16") _, out("x17") _,
-                options(nostack)
-            );
-        }
-        [x0, x1, x2, x3]
+        hvc_call(regs)
     }
 
     fn buffer_ipa(&self) -> u64 {
@@ -80,6 +96,171 @@ impl Hypercall for Hvc {
 
     fn buffer(&mut self) -> &mut [u8] {
         self.buf
+    }
+}
+
+/// The buffer of the calls made outside the router (MGMT_REPORT,
+/// PCI_FUNCTIONS). Like `HVC_BUFFER` it is in the image, so its address is
+/// its IPA.
+#[repr(C, align(4096))]
+struct SideBuffer([u8; 4096]);
+
+static SIDE_BUFFER: Mutex<SideBuffer> = Mutex::new(SideBuffer([0; 4096]));
+
+/// What the manager last told the hypervisor, for the console's `status`.
+static STATE: Mutex<(ManagerStatus, String)> = Mutex::new((ManagerStatus::Starting, String::new()));
+
+/// Tells the hypervisor (MGMT_REPORT) and remembers it for `status`.
+fn report(status: ManagerStatus, detail: &str) {
+    let mut cut = detail.len().min(MAX_REPORT_LEN as usize);
+    while !detail.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let detail = &detail[..cut];
+    if let Ok(mut state) = STATE.lock() {
+        *state = (status, detail.to_string());
+    }
+    let Ok(mut side) = SIDE_BUFFER.lock() else {
+        return;
+    };
+    side.0[..detail.len()].copy_from_slice(detail.as_bytes());
+    let request = AbiRequest::MgmtReport {
+        status,
+        buf: GuestBuffer {
+            ipa: side.0.as_ptr() as u64,
+            len: detail.len().max(1) as u64,
+        },
+    };
+    if let Err(err) = request.decode_return(&hvc_call(request.encode())) {
+        // A hypervisor older than ABI 2.1 does not know the call.
+        eprintln!("pinfold-manager: MGMT_REPORT refused: {err}");
+    }
+}
+
+/// The PCI functions behind our host bridge, as the hypervisor found them.
+fn pci_functions() -> Result<Vec<PciFunction>, String> {
+    let mut side = SIDE_BUFFER
+        .lock()
+        .map_err(|_| "buffer poisoned".to_string())?;
+    let request = AbiRequest::PciFunctions {
+        // The hypervisor writes through this address during the call.
+        buf: GuestBuffer {
+            ipa: side.0.as_mut_ptr() as u64,
+            len: side.0.len() as u64,
+        },
+    };
+    match request.decode_return(&hvc_call(request.encode())) {
+        Ok(Return::Written(n)) => {
+            decode_reply(&side.0[..n as usize]).map_err(|err| format!("PCI_FUNCTIONS: {err}"))
+        }
+        Ok(other) => Err(format!("PCI_FUNCTIONS: unexpected reply {other:?}")),
+        Err(err) => Err(format!("PCI_FUNCTIONS: {err}")),
+    }
+}
+
+/// The network devices Hermit 0.11 drives: virtio-net (transitional and
+/// modern, the first through our kernel patch) and the RTL8139.
+const SUPPORTED_NICS: [(u16, u16); 3] = [(0x1af4, 0x1000), (0x1af4, 0x1041), (0x10ec, 0x8139)];
+
+/// Why the API could not start: no NIC we drive (with every function
+/// found), or something else.
+fn diagnose(listen_error: &str) -> (ManagerStatus, String) {
+    match pci_functions() {
+        Ok(found)
+            if !found
+                .iter()
+                .any(|f| SUPPORTED_NICS.contains(&(f.vendor_id, f.device_id))) =>
+        {
+            let list: Vec<String> = found
+                .iter()
+                .map(|f| format!("{:04x}:{:04x}", f.vendor_id, f.device_id))
+                .collect();
+            (
+                ManagerStatus::NoNetworkDevice,
+                format!(
+                    "no supported network device (found {})",
+                    if list.is_empty() {
+                        "no PCI function".to_string()
+                    } else {
+                        list.join(" ")
+                    }
+                ),
+            )
+        }
+        Ok(_) => (
+            ManagerStatus::Failed,
+            format!("cannot listen on {LISTEN}: {listen_error}"),
+        ),
+        Err(err) => (
+            ManagerStatus::Failed,
+            format!("cannot listen on {LISTEN}: {listen_error} ({err})"),
+        ),
+    }
+}
+
+/// Where our loader maps the PL011 (manager/loader's `UART_VA`; the UART's
+/// offset in its page is 0 on QEMU virt).
+const UART_VA: usize = 0x1000;
+const UARTDR: usize = 0x000;
+const UARTFR: usize = 0x018;
+const UARTFR_RXFE: u32 = 1 << 4;
+
+/// One byte of console input, if the UART has one. Hermit 0.11 on aarch64
+/// has no console input, so the manager reads its (emulated) PL011 itself.
+fn uart_getc() -> Option<u8> {
+    // SAFETY: UART_VA is the PL011 our loader mapped as device memory and
+    // Hermit keeps mapped (it writes its output there); reading FR has no
+    // side effect and reading DR pops one received byte, which only this
+    // thread does.
+    unsafe {
+        let fr = ((UART_VA + UARTFR) as *const u32).read_volatile();
+        if fr & UARTFR_RXFE != 0 {
+            return None;
+        }
+        Some(((UART_VA + UARTDR) as *const u32).read_volatile() as u8)
+    }
+}
+
+/// The console: line commands on the UART, polled every 50 ms.
+fn console_loop() -> ! {
+    let mut line = Vec::new();
+    loop {
+        while let Some(byte) = uart_getc() {
+            match byte {
+                b'\r' | b'\n' => {
+                    let text = String::from_utf8_lossy(&line).trim().to_string();
+                    line.clear();
+                    if !text.is_empty() {
+                        console_command(&text);
+                    }
+                }
+                _ if line.len() < 128 => line.push(byte),
+                _ => {}
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn console_command(command: &str) {
+    match command {
+        "help" => println!(
+            "pinfold-manager: commands: help, status, poweroff (the hypervisor restarts the manager), panic (likewise)"
+        ),
+        "status" => {
+            let (status, detail) = STATE
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or((ManagerStatus::Failed, "state poisoned".into()));
+            println!("pinfold-manager: status: {}: {detail}", status.name());
+        }
+        "poweroff" => {
+            println!("pinfold-manager: powering off on request");
+            let _ = std::io::stdout().flush();
+            std::process::exit(0);
+        }
+        "panic" => panic!("pinfold-manager: panic requested on the console"),
+        other => println!("pinfold-manager: unknown command `{other}` (try help)"),
     }
 }
 
@@ -183,17 +364,32 @@ fn main() -> ExitCode {
         Some(digest),
         WEB_UI,
     )));
+    let console = thread::Builder::new()
+        .stack_size(WORKER_STACK_BYTES)
+        .spawn(|| console_loop());
+    if let Err(err) = console {
+        eprintln!("pinfold-manager: cannot start the console: {err}");
+    }
     let server = match Server::http(LISTEN) {
         Ok(server) => Arc::new(server),
         Err(err) => {
-            eprintln!("pinfold-manager: cannot listen on {LISTEN}: {err}");
-            return ExitCode::FAILURE;
+            // Not an exit: the partition stays up for its console, and the
+            // hypervisor shows why there is no API.
+            let (status, why) = diagnose(&err.to_string());
+            println!(
+                "pinfold-manager: {why}; the REST API is off, the console stays up (type help)"
+            );
+            report(status, &why);
+            loop {
+                thread::park();
+            }
         }
     };
     println!(
         "pinfold-manager: listening on {LISTEN} ({} web UI files)",
         WEB_UI.len()
     );
+    report(ManagerStatus::Serving, &format!("listening on {LISTEN}"));
     let mut workers = Vec::new();
     for _ in 1..WORKERS {
         let (server, router) = (server.clone(), router.clone());

@@ -69,6 +69,13 @@ pub fn set_vpidr_el2(v: u64) {
     unsafe { asm!("msr vpidr_el2, {}", in(reg) v, options(nomem, nostack)) };
 }
 
+/// CNTHP_CVAL_EL2, the EL2 physical timer's compare value (the idle loop's
+/// wake-up): aarch64-cpu 11 has CNTHP_CTL_EL2 but not this one.
+pub fn set_cnthp_cval_el2(v: u64) {
+    // SAFETY: the EL2 timer is the hypervisor's own; no guest uses it.
+    unsafe { asm!("msr cnthp_cval_el2, {}", in(reg) v, options(nomem, nostack)) };
+}
+
 pub fn tpidr_el2() -> u64 {
     TPIDR_EL2.get()
 }

@@ -240,6 +240,11 @@ pub fn check_error(reply: &Reply, status: u16, code: &str) -> Result<(), String>
     }
 }
 
+/// `GET /api/v1/partitions`'s body (200 or an error).
+pub fn list_partitions() -> Result<Value, String> {
+    call_json(&Request::get("/api/v1/partitions"), 200)
+}
+
 /// Checks that the partition list holds `name`, running, on exactly `cpus`.
 pub fn check_listed(list: &Value, name: &str, cpus: &[u64]) -> Result<(), String> {
     let partitions = list
@@ -405,6 +410,109 @@ pub fn api_list(stack: &mut Stack) -> Outcome {
         "first answer from the manager {:.1} s after QEMU start; alpha on [1], beta on [2, 3], both running",
         first.as_secs_f64()
     )])
+}
+
+/// The line the hypervisor prints when the management partition's restart
+/// policy takes over (`hv::system::System::schedule_restart`).
+const MGMT_STOPPED: &str = "pinfold: mgmt stopped (";
+
+/// Kills the manager through its own console (`poweroff`, typed through
+/// the API into its console input) and waits until the hypervisor has
+/// restarted it and the API answers again; returns the restart line, the
+/// time to the first answer after it, and the quiesce line of the restart.
+fn kill_manager(stack: &mut Stack, token: &str) -> Result<(Line, Duration, String), String> {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let from = stack.qemu.lines().len();
+    let body = r#"{"data":"poweroff\n"}"#;
+    // The manager may die before its answer leaves: the reply does not count.
+    let _ = http::send(
+        &authority(),
+        &Request::post("/api/v1/partitions/mgmt/console", Some(token), Some(body)),
+        REQUEST_TIMEOUT,
+    );
+    let stopped = stack.expect(MGMT_STOPPED, from, deadline)?;
+    let restarting = stack.expect("partition mgmt: restarting", stopped.index, deadline)?;
+    let quiesced = stack
+        .expect("partition mgmt: pci 00:01.0 ", restarting.index, deadline)?
+        .text;
+    stack.expect(
+        "[mgmt] pinfold-manager: listening",
+        restarting.index,
+        deadline,
+    )?;
+    loop {
+        match http::send(
+            &authority(),
+            &Request::get("/api/v1/partitions"),
+            Duration::from_secs(2),
+        ) {
+            Ok(reply) if reply.status == 200 => break,
+            _ if Instant::now() >= deadline => {
+                return Err("the API did not answer again after the manager's restart".into())
+            }
+            _ => std::thread::sleep(POLL),
+        }
+    }
+    let back = stack.qemu.started().elapsed().saturating_sub(stopped.at);
+    Ok((stopped, back, quiesced))
+}
+
+/// The management partition dies (its manager powers off, as a crashed
+/// Hermit does through its panic handler) and the hypervisor restarts it:
+/// the restart line with the back-off and the count, the NIC reset on the
+/// way (the previous run left it DRIVER_OK), the API answering again with
+/// the manager's boot count up by one; a second death waits twice as long.
+pub fn mgmt_restart(stack: &mut Stack) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let token = stack.token(deadline)?;
+    stack.first_answer()?;
+    let before = sample("mgmt")?;
+
+    let (first, back1, quiesced) = kill_manager(stack, &token)?;
+    if !first
+        .text
+        .ends_with("(powered off by the guest): restarting in 1 s (restart #1)")
+    {
+        return Err(format!("unexpected restart line `{}`", first.text));
+    }
+    // The previous run left the device live: a non-zero status, reset.
+    if !quiesced.contains(", virtio reset (status 0x") || quiesced.contains("(status 0x00 ") {
+        return Err(format!(
+            "the NIC the previous run left live was not reset before the restart: `{quiesced}`"
+        ));
+    }
+    let after = sample("mgmt")?;
+    if !after.running || after.boot_count != before.boot_count + 1 {
+        return Err(format!(
+            "after its restart mgmt should be running with boot_count {}: {after:?}",
+            before.boot_count + 1
+        ));
+    }
+    let (second, back2, _) = kill_manager(stack, &token)?;
+    if !second.text.ends_with("restarting in 2 s (restart #2)") {
+        return Err(format!(
+            "the second restart did not back off to 2 s: `{}`",
+            second.text
+        ));
+    }
+    Ok(vec![
+        format!(
+            "`{}`; API back {:.1} s after it",
+            first.text,
+            back1.as_secs_f64()
+        ),
+        format!("reset on the way: `{quiesced}`"),
+        format!(
+            "`{}`; API back {:.1} s after it",
+            second.text,
+            back2.as_secs_f64()
+        ),
+        format!(
+            "boot_count {} -> {}",
+            before.boot_count,
+            after.boot_count + 1
+        ),
+    ])
 }
 
 /// Check 2: restarting beta with the token boots it again (its console

@@ -54,7 +54,17 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// list to wake a task that is no longer in it. Waking a task that is
 /// already awake is now nothing (the waiter sees a wakeup, which futex
 /// callers must tolerate anyway) instead of a panic.
-const KERNEL_PATCHES: [(&str, &str, &str); 5] = [
+///
+/// The last two make the NIC's start independent of what firmware (or the
+/// manager's previous run) left in it. Hermit 0.11 writes device_status = 0
+/// and goes on at once, while virtio 1.x (4.1.4.3.2) requires the driver to
+/// wait until the reset reads back 0; and it programs the BARs with the
+/// function's decoding still on and then ORs its bits into COMMAND, so an
+/// INTx Disable (or a bus-master bit) firmware set would survive. Now
+/// COMMAND is cleared before the BARs move and the reset is waited for.
+/// (The hypervisor quiesces and resets the functions before the manager
+/// starts as well; these keep Hermit right on its own.)
+const KERNEL_PATCHES: [(&str, &str, &str); 7] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -84,10 +94,26 @@ const KERNEL_PATCHES: [(&str, &str, &str); 5] = [
         "\t\twithout_interrupts(|| {\n\t\t\tlet task = self.blocked_tasks.custom_wakeup(task);\n\t\t\tself.ready_queue.push(task);",
         "\t\twithout_interrupts(|| {\n\t\t\tif let Some(task) = self.blocked_tasks.custom_wakeup(task) {\n\t\t\t\tself.ready_queue.push(task);\n\t\t\t}",
     ),
+    (
+        "src/drivers/virtio/transport/pci.rs",
+        "\t\t\t.device_status()\n\t\t\t.write(DeviceStatus::empty());\n\t}",
+        "\t\t\t.device_status()\n\t\t\t.write(DeviceStatus::empty());\n\
+         \t\t// Pinfold: the reset is done once device_status reads back 0 (virtio 1.x 4.1.4.3.2).\n\
+         \t\twhile !self.com_cfg.as_ptr().device_status().read().is_empty() {\n\
+         \t\t\tcore::hint::spin_loop();\n\
+         \t\t}\n\t}",
+    ),
+    (
+        "src/arch/aarch64/kernel/pci.rs",
+        "\t\t\t\t\t\t\t// Initializes BARs\n\t\t\t\t\t\t\tlet mut cmd = CommandRegister::empty();",
+        "\t\t\t\t\t\t\t// Pinfold: from COMMAND's reset value, whatever firmware left: decoding off while the BARs move.\n\
+         \t\t\t\t\t\t\tdev.header().update_command(dev.access(), |_| CommandRegister::empty());\n\
+         \t\t\t\t\t\t\t// Initializes BARs\n\t\t\t\t\t\t\tlet mut cmd = CommandRegister::empty();",
+    ),
 ];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 2;
+const KERNEL_PATCH_REVISION: u32 = 3;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";

@@ -62,6 +62,10 @@ pub struct Extra {
     /// (`-bios`) and the address where QEMU places our image for it to
     /// start (`-device loader`).
     pub firmware: Option<(std::path::PathBuf, u64)>,
+    /// The management NIC's QEMU device model when the board has one;
+    /// `None` is `virtio-net-pci` (the one Hermit drives). `e1000` gives a
+    /// NIC the manager has no driver for.
+    pub nic_model: Option<String>,
     /// Network boot: the management NIC's user network serves this TFTP
     /// tree and names this boot file in its DHCP offers.
     pub netboot: Option<Netboot>,
@@ -108,6 +112,15 @@ pub enum UefiFirmware {
         vars: std::path::PathBuf,
     },
 }
+
+/// The management NIC unless an [`Extra`] names another model: a modern
+/// (non-transitional, 1af4:1041) virtio-net, the interface Hermit drives.
+/// With the default transitional device U-Boot 2023.01 binds its legacy
+/// virtio driver, which reads the MAC as 52:52:52:52:52:52: its `dhcp`
+/// then holds the user network's first lease (10.0.2.15, where hostfwd
+/// points) for a MAC the NIC does not have, and the manager, asking with
+/// the real MAC, is given 10.0.2.16 (docs/MANAGER.md).
+pub const DEFAULT_NIC_MODEL: &str = "virtio-net-pci,disable-legacy=on";
 
 /// The `-accel` value unless an [`Extra`] overrides it: one host thread per
 /// vCPU, so a four-CPU board boots in a reasonable time.
@@ -192,7 +205,9 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     }
     match &extra.netboot {
         None if board.nic => {
-            qemu.args(["-device", "virtio-net-pci,netdev=mgmt0"])
+            let model = extra.nic_model.as_deref().unwrap_or(DEFAULT_NIC_MODEL);
+            qemu.arg("-device")
+                .arg(format!("{model},netdev=mgmt0"))
                 .arg("-netdev")
                 .arg(netdev(manager_port()));
         }
@@ -272,11 +287,7 @@ mod tests {
         let args = args(&cmd);
         assert_eq!(
             value_after(&args, "-device").as_deref(),
-            Some("virtio-net-pci,netdev=mgmt0")
-        );
-        assert_eq!(
-            value_after(&args, "-device").as_deref(),
-            Some("virtio-net-pci,netdev=mgmt0")
+            Some("virtio-net-pci,disable-legacy=on,netdev=mgmt0")
         );
         assert_eq!(
             value_after(&args, "-netdev"),
@@ -361,6 +372,28 @@ mod tests {
             .unwrap_or_default()
             .contains("acpi"));
         assert_eq!(value_after(&args, "-bios"), None);
+    }
+
+    #[test]
+    fn nic_model_replaces_virtio_net_on_the_same_netdev() {
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: true,
+        };
+        let extra = Extra {
+            nic_model: Some("e1000".into()),
+            ..Extra::default()
+        };
+
+        let cmd = qemu_command(&board, Path::new("x.bin"), &extra);
+
+        let args = args(&cmd);
+        assert_eq!(
+            value_after(&args, "-device").as_deref(),
+            Some("e1000,netdev=mgmt0")
+        );
+        assert!(!args.iter().any(|a| a.contains("virtio-net")));
     }
 
     #[test]

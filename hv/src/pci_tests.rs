@@ -1,0 +1,468 @@
+use super::*;
+use alloc::collections::BTreeMap;
+use alloc::string::ToString;
+use alloc::vec;
+
+/// Counter ticks per millisecond of the fake clock (1 MHz).
+const TICKS_PER_MS: u64 = 1000;
+
+/// What a fake function does beyond plain registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    /// A virtio function with the common-config and PCI_CFG capabilities.
+    Virtio {
+        status: u8,
+        /// device_status keeps reading non-zero this many reads after the
+        /// reset write (a slow device).
+        slow_reads: u32,
+        /// It never resets (a broken device).
+        stuck: bool,
+    },
+    /// A PCIe function advertising FLR; `flr_at` once initiated.
+    Flr {
+        flr_at: Option<u64>,
+    },
+}
+
+struct Function {
+    regs: [u8; 4096],
+    kind: Kind,
+}
+
+#[derive(Default)]
+struct Fake {
+    functions: BTreeMap<Bdf, Function>,
+    clock: u64,
+    /// (function, offset, width, value) of every write, in order.
+    writes: Vec<(Bdf, u16, u8, u32)>,
+    /// Accesses to a function within 100 ms of its FLR.
+    early: u32,
+}
+
+const CAP_AT: u8 = 0x40;
+
+/// A capability for [`Function::caps`]: ID, length, (offset, width, value)
+/// writes into its body.
+type Cap<'a> = (u8, u8, &'a [(u16, u8, u32)]);
+
+impl Function {
+    fn new(vendor: u16, device: u16, class: u32, kind: Kind) -> Function {
+        let mut f = Function {
+            regs: [0; 4096],
+            kind,
+        };
+        f.put(0, 2, u32::from(vendor));
+        f.put(2, 2, u32::from(device));
+        f.put(CLASS_REV, 4, class << 8);
+        f
+    }
+
+    fn put(&mut self, offset: u16, width: u8, value: u32) {
+        for i in 0..width as usize {
+            self.regs[offset as usize + i] = (value >> (8 * i)) as u8;
+        }
+    }
+
+    fn get(&self, offset: u16, width: u8) -> u32 {
+        (0..width as usize).fold(0, |v, i| {
+            v | u32::from(self.regs[offset as usize + i]) << (8 * i)
+        })
+    }
+
+    /// Appends capabilities (id, length, body writes) as a linked list.
+    fn caps(mut self, caps: &[Cap<'_>]) -> Function {
+        let status = self.get(STATUS, 2) | STATUS_CAP_LIST;
+        self.put(STATUS, 2, status);
+        self.put(CAP_PTR, 1, u32::from(CAP_AT));
+        let mut at = u16::from(CAP_AT);
+        for (i, &(id, len, body)) in caps.iter().enumerate() {
+            let next = if i + 1 == caps.len() {
+                0
+            } else {
+                at + u16::from(len)
+            };
+            self.put(at, 1, u32::from(id));
+            self.put(at + 1, 1, u32::from(next));
+            for &(off, width, value) in body {
+                self.put(at + off, width, value);
+            }
+            at += u16::from(len);
+        }
+        self
+    }
+}
+
+/// A virtio-net function as QEMU's transitional virtio-net-pci presents
+/// it: MSI-X, then the virtio vendor capabilities (common config in BAR 4
+/// at 0, the PCI_CFG window).
+fn virtio_net(status: u8, msix_on: bool) -> Function {
+    Function::new(
+        0x1af4,
+        0x1000,
+        0x020000,
+        Kind::Virtio {
+            status,
+            slow_reads: 0,
+            stuck: false,
+        },
+    )
+    .caps(&[
+        (
+            CAP_MSIX as u8,
+            12,
+            &[(2, 2, if msix_on { MSIX_ENABLE | 2 } else { 2 })],
+        ),
+        (
+            CAP_VENDOR as u8,
+            16,
+            &[(2, 1, 16), (3, 1, VIRTIO_PCI_CAP_COMMON_CFG), (4, 1, 4)],
+        ),
+        (
+            CAP_VENDOR as u8,
+            20,
+            &[(2, 1, 20), (3, 1, VIRTIO_PCI_CAP_PCI_CFG)],
+        ),
+    ])
+}
+
+/// The common-config capability's offset in [`virtio_net`].
+const COMMON_AT: u16 = CAP_AT as u16 + 12;
+/// The PCI_CFG window's offset in [`virtio_net`].
+const WINDOW_AT: u16 = COMMON_AT + 16;
+
+fn flr_function(command: u16) -> Function {
+    let mut f = Function::new(0x8086, 0x10d3, 0x020000, Kind::Flr { flr_at: None }).caps(&[
+        (CAP_MSI as u8, 24, &[(2, 2, MSI_ENABLE)]),
+        (CAP_EXP as u8, 60, &[(4, 4, DEVCAP_FLR)]),
+    ]);
+    f.put(COMMAND, 2, u32::from(command));
+    f
+}
+
+const NIC: Bdf = Bdf {
+    bus: 0,
+    dev: 1,
+    func: 0,
+};
+
+impl Fake {
+    fn with(functions: Vec<(Bdf, Function)>) -> Fake {
+        Fake {
+            functions: functions.into_iter().collect(),
+            ..Fake::default()
+        }
+    }
+
+    fn status(&self, bdf: Bdf) -> u8 {
+        match self.functions[&bdf].kind {
+            Kind::Virtio { status, .. } => status,
+            _ => panic!("not virtio"),
+        }
+    }
+
+    fn command(&self, bdf: Bdf) -> u32 {
+        self.functions[&bdf].get(COMMAND, 2)
+    }
+
+    /// Whether the PCI_CFG window of `f` points at device_status.
+    fn window_on_status(f: &Function) -> bool {
+        let bar = f.get(WINDOW_AT + VIRTIO_CAP_BAR, 1);
+        let offset = f.get(WINDOW_AT + VIRTIO_CAP_OFFSET, 4);
+        bar == f.get(COMMON_AT + VIRTIO_CAP_BAR, 1)
+            && offset == f.get(COMMON_AT + VIRTIO_CAP_OFFSET, 4) + VIRTIO_DEVICE_STATUS
+    }
+
+    fn in_flr_wait(&self, f: &Function) -> bool {
+        matches!(f.kind, Kind::Flr { flr_at: Some(t) } if self.clock < t + FLR_WAIT_MS * TICKS_PER_MS)
+    }
+}
+
+impl ConfigSpace for Fake {
+    fn read(&mut self, bdf: Bdf, offset: u16, width: u8) -> u32 {
+        assert_eq!(offset % u16::from(width), 0, "unaligned read");
+        let early = self
+            .functions
+            .get(&bdf)
+            .is_some_and(|f| self.in_flr_wait(f));
+        let Some(f) = self.functions.get_mut(&bdf) else {
+            return u32::MAX >> (32 - 8 * u32::from(width));
+        };
+        if early {
+            // The PCIe base specification: no configuration request for
+            // 100 ms after Initiate FLR. Not ready: reads give all ones.
+            self.early += 1;
+            return u32::MAX >> (32 - 8 * u32::from(width));
+        }
+        let on_status = Fake::window_on_status(f);
+        if let Kind::Virtio {
+            status, slow_reads, ..
+        } = &mut f.kind
+        {
+            if offset == WINDOW_AT + VIRTIO_CFG_DATA && on_status {
+                if *status == 0 && *slow_reads > 0 {
+                    // Reset requested, not finished yet.
+                    *slow_reads -= 1;
+                    return 0x0f;
+                }
+                return u32::from(*status);
+            }
+        }
+        f.get(offset, width)
+    }
+
+    fn write(&mut self, bdf: Bdf, offset: u16, width: u8, value: u32) {
+        assert_eq!(offset % u16::from(width), 0, "unaligned write");
+        self.writes.push((bdf, offset, width, value));
+        let early = self
+            .functions
+            .get(&bdf)
+            .is_some_and(|f| self.in_flr_wait(f));
+        if early {
+            self.early += 1;
+        }
+        let clock = self.clock;
+        let Some(f) = self.functions.get_mut(&bdf) else {
+            return;
+        };
+        let on_status = Fake::window_on_status(f);
+        match &mut f.kind {
+            Kind::Virtio { status, stuck, .. }
+                if offset == WINDOW_AT + VIRTIO_CFG_DATA && on_status =>
+            {
+                if value == 0 && !*stuck {
+                    *status = 0;
+                }
+                return;
+            }
+            Kind::Flr { flr_at } if offset == 0x40 + 24 + EXP_DEVCTL && value & DEVCTL_FLR != 0 => {
+                *flr_at = Some(clock);
+                // The reset state: decoding, bus mastering and MSI off.
+                f.put(COMMAND, 2, 0);
+                f.put(0x40 + 2, 2, 0);
+                return;
+            }
+            _ => {}
+        }
+        f.put(offset, width, value);
+    }
+
+    fn now(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn frequency(&self) -> u64 {
+        TICKS_PER_MS * 1000
+    }
+}
+
+#[test]
+fn a_virtio_nic_firmware_left_running_is_stopped_then_reset() {
+    let mut nic = virtio_net(0x0f, false);
+    nic.put(COMMAND, 2, 0x0007);
+    let mut fake = Fake::with(vec![(NIC, nic)]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    assert_eq!(done.len(), 1);
+    let q = &done[0];
+    assert_eq!((q.vendor, q.device, q.command), (0x1af4, 0x1000, 0x0007));
+    assert_eq!(
+        q.reset,
+        ResetDone::Virtio {
+            status: 0x0f,
+            done: true
+        }
+    );
+    assert!(q.is_reset());
+    assert_eq!(fake.status(NIC), 0);
+    assert_eq!(fake.command(NIC), 0);
+    // Bus mastering went off before the device was told anything.
+    let first = fake.writes[0];
+    assert_eq!((first.1, first.3), (COMMAND, 0));
+    let reset_write = fake
+        .writes
+        .iter()
+        .position(|w| w.1 == WINDOW_AT + VIRTIO_CFG_DATA)
+        .expect("a device_status write");
+    assert!(reset_write > 0);
+    assert_eq!(fake.writes[reset_write].3, 0);
+}
+
+#[test]
+fn msix_left_enabled_by_firmware_is_disabled_so_intx_works() {
+    let mut fake = Fake::with(vec![(NIC, virtio_net(0x0f, true))]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    assert!(done[0].msix_was_on);
+    assert_eq!(
+        fake.functions[&NIC].get(CAP_AT as u16 + 2, 2) & MSIX_ENABLE,
+        0
+    );
+}
+
+#[test]
+fn intx_disable_left_by_firmware_is_cleared() {
+    let mut nic = virtio_net(0, false);
+    nic.put(COMMAND, 2, 0x0406);
+    let mut fake = Fake::with(vec![(NIC, nic)]);
+
+    quiesce_all(&mut fake, (0, 0));
+
+    assert_eq!(fake.command(NIC), 0);
+}
+
+#[test]
+fn a_slow_virtio_reset_is_waited_for_until_it_reads_zero() {
+    let mut nic = virtio_net(0x0f, false);
+    nic.kind = Kind::Virtio {
+        status: 0x0f,
+        slow_reads: 50,
+        stuck: false,
+    };
+    let mut fake = Fake::with(vec![(NIC, nic)]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    assert_eq!(
+        done[0].reset,
+        ResetDone::Virtio {
+            status: 0x0f,
+            done: true
+        }
+    );
+}
+
+#[test]
+fn a_virtio_device_that_never_resets_is_reported_not_hung_on() {
+    let mut nic = virtio_net(0x0f, false);
+    nic.kind = Kind::Virtio {
+        status: 0x0f,
+        slow_reads: 0,
+        stuck: true,
+    };
+    let mut fake = Fake::with(vec![(NIC, nic)]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    assert_eq!(
+        done[0].reset,
+        ResetDone::Virtio {
+            status: 0x0f,
+            done: false
+        }
+    );
+    assert!(!done[0].is_reset());
+    // Gave up after the 100 ms bound, not much later.
+    assert!(done[0].ticks <= (VIRTIO_RESET_MS + 5) * TICKS_PER_MS);
+    assert!(done[0].to_string().contains("did NOT read back 0"));
+}
+
+#[test]
+fn flr_is_preferred_and_the_function_is_left_alone_for_100_ms() {
+    let bdf = Bdf {
+        bus: 0,
+        dev: 2,
+        func: 0,
+    };
+    let mut fake = Fake::with(vec![(bdf, flr_function(0x0006))]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    let q = &done[0];
+    assert_eq!(q.reset, ResetDone::Flr { ready: true });
+    assert!(q.msi_was_on);
+    assert_eq!(fake.early, 0, "accessed during the FLR wait");
+    assert!(q.ticks >= FLR_WAIT_MS * TICKS_PER_MS, "{} ticks", q.ticks);
+    assert_eq!(fake.command(bdf), 0);
+    assert!(q.to_string().contains("function level reset"));
+}
+
+#[test]
+fn a_nic_without_any_reset_method_still_loses_bus_mastering() {
+    let e1000 = Bdf {
+        bus: 0,
+        dev: 1,
+        func: 0,
+    };
+    let mut f = Function::new(0x8086, 0x100e, 0x020000, Kind::Plain);
+    f.put(COMMAND, 2, 0x0107);
+    let mut fake = Fake::with(vec![(e1000, f)]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    assert_eq!(done[0].reset, ResetDone::NoMethod);
+    assert_eq!(fake.command(e1000), 0);
+    assert!(done[0].to_string().contains("no reset method"));
+}
+
+#[test]
+fn bridges_are_left_alone_and_absent_functions_skipped() {
+    let host_bridge = Bdf {
+        bus: 0,
+        dev: 0,
+        func: 0,
+    };
+    let mut hb = Function::new(0x1b36, 0x0008, 0x060000, Kind::Plain);
+    hb.put(COMMAND, 2, 0x0006);
+    let mut fake = Fake::with(vec![(host_bridge, hb), (NIC, virtio_net(0, false))]);
+
+    let done = quiesce_all(&mut fake, (0, 3));
+
+    assert_eq!(
+        done.iter().map(|q| q.bdf).collect::<Vec<_>>(),
+        vec![host_bridge, NIC]
+    );
+    assert_eq!(done[0].reset, ResetDone::Bridge);
+    assert_eq!(fake.command(host_bridge), 0x0006);
+    assert!(fake.writes.iter().all(|w| w.0 != host_bridge));
+}
+
+#[test]
+fn functions_1_to_7_are_scanned_only_when_function_0_is_multi_function() {
+    let f = |func| Bdf {
+        bus: 1,
+        dev: 3,
+        func,
+    };
+    let plain = |multi: bool| {
+        let mut x = Function::new(0x8086, 0x1234, 0x020000, Kind::Plain);
+        if multi {
+            x.put(HEADER_TYPE, 1, HEADER_MULTI_FUNCTION);
+        }
+        x
+    };
+    let mut single = Fake::with(vec![(f(0), plain(false)), (f(5), plain(false))]);
+    let mut multi = Fake::with(vec![(f(0), plain(true)), (f(5), plain(false))]);
+
+    assert_eq!(quiesce_all(&mut single, (0, 1)).len(), 1);
+    assert_eq!(quiesce_all(&mut multi, (0, 1)).len(), 2);
+}
+
+#[test]
+fn a_looping_capability_list_ends() {
+    let mut f = Function::new(0x8086, 0x1234, 0x020000, Kind::Plain);
+    f.put(STATUS, 2, STATUS_CAP_LIST);
+    f.put(CAP_PTR, 1, 0x40);
+    f.put(0x40, 2, 0x4000 | CAP_MSI);
+    let mut fake = Fake::with(vec![(NIC, f)]);
+
+    let done = quiesce_all(&mut fake, (0, 0));
+
+    assert_eq!(done.len(), 1);
+}
+
+#[test]
+fn ecam_offsets_follow_bus_device_function() {
+    let bdf = Bdf {
+        bus: 3,
+        dev: 0x1f,
+        func: 7,
+    };
+
+    assert_eq!(bdf.ecam_offset(0), 0x3_0000 << 4 | 0x1f << 15 | 7 << 12);
+    assert_eq!(bdf.ecam_offset(2), 1 << 20 | 0x1f << 15 | 7 << 12);
+    assert_eq!(bdf.to_string(), "03:1f.7");
+}
