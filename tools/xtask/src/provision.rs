@@ -49,6 +49,14 @@ pub const BARE_TARGET: &str = "aarch64-unknown-none-softfloat";
 /// The meta package that names the current Debian cloud kernel for arm64.
 const KERNEL_META: &str = "linux-image-cloud-arm64:arm64";
 const BUSYBOX_PACKAGE: &str = "busybox-static:arm64";
+/// Debian's signed arm64 GRUB, pinned: its monolithic netboot image
+/// (grubnetaa64.efi: tftp, efinet, linux and normal built in, prefix
+/// `/grub`) is what the `pxe-grub` test PXE-boots. Debian's GRUB 2.06 has
+/// no LoadFile2 initrd; the test proves the DT-table path it uses instead.
+pub const GRUB_PACKAGE: &str = "grub-efi-arm64-signed";
+pub const GRUB_VERSION: &str = "1+2.06+13+deb12u2";
+/// The netboot image inside the package.
+const GRUB_NETBOOT_MEMBER: &str = "./usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed";
 /// Bumped when the initramfs layout changes, so old archives are rebuilt.
 const INITRAMFS_LAYOUT: u32 = 3;
 
@@ -126,13 +134,7 @@ impl Provisioner {
         if let (Some(kernel), Some(busybox)) = cached(cache)? {
             return Ok((kernel, busybox));
         }
-        let foreign = cmd::stdout_of(Command::new("dpkg").arg("--print-foreign-architectures"))?;
-        if !foreign.lines().any(|arch| arch.trim() == "arm64") {
-            cmd::run(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
-            // The package lists predate arm64: they must be fetched again.
-            self.apt_updated = false;
-            self.apt_update()?;
-        }
+        self.arm64_lists()?;
         // Try with the lists we have; stale lists name files the mirror no
         // longer has, so refresh once and retry before giving up.
         match self.download_guest_debs(cache) {
@@ -166,6 +168,58 @@ impl Provisioner {
                 .current_dir(cache)
                 .args(["download", &kernel, BUSYBOX_PACKAGE]),
         )
+    }
+
+    /// Debian's GRUB netboot image for arm64 (`GRUB_PACKAGE` at
+    /// `GRUB_VERSION`), downloaded once into target/guest/cache and
+    /// extracted to target/guest/grub/grubnetaa64.efi.
+    pub fn grub_netboot(&mut self, ws: &Workspace) -> Result<PathBuf, XtaskError> {
+        let cache = ws.root.join("target/guest/cache");
+        fs::create_dir_all(&cache).context(|| format!("creating {}", cache.display()))?;
+        // apt-get download names the file with the version's colon as %3a.
+        let file = format!(
+            "{GRUB_PACKAGE}_{}_arm64.deb",
+            GRUB_VERSION.replace(':', "%3a")
+        );
+        let deb = cache.join(&file);
+        if !deb.exists() {
+            self.arm64_lists()?;
+            let wanted = format!("{GRUB_PACKAGE}:arm64={GRUB_VERSION}");
+            eprintln!("xtask: downloading {wanted} into {}", cache.display());
+            let download = || cmd::run(apt_get().current_dir(&cache).args(["download", &wanted]));
+            match download() {
+                Ok(()) => {}
+                Err(_) if !self.apt_updated => {
+                    self.apt_update()?;
+                    download()?;
+                }
+                Err(err) => return Err(err),
+            }
+            if !deb.exists() {
+                return Err(XtaskError::Provision(format!(
+                    "apt-get download {wanted} left no {}",
+                    deb.display()
+                )));
+            }
+        }
+        let dir = ws.root.join("target/guest/grub");
+        let unpacked = dir.join(&GRUB_NETBOOT_MEMBER[2..]);
+        extract_once(&deb, &dir, GRUB_NETBOOT_MEMBER, &unpacked)?;
+        let out = dir.join("grubnetaa64.efi");
+        fs::copy(&unpacked, &out).context(|| format!("copying {}", unpacked.display()))?;
+        Ok(out)
+    }
+
+    /// Makes arm64 a dpkg architecture with package lists, once.
+    fn arm64_lists(&mut self) -> Result<(), XtaskError> {
+        let foreign = cmd::stdout_of(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+        if !foreign.lines().any(|arch| arch.trim() == "arm64") {
+            cmd::run(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+            // The package lists predate arm64: they must be fetched again.
+            self.apt_updated = false;
+            self.apt_update()?;
+        }
+        Ok(())
     }
 
     /// Installs Chromium for the web UI's browser test if it is missing.

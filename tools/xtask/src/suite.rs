@@ -39,7 +39,7 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing.
-const CASES: [Case; 16] = [
+const CASES: [Case; 17] = [
     Case {
         name: "host",
         tier: 1,
@@ -141,6 +141,12 @@ const CASES: [Case; 16] = [
         tier: 2,
         shares_default: false,
         run: |ctx| deploy_checks::uefi_el1(ctx.deploy()),
+    },
+    Case {
+        name: "pxe-grub",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| deploy_checks::pxe_grub(ctx.deploy()),
     },
 ];
 
