@@ -525,6 +525,7 @@ pub fn pxe_grub(d: Deploy<'_, '_>) -> Outcome {
             handed.at.as_secs_f64(),
             first.as_secs_f64()
         ),
+        format!("`{}`", described.text.trim()),
         format!("`{}`", fetched.text.trim()),
         format!("`{}`", handed.text.trim()),
         format!(
