@@ -1482,6 +1482,22 @@ mod tests {
         assert_eq!(chosen_initrd(QEMU_VIRT), Ok(None));
     }
 
+    /// The DT configuration table Debian's GRUB 2.06 (2.06-13+deb12u2,
+    /// grubnetaa64.efi) installed on QEMU virt under edk2 with ACPI, captured
+    /// by the `pxe-grub` test's boot: the root's #address-cells and
+    /// #size-cells, and /chosen with the initrd and nothing else.
+    static GRUB_ACPI: &[u8] = include_bytes!("testdata/grub-2.06-deb12u2-acpi.dtb");
+
+    #[test]
+    fn debian_grub_dt_on_an_acpi_machine_carries_only_the_initrd() {
+        assert_eq!(
+            chosen_initrd(GRUB_ACPI),
+            Ok(Some((0x9abf_0000, 0x9c8f_e42a - 0x9abf_0000)))
+        );
+        assert!(!describes_hardware(GRUB_ACPI));
+        assert!(parse_host_dtb(GRUB_ACPI).is_err());
+    }
+
     #[test]
     fn qemu_virt_dt_describes_the_hardware() {
         assert!(describes_hardware(QEMU_VIRT));

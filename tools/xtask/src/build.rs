@@ -89,6 +89,12 @@ impl<'w> Builder<'w> {
         Ok(Built { image: out, board })
     }
 
+    /// Debian's arm64 GRUB netboot image (the `pxe-grub` test's DHCP boot
+    /// file), provisioned once.
+    pub fn grub_netboot(&mut self) -> Result<PathBuf, XtaskError> {
+        self.provisioner.grub_netboot(self.ws)
+    }
+
     /// The generic image every server boots, with no plan of its own:
     /// `target/pinfold/pinfold.efi`. Plans travel beside it as signed
     /// bundles ([`Builder::bundle`]).

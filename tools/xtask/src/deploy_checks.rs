@@ -2,7 +2,8 @@
 //! host's signed boot bundle from the tree `cargo xtask pxe` writes, over
 //! QEMU's user-network TFTP, with no keystroke; and the hypervisor refuses
 //! a bundle that was changed. UEFI (edk2) starts the same image as an EFI
-//! application over PXE and over HTTP boot.
+//! application over PXE and over HTTP boot; Debian's GRUB 2.06 netboot
+//! image loads it with its bundle on an ACPI machine.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -400,4 +401,133 @@ pub fn uefi_el1(d: Deploy<'_, '_>) -> Outcome {
         refused.text.trim(),
         failed.text.trim()
     )])
+}
+
+/// The DHCP boot file of the GRUB test, in the tree.
+const GRUB_BOOT_FILE: &str = "grubnetaa64.efi";
+
+/// Tier 2: edk2 on an ACPI machine (QEMU `virt` as edk2 describes it, no
+/// DT table) PXE-boots Debian's arm64 GRUB 2.06 netboot image, which reads
+/// the tree's grub/grub.cfg, goes to host A's own grub.cfg-01-<mac>,
+/// `linux`-loads the generic image and `initrd`-loads A's bundle. That
+/// GRUB has no LoadFile2: it hands the initrd over in a DT configuration
+/// table it makes with only /chosen. The image must take the bundle from
+/// that /chosen and the hardware from ACPI; the plan boots and the API
+/// answers to A's token.
+pub fn pxe_grub(d: Deploy<'_, '_>) -> Outcome {
+    let grub = d
+        .builder
+        .grub_netboot()
+        .map_err(|err| format!("Debian's arm64 GRUB: {err}"))?;
+    let tree = tree(d.ws, d.builder, d.tree)?;
+    let a = bundle_for(tree, HOST_A)?;
+    let token = a
+        .token
+        .clone()
+        .ok_or("cargo xtask pxe made no token for the default plan")?;
+    std::fs::copy(&grub, tree.dir.join(GRUB_BOOT_FILE))
+        .map_err(|e| format!("copying {} into the tree: {e}", grub.display()))?;
+    api_checks::port_is_free()?;
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
+            acpi: true,
+            el2: true,
+        }),
+        netboot: Some(Netboot {
+            tftp: tree.dir.clone(),
+            bootfile: GRUB_BOOT_FILE.into(),
+            mac: HOST_A.into(),
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let welcome = expect(&qemu, "Welcome to GRUB!", 0, deadline)?;
+    // Only host A's own file has this title; grub.cfg's is "(default)".
+    let title = pxe::grub_title(Some(mac(HOST_A)));
+    let booting = expect(
+        &qemu,
+        &format!("Booting `{title}'"),
+        welcome.index,
+        deadline,
+    )?;
+    let entered = expect(&qemu, "UEFI application at EL2", booting.index, deadline)?;
+    let described = expect(
+        &qemu,
+        "Pinfold: host described by ACPI (RSDP at ",
+        entered.index,
+        deadline,
+    )?;
+    if !described.text.contains(" only for /chosen") {
+        return Err(format!(
+            "GRUB installed no DT configuration table (or one describing hardware): `{}`",
+            described.text
+        ));
+    }
+    let fetched = expect(
+        &qemu,
+        "Pinfold: boot bundle from ",
+        described.index,
+        deadline,
+    )?;
+    let wanted = "from the DT's /chosen initrd: ";
+    let size = format!(" ({} bytes)", a.size);
+    if !fetched.text.contains(wanted) || !fetched.text.contains(&size) {
+        return Err(format!(
+            "the image did not take host A's bundle from GRUB's /chosen (`{wanted}...{size}`): `{}`",
+            fetched.text
+        ));
+    }
+    let handed = expect(
+        &qemu,
+        "pinfold: booted from UEFI: host from ACPI (RSDP at ",
+        fetched.index,
+        deadline,
+    )?;
+    // A refusal ends the boot with "...: halting": fail on it at once.
+    let opened = qemu
+        .wait_for(
+            "`pinfold: boot bundle: ` (or a refusal)",
+            handed.index,
+            deadline,
+            |line| {
+                line.contains("pinfold: boot bundle: ") || line.trim_end().ends_with(": halting")
+            },
+        )
+        .map_err(|err| err.to_string())?;
+    if !opened
+        .text
+        .contains(&format!("boot bundle: {} bytes", a.size))
+    {
+        return Err(format!(
+            "the hypervisor did not open the bundle GRUB loaded: `{}`",
+            opened.text
+        ));
+    }
+    for name in ["alpha", "beta"] {
+        expect(
+            &qemu,
+            &format!("[{name}] PINFOLD-GUEST-UP name={name} "),
+            opened.index,
+            deadline,
+        )?;
+    }
+    let mut stack = Stack::with_token(qemu, token);
+    let first = api_checks::token_accepted(&mut stack)?;
+    Ok(vec![
+        format!(
+            "GRUB {:.1} s, image entered {:.1} s, hypervisor {:.1} s, API answered host A's \
+             token {:.1} s after QEMU start",
+            welcome.at.as_secs_f64(),
+            entered.at.as_secs_f64(),
+            handed.at.as_secs_f64(),
+            first.as_secs_f64()
+        ),
+        format!("`{}`", described.text.trim()),
+        format!("`{}`", fetched.text.trim()),
+        format!("`{}`", handed.text.trim()),
+        format!("{} ({GRUB_BOOT_FILE})", crate::provision::GRUB_PACKAGE),
+    ])
 }

@@ -49,6 +49,17 @@ pub const BARE_TARGET: &str = "aarch64-unknown-none-softfloat";
 /// The meta package that names the current Debian cloud kernel for arm64.
 const KERNEL_META: &str = "linux-image-cloud-arm64:arm64";
 const BUSYBOX_PACKAGE: &str = "busybox-static:arm64";
+/// Debian's signed arm64 GRUB: its monolithic netboot image
+/// (grubnetaa64.efi: tftp, efinet, linux and normal built in, prefix
+/// `/grub`) is what the `pxe-grub` test PXE-boots. Debian's GRUB 2.06 has
+/// no LoadFile2 initrd; the test proves the DT-table path it uses instead.
+/// `GRUB_VERSION` is the one the test was written against and is fetched
+/// first; when bookworm's mirror has dropped it for a newer point release,
+/// the current one is fetched instead (and named in the test's notes).
+pub const GRUB_PACKAGE: &str = "grub-efi-arm64-signed";
+pub const GRUB_VERSION: &str = "1+2.06+13+deb12u2";
+/// The netboot image inside the package.
+const GRUB_NETBOOT_MEMBER: &str = "./usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed";
 /// Bumped when the initramfs layout changes, so old archives are rebuilt.
 const INITRAMFS_LAYOUT: u32 = 3;
 
@@ -126,13 +137,7 @@ impl Provisioner {
         if let (Some(kernel), Some(busybox)) = cached(cache)? {
             return Ok((kernel, busybox));
         }
-        let foreign = cmd::stdout_of(Command::new("dpkg").arg("--print-foreign-architectures"))?;
-        if !foreign.lines().any(|arch| arch.trim() == "arm64") {
-            cmd::run(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
-            // The package lists predate arm64: they must be fetched again.
-            self.apt_updated = false;
-            self.apt_update()?;
-        }
+        self.arm64_lists()?;
         // Try with the lists we have; stale lists name files the mirror no
         // longer has, so refresh once and retry before giving up.
         match self.download_guest_debs(cache) {
@@ -166,6 +171,61 @@ impl Provisioner {
                 .current_dir(cache)
                 .args(["download", &kernel, BUSYBOX_PACKAGE]),
         )
+    }
+
+    /// Debian's GRUB netboot image for arm64 (`GRUB_PACKAGE` at
+    /// `GRUB_VERSION`), downloaded once into target/guest/cache and
+    /// extracted to target/guest/grub/grubnetaa64.efi.
+    pub fn grub_netboot(&mut self, ws: &Workspace) -> Result<PathBuf, XtaskError> {
+        let cache = ws.root.join("target/guest/cache");
+        fs::create_dir_all(&cache).context(|| format!("creating {}", cache.display()))?;
+        let deb = match cached_grub_deb(&cache) {
+            Some(deb) => deb,
+            None => {
+                self.arm64_lists()?;
+                let pinned = format!("{GRUB_PACKAGE}:arm64={GRUB_VERSION}");
+                let current = format!("{GRUB_PACKAGE}:arm64");
+                eprintln!("xtask: downloading {pinned} into {}", cache.display());
+                let download =
+                    |what: &str| cmd::run(apt_get().current_dir(&cache).args(["download", what]));
+                if download(&pinned).is_err() {
+                    if !self.apt_updated {
+                        self.apt_update()?;
+                    }
+                    if download(&pinned).is_err() {
+                        eprintln!(
+                            "xtask: {pinned} is no longer on the mirror; downloading {current}"
+                        );
+                        download(&current)?;
+                    }
+                }
+                cached_grub_deb(&cache).ok_or_else(|| {
+                    XtaskError::Provision(format!(
+                        "apt-get download {current} left no {GRUB_PACKAGE}_*_arm64.deb in {}",
+                        cache.display()
+                    ))
+                })?
+            }
+        };
+        eprintln!("xtask: GRUB netboot image from {}", ws.relative(&deb));
+        let dir = ws.root.join("target/guest/grub");
+        let unpacked = dir.join(&GRUB_NETBOOT_MEMBER[2..]);
+        extract_once(&deb, &dir, GRUB_NETBOOT_MEMBER, &unpacked)?;
+        let out = dir.join("grubnetaa64.efi");
+        fs::copy(&unpacked, &out).context(|| format!("copying {}", unpacked.display()))?;
+        Ok(out)
+    }
+
+    /// Makes arm64 a dpkg architecture with package lists, once.
+    fn arm64_lists(&mut self) -> Result<(), XtaskError> {
+        let foreign = cmd::stdout_of(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+        if !foreign.lines().any(|arch| arch.trim() == "arm64") {
+            cmd::run(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+            // The package lists predate arm64: they must be fetched again.
+            self.apt_updated = false;
+            self.apt_update()?;
+        }
+        Ok(())
     }
 
     /// Installs Chromium for the web UI's browser test if it is missing.
@@ -444,9 +504,49 @@ pub fn initramfs_archive(files: &RootFiles) -> Vec<u8> {
     cpio.finish()
 }
 
+/// The GRUB package already in the cache, the pinned version preferred.
+fn cached_grub_deb(cache: &Path) -> Option<PathBuf> {
+    // apt-get download names the file with the version's colon as %3a.
+    let pinned = cache.join(format!(
+        "{GRUB_PACKAGE}_{}_arm64.deb",
+        GRUB_VERSION.replace(':', "%3a")
+    ));
+    if pinned.exists() {
+        return Some(pinned);
+    }
+    let prefix = format!("{GRUB_PACKAGE}_");
+    let mut found: Vec<PathBuf> = fs::read_dir(cache)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with("_arm64.deb"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pinned_grub_is_preferred_and_any_other_version_is_the_fallback() {
+        let dir = std::env::temp_dir().join(format!("pinfold-grub-cache-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        assert_eq!(cached_grub_deb(&dir), None);
+        let newer = dir.join(format!("{GRUB_PACKAGE}_1+2.06+13+deb12u3_arm64.deb"));
+        fs::write(&newer, b"").unwrap();
+        fs::write(dir.join("other_1_arm64.deb"), b"").unwrap();
+        assert_eq!(cached_grub_deb(&dir), Some(newer));
+        let pinned = dir.join(format!("{GRUB_PACKAGE}_{GRUB_VERSION}_arm64.deb"));
+        fs::write(&pinned, b"").unwrap();
+        assert_eq!(cached_grub_deb(&dir), Some(pinned));
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn kernel_dependency_is_read_from_apt_cache_depends() {

@@ -126,7 +126,14 @@ pub fn write_tree(
             Some(m) => format!("grub.cfg-{}", m.file_name()),
             None => "grub.cfg".into(),
         };
-        write(&dir.join("grub").join(grub), &grub_cfg(&bundle))?;
+        let config = match bundle.mac {
+            Some(_) => grub_cfg(&bundle),
+            None => {
+                let macs: Vec<Mac> = options.hosts.iter().map(|(mac, _)| *mac).collect();
+                grub_default_cfg(&bundle, &macs)
+            }
+        };
+        write(&dir.join("grub").join(grub), &config)?;
         bundles.push(bundle);
     }
     write(&dir.join("boot.scr"), UBOOT_SCRIPT_TEXT)?;
@@ -225,13 +232,38 @@ fn pxelinux_cfg(b: &HostBundle) -> String {
     )
 }
 
+/// GRUB's title of the entry (it prints "Booting `<title>'"): the host it
+/// is for, so a console shows which file GRUB took.
+pub fn grub_title(mac: Option<Mac>) -> String {
+    format!("Pinfold ({})", mac.map_or("default".into(), |m| m.colons()))
+}
+
 fn grub_cfg(b: &HostBundle) -> String {
     format!(
         "{}set timeout=0\n\
-         menuentry \"Pinfold\" {{\n  linux /{IMAGE_NAME}\n  initrd /{}\n}}\n",
+         menuentry \"{}\" {{\n  linux /{IMAGE_NAME}\n  initrd /{}\n}}\n",
         config_comment(b),
+        grub_title(b.mac),
         b.file,
     )
+}
+
+/// The default grub.cfg: first each host with its own file goes to
+/// it by the MAC GRUB booted from. Debian's grubnetaa64.efi (GRUB 2.06)
+/// reads only `$prefix/grub.cfg` (its built-in config sources it; it never
+/// looks for `grub.cfg-01-<mac>` itself, as upstream's `normal` does), so
+/// the per-MAC choice is made here, with nothing but `if`, `[` and
+/// `configfile`. GRUB prints MACs in lower case, as `colons` does.
+fn grub_default_cfg(b: &HostBundle, macs: &[Mac]) -> String {
+    let mut text = config_comment(b);
+    for mac in macs {
+        text += &format!(
+            "if [ \"$net_default_mac\" = \"{}\" ]; then\n  configfile $prefix/grub.cfg-{}\nfi\n",
+            mac.colons(),
+            mac.file_name()
+        );
+    }
+    text + &grub_cfg(b)[config_comment(b).len()..]
 }
 
 fn readme(bundles: &[HostBundle]) -> String {
@@ -258,8 +290,9 @@ fn readme(bundles: &[HostBundle]) -> String {
          - UEFI PXE or HTTP boot: the boot file is `{IMAGE_NAME}` itself; it fetches\n  \
            `bundles/01-<mac>.bundle`, else `bundles/default.bundle`, from the directory\n  \
            it was loaded from.\n\
-         - GRUB (grubnetaa64.efi with prefix `/grub`): `grub/grub.cfg-01-<mac>`, then\n  \
-           `grub/grub.cfg`: `linux` the image, `initrd` the bundle.\n\n\
+         - GRUB (Debian's grubnetaa64.efi, prefix `/grub`, as the DHCP boot file): it\n  \
+           reads `grub/grub.cfg`, which sends each host to its `grub/grub.cfg-01-<mac>`\n  \
+           by `$net_default_mac`: `linux` the image, `initrd` the bundle.\n\n\
          ## dnsmasq\n\n\
          ```\n\
          # /etc/dnsmasq.d/pinfold.conf: DHCP on the management network, TFTP from this tree.\n\
@@ -342,5 +375,32 @@ mod tests {
         assert!(cfg.contains("\n  kernel pinfold.efi\n"));
         assert!(cfg.contains("\n  initrd bundles/01-52-54-00-12-34-56.bundle\n"));
         assert!(grub_cfg(&b).contains("initrd /bundles/01-52-54-00-12-34-56.bundle"));
+    }
+
+    #[test]
+    fn default_grub_cfg_sends_each_host_to_its_own_file_by_mac() {
+        let b = HostBundle {
+            mac: None,
+            plan: "vm-configs/qemu-virt/default.toml".into(),
+            file: "bundles/default.bundle".into(),
+            size: 1,
+            token: None,
+            board: Board {
+                cpus: 4,
+                memory: 2 << 30,
+                nic: true,
+            },
+        };
+        let macs = [Mac::parse("52:54:00:12:34:56").unwrap()];
+
+        let cfg = grub_default_cfg(&b, &macs);
+
+        assert!(cfg.starts_with("# Pinfold for any host without its own file"));
+        let dispatch = "if [ \"$net_default_mac\" = \"52:54:00:12:34:56\" ]; then\n  \
+                        configfile $prefix/grub.cfg-01-52-54-00-12-34-56\nfi\n";
+        let at = cfg.find(dispatch).expect("the per-MAC dispatch");
+        assert!(at < cfg.find("menuentry").expect("the default entry"));
+        assert!(cfg.contains("initrd /bundles/default.bundle"));
+        assert_eq!(cfg.matches("# Pinfold").count(), 1);
     }
 }

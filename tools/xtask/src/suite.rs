@@ -40,7 +40,7 @@ struct Case {
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing,
 /// `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 19] = [
+const CASES: [Case; 20] = [
     Case {
         name: "host",
         tier: 1,
@@ -160,6 +160,12 @@ const CASES: [Case; 19] = [
         tier: 2,
         shares_default: false,
         run: uboot_dhcp,
+    },
+    Case {
+        name: "pxe-grub",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| deploy_checks::pxe_grub(ctx.deploy()),
     },
 ];
 
