@@ -287,21 +287,7 @@ fn pxe_uefi(d: Deploy<'_, '_>, acpi: bool) -> Outcome {
     let tree = tree(d.ws, d.builder, d.tree)?;
     let a = bundle_for(tree, HOST_A)?;
     api_checks::port_is_free()?;
-    let extra = Extra {
-        uefi: Some(Uefi {
-            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
-            acpi,
-            el2: true,
-        }),
-        netboot: Some(Netboot {
-            tftp: tree.dir.clone(),
-            bootfile: pxe::IMAGE_NAME.into(),
-            mac: HOST_A.into(),
-        }),
-        ..Extra::default()
-    };
-    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
-    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let qemu = edk2_pxe(tree, &a.board, acpi, true, pxe::IMAGE_NAME, &d.log)?;
     let file = format!("tftp://10.0.2.2/{}", a.file);
     let host_from = if acpi {
         "host from ACPI"
@@ -358,21 +344,7 @@ pub fn uefi_http(d: Deploy<'_, '_>) -> Outcome {
 pub fn uefi_el1(d: Deploy<'_, '_>) -> Outcome {
     let tree = tree(d.ws, d.builder, d.tree)?;
     let a = bundle_for(tree, HOST_A)?;
-    let extra = Extra {
-        uefi: Some(Uefi {
-            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
-            acpi: false,
-            el2: false,
-        }),
-        netboot: Some(Netboot {
-            tftp: tree.dir.clone(),
-            bootfile: pxe::IMAGE_NAME.into(),
-            mac: HOST_A.into(),
-        }),
-        ..Extra::default()
-    };
-    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
-    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let qemu = edk2_pxe(tree, &a.board, false, false, pxe::IMAGE_NAME, &d.log)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     let refused = expect(
         &qemu,
@@ -428,21 +400,7 @@ pub fn pxe_grub(d: Deploy<'_, '_>) -> Outcome {
     std::fs::copy(&grub, tree.dir.join(GRUB_BOOT_FILE))
         .map_err(|e| format!("copying {} into the tree: {e}", grub.display()))?;
     api_checks::port_is_free()?;
-    let extra = Extra {
-        uefi: Some(Uefi {
-            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
-            acpi: true,
-            el2: true,
-        }),
-        netboot: Some(Netboot {
-            tftp: tree.dir.clone(),
-            bootfile: GRUB_BOOT_FILE.into(),
-            mac: HOST_A.into(),
-        }),
-        ..Extra::default()
-    };
-    let cmd = qemu_command(&a.board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
-    let qemu = QemuRun::spawn(cmd, &d.log).map_err(|err| err.to_string())?;
+    let qemu = edk2_pxe(tree, &a.board, true, true, GRUB_BOOT_FILE, &d.log)?;
     let deadline = Instant::now() + Duration::from_secs(300);
     let welcome = expect(&qemu, "Welcome to GRUB!", 0, deadline)?;
     // Only host A's own file has this title; grub.cfg's is "(default)".
@@ -530,4 +488,32 @@ pub fn pxe_grub(d: Deploy<'_, '_>) -> Outcome {
         format!("`{}`", handed.text.trim()),
         format!("{} ({GRUB_BOOT_FILE})", crate::provision::GRUB_PACKAGE),
     ])
+}
+
+/// edk2 (`-bios QEMU_EFI.fd`) PXE-booting host A from the tree: DHCP names
+/// `bootfile`, QEMU's TFTP serves the tree; `acpi` false publishes QEMU's
+/// DT instead of ACPI tables, `el2` false takes EL2 away from the machine.
+fn edk2_pxe(
+    tree: &Tree,
+    board: &Board,
+    acpi: bool,
+    el2: bool,
+    bootfile: &str,
+    log: &Path,
+) -> Result<QemuRun, String> {
+    let extra = Extra {
+        uefi: Some(Uefi {
+            firmware: UefiFirmware::Bios(uefi::QEMU_EFI.into()),
+            acpi,
+            el2,
+        }),
+        netboot: Some(Netboot {
+            tftp: tree.dir.clone(),
+            bootfile: bootfile.into(),
+            mac: HOST_A.into(),
+        }),
+        ..Extra::default()
+    };
+    let cmd = qemu_command(board, &tree.dir.join(pxe::IMAGE_NAME), &extra);
+    QemuRun::spawn(cmd, log).map_err(|err| err.to_string())
 }

@@ -355,12 +355,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn pxelinux_entry_names_image_and_bundle_relative_to_the_tree() {
-        let b = HostBundle {
-            mac: Mac::parse("52:54:00:12:34:56"),
+    fn default_plan_bundle(mac: Option<Mac>, file: &str) -> HostBundle {
+        HostBundle {
+            mac,
             plan: "vm-configs/qemu-virt/default.toml".into(),
-            file: "bundles/01-52-54-00-12-34-56.bundle".into(),
+            file: file.into(),
             size: 1,
             token: None,
             board: Board {
@@ -368,7 +367,15 @@ mod tests {
                 memory: 2 << 30,
                 nic: true,
             },
-        };
+        }
+    }
+
+    #[test]
+    fn pxelinux_entry_names_image_and_bundle_relative_to_the_tree() {
+        let b = default_plan_bundle(
+            Mac::parse("52:54:00:12:34:56"),
+            "bundles/01-52-54-00-12-34-56.bundle",
+        );
 
         let cfg = pxelinux_cfg(&b);
 
@@ -379,18 +386,7 @@ mod tests {
 
     #[test]
     fn default_grub_cfg_sends_each_host_to_its_own_file_by_mac() {
-        let b = HostBundle {
-            mac: None,
-            plan: "vm-configs/qemu-virt/default.toml".into(),
-            file: "bundles/default.bundle".into(),
-            size: 1,
-            token: None,
-            board: Board {
-                cpus: 4,
-                memory: 2 << 30,
-                nic: true,
-            },
-        };
+        let b = default_plan_bundle(None, "bundles/default.bundle");
         let macs = [Mac::parse("52:54:00:12:34:56").unwrap()];
 
         let cfg = grub_default_cfg(&b, &macs);
