@@ -152,20 +152,26 @@ relocate_and_clear_bss:
 // x0 = image handle, x1 = system table, on firmware's stack with the MMU
 // and caches on (identity mapped). pinfold_efi_main returns only to give
 // firmware an error status; otherwise it leaves through
-// pinfold_efi_leave_firmware.
+// pinfold_efi_leave_firmware. The UEFI specification makes x18 (the
+// platform register) "do not use" for EFI code, and our Rust code is
+// compiled for a target that uses it freely, so its value is saved here
+// and given back with the error status (edk2 itself never uses it, so
+// calls into boot services are unaffected).
 .global pinfold_efi_entry
 pinfold_efi_entry:
-    stp     x29, x30, [sp, #-32]!
+    stp     x29, x30, [sp, #-48]!
     mov     x29, sp
     stp     x19, x20, [sp, #16]
+    str     x18, [sp, #32]
     mov     x19, x0
     mov     x20, x1
     bl      relocate_and_clear_bss
     mov     x0, x19
     mov     x1, x20
     bl      pinfold_efi_main
+    ldr     x18, [sp, #32]
     ldp     x19, x20, [sp, #16]
-    ldp     x29, x30, [sp], #32
+    ldp     x29, x30, [sp], #48
     ret
 
 // After ExitBootServices: x0 = the boot handoff (passed on in x0), x1/x2 =
