@@ -34,6 +34,11 @@ pub trait Backend {
     ) -> Result<ConsoleRead, CallError>;
     /// Sends `bytes` to the partition's console input; how many were taken.
     fn console_write(&mut self, index: u32, bytes: &[u8]) -> Result<usize, CallError>;
+    /// Waits `d` before the next try at console input the partition had no
+    /// room for. Tests replace it (with a no-op, or a guest reading).
+    fn pause(&mut self, d: std::time::Duration) {
+        std::thread::sleep(d);
+    }
 }
 
 /// The instruction and the memory behind [`HvcBackend`]; on Hermit, an

@@ -143,7 +143,13 @@ pub struct ConsoleInput {
 /// `POST .../console` reply (202).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Accepted {
+    /// Bytes of `data` the partition took: always a prefix.
     pub accepted: u64,
+    /// Bytes of `data` it did not take within the wait (0 when all were);
+    /// the client sends them again, from byte `accepted` on. (Absent from
+    /// managers before it was added: read as 0.)
+    #[serde(default)]
+    pub remaining: u64,
 }
 
 /// Every 4xx/5xx body.

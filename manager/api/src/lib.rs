@@ -19,6 +19,8 @@ pub mod metrics;
 #[cfg(test)]
 mod tests;
 
+use std::time::{Duration, Instant};
+
 use pinfold_abi::{AbiError, CallError, PartitionSummary, Transition};
 
 pub use backend::{Backend, ConsoleRead, HvcBackend, Hypercall};
@@ -30,6 +32,16 @@ pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
 pub const CONSOLE_READ_MAX: usize = 16 * 1024;
 /// Most bytes one console POST may send (the `data` string, UTF-8).
 pub const CONSOLE_WRITE_MAX: usize = 4 * 1024;
+/// Most bytes offered to the hypervisor in one CONSOLE_WRITE: a console
+/// POST is written in calls of at most this much, each continuing where the
+/// partition's input queue stopped taking bytes (an emulated PL011 takes 32
+/// at a time), so each call copies little.
+pub const CONSOLE_WRITE_CHUNK: usize = 512;
+/// Pause before writing again when the partition took less than offered.
+pub const CONSOLE_WRITE_RETRY: Duration = Duration::from_millis(1);
+/// Longest a console POST waits for the partition to make room: after this
+/// much pausing (or wall time) it answers with what was taken so far.
+pub const CONSOLE_WRITE_WAIT: Duration = Duration::from_secs(2);
 /// Largest request body accepted at all (a 4 KiB `data` string can grow to
 /// six times that when every byte is a `\u00XX` escape, plus the wrapper).
 pub const MAX_BODY_BYTES: usize = 6 * CONSOLE_WRITE_MAX + 64;
@@ -556,13 +568,13 @@ impl<B: Backend> Router<B> {
             Action::WriteConsole { name, data } => {
                 let index = self.lookup(&name)?.index;
                 let accepted = self
-                    .backend
-                    .console_write(index, &data)
+                    .write_console(index, &data)
                     .map_err(|e| ApiError::from_call(e, &name))?;
                 Ok(json_response(
                     202,
                     &json::Accepted {
                         accepted: accepted as u64,
+                        remaining: (data.len() - accepted) as u64,
                     },
                 ))
             }
@@ -645,6 +657,37 @@ impl<B: Backend> Router<B> {
                 state,
             },
         ))
+    }
+
+    /// Writes `data` to console input in order, in calls of at most
+    /// [`CONSOLE_WRITE_CHUNK`] bytes, each starting where the last one
+    /// stopped; pauses [`CONSOLE_WRITE_RETRY`] whenever the partition took
+    /// less than offered, and gives up after [`CONSOLE_WRITE_WAIT`] of
+    /// pausing or of wall time. Returns how many bytes were taken (a
+    /// prefix). A call failing after some bytes went in ends the write with
+    /// those, so the answer never hides input the partition has.
+    fn write_console(&mut self, index: u32, data: &[u8]) -> Result<usize, CallError> {
+        let started = Instant::now();
+        let mut sent = 0;
+        let mut paused = Duration::ZERO;
+        while sent < data.len() {
+            let end = data.len().min(sent + CONSOLE_WRITE_CHUNK);
+            let taken = match self.backend.console_write(index, &data[sent..end]) {
+                // More than offered would be a broken reply: count what was offered.
+                Ok(n) => n.min(end - sent),
+                Err(e) if sent == 0 => return Err(e),
+                Err(_) => break,
+            };
+            sent += taken;
+            if sent < end {
+                if paused >= CONSOLE_WRITE_WAIT || started.elapsed() >= CONSOLE_WRITE_WAIT {
+                    break;
+                }
+                self.backend.pause(CONSOLE_WRITE_RETRY);
+                paused += CONSOLE_WRITE_RETRY;
+            }
+        }
+        Ok(sent)
     }
 
     fn read_console(&mut self, name: &str, offset: u64) -> Result<Response, ApiError> {

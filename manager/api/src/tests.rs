@@ -35,6 +35,17 @@ struct FakeBackend {
     fail_transitions: Option<CallError>,
     /// When set, every listing fails with this.
     fail_list: Option<CallError>,
+    /// Console input: most bytes one call takes (None: all).
+    input_per_call: Option<usize>,
+    /// Console input: room left in the guest's input queue (None: endless);
+    /// each pause frees `input_drain` bytes of it, as a guest reading would.
+    input_room: Option<usize>,
+    input_drain: usize,
+    /// Console writes so far, and the one (1-based) that fails, if any.
+    writes: usize,
+    fail_write: Option<usize>,
+    /// Pauses the router asked for.
+    pauses: usize,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -65,6 +76,12 @@ impl FakeBackend {
             calls: Vec::new(),
             fail_transitions: None,
             fail_list: None,
+            input_per_call: None,
+            input_room: None,
+            input_drain: 0,
+            writes: 0,
+            fail_write: None,
+            pauses: 0,
         }
     }
 
@@ -192,8 +209,27 @@ impl Backend for FakeBackend {
         if index != ALPHA {
             return Err(CallError::Refused(AbiError::NotFound));
         }
-        self.written.extend_from_slice(bytes);
-        Ok(bytes.len())
+        self.writes += 1;
+        if self.fail_write == Some(self.writes) {
+            return Err(CallError::Refused(AbiError::BadAddress));
+        }
+        let mut n = bytes.len();
+        if let Some(per_call) = self.input_per_call {
+            n = n.min(per_call);
+        }
+        if let Some(room) = self.input_room.as_mut() {
+            n = n.min(*room);
+            *room -= n;
+        }
+        self.written.extend_from_slice(&bytes[..n]);
+        Ok(n)
+    }
+
+    fn pause(&mut self, _: std::time::Duration) {
+        self.pauses += 1;
+        if let Some(room) = self.input_room.as_mut() {
+            *room += self.input_drain;
+        }
     }
 }
 
@@ -905,8 +941,103 @@ fn console_write_sends_the_data_bytes_and_returns_accepted() {
     ));
 
     assert_eq!(resp.status, 202);
-    assert_eq!(body_json(&resp), json!({"accepted":3}));
+    assert_eq!(body_json(&resp), json!({"accepted":3,"remaining":0}));
     assert_eq!(r.backend().written, b"ls\n");
+}
+
+/// 4 KiB of distinct lines, so reordering or loss shows.
+fn paste() -> String {
+    (0..64)
+        .map(|i| format!("{i:02}{}\n", "x".repeat(61)))
+        .collect()
+}
+
+fn post_console(r: &mut Router<FakeBackend>, data: &str) -> Response {
+    let body = json!({ "data": data }).to_string();
+    r.handle(&post("/api/v1/partitions/alpha/console", &body))
+}
+
+#[test]
+fn console_write_of_4_kib_through_a_32_byte_queue_arrives_whole_and_in_order() {
+    let mut r = router();
+    // An emulated PL011: 32 bytes of room, which the guest drains between tries.
+    r.backend_mut().input_room = Some(32);
+    r.backend_mut().input_drain = 32;
+    let data = paste();
+    assert_eq!(data.len(), CONSOLE_WRITE_MAX);
+
+    let resp = post_console(&mut r, &data);
+
+    assert_eq!(resp.status, 202);
+    assert_eq!(body_json(&resp), json!({"accepted":4096,"remaining":0}));
+    assert_eq!(r.backend().written, data.as_bytes());
+}
+
+#[test]
+fn console_write_offers_at_most_a_chunk_per_call_and_continues_where_the_last_stopped() {
+    let mut r = router();
+    r.backend_mut().input_per_call = Some(100);
+    let data = paste();
+
+    let resp = post_console(&mut r, &data);
+
+    assert_eq!(body_json(&resp)["accepted"], 4096);
+    assert_eq!(r.backend().written, data.as_bytes());
+    // 100 bytes per call: 41 calls, and a pause after each short one.
+    assert_eq!(r.backend().writes, 41);
+    assert_eq!(r.backend().pauses, 40);
+}
+
+#[test]
+fn console_write_to_a_full_queue_waits_a_bounded_time_and_says_nothing_was_taken() {
+    let mut r = router();
+    r.backend_mut().input_room = Some(0);
+
+    let resp = post_console(&mut r, "ls\n");
+
+    assert_eq!(resp.status, 202);
+    assert_eq!(body_json(&resp), json!({"accepted":0,"remaining":3}));
+    assert!(r.backend().written.is_empty());
+    let pauses = r.backend().pauses as u32;
+    assert_eq!(CONSOLE_WRITE_RETRY * pauses, CONSOLE_WRITE_WAIT);
+}
+
+#[test]
+fn console_write_that_stalls_midway_reports_the_prefix_taken() {
+    let mut r = router();
+    // Room for 40 bytes, and the guest never reads again.
+    r.backend_mut().input_room = Some(40);
+    let data = paste();
+
+    let resp = post_console(&mut r, &data);
+
+    assert_eq!(resp.status, 202);
+    assert_eq!(body_json(&resp), json!({"accepted":40,"remaining":4056}));
+    assert_eq!(r.backend().written, &data.as_bytes()[..40]);
+}
+
+#[test]
+fn console_write_failing_after_some_bytes_went_in_reports_them() {
+    let mut r = router();
+    r.backend_mut().input_per_call = Some(32);
+    r.backend_mut().fail_write = Some(3);
+
+    let resp = post_console(&mut r, &paste());
+
+    assert_eq!(body_json(&resp), json!({"accepted":64,"remaining":4032}));
+}
+
+#[test]
+fn console_write_failing_at_once_is_an_error() {
+    let mut r = router();
+    r.backend_mut().fail_write = Some(1);
+
+    let resp = post_console(&mut r, "ls\n");
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (500, "hypervisor_error")
+    );
 }
 
 #[test]
@@ -1218,7 +1349,7 @@ mod hvc {
         ));
 
         assert_eq!(body_json(&read)["data"], "login: ");
-        assert_eq!(body_json(&write), json!({"accepted":5}));
+        assert_eq!(body_json(&write), json!({"accepted":5,"remaining":0}));
     }
 
     #[test]
