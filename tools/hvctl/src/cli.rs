@@ -15,10 +15,12 @@ commands:
   stop NAME                 stop a running partition
   restart NAME              restart a running partition
   console NAME [--follow]   print the console (--follow: keep printing)
+  console NAME --input TEXT send TEXT to the console's input (- : stdin)
 
 options:
   --url URL      API base URL (default http://127.0.0.1:8080)
-  --token TOKEN  bearer token for start/stop/restart (default: $PINFOLD_TOKEN)
+  --token TOKEN  bearer token for start/stop/restart/console --input
+                 (default: $PINFOLD_TOKEN)
   --json         print the API's JSON instead of tables";
 
 /// A life-cycle command.
@@ -43,10 +45,31 @@ impl Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     List,
-    Show { name: String },
-    Change { op: Op, name: String },
-    Console { name: String, follow: bool },
+    Show {
+        name: String,
+    },
+    Change {
+        op: Op,
+        name: String,
+    },
+    Console {
+        name: String,
+        follow: bool,
+    },
+    /// Send input to a console, all of it, in order.
+    ConsoleInput {
+        name: String,
+        input: Input,
+    },
     Help,
+}
+
+/// Where console input comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Text(String),
+    /// `--input -`
+    Stdin,
 }
 
 /// The whole command line.
@@ -69,6 +92,7 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
     let mut token = None;
     let mut json = false;
     let mut follow = false;
+    let mut input = None;
     let mut words: Vec<&str> = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -82,6 +106,18 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
             "--token" => token = Some(value("--token")?),
             "--json" => json = true,
             "--follow" | "-f" => follow = true,
+            "--input" => {
+                input = Some(match value("--input")?.as_str() {
+                    "-" => Input::Stdin,
+                    text => Input::Text(text.to_string()),
+                })
+            }
+            s if s.starts_with("--input=") => {
+                input = Some(match &s["--input=".len()..] {
+                    "-" => Input::Stdin,
+                    text => Input::Text(text.to_string()),
+                })
+            }
             "-h" | "--help" => words.insert(0, "help"),
             s if s.starts_with("--url=") => url = Some(s["--url=".len()..].to_string()),
             s if s.starts_with("--token=") => token = Some(s["--token=".len()..].to_string()),
@@ -115,15 +151,29 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
             op: Op::Restart,
             name: name(&words, "restart")?,
         },
-        Some("console") => Command::Console {
-            name: name(&words, "console")?,
-            follow,
+        Some("console") => match input.take() {
+            Some(_) if follow => {
+                return Err(UsageError(
+                    "console takes --follow or --input, not both".into(),
+                ))
+            }
+            Some(input) => Command::ConsoleInput {
+                name: name(&words, "console")?,
+                input,
+            },
+            None => Command::Console {
+                name: name(&words, "console")?,
+                follow,
+            },
         },
         Some(other) => return Err(UsageError(format!("unknown command {other:?}"))),
         None => return Err(UsageError("no command given".into())),
     };
     if follow && !matches!(command, Command::Console { .. }) {
         return Err(UsageError("--follow only applies to console".into()));
+    }
+    if input.is_some() {
+        return Err(UsageError("--input only applies to console".into()));
     }
     Ok(Cli {
         url: url.unwrap_or_else(|| DEFAULT_URL.to_string()),
@@ -174,6 +224,43 @@ mod tests {
                 name: "beta".into()
             }
         );
+    }
+
+    #[test]
+    fn console_input_takes_text_or_stdin() {
+        let text = parse(
+            &[
+                "console".into(),
+                "beta".into(),
+                "--input".into(),
+                "ls -l\n".into(),
+            ],
+            None,
+        )
+        .expect("parses");
+        let stdin = parse(&args("console beta --input -"), None).expect("parses");
+
+        assert_eq!(
+            text.command,
+            Command::ConsoleInput {
+                name: "beta".into(),
+                input: Input::Text("ls -l\n".into())
+            }
+        );
+        assert_eq!(
+            stdin.command,
+            Command::ConsoleInput {
+                name: "beta".into(),
+                input: Input::Stdin
+            }
+        );
+    }
+
+    #[test]
+    fn console_input_with_follow_or_elsewhere_is_a_usage_error() {
+        assert!(parse(&args("console beta --input x --follow"), None).is_err());
+        assert!(parse(&args("list --input x"), None).is_err());
+        assert!(parse(&args("console beta --input"), None).is_err());
     }
 
     #[test]

@@ -3,15 +3,16 @@
 mod cli;
 mod format;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cli::{Cli, Command, UsageError};
+use cli::{Cli, Command, Input, UsageError};
 use hvctl::http::{self, Endpoint, HttpError, Reply};
 use pinfold_manager_api::json::{
-    ConsoleChunk, ErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
+    Accepted, ConsoleChunk, ErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
 };
+use pinfold_manager_api::CONSOLE_WRITE_MAX;
 
 /// How often `console --follow` asks for more.
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
@@ -31,6 +32,17 @@ enum RunError {
     UnexpectedBody(String),
     /// Writing our own output failed (e.g. a closed pipe).
     Output(std::io::Error),
+    /// Console input stopped before all of it was taken.
+    Input {
+        name: String,
+        taken: usize,
+        total: usize,
+        why: Box<RunError>,
+    },
+    /// `--input -` read something that is not UTF-8 (or could not read).
+    Stdin(String),
+    /// The partition took none of a POST within the manager's wait.
+    InputFull,
 }
 
 impl std::fmt::Display for RunError {
@@ -44,6 +56,17 @@ impl std::fmt::Display for RunError {
             } => write!(f, "{status} {code}: {detail}"),
             RunError::UnexpectedBody(why) => write!(f, "unexpected reply from the API: {why}"),
             RunError::Output(e) => write!(f, "writing output: {e}"),
+            RunError::Input {
+                name,
+                taken,
+                total,
+                why,
+            } => write!(f, "{name} took {taken} of {total} bytes: {why}"),
+            RunError::Stdin(why) => write!(f, "reading stdin: {why}"),
+            RunError::InputFull => write!(
+                f,
+                "its console input stayed full (is the partition running and reading its console?)"
+            ),
         }
     }
 }
@@ -78,7 +101,7 @@ fn main() -> ExitCode {
         std::thread::sleep(FOLLOW_INTERVAL);
         true
     };
-    match run(&cli, &mut stdout, &mut wait) {
+    match run(&cli, &mut std::io::stdin(), &mut stdout, &mut wait) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hvctl: {e}");
@@ -123,9 +146,74 @@ fn decode<T: serde::de::DeserializeOwned>(reply: &Reply) -> Result<T, RunError> 
     serde_json::from_slice(&reply.body).map_err(|e| RunError::UnexpectedBody(e.to_string()))
 }
 
-/// Runs one command, writing to `out`. `wait` paces `console --follow`
-/// and returns false to stop following.
-fn run(cli: &Cli, out: &mut impl Write, wait: &mut dyn FnMut() -> bool) -> Result<(), RunError> {
+/// Pieces of `data` of at most `max` bytes, each ending at a character
+/// boundary.
+fn pieces(data: &str, max: usize) -> impl Iterator<Item = &str> {
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = rest.len().min(max);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, tail) = rest.split_at(end);
+        rest = tail;
+        Some(piece)
+    })
+}
+
+/// Sends all of `data` to `name`'s console input, in order: POSTs of at
+/// most [`CONSOLE_WRITE_MAX`] bytes, each from where the last reply's
+/// `accepted` stopped, until everything is taken. Fails when a POST fails
+/// or takes nothing (the partition left its input queue full for the
+/// manager's whole wait). Returns the bytes sent.
+fn send_input(
+    ep: &Endpoint,
+    token: Option<&str>,
+    name: &str,
+    data: &str,
+) -> Result<usize, RunError> {
+    let path = format!("/api/v1/partitions/{}/console", encode_segment(name));
+    let mut sent = 0;
+    let fail = |sent, why| RunError::Input {
+        name: name.to_string(),
+        taken: sent,
+        total: data.len(),
+        why: Box::new(why),
+    };
+    while sent < data.len() {
+        let piece = pieces(&data[sent..], CONSOLE_WRITE_MAX)
+            .next()
+            .unwrap_or_default();
+        let body = serde_json::json!({ "data": piece }).to_string();
+        let reply = http::request(ep, "POST", &path, token, Some(body.as_bytes()))
+            .map_err(|e| fail(sent, RunError::Http(e)))
+            .and_then(|r| check(r).map_err(|e| fail(sent, e)))?;
+        let accepted: Accepted = decode(&reply).map_err(|e| fail(sent, e))?;
+        let taken = (accepted.accepted as usize).min(piece.len());
+        if taken == 0 {
+            return Err(fail(sent, RunError::InputFull));
+        }
+        sent += taken;
+        // The partition stopped in the middle of a character (docs/API.md):
+        // the rest of it cannot go as JSON text, resume at the next one.
+        while !data.is_char_boundary(sent) {
+            sent += 1;
+        }
+    }
+    Ok(sent)
+}
+
+/// Runs one command, writing to `out` (`--input -` reads `stdin`). `wait`
+/// paces `console --follow` and returns false to stop following.
+fn run(
+    cli: &Cli,
+    stdin: &mut dyn Read,
+    out: &mut impl Write,
+    wait: &mut dyn FnMut() -> bool,
+) -> Result<(), RunError> {
     let ep = Endpoint::parse(&cli.url)?;
     let get = |path: &str| -> Result<Reply, RunError> {
         check(http::request(&ep, "GET", path, None, None)?)
@@ -168,6 +256,33 @@ fn run(cli: &Cli, out: &mut impl Write, wait: &mut dyn FnMut() -> bool) -> Resul
                 writeln!(out)?;
             } else {
                 writeln!(out, "{}: {}", result.name, result.state.as_str())?;
+            }
+        }
+        Command::ConsoleInput { name, input } => {
+            let data = match input {
+                Input::Text(text) => text.clone(),
+                Input::Stdin => {
+                    let mut bytes = Vec::new();
+                    stdin
+                        .read_to_end(&mut bytes)
+                        .map_err(|e| RunError::Stdin(e.to_string()))?;
+                    String::from_utf8(bytes).map_err(|e| {
+                        RunError::Stdin(format!(
+                            "not UTF-8 (the API takes text): {}",
+                            e.utf8_error()
+                        ))
+                    })?
+                }
+            };
+            let sent = send_input(&ep, cli.token.as_deref(), name, &data)?;
+            if cli.json {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({ "accepted": sent, "remaining": 0 })
+                )?;
+            } else {
+                writeln!(out, "{name}: {sent} bytes sent")?;
             }
         }
         Command::Console { name, follow } => {
@@ -272,7 +387,7 @@ mod tests {
 
     fn run_to_string(cli: &Cli) -> (Result<(), RunError>, String) {
         let mut out = Vec::new();
-        let result = run(cli, &mut out, &mut || false);
+        let result = run(cli, &mut std::io::empty(), &mut out, &mut || false);
         (result, String::from_utf8(out).expect("UTF-8"))
     }
 
@@ -329,6 +444,129 @@ mod tests {
         );
         assert!(req.body.is_empty());
         assert_eq!(out, "beta: running\n");
+    }
+
+    fn input(text: &str) -> Command {
+        Command::ConsoleInput {
+            name: "beta".into(),
+            input: Input::Text(text.into()),
+        }
+    }
+
+    fn sent_data(seen: &Seen) -> String {
+        let body: serde_json::Value = serde_json::from_slice(&seen.body).expect("JSON body");
+        body["data"].as_str().expect("data").to_string()
+    }
+
+    #[test]
+    fn console_input_sends_the_rest_after_a_partial_accept() {
+        let (url, seen) = fake_server(vec![
+            (202, r#"{"accepted":3,"remaining":3}"#),
+            (202, r#"{"accepted":1,"remaining":2}"#),
+            (202, r#"{"accepted":2,"remaining":0}"#),
+        ]);
+
+        let (result, out) = run_to_string(&cli(&url, input("hello\n")));
+
+        assert!(result.is_ok(), "{result:?}");
+        let first = seen.recv().expect("request");
+        assert_eq!(
+            first.request_line,
+            "POST /api/v1/partitions/beta/console HTTP/1.1"
+        );
+        assert!(first
+            .headers
+            .iter()
+            .any(|h| h == "Authorization: Bearer tok"));
+        let rest: Vec<String> = seen.iter().take(2).map(|s| sent_data(&s)).collect();
+        assert_eq!(
+            (sent_data(&first), rest),
+            ("hello\n".into(), vec!["lo\n".into(), "o\n".into()])
+        );
+        assert_eq!(out, "beta: 6 bytes sent\n");
+    }
+
+    #[test]
+    fn console_input_from_stdin_goes_in_4_kib_pieces_cut_at_characters() {
+        // 3-byte characters: 4096 is not a boundary, 4095 is.
+        let text = "\u{20ac}".repeat(2000);
+        let (url, seen) = fake_server(vec![
+            (202, r#"{"accepted":4095,"remaining":0}"#),
+            (202, r#"{"accepted":1905,"remaining":0}"#),
+        ]);
+        let c = Cli {
+            command: Command::ConsoleInput {
+                name: "beta".into(),
+                input: Input::Stdin,
+            },
+            ..cli(&url, Command::List)
+        };
+        let mut out = Vec::new();
+
+        let result = run(&c, &mut text.as_bytes(), &mut out, &mut || false);
+
+        assert!(result.is_ok(), "{result:?}");
+        let got: String = seen.iter().take(2).map(|s| sent_data(&s)).collect();
+        assert_eq!(got, text);
+        assert_eq!(out, b"beta: 6000 bytes sent\n");
+    }
+
+    #[test]
+    fn console_input_the_partition_does_not_take_fails_saying_how_much_went() {
+        let (url, _seen) = fake_server(vec![
+            (202, r#"{"accepted":2,"remaining":4}"#),
+            (202, r#"{"accepted":0,"remaining":4}"#),
+        ]);
+
+        let (result, _) = run_to_string(&cli(&url, input("hello\n")));
+
+        let err = result.expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                RunError::Input {
+                    taken: 2,
+                    total: 6,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("beta took 2 of 6 bytes: its console input stayed full"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn console_input_refused_by_the_api_fails_with_its_error() {
+        let (url, _seen) = fake_server(vec![(
+            401,
+            r#"{"error":"unauthorized","detail":"wrong token"}"#,
+        )]);
+
+        let (result, _) = run_to_string(&cli(&url, input("x")));
+
+        assert_eq!(
+            result.expect_err("refused").to_string(),
+            "beta took 0 of 1 bytes: 401 unauthorized: wrong token"
+        );
+    }
+
+    #[test]
+    fn console_input_from_stdin_that_is_not_utf8_is_refused_before_sending() {
+        let c = Cli {
+            command: Command::ConsoleInput {
+                name: "beta".into(),
+                input: Input::Stdin,
+            },
+            ..cli("http://127.0.0.1:1", Command::List)
+        };
+
+        let result = run(&c, &mut &b"\xff\xfe"[..], &mut Vec::new(), &mut || false);
+
+        assert!(matches!(result, Err(RunError::Stdin(_))), "{result:?}");
     }
 
     #[test]
@@ -421,7 +659,7 @@ mod tests {
         let mut waits = 0;
         let mut out = Vec::new();
 
-        let result = run(&c, &mut out, &mut || {
+        let result = run(&c, &mut std::io::empty(), &mut out, &mut || {
             waits += 1;
             waits < 2
         });
