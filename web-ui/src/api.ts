@@ -163,6 +163,12 @@ async function postAuthorized<T>(path: string, body: unknown): Promise<T> {
 
 const enc = encodeURIComponent;
 
+/** A console POST's reply: the first `accepted` UTF-8 bytes of `data` were delivered; `remaining` were not (send them again). */
+export interface ConsoleAccepted {
+  accepted: number;
+  remaining?: number;
+}
+
 export const api = {
   host: (signal?: AbortSignal) => getJson<Host>('host', signal),
 
@@ -182,5 +188,5 @@ export const api = {
     getJson<ConsoleChunk>(`partitions/${enc(name)}/console?offset=${offset}`, signal),
 
   consoleWrite: (name: string, data: string) =>
-    postAuthorized<{ accepted: number }>(`partitions/${enc(name)}/console`, { data }),
+    postAuthorized<ConsoleAccepted>(`partitions/${enc(name)}/console`, { data }),
 };

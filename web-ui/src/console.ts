@@ -19,6 +19,36 @@ const RETRY_MS = 2000;
 const MAX_INPUT = 1024;
 /** Keystrokes typed within this window go out in one POST. */
 const INPUT_BATCH_MS = 25;
+/** POSTs in a row the partition may take nothing of (each after the manager's own 2 s wait) before the input is given up. */
+const INPUT_STALLS = 3;
+
+/** UTF-8 length of one code point. */
+function utf8Len(cp: number): number {
+  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+}
+
+/**
+ * The part of `sent` after its first `accepted` UTF-8 bytes. A character the
+ * partition took only part of (it stopped reading inside it) cannot be resent
+ * as text: the rest starts at the next character.
+ */
+export function unsentRest(sent: string, accepted: number): string {
+  let bytes = 0;
+  let i = 0;
+  while (i < sent.length && bytes < accepted) {
+    const cp = sent.codePointAt(i) ?? 0;
+    bytes += utf8Len(cp);
+    i += cp > 0xffff ? 2 : 1;
+  }
+  return sent.slice(i);
+}
+
+/** At most `max` UTF-16 units of `s`, not splitting a surrogate pair. */
+function head(s: string, max: number): string {
+  if (s.length <= max) return s;
+  const code = s.charCodeAt(max - 1);
+  return s.slice(0, code >= 0xd800 && code <= 0xdbff ? max - 1 : max);
+}
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
@@ -155,11 +185,34 @@ export class ConsolePane {
   private async flushInput(): Promise<void> {
     if (this.sending) return;
     this.sending = true;
+    let stalls = 0;
     try {
+      // One POST at a time from the front of the queue; what the partition did
+      // not take goes back in front of anything typed meanwhile, so input is
+      // delivered whole and in order.
       while (this.input.length > 0 && !this.ctl.signal.aborted) {
-        const part = this.input.slice(0, MAX_INPUT);
+        const part = head(this.input, MAX_INPUT);
         this.input = this.input.slice(part.length);
-        await api.consoleWrite(this.partition, part);
+        const reply = await api.consoleWrite(this.partition, part);
+        const rest = unsentRest(part, reply.accepted);
+        if (rest.length === 0) {
+          stalls = 0;
+          continue;
+        }
+        this.input = rest + this.input;
+        if (reply.accepted > 0) {
+          stalls = 0;
+          continue;
+        }
+        stalls += 1;
+        if (stalls >= INPUT_STALLS) {
+          const lost = new TextEncoder().encode(this.input).length;
+          this.input = '';
+          this.term.write(`\r\n\x1b[31m[input not sent: ${this.partition} is not reading its console; ${lost} bytes dropped]\x1b[0m\r\n`);
+          return;
+        }
+        setText(this.status, `console input full, retrying…`);
+        await sleep(RETRY_MS, this.ctl.signal);
       }
     } catch (e) {
       this.input = '';

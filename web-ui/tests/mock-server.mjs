@@ -22,6 +22,8 @@ const DEFAULT_DIST = resolve(HERE, '..', 'dist');
 const RING_BYTES = 32 * 1024;
 /** The contract's cap on one console read. */
 const READ_MAX = 16 * 1024;
+/** Most bytes of one console POST the mock takes (the rest is `remaining`). */
+const MOCK_INPUT_PER_POST = 16;
 /** The contract's cap on one console write body. */
 const WRITE_MAX = 4 * 1024;
 /** Time a partition spends in "stopping". */
@@ -357,8 +359,17 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
         return fail(res, 400, 'bad_request', 'body must be JSON {"data": "..."}');
       }
       if (typeof data !== 'string') return fail(res, 400, 'bad_request', 'data must be a string');
-      if (p.state === 'running') input(p, data);
-      return send(res, 202, { accepted: Buffer.byteLength(data) });
+      // Like a guest's small input queue, the mock takes at most
+      // MOCK_INPUT_PER_POST bytes (whole characters) of each POST and says
+      // so, so the UI's resending of the rest is exercised.
+      let taken = '';
+      for (const ch of data) {
+        if (Buffer.byteLength(taken + ch) > MOCK_INPUT_PER_POST) break;
+        taken += ch;
+      }
+      if (p.state === 'running') input(p, taken);
+      const accepted = Buffer.byteLength(taken);
+      return send(res, 202, { accepted, remaining: Buffer.byteLength(data) - accepted });
     }
 
     if (p.management) return fail(res, 409, 'conflict', 'the management partition cannot be controlled from itself');

@@ -192,6 +192,19 @@ try {
     }
   });
 
+  await check("a paste into beta's console arrives whole and in order", async () => {
+    // One onData of 64 characters: the mock takes 16 bytes per POST, so the
+    // UI must send the rest (in order) for the guest to echo it whole.
+    const marker = `pinfold-paste-${'0123456789'.repeat(4)}`;
+    await page.keyboard.insertText(`echo ${marker}`);
+    await page.keyboard.press('Enter');
+    const until = Date.now() + 15_000;
+    while (((await consoleText()).split(marker).length - 1) < 2) {
+      if (Date.now() > until) throw new Error('the pasted command did not come back whole (echo and answer)');
+      await page.waitForTimeout(200);
+    }
+  });
+
   await page.screenshot({ path: join(OUT, 'ui.png'), fullPage: true });
 
   await check('alpha stays running while beta restarts', async () => {
