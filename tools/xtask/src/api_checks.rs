@@ -775,6 +775,193 @@ pub fn hvctl_row<'t>(table: &'t str, name: &str) -> Option<&'t str> {
     })
 }
 
+/// The 4 KiB the paste check sends: 64 distinct lines of 63 characters
+/// and a newline (a Linux tty line holds at most 4095 bytes, so one line
+/// would not do), so loss or reordering changes the checksum.
+pub fn paste_text() -> String {
+    (0..64)
+        .map(|i| {
+            let fill: String = (0..60)
+                .map(|j| char::from(b'a' + ((i * 7 + j) % 26) as u8))
+                .collect();
+            format!("{i:02}-{fill}\n")
+        })
+        .collect()
+}
+
+/// Lower-case hex SHA-256, as `sha256sum` prints it.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// POSTs `data` to beta's console input; the reply's (accepted, remaining).
+fn post_beta_input(token: &str, data: &str) -> Result<(u64, u64), String> {
+    let body = serde_json::json!({ "data": data }).to_string();
+    let reply = call_json(
+        &Request::post("/api/v1/partitions/beta/console", Some(token), Some(&body)),
+        202,
+    )?;
+    let field = |key: &str| {
+        reply
+            .get(key)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("console POST reply without `{key}`: {reply}"))
+    };
+    Ok((field("accepted")?, field("remaining")?))
+}
+
+/// Check: a 4 KiB paste into beta's console (one POST) arrives whole and
+/// in order. beta's shell writes it to a file with a here-document and
+/// prints its SHA-256, which must be the host's. The markers are computed
+/// by the shell (`$((...))`), so the echo of the typed command never
+/// matches them.
+pub fn console_paste(ws: &Workspace, stack: &mut Stack) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    stack.guests_up(deadline)?;
+    let token = stack.token(deadline)?;
+    stack.first_answer()?;
+
+    // beta's shell is reading its console once it answers.
+    let cursor = console_end("beta")?;
+    post_beta_input(&token, "echo PASTE-READY-$((40+2))\n")?;
+    follow_console_until(
+        "beta",
+        cursor,
+        "PASTE-READY-42",
+        Instant::now() + Duration::from_secs(60),
+    )?;
+
+    let text = paste_text();
+    let want = sha256_hex(text.as_bytes());
+    let cursor = console_end("beta")?;
+    let (accepted, remaining) = post_beta_input(&token, "cat > /tmp/paste <<'EOF'\n")?;
+    if remaining != 0 {
+        return Err(format!("the here-document's first line was not all taken: accepted {accepted}, remaining {remaining}"));
+    }
+    // As a client must: send from `accepted` on until all is taken (one
+    // POST when beta keeps up with the manager's 2 s wait).
+    let started = Instant::now();
+    let mut sent = 0;
+    let mut posts = Vec::new();
+    while sent < text.len() {
+        let (accepted, remaining) = post_beta_input(&token, &text[sent..])?;
+        posts.push(accepted);
+        if accepted as usize + remaining as usize != text.len() - sent {
+            return Err(format!(
+                "console POST of {} bytes answered accepted {accepted} + remaining {remaining}",
+                text.len() - sent
+            ));
+        }
+        if accepted == 0 || started.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "beta stopped taking the paste after {sent} of {} bytes (POSTs took {posts:?})",
+                text.len()
+            ));
+        }
+        sent += accepted as usize;
+    }
+    let took = started.elapsed();
+    // The emulated PL011 holds 32 bytes: more in one POST shows the manager
+    // kept writing while beta read (one CONSOLE_WRITE took 32 at most).
+    if posts[0] <= 32 {
+        return Err(format!(
+            "the first POST of the paste took only {} bytes (POSTs took {posts:?}): the manager does not keep writing while the partition reads",
+            posts[0]
+        ));
+    }
+    post_beta_input(
+        &token,
+        "EOF\necho PASTE-SUM-$((40+2)) $(wc -c < /tmp/paste) $(sha256sum < /tmp/paste)\n",
+    )?;
+    check_paste_sum(cursor, "PASTE-SUM-42", &want)?;
+    let mut notes = vec![format!(
+        "4096-byte paste into beta's console: {} POST(s) taking {posts:?} bytes in {:.2} s; beta's file is 4096 bytes, SHA-256 {}... as sent",
+        posts.len(),
+        took.as_secs_f64(),
+        &want[..16]
+    )];
+
+    // The same through `hvctl console beta --input -`: stdin of more than
+    // 4 KiB, so hvctl splits it into POSTs and sends each from `accepted`.
+    let hvctl = build_hvctl(ws)?;
+    let cursor = console_end("beta")?;
+    post_beta_input(&token, "cat > /tmp/paste2 <<'EOF'\n")?;
+    let stdin = format!(
+        "{text}EOF\necho PASTE2-SUM-$((40+2)) $(wc -c < /tmp/paste2) $(sha256sum < /tmp/paste2)\n"
+    );
+    let url = format!("http://{}", authority());
+    let mut child = Command::new(&hvctl)
+        .args([
+            "--url", &url, "--token", &token, "console", "beta", "--input", "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| format!("running {}: {err}", hvctl.display()))?;
+    {
+        use std::io::Write;
+        let mut pipe = child.stdin.take().ok_or("hvctl has no stdin pipe")?;
+        pipe.write_all(stdin.as_bytes())
+            .map_err(|err| format!("writing hvctl's stdin: {err}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|err| format!("waiting for hvctl: {err}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "hvctl console beta --input - exited with {}: {}{}",
+            out.status,
+            stdout.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    check_paste_sum(cursor, "PASTE2-SUM-42", &want)?;
+    notes.push(format!(
+        "hvctl console beta --input - with {} bytes on stdin: `{}`; beta's second file matches too",
+        stdin.len(),
+        stdout.trim()
+    ));
+    Ok(notes)
+}
+
+/// Waits for beta's `MARKER <bytes> <sha256> -` line and checks it shows
+/// 4096 bytes with SHA-256 `want`.
+fn check_paste_sum(cursor: u64, marker: &str, want: &str) -> Result<(), String> {
+    let line = follow_console_until(
+        "beta",
+        cursor,
+        &format!("{marker} "),
+        Instant::now() + Duration::from_secs(60),
+    )?;
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .skip_while(|w| *w != marker)
+        .collect();
+    if words.get(1).copied() != Some("4096") || words.get(2).copied() != Some(want) {
+        return Err(format!(
+            "beta received the paste changed: it printed `{line}`; the host sent 4096 bytes with SHA-256 {want}"
+        ));
+    }
+    Ok(())
+}
+
+/// Builds hvctl; its path.
+fn build_hvctl(ws: &Workspace) -> Result<std::path::PathBuf, String> {
+    cmd::run(
+        cmd::cargo()
+            .current_dir(&ws.root)
+            .args(["build", "-q", "-p", "hvctl"]),
+    )
+    .map_err(|err| err.to_string())?;
+    Ok(ws.root.join("target/debug/hvctl"))
+}
+
 /// Check 4: `hvctl list` against the real manager prints alpha and beta.
 pub fn hvctl_list(ws: &Workspace, stack: &mut Stack) -> Outcome {
     cmd::run(

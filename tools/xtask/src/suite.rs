@@ -39,8 +39,10 @@ struct Case {
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart` and `web-ui`
 /// each restart beta, `api-errors` checks that refused calls changed nothing,
-/// `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 20] = [
+/// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
+/// beta's UP line off the browser's screen; it waits for beta's shell after
+/// web-ui's restart), `mgmt-restart` kills the manager twice and so comes last.
+const CASES: [Case; 21] = [
     Case {
         name: "host",
         tier: 1,
@@ -93,6 +95,15 @@ const CASES: [Case; 20] = [
         run: |ctx| {
             let ws = ctx.ws;
             api_checks::web_ui(ws, ctx.stack()?)
+        },
+    },
+    Case {
+        name: "console-paste",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            api_checks::console_paste(ws, ctx.stack()?)
         },
     },
     Case {
