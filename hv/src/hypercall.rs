@@ -78,6 +78,9 @@ pub trait Manage {
     fn report(&mut self, status: ManagerStatus, detail: &[u8]);
     /// (2.1) The functions behind the caller's host bridge.
     fn pci_functions(&self) -> Vec<PciFunction>;
+    /// (2.2) Milliseconds since the Unix epoch now; None when the host had
+    /// no clock at boot.
+    fn wall_clock_ms(&self) -> Option<u64>;
 }
 
 /// Handles one management hypercall: `regs` is the caller's X0..X5, the
@@ -123,6 +126,10 @@ fn handle(
     }
     match request {
         Request::AbiVersion => Ok(Return::Version(ABI_VERSION)),
+        Request::WallClock => hv
+            .wall_clock_ms()
+            .map(|unix_ms| Return::WallClock { unix_ms })
+            .ok_or(AbiError::NotFound.into()),
         Request::HostInfo { buf } => write_reply(mem, buf, &encode_reply_vec(&hv.host_info())),
         Request::ListPartitions { buf } => {
             write_reply(mem, buf, &encode_reply_vec(&hv.partitions()))
@@ -306,6 +313,7 @@ mod tests {
         input: Vec<u8>,
         input_room: usize,
         calls: Vec<String>,
+        clock_ms: Option<u64>,
     }
 
     impl FakeHv {
@@ -331,6 +339,7 @@ mod tests {
                 input: Vec::new(),
                 input_room: 4,
                 calls: Vec::new(),
+                clock_ms: Some(1_796_132_700_250),
             }
         }
 
@@ -475,6 +484,10 @@ mod tests {
                 class: 0x020000,
             }]
         }
+
+        fn wall_clock_ms(&self) -> Option<u64> {
+            self.clock_ms
+        }
     }
 
     fn call(request: Request, mem: &mut FakeRam, hv: &mut FakeHv) -> Result<Return, CallError> {
@@ -514,6 +527,7 @@ mod tests {
                 buf: buf(BUF_IPA, 16),
             },
             Request::PciFunctions { buf: b },
+            Request::WallClock,
         ]
     }
 
@@ -541,12 +555,12 @@ mod tests {
     }
 
     #[test]
-    fn abi_version_is_2_1() {
+    fn abi_version_is_2_2() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0002_0001, 0, 0]);
+        assert_eq!(x, [0, 0x0002_0002, 0, 0]);
     }
 
     #[test]
@@ -582,6 +596,27 @@ mod tests {
 
         assert_eq!(ret, Err(CallError::Refused(AbiError::BadAddress)));
         assert!(hv.calls.is_empty());
+    }
+
+    #[test]
+    fn wall_clock_returns_ms_in_x1_without_touching_memory() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+
+        let x = dispatch(true, &Request::WallClock.encode(), &mut mem, &mut hv);
+
+        assert_eq!(x, [0, 1_796_132_700_250, 0, 0]);
+        assert_eq!(mem.writes, 0);
+    }
+
+    #[test]
+    fn wall_clock_without_a_clock_is_not_found() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+        hv.clock_ms = None;
+
+        assert_eq!(
+            call(Request::WallClock, &mut mem, &mut hv),
+            Err(CallError::Refused(AbiError::NotFound))
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod acpi;
 pub mod addr;
 pub mod bits;
 pub mod boot;
+pub mod clock;
 pub mod console;
 pub mod dtb;
 pub mod efi;

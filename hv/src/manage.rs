@@ -217,4 +217,11 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             .map(|p| p.pci_found.lock(LockPath::Management).clone())
             .unwrap_or_default()
     }
+
+    fn wall_clock_ms(&self) -> Option<u64> {
+        let hw = self.hw.borrow();
+        self.sys
+            .wall_clock
+            .map(|c| c.unix_ms_at(hw.now(), hw.counter_frequency()))
+    }
 }

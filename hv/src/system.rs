@@ -6,6 +6,7 @@
 //! partition's restart policy, `restart`) and the stats line are here; the
 //! platform holds one `&'static System`.
 
+use crate::clock::WallClock;
 use crate::dtb::HostInfo;
 use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
 use crate::lockstat::{CountedLock, LockPath, LockStat};
@@ -46,6 +47,8 @@ pub struct System {
     generated_token: Option<String>,
     /// Counter value when the hypervisor started.
     pub boot_counter: u64,
+    /// The time read at boot, if the host had a clock (WALL_CLOCK).
+    pub wall_clock: Option<WallClock>,
     /// The monitor saw Ctrl-A.
     pub(crate) escape: AtomicBool,
     pub version: &'static str,
@@ -60,6 +63,8 @@ pub struct BootInputs<'a, T: TableMemory> {
     pub tables: &'a mut T,
     pub locks: &'static LockStat,
     pub boot_counter: u64,
+    /// The time read at boot ([`crate::clock::choose`]).
+    pub wall_clock: Option<WallClock>,
     /// Host entropy (the DTB's rng-seed), mixed into the partitions' seeds.
     pub entropy: &'a [u8],
     pub version: &'static str,
@@ -80,6 +85,7 @@ impl System {
             tables,
             locks,
             boot_counter,
+            wall_clock,
             entropy,
             version,
         } = inputs;
@@ -147,6 +153,7 @@ impl System {
             token_digest: [0; 32],
             generated_token: None,
             boot_counter,
+            wall_clock,
             escape: AtomicBool::new(false),
             version,
         };

@@ -177,6 +177,23 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
     if let Some(blob) = dtb_blob {
         arch::clean_dcache_range(blob.as_ptr() as u64, blob.len() as u64);
     }
+    // The wall clock, while runtime services still answer at their boot
+    // addresses (the counter read with it).
+    let efi_time = uefi::runtime::get_time().ok().map(|t| {
+        let time = pinfold_hv::clock::EfiTime {
+            year: t.year(),
+            month: t.month(),
+            day: t.day(),
+            hour: t.hour(),
+            minute: t.minute(),
+            second: t.second(),
+            nanosecond: t.nanosecond(),
+            time_zone: t
+                .time_zone()
+                .unwrap_or(pinfold_hv::clock::EFI_UNSPECIFIED_TIMEZONE),
+        };
+        (time, arch::counter())
+    });
     efi_println!("Pinfold: exiting boot services");
 
     // SAFETY: no protocol is open any more (every ScopedProtocol above was
@@ -204,6 +221,7 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
         bundle: bundle.map(|b| (b.addr, b.len)),
         memory: Some(memory),
         boot_counter,
+        efi_time,
     });
     drop(descriptors);
     drop(map);

@@ -118,6 +118,9 @@ pub struct BootHandoff {
     pub memory: Option<pinfold_hv::efi::EfiMemory>,
     /// CNTPCT_EL0 when the image was entered.
     pub boot_counter: u64,
+    /// GetTime's reading before ExitBootServices and CNTPCT_EL0 right
+    /// after it. None: not booted from UEFI, or GetTime failed.
+    pub efi_time: Option<(pinfold_hv::clock::EfiTime, u64)>,
 }
 
 #[no_mangle]
@@ -141,6 +144,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         bundle: None,
         memory: None,
         boot_counter,
+        efi_time: None,
     })
 }
 
@@ -182,6 +186,15 @@ fn boot(handoff: BootHandoff) -> ! {
         host.memory = memory.ram.clone();
         host.reserved.extend_from_slice(&memory.reserved);
     }
+    // The wall clock, once: GetTime's reading, else the RTC's seconds.
+    let wall_clock = pinfold_hv::clock::choose(handoff.efi_time, || {
+        pinfold_hv::clock::pl031(&host.devices).map(|base| {
+            // SAFETY: RTCDR (offset 0) of the PL031 the host description
+            // names; reading it has no side effect, and no partition runs yet.
+            let secs = unsafe { (base as *const u32).read_volatile() };
+            (secs, arch::counter())
+        })
+    });
     if let Some(u) = &host.uart {
         // SAFETY: the UART's base comes from the DTB's stdout-path or SPCR.
         log::init(unsafe { Pl011Uart::new(u.base as usize) });
@@ -306,6 +319,7 @@ fn boot(handoff: BootHandoff) -> ! {
             tables: &mut heap::HeapTables,
             locks: &LOCKSTAT,
             boot_counter,
+            wall_clock,
             entropy: &entropy,
             version: VERSION,
         },

@@ -30,6 +30,7 @@
 //! | 9 | MGMT_TOKEN_DIGEST | buf IPA | buf len |         |     | X1 = 32 (SHA-256 written)   |
 //! | 10 | MGMT_REPORT      | status  | buf IPA | buf len |     | (2.1) the manager's state and a UTF-8 detail |
 //! | 11 | PCI_FUNCTIONS    | buf IPA | buf len |         |     | (2.1) X1 = bytes written    |
+//! | 12 | WALL_CLOCK       |         |         |         |     | (2.2) X1 = Unix time in ms  |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -66,7 +67,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 2, minor: 1 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 2, minor: 2 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -127,6 +128,11 @@ pub mod fid {
     /// hypervisor found them when it last quiesced the bridge
     /// (`Vec<`[`super::PciFunction`]`>`).
     pub const PCI_FUNCTIONS: u32 = BASE | 11;
+    /// (2.2) The time now: milliseconds since the Unix epoch (UTC), from
+    /// the clock the hypervisor read once at boot (UEFI GetTime or the
+    /// PL031 RTC) plus the counter ticks since. NOT_FOUND when the host
+    /// had no clock to read.
+    pub const WALL_CLOCK: u32 = BASE | 12;
 }
 
 /// Longest MGMT_REPORT detail the hypervisor keeps.
@@ -379,6 +385,8 @@ pub enum Request {
     PciFunctions {
         buf: GuestBuffer,
     },
+    /// (2.2) The time now ([`Return::WallClock`]).
+    WallClock,
 }
 
 impl Request {
@@ -389,7 +397,7 @@ impl Request {
         let args = &regs[1..];
         // How many argument registers the call uses; the rest are MBZ.
         let used = match fid {
-            fid::ABI_VERSION => 0,
+            fid::ABI_VERSION | fid::WALL_CLOCK => 0,
             fid::PARTITION_START | fid::PARTITION_STOP | fid::PARTITION_RESTART => 1,
             fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN_DIGEST | fid::PCI_FUNCTIONS => {
                 2
@@ -411,6 +419,7 @@ impl Request {
         };
         Ok(match fid {
             fid::ABI_VERSION => Request::AbiVersion,
+            fid::WALL_CLOCK => Request::WallClock,
             fid::HOST_INFO => Request::HostInfo {
                 buf: buf(args[0], args[1])?,
             },
@@ -456,6 +465,7 @@ impl Request {
         let i = |index: u32| u64::from(index);
         match *self {
             Request::AbiVersion => [fid::ABI_VERSION as u64, 0, 0, 0, 0, 0],
+            Request::WallClock => [fid::WALL_CLOCK as u64, 0, 0, 0, 0, 0],
             Request::HostInfo { buf } => [fid::HOST_INFO as u64, buf.ipa, buf.len, 0, 0, 0],
             Request::ListPartitions { buf } => {
                 [fid::LIST_PARTITIONS as u64, buf.ipa, buf.len, 0, 0, 0]
@@ -508,6 +518,7 @@ impl Request {
             | Request::ConsoleRead { buf, .. }
             | Request::ConsoleWrite { buf, .. } => Some(buf),
             Request::AbiVersion
+            | Request::WallClock
             | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. } => None,
@@ -548,6 +559,7 @@ impl Request {
                 dropped: x[3],
             },
             Request::ConsoleWrite { .. } => Return::Accepted(within(x[1])?),
+            Request::WallClock => Return::WallClock { unix_ms: x[1] },
         })
     }
 }
@@ -572,6 +584,8 @@ pub enum Return {
     ConsoleRead { len: u64, next: u64, dropped: u64 },
     /// CONSOLE_WRITE: bytes taken (the rest did not fit the input queue).
     Accepted(u64),
+    /// (2.2) WALL_CLOCK: milliseconds since 1970-01-01T00:00:00Z.
+    WallClock { unix_ms: u64 },
 }
 
 impl Return {
@@ -580,6 +594,7 @@ impl Return {
         match *self {
             Return::Version(v) => [0, v.to_reg(), 0, 0],
             Return::Written(n) | Return::Accepted(n) => [0, n, 0, 0],
+            Return::WallClock { unix_ms } => [0, unix_ms, 0, 0],
             Return::Done => [0; 4],
             Return::ConsoleRead { len, next, dropped } => [0, len, next, dropped],
         }
@@ -803,6 +818,7 @@ mod tests {
                 },
             },
             Request::PciFunctions { buf: BUF },
+            Request::WallClock,
         ]
     }
 
@@ -839,7 +855,7 @@ mod tests {
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0002_0001);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0002_0002);
     }
 
     #[test]
@@ -915,6 +931,34 @@ mod tests {
     }
 
     #[test]
+    fn wall_clock_takes_no_argument_and_returns_ms_in_x1() {
+        assert_eq!(fid::WALL_CLOCK, 0xC600_000C);
+        assert_eq!(
+            Request::decode(&regs(fid::WALL_CLOCK, [0; 5])),
+            Ok(Request::WallClock)
+        );
+        for i in 0..5 {
+            let mut args = [0; 5];
+            args[i] = 1;
+            assert_eq!(
+                Request::decode(&regs(fid::WALL_CLOCK, args)),
+                Err(AbiError::InvalidParameters),
+                "X{}",
+                i + 1
+            );
+        }
+        let ret = Return::WallClock {
+            unix_ms: 1_796_132_700_250,
+        };
+        assert_eq!(ret.encode(), [0, 1_796_132_700_250, 0, 0]);
+        assert_eq!(Request::WallClock.decode_return(&ret.encode()), Ok(ret));
+        assert_eq!(
+            Request::WallClock.decode_return(&encode_error(AbiError::NotFound)),
+            Err(CallError::Refused(AbiError::NotFound))
+        );
+    }
+
+    #[test]
     fn mgmt_report_refuses_an_unknown_status_and_an_overlong_detail() {
         assert_eq!(
             Request::decode(&regs(fid::MGMT_REPORT, [4, BUF.ipa, 8, 0, 0])),
@@ -950,7 +994,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 12, [0; 5])),
+            Request::decode(&regs(fid::BASE | 13, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

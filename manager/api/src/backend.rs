@@ -39,6 +39,9 @@ pub trait Backend {
     fn pause(&mut self, d: std::time::Duration) {
         std::thread::sleep(d);
     }
+    /// (ABI 2.2) Milliseconds since the Unix epoch, from the hypervisor's
+    /// clock (Hermit has none of its own on aarch64).
+    fn wall_clock_ms(&mut self) -> Result<u64, CallError>;
 }
 
 /// The instruction and the memory behind [`HvcBackend`]; on Hermit, an
@@ -172,6 +175,13 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
         };
         match self.call(Request::ConsoleWrite { index, buf })? {
             Return::Accepted(n) => Ok(n as usize),
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    fn wall_clock_ms(&mut self) -> Result<u64, CallError> {
+        match self.call(Request::WallClock)? {
+            Return::WallClock { unix_ms } => Ok(unix_ms),
             _ => Err(CallError::MalformedReply),
         }
     }

@@ -15,6 +15,10 @@ pub struct Host {
     pub cpu_count: u32,
     pub ram_bytes: u64,
     pub uptime_ms: u64,
+    /// The hypervisor's wall clock now, RFC 3339 UTC
+    /// (`2026-12-01T13:45:00Z`); null when it has none.
+    #[serde(default)]
+    pub time: Option<String>,
     pub cpus: Vec<Cpu>,
 }
 
@@ -239,6 +243,7 @@ impl Host {
             cpu_count: info.cpu_count,
             ram_bytes: info.ram_bytes,
             uptime_ms: info.uptime_ns / NS_PER_MS,
+            time: None,
             cpus: info
                 .cpus
                 .iter()

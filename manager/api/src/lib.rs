@@ -18,6 +18,7 @@ pub mod json;
 pub mod metrics;
 #[cfg(test)]
 mod tests;
+pub mod time;
 
 use std::time::{Duration, Instant};
 
@@ -485,6 +486,13 @@ impl<B: Backend> Router<B> {
     }
 
     /// Answers one request.
+    /// The `Date` header for a response sent now (IMF-fixdate, from the
+    /// hypervisor's WALL_CLOCK); None when the hypervisor has no clock
+    /// (ABI < 2.2, or a host without UEFI GetTime or a PL031).
+    pub fn date_header(&mut self) -> Option<String> {
+        self.backend.wall_clock_ms().ok().map(time::imf_fixdate)
+    }
+
     pub fn handle(&mut self, req: &Request) -> Response {
         match self.try_handle(req) {
             Ok(resp) => resp,
@@ -542,7 +550,10 @@ impl<B: Backend> Router<B> {
                     .host_info()
                     .map_err(|e| ApiError::from_call(e, "HOST_INFO"))?;
                 let parts = self.partitions()?;
-                Ok(json_response(200, &json::Host::new(&info, abi, &parts)))
+                let mut host = json::Host::new(&info, abi, &parts);
+                // A hypervisor without the call (ABI < 2.2) or a clock: null.
+                host.time = self.backend.wall_clock_ms().ok().map(time::rfc3339);
+                Ok(json_response(200, &host))
             }
             Action::ListPartitions => {
                 let partitions = self

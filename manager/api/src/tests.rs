@@ -46,6 +46,8 @@ struct FakeBackend {
     fail_write: Option<usize>,
     /// Pauses the router asked for.
     pauses: usize,
+    /// WALL_CLOCK's answer.
+    clock: Result<u64, CallError>,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -82,6 +84,7 @@ impl FakeBackend {
             writes: 0,
             fail_write: None,
             pauses: 0,
+            clock: Ok(1_796_132_700_250),
         }
     }
 
@@ -231,6 +234,10 @@ impl Backend for FakeBackend {
             *room += self.input_drain;
         }
     }
+
+    fn wall_clock_ms(&mut self) -> Result<u64, CallError> {
+        self.clock
+    }
 }
 
 fn router() -> Router<FakeBackend> {
@@ -287,11 +294,34 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
     assert_eq!(resp.content_type, "application/json");
     assert_eq!(
         body_json(&resp),
-        json!({"version":"0.1.0","abi_version":"2.1","gic_version":3,"cpu_count":4,
-               "ram_bytes":2147483648u64,"uptime_ms":12345,
+        json!({"version":"0.1.0","abi_version":"2.2","gic_version":3,"cpu_count":4,
+               "ram_bytes":2147483648u64,"uptime_ms":12345,"time":"2026-12-01T13:45:00Z",
                "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
                        {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
     );
+}
+
+#[test]
+fn host_time_is_null_when_the_hypervisor_has_no_clock() {
+    let mut r = router();
+    r.backend_mut().clock = Err(CallError::Refused(AbiError::NotSupported));
+
+    let resp = r.handle(&get("/api/v1/host"));
+
+    assert_eq!(resp.status, 200);
+    assert_eq!(body_json(&resp)["time"], serde_json::Value::Null);
+}
+
+#[test]
+fn date_header_is_imf_fixdate_from_the_wall_clock() {
+    let mut r = router();
+
+    assert_eq!(
+        r.date_header().as_deref(),
+        Some("Tue, 01 Dec 2026 13:45:00 GMT")
+    );
+    r.backend_mut().clock = Err(CallError::Refused(AbiError::NotFound));
+    assert_eq!(r.date_header(), None, "no clock: no Date header");
 }
 
 #[test]
@@ -1280,6 +1310,9 @@ mod hvc {
         fn pci_functions(&self) -> Vec<pinfold_abi::PciFunction> {
             Vec::new()
         }
+        fn wall_clock_ms(&self) -> Option<u64> {
+            self.0.clock.ok()
+        }
     }
 
     impl Hypercall for Machine {
@@ -1334,7 +1367,8 @@ mod hvc {
 
         let resp = r.handle(&get("/api/v1/host"));
 
-        assert_eq!(body_json(&resp)["abi_version"], "2.1");
+        assert_eq!(body_json(&resp)["abi_version"], "2.2");
+        assert_eq!(body_json(&resp)["time"], "2026-12-01T13:45:00Z");
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
     }
 

@@ -322,9 +322,14 @@ fn serve(server: &Server, router: &Mutex<Router<HvcBackend<Hvc>>>) {
                 continue;
             }
         };
+        let mut date = None;
         let response = match to_api(&mut request) {
             Ok(api) => match router.lock() {
-                Ok(mut router) => router.handle(&api),
+                Ok(mut router) => {
+                    let response = router.handle(&api);
+                    date = router.date_header();
+                    response
+                }
                 Err(_) => pinfold_manager_api::Response {
                     status: 500,
                     content_type: "application/json",
@@ -339,6 +344,11 @@ fn serve(server: &Server, router: &Mutex<Router<HvcBackend<Hvc>>>) {
         };
         let mut reply = Response::from_data(response.body).with_status_code(response.status);
         if let Ok(h) = Header::from_bytes(&b"Content-Type"[..], response.content_type.as_bytes()) {
+            reply.add_header(h);
+        }
+        // tiny_http adds a Date from the system clock (1970 on Hermit) only
+        // when the response has none: the hypervisor's clock wins.
+        if let Some(h) = date.and_then(|d| Header::from_bytes(&b"Date"[..], d.as_bytes()).ok()) {
             reply.add_header(h);
         }
         // A client that hangs up early is its own problem, not the server's.
