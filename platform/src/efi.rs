@@ -192,8 +192,13 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
                 .time_zone()
                 .unwrap_or(pinfold_hv::clock::EFI_UNSPECIFIED_TIMEZONE),
         };
-        (time, arch::counter())
+        (time, arch::counter(), t)
     });
+    match &efi_time {
+        Some((_, _, t)) => efi_println!("Pinfold: GetTime: {t}"),
+        None => efi_println!("Pinfold: GetTime failed; the clock will be the RTC's, if any"),
+    }
+    let efi_time = efi_time.map(|(time, counter, _)| (time, counter));
     efi_println!("Pinfold: exiting boot services");
 
     // SAFETY: no protocol is open any more (every ScopedProtocol above was
