@@ -400,16 +400,153 @@ fn follow_console_until(
 }
 
 /// Check 1: `GET /api/v1/partitions` lists alpha and beta running on their
-/// CPUs; notes how long after QEMU's start the manager first answered.
+/// CPUs; notes how long after QEMU's start the manager first answered. The
+/// manager's clock (the hypervisor's, from the RTC or GetTime) is right:
+/// see [`check_clock`].
 pub fn api_list(stack: &mut Stack) -> Outcome {
     let first = stack.first_answer()?;
     let list = call_json(&Request::get("/api/v1/partitions"), 200)?;
     check_listed(&list, "alpha", &[1])?;
     check_listed(&list, "beta", &[2, 3])?;
-    Ok(vec![format!(
-        "first answer from the manager {:.1} s after QEMU start; alpha on [1], beta on [2, 3], both running",
-        first.as_secs_f64()
-    )])
+    let clock = check_clock()?;
+    Ok(vec![
+        format!(
+            "first answer from the manager {:.1} s after QEMU start; alpha on [1], beta on [2, 3], both running",
+            first.as_secs_f64()
+        ),
+        clock,
+    ])
+}
+
+/// How far the manager's clock may be from the host's.
+const CLOCK_SLACK_SECS: i64 = 60;
+
+/// `GET /api/v1/host` over a raw connection (the xtask's client drops
+/// headers): its `Date` header (IMF-fixdate) and its `time` (RFC 3339)
+/// are both within [`CLOCK_SLACK_SECS`] of the host's clock (QEMU's PL031
+/// and edk2 follow it).
+pub fn check_clock() -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
+        .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
+        .map_err(|e| format!("timeouts: {e}"))?;
+    write!(
+        conn,
+        "GET /api/v1/host HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        authority()
+    )
+    .map_err(|e| format!("GET /api/v1/host: {e}"))?;
+    let mut raw = Vec::new();
+    // tiny_http closes after `Connection: close`; a timeout after the whole
+    // reply arrived is fine too.
+    let _ = conn.read_to_end(&mut raw);
+    let host_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| format!("host clock: {e}"))?
+        .as_secs() as i64;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("GET /api/v1/host: no complete reply: {text:?}"))?;
+    let date = head
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.trim().eq_ignore_ascii_case("date"))
+        })
+        .map(|(_, v)| v.trim().to_string())
+        .ok_or_else(|| format!("GET /api/v1/host: no Date header in {head:?}"))?;
+    let date_secs = parse_imf_fixdate(&date)
+        .ok_or_else(|| format!("the Date header {date:?} is not an IMF-fixdate"))?;
+    // The body may be chunked; the JSON object is between the outer braces.
+    let json = body
+        .find('{')
+        .zip(body.rfind('}'))
+        .map(|(a, b)| &body[a..=b])
+        .ok_or_else(|| format!("GET /api/v1/host: no JSON body: {body:?}"))?;
+    let host: Value = serde_json::from_str(json).map_err(|e| format!("/api/v1/host: {e}"))?;
+    let time = host["time"]
+        .as_str()
+        .ok_or_else(|| format!("/api/v1/host has no time: {json}"))?;
+    let time_secs = parse_rfc3339_utc(time)
+        .ok_or_else(|| format!("/api/v1/host time {time:?} is not RFC 3339 UTC"))?;
+    for (what, secs) in [
+        ("the Date header", date_secs),
+        ("/api/v1/host time", time_secs),
+    ] {
+        if (secs - host_now).abs() > CLOCK_SLACK_SECS {
+            return Err(format!(
+                "{what} is {} s off the host's clock (Date: {date}, time: {time}, host: {host_now})",
+                secs - host_now
+            ));
+        }
+    }
+    Ok(format!(
+        "Date: {date} ({:+} s from the host's clock), time {time}",
+        date_secs - host_now
+    ))
+}
+
+/// Unix seconds of a day and a time of day.
+fn unix_secs(year: i64, month: u32, day: u32, h: i64, m: i64, s: i64) -> Option<i64> {
+    let valid = (1..=12).contains(&month)
+        && day >= 1
+        && day <= pinfold_hv::clock::days_in_month(year as u32, month)
+        && (0..24).contains(&h)
+        && (0..60).contains(&m)
+        && (0..60).contains(&s);
+    valid.then(|| {
+        pinfold_hv::clock::days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s
+    })
+}
+
+/// `HH:MM:SS`.
+fn hms(t: &str) -> Option<(i64, i64, i64)> {
+    let mut it = t
+        .split(':')
+        .map(|f| (f.len() == 2).then(|| f.parse::<i64>().ok()).flatten());
+    let r = (it.next()??, it.next()??, it.next()??);
+    it.next().is_none().then_some(r)
+}
+
+/// Unix seconds of an RFC 7231 IMF-fixdate, `Tue, 01 Dec 2026 13:45:00 GMT`.
+pub fn parse_imf_fixdate(s: &str) -> Option<i64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let f: Vec<&str> = s.split(' ').collect();
+    let [wd, day, mon, year, time, "GMT"] = f[..] else {
+        return None;
+    };
+    let month = MONTHS.iter().position(|m| *m == mon)? as u32 + 1;
+    if day.len() != 2 || year.len() != 4 || wd.len() != 4 || !wd.ends_with(',') {
+        return None;
+    }
+    let (h, m, sec) = hms(time)?;
+    let secs = unix_secs(year.parse().ok()?, month, day.parse().ok()?, h, m, sec)?;
+    // The weekday must be the date's (1970-01-01 was a Thursday).
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    (WEEKDAYS[(secs.div_euclid(86_400) % 7) as usize] == &wd[..3]).then_some(secs)
+}
+
+/// Unix seconds of `2026-12-01T13:45:00Z`.
+pub fn parse_rfc3339_utc(s: &str) -> Option<i64> {
+    let (date, time) = s.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.split('-');
+    let (y, m, day) = (d.next()?, d.next()?, d.next()?);
+    if d.next().is_some() || y.len() != 4 || m.len() != 2 || day.len() != 2 {
+        return None;
+    }
+    let (h, min, sec) = hms(time)?;
+    unix_secs(
+        y.parse().ok()?,
+        m.parse().ok()?,
+        day.parse().ok()?,
+        h,
+        min,
+        sec,
+    )
 }
 
 /// The line the hypervisor prints when the management partition's restart
@@ -1129,6 +1266,40 @@ mod tests {
 
     fn list() -> Value {
         serde_json::from_str(LIST).expect("json")
+    }
+
+    #[test]
+    fn imf_fixdate_parses_and_checks_every_field() {
+        assert_eq!(
+            parse_imf_fixdate("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(
+            parse_imf_fixdate("Tue, 01 Dec 2026 13:45:00 GMT"),
+            Some(1_796_132_700)
+        );
+        for bad in [
+            "Thu, 01 Jan 1970 00:00:00 UTC",
+            "Mon, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 6 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49 GMT",
+            "Sun, 31 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "",
+        ] {
+            assert_eq!(parse_imf_fixdate(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_utc_parses() {
+        assert_eq!(
+            parse_rfc3339_utc("2026-12-01T13:45:00Z"),
+            Some(1_796_132_700)
+        );
+        assert_eq!(parse_rfc3339_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_utc("2026-12-01T13:45:00+01:00"), None);
+        assert_eq!(parse_rfc3339_utc("2026-02-29T00:00:00Z"), None);
     }
 
     #[test]

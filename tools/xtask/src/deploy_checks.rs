@@ -253,9 +253,13 @@ fn uefi_booted_own_bundle(
             opened.text
         ));
     }
+    // The wall clock came from UEFI GetTime, before ExitBootServices.
+    let got_time = expect(&qemu, "Pinfold: GetTime: ", entered.index, deadline)?;
     let mut stack = Stack::with_token(qemu, token);
     let first = api_checks::token_accepted(&mut stack)?;
+    let clock = api_checks::check_clock()?;
     Ok(vec![
+        format!("{} -> {clock}", got_time.text.trim()),
         format!(
             "image entered {:.1} s, bundle fetched {:.1} s, hypervisor {:.1} s, API answered \
              the bundle's token {:.1} s after QEMU start",
