@@ -192,13 +192,23 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
                 .time_zone()
                 .unwrap_or(pinfold_hv::clock::EFI_UNSPECIFIED_TIMEZONE),
         };
-        (time, arch::counter(), t)
+        (time, arch::counter())
     });
+    // Integer fields only: the uefi crate's Display of a Time formats the
+    // zone with f32, which would pull float formatting into the image.
     match &efi_time {
-        Some((_, _, t)) => efi_println!("Pinfold: GetTime: {t}"),
+        Some((t, _)) => efi_println!(
+            "Pinfold: GetTime: {:04}-{:02}-{:02} {:02}:{:02}:{:02} (zone {})",
+            t.year,
+            t.month,
+            t.day,
+            t.hour,
+            t.minute,
+            t.second,
+            t.time_zone
+        ),
         None => efi_println!("Pinfold: GetTime failed; the clock will be the RTC's, if any"),
     }
-    let efi_time = efi_time.map(|(time, counter, _)| (time, counter));
     efi_println!("Pinfold: exiting boot services");
 
     // SAFETY: no protocol is open any more (every ScopedProtocol above was
