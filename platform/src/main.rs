@@ -249,7 +249,8 @@ fn boot(handoff: BootHandoff) -> ! {
     let handed: Option<&'static [u8]> = handed_range.map(|(base, size)| unsafe {
         core::slice::from_raw_parts(base as *const u8, size as usize)
     });
-    let payload = match select_payload(appended, handed, &bundle_key()) {
+    let key = bundle_key();
+    let payload = match select_payload(appended, handed, &key) {
         Ok((source, payload)) => {
             // The image's own payload needs no line: it is what the image
             // was built with (and the boot-cost bench row counts every
@@ -259,7 +260,7 @@ fn boot(handoff: BootHandoff) -> ! {
                     "boot bundle: {} bytes at {:#x}, signed by key {}",
                     handed.map_or(0, <[u8]>::len),
                     handed.map_or(0, |b| b.as_ptr() as usize),
-                    pinfold_config::bundle::Hex(&pinfold_config::bundle::key_id(&bundle_key()))
+                    pinfold_config::bundle::Hex(&pinfold_config::bundle::key_id(&key))
                 );
             }
             payload

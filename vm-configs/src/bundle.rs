@@ -207,6 +207,19 @@ pub fn public_key(secret: &[u8; 32]) -> PublicKey {
         .to_bytes()
 }
 
+/// 64 hex digits (either case) as 32 bytes: a `token_sha256` in a plan, a
+/// signing key file.
+pub fn parse_hex32(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
 /// SHA-256 of a management token, as bundles carry it.
 pub fn token_digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()

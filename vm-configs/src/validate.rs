@@ -304,7 +304,7 @@ fn check_roles<'c>(
                 Problem::TokenTwice,
             ));
         }
-        if parse_digest(digest).is_none() {
+        if crate::bundle::parse_hex32(digest).is_none() {
             return Err(partition_error(
                 partition,
                 "token_sha256",
@@ -470,25 +470,13 @@ fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
         })
 }
 
-/// 64 hex digits as 32 bytes.
-pub(crate) fn parse_digest(hex: &str) -> Option<[u8; 32]> {
-    if hex.len() != 64 || !hex.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
 impl PartitionConfig {
     /// The SHA-256 of the management token the plan blob carries: of
     /// `token`, or `token_sha256` as given (both were validated).
     pub fn token_digest(&self) -> Option<[u8; 32]> {
         match (&self.token, &self.token_sha256) {
             (Some(token), _) => Some(crate::bundle::token_digest(token.as_bytes())),
-            (None, Some(hex)) => parse_digest(hex),
+            (None, Some(hex)) => crate::bundle::parse_hex32(hex),
             (None, None) => None,
         }
     }

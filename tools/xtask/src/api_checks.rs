@@ -929,10 +929,7 @@ pub fn paste_text() -> String {
 /// Lower-case hex SHA-256, as `sha256sum` prints it.
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::signing::hex(&sha2::Sha256::digest(bytes))
 }
 
 /// POSTs `data` to beta's console input; the reply's (accepted, remaining).

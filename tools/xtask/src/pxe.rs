@@ -62,8 +62,8 @@ impl Mac {
     /// `01-52-54-00-12-34-56`: the ARP hardware type (Ethernet) and the
     /// address, as pxelinux, U-Boot's `pxe get` and GRUB name per-host files.
     pub fn file_name(&self) -> String {
-        let bytes: Vec<String> = self.0.iter().map(|b| format!("{b:02x}")).collect();
-        format!("01-{}", bytes.join("-"))
+        // The name the image looks for under UEFI (hv::efi), one definition.
+        pinfold_hv::efi::mac_name(&self.0)
     }
 
     /// `52:54:00:12:34:56`.

@@ -48,9 +48,11 @@ impl SigningKey {
                 path.display()
             )
         })?;
-        let secret = parse_hex32(text.trim()).ok_or_else(|| XtaskError::BadFile {
-            path: path.clone(),
-            why: "a bundle signing key is 64 hex digits".into(),
+        let secret = pinfold_config::bundle::parse_hex32(text.trim()).ok_or_else(|| {
+            XtaskError::BadFile {
+                path: path.clone(),
+                why: "a bundle signing key is 64 hex digits".into(),
+            }
         })?;
         Ok(SigningKey {
             secret,
@@ -86,18 +88,7 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N], XtaskError> {
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn parse_hex32(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    pinfold_config::bundle::Hex(bytes).to_string()
 }
 
 #[cfg(test)]
@@ -108,8 +99,11 @@ mod tests {
     fn hex_round_trips() {
         let bytes: [u8; 32] = std::array::from_fn(|i| (i * 7) as u8);
 
-        assert_eq!(parse_hex32(&hex(&bytes)), Some(bytes));
-        assert_eq!(parse_hex32("00"), None);
-        assert_eq!(parse_hex32(&"zz".repeat(32)), None);
+        assert_eq!(
+            pinfold_config::bundle::parse_hex32(&hex(&bytes)),
+            Some(bytes)
+        );
+        assert_eq!(pinfold_config::bundle::parse_hex32("00"), None);
+        assert_eq!(pinfold_config::bundle::parse_hex32(&"zz".repeat(32)), None);
     }
 }
