@@ -242,6 +242,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         token_sha256: Some(pinfold_config::bundle::token_digest(b"secret")),
         autostart: true,
         pmu: true,
+        lifecycle: Default::default(),
     }
 }
 

@@ -29,11 +29,12 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use pinfold_abi::{
-    encode_buffer_too_small, encode_error, encode_reply_vec, GuestBuffer, ABI_VERSION,
+    encode_buffer_too_small, encode_error, encode_rejected, encode_reply_vec, GuestBuffer,
+    ABI_VERSION,
 };
 pub use pinfold_abi::{
-    AbiError, HostInfo, ManagerStatus, PartitionDetail, PartitionSummary, PciFunction, Request,
-    Return, MAX_BUFFER_LEN,
+    AbiError, Event, HostInfo, ImageInfo, ImageKind, ManagerStatus, PartitionDetail, PartitionPlan,
+    PartitionSummary, PciFunction, Rejection, Request, Resources, Return, MAX_BUFFER_LEN,
 };
 
 use crate::addr::{Ipa, IpaRange};
@@ -81,6 +82,67 @@ pub trait Manage {
     /// (2.2) Milliseconds since the Unix epoch now; None when the host had
     /// no clock at boot.
     fn wall_clock_ms(&self) -> Option<u64>;
+
+    // (3.0) Run-time partitions, images, resources, events, shutdown. The
+    // defaults refuse (NOT_SUPPORTED) so that a fake needs only what its
+    // tests use.
+
+    /// A new empty image; its id.
+    fn image_create(&mut self, _kind: ImageKind, _size: u64) -> Result<u32, AbiError> {
+        Err(AbiError::NotSupported)
+    }
+    /// Copy `bytes` to `offset` of unsealed image `id`; how many were taken.
+    fn image_write(&mut self, _id: u32, _offset: u64, _bytes: &[u8]) -> Result<usize, AbiError> {
+        Err(AbiError::NotSupported)
+    }
+    /// Seal image `id`, comparing its SHA-256 with `digest` if given.
+    fn image_seal(&mut self, _id: u32, _digest: Option<[u8; 32]>) -> Result<(), Refusal> {
+        Err(AbiError::NotSupported.into())
+    }
+    fn image_delete(&mut self, _id: u32) -> Result<(), AbiError> {
+        Err(AbiError::NotSupported)
+    }
+    fn images(&self) -> Vec<ImageInfo> {
+        Vec::new()
+    }
+    /// A new stopped partition from `plan`; its index.
+    fn create(&mut self, _plan: PartitionPlan) -> Result<u32, Refusal> {
+        Err(AbiError::NotSupported.into())
+    }
+    /// Replace stopped partition `index`'s plan entry.
+    fn configure(&mut self, _index: u32, _plan: PartitionPlan) -> Result<(), Refusal> {
+        Err(AbiError::NotSupported.into())
+    }
+    /// Remove stopped partition `index`, scrubbing its RAM.
+    fn destroy(&mut self, _index: u32) -> Result<(), AbiError> {
+        Err(AbiError::NotSupported)
+    }
+    fn resources(&self) -> Option<Resources> {
+        None
+    }
+    /// Events from `seq` on, as many as fit `max_bytes` encoded: the events,
+    /// the next sequence number and how many before them were lost.
+    fn events(&self, _seq: u64, _max_bytes: usize) -> Option<(Vec<Event>, u64, u64)> {
+        None
+    }
+    /// Press partition `index`'s power button.
+    fn shutdown(&mut self, _index: u32) -> Result<(), AbiError> {
+        Err(AbiError::NotSupported)
+    }
+}
+
+/// Why a call whose buffer holds a request was refused: a plain status, or
+/// the content broke a rule ([`Rejection`], written back to the buffer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    Status(AbiError),
+    Rejected(Rejection),
+}
+
+impl From<AbiError> for Refusal {
+    fn from(err: AbiError) -> Self {
+        Refusal::Status(err)
+    }
 }
 
 /// Handles one management hypercall: `regs` is the caller's X0..X5, the
@@ -98,13 +160,61 @@ pub fn dispatch(
         Ok(ret) => ret.encode(),
         Err(Failure::Refused(err)) => encode_error(err),
         Err(Failure::TooSmall { required }) => encode_buffer_too_small(required),
+        Err(Failure::Rejected { len }) => encode_rejected(len),
     }
 }
 
 /// How a call failed, before it is put in registers.
 enum Failure {
     Refused(AbiError),
-    TooSmall { required: u64 },
+    TooSmall {
+        required: u64,
+    },
+    /// A Rejection of `len` bytes was written to the call's buffer.
+    Rejected {
+        len: u64,
+    },
+}
+
+/// A Refusal put in registers: a Rejection goes into the call's buffer
+/// (truncated rejections are not possible: the sentence is cut to fit).
+fn refuse(mem: &mut impl GuestMemory, buf: GuestBuffer, refusal: Refusal) -> Failure {
+    match refusal {
+        Refusal::Status(err) => Failure::Refused(err),
+        Refusal::Rejected(mut rejection) => {
+            let mut bytes = encode_reply_vec(&rejection);
+            while bytes.len() as u64 > buf.len && !rejection.message.is_empty() {
+                let cut = rejection
+                    .message
+                    .len()
+                    .saturating_sub((bytes.len() as u64 - buf.len) as usize);
+                let mut at = cut.min(rejection.message.len());
+                while !rejection.message.is_char_boundary(at) {
+                    at -= 1;
+                }
+                rejection.message.truncate(at);
+                bytes = encode_reply_vec(&rejection);
+            }
+            if bytes.len() as u64 > buf.len {
+                return Failure::Refused(AbiError::InvalidParameters);
+            }
+            match copy_out(mem, buf.ipa, &bytes) {
+                Ok(()) => Failure::Rejected {
+                    len: bytes.len() as u64,
+                },
+                Err(err) => Failure::Refused(err),
+            }
+        }
+    }
+}
+
+/// Reads a postcard plan entry from the caller's buffer.
+fn read_plan(mem: &mut impl GuestMemory, buf: GuestBuffer) -> Result<PartitionPlan, Failure> {
+    let mut bytes = vec![0u8; buf.len as usize];
+    mem.read(Ipa(buf.ipa), &mut bytes)
+        .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
+    pinfold_abi::decode_reply::<PartitionPlan>(&bytes)
+        .map_err(|_| AbiError::InvalidParameters.into())
 }
 
 impl From<AbiError> for Failure {
@@ -186,6 +296,83 @@ fn handle(
                 .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
             let accepted = hv.console_write(index, &bytes).ok_or(AbiError::NotFound)?;
             Ok(Return::Accepted(accepted.min(bytes.len()) as u64))
+        }
+        Request::ImageCreate { kind, size } => hv
+            .image_create(kind, size)
+            .map(Return::Created)
+            .map_err(Failure::from),
+        Request::ImageWrite { id, offset, buf } => {
+            let mut bytes = vec![0u8; buf.len as usize];
+            mem.read(Ipa(buf.ipa), &mut bytes)
+                .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
+            let taken = hv.image_write(id, offset, &bytes)?;
+            Ok(Return::Accepted(taken.min(bytes.len()) as u64))
+        }
+        Request::ImageSeal { id, buf } => {
+            let digest = match buf.len {
+                0 => None,
+                32 => {
+                    let mut d = [0u8; 32];
+                    mem.read(Ipa(buf.ipa), &mut d)
+                        .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
+                    Some(d)
+                }
+                _ => return Err(AbiError::InvalidParameters.into()),
+            };
+            hv.image_seal(id, digest)
+                .map(|()| Return::Done)
+                .map_err(|r| refuse(mem, buf, r))
+        }
+        Request::ImageDelete { id } => hv
+            .image_delete(id)
+            .map(|()| Return::Done)
+            .map_err(Failure::from),
+        Request::ListImages { buf } => write_reply(mem, buf, &encode_reply_vec(&hv.images())),
+        Request::PartitionCreate { buf } => {
+            let plan = read_plan(mem, buf)?;
+            hv.create(plan)
+                .map(Return::Created)
+                .map_err(|r| refuse(mem, buf, r))
+        }
+        Request::PartitionConfigure { index, buf } => {
+            refuse_management(hv, index)?;
+            let plan = read_plan(mem, buf)?;
+            hv.configure(index, plan)
+                .map(|()| Return::Done)
+                .map_err(|r| refuse(mem, buf, r))
+        }
+        Request::PartitionDestroy { index } => {
+            refuse_management(hv, index)?;
+            hv.destroy(index)
+                .map(|()| Return::Done)
+                .map_err(Failure::from)
+        }
+        Request::Resources { buf } => {
+            let resources = hv.resources().ok_or(AbiError::NotSupported)?;
+            write_reply(mem, buf, &encode_reply_vec(&resources))
+        }
+        Request::EventsRead { seq, buf } => {
+            let (events, next, dropped) = hv
+                .events(seq, buf.len as usize)
+                .ok_or(AbiError::NotSupported)?;
+            let bytes = encode_reply_vec(&events);
+            if bytes.len() as u64 > buf.len {
+                return Err(Failure::TooSmall {
+                    required: bytes.len() as u64,
+                });
+            }
+            copy_out(mem, buf.ipa, &bytes)?;
+            Ok(Return::ConsoleRead {
+                len: bytes.len() as u64,
+                next,
+                dropped,
+            })
+        }
+        Request::PartitionShutdown { index } => {
+            refuse_management(hv, index)?;
+            hv.shutdown(index)
+                .map(|()| Return::Done)
+                .map_err(Failure::from)
         }
     }
 }
@@ -327,6 +514,9 @@ mod tests {
                 uptime_ns: 1_000_000,
                 boot_count: 1,
                 management,
+                state_since_ms: None,
+                restarts: 0,
+                last_crash: None,
             };
             FakeHv {
                 partitions: vec![
@@ -407,6 +597,15 @@ mod tests {
                     },
                     injected: 5,
                 }],
+                plan: pinfold_config::PartitionPlan::new(
+                    "p".to_string(),
+                    vec![index],
+                    64 << 20,
+                    pinfold_config::KernelPlan {
+                        image: 0,
+                        format: pinfold_config::KernelFormat::Raw,
+                    },
+                ),
             })
         }
 
@@ -555,12 +754,12 @@ mod tests {
     }
 
     #[test]
-    fn abi_version_is_2_2() {
+    fn abi_version_is_3_0() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0002_0002, 0, 0]);
+        assert_eq!(x, [0, 0x0003_0000, 0, 0]);
     }
 
     #[test]

@@ -63,6 +63,9 @@ impl<H: Hw> Manager<'_, '_, '_, H> {
             },
             boot_count: p.boot_count.load(Ordering::Relaxed) as u32,
             management: p.plan.management,
+            state_since_ms: None,
+            restarts: 0,
+            last_crash: None,
         }
     }
 }
@@ -130,6 +133,7 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             summary: self.summary(p),
             faults: p.faults.load(Ordering::Relaxed),
             vcpus,
+            plan: p.plan.clone(),
         })
     }
 

@@ -418,6 +418,7 @@ mod tests {
             token_sha256: None,
             autostart: true,
             pmu: true,
+            lifecycle: Default::default(),
         }
     }
 

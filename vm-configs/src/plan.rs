@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 4;
+pub const PLAN_REVISION: u32 = 5;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -115,6 +115,68 @@ pub struct PartitionPlan {
     /// The partition sees its CPUs' PMU; when false every PMU register
     /// traps and reads as UNDEFINED.
     pub pmu: bool,
+    /// Crash detection, restart policy and graceful shutdown.
+    pub lifecycle: LifecyclePlan,
+}
+
+impl PartitionPlan {
+    /// A plain Linux partition: no initrd, bootargs or devices, console
+    /// output only, stopped until started, PMU passed, default lifecycle.
+    pub fn new(name: String, cpus: Vec<u32>, ram_size: u64, kernel: KernelPlan) -> Self {
+        PartitionPlan {
+            name,
+            cpus,
+            ram_size,
+            kernel,
+            initrd: None,
+            bootargs: String::new(),
+            console: ConsolePlan { input: false },
+            devices: Vec::new(),
+            management: false,
+            pci_host_bridge: false,
+            token_sha256: None,
+            autostart: false,
+            pmu: true,
+            lifecycle: LifecyclePlan::default(),
+        }
+    }
+}
+
+/// When a partition that stopped on its own is started again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum RestartMode {
+    /// It stays stopped (or crashed).
+    #[default]
+    Never,
+    /// After a crash (watchdog, hung vCPU, fatal fault), up to the limit.
+    OnCrash,
+    /// After a crash or a guest power-off, up to the limit.
+    Always,
+}
+
+/// How the hypervisor watches a partition and what it does when it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecyclePlan {
+    pub restart: RestartMode,
+    /// Restarts the policy may make in a row (0 = no limit).
+    pub restart_limit: u32,
+    /// Period of the emulated SBSA watchdog, enabled before entry, and of
+    /// the hung-vCPU check, in seconds (0 = neither).
+    pub watchdog_s: u32,
+    /// After the power button, how long the guest has to power off before
+    /// it is stopped by force.
+    pub shutdown_timeout_s: u32,
+}
+
+impl Default for LifecyclePlan {
+    fn default() -> Self {
+        LifecyclePlan {
+            restart: RestartMode::Never,
+            restart_limit: 0,
+            watchdog_s: 0,
+            shutdown_timeout_s: 30,
+        }
+    }
 }
 
 /// Why a payload could not be read.

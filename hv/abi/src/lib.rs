@@ -31,12 +31,33 @@
 //! | 10 | MGMT_REPORT      | status  | buf IPA | buf len |     | (2.1) the manager's state and a UTF-8 detail |
 //! | 11 | PCI_FUNCTIONS    | buf IPA | buf len |         |     | (2.1) X1 = bytes written    |
 //! | 12 | WALL_CLOCK       |         |         |         |     | (2.2) X1 = Unix time in ms  |
+//! | 13 | IMAGE_CREATE     | kind    | size    |         |     | (3.0) X1 = image id         |
+//! | 14 | IMAGE_WRITE      | id      | offset  | buf IPA | len | (3.0) X1 = bytes taken      |
+//! | 15 | IMAGE_SEAL       | id      | buf IPA | buf len |     | (3.0) buffer: expected SHA-256 (32 bytes) or empty |
+//! | 16 | IMAGE_DELETE     | id      |         |         |     | (3.0)                       |
+//! | 17 | LIST_IMAGES      | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
+//! | 18 | PARTITION_CREATE | buf IPA | buf len |         |     | (3.0) buffer: a plan entry; X1 = index |
+//! | 19 | PARTITION_CONFIGURE | index | buf IPA | buf len |   | (3.0) buffer: its new plan entry |
+//! | 20 | PARTITION_DESTROY | index  |         |         |     | (3.0)                       |
+//! | 21 | RESOURCES        | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
+//! | 22 | EVENTS_READ      | seq     | buf IPA | buf len |     | (3.0) X1 = bytes, X2 = next seq, X3 = dropped |
+//! | 23 | PARTITION_SHUTDOWN | index |         |         |     | (3.0) graceful: power button, then a hard stop |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
 //! encoding of [`HostInfo`], `Vec<`[`PartitionSummary`]`>` and
 //! [`PartitionDetail`]; when it does not fit they fail with BUFFER_TOO_SMALL
 //! and X1 = the length needed, so the caller can retry once.
+//!
+//! A call whose buffer holds a request (PARTITION_CREATE, _CONFIGURE,
+//! IMAGE_SEAL) and whose content the hypervisor refuses fails with REJECTED
+//! and overwrites that buffer with a postcard [`Rejection`] (X1 = its
+//! length): the field and the sentence the build-time plan check gives for
+//! the same mistake (`pinfold_config::rules`).
+//!
+//! Plan entries travel as postcard [`PartitionPlan`]s of the config crate's
+//! `PLAN_REVISION`; their image indices name images of LIST_IMAGES (the boot
+//! bundle's images come first, then those IMAGE_CREATE made).
 //!
 //! # Versioning
 //!
@@ -55,6 +76,8 @@ use alloc::vec::Vec;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use pinfold_config::PartitionPlan;
+
 // ---------------------------------------------------------------------------
 // Versions and function IDs
 // ---------------------------------------------------------------------------
@@ -67,7 +90,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 2, minor: 2 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 0 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -133,6 +156,20 @@ pub mod fid {
     /// PL031 RTC) plus the counter ticks since. NOT_FOUND when the host
     /// had no clock to read.
     pub const WALL_CLOCK: u32 = BASE | 12;
+    /// (3.0) Run-time partitions and their images.
+    pub const IMAGE_CREATE: u32 = BASE | 13;
+    pub const IMAGE_WRITE: u32 = BASE | 14;
+    pub const IMAGE_SEAL: u32 = BASE | 15;
+    pub const IMAGE_DELETE: u32 = BASE | 16;
+    pub const LIST_IMAGES: u32 = BASE | 17;
+    pub const PARTITION_CREATE: u32 = BASE | 18;
+    pub const PARTITION_CONFIGURE: u32 = BASE | 19;
+    pub const PARTITION_DESTROY: u32 = BASE | 20;
+    pub const RESOURCES: u32 = BASE | 21;
+    /// (3.0) The hypervisor's event log.
+    pub const EVENTS_READ: u32 = BASE | 22;
+    /// (3.0) Graceful shutdown.
+    pub const PARTITION_SHUTDOWN: u32 = BASE | 23;
 }
 
 /// Longest MGMT_REPORT detail the hypervisor keeps.
@@ -230,11 +267,16 @@ pub enum AbiError {
     Conflict,
     /// The reply does not fit the caller's buffer (X1 = bytes needed).
     BufferTooSmall,
+    /// (3.0) The request's content breaks a rule; X1 = length of the
+    /// [`Rejection`] written over the call's buffer.
+    Rejected,
+    /// (3.0) Not enough free RAM (or another finite resource) for it.
+    NoResources,
 }
 
 impl AbiError {
     /// Every code, for tests and for callers that list them.
-    pub const ALL: [AbiError; 7] = [
+    pub const ALL: [AbiError; 9] = [
         AbiError::NotSupported,
         AbiError::InvalidParameters,
         AbiError::Denied,
@@ -242,6 +284,8 @@ impl AbiError {
         AbiError::NotFound,
         AbiError::Conflict,
         AbiError::BufferTooSmall,
+        AbiError::Rejected,
+        AbiError::NoResources,
     ];
 
     /// The signed value in X0. -1..-3 match PSCI/SMCCC; -9 is PSCI's
@@ -255,6 +299,8 @@ impl AbiError {
             AbiError::NotFound => -10,
             AbiError::Conflict => -11,
             AbiError::BufferTooSmall => -12,
+            AbiError::Rejected => -13,
+            AbiError::NoResources => -14,
         }
     }
 
@@ -268,6 +314,8 @@ impl AbiError {
             -10 => AbiError::NotFound,
             -11 => AbiError::Conflict,
             -12 => AbiError::BufferTooSmall,
+            -13 => AbiError::Rejected,
+            -14 => AbiError::NoResources,
             _ => return None,
         })
     }
@@ -282,6 +330,8 @@ impl AbiError {
             AbiError::NotFound => "NOT_FOUND",
             AbiError::Conflict => "CONFLICT",
             AbiError::BufferTooSmall => "BUFFER_TOO_SMALL",
+            AbiError::Rejected => "REJECTED",
+            AbiError::NoResources => "NO_RESOURCES",
         }
     }
 }
@@ -299,6 +349,9 @@ pub enum CallError {
     Refused(AbiError),
     /// The reply needs a buffer of at least `required` bytes.
     BufferTooSmall { required: u64 },
+    /// (3.0) The content was refused: a [`Rejection`] of `len` bytes is in
+    /// the call's buffer.
+    Rejected { len: u64 },
     /// X0 held a status this ABI version does not define.
     UnknownStatus(u64),
     /// The results contradict the request (more bytes than the buffer) or
@@ -319,6 +372,7 @@ impl core::fmt::Display for CallError {
             CallError::BufferTooSmall { required } => {
                 write!(f, "reply needs a {required}-byte buffer")
             }
+            CallError::Rejected { .. } => f.write_str("hypervisor rejected the request"),
             CallError::UnknownStatus(x0) => write!(f, "unknown hypercall status {:#x}", x0),
             CallError::MalformedReply => f.write_str("malformed hypercall reply"),
         }
@@ -387,6 +441,59 @@ pub enum Request {
     },
     /// (2.2) The time now ([`Return::WallClock`]).
     WallClock,
+    /// (3.0) A new, empty image of `size` bytes in the hypervisor's RAM
+    /// ([`Return::Created`] = its id).
+    ImageCreate {
+        kind: ImageKind,
+        size: u64,
+    },
+    /// (3.0) The buffer's bytes at `offset` of an unsealed image.
+    ImageWrite {
+        id: u32,
+        offset: u64,
+        buf: GuestBuffer,
+    },
+    /// (3.0) Finish an image: all of it written, its SHA-256 equal to the
+    /// 32 bytes in the buffer (an empty buffer: no digest to compare), a
+    /// kernel image an arm64 Image or raw. A refused image is discarded.
+    ImageSeal {
+        id: u32,
+        buf: GuestBuffer,
+    },
+    ImageDelete {
+        id: u32,
+    },
+    ListImages {
+        buf: GuestBuffer,
+    },
+    /// (3.0) A new partition from the plan entry in the buffer
+    /// ([`Return::Created`] = its index), stopped.
+    PartitionCreate {
+        buf: GuestBuffer,
+    },
+    /// (3.0) Replace a stopped partition's plan entry.
+    PartitionConfigure {
+        index: u32,
+        buf: GuestBuffer,
+    },
+    /// (3.0) Remove a stopped partition; its RAM is scrubbed.
+    PartitionDestroy {
+        index: u32,
+    },
+    Resources {
+        buf: GuestBuffer,
+    },
+    /// (3.0) Events from sequence number `seq` on ([`Return::ConsoleRead`]
+    /// layout: bytes, next sequence number, events dropped).
+    EventsRead {
+        seq: u64,
+        buf: GuestBuffer,
+    },
+    /// (3.0) Press the partition's power button; stopped for good after its
+    /// shutdown timeout.
+    PartitionShutdown {
+        index: u32,
+    },
 }
 
 impl Request {
@@ -398,12 +505,27 @@ impl Request {
         // How many argument registers the call uses; the rest are MBZ.
         let used = match fid {
             fid::ABI_VERSION | fid::WALL_CLOCK => 0,
-            fid::PARTITION_START | fid::PARTITION_STOP | fid::PARTITION_RESTART => 1,
-            fid::HOST_INFO | fid::LIST_PARTITIONS | fid::MGMT_TOKEN_DIGEST | fid::PCI_FUNCTIONS => {
-                2
-            }
-            fid::PARTITION_INFO | fid::CONSOLE_WRITE | fid::MGMT_REPORT => 3,
-            fid::CONSOLE_READ => 4,
+            fid::PARTITION_START
+            | fid::PARTITION_STOP
+            | fid::PARTITION_RESTART
+            | fid::IMAGE_DELETE
+            | fid::PARTITION_DESTROY
+            | fid::PARTITION_SHUTDOWN => 1,
+            fid::HOST_INFO
+            | fid::LIST_PARTITIONS
+            | fid::MGMT_TOKEN_DIGEST
+            | fid::PCI_FUNCTIONS
+            | fid::IMAGE_CREATE
+            | fid::LIST_IMAGES
+            | fid::PARTITION_CREATE
+            | fid::RESOURCES => 2,
+            fid::PARTITION_INFO
+            | fid::CONSOLE_WRITE
+            | fid::MGMT_REPORT
+            | fid::IMAGE_SEAL
+            | fid::PARTITION_CONFIGURE
+            | fid::EVENTS_READ => 3,
+            fid::CONSOLE_READ | fid::IMAGE_WRITE => 4,
             _ => return Err(AbiError::NotSupported),
         };
         if args[used..].iter().any(|&x| x != 0) {
@@ -452,6 +574,39 @@ impl Request {
                 offset: args[1],
                 buf: buf(args[2], args[3])?,
             },
+            fid::IMAGE_CREATE => Request::ImageCreate {
+                kind: ImageKind::from_code(args[0]).ok_or(AbiError::InvalidParameters)?,
+                size: args[1],
+            },
+            fid::IMAGE_WRITE => Request::ImageWrite {
+                id: index()?,
+                offset: args[1],
+                buf: buf(args[2], args[3])?,
+            },
+            fid::IMAGE_SEAL => Request::ImageSeal {
+                id: index()?,
+                buf: buf(args[1], args[2])?,
+            },
+            fid::IMAGE_DELETE => Request::ImageDelete { id: index()? },
+            fid::LIST_IMAGES => Request::ListImages {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::PARTITION_CREATE => Request::PartitionCreate {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::PARTITION_CONFIGURE => Request::PartitionConfigure {
+                index: index()?,
+                buf: buf(args[1], args[2])?,
+            },
+            fid::PARTITION_DESTROY => Request::PartitionDestroy { index: index()? },
+            fid::RESOURCES => Request::Resources {
+                buf: buf(args[0], args[1])?,
+            },
+            fid::EVENTS_READ => Request::EventsRead {
+                seq: args[0],
+                buf: buf(args[1], args[2])?,
+            },
+            fid::PARTITION_SHUTDOWN => Request::PartitionShutdown { index: index()? },
             // Only CONSOLE_WRITE is left: `used` rejected everything else.
             _ => Request::ConsoleWrite {
                 index: index()?,
@@ -503,6 +658,38 @@ impl Request {
             Request::ConsoleWrite { index, buf } => {
                 [fid::CONSOLE_WRITE as u64, i(index), buf.ipa, buf.len, 0, 0]
             }
+            Request::ImageCreate { kind, size } => {
+                [fid::IMAGE_CREATE as u64, kind.code(), size, 0, 0, 0]
+            }
+            Request::ImageWrite { id, offset, buf } => {
+                [fid::IMAGE_WRITE as u64, i(id), offset, buf.ipa, buf.len, 0]
+            }
+            Request::ImageSeal { id, buf } => {
+                [fid::IMAGE_SEAL as u64, i(id), buf.ipa, buf.len, 0, 0]
+            }
+            Request::ImageDelete { id } => [fid::IMAGE_DELETE as u64, i(id), 0, 0, 0, 0],
+            Request::ListImages { buf } => [fid::LIST_IMAGES as u64, buf.ipa, buf.len, 0, 0, 0],
+            Request::PartitionCreate { buf } => {
+                [fid::PARTITION_CREATE as u64, buf.ipa, buf.len, 0, 0, 0]
+            }
+            Request::PartitionConfigure { index, buf } => [
+                fid::PARTITION_CONFIGURE as u64,
+                i(index),
+                buf.ipa,
+                buf.len,
+                0,
+                0,
+            ],
+            Request::PartitionDestroy { index } => {
+                [fid::PARTITION_DESTROY as u64, i(index), 0, 0, 0, 0]
+            }
+            Request::Resources { buf } => [fid::RESOURCES as u64, buf.ipa, buf.len, 0, 0, 0],
+            Request::EventsRead { seq, buf } => {
+                [fid::EVENTS_READ as u64, seq, buf.ipa, buf.len, 0, 0]
+            }
+            Request::PartitionShutdown { index } => {
+                [fid::PARTITION_SHUTDOWN as u64, i(index), 0, 0, 0, 0]
+            }
         }
     }
 
@@ -516,12 +703,23 @@ impl Request {
             | Request::MgmtReport { buf, .. }
             | Request::PartitionInfo { buf, .. }
             | Request::ConsoleRead { buf, .. }
-            | Request::ConsoleWrite { buf, .. } => Some(buf),
+            | Request::ConsoleWrite { buf, .. }
+            | Request::ImageWrite { buf, .. }
+            | Request::ImageSeal { buf, .. }
+            | Request::ListImages { buf }
+            | Request::PartitionCreate { buf }
+            | Request::PartitionConfigure { buf, .. }
+            | Request::Resources { buf }
+            | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
             | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
-            | Request::PartitionRestart { .. } => None,
+            | Request::PartitionRestart { .. }
+            | Request::ImageCreate { .. }
+            | Request::ImageDelete { .. }
+            | Request::PartitionDestroy { .. }
+            | Request::PartitionShutdown { .. } => None,
         }
     }
 
@@ -532,6 +730,10 @@ impl Request {
         if status != 0 {
             return Err(match AbiError::from_code(status) {
                 Some(AbiError::BufferTooSmall) => CallError::BufferTooSmall { required: x[1] },
+                Some(AbiError::Rejected) => match self.buffer() {
+                    Some(buf) if x[1] <= buf.len => CallError::Rejected { len: x[1] },
+                    _ => CallError::MalformedReply,
+                },
                 Some(err) => CallError::Refused(err),
                 None => CallError::UnknownStatus(x[0]),
             });
@@ -548,11 +750,27 @@ impl Request {
             | Request::ListPartitions { .. }
             | Request::PartitionInfo { .. }
             | Request::PciFunctions { .. }
+            | Request::ListImages { .. }
+            | Request::Resources { .. }
             | Request::MgmtTokenDigest { .. } => Return::Written(within(x[1])?),
             Request::MgmtReport { .. }
             | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
-            | Request::PartitionRestart { .. } => Return::Done,
+            | Request::PartitionRestart { .. }
+            | Request::ImageSeal { .. }
+            | Request::ImageDelete { .. }
+            | Request::PartitionConfigure { .. }
+            | Request::PartitionDestroy { .. }
+            | Request::PartitionShutdown { .. } => Return::Done,
+            Request::ImageCreate { .. } | Request::PartitionCreate { .. } => {
+                Return::Created(u32::try_from(x[1]).map_err(|_| CallError::MalformedReply)?)
+            }
+            Request::ImageWrite { .. } => Return::Accepted(within(x[1])?),
+            Request::EventsRead { .. } => Return::ConsoleRead {
+                len: within(x[1])?,
+                next: x[2],
+                dropped: x[3],
+            },
             Request::ConsoleRead { .. } => Return::ConsoleRead {
                 len: within(x[1])?,
                 next: x[2],
@@ -586,6 +804,8 @@ pub enum Return {
     Accepted(u64),
     /// (2.2) WALL_CLOCK: milliseconds since 1970-01-01T00:00:00Z.
     WallClock { unix_ms: u64 },
+    /// (3.0) IMAGE_CREATE's id, PARTITION_CREATE's index.
+    Created(u32),
 }
 
 impl Return {
@@ -595,6 +815,7 @@ impl Return {
             Return::Version(v) => [0, v.to_reg(), 0, 0],
             Return::Written(n) | Return::Accepted(n) => [0, n, 0, 0],
             Return::WallClock { unix_ms } => [0, unix_ms, 0, 0],
+            Return::Created(n) => [0, u64::from(n), 0, 0],
             Return::Done => [0; 4],
             Return::ConsoleRead { len, next, dropped } => [0, len, next, dropped],
         }
@@ -605,6 +826,11 @@ impl Return {
 /// [`encode_buffer_too_small`], which also says how much is needed.
 pub fn encode_error(err: AbiError) -> [u64; 4] {
     [err.code() as u64, 0, 0, 0]
+}
+
+/// X0..X3 for REJECTED: X1 = length of the [`Rejection`] written.
+pub fn encode_rejected(len: u64) -> [u64; 4] {
+    [AbiError::Rejected.code() as u64, len, 0, 0]
 }
 
 /// X0..X3 for BUFFER_TOO_SMALL: X1 = bytes the reply needs.
@@ -646,6 +872,14 @@ pub enum PartitionState {
     Running,
     /// Stop requested, vCPUs not yet all off.
     Stopping,
+    /// (3.0) Images being loaded, or its boot vCPU not yet in the guest.
+    Starting,
+    /// (3.0) The power button was pressed; the guest is shutting down
+    /// (stopped by force when its shutdown timeout runs out).
+    ShuttingDown,
+    /// (3.0) Its watchdog ran out, a vCPU hung, or it faulted fatally;
+    /// stopped. Its restart policy may start it again.
+    Crashed,
 }
 
 /// A life-cycle operation on a partition.
@@ -654,6 +888,10 @@ pub enum Transition {
     Start,
     Stop,
     Restart,
+    /// (3.0) Graceful shutdown.
+    Shutdown,
+    /// (3.0) Change or destroy.
+    Configure,
 }
 
 impl PartitionState {
@@ -661,12 +899,29 @@ impl PartitionState {
     /// partition, stop and restart a running one. The one rule the
     /// hypervisor and the manager both apply (a refused one is CONFLICT).
     pub const fn allows(self, op: Transition) -> bool {
+        use PartitionState as S;
         matches!(
             (self, op),
-            (PartitionState::Stopped, Transition::Start)
-                | (PartitionState::Running, Transition::Stop)
-                | (PartitionState::Running, Transition::Restart)
+            (S::Stopped | S::Crashed, Transition::Start)
+                | (
+                    S::Running | S::Starting | S::ShuttingDown,
+                    Transition::Stop | Transition::Restart
+                )
+                | (S::Running, Transition::Shutdown)
+                | (S::Stopped | S::Crashed, Transition::Configure)
         )
+    }
+
+    /// The name the REST API and the UI use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PartitionState::Stopped => "stopped",
+            PartitionState::Running => "running",
+            PartitionState::Stopping => "stopping",
+            PartitionState::Starting => "starting",
+            PartitionState::ShuttingDown => "shutting_down",
+            PartitionState::Crashed => "crashed",
+        }
     }
 }
 
@@ -686,6 +941,19 @@ pub struct PartitionSummary {
     pub boot_count: u32,
     /// Whether this is the management partition (which cannot be stopped).
     pub management: bool,
+    /// (3.0) Unix ms of the last state change (None without a clock).
+    pub state_since_ms: Option<u64>,
+    /// (3.0) Restarts its restart policy made since the hypervisor started.
+    pub restarts: u32,
+    /// (3.0) Why it last crashed, if it did.
+    pub last_crash: Option<CrashInfo>,
+}
+
+/// (3.0) A crash: when (Unix ms, None without a clock) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashInfo {
+    pub unix_ms: Option<u64>,
+    pub reason: String,
 }
 
 /// A vCPU's PSCI power state (DEN0022 AFFINITY_INFO's three answers).
@@ -748,6 +1016,157 @@ pub struct PartitionDetail {
     /// Guest faults contained since the hypervisor started.
     pub faults: u64,
     pub vcpus: Vec<VcpuInfo>,
+    /// (3.0) Its plan entry as the hypervisor holds it (image indices name
+    /// LIST_IMAGES entries).
+    pub plan: PartitionPlan,
+}
+
+/// (3.0) What an image is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ImageKind {
+    Kernel,
+    Initrd,
+    Dtb,
+}
+
+impl ImageKind {
+    pub const ALL: [ImageKind; 3] = [ImageKind::Kernel, ImageKind::Initrd, ImageKind::Dtb];
+
+    /// The value in IMAGE_CREATE's X1.
+    pub const fn code(self) -> u64 {
+        match self {
+            ImageKind::Kernel => 0,
+            ImageKind::Initrd => 1,
+            ImageKind::Dtb => 2,
+        }
+    }
+
+    pub const fn from_code(code: u64) -> Option<ImageKind> {
+        Some(match code {
+            0 => ImageKind::Kernel,
+            1 => ImageKind::Initrd,
+            2 => ImageKind::Dtb,
+            _ => return None,
+        })
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            ImageKind::Kernel => "kernel",
+            ImageKind::Initrd => "initrd",
+            ImageKind::Dtb => "dtb",
+        }
+    }
+}
+
+/// (3.0) One image the hypervisor holds (LIST_IMAGES).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageInfo {
+    pub id: u32,
+    pub kind: ImageKind,
+    pub size: u64,
+    /// Bytes written so far (IMAGE_WRITE's highest end).
+    pub written: u64,
+    /// Sealed images are complete and immutable; only they can be booted.
+    pub sealed: bool,
+    /// Its SHA-256 once sealed.
+    pub sha256: Option<[u8; 32]>,
+    /// Indices of the partitions whose plan names it.
+    pub used_by: Vec<u32>,
+    /// It came with the boot bundle (and cannot be deleted).
+    pub boot: bool,
+}
+
+/// (3.0) Why a request's content was refused (REJECTED).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// The field as the plan TOML names it (`cpus`, `memory`,
+    /// `device "uart1": spis`, `sha256`, ...).
+    pub field: String,
+    /// The whole sentence, as the build-time check prints it.
+    pub message: String,
+    /// It clashes with what another partition owns (the REST API's 409),
+    /// rather than being invalid on its own (400).
+    pub conflict: bool,
+}
+
+/// (3.0) Who holds a range of host RAM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RamOwner {
+    Free,
+    Hypervisor,
+    /// Images the hypervisor holds.
+    Images,
+    Partition(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RamRange {
+    pub base: u64,
+    pub size: u64,
+    pub owner: RamOwner,
+}
+
+/// (3.0) A device region of the host and who has it passed through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceOwner {
+    /// The host description's node path.
+    pub node: String,
+    pub base: u64,
+    pub size: u64,
+    pub partition: Option<u32>,
+}
+
+/// (3.0) RESOURCES' payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    pub cpus: Vec<CpuOwner>,
+    /// Host RAM in address order.
+    pub ram: Vec<RamRange>,
+    /// The largest free block a new partition's RAM could take.
+    pub largest_free: u64,
+    pub images_bytes: u64,
+    pub devices: Vec<DeviceOwner>,
+}
+
+/// (3.0) What an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    /// A partition changed state.
+    State,
+    /// A guest fault was contained.
+    Fault,
+    /// A restart policy restarted a partition.
+    Restart,
+    /// A partition was created, changed or destroyed.
+    Config,
+    /// An image was created, sealed, refused or deleted.
+    Image,
+}
+
+impl EventKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventKind::State => "state",
+            EventKind::Fault => "fault",
+            EventKind::Restart => "restart",
+            EventKind::Config => "config",
+            EventKind::Image => "image",
+        }
+    }
+}
+
+/// (3.0) One entry of the hypervisor's event log (EVENTS_READ returns a
+/// postcard `Vec<Event>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    /// Unix ms (None without a clock).
+    pub unix_ms: Option<u64>,
+    pub kind: EventKind,
+    /// The partition's index and name at the time, if it is about one.
+    pub partition: Option<(u32, String)>,
+    pub message: String,
 }
 
 /// Bytes `value` takes encoded.
@@ -819,7 +1238,47 @@ mod tests {
             },
             Request::PciFunctions { buf: BUF },
             Request::WallClock,
+            Request::ImageCreate {
+                kind: ImageKind::Initrd,
+                size: 30 << 20,
+            },
+            Request::ImageWrite {
+                id: 3,
+                offset: 1 << 20,
+                buf: BUF,
+            },
+            Request::ImageSeal { id: 3, buf: BUF },
+            Request::ImageDelete { id: 3 },
+            Request::ListImages { buf: BUF },
+            Request::PartitionCreate { buf: BUF },
+            Request::PartitionConfigure { index: 2, buf: BUF },
+            Request::PartitionDestroy { index: 2 },
+            Request::Resources { buf: BUF },
+            Request::EventsRead { seq: 77, buf: BUF },
+            Request::PartitionShutdown { index: 2 },
         ]
+    }
+
+    fn sample_plan() -> PartitionPlan {
+        PartitionPlan {
+            name: "alpha".to_string(),
+            cpus: vec![1, 2],
+            ram_size: 256 << 20,
+            kernel: pinfold_config::KernelPlan {
+                image: 1,
+                format: pinfold_config::KernelFormat::LinuxImage,
+            },
+            initrd: Some(2),
+            bootargs: "console=ttyAMA0".to_string(),
+            console: pinfold_config::ConsolePlan { input: false },
+            devices: vec![],
+            management: false,
+            pci_host_bridge: false,
+            token_sha256: None,
+            autostart: true,
+            pmu: true,
+            lifecycle: Default::default(),
+        }
     }
 
     fn sample_detail() -> PartitionDetail {
@@ -833,6 +1292,12 @@ mod tests {
                 uptime_ns: 5_000_000_000,
                 boot_count: 2,
                 management: false,
+                state_since_ms: Some(1_796_000_000_000),
+                restarts: 1,
+                last_crash: Some(CrashInfo {
+                    unix_ms: None,
+                    reason: "watchdog".to_string(),
+                }),
             },
             faults: 3,
             vcpus: vec![VcpuInfo {
@@ -849,13 +1314,14 @@ mod tests {
                 },
                 injected: 480,
             }],
+            plan: sample_plan(),
         }
     }
 
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0002_0002);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0000);
     }
 
     #[test]
@@ -994,7 +1460,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 13, [0; 5])),
+            Request::decode(&regs(fid::BASE | 24, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }
@@ -1086,7 +1552,7 @@ mod tests {
     fn error_codes_are_the_documented_values() {
         let codes: Vec<i64> = AbiError::ALL.iter().map(|e| e.code()).collect();
 
-        assert_eq!(codes, vec![-1, -2, -3, -9, -10, -11, -12]);
+        assert_eq!(codes, vec![-1, -2, -3, -9, -10, -11, -12, -13, -14]);
     }
 
     #[test]
@@ -1243,10 +1709,51 @@ mod tests {
     }
 
     #[test]
-    fn unknown_enum_variant_is_malformed() {
-        // PartitionState has three variants; index 3 is not one of them.
+    fn rejected_carries_the_rejection_length_within_the_buffer() {
+        let request = Request::PartitionCreate { buf: BUF };
+
         assert_eq!(
-            decode_reply::<PartitionState>(&[3]),
+            request.decode_return(&encode_rejected(90)),
+            Err(CallError::Rejected { len: 90 })
+        );
+        assert_eq!(
+            request.decode_return(&encode_rejected(BUF.len + 1)),
+            Err(CallError::MalformedReply)
+        );
+    }
+
+    #[test]
+    fn create_returns_the_new_index_and_image_kinds_round_trip() {
+        let request = Request::PartitionCreate { buf: BUF };
+        assert_eq!(
+            request.decode_return(&Return::Created(4).encode()),
+            Ok(Return::Created(4))
+        );
+        for kind in ImageKind::ALL {
+            assert_eq!(ImageKind::from_code(kind.code()), Some(kind));
+        }
+        assert_eq!(
+            Request::decode(&regs(fid::IMAGE_CREATE, [3, 4096, 0, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+    }
+
+    #[test]
+    fn crashed_and_stopped_may_start_or_be_configured_running_may_shut_down() {
+        use PartitionState as S;
+        assert!(S::Crashed.allows(Transition::Start));
+        assert!(S::Crashed.allows(Transition::Configure));
+        assert!(!S::Running.allows(Transition::Configure));
+        assert!(S::Running.allows(Transition::Shutdown));
+        assert!(!S::Stopped.allows(Transition::Shutdown));
+        assert!(S::ShuttingDown.allows(Transition::Stop));
+    }
+
+    #[test]
+    fn unknown_enum_variant_is_malformed() {
+        // PartitionState has six variants; index 6 is not one of them.
+        assert_eq!(
+            decode_reply::<PartitionState>(&[6]),
             Err(CallError::MalformedReply)
         );
     }

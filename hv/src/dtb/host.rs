@@ -1729,6 +1729,7 @@ mod tests {
             token_sha256: None,
             autostart: true,
             pmu: true,
+            lifecycle: Default::default(),
         }]
     }
 

@@ -42,6 +42,9 @@ pub enum State {
     Stopped,
     Running,
     Stopping,
+    Starting,
+    ShuttingDown,
+    Crashed,
 }
 
 impl State {
@@ -51,6 +54,9 @@ impl State {
             State::Stopped => "stopped",
             State::Running => "running",
             State::Stopping => "stopping",
+            State::Starting => "starting",
+            State::ShuttingDown => "shutting_down",
+            State::Crashed => "crashed",
         }
     }
 
@@ -60,6 +66,9 @@ impl State {
             State::Stopped => 0,
             State::Running => 1,
             State::Stopping => 2,
+            State::Starting => 3,
+            State::ShuttingDown => 4,
+            State::Crashed => 5,
         }
     }
 }
@@ -172,6 +181,9 @@ impl From<PartitionState> for State {
             PartitionState::Stopped => State::Stopped,
             PartitionState::Running => State::Running,
             PartitionState::Stopping => State::Stopping,
+            PartitionState::Starting => State::Starting,
+            PartitionState::ShuttingDown => State::ShuttingDown,
+            PartitionState::Crashed => State::Crashed,
         }
     }
 }

@@ -631,6 +631,8 @@ impl<B: Backend> Router<B> {
             Transition::Start => "start",
             Transition::Stop => "stop",
             Transition::Restart => "restart",
+            Transition::Shutdown => "shut down",
+            Transition::Configure => "change",
         };
         let p = self.lookup(name)?;
         if p.management {
@@ -648,6 +650,10 @@ impl<B: Backend> Router<B> {
             Transition::Start => self.backend.start(p.index),
             Transition::Stop => self.backend.stop(p.index),
             Transition::Restart => self.backend.restart(p.index),
+            // Not routed here (yet): the router only asks for the three above.
+            Transition::Shutdown | Transition::Configure => Err(pinfold_abi::CallError::Refused(
+                pinfold_abi::AbiError::NotSupported,
+            )),
         };
         result.map_err(|e| ApiError::from_call(e, &format!("{verb} {name}")))?;
         // Report the state the hypervisor now has (a stop may still be
@@ -659,6 +665,8 @@ impl<B: Backend> Router<B> {
             .map(|q| json::State::from(q.state))
             .unwrap_or(match op {
                 Transition::Stop => json::State::Stopping,
+                Transition::Shutdown => json::State::ShuttingDown,
+                Transition::Configure => json::State::Stopped,
                 Transition::Start | Transition::Restart => json::State::Running,
             });
         Ok(json_response(

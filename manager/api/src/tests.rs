@@ -60,6 +60,9 @@ fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> P
         uptime_ns: 5_000_000_000,
         boot_count: 1,
         management,
+        state_since_ms: None,
+        restarts: 0,
+        last_crash: None,
     }
 }
 
@@ -171,6 +174,15 @@ impl Backend for FakeBackend {
                 },
                 injected: 480,
             }],
+            plan: pinfold_abi::PartitionPlan::new(
+                "p".to_string(),
+                vec![index],
+                268_435_456,
+                pinfold_config::KernelPlan {
+                    image: 0,
+                    format: pinfold_config::KernelFormat::LinuxImage,
+                },
+            ),
         })
     }
 
@@ -294,7 +306,7 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
     assert_eq!(resp.content_type, "application/json");
     assert_eq!(
         body_json(&resp),
-        json!({"version":"0.1.0","abi_version":"2.2","gic_version":3,"cpu_count":4,
+        json!({"version":"0.1.0","abi_version":"3.0","gic_version":3,"cpu_count":4,
                "ram_bytes":2147483648u64,"uptime_ms":12345,"time":"2026-12-01T13:45:00Z",
                "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
                        {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
@@ -1367,7 +1379,7 @@ mod hvc {
 
         let resp = r.handle(&get("/api/v1/host"));
 
-        assert_eq!(body_json(&resp)["abi_version"], "2.2");
+        assert_eq!(body_json(&resp)["abi_version"], "3.0");
         assert_eq!(body_json(&resp)["time"], "2026-12-01T13:45:00Z");
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
     }
