@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod fit;
 pub mod isolation;
 pub mod plan;
+pub mod rules;
 
 #[cfg(feature = "std")]
 mod error;
@@ -27,15 +28,16 @@ mod tests;
 
 pub use plan::*;
 
+pub use rules::{
+    check_partition, HostLimits, Problem, Rejection, Size, LINUX_COMMAND_LINE_SIZE, RAM_GRANULE,
+    SPI_FIRST, SPI_LAST,
+};
+
 #[cfg(feature = "std")]
-pub use error::{ConfigError, Problem};
+pub use error::ConfigError;
 #[cfg(feature = "std")]
 pub use schema::{
-    load, parse, Board, Config, DeviceConfig, ImageFormat, MmioConfig, PartitionConfig, Size,
-    SizeError,
+    load, parse, Board, Config, DeviceConfig, ImageFormat, MmioConfig, PartitionConfig, SizeError,
 };
 #[cfg(feature = "std")]
-pub use validate::{
-    hypervisor_reserve, HYPERVISOR_RESERVE_BASE, LINUX_COMMAND_LINE_SIZE, RAM_GRANULE, SPI_FIRST,
-    SPI_LAST,
-};
+pub use validate::{hypervisor_reserve, HYPERVISOR_RESERVE_BASE};
