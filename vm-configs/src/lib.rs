@@ -23,6 +23,8 @@ mod schema;
 #[cfg(feature = "std")]
 mod validate;
 
+#[cfg(test)]
+mod rules_tests;
 #[cfg(all(test, feature = "std"))]
 mod tests;
 
