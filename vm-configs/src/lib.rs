@@ -1,7 +1,10 @@
 //! Partition plans for Pinfold: the TOML schema and its validation (feature
 //! `std`, used by the xtask before boot), the runtime plan blob the
-//! hypervisor decodes at boot, and the two checks both sides run on it
-//! (`no_std`): where the images go in a partition's RAM (`fit`) and whether
+//! hypervisor decodes at boot, and the checks shared by the build, the
+//! hypervisor and the manager (`no_std`): the per-partition rules
+//! (`rules::check_partition`, one plan entry against the partitions
+//! already there, at build time and for partitions created at run time),
+//! where the images go in a partition's RAM (`fit`) and whether
 //! pass-through MMIO keeps partitions apart on a host (`isolation`).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![forbid(unsafe_code)]
