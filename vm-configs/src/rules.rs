@@ -110,13 +110,26 @@ pub fn check_partition(
     others: &[&PartitionPlan],
     host: &HostLimits,
 ) -> Result<(), Rejection> {
+    check_partition_with_token_text(candidate, others, host, || Ok(()))
+}
+
+/// `check_partition`, with the TOML side's check of the token's text (which
+/// the plan only carries as a digest) run where the token's rules are, so
+/// that the build reports the first broken rule in the order of
+/// docs/CONFIG.md.
+pub(crate) fn check_partition_with_token_text(
+    candidate: &PartitionPlan,
+    others: &[&PartitionPlan],
+    host: &HostLimits,
+    token_text: impl FnOnce() -> Result<(), Rejection>,
+) -> Result<(), Rejection> {
     check_name(candidate, others)?;
     check_cpus(candidate, others, host)?;
     if let Some(problem) = ram_problem(Size(candidate.ram_size)) {
         return Err(Rejection::new(candidate, "memory", problem));
     }
     check_bootargs(candidate)?;
-    check_roles(candidate, others)?;
+    check_roles(candidate, others, token_text)?;
     check_devices(candidate, others)
 }
 
@@ -217,7 +230,11 @@ fn check_bootargs(candidate: &PartitionPlan) -> Result<(), Rejection> {
     Ok(())
 }
 
-fn check_roles(candidate: &PartitionPlan, others: &[&PartitionPlan]) -> Result<(), Rejection> {
+fn check_roles(
+    candidate: &PartitionPlan,
+    others: &[&PartitionPlan],
+    token_text: impl FnOnce() -> Result<(), Rejection>,
+) -> Result<(), Rejection> {
     let holder = |has: fn(&PartitionPlan) -> bool| {
         others
             .iter()
@@ -240,6 +257,7 @@ fn check_roles(candidate: &PartitionPlan, others: &[&PartitionPlan]) -> Result<(
             Problem::TokenWithoutManagement,
         ));
     }
+    token_text()?;
     if candidate.pci_host_bridge {
         if let Some(other) = holder(|p| p.pci_host_bridge) {
             return Err(Rejection::new(

@@ -1,11 +1,13 @@
 //! The checks of a TOML config that need no image file: the board's CPUs
-//! and RAM, that there is a partition, the token's text, and every
-//! per-partition rule, which is `rules::check_partition` (the `no_std`
-//! rules the hypervisor and the manager run on partitions created at run
-//! time) applied to each partition's plan entry in file order, with the
-//! partitions before it as the others. Also the RAM budget against the
-//! board once the payload's size is known. Placement on the host is
-//! `isolation`'s.
+//! and RAM, that there is a partition, and every per-partition rule, which
+//! is `rules::check_partition` (the `no_std` rules the hypervisor and the
+//! manager run on partitions created at run time) applied to each
+//! partition's plan entry (`PartitionConfig::plan_entry`, the conversion
+//! the payload uses) in file order, with the partitions before it as the
+//! others. Only the token's text, which the plan holds as a digest, is
+//! checked here, where the rules check the token. Also the RAM budget
+//! against the board once the payload's size is known. Placement on the
+//! host is `isolation`'s.
 
 use crate::error::ConfigError;
 use crate::plan::{KernelFormat, KernelPlan, PartitionPlan};
@@ -23,11 +25,15 @@ pub(crate) fn partition_error(
     field: impl Into<String>,
     problem: Problem,
 ) -> ConfigError {
-    ConfigError::Partition(Rejection {
+    ConfigError::Partition(rejection(partition, field, problem))
+}
+
+fn rejection(partition: &PartitionConfig, field: impl Into<String>, problem: Problem) -> Rejection {
+    Rejection {
         partition: partition.name.clone(),
         field: field.into(),
         problem,
-    })
+    }
 }
 
 impl Config {
@@ -49,17 +55,27 @@ impl Config {
         };
         let mut accepted: Vec<PartitionPlan> = Vec::with_capacity(self.partitions.len());
         for partition in &self.partitions {
-            check_token_text(partition)?;
-            let entry = partition.plan_entry(no_image.clone(), None);
+            let mut entry = partition.plan_entry(no_image.clone(), None);
+            // A `token_sha256` that is not hex is still a token to the
+            // rules (only the management partition may have one); what is
+            // wrong with its text is `check_token_text`'s.
+            if partition.token_sha256.is_some() {
+                entry.token_sha256.get_or_insert([0; 32]);
+            }
             let others: Vec<&PartitionPlan> = accepted.iter().collect();
-            rules::check_partition(&entry, &others, &host).map_err(|mut rejection| {
-                // The plan's `token_sha256` is written `token` in the TOML
-                // when the plan holds the token itself.
-                if rejection.field == "token_sha256" && partition.token.is_some() {
-                    rejection.field = "token".into();
-                }
-                ConfigError::Partition(rejection)
-            })?;
+            let token_text = || check_token_text(partition);
+            rules::check_partition_with_token_text(&entry, &others, &host, token_text).map_err(
+                |mut broken| {
+                    // The plan's `token_sha256` is written `token` in the
+                    // TOML when the plan holds the token itself.
+                    if broken.problem == Problem::TokenWithoutManagement
+                        && partition.token.is_some()
+                    {
+                        broken.field = "token".into();
+                    }
+                    ConfigError::Partition(broken)
+                },
+            )?;
             accepted.push(entry);
         }
         Ok(())
@@ -117,24 +133,21 @@ pub(crate) fn align_up(value: u64, align: u64) -> u64 {
 /// digest: `token` is 16 to 128 characters of [A-Za-z0-9._~-], and
 /// `token_sha256` is 64 hex digits and not given together with `token`.
 /// Whether the partition may have a token at all is a rule
-/// (`TokenWithoutManagement`), checked on the plan entry.
-fn check_token_text(partition: &PartitionConfig) -> Result<(), ConfigError> {
+/// (`TokenWithoutManagement`) of the plan entry; the rules run this check
+/// right after that one.
+fn check_token_text(partition: &PartitionConfig) -> Result<(), Rejection> {
     if let Some(token) = &partition.token {
         let ok_char = |c: char| c.is_ascii_alphanumeric() || "._~-".contains(c);
         if !(16..=128).contains(&token.len()) || !token.chars().all(ok_char) {
-            return Err(partition_error(partition, "token", Problem::BadToken));
+            return Err(rejection(partition, "token", Problem::BadToken));
         }
     }
     if let Some(digest) = &partition.token_sha256 {
         if partition.token.is_some() {
-            return Err(partition_error(
-                partition,
-                "token_sha256",
-                Problem::TokenTwice,
-            ));
+            return Err(rejection(partition, "token_sha256", Problem::TokenTwice));
         }
         if crate::bundle::parse_hex32(digest).is_none() {
-            return Err(partition_error(
+            return Err(rejection(
                 partition,
                 "token_sha256",
                 Problem::BadTokenDigest,
