@@ -27,6 +27,8 @@ struct ImageFile {
     /// Where to read it (root joined with the configured path).
     path: PathBuf,
     size: u64,
+    /// Its SHA-256 (the hypervisor lists boot images by it).
+    sha256: [u8; 32],
     /// The first partition naming it and the field, for error messages.
     partition: usize,
     field: &'static str,
@@ -129,9 +131,14 @@ impl Config {
         let mut by_key: HashMap<PathBuf, u32> = HashMap::new();
         let mut intern = |probe: Probe, partition: usize, field: &'static str| {
             *by_key.entry(probe.key).or_insert_with(|| {
+                // Unreadable files are reported when the payload is written.
+                let sha256 = std::fs::read(&probe.path)
+                    .map(|bytes| crate::bundle::sha256(&bytes))
+                    .unwrap_or_default();
                 images.files.push(ImageFile {
                     path: probe.path,
                     size: probe.size,
+                    sha256,
                     partition,
                     field,
                 });
@@ -197,6 +204,7 @@ impl Config {
                 let image = ImageRef {
                     offset,
                     size: file.size,
+                    sha256: file.sha256,
                 };
                 offset = align_up(offset + file.size, IMAGE_ALIGN);
                 image
