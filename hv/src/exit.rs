@@ -272,8 +272,9 @@ pub fn handle_sync(
     syndrome: (u64, u64, u64),
 ) -> Next {
     let (esr, far, hpfar) = syndrome;
-    let (loaded, cpu) = cpu.split();
+    let (loaded, state) = cpu.split();
     if let Some((p, v)) = loaded {
+        let cpu = state;
         if trap::exception_class(esr) == trap::ec::HVC64 {
             if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
                 cpu.public.counters.exit(ExitClass::Hvc);
@@ -309,18 +310,20 @@ pub fn handle_sync(
             }
         }
     }
-    decode_and_handle(sys, cpu, hw, loaded, regs, syndrome)
+    decode_and_handle(sys, cpu, hw, regs, esr, far, hpfar)
 }
 
 #[inline(never)]
 fn decode_and_handle(
     sys: &System,
-    cpu: &mut CpuState,
+    cpu: &mut Cpu,
     hw: &mut impl Hw,
-    loaded: Option<(&Partition, usize)>,
     regs: &mut GuestRegs,
-    (esr, far, hpfar): (u64, u64, u64),
+    esr: u64,
+    far: u64,
+    hpfar: u64,
 ) -> Next {
+    let (loaded, cpu) = cpu.split();
     exit_of(sys, cpu, hw, loaded, regs, trap::decode(esr, far, hpfar))
 }
 
@@ -1202,6 +1205,7 @@ pub fn load(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, boot: &Boot) -> VcpuC
             hw.pmu_write(r, value);
         }
     }
+    cpu.vcpu = id.vcpu;
     cpu.loaded = Some(LoadedVcpu {
         id,
         vredist: VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p)),
@@ -1253,20 +1257,26 @@ pub fn put(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
 /// priority drop) that is not the host UART's.
 #[inline(always)]
 pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
-    let Cpu { resident, state } = cpu;
-    let p = resident.as_deref();
     match intid {
-        PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, state, hw, p, intid),
+        PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         SGI_MAILBOX => {
             hw.deactivate(intid);
-            drain_mailbox(state, hw, p);
+            drain_mailbox(cpu, hw);
         }
-        _ => other_irq(sys, state, hw, p, intid),
+        _ => {
+            let Cpu { resident, state } = cpu;
+            other_irq(sys, state, hw, resident.as_deref(), intid)
+        }
     }
 }
 
 #[inline(never)]
-fn drain_mailbox(cpu: &mut CpuState, hw: &mut impl Hw, p: Option<&Partition>) {
+fn drain_mailbox(cpu: &mut Cpu, hw: &mut impl Hw) {
+    let Cpu {
+        resident,
+        state: cpu,
+    } = cpu;
+    let p = resident.as_deref();
     let public = cpu.public;
     let bell = public.mailbox.take();
     // Posts for a vCPU that is no longer loaded are dropped (a new load
@@ -1335,20 +1345,18 @@ fn other_irq(
 /// to the vCPU, which deactivates the physical interrupt when it
 /// deactivates the virtual one.
 #[inline(always)]
-fn timer_ppi(
-    sys: &System,
-    cpu: &mut CpuState,
-    hw: &mut impl Hw,
-    resident: Option<&Partition>,
-    intid: u32,
-) {
+fn timer_ppi(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
+    let Cpu {
+        resident,
+        state: cpu,
+    } = cpu;
     // The mirror of the loaded vCPU's redistributor: nothing loaded, or the
     // guest has it disabled, reads as not enabled.
     match cpu.hw_ppis.fired(intid) {
         Some(irq) => {
             cpu.public.counters.injected();
             if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {
-                if let Some(p) = resident {
+                if let Some(p) = resident.as_deref() {
                     lost(cpu.public, p, hw, irq.intid, e);
                 }
             }

@@ -177,11 +177,10 @@ impl<'s> Cpu<'s> {
     #[inline(always)]
     pub fn split(&mut self) -> (Option<(&Partition, usize)>, &mut CpuState<'s>) {
         let Cpu { resident, state } = self;
-        let loaded = match (resident.as_deref(), state.loaded.as_ref()) {
-            (Some(p), Some(l)) => Some((p, l.id.vcpu)),
-            _ => None,
-        };
-        (loaded, state)
+        // `resident` is Some exactly while `state.loaded` is (load and put
+        // set both), so one test says both.
+        let vcpu = state.vcpu;
+        (resident.as_deref().map(|p| (p, vcpu)), state)
     }
 }
 
@@ -195,6 +194,9 @@ pub struct CpuState<'s> {
     pub lrs: LrManager,
     /// The loaded vCPU (running, or about to run).
     pub loaded: Option<LoadedVcpu>,
+    /// Its index in its partition (`loaded.id.vcpu`, kept beside it for
+    /// the exit entry, which reads it with the partition).
+    pub vcpu: usize,
     /// The loaded vCPU's forwarded PPIs as its redistributor says (none
     /// when nothing is loaded), mirrored here so that the timer path reads
     /// two fields of this struct and nothing else.
@@ -232,6 +234,7 @@ impl<'s> CpuState<'s> {
             public,
             lrs: LrManager::new(),
             loaded: None,
+            vcpu: 0,
             hw_ppis: HwPpis::default(),
         }
     }
