@@ -55,6 +55,8 @@ use pinfold_vboard::{
 };
 /// The bootargs word that selects the scaling mode (bench::scale).
 const SCALE_BOOTARG: &str = "pinfold-bench=scale";
+/// The bootargs word that selects the scrub check ([`scrub_check`]).
+const SCRUB_BOOTARG: &str = "pinfold-probe=scrub";
 /// Used only when the DTB has no usable /memory node.
 const RAM_SIZE_ASSUMED: u64 = 256 << 20;
 /// An IPA inside the device window that the partition is given nothing at.
@@ -512,6 +514,42 @@ fn report_accesses(test: &str, verb: &str, attempts: &[Attempt]) {
         }
     }
     println!(")");
+}
+
+/// Whether the RAM this partition was given held nothing of a previous
+/// owner: every 8-byte word outside this image and the DTB the hypervisor
+/// wrote must be zero. One line: `PROBE scrub: N nonzero words ...`.
+fn scrub_check(dtb: u64, dtb_size: u64, ram_end: u64) {
+    extern "C" {
+        static __image_start: u8;
+        static __image_end: u8;
+    }
+    // SAFETY: linker symbols; only their addresses are taken.
+    let (image_start, image_end) = unsafe {
+        (
+            core::ptr::addr_of!(__image_start) as u64,
+            core::ptr::addr_of!(__image_end) as u64,
+        )
+    };
+    let skip = |a: u64| (image_start..image_end).contains(&a) || (dtb..dtb + dtb_size).contains(&a);
+    let (mut nonzero, mut first) = (0u64, None);
+    let mut addr = GUEST_RAM_BASE;
+    while addr < ram_end {
+        if !skip(addr) {
+            // SAFETY: inside this partition's RAM (the DTB's /memory), 8-byte
+            // aligned, aliased by nothing in Rust.
+            let word = unsafe { core::ptr::read_volatile(addr as *const u64) };
+            if word != 0 {
+                nonzero += 1;
+                first.get_or_insert(addr);
+            }
+        }
+        addr += 8;
+    }
+    println!(
+        "PROBE scrub: {nonzero} nonzero words outside the image and DTB in 0x{GUEST_RAM_BASE:x}..0x{ram_end:x} (first at 0x{:x})",
+        first.unwrap_or(0)
+    );
 }
 
 fn probe_read_outside_ram(ram_end: u64) {
@@ -1122,6 +1160,10 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         conduit,
         entry_cntvct,
     };
+    if let Some(f) = fdt.as_ref().filter(|f| f.bootargs_have(SCRUB_BOOTARG)) {
+        scrub_check(f.base, u64::from(f.size), ram_end);
+        halt();
+    }
     if fdt.as_ref().is_some_and(|f| f.bootargs_have(SCALE_BOOTARG)) {
         println!("PROBE mode: scaling (bootargs `{SCALE_BOOTARG}`): no probes, no bench loops");
         bench::scale(&env);

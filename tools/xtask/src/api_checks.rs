@@ -1086,7 +1086,7 @@ fn check_paste_sum(cursor: u64, marker: &str, want: &str) -> Result<(), String> 
 }
 
 /// Builds hvctl; its path.
-fn build_hvctl(ws: &Workspace) -> Result<std::path::PathBuf, String> {
+pub fn build_hvctl(ws: &Workspace) -> Result<std::path::PathBuf, String> {
     cmd::run(
         cmd::cargo()
             .current_dir(&ws.root)

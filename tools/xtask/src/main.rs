@@ -14,6 +14,7 @@ mod image;
 mod provision;
 mod pxe;
 mod qemu;
+mod runtime_checks;
 mod signing;
 mod suite;
 mod uefi;

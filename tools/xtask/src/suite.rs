@@ -9,6 +9,7 @@ use crate::api_checks::{self, Stack};
 use crate::build::{Builder, DEFAULT_CONFIG};
 use crate::cmd;
 use crate::deploy_checks;
+use crate::runtime_checks;
 use crate::error::XtaskError;
 use crate::harness::{log_tail, number_after, Line, QemuRun};
 use crate::qemu::{qemu_command, Extra};
@@ -41,8 +42,9 @@ struct Case {
 /// each restart beta, `api-errors` checks that refused calls changed nothing,
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
-/// web-ui's restart), `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 21] = [
+/// web-ui's restart), `runtime` deletes alpha and creates it again at its
+/// end, `mgmt-restart` kills the manager twice and so comes last.
+const CASES: [Case; 22] = [
     Case {
         name: "host",
         tier: 1,
@@ -104,6 +106,15 @@ const CASES: [Case; 21] = [
         run: |ctx| {
             let ws = ctx.ws;
             api_checks::console_paste(ws, ctx.stack()?)
+        },
+    },
+    Case {
+        name: "runtime",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            runtime_checks::runtime(ws, ctx.stack()?)
         },
     },
     Case {

@@ -1,0 +1,299 @@
+//! The boot check of run-time partitions (`runtime`), on the shared boot of
+//! the default plan and driven through `hvctl --json` (so the CLI is
+//! checked with the API): alpha is stopped and deleted; a probe partition
+//! on its CPU gets RAM alpha's Linux had used and reads every word of it as
+//! zero (the hypervisor scrubbed it); then a Linux partition is created from
+//! a kernel and initrd uploaded through the API, boots, is changed while
+//! stopped (bootargs and memory) and boots again with them, and is deleted,
+//! leaving the CPU free. Last, alpha is created again from its own exported
+//! settings so that the shared boot ends as it began.
+//!
+//! Notes: the upload throughput, the time from the create request to the
+//! new partition's first console line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::api_checks::{self, Outcome, Stack};
+use crate::Workspace;
+
+/// A Linux boot to its UP marker, at most (QEMU TCG, one vCPU).
+const BOOT_LIMIT: Duration = Duration::from_secs(120);
+/// The probe's RAM scan, at most.
+const SCRUB_LIMIT: Duration = Duration::from_secs(60);
+const UP_MARKER: &str = "PINFOLD-GUEST-UP name=";
+const KERNEL: &str = "target/guest/linux/Image";
+const INITRD: &str = "target/guest/initramfs.cpio.gz";
+const PROBE: &str = "target/guest/test-guest.bin";
+
+struct Hvctl {
+    bin: PathBuf,
+    url: String,
+    token: String,
+    root: PathBuf,
+}
+
+impl Hvctl {
+    /// `hvctl --json ARGS`, parsed; Err with its output unless it exits 0.
+    fn json(&self, args: &[&str]) -> Result<Value, String> {
+        let out = Command::new(&self.bin)
+            .current_dir(&self.root)
+            .args(["--url", &self.url, "--token", &self.token, "--json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|err| format!("running hvctl: {err}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "hvctl {} exited with {}: {}{}",
+                args.join(" "),
+                out.status,
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        if stdout.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(stdout.trim())
+            .map_err(|err| format!("hvctl {} printed no JSON ({err}): {stdout}", args.join(" ")))
+    }
+
+    fn state(&self, name: &str) -> Result<String, String> {
+        let p = self.json(&["show", name])?;
+        p.get("state")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| format!("hvctl show {name}: no state in {p}"))
+    }
+
+    /// Waits until `name` is in `state` (10 s at most).
+    fn wait_state(&self, name: &str, state: &str) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.state(name)?;
+            if now == state {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{name} is {now}, not {state}, after 10 s"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The owner's name of every CPU and the RAM ranges of `GET /resources`.
+fn resources(hv: &Hvctl) -> Result<Value, String> {
+    hv.json(&["resources"])
+}
+
+fn ram_of(resources: &Value, partition: &str) -> Option<(u64, u64)> {
+    resources["memory"]["ranges"]
+        .as_array()?
+        .iter()
+        .find(|r| r["partition"].as_str() == Some(partition))
+        .and_then(|r| Some((r["base"].as_u64()?, r["size"].as_u64()?)))
+}
+
+fn cpu_owner(resources: &Value, cpu: u64) -> Option<String> {
+    resources["cpus"]
+        .as_array()?
+        .iter()
+        .find(|c| c["cpu"].as_u64() == Some(cpu))
+        .and_then(|c| c["partition"].as_str().map(str::to_string))
+}
+
+/// The scrub probe's line: how many nonzero words it found.
+pub fn scrub_count(line: &str) -> Option<u64> {
+    let rest = line.split("PROBE scrub: ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
+    let bin = api_checks::build_hvctl(ws)?;
+    stack.first_answer()?;
+    let token = stack.token(Instant::now() + Duration::from_secs(60))?;
+    let hv = Hvctl {
+        bin,
+        url: format!("http://127.0.0.1:{}", crate::qemu::manager_port()),
+        token,
+        root: ws.root.clone(),
+    };
+    for file in [KERNEL, INITRD, PROBE] {
+        if !Path::new(&ws.root.join(file)).is_file() {
+            return Err(format!("{file} is missing (built with the default plan)"));
+        }
+    }
+    let mut notes = Vec::new();
+    let alpha = hv.json(&["show", "alpha"])?;
+    let alpha_config = alpha["config"].clone();
+
+    // 1. alpha down and deleted: its CPU and RAM are free.
+    let before = resources(&hv)?;
+    let alpha_ram = ram_of(&before, "alpha").ok_or("resources show no RAM of alpha")?;
+    hv.json(&["stop", "alpha"])?;
+    hv.wait_state("alpha", "stopped")?;
+    hv.json(&["delete", "alpha"])?;
+    let after = resources(&hv)?;
+    if cpu_owner(&after, 1).is_some() || ram_of(&after, "alpha").is_some() {
+        return Err(format!("alpha deleted, but resources still show it: {after}"));
+    }
+
+    // 2. The probe on alpha's CPU and RAM: every word zero.
+    let probe = hv.json(&["upload", PROBE, "--kind", "kernel", "--name", "probe"])?;
+    let probe_id = probe["id"].as_str().ok_or("upload printed no id")?.to_string();
+    let mib = (alpha_ram.1 >> 20).to_string();
+    let cursor = stack.qemu.lines().len();
+    hv.json(&[
+        "create", "probe", "--cpus", "1", "--memory", &mib, "--kernel", &probe_id,
+        "--kernel-format", "raw", "--bootargs", "pinfold-probe=scrub", "--autostart",
+    ])?;
+    let placed = resources(&hv)?;
+    let probe_ram = ram_of(&placed, "probe").ok_or("resources show no RAM of probe")?;
+    let overlap = probe_ram.0 < alpha_ram.0 + alpha_ram.1 && alpha_ram.0 < probe_ram.0 + probe_ram.1;
+    if !overlap {
+        return Err(format!(
+            "probe got RAM {probe_ram:x?}, not overlapping alpha's former {alpha_ram:x?}: the scrub check would prove nothing"
+        ));
+    }
+    let line = stack
+        .qemu
+        .wait_for("the scrub probe", cursor, Instant::now() + SCRUB_LIMIT, |l| {
+            l.contains("PROBE scrub: ")
+        })
+        .map_err(|e| e.to_string())?;
+    match scrub_count(&line.text) {
+        Some(0) => notes.push(format!(
+            "probe on CPU 1 got alpha's RAM (PA {:#x}, {} MiB) and read it all as zero",
+            probe_ram.0,
+            probe_ram.1 >> 20
+        )),
+        _ => return Err(format!("RAM not scrubbed: `{}`", line.text)),
+    }
+    hv.json(&["stop", "probe"])?;
+    hv.wait_state("probe", "stopped")?;
+    hv.json(&["delete", "probe"])?;
+    hv.json(&["image-delete", &probe_id]).or_else(|_| Ok::<_, String>(Value::Null))?;
+
+    // 3. A Linux partition from uploaded images.
+    let size = std::fs::metadata(ws.root.join(KERNEL)).map_err(|e| e.to_string())?.len();
+    let started = Instant::now();
+    let kernel = hv.json(&["upload", KERNEL, "--kind", "kernel", "--name", "Image"])?;
+    let upload = started.elapsed();
+    notes.push(format!(
+        "uploaded the {:.1} MB kernel in {:.1} s ({:.2} MB/s)",
+        size as f64 / 1e6,
+        upload.as_secs_f64(),
+        size as f64 / 1e6 / upload.as_secs_f64()
+    ));
+    let kernel_id = kernel["id"].as_str().ok_or("upload printed no id")?.to_string();
+    let initrd = hv.json(&["upload", INITRD, "--kind", "initrd", "--name", "initramfs"])?;
+    let initrd_id = initrd["id"].as_str().ok_or("upload printed no id")?.to_string();
+    let bootargs = "console=ttyAMA0 earlycon=pl011,0x09000000";
+    let cursor = stack.qemu.lines().len();
+    let asked = Instant::now();
+    hv.json(&[
+        "create", "gamma", "--cpus", "1", "--memory", "256M", "--kernel", &kernel_id, "--initrd",
+        &initrd_id, "--bootargs", bootargs, "--autostart",
+    ])?;
+    let first = stack
+        .qemu
+        .wait_for("gamma's first console line", cursor, Instant::now() + BOOT_LIMIT, |l| {
+            l.starts_with("[gamma]")
+        })
+        .map_err(|e| e.to_string())?;
+    let asked_at = asked.duration_since(stack.qemu.started());
+    notes.push(format!(
+        "create request to gamma's first console line: {:.2} s",
+        first.at.saturating_sub(asked_at).as_secs_f64()
+    ));
+    stack
+        .qemu
+        .wait_for("gamma's UP marker", cursor, Instant::now() + BOOT_LIMIT, |l| {
+            l.contains(&format!("[gamma] {UP_MARKER}gamma"))
+        })
+        .map_err(|e| e.to_string())?;
+
+    // 4. Changed while stopped: bootargs and memory; it boots with them.
+    hv.json(&["stop", "gamma"])?;
+    hv.wait_state("gamma", "stopped")?;
+    let changed = format!("{bootargs} pinfold.changed=1");
+    hv.json(&["edit", "gamma", "--memory", "384M", "--bootargs", &changed])?;
+    let shown = hv.json(&["show", "gamma"])?;
+    if shown["config"]["memory_mib"].as_u64() != Some(384)
+        || shown["config"]["bootargs"].as_str() != Some(changed.as_str())
+    {
+        return Err(format!("edit not shown: {shown}"));
+    }
+    let cursor = stack.qemu.lines().len();
+    hv.json(&["start", "gamma"])?;
+    let mem = stack
+        .qemu
+        .wait_for("gamma's memory line", cursor, Instant::now() + BOOT_LIMIT, |l| {
+            l.starts_with("[gamma]") && l.contains("Memory: ")
+        })
+        .map_err(|e| e.to_string())?;
+    if !mem.text.contains("/393216K") {
+        return Err(format!("gamma did not boot with 384 MiB: `{}`", mem.text));
+    }
+    let cmdline = stack
+        .qemu
+        .wait_for("gamma's command line", cursor, Instant::now() + BOOT_LIMIT, |l| {
+            l.contains("[gamma] PINFOLD-GUEST-CMDLINE name=gamma")
+        })
+        .map_err(|e| e.to_string())?;
+    if !cmdline.text.ends_with(&changed) {
+        return Err(format!("gamma did not boot with the changed bootargs: `{}`", cmdline.text));
+    }
+    notes.push("gamma booted again with 384 MiB and the changed bootargs".into());
+
+    // 5. Deleted: CPU 1 is free again; alpha comes back as it was.
+    hv.json(&["stop", "gamma"])?;
+    hv.wait_state("gamma", "stopped")?;
+    hv.json(&["delete", "gamma"])?;
+    if cpu_owner(&resources(&hv)?, 1).is_some() {
+        return Err("gamma deleted but CPU 1 is still owned".into());
+    }
+    let cpus = join(&alpha_config["cpus"]);
+    let memory = format!("{}M", alpha_config["memory_mib"].as_u64().unwrap_or(256));
+    let kernel = alpha_config["kernel"].as_str().unwrap_or("0").to_string();
+    let initrd = alpha_config["initrd"].as_str().unwrap_or("1").to_string();
+    let args = alpha_config["bootargs"].as_str().unwrap_or(bootargs).to_string();
+    hv.json(&[
+        "create", "alpha", "--cpus", &cpus, "--memory", &memory, "--kernel", &kernel, "--initrd",
+        &initrd, "--bootargs", &args, "--autostart",
+    ])?;
+    hv.wait_state("alpha", "running")?;
+    notes.push("alpha created again from its exported settings, running".into());
+    Ok(notes)
+}
+
+fn join(cpus: &Value) -> String {
+    cpus.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_u64)
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_else(|| "1".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scrub_count_is_read_from_the_probe_line() {
+        let line = "[probe] PROBE scrub: 0 nonzero words outside the image and DTB in 0x40000000..0x50000000 (first at 0x0)";
+        assert_eq!(scrub_count(line), Some(0));
+        assert_eq!(scrub_count("[probe] PROBE scrub: 17 nonzero words"), Some(17));
+        assert_eq!(scrub_count("[probe] PROBE start"), None);
+    }
+}
