@@ -148,6 +148,7 @@ mod tests {
             uptime_ms: 3_723_000,
             boot_count: 2,
             management: false,
+            config: None,
         }
     }
 
