@@ -135,6 +135,11 @@ impl<H: Hypercall> HvcBackend<H> {
         HvcBackend { hc }
     }
 
+    /// The hypercall interface (tests look at the machine behind it).
+    pub fn hc_mut(&mut self) -> &mut H {
+        &mut self.hc
+    }
+
     /// The whole buffer, as the ABI describes it.
     fn whole_buffer(&mut self) -> GuestBuffer {
         GuestBuffer {
@@ -318,16 +323,14 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
     }
 
     fn create(&mut self, plan: &PartitionPlan) -> Result<u32, HvError> {
-        let buf = self.plan_buffer(plan)?;
-        match self.with_request(Request::PartitionCreate { buf })? {
+        match self.with_plan(plan, |buf| Request::PartitionCreate { buf })? {
             Return::Created(index) => Ok(index),
             _ => Err(CallError::MalformedReply.into()),
         }
     }
 
     fn configure(&mut self, index: u32, plan: &PartitionPlan) -> Result<(), HvError> {
-        let buf = self.plan_buffer(plan)?;
-        match self.with_request(Request::PartitionConfigure { index, buf })? {
+        match self.with_plan(plan, |buf| Request::PartitionConfigure { index, buf })? {
             Return::Done => Ok(()),
             _ => Err(CallError::MalformedReply.into()),
         }
@@ -344,11 +347,30 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
 }
 
 impl<H: Hypercall> HvcBackend<H> {
-    /// The postcard plan at the buffer's start. The call's length is the
-    /// plan's exactly: the hypervisor decodes the whole buffer (trailing
-    /// bytes are malformed) and truncates a Rejection's sentence to fit.
-    fn plan_buffer(&mut self, plan: &PartitionPlan) -> Result<GuestBuffer, CallError> {
+    /// A call with the postcard plan at the buffer's start. The hypervisor
+    /// writes a Rejection over the call's buffer, cutting its sentence to
+    /// the buffer's length, so the call first names the whole shared
+    /// buffer (room for any sentence). A dispatcher that decodes the whole
+    /// buffer as the plan (trailing bytes malformed: INVALID_PARAMETERS)
+    /// gets a second call naming the plan's bytes exactly; its Rejection's
+    /// sentence is then cut to the plan's length.
+    fn with_plan(
+        &mut self,
+        plan: &PartitionPlan,
+        request: impl Fn(GuestBuffer) -> Request,
+    ) -> Result<Return, HvError> {
         let bytes = encode_reply_vec(plan);
-        self.load(&bytes)
+        let exact = self.load(&bytes)?;
+        let shared = self.hc.buffer();
+        shared[bytes.len()..].fill(0);
+        let whole = self.whole_buffer();
+        match self.with_request(request(whole)) {
+            Err(HvError::Call(CallError::Refused(AbiError::InvalidParameters))) => {
+                // The Rejection of a refused first call is not written, so
+                // the plan is still in place.
+                self.with_request(request(exact))
+            }
+            other => other,
+        }
     }
 }

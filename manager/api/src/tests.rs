@@ -1637,7 +1637,77 @@ mod hvc {
     /// Manage over the REST tests' FakeBackend, so both layers share data.
     struct FakeHv(FakeBackend);
 
+    impl FakeHv {
+        /// A copy for the `&self` calls (the fake's Backend takes `&mut`).
+        fn snapshot(&self) -> FakeBackend {
+            FakeBackend {
+                partitions: self.0.partitions.clone(),
+                plans: self.0.plans.clone(),
+                images: self.0.images.clone(),
+                free_ram: self.0.free_ram,
+                ..FakeBackend::new()
+            }
+        }
+    }
+
+    fn status(err: CallError) -> AbiError {
+        match err {
+            CallError::Refused(e) => e,
+            _ => AbiError::InvalidParameters,
+        }
+    }
+
+    fn refusal(err: crate::HvError) -> pinfold_hv::hypercall::Refusal {
+        use pinfold_hv::hypercall::Refusal;
+        match err {
+            crate::HvError::Rejected(r) => Refusal::Rejected(r),
+            crate::HvError::Call(e) => Refusal::Status(status(e)),
+        }
+    }
+
     impl Manage for FakeHv {
+        fn image_create(
+            &mut self,
+            kind: pinfold_abi::ImageKind,
+            size: u64,
+        ) -> Result<u32, AbiError> {
+            self.0.image_create(kind, size).map_err(status)
+        }
+        fn image_write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<usize, AbiError> {
+            self.0.image_write(id, offset, bytes).map_err(status)
+        }
+        fn image_seal(
+            &mut self,
+            id: u32,
+            digest: Option<[u8; 32]>,
+        ) -> Result<(), pinfold_hv::hypercall::Refusal> {
+            self.0.image_seal(id, digest).map_err(refusal)
+        }
+        fn image_delete(&mut self, id: u32) -> Result<(), AbiError> {
+            self.0.image_delete(id).map_err(status)
+        }
+        fn images(&self) -> Vec<pinfold_abi::ImageInfo> {
+            self.snapshot().images().unwrap_or_default()
+        }
+        fn create(
+            &mut self,
+            plan: pinfold_abi::PartitionPlan,
+        ) -> Result<u32, pinfold_hv::hypercall::Refusal> {
+            self.0.create(&plan).map_err(refusal)
+        }
+        fn configure(
+            &mut self,
+            index: u32,
+            plan: pinfold_abi::PartitionPlan,
+        ) -> Result<(), pinfold_hv::hypercall::Refusal> {
+            self.0.configure(index, &plan).map_err(refusal)
+        }
+        fn destroy(&mut self, index: u32) -> Result<(), AbiError> {
+            self.0.destroy(index).map_err(status)
+        }
+        fn resources(&self) -> Option<pinfold_abi::Resources> {
+            self.snapshot().resources().ok()
+        }
         fn host_info(&self) -> HostInfo {
             FakeBackend::new().host_info().expect("fake")
         }
@@ -1645,12 +1715,7 @@ mod hvc {
             self.0.partitions.clone()
         }
         fn detail(&self, index: u32) -> Option<PartitionDetail> {
-            FakeBackend {
-                partitions: self.0.partitions.clone(),
-                ..FakeBackend::new()
-            }
-            .detail(index)
-            .ok()
+            self.snapshot().detail(index).ok()
         }
         fn start(&mut self, index: u32) -> Result<(), AbiError> {
             self.0.start(index).map_err(|_| AbiError::NotFound)
@@ -1788,5 +1853,108 @@ mod hvc {
         let resp = r.handle(&get("/api/v1/host"));
 
         assert_eq!(resp.status, 503);
+    }
+
+    fn upload_through(r: &mut Router<HvcBackend<Machine>>, kind: &str, data: &[u8]) -> Response {
+        let mut req = post(&format!("/api/v1/images?kind={kind}&name=k"), "");
+        req.body = data.to_vec();
+        req.headers
+            .push(("Content-Length".into(), data.len().to_string()));
+        r.handle(&req)
+    }
+
+    fn kernel_bytes(len: usize) -> Vec<u8> {
+        let mut data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        data[56..60].copy_from_slice(b"ARM\x64");
+        data
+    }
+
+    #[test]
+    fn upload_goes_through_image_create_write_and_seal_in_buffer_sized_writes() {
+        let mut r = machine_router(0x4000, true);
+        let data = kernel_bytes(50_000);
+
+        let resp = upload_through(&mut r, "kernel", &data);
+
+        assert_eq!(resp.status, 201, "{}", text(&resp));
+        let hv = &r.backend_mut().hc_mut().hv.0;
+        let (info, bytes) = hv.images.iter().find(|(i, _)| i.id == 1).expect("image 1");
+        assert!(info.sealed);
+        assert_eq!(bytes, &data);
+        assert_eq!(hv.largest_write, 0x4000, "one shared buffer per call");
+    }
+
+    #[test]
+    fn create_and_delete_go_through_the_hypercall_abi() {
+        let mut r = machine_router(0x1_0000, true);
+        assert_eq!(
+            upload_through(&mut r, "kernel", &kernel_bytes(4096)).status,
+            201
+        );
+
+        let created = r.handle(&post(
+            "/api/v1/partitions",
+            r#"{"name":"gamma","cpus":[3],"memory_mib":64,"kernel":"1","bootargs":"quiet"}"#,
+        ));
+        let resources = r.handle(&get("/api/v1/resources"));
+        let deleted = r.handle(&Request {
+            method: "DELETE".into(),
+            ..post("/api/v1/partitions/gamma", "")
+        });
+
+        assert_eq!(created.status, 201, "{}", text(&created));
+        assert_eq!(body_json(&created)["config"]["bootargs"], "quiet");
+        assert_eq!(body_json(&resources)["cpus"][3]["partition"], "gamma");
+        assert_eq!(deleted.status, 204);
+        assert!(r.backend_mut().hc_mut().hv.0.plans.is_empty());
+    }
+
+    #[test]
+    fn rejection_comes_back_through_the_buffer_as_409_naming_the_field() {
+        let mut r = machine_router(0x1_0000, true);
+        assert_eq!(
+            upload_through(&mut r, "kernel", &kernel_bytes(4096)).status,
+            201
+        );
+
+        let resp = r.handle(&post(
+            "/api/v1/partitions",
+            r#"{"name":"gamma","cpus":[2],"memory_mib":64,"kernel":"1"}"#,
+        ));
+
+        assert_eq!(
+            (resp.status, body_json(&resp)["field"].as_str()),
+            (409, Some("cpus"))
+        );
+        // This dispatcher takes the whole buffer for the plan, so the call
+        // that succeeds names exactly the plan's bytes, and the Rejection
+        // written over them has its sentence cut to that length.
+        let full = r#"partition "gamma": cpus: CPU 2 is also used by partition "beta""#;
+        let got = body_json(&resp)["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(!got.is_empty() && full.starts_with(&got), "{got:?}");
+        assert!(r.backend_mut().hc_mut().hv.0.plans.is_empty());
+        assert_eq!(got, r#"partition "gamma": c"#, "cut at the plan's length");
+    }
+
+    #[test]
+    fn no_resources_through_the_hypercall_abi_is_409_naming_memory() {
+        let mut r = machine_router(0x1_0000, true);
+        assert_eq!(
+            upload_through(&mut r, "kernel", &kernel_bytes(4096)).status,
+            201
+        );
+
+        let resp = r.handle(&post(
+            "/api/v1/partitions",
+            r#"{"name":"gamma","cpus":[3],"memory_mib":8192,"kernel":"1"}"#,
+        ));
+
+        assert_eq!(
+            (resp.status, body_json(&resp)["field"].as_str()),
+            (409, Some("memory"))
+        );
     }
 }
