@@ -148,8 +148,9 @@ impl FakeBackend {
         Some(plan)
     }
 
-    /// The plan rules the hypervisor applies (a few of pinfold_config's,
-    /// with its sentences): name, cpus, memory, kernel/initrd images.
+    /// The plan rules the hypervisor applies: pinfold_config's rules (the
+    /// build-time check's sentences) against every other partition, then
+    /// the kernel/initrd images.
     fn check_plan(
         &self,
         plan: &pinfold_abi::PartitionPlan,
@@ -168,37 +169,18 @@ impl FakeBackend {
             .filter(|p| Some(p.index) != except)
             .filter_map(|p| self.plan_of(p.index))
             .collect();
-        if plan.name.is_empty() || plan.name.len() > 15 {
-            return reject("name", "must be 1 to 15 characters".into(), false);
-        }
-        if others.iter().any(|o| o.name == plan.name) {
-            return reject("name", "the name is used twice".into(), true);
-        }
-        if plan.cpus.is_empty() {
-            return reject("cpus", "no CPUs: give at least one".into(), false);
-        }
-        for &cpu in &plan.cpus {
-            if cpu >= 4 {
-                return reject(
-                    "cpus",
-                    format!("CPU {cpu} does not exist (board \"fake\" has 4 CPUs)"),
-                    false,
-                );
-            }
-            if let Some(o) = others.iter().find(|o| o.cpus.contains(&cpu)) {
-                return reject(
-                    "cpus",
-                    format!("CPU {cpu} is also used by partition \"{}\"", o.name),
-                    true,
-                );
-            }
-        }
-        if plan.ram_size < 2 << 20 || !plan.ram_size.is_multiple_of(2 << 20) {
-            return reject(
-                "memory",
-                format!("{} bytes is not a multiple of 2MiB", plan.ram_size),
-                false,
-            );
+        let refs: Vec<&pinfold_abi::PartitionPlan> = others.iter().collect();
+        // The fake's partitions sit on CPUs up to 9.
+        let host = pinfold_config::rules::HostLimits {
+            board: "fake",
+            cpus: 16,
+        };
+        if let Err(r) = pinfold_config::rules::check_partition(plan, &refs, &host) {
+            return Err(crate::HvError::Rejected(pinfold_abi::Rejection {
+                message: r.to_string(),
+                conflict: r.conflict(),
+                field: r.field,
+            }));
         }
         let image = |id: u32| self.images.iter().find(|(i, _)| i.id == id);
         match image(plan.kernel.image) {

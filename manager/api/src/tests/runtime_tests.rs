@@ -229,7 +229,7 @@ fn hypervisor_rejection_of_a_field_on_its_own_is_400_with_its_sentence() {
     assert_eq!((resp.status, field(&resp).as_str()), (400, "memory"));
     assert_eq!(
         detail(&resp),
-        r#"partition "gamma": memory: 3145728 bytes is not a multiple of 2MiB"#
+        r#"partition "gamma": memory: 3MiB is not a multiple of 2MiB"#
     );
 }
 
