@@ -1,9 +1,36 @@
 //! What the REST layer asks of the hypervisor (`Backend`), and the real implementation that turns each question into one management hypercall (`HvcBackend`).
+//!
+//! Calls whose buffer carries a request (PARTITION_CREATE, _CONFIGURE,
+//! IMAGE_SEAL) fail with [`HvError::Rejected`] when the hypervisor refuses
+//! their content: the [`Rejection`] it wrote over the buffer, decoded.
 
 use pinfold_abi::{
-    decode_reply, AbiVersion, CallError, GuestBuffer, HostInfo, PartitionDetail, PartitionSummary,
-    Request, Return,
+    decode_reply, encode_reply_vec, AbiError, AbiVersion, CallError, GuestBuffer, HostInfo,
+    ImageInfo, ImageKind, PartitionDetail, PartitionPlan, PartitionSummary, Rejection, Request,
+    Resources, Return,
 };
+
+/// Why a call with a request in its buffer failed: a plain call error, or
+/// the hypervisor's account of the rule the content broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HvError {
+    Call(CallError),
+    Rejected(Rejection),
+}
+
+impl From<CallError> for HvError {
+    fn from(err: CallError) -> Self {
+        HvError::Call(err)
+    }
+}
+
+impl From<AbiError> for HvError {
+    fn from(err: AbiError) -> Self {
+        HvError::Call(CallError::Refused(err))
+    }
+}
+
+const UNSUPPORTED: CallError = CallError::Refused(AbiError::NotSupported);
 
 /// Outcome of a console read: as [`Return::ConsoleRead`], `len` bytes from
 /// position `offset + dropped`, and where to read next.
@@ -42,6 +69,47 @@ pub trait Backend {
     /// (ABI 2.2) Milliseconds since the Unix epoch, from the hypervisor's
     /// clock (Hermit has none of its own on aarch64).
     fn wall_clock_ms(&mut self) -> Result<u64, CallError>;
+
+    // (ABI 3.0) Run-time partitions and images. The defaults refuse
+    // (NOT_SUPPORTED) so a fake needs only what its tests use.
+
+    /// IMAGE_CREATE: a new, empty image of `size` bytes; its id.
+    fn image_create(&mut self, _kind: ImageKind, _size: u64) -> Result<u32, CallError> {
+        Err(UNSUPPORTED)
+    }
+    /// IMAGE_WRITE: `bytes` (at most [`pinfold_abi::MAX_BUFFER_LEN`] go
+    /// in one call) at `offset` of unsealed image `id`; how many were taken.
+    fn image_write(&mut self, _id: u32, _offset: u64, _bytes: &[u8]) -> Result<usize, CallError> {
+        Err(UNSUPPORTED)
+    }
+    /// IMAGE_SEAL: the image is complete; its SHA-256 must be `sha256`.
+    fn image_seal(&mut self, _id: u32, _sha256: Option<[u8; 32]>) -> Result<(), HvError> {
+        Err(UNSUPPORTED.into())
+    }
+    /// IMAGE_DELETE.
+    fn image_delete(&mut self, _id: u32) -> Result<(), CallError> {
+        Err(UNSUPPORTED)
+    }
+    /// LIST_IMAGES.
+    fn images(&mut self) -> Result<Vec<ImageInfo>, CallError> {
+        Err(UNSUPPORTED)
+    }
+    /// PARTITION_CREATE: a new stopped partition; its index.
+    fn create(&mut self, _plan: &PartitionPlan) -> Result<u32, HvError> {
+        Err(UNSUPPORTED.into())
+    }
+    /// PARTITION_CONFIGURE: a stopped partition's new plan entry.
+    fn configure(&mut self, _index: u32, _plan: &PartitionPlan) -> Result<(), HvError> {
+        Err(UNSUPPORTED.into())
+    }
+    /// PARTITION_DESTROY.
+    fn destroy(&mut self, _index: u32) -> Result<(), CallError> {
+        Err(UNSUPPORTED)
+    }
+    /// RESOURCES.
+    fn resources(&mut self) -> Result<Resources, CallError> {
+        Err(UNSUPPORTED)
+    }
 }
 
 /// The instruction and the memory behind [`HvcBackend`]; on Hermit, an
@@ -65,6 +133,11 @@ pub struct HvcBackend<H: Hypercall> {
 impl<H: Hypercall> HvcBackend<H> {
     pub fn new(hc: H) -> Self {
         HvcBackend { hc }
+    }
+
+    /// The hypercall interface (tests look at the machine behind it).
+    pub fn hc_mut(&mut self) -> &mut H {
+        &mut self.hc
     }
 
     /// The whole buffer, as the ABI describes it.
@@ -102,6 +175,35 @@ impl<H: Hypercall> HvcBackend<H> {
         match self.call(request)? {
             Return::Done => Ok(()),
             _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    /// Puts `bytes` at the start of the buffer; the buffer naming them.
+    fn load(&mut self, bytes: &[u8]) -> Result<GuestBuffer, CallError> {
+        let shared = self.hc.buffer();
+        let dst = shared
+            .get_mut(..bytes.len())
+            .ok_or(CallError::Refused(AbiError::InvalidParameters))?;
+        dst.copy_from_slice(bytes);
+        Ok(GuestBuffer {
+            ipa: self.hc.buffer_ipa(),
+            len: bytes.len() as u64,
+        })
+    }
+
+    /// Runs a call whose buffer holds a request; a REJECTED reply becomes
+    /// the Rejection the hypervisor wrote over the buffer.
+    fn with_request(&mut self, request: Request) -> Result<Return, HvError> {
+        match self.call(request) {
+            Err(CallError::Rejected { len }) => {
+                let bytes = self
+                    .hc
+                    .buffer()
+                    .get(..len as usize)
+                    .ok_or(CallError::MalformedReply)?;
+                Err(HvError::Rejected(decode_reply(bytes)?))
+            }
+            other => Ok(other?),
         }
     }
 }
@@ -183,6 +285,92 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
         match self.call(Request::WallClock)? {
             Return::WallClock { unix_ms } => Ok(unix_ms),
             _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    fn image_create(&mut self, kind: ImageKind, size: u64) -> Result<u32, CallError> {
+        match self.call(Request::ImageCreate { kind, size })? {
+            Return::Created(id) => Ok(id),
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    /// One IMAGE_WRITE of at most the buffer's length.
+    fn image_write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<usize, CallError> {
+        let len = bytes.len().min(self.hc.buffer().len());
+        let buf = self.load(&bytes[..len])?;
+        match self.call(Request::ImageWrite { id, offset, buf })? {
+            Return::Accepted(n) => Ok(n as usize),
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    fn image_seal(&mut self, id: u32, sha256: Option<[u8; 32]>) -> Result<(), HvError> {
+        let buf = self.load(sha256.as_ref().map_or(&[][..], |d| &d[..]))?;
+        match self.with_request(Request::ImageSeal { id, buf })? {
+            Return::Done => Ok(()),
+            _ => Err(CallError::MalformedReply.into()),
+        }
+    }
+
+    fn image_delete(&mut self, id: u32) -> Result<(), CallError> {
+        self.done(Request::ImageDelete { id })
+    }
+
+    fn images(&mut self) -> Result<Vec<ImageInfo>, CallError> {
+        let buf = self.whole_buffer();
+        self.payload(Request::ListImages { buf })
+    }
+
+    fn create(&mut self, plan: &PartitionPlan) -> Result<u32, HvError> {
+        match self.with_plan(plan, |buf| Request::PartitionCreate { buf })? {
+            Return::Created(index) => Ok(index),
+            _ => Err(CallError::MalformedReply.into()),
+        }
+    }
+
+    fn configure(&mut self, index: u32, plan: &PartitionPlan) -> Result<(), HvError> {
+        match self.with_plan(plan, |buf| Request::PartitionConfigure { index, buf })? {
+            Return::Done => Ok(()),
+            _ => Err(CallError::MalformedReply.into()),
+        }
+    }
+
+    fn destroy(&mut self, index: u32) -> Result<(), CallError> {
+        self.done(Request::PartitionDestroy { index })
+    }
+
+    fn resources(&mut self) -> Result<Resources, CallError> {
+        let buf = self.whole_buffer();
+        self.payload(Request::Resources { buf })
+    }
+}
+
+impl<H: Hypercall> HvcBackend<H> {
+    /// A call with the postcard plan at the buffer's start. The hypervisor
+    /// writes a Rejection over the call's buffer, cutting its sentence to
+    /// the buffer's length, so the call first names the whole shared
+    /// buffer (room for any sentence). A dispatcher that decodes the whole
+    /// buffer as the plan (trailing bytes malformed: INVALID_PARAMETERS)
+    /// gets a second call naming the plan's bytes exactly; its Rejection's
+    /// sentence is then cut to the plan's length.
+    fn with_plan(
+        &mut self,
+        plan: &PartitionPlan,
+        request: impl Fn(GuestBuffer) -> Request,
+    ) -> Result<Return, HvError> {
+        let bytes = encode_reply_vec(plan);
+        let exact = self.load(&bytes)?;
+        let shared = self.hc.buffer();
+        shared[bytes.len()..].fill(0);
+        let whole = self.whole_buffer();
+        match self.with_request(request(whole)) {
+            Err(HvError::Call(CallError::Refused(AbiError::InvalidParameters))) => {
+                // The Rejection of a refused first call is not written, so
+                // the plan is still in place.
+                self.with_request(request(exact))
+            }
+            other => other,
         }
     }
 }

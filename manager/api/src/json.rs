@@ -83,6 +83,9 @@ pub struct Partition {
     pub uptime_ms: u64,
     pub boot_count: u32,
     pub management: bool,
+    /// Its configuration (from the plan entry the hypervisor holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Config>,
 }
 
 /// `GET /api/v1/partitions/{name}`: the summary plus faults and vCPUs.
@@ -208,6 +211,7 @@ impl From<&PartitionSummary> for Partition {
             uptime_ms: p.uptime_ns / NS_PER_MS,
             boot_count: p.boot_count,
             management: p.management,
+            config: None,
         }
     }
 }
@@ -226,8 +230,10 @@ impl From<&VcpuInfo> for Vcpu {
 
 impl From<&PartitionDetail> for PartitionDetailJson {
     fn from(d: &PartitionDetail) -> Self {
+        let mut summary = Partition::from(&d.summary);
+        summary.config = Some(Config::from_plan(&d.plan));
         PartitionDetailJson {
-            summary: (&d.summary).into(),
+            summary,
             faults: d.faults,
             vcpus: d.vcpus.iter().map(Vcpu::from).collect(),
         }
@@ -262,6 +268,286 @@ impl Host {
                 .map(|c| Cpu {
                     cpu: c.cpu,
                     partition: c.partition.and_then(name_of),
+                })
+                .collect(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Run-time partitions, resources and images (ABI 3.0)
+// ---------------------------------------------------------------------------
+
+/// A field-level error: `{"error", "detail", "field"}` (the plan field as
+/// the build-time TOML check names it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldErrorBody {
+    pub error: String,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// How the kernel is entered, as the API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelFormat {
+    /// A Linux arm64 `Image` (header honoured).
+    #[default]
+    Linux,
+    /// A raw binary loaded at RAM base + 0x80000.
+    Raw,
+}
+
+/// The restart policy, as the API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Restart {
+    #[default]
+    Never,
+    OnCrash,
+    Always,
+}
+
+/// A pass-through MMIO window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mmio {
+    pub base: u64,
+    pub size: u64,
+}
+
+/// A pass-through device of a partition's config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Device {
+    pub name: String,
+    #[serde(default)]
+    pub mmio: Vec<Mmio>,
+    #[serde(default)]
+    pub spis: Vec<u32>,
+    #[serde(default)]
+    pub compatible: Option<String>,
+    #[serde(default)]
+    pub host_node: Option<String>,
+}
+
+/// A partition's configuration (`config` in the partition JSON; the
+/// fields of a create or change request).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    pub cpus: Vec<u32>,
+    pub memory_mib: u64,
+    /// Image id (decimal, as in `GET /api/v1/images`).
+    pub kernel: Option<String>,
+    pub kernel_format: KernelFormat,
+    pub initrd: Option<String>,
+    pub bootargs: String,
+    pub autostart: bool,
+    pub restart: Restart,
+    pub restart_limit: u32,
+    /// 0 = no watchdog.
+    pub watchdog_s: u32,
+    pub shutdown_timeout_s: u32,
+    pub devices: Vec<Device>,
+}
+
+/// `GET /api/v1/resources`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourcesJson {
+    pub cpus: Vec<Cpu>,
+    pub memory: Memory,
+    pub images_bytes: u64,
+    pub devices: Vec<DeviceUse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memory {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub ranges: Vec<RamRangeJson>,
+}
+
+/// Who holds a range of host RAM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Owner {
+    Free,
+    Hypervisor,
+    Images,
+    Partition,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RamRangeJson {
+    pub base: u64,
+    pub size: u64,
+    pub owner: Owner,
+    /// The partition's name when `owner` is `partition`.
+    pub partition: Option<String>,
+}
+
+/// A host device region and who has it passed through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceUse {
+    /// The host description's node path.
+    pub name: String,
+    pub base: u64,
+    pub size: u64,
+    pub partition: Option<String>,
+}
+
+/// What an image is for, as the API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageKind {
+    Kernel,
+    Initrd,
+    Dtb,
+}
+
+impl ImageKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ImageKind::Kernel => "kernel",
+            ImageKind::Initrd => "initrd",
+            ImageKind::Dtb => "dtb",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ImageKind> {
+        Some(match s {
+            "kernel" => ImageKind::Kernel,
+            "initrd" => ImageKind::Initrd,
+            "dtb" => ImageKind::Dtb,
+            _ => return None,
+        })
+    }
+}
+
+impl From<pinfold_abi::ImageKind> for ImageKind {
+    fn from(kind: pinfold_abi::ImageKind) -> Self {
+        match kind {
+            pinfold_abi::ImageKind::Kernel => ImageKind::Kernel,
+            pinfold_abi::ImageKind::Initrd => ImageKind::Initrd,
+            pinfold_abi::ImageKind::Dtb => ImageKind::Dtb,
+        }
+    }
+}
+
+impl From<ImageKind> for pinfold_abi::ImageKind {
+    fn from(kind: ImageKind) -> Self {
+        match kind {
+            ImageKind::Kernel => pinfold_abi::ImageKind::Kernel,
+            ImageKind::Initrd => pinfold_abi::ImageKind::Initrd,
+            ImageKind::Dtb => pinfold_abi::ImageKind::Dtb,
+        }
+    }
+}
+
+/// An image's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageState {
+    Uploading,
+    Ready,
+    Failed,
+}
+
+/// One image (`GET /api/v1/images/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// The hypervisor's image id, decimal.
+    pub id: String,
+    pub name: String,
+    pub kind: ImageKind,
+    pub size: u64,
+    /// Bytes received so far.
+    pub received: u64,
+    pub state: ImageState,
+    pub error: Option<String>,
+    pub sha256: Option<String>,
+    pub used_by: Vec<String>,
+    /// It came with the boot bundle.
+    pub boot: bool,
+}
+
+/// `GET /api/v1/images`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageList {
+    pub images: Vec<Image>,
+}
+
+/// `POST /api/v1/images/fetch` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchRequest {
+    pub url: String,
+    pub kind: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 64 hex digits (either case) as 32 bytes.
+pub fn parse_sha256(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl Config {
+    /// The config a plan entry describes (image indices as decimal ids).
+    pub fn from_plan(plan: &pinfold_abi::PartitionPlan) -> Config {
+        use pinfold_config::RestartMode;
+        Config {
+            cpus: plan.cpus.clone(),
+            memory_mib: plan.ram_size >> 20,
+            kernel: Some(plan.kernel.image.to_string()),
+            kernel_format: match plan.kernel.format {
+                pinfold_config::KernelFormat::LinuxImage => KernelFormat::Linux,
+                pinfold_config::KernelFormat::Raw => KernelFormat::Raw,
+            },
+            initrd: plan.initrd.map(|i| i.to_string()),
+            bootargs: plan.bootargs.clone(),
+            autostart: plan.autostart,
+            restart: match plan.lifecycle.restart {
+                RestartMode::Never => Restart::Never,
+                RestartMode::OnCrash => Restart::OnCrash,
+                RestartMode::Always => Restart::Always,
+            },
+            restart_limit: plan.lifecycle.restart_limit,
+            watchdog_s: plan.lifecycle.watchdog_s,
+            shutdown_timeout_s: plan.lifecycle.shutdown_timeout_s,
+            devices: plan
+                .devices
+                .iter()
+                .map(|d| Device {
+                    name: d.name.clone(),
+                    mmio: d
+                        .mmio
+                        .iter()
+                        .map(|m| Mmio {
+                            base: m.base,
+                            size: m.size,
+                        })
+                        .collect(),
+                    spis: d.spis.clone(),
+                    compatible: d.compatible.clone(),
+                    host_node: d.host_node.clone(),
                 })
                 .collect(),
         }

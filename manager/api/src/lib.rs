@@ -14,8 +14,10 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod fetch;
 pub mod json;
 pub mod metrics;
+mod runtime;
 #[cfg(test)]
 mod tests;
 pub mod time;
@@ -24,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use pinfold_abi::{AbiError, CallError, PartitionSummary, Transition};
 
-pub use backend::{Backend, ConsoleRead, HvcBackend, Hypercall};
+pub use backend::{Backend, ConsoleRead, HvError, HvcBackend, Hypercall};
+pub use runtime::{serve, ImageMeta, MAX_IMAGE_BYTES, UPLOAD_CHUNK};
 
 /// The OpenAPI 3.0 document describing every route in [`ROUTES`].
 pub const OPENAPI_JSON: &str = include_str!("../openapi.json");
@@ -66,6 +69,28 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
+    /// Headers besides Content-Type (`ETag`, `Location`).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Response {
+    /// The value of header `name` (case-insensitive), if set.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Request {
+    /// The value of header `name` (case-insensitive), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// One file of the web UI: URL path (e.g. "/index.html"), Content-Type,
@@ -92,6 +117,38 @@ pub enum Action {
         name: String,
         data: Vec<u8>,
     },
+    /// (ABI 3.0) `POST /api/v1/partitions`.
+    CreatePartition {
+        patch: runtime::ConfigPatch,
+    },
+    /// `PATCH /api/v1/partitions/{name}`.
+    ChangePartition {
+        name: String,
+        patch: runtime::ConfigPatch,
+        if_match: Option<String>,
+    },
+    /// `DELETE /api/v1/partitions/{name}`.
+    DeletePartition {
+        name: String,
+        if_match: Option<String>,
+    },
+    GetResources,
+    ListImages,
+    GetImage {
+        id: u32,
+    },
+    DeleteImage {
+        id: u32,
+    },
+    /// `POST /api/v1/images?...`: the body is the image (streamed by
+    /// [`serve`]; [`Router::handle`] takes it from the request).
+    UploadImage {
+        query: String,
+    },
+    /// `POST /api/v1/images/fetch` (only [`serve`] can start the download).
+    FetchImage {
+        request: json::FetchRequest,
+    },
     Metrics,
     OpenApi,
     /// A web UI file, by URL path.
@@ -112,10 +169,14 @@ pub enum Endpoint {
     Console,
     Metrics,
     OpenApi,
+    Resources,
+    Images,
+    ImageFetch,
+    Image,
 }
 
-/// A method and path pattern the router serves; `{name}` matches one
-/// path segment, a partition name.
+/// A method and path pattern the router serves; `{name}` (a partition
+/// name) and `{id}` (an image id) match one path segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
     pub method: &'static str,
@@ -137,7 +198,10 @@ const fn route(method: &'static str, pattern: &'static str, endpoint: Endpoint) 
 pub const ROUTES: &[Route] = &[
     route("GET", "/api/v1/host", Endpoint::Host),
     route("GET", "/api/v1/partitions", Endpoint::Partitions),
+    route("POST", "/api/v1/partitions", Endpoint::Partitions),
     route("GET", "/api/v1/partitions/{name}", Endpoint::Partition),
+    route("PATCH", "/api/v1/partitions/{name}", Endpoint::Partition),
+    route("DELETE", "/api/v1/partitions/{name}", Endpoint::Partition),
     route("POST", "/api/v1/partitions/{name}/start", Endpoint::Start),
     route("POST", "/api/v1/partitions/{name}/stop", Endpoint::Stop),
     route(
@@ -155,6 +219,12 @@ pub const ROUTES: &[Route] = &[
         "/api/v1/partitions/{name}/console",
         Endpoint::Console,
     ),
+    route("GET", "/api/v1/resources", Endpoint::Resources),
+    route("GET", "/api/v1/images", Endpoint::Images),
+    route("POST", "/api/v1/images", Endpoint::Images),
+    route("POST", "/api/v1/images/fetch", Endpoint::ImageFetch),
+    route("GET", "/api/v1/images/{id}", Endpoint::Image),
+    route("DELETE", "/api/v1/images/{id}", Endpoint::Image),
     route("GET", "/metrics", Endpoint::Metrics),
     route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
 ];
@@ -165,57 +235,51 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub detail: String,
+    /// The field at fault, for field-level errors (the plan field as the
+    /// build-time TOML check names it).
+    pub field: Option<String>,
 }
 
 impl ApiError {
-    pub fn bad_request(detail: impl Into<String>) -> Self {
-        ApiError {
-            status: 400,
-            code: "bad_request",
-            detail: detail.into(),
-        }
-    }
-    pub fn unauthorized(detail: impl Into<String>) -> Self {
-        ApiError {
-            status: 401,
-            code: "unauthorized",
-            detail: detail.into(),
-        }
-    }
-    pub fn not_found(detail: impl Into<String>) -> Self {
-        ApiError {
-            status: 404,
-            code: "not_found",
-            detail: detail.into(),
-        }
-    }
-    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
-        ApiError {
-            status: 405,
-            code: "method_not_allowed",
-            detail: detail.into(),
-        }
-    }
-    pub fn conflict(detail: impl Into<String>) -> Self {
-        ApiError {
-            status: 409,
-            code: "conflict",
-            detail: detail.into(),
-        }
-    }
-    pub fn too_large(detail: impl Into<String>) -> Self {
-        ApiError {
-            status: 413,
-            code: "too_large",
-            detail: detail.into(),
-        }
-    }
-    pub fn hypervisor(status: u16, detail: impl Into<String>) -> Self {
+    fn new(status: u16, code: &'static str, detail: impl Into<String>) -> Self {
         ApiError {
             status,
-            code: "hypervisor_error",
+            code,
             detail: detail.into(),
+            field: None,
         }
+    }
+    /// The same error, naming `field`.
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        ApiError::new(400, "bad_request", detail)
+    }
+    pub fn precondition_failed(detail: impl Into<String>) -> Self {
+        ApiError::new(412, "precondition_failed", detail)
+    }
+    pub fn length_required(detail: impl Into<String>) -> Self {
+        ApiError::new(411, "length_required", detail)
+    }
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        ApiError::new(401, "unauthorized", detail)
+    }
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        ApiError::new(404, "not_found", detail)
+    }
+    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
+        ApiError::new(405, "method_not_allowed", detail)
+    }
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        ApiError::new(409, "conflict", detail)
+    }
+    pub fn too_large(detail: impl Into<String>) -> Self {
+        ApiError::new(413, "too_large", detail)
+    }
+    pub fn hypervisor(status: u16, detail: impl Into<String>) -> Self {
+        ApiError::new(status, "hypervisor_error", detail)
     }
 
     /// A backend failure, in the API's terms.
@@ -238,9 +302,10 @@ impl ApiError {
     }
 
     pub fn to_response(&self) -> Response {
-        let body = json::ErrorBody {
+        let body = json::FieldErrorBody {
             error: self.code.to_string(),
             detail: self.detail.clone(),
+            field: self.field.clone(),
         };
         json_response(self.status, &body)
     }
@@ -248,13 +313,14 @@ impl ApiError {
 
 fn json_response<T: serde::Serialize>(status: u16, value: &T) -> Response {
     match serde_json::to_vec(value) {
-        Ok(body) => Response { status, content_type: JSON, body },
+        Ok(body) => Response { status, content_type: JSON, body, headers: Vec::new() },
         // Our body types always serialise; say so rather than panic.
         Err(e) => Response {
             status: 500,
             content_type: JSON,
             body: format!("{{\"error\":\"hypervisor_error\",\"detail\":\"serialising the reply failed: {e}\"}}")
                 .into_bytes(),
+            headers: Vec::new(),
         },
     }
 }
@@ -289,13 +355,14 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Matches `path` against a pattern, returning the `{name}` segment.
+/// Matches `path` against a pattern, returning the `{name}` or `{id}`
+/// segment.
 fn match_pattern<'a>(pattern: &str, path: &'a str) -> Option<Option<&'a str>> {
     let mut name = None;
     let mut segs = path.split('/');
     for want in pattern.split('/') {
         let got = segs.next()?;
-        if want == "{name}" {
+        if want.starts_with('{') {
             if got.is_empty() {
                 return None;
             }
@@ -397,7 +464,15 @@ fn build_action(
     path: &str,
     query: &str,
 ) -> Result<Action, ApiError> {
-    if req.body.len() > MAX_BODY_BYTES {
+    // An image upload's body is the image (streamed by `serve`).
+    let is_upload = matches!(
+        matched,
+        Matched::Api {
+            endpoint: Endpoint::Images,
+            ..
+        }
+    ) && req.method == "POST";
+    if req.body.len() > MAX_BODY_BYTES && !is_upload {
         return Err(ApiError::too_large(format!(
             "request body is {} bytes; at most {MAX_BODY_BYTES}",
             req.body.len()
@@ -416,10 +491,42 @@ fn build_action(
             .ok_or_else(|| ApiError::bad_request(format!("malformed partition name {raw:?}")))?,
         None => String::new(),
     };
+    let if_match = || req.header("if-match").map(str::to_string);
+    let image_id = |name: &str| {
+        name.parse::<u32>().map_err(|_| {
+            ApiError::bad_request(format!("image id must be a decimal u32, not {name:?}"))
+        })
+    };
     Ok(match endpoint {
         Endpoint::Host => Action::GetHost,
+        Endpoint::Partitions if req.method == "POST" => Action::CreatePartition {
+            patch: runtime::ConfigPatch::parse(&req.body, None)?,
+        },
         Endpoint::Partitions => Action::ListPartitions,
+        Endpoint::Partition if req.method == "PATCH" => Action::ChangePartition {
+            patch: runtime::ConfigPatch::parse(&req.body, Some(&name))?,
+            name,
+            if_match: if_match(),
+        },
+        Endpoint::Partition if req.method == "DELETE" => Action::DeletePartition {
+            name,
+            if_match: if_match(),
+        },
         Endpoint::Partition => Action::GetPartition { name },
+        Endpoint::Resources => Action::GetResources,
+        Endpoint::Images if req.method == "POST" => Action::UploadImage {
+            query: query.to_string(),
+        },
+        Endpoint::Images => Action::ListImages,
+        Endpoint::ImageFetch => Action::FetchImage {
+            request: runtime::parse_fetch(&req.body)?,
+        },
+        Endpoint::Image if req.method == "DELETE" => Action::DeleteImage {
+            id: image_id(&name)?,
+        },
+        Endpoint::Image => Action::GetImage {
+            id: image_id(&name)?,
+        },
         Endpoint::Start => Action::ChangeState {
             name,
             op: Transition::Start,
@@ -452,6 +559,9 @@ fn build_action(
 /// Serves the API over a [`Backend`].
 pub struct Router<B: Backend> {
     backend: B,
+    /// What the manager knows of images beyond the hypervisor's list:
+    /// names, upload progress, failures (by image id).
+    images: std::collections::BTreeMap<u32, ImageMeta>,
     /// SHA-256 of the bearer token (the manager never holds the token).
     token_digest: Option<[u8; 32]>,
     static_files: &'static [StaticFile],
@@ -471,6 +581,7 @@ impl<B: Backend> Router<B> {
     ) -> Self {
         Router {
             backend,
+            images: std::collections::BTreeMap::new(),
             token_digest,
             static_files,
             require_token_for_reads: false,
@@ -504,14 +615,19 @@ impl<B: Backend> Router<B> {
         let (path, query) = split_target(&req.path);
         let matched = match_route(&req.method, path)?;
         let is_api = matches!(matched, Matched::Api { .. });
-        if req.method == "POST" || (is_api && self.require_token_for_reads) {
+        if req.method != "GET" || (is_api && self.require_token_for_reads) {
             self.authorize(req)?;
         }
         let action = build_action(req, matched, path, query)?;
+        if let Action::UploadImage { query } = action {
+            let mut body = &req.body[..];
+            return Ok(runtime::drive_upload(self, req, &query, &mut body));
+        }
         self.execute(action)
     }
 
-    fn authorize(&self, req: &Request) -> Result<(), ApiError> {
+    /// 401 unless `req` carries the right bearer token.
+    pub fn authorize(&self, req: &Request) -> Result<(), ApiError> {
         let header = req
             .headers
             .iter()
@@ -556,11 +672,17 @@ impl<B: Backend> Router<B> {
                 Ok(json_response(200, &host))
             }
             Action::ListPartitions => {
-                let partitions = self
-                    .partitions()?
-                    .iter()
-                    .map(json::Partition::from)
-                    .collect();
+                let mut partitions = Vec::new();
+                for p in self.partitions()? {
+                    let mut json = json::Partition::from(&p);
+                    // Its config, when the hypervisor hands out plans (3.0).
+                    json.config = self
+                        .backend
+                        .detail(p.index)
+                        .ok()
+                        .map(|d| json::Config::from_plan(&d.plan));
+                    partitions.push(json);
+                }
                 Ok(json_response(200, &json::PartitionList { partitions }))
             }
             Action::GetPartition { name } => {
@@ -569,11 +691,32 @@ impl<B: Backend> Router<B> {
                     .backend
                     .detail(index)
                     .map_err(|e| ApiError::from_call(e, &name))?;
-                Ok(json_response(
-                    200,
-                    &json::PartitionDetailJson::from(&detail),
-                ))
+                let mut resp = json_response(200, &json::PartitionDetailJson::from(&detail));
+                resp.headers.push(("ETag", runtime::etag(&detail.plan)));
+                Ok(resp)
             }
+            Action::CreatePartition { patch } => self.create_partition(patch),
+            Action::ChangePartition {
+                name,
+                patch,
+                if_match,
+            } => self.change_partition(&name, patch, if_match.as_deref()),
+            Action::DeletePartition { name, if_match } => {
+                self.delete_partition(&name, if_match.as_deref())
+            }
+            Action::GetResources => self.resources(),
+            Action::ListImages => self.list_images(),
+            Action::GetImage { id } => self.get_image(id),
+            Action::DeleteImage { id } => self.delete_image(id),
+            // Routed to runtime::drive_upload before execute.
+            Action::UploadImage { .. } => Err(ApiError::hypervisor(
+                500,
+                "an image upload reached execute: it is streamed by serve()",
+            )),
+            Action::FetchImage { .. } => Err(ApiError::hypervisor(
+                503,
+                "POST /api/v1/images/fetch needs the shared router (pinfold_manager_api::serve)",
+            )),
             Action::ChangeState { name, op } => self.change_state(&name, op),
             Action::ReadConsole { name, offset } => self.read_console(&name, offset),
             Action::WriteConsole { name, data } => {
@@ -602,12 +745,14 @@ impl<B: Backend> Router<B> {
                     status: 200,
                     content_type: metrics::CONTENT_TYPE,
                     body: metrics::render(&details).into_bytes(),
+                    headers: Vec::new(),
                 })
             }
             Action::OpenApi => Ok(Response {
                 status: 200,
                 content_type: JSON,
                 body: OPENAPI_JSON.as_bytes().to_vec(),
+                headers: Vec::new(),
             }),
             Action::StaticFile { path } => self.static_file(&path),
         }
@@ -744,6 +889,7 @@ impl<B: Backend> Router<B> {
                 status: 200,
                 content_type,
                 body: bytes.to_vec(),
+                headers: Vec::new(),
             })
             .ok_or_else(|| ApiError::not_found(format!("no file {path}")))
     }

@@ -7,6 +7,8 @@ use pinfold_abi::{
 };
 use serde_json::{json, Value};
 
+mod runtime_tests;
+
 const TOKEN: &str = "s3cret-token";
 /// Indices deliberately differ from list positions.
 const MGMT: u32 = 5;
@@ -48,6 +50,17 @@ struct FakeBackend {
     pauses: usize,
     /// WALL_CLOCK's answer.
     clock: Result<u64, CallError>,
+    /// (3.0) Plan entries by index (absent: one made up from the summary).
+    plans: std::collections::BTreeMap<u32, pinfold_abi::PartitionPlan>,
+    /// (3.0) Images, with their bytes.
+    images: Vec<(pinfold_abi::ImageInfo, Vec<u8>)>,
+    next_image: u32,
+    next_index: u32,
+    /// Free RAM a new partition's memory can come from.
+    free_ram: u64,
+    /// The largest IMAGE_WRITE seen, and the most one call takes.
+    largest_write: usize,
+    write_limit: usize,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -88,7 +101,116 @@ impl FakeBackend {
             fail_write: None,
             pauses: 0,
             clock: Ok(1_796_132_700_250),
+            plans: std::collections::BTreeMap::new(),
+            // The boot bundle's kernel, which every built-in partition boots.
+            images: vec![(
+                pinfold_abi::ImageInfo {
+                    id: 0,
+                    kind: pinfold_abi::ImageKind::Kernel,
+                    size: 64,
+                    written: 64,
+                    sealed: true,
+                    sha256: Some([0x11; 32]),
+                    used_by: Vec::new(),
+                    boot: true,
+                },
+                {
+                    let mut k = vec![0; 64];
+                    k[56..60].copy_from_slice(b"ARM\x64");
+                    k
+                },
+            )],
+            next_image: 1,
+            next_index: 20,
+            free_ram: 1 << 30,
+            largest_write: 0,
+            write_limit: pinfold_abi::MAX_BUFFER_LEN as usize,
         }
+    }
+
+    /// The plan entry of `index`: the stored one, or one made from its
+    /// summary (kernel image 0, the boot bundle's).
+    fn plan_of(&self, index: u32) -> Option<pinfold_abi::PartitionPlan> {
+        if let Some(plan) = self.plans.get(&index) {
+            return Some(plan.clone());
+        }
+        let s = self.partitions.iter().find(|p| p.index == index)?;
+        let mut plan = pinfold_abi::PartitionPlan::new(
+            s.name.clone(),
+            s.cpus.clone(),
+            s.ram_bytes,
+            pinfold_config::KernelPlan {
+                image: 0,
+                format: pinfold_config::KernelFormat::LinuxImage,
+            },
+        );
+        plan.management = s.management;
+        Some(plan)
+    }
+
+    /// The plan rules the hypervisor applies: pinfold_config's rules (the
+    /// build-time check's sentences) against every other partition, then
+    /// the kernel/initrd images.
+    fn check_plan(
+        &self,
+        plan: &pinfold_abi::PartitionPlan,
+        except: Option<u32>,
+    ) -> Result<(), crate::HvError> {
+        let reject = |field: &str, problem: String, conflict: bool| {
+            Err(crate::HvError::Rejected(pinfold_abi::Rejection {
+                field: field.to_string(),
+                message: format!("partition \"{}\": {field}: {problem}", plan.name),
+                conflict,
+            }))
+        };
+        let others: Vec<pinfold_abi::PartitionPlan> = self
+            .partitions
+            .iter()
+            .filter(|p| Some(p.index) != except)
+            .filter_map(|p| self.plan_of(p.index))
+            .collect();
+        let refs: Vec<&pinfold_abi::PartitionPlan> = others.iter().collect();
+        // The fake's partitions sit on CPUs up to 9.
+        let host = pinfold_config::rules::HostLimits {
+            board: "fake",
+            cpus: 16,
+        };
+        if let Err(r) = pinfold_config::rules::check_partition(plan, &refs, &host) {
+            return Err(crate::HvError::Rejected(pinfold_abi::Rejection {
+                message: r.to_string(),
+                conflict: r.conflict(),
+                field: r.field,
+            }));
+        }
+        let image = |id: u32| self.images.iter().find(|(i, _)| i.id == id);
+        match image(plan.kernel.image) {
+            Some((info, data)) if info.kind == pinfold_abi::ImageKind::Kernel && info.sealed => {
+                if plan.kernel.format == pinfold_config::KernelFormat::LinuxImage
+                    && data.get(56..60) != Some(b"ARM\x64")
+                {
+                    return reject(
+                        "kernel",
+                        format!("image {} is not a Linux arm64 Image", info.id),
+                        false,
+                    );
+                }
+            }
+            _ => {
+                return reject(
+                    "kernel",
+                    format!("no kernel image {}", plan.kernel.image),
+                    false,
+                )
+            }
+        }
+        Ok(())
+    }
+
+    fn image_mut(&mut self, id: u32) -> Result<&mut (pinfold_abi::ImageInfo, Vec<u8>), CallError> {
+        self.images
+            .iter_mut()
+            .find(|(i, _)| i.id == id)
+            .ok_or(CallError::Refused(AbiError::NotFound))
     }
 
     fn set_state(&mut self, index: u32, state: PartitionState) -> Result<(), CallError> {
@@ -157,6 +279,7 @@ impl Backend for FakeBackend {
             .find(|p| p.index == index)
             .cloned()
             .ok_or(CallError::Refused(AbiError::NotFound))?;
+        let plan = self.plan_of(index).expect("summary has a plan");
         Ok(PartitionDetail {
             summary,
             faults: 0,
@@ -174,15 +297,7 @@ impl Backend for FakeBackend {
                 },
                 injected: 480,
             }],
-            plan: pinfold_abi::PartitionPlan::new(
-                "p".to_string(),
-                vec![index],
-                268_435_456,
-                pinfold_config::KernelPlan {
-                    image: 0,
-                    format: pinfold_config::KernelFormat::LinuxImage,
-                },
-            ),
+            plan,
         })
     }
 
@@ -249,6 +364,228 @@ impl Backend for FakeBackend {
 
     fn wall_clock_ms(&mut self) -> Result<u64, CallError> {
         self.clock
+    }
+
+    fn image_create(&mut self, kind: pinfold_abi::ImageKind, size: u64) -> Result<u32, CallError> {
+        self.calls.push(format!("image_create {size}"));
+        if size == 0 {
+            return Err(CallError::Refused(AbiError::InvalidParameters));
+        }
+        if size > 512 << 20 {
+            return Err(CallError::Refused(AbiError::NoResources));
+        }
+        let id = self.next_image;
+        self.next_image += 1;
+        self.images.push((
+            pinfold_abi::ImageInfo {
+                id,
+                kind,
+                size,
+                written: 0,
+                sealed: false,
+                sha256: None,
+                used_by: Vec::new(),
+                boot: false,
+            },
+            vec![0; size as usize],
+        ));
+        Ok(id)
+    }
+
+    fn image_write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<usize, CallError> {
+        self.largest_write = self.largest_write.max(bytes.len());
+        let limit = self.write_limit;
+        let (info, data) = self.image_mut(id)?;
+        if info.sealed {
+            return Err(CallError::Refused(AbiError::Conflict));
+        }
+        let n = bytes.len().min(limit);
+        let end = offset as usize + n;
+        if end > data.len() {
+            return Err(CallError::Refused(AbiError::InvalidParameters));
+        }
+        data[offset as usize..end].copy_from_slice(&bytes[..n]);
+        info.written = info.written.max(end as u64);
+        Ok(n)
+    }
+
+    fn image_seal(&mut self, id: u32, sha256: Option<[u8; 32]>) -> Result<(), crate::HvError> {
+        use sha2::Digest;
+        let (info, data) = self.image_mut(id)?;
+        let digest: [u8; 32] = sha2::Sha256::digest(&data[..]).into();
+        let problem = if info.written < info.size {
+            Some((
+                "body",
+                format!(
+                    "image {id} is incomplete: {} of {} bytes",
+                    info.written, info.size
+                ),
+            ))
+        } else if sha256.is_some_and(|d| d != digest) {
+            Some(("sha256", format!("image {id}'s SHA-256 differs")))
+        } else if info.kind == pinfold_abi::ImageKind::Kernel
+            && data.get(56..60) != Some(b"ARM\x64")
+        {
+            Some(("kernel", format!("image {id} is not an arm64 Image")))
+        } else {
+            None
+        };
+        if let Some((field, message)) = problem {
+            // A refused image is discarded.
+            self.images.retain(|(i, _)| i.id != id);
+            return Err(crate::HvError::Rejected(pinfold_abi::Rejection {
+                field: field.into(),
+                message,
+                conflict: false,
+            }));
+        }
+        info.sealed = true;
+        info.sha256 = Some(digest);
+        Ok(())
+    }
+
+    fn image_delete(&mut self, id: u32) -> Result<(), CallError> {
+        self.calls.push(format!("image_delete {id}"));
+        let used = self
+            .images()
+            .map(|list| list.iter().any(|i| i.id == id && !i.used_by.is_empty()))?;
+        self.image_mut(id)?;
+        if used {
+            return Err(CallError::Refused(AbiError::Conflict));
+        }
+        self.images.retain(|(i, _)| i.id != id);
+        Ok(())
+    }
+
+    fn images(&mut self) -> Result<Vec<pinfold_abi::ImageInfo>, CallError> {
+        let plans: Vec<(u32, pinfold_abi::PartitionPlan)> = self
+            .partitions
+            .iter()
+            .filter_map(|p| self.plan_of(p.index).map(|plan| (p.index, plan)))
+            .collect();
+        Ok(self
+            .images
+            .iter()
+            .map(|(info, _)| {
+                let mut info = info.clone();
+                info.used_by = plans
+                    .iter()
+                    .filter(|(_, p)| p.kernel.image == info.id || p.initrd == Some(info.id))
+                    .map(|(i, _)| *i)
+                    .collect();
+                info
+            })
+            .collect())
+    }
+
+    fn create(&mut self, plan: &pinfold_abi::PartitionPlan) -> Result<u32, crate::HvError> {
+        self.calls.push(format!("create {}", plan.name));
+        self.check_plan(plan, None)?;
+        if plan.ram_size > self.free_ram {
+            return Err(CallError::Refused(AbiError::NoResources).into());
+        }
+        self.free_ram -= plan.ram_size;
+        let index = self.next_index;
+        self.next_index += 1;
+        let mut s = summary(index, &plan.name, PartitionState::Stopped, false);
+        s.cpus = plan.cpus.clone();
+        s.ram_bytes = plan.ram_size;
+        s.boot_count = 0;
+        s.uptime_ns = 0;
+        self.partitions.push(s);
+        self.plans.insert(index, plan.clone());
+        Ok(index)
+    }
+
+    fn configure(
+        &mut self,
+        index: u32,
+        plan: &pinfold_abi::PartitionPlan,
+    ) -> Result<(), crate::HvError> {
+        self.calls.push(format!("configure {index}"));
+        let old = self
+            .plan_of(index)
+            .ok_or(CallError::Refused(AbiError::NotFound))?;
+        self.check_plan(plan, Some(index))?;
+        if plan.ram_size > self.free_ram + old.ram_size {
+            return Err(CallError::Refused(AbiError::NoResources).into());
+        }
+        self.free_ram = self.free_ram + old.ram_size - plan.ram_size;
+        let s = self
+            .partitions
+            .iter_mut()
+            .find(|p| p.index == index)
+            .expect("has a plan");
+        if !s.state.allows(Transition::Configure) {
+            return Err(CallError::Refused(AbiError::Conflict).into());
+        }
+        s.name = plan.name.clone();
+        s.cpus = plan.cpus.clone();
+        s.ram_bytes = plan.ram_size;
+        self.plans.insert(index, plan.clone());
+        Ok(())
+    }
+
+    fn destroy(&mut self, index: u32) -> Result<(), CallError> {
+        self.calls.push(format!("destroy {index}"));
+        let s = self
+            .partitions
+            .iter()
+            .find(|p| p.index == index)
+            .ok_or(CallError::Refused(AbiError::NotFound))?;
+        if !s.state.allows(Transition::Configure) {
+            return Err(CallError::Refused(AbiError::Conflict));
+        }
+        self.free_ram += s.ram_bytes;
+        self.partitions.retain(|p| p.index != index);
+        self.plans.remove(&index);
+        Ok(())
+    }
+
+    fn resources(&mut self) -> Result<pinfold_abi::Resources, CallError> {
+        use pinfold_abi::{RamOwner, RamRange};
+        let mut ram = vec![RamRange {
+            base: 0x4000_0000,
+            size: 64 << 20,
+            owner: RamOwner::Hypervisor,
+        }];
+        let mut base = 0x4400_0000;
+        for p in &self.partitions {
+            ram.push(RamRange {
+                base,
+                size: p.ram_bytes,
+                owner: RamOwner::Partition(p.index),
+            });
+            base += p.ram_bytes;
+        }
+        ram.push(RamRange {
+            base,
+            size: self.free_ram,
+            owner: RamOwner::Free,
+        });
+        let owner = |cpu: u32| {
+            self.partitions
+                .iter()
+                .find(|p| p.cpus.contains(&cpu))
+                .map(|p| p.index)
+        };
+        Ok(pinfold_abi::Resources {
+            cpus: (0..4)
+                .map(|cpu| CpuOwner {
+                    cpu,
+                    partition: owner(cpu),
+                })
+                .collect(),
+            ram,
+            largest_free: self.free_ram,
+            images_bytes: self.images.iter().map(|(i, _)| i.size).sum(),
+            devices: vec![pinfold_abi::DeviceOwner {
+                node: "/pl011@9040000".into(),
+                base: 0x904_0000,
+                size: 0x1000,
+                partition: Some(ALPHA),
+            }],
+        })
     }
 }
 
@@ -346,7 +683,10 @@ fn partitions_list_has_the_contract_fields() {
     assert_eq!(
         body_json(&resp)["partitions"][1],
         json!({"name":"alpha","state":"running","cpus":[9],"ram_bytes":268435456,
-               "uptime_ms":5000,"boot_count":1,"management":false})
+               "uptime_ms":5000,"boot_count":1,"management":false,
+               "config":{"cpus":[9],"memory_mib":256,"kernel":"0","kernel_format":"linux",
+                         "initrd":null,"bootargs":"","autostart":false,"restart":"never",
+                         "restart_limit":0,"watchdog_s":0,"shutdown_timeout_s":30,"devices":[]}})
     );
 }
 
@@ -438,7 +778,7 @@ fn wrong_method_on_known_route_is_405() {
 
     let cases = [
         Request {
-            method: "DELETE".into(),
+            method: "PUT".into(),
             ..get("/api/v1/partitions/alpha")
         },
         post("/api/v1/host", ""),
@@ -596,11 +936,15 @@ fn every_route_in_the_table_reaches_its_endpoint() {
     // The router must route by ROUTES alone: each pattern, with a name
     // filled in, parses to an action (not 404/405).
     for route in ROUTES {
-        let path = route.pattern.replace("{name}", "alpha");
-        let body = if route.endpoint == Endpoint::Console {
-            r#"{"data":"x"}"#
-        } else {
-            ""
+        let path = route
+            .pattern
+            .replace("{name}", "alpha")
+            .replace("{id}", "1");
+        let body = match (route.endpoint, route.method) {
+            (Endpoint::Console, _) => r#"{"data":"x"}"#,
+            (Endpoint::Partitions | Endpoint::Partition, "POST" | "PATCH") => "{}",
+            (Endpoint::ImageFetch, _) => r#"{"url":"http://h/x","kind":"kernel"}"#,
+            _ => "",
         };
         let req = Request {
             method: route.method.into(),
@@ -1275,7 +1619,77 @@ mod hvc {
     /// Manage over the REST tests' FakeBackend, so both layers share data.
     struct FakeHv(FakeBackend);
 
+    impl FakeHv {
+        /// A copy for the `&self` calls (the fake's Backend takes `&mut`).
+        fn snapshot(&self) -> FakeBackend {
+            FakeBackend {
+                partitions: self.0.partitions.clone(),
+                plans: self.0.plans.clone(),
+                images: self.0.images.clone(),
+                free_ram: self.0.free_ram,
+                ..FakeBackend::new()
+            }
+        }
+    }
+
+    fn status(err: CallError) -> AbiError {
+        match err {
+            CallError::Refused(e) => e,
+            _ => AbiError::InvalidParameters,
+        }
+    }
+
+    fn refusal(err: crate::HvError) -> pinfold_hv::hypercall::Refusal {
+        use pinfold_hv::hypercall::Refusal;
+        match err {
+            crate::HvError::Rejected(r) => Refusal::Rejected(r),
+            crate::HvError::Call(e) => Refusal::Status(status(e)),
+        }
+    }
+
     impl Manage for FakeHv {
+        fn image_create(
+            &mut self,
+            kind: pinfold_abi::ImageKind,
+            size: u64,
+        ) -> Result<u32, AbiError> {
+            self.0.image_create(kind, size).map_err(status)
+        }
+        fn image_write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<usize, AbiError> {
+            self.0.image_write(id, offset, bytes).map_err(status)
+        }
+        fn image_seal(
+            &mut self,
+            id: u32,
+            digest: Option<[u8; 32]>,
+        ) -> Result<(), pinfold_hv::hypercall::Refusal> {
+            self.0.image_seal(id, digest).map_err(refusal)
+        }
+        fn image_delete(&mut self, id: u32) -> Result<(), AbiError> {
+            self.0.image_delete(id).map_err(status)
+        }
+        fn images(&self) -> Vec<pinfold_abi::ImageInfo> {
+            self.snapshot().images().unwrap_or_default()
+        }
+        fn create(
+            &mut self,
+            plan: pinfold_abi::PartitionPlan,
+        ) -> Result<u32, pinfold_hv::hypercall::Refusal> {
+            self.0.create(&plan).map_err(refusal)
+        }
+        fn configure(
+            &mut self,
+            index: u32,
+            plan: pinfold_abi::PartitionPlan,
+        ) -> Result<(), pinfold_hv::hypercall::Refusal> {
+            self.0.configure(index, &plan).map_err(refusal)
+        }
+        fn destroy(&mut self, index: u32) -> Result<(), AbiError> {
+            self.0.destroy(index).map_err(status)
+        }
+        fn resources(&self) -> Option<pinfold_abi::Resources> {
+            self.snapshot().resources().ok()
+        }
         fn host_info(&self) -> HostInfo {
             FakeBackend::new().host_info().expect("fake")
         }
@@ -1283,12 +1697,7 @@ mod hvc {
             self.0.partitions.clone()
         }
         fn detail(&self, index: u32) -> Option<PartitionDetail> {
-            FakeBackend {
-                partitions: self.0.partitions.clone(),
-                ..FakeBackend::new()
-            }
-            .detail(index)
-            .ok()
+            self.snapshot().detail(index).ok()
         }
         fn start(&mut self, index: u32) -> Result<(), AbiError> {
             self.0.start(index).map_err(|_| AbiError::NotFound)
@@ -1426,5 +1835,108 @@ mod hvc {
         let resp = r.handle(&get("/api/v1/host"));
 
         assert_eq!(resp.status, 503);
+    }
+
+    fn upload_through(r: &mut Router<HvcBackend<Machine>>, kind: &str, data: &[u8]) -> Response {
+        let mut req = post(&format!("/api/v1/images?kind={kind}&name=k"), "");
+        req.body = data.to_vec();
+        req.headers
+            .push(("Content-Length".into(), data.len().to_string()));
+        r.handle(&req)
+    }
+
+    fn kernel_bytes(len: usize) -> Vec<u8> {
+        let mut data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        data[56..60].copy_from_slice(b"ARM\x64");
+        data
+    }
+
+    #[test]
+    fn upload_goes_through_image_create_write_and_seal_in_buffer_sized_writes() {
+        let mut r = machine_router(0x4000, true);
+        let data = kernel_bytes(50_000);
+
+        let resp = upload_through(&mut r, "kernel", &data);
+
+        assert_eq!(resp.status, 201, "{}", text(&resp));
+        let hv = &r.backend_mut().hc_mut().hv.0;
+        let (info, bytes) = hv.images.iter().find(|(i, _)| i.id == 1).expect("image 1");
+        assert!(info.sealed);
+        assert_eq!(bytes, &data);
+        assert_eq!(hv.largest_write, 0x4000, "one shared buffer per call");
+    }
+
+    #[test]
+    fn create_and_delete_go_through_the_hypercall_abi() {
+        let mut r = machine_router(0x1_0000, true);
+        assert_eq!(
+            upload_through(&mut r, "kernel", &kernel_bytes(4096)).status,
+            201
+        );
+
+        let created = r.handle(&post(
+            "/api/v1/partitions",
+            r#"{"name":"gamma","cpus":[3],"memory_mib":64,"kernel":"1","bootargs":"quiet"}"#,
+        ));
+        let resources = r.handle(&get("/api/v1/resources"));
+        let deleted = r.handle(&Request {
+            method: "DELETE".into(),
+            ..post("/api/v1/partitions/gamma", "")
+        });
+
+        assert_eq!(created.status, 201, "{}", text(&created));
+        assert_eq!(body_json(&created)["config"]["bootargs"], "quiet");
+        assert_eq!(body_json(&resources)["cpus"][3]["partition"], "gamma");
+        assert_eq!(deleted.status, 204);
+        assert!(r.backend_mut().hc_mut().hv.0.plans.is_empty());
+    }
+
+    #[test]
+    fn rejection_comes_back_through_the_buffer_as_409_naming_the_field() {
+        let mut r = machine_router(0x1_0000, true);
+        assert_eq!(
+            upload_through(&mut r, "kernel", &kernel_bytes(4096)).status,
+            201
+        );
+
+        let resp = r.handle(&post(
+            "/api/v1/partitions",
+            r#"{"name":"gamma","cpus":[2],"memory_mib":64,"kernel":"1"}"#,
+        ));
+
+        assert_eq!(
+            (resp.status, body_json(&resp)["field"].as_str()),
+            (409, Some("cpus"))
+        );
+        // This dispatcher takes the whole buffer for the plan, so the call
+        // that succeeds names exactly the plan's bytes, and the Rejection
+        // written over them has its sentence cut to that length.
+        let full = r#"partition "gamma": cpus: CPU 2 is also used by partition "beta""#;
+        let got = body_json(&resp)["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(!got.is_empty() && full.starts_with(&got), "{got:?}");
+        assert!(r.backend_mut().hc_mut().hv.0.plans.is_empty());
+        assert_eq!(got, r#"partition "gamma": c"#, "cut at the plan's length");
+    }
+
+    #[test]
+    fn no_resources_through_the_hypercall_abi_is_409_naming_memory() {
+        let mut r = machine_router(0x1_0000, true);
+        assert_eq!(
+            upload_through(&mut r, "kernel", &kernel_bytes(4096)).status,
+            201
+        );
+
+        let resp = r.handle(&post(
+            "/api/v1/partitions",
+            r#"{"name":"gamma","cpus":[3],"memory_mib":8192,"kernel":"1"}"#,
+        ));
+
+        assert_eq!(
+            (resp.status, body_json(&resp)["field"].as_str()),
+            (409, Some("memory"))
+        );
     }
 }

@@ -3,6 +3,11 @@
 //! hypervisor through management hypercalls (HVC); it never touches another
 //! partition's memory.
 //!
+//! Every request goes through `pinfold_manager_api::serve`, which takes the
+//! router's lock per request, or per 64 KiB chunk of an image upload (so
+//! the upload's progress can be read meanwhile), and runs image fetches in
+//! threads of their own.
+//!
 //! It tells the hypervisor how it is (MGMT_REPORT: serving, or no network
 //! device it can drive, or another failure), and whatever happens to the
 //! API it keeps its console: a few line commands read from its UART
@@ -10,7 +15,7 @@
 //! lists the PCI functions it has (PCI_FUNCTIONS) and stays up for that
 //! console instead of exiting.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -20,7 +25,7 @@ use pinfold_abi::{
     decode_reply, GuestBuffer, ManagerStatus, PciFunction, Request as AbiRequest, Return,
     MAX_BUFFER_LEN, MAX_REPORT_LEN,
 };
-use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile, MAX_BODY_BYTES};
+use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile};
 use tiny_http::{Header, Response, Server};
 
 /// Where the server listens (all interfaces: the address comes from DHCP).
@@ -285,18 +290,11 @@ fn token_digest(hvc: &mut Hvc) -> Result<[u8; 32], String> {
     }
 }
 
-fn to_api(request: &mut tiny_http::Request) -> Result<Request, u16> {
-    let mut body = Vec::new();
-    let limit = (MAX_BODY_BYTES + 1) as u64;
-    if request
-        .as_reader()
-        .take(limit)
-        .read_to_end(&mut body)
-        .is_err()
-    {
-        return Err(400);
-    }
-    Ok(Request {
+/// The request's head (method, target, headers); the body stays in the
+/// connection for [`pinfold_manager_api::serve`] to read (an image upload
+/// streams it, chunk by chunk, into the hypervisor).
+fn head_of(request: &tiny_http::Request) -> Request {
+    Request {
         method: request.method().as_str().to_string(),
         path: request.url().to_string(),
         headers: request
@@ -309,11 +307,11 @@ fn to_api(request: &mut tiny_http::Request) -> Result<Request, u16> {
                 )
             })
             .collect(),
-        body,
-    })
+        body: Vec::new(),
+    }
 }
 
-fn serve(server: &Server, router: &Mutex<Router<HvcBackend<Hvc>>>) {
+fn serve(server: &Server, router: &Arc<Mutex<Router<HvcBackend<Hvc>>>>) {
     loop {
         let mut request = match server.recv() {
             Ok(r) => r,
@@ -322,29 +320,17 @@ fn serve(server: &Server, router: &Mutex<Router<HvcBackend<Hvc>>>) {
                 continue;
             }
         };
-        let mut date = None;
-        let response = match to_api(&mut request) {
-            Ok(api) => match router.lock() {
-                Ok(mut router) => {
-                    let response = router.handle(&api);
-                    date = router.date_header();
-                    response
-                }
-                Err(_) => pinfold_manager_api::Response {
-                    status: 500,
-                    content_type: "application/json",
-                    body: br#"{"error":"internal","detail":"router poisoned"}"#.to_vec(),
-                },
-            },
-            Err(status) => pinfold_manager_api::Response {
-                status,
-                content_type: "application/json",
-                body: br#"{"error":"bad_request","detail":"unreadable body"}"#.to_vec(),
-            },
-        };
+        let head = head_of(&request);
+        let response = pinfold_manager_api::serve(router, head, request.as_reader());
+        let date = router.lock().ok().and_then(|mut r| r.date_header());
         let mut reply = Response::from_data(response.body).with_status_code(response.status);
         if let Ok(h) = Header::from_bytes(&b"Content-Type"[..], response.content_type.as_bytes()) {
             reply.add_header(h);
+        }
+        for (name, value) in &response.headers {
+            if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+                reply.add_header(h);
+            }
         }
         // tiny_http adds a Date from the system clock (1970 on Hermit) only
         // when the response has none: the hypervisor's clock wins.

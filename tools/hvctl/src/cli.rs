@@ -16,12 +16,30 @@ commands:
   restart NAME              restart a running partition
   console NAME [--follow]   print the console (--follow: keep printing)
   console NAME --input TEXT send TEXT to the console's input (- : stdin)
+  resources                 CPUs, RAM ranges and devices: free or whose
+  create NAME --cpus 1,2 --memory 256M --kernel ID|FILE [--initrd ID|FILE]
+         [--bootargs TEXT] [--kernel-format linux|raw] [--autostart]
+         [--restart never|on-crash|always] [--restart-limit N]
+         [--watchdog SECONDS] [--shutdown-timeout SECONDS]
+                            create a partition (a FILE is uploaded first)
+  edit NAME [the options of create] [--no-autostart] [--rename NEW]
+                            change a stopped partition (If-Match its ETag)
+  delete NAME               delete a stopped partition
+  upload FILE --kind kernel|initrd|dtb [--name N] [--sha256 HEX]
+                            upload an image, with a progress line on stderr
+  images                    the images the hypervisor holds
+  fetch URL --kind K [--name N] [--sha256 HEX]
+                            have the manager download an image (http://)
 
 options:
   --url URL      API base URL (default http://127.0.0.1:8080)
-  --token TOKEN  bearer token for start/stop/restart/console --input
-                 (default: $PINFOLD_TOKEN)
-  --json         print the API's JSON instead of tables";
+  --token TOKEN  bearer token for every change (default: $PINFOLD_TOKEN)
+  --json         print the API's JSON instead of tables; errors too, as
+                 {error, detail, field} on stdout (exit 1)
+
+An image argument of digits only is an image id; anything else is a file
+(write ./3 for a file named 3). --memory takes M/MiB, G/GiB or K/KiB; a bare
+number is MiB.";
 
 /// A life-cycle command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +79,122 @@ pub enum Command {
         name: String,
         input: Input,
     },
+    /// `resources`.
+    Resources,
+    /// `create NAME ...`.
+    Create {
+        name: String,
+        spec: PartitionSpec,
+    },
+    /// `edit NAME ...`.
+    Edit {
+        name: String,
+        spec: PartitionSpec,
+    },
+    Delete {
+        name: String,
+    },
+    Upload {
+        file: String,
+        image: ImageSpec,
+    },
+    Images,
+    Fetch {
+        url: String,
+        image: ImageSpec,
+    },
     Help,
+}
+
+/// A kernel or initrd given to create/edit: an image id or a file to
+/// upload first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageArg {
+    Id(String),
+    File(String),
+}
+
+impl ImageArg {
+    fn parse(text: &str) -> ImageArg {
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            ImageArg::Id(text.to_string())
+        } else {
+            ImageArg::File(text.to_string())
+        }
+    }
+}
+
+/// The config options of create and edit (absent: not given).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PartitionSpec {
+    pub cpus: Option<Vec<u32>>,
+    pub memory_mib: Option<u64>,
+    pub kernel: Option<ImageArg>,
+    pub initrd: Option<ImageArg>,
+    pub kernel_format: Option<String>,
+    pub bootargs: Option<String>,
+    pub autostart: Option<bool>,
+    pub restart: Option<String>,
+    pub restart_limit: Option<u32>,
+    pub watchdog_s: Option<u32>,
+    pub shutdown_timeout_s: Option<u32>,
+    /// edit only: the new name.
+    pub rename: Option<String>,
+}
+
+impl PartitionSpec {
+    fn is_empty(&self) -> bool {
+        *self == PartitionSpec::default()
+    }
+}
+
+/// What upload and fetch say about the image.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageSpec {
+    pub kind: String,
+    pub name: Option<String>,
+    pub sha256: Option<String>,
+}
+
+/// `--memory`: M/MiB, G/GiB, K/KiB (binary), a bare number in MiB; whole
+/// MiB only.
+pub fn parse_memory(text: &str) -> Result<u64, UsageError> {
+    let bad = || {
+        UsageError(format!(
+            "--memory {text:?}: give e.g. 256M, 1G or 512 (MiB)"
+        ))
+    };
+    let t = text.trim();
+    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let number: u64 = t[..end].parse().map_err(|_| bad())?;
+    let kib = match t[end..].trim() {
+        "" | "M" | "MiB" | "m" => number.checked_mul(1024),
+        "G" | "GiB" | "g" => number.checked_mul(1024 * 1024),
+        "K" | "KiB" | "k" => Some(number),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if kib % 1024 != 0 {
+        return Err(UsageError(format!(
+            "--memory {text:?} is not a whole number of MiB"
+        )));
+    }
+    Ok(kib / 1024)
+}
+
+fn parse_cpus(text: &str) -> Result<Vec<u32>, UsageError> {
+    text.split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<u32>()
+                .map_err(|_| UsageError(format!("--cpus {text:?}: give CPU numbers, e.g. 1,2")))
+        })
+        .collect()
+}
+
+fn parse_number(flag: &str, text: &str) -> Result<u32, UsageError> {
+    text.parse()
+        .map_err(|_| UsageError(format!("{flag} {text:?} is not a non-negative integer")))
 }
 
 /// Where console input comes from.
@@ -93,6 +226,9 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
     let mut json = false;
     let mut follow = false;
     let mut input = None;
+    let mut spec = PartitionSpec::default();
+    let mut image = ImageSpec::default();
+    let mut kind = None;
     let mut words: Vec<&str> = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -118,6 +254,32 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
                     text => Input::Text(text.to_string()),
                 })
             }
+            "--cpus" => spec.cpus = Some(parse_cpus(&value("--cpus")?)?),
+            "--memory" => spec.memory_mib = Some(parse_memory(&value("--memory")?)?),
+            "--kernel" => spec.kernel = Some(ImageArg::parse(&value("--kernel")?)),
+            "--initrd" => spec.initrd = Some(ImageArg::parse(&value("--initrd")?)),
+            "--kernel-format" => spec.kernel_format = Some(value("--kernel-format")?),
+            "--bootargs" => spec.bootargs = Some(value("--bootargs")?),
+            "--autostart" => spec.autostart = Some(true),
+            "--no-autostart" => spec.autostart = Some(false),
+            "--restart" => spec.restart = Some(value("--restart")?),
+            "--restart-limit" => {
+                spec.restart_limit =
+                    Some(parse_number("--restart-limit", &value("--restart-limit")?)?)
+            }
+            "--watchdog" => {
+                spec.watchdog_s = Some(parse_number("--watchdog", &value("--watchdog")?)?)
+            }
+            "--shutdown-timeout" => {
+                spec.shutdown_timeout_s = Some(parse_number(
+                    "--shutdown-timeout",
+                    &value("--shutdown-timeout")?,
+                )?)
+            }
+            "--rename" => spec.rename = Some(value("--rename")?),
+            "--kind" => kind = Some(value("--kind")?),
+            "--name" => image.name = Some(value("--name")?),
+            "--sha256" => image.sha256 = Some(value("--sha256")?),
             "-h" | "--help" => words.insert(0, "help"),
             s if s.starts_with("--url=") => url = Some(s["--url=".len()..].to_string()),
             s if s.starts_with("--token=") => token = Some(s["--token=".len()..].to_string()),
@@ -166,9 +328,73 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
                 follow,
             },
         },
+        Some("resources") if words.len() == 1 => Command::Resources,
+        Some("images") if words.len() == 1 => Command::Images,
+        Some(cmd @ ("resources" | "images")) => {
+            return Err(UsageError(format!("{cmd} takes no arguments")))
+        }
+        Some("create") => {
+            let name = name(&words, "create")?;
+            for (missing, flag) in [
+                (spec.cpus.is_none(), "--cpus"),
+                (spec.memory_mib.is_none(), "--memory"),
+                (spec.kernel.is_none(), "--kernel"),
+            ] {
+                if missing {
+                    return Err(UsageError(format!("create needs {flag}")));
+                }
+            }
+            if spec.rename.is_some() {
+                return Err(UsageError("--rename only applies to edit".into()));
+            }
+            Command::Create {
+                name,
+                spec: std::mem::take(&mut spec),
+            }
+        }
+        Some("edit") => {
+            let name = name(&words, "edit")?;
+            if spec.is_empty() {
+                return Err(UsageError("edit needs something to change".into()));
+            }
+            Command::Edit {
+                name,
+                spec: std::mem::take(&mut spec),
+            }
+        }
+        Some("delete") => Command::Delete {
+            name: name(&words, "delete")?,
+        },
+        Some(cmd @ ("upload" | "fetch")) => {
+            let what = if cmd == "upload" { "FILE" } else { "URL" };
+            let arg = match words.as_slice() {
+                [_, arg] => arg.to_string(),
+                [_] => return Err(UsageError(format!("{cmd} needs a {what}"))),
+                _ => return Err(UsageError(format!("{cmd} takes one {what}"))),
+            };
+            image.kind = kind
+                .take()
+                .ok_or_else(|| UsageError(format!("{cmd} needs --kind kernel|initrd|dtb")))?;
+            let image = std::mem::take(&mut image);
+            if cmd == "upload" {
+                Command::Upload { file: arg, image }
+            } else {
+                Command::Fetch { url: arg, image }
+            }
+        }
         Some(other) => return Err(UsageError(format!("unknown command {other:?}"))),
         None => return Err(UsageError("no command given".into())),
     };
+    if !spec.is_empty() {
+        return Err(UsageError(
+            "partition options (--cpus, --memory, ...) only apply to create and edit".into(),
+        ));
+    }
+    if kind.is_some() || image != ImageSpec::default() {
+        return Err(UsageError(
+            "--kind, --name and --sha256 only apply to upload and fetch".into(),
+        ));
+    }
     if follow && !matches!(command, Command::Console { .. }) {
         return Err(UsageError("--follow only applies to console".into()));
     }
@@ -332,6 +558,128 @@ mod tests {
             parse(&args("list --url"), None),
             Err(UsageError("--url needs a value".into()))
         );
+    }
+
+    #[test]
+    fn create_takes_the_config_options_and_tells_ids_from_files() {
+        let cli = parse(
+            &[
+                "create",
+                "gamma",
+                "--cpus",
+                "1,3",
+                "--memory",
+                "256M",
+                "--kernel",
+                "7",
+                "--initrd",
+                "initrd.img",
+                "--bootargs",
+                "console=ttyAMA0 quiet",
+                "--autostart",
+                "--restart",
+                "on-crash",
+                "--watchdog",
+                "5",
+            ]
+            .map(String::from),
+            None,
+        )
+        .expect("parses");
+
+        assert_eq!(
+            cli.command,
+            Command::Create {
+                name: "gamma".into(),
+                spec: PartitionSpec {
+                    cpus: Some(vec![1, 3]),
+                    memory_mib: Some(256),
+                    kernel: Some(ImageArg::Id("7".into())),
+                    initrd: Some(ImageArg::File("initrd.img".into())),
+                    bootargs: Some("console=ttyAMA0 quiet".into()),
+                    autostart: Some(true),
+                    restart: Some("on-crash".into()),
+                    watchdog_s: Some(5),
+                    ..PartitionSpec::default()
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn create_without_cpus_memory_or_kernel_is_a_usage_error() {
+        assert_eq!(
+            parse(&args("create g --memory 64M --kernel 1"), None),
+            Err(UsageError("create needs --cpus".into()))
+        );
+        assert!(parse(&args("create g --cpus 1 --kernel 1"), None).is_err());
+        assert!(parse(&args("create g --cpus 1 --memory 64"), None).is_err());
+        assert!(parse(&args("create --cpus 1 --memory 64 --kernel 1"), None).is_err());
+    }
+
+    #[test]
+    fn memory_takes_binary_units_and_bare_mib() {
+        assert_eq!(parse_memory("256M"), Ok(256));
+        assert_eq!(parse_memory("256MiB"), Ok(256));
+        assert_eq!(parse_memory("2G"), Ok(2048));
+        assert_eq!(parse_memory("512"), Ok(512));
+        assert_eq!(parse_memory("4096K"), Ok(4));
+        assert!(parse_memory("1000K").is_err(), "not whole MiB");
+        assert!(parse_memory("256MB").is_err(), "decimal unit");
+        assert!(parse_memory("lots").is_err());
+    }
+
+    #[test]
+    fn edit_needs_a_change_and_takes_rename() {
+        assert!(parse(&args("edit beta"), None).is_err());
+        let cli = parse(
+            &args("edit beta --memory 1G --rename delta --no-autostart"),
+            None,
+        )
+        .expect("parses");
+        assert_eq!(
+            cli.command,
+            Command::Edit {
+                name: "beta".into(),
+                spec: PartitionSpec {
+                    memory_mib: Some(1024),
+                    rename: Some("delta".into()),
+                    autostart: Some(false),
+                    ..PartitionSpec::default()
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn upload_and_fetch_need_a_kind() {
+        assert_eq!(
+            parse(&args("upload vmlinuz --kind kernel --name k1"), None).map(|c| c.command),
+            Ok(Command::Upload {
+                file: "vmlinuz".into(),
+                image: ImageSpec {
+                    kind: "kernel".into(),
+                    name: Some("k1".into()),
+                    sha256: None
+                }
+            })
+        );
+        assert!(parse(&args("upload vmlinuz"), None).is_err());
+        assert!(parse(&args("fetch http://h/k --kind initrd"), None).is_ok());
+        assert!(parse(&args("fetch --kind initrd"), None).is_err());
+    }
+
+    #[test]
+    fn options_of_one_command_on_another_are_usage_errors() {
+        assert!(parse(&args("list --cpus 1"), None).is_err());
+        assert!(parse(&args("delete beta --memory 64"), None).is_err());
+        assert!(parse(&args("images --kind kernel"), None).is_err());
+        assert!(parse(
+            &args("create g --cpus 1 --memory 64 --kernel 1 --rename h"),
+            None
+        )
+        .is_err());
+        assert!(parse(&args("resources x"), None).is_err());
     }
 
     #[test]

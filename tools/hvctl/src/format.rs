@@ -1,6 +1,8 @@
 //! Human-readable tables for hvctl's output.
 
-use pinfold_manager_api::json::{PartitionDetailJson, PartitionList};
+use std::time::Duration;
+
+use pinfold_manager_api::json::{Image, PartitionDetailJson, PartitionList, ResourcesJson};
 
 /// Left-aligned columns, two spaces apart, no trailing spaces.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -134,6 +136,107 @@ pub fn partition_detail(d: &PartitionDetailJson) -> String {
     out
 }
 
+/// An upload's progress: `NAME: SENT/TOTAL bytes (P%), R MB/s` (MB =
+/// 10^6 bytes; the rate over the whole upload so far).
+pub fn progress_line(name: &str, sent: u64, total: u64, elapsed: Duration) -> String {
+    let percent = (sent * 100).checked_div(total).unwrap_or(100);
+    let secs = elapsed.as_secs_f64();
+    let rate = if secs > 0.0 {
+        format!("{:.1} MB/s", sent as f64 / secs / 1e6)
+    } else {
+        "- MB/s".to_string()
+    };
+    format!("{name}: {sent}/{total} bytes ({percent}%), {rate}")
+}
+
+fn or_dash(s: &Option<String>) -> String {
+    s.clone().unwrap_or_else(|| "-".into())
+}
+
+/// `hvctl resources`.
+pub fn resources(r: &ResourcesJson) -> String {
+    let cpus: Vec<Vec<String>> = r
+        .cpus
+        .iter()
+        .map(|c| vec![c.cpu.to_string(), or_dash(&c.partition)])
+        .collect();
+    let mut out = table(&["CPU", "PARTITION"], &cpus);
+    out.push_str(&format!(
+        "\nRAM: {} total, {} free (largest block {}), images {}\n",
+        bytes(r.memory.total_bytes),
+        bytes(r.memory.free_bytes),
+        bytes(r.memory.largest_free_bytes),
+        bytes(r.images_bytes)
+    ));
+    let ranges: Vec<Vec<String>> = r
+        .memory
+        .ranges
+        .iter()
+        .map(|m| {
+            vec![
+                format!("{:#x}", m.base),
+                bytes(m.size),
+                m.partition
+                    .clone()
+                    .unwrap_or_else(|| format!("{:?}", m.owner).to_lowercase()),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["BASE", "SIZE", "OWNER"], &ranges));
+    if !r.devices.is_empty() {
+        out.push('\n');
+        let devices: Vec<Vec<String>> = r
+            .devices
+            .iter()
+            .map(|d| {
+                vec![
+                    d.name.clone(),
+                    format!("{:#x}", d.base),
+                    bytes(d.size),
+                    or_dash(&d.partition),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["DEVICE", "BASE", "SIZE", "PARTITION"], &devices));
+    }
+    out
+}
+
+/// `hvctl images`.
+pub fn images(list: &[Image]) -> String {
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|i| {
+            let state = match i.state {
+                pinfold_manager_api::json::ImageState::Uploading => {
+                    format!("uploading {}/{}", i.received, i.size)
+                }
+                pinfold_manager_api::json::ImageState::Ready => "ready".into(),
+                pinfold_manager_api::json::ImageState::Failed => {
+                    format!("failed: {}", i.error.clone().unwrap_or_default())
+                }
+            };
+            vec![
+                i.id.clone(),
+                i.name.clone(),
+                i.kind.as_str().to_string(),
+                bytes(i.size),
+                state,
+                if i.used_by.is_empty() {
+                    "-".into()
+                } else {
+                    i.used_by.join(",")
+                },
+                if i.boot { "yes" } else { "" }.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "NAME", "KIND", "SIZE", "STATE", "USED BY", "BOOT"],
+        &rows,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +251,7 @@ mod tests {
             uptime_ms: 3_723_000,
             boot_count: 2,
             management: false,
+            config: None,
         }
     }
 
@@ -235,6 +339,22 @@ mod tests {
              0     1    on_pending  10    3       2    500  0      0      480\n"
             ),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn progress_line_shows_bytes_of_total_percent_and_rate() {
+        assert_eq!(
+            progress_line("vmlinuz", 15_000_000, 30_000_000, Duration::from_secs(2)),
+            "vmlinuz: 15000000/30000000 bytes (50%), 7.5 MB/s"
+        );
+        assert_eq!(
+            progress_line("x", 0, 10, Duration::ZERO),
+            "x: 0/10 bytes (0%), - MB/s"
+        );
+        assert_eq!(
+            progress_line("empty", 0, 0, Duration::from_millis(1)),
+            "empty: 0/0 bytes (100%), 0.0 MB/s"
         );
     }
 }

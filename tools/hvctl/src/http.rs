@@ -75,6 +75,33 @@ impl Endpoint {
     }
 }
 
+/// A response with its headers (for `ETag`, `Location`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullReply {
+    pub status: u16,
+    /// Name and value, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl FullReply {
+    /// The value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The status and body alone.
+    pub fn reply(self) -> Reply {
+        Reply {
+            status: self.status,
+            body: self.body,
+        }
+    }
+}
+
 /// How long `request` waits for the connection, each write and each read.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -99,6 +126,103 @@ pub fn request_with_timeout(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<Reply, HttpError> {
+    let body = body.unwrap_or_default();
+    let content = (method == "POST" || !body.is_empty()).then_some("application/json");
+    let mut reader = body;
+    exchange(
+        ep,
+        &Head {
+            method,
+            path,
+            token,
+            extra: &[],
+            content_type: content,
+            length: body.len() as u64,
+        },
+        &mut reader,
+        &mut |_| {},
+        timeout,
+    )
+    .map(FullReply::reply)
+}
+
+/// One request with extra headers (e.g. `If-Match`) and a JSON body; the
+/// reply with its headers.
+pub fn request_full(
+    ep: &Endpoint,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Result<FullReply, HttpError> {
+    let body = body.unwrap_or_default();
+    let content =
+        (method != "GET" && method != "DELETE" || !body.is_empty()).then_some("application/json");
+    let mut reader = body;
+    exchange(
+        ep,
+        &Head {
+            method,
+            path,
+            token,
+            extra,
+            content_type: content,
+            length: body.len() as u64,
+        },
+        &mut reader,
+        &mut |_| {},
+        DEFAULT_TIMEOUT,
+    )
+}
+
+/// How much of an upload is sent per write (and per progress report).
+pub const UPLOAD_WRITE: usize = 64 * 1024;
+
+/// POSTs `length` bytes read from `body` as `application/octet-stream`,
+/// calling `progress` with the bytes sent so far after every write. A body
+/// that ends early stops the upload (the server then answers it is short).
+pub fn upload(
+    ep: &Endpoint,
+    path: &str,
+    token: Option<&str>,
+    length: u64,
+    body: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<FullReply, HttpError> {
+    exchange(
+        ep,
+        &Head {
+            method: "POST",
+            path,
+            token,
+            extra: &[],
+            content_type: Some("application/octet-stream"),
+            length,
+        },
+        body,
+        progress,
+        DEFAULT_TIMEOUT,
+    )
+}
+
+/// A request's head.
+struct Head<'a> {
+    method: &'a str,
+    path: &'a str,
+    token: Option<&'a str>,
+    extra: &'a [(&'a str, &'a str)],
+    content_type: Option<&'a str>,
+    length: u64,
+}
+
+fn exchange(
+    ep: &Endpoint,
+    head: &Head<'_>,
+    body: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+    timeout: Duration,
+) -> Result<FullReply, HttpError> {
     let addr = ep.authority.to_socket_addrs()?.next().ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::NotFound,
@@ -108,28 +232,52 @@ pub fn request_with_timeout(
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    let mut head = format!(
-        "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: hvctl/{}\r\nAccept: application/json\r\nConnection: close\r\n",
+    let mut text = format!(
+        "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: hvctl/{}\r\nAccept: application/json\r\nConnection: close\r\n",
+        head.method,
         ep.prefix,
+        head.path,
         ep.authority,
         env!("CARGO_PKG_VERSION")
     );
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    if let Some(t) = head.token {
+        text.push_str(&format!("Authorization: Bearer {t}\r\n"));
     }
-    let body = body.unwrap_or_default();
-    if method == "POST" || !body.is_empty() {
-        head.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
+    for (k, v) in head.extra {
+        text.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(content_type) = head.content_type {
+        text.push_str(&format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
+            head.length
         ));
     }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
+    text.push_str("\r\n");
+    stream.write_all(text.as_bytes())?;
+    let mut sent = 0u64;
+    let mut chunk = vec![0u8; UPLOAD_WRITE.min(head.length as usize)];
+    while sent < head.length {
+        let want = (head.length - sent).min(chunk.len() as u64) as usize;
+        let n = match body.read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(HttpError::Io(e)),
+        };
+        if let Err(e) = stream.write_all(&chunk[..n]) {
+            // The server may have answered early (401, 413): read that.
+            let mut reader = BufReader::new(&stream);
+            return match read_reply_full(&mut reader) {
+                Ok(reply) => Ok(reply),
+                Err(_) => Err(HttpError::Io(e)),
+            };
+        }
+        sent += n as u64;
+        progress(sent);
+    }
     stream.flush()?;
     let mut reader = BufReader::new(stream);
-    let reply = read_reply(&mut reader)?;
+    let reply = read_reply_full(&mut reader)?;
     drain_until_close(&mut reader);
     Ok(reply)
 }
@@ -166,7 +314,12 @@ fn bad(why: impl Into<String>) -> HttpError {
 
 /// Parses a response: status line, headers, then a body framed by
 /// Content-Length, chunked encoding, or the end of the connection.
-pub fn read_reply(mut r: impl BufRead) -> Result<Reply, HttpError> {
+pub fn read_reply(r: impl BufRead) -> Result<Reply, HttpError> {
+    read_reply_full(r).map(FullReply::reply)
+}
+
+/// [`read_reply`], keeping the headers.
+pub fn read_reply_full(mut r: impl BufRead) -> Result<FullReply, HttpError> {
     let mut line = String::new();
     r.read_line(&mut line)?;
     let mut parts = line.split_whitespace();
@@ -180,6 +333,7 @@ pub fn read_reply(mut r: impl BufRead) -> Result<Reply, HttpError> {
         .ok_or_else(|| bad(format!("status line {:?}", line.trim_end())))?;
     let mut length = None;
     let mut chunked = false;
+    let mut headers = Vec::new();
     loop {
         line.clear();
         if r.read_line(&mut line)? == 0 {
@@ -191,6 +345,7 @@ pub fn read_reply(mut r: impl BufRead) -> Result<Reply, HttpError> {
         }
         if let Some((k, v)) = header.split_once(':') {
             let (k, v) = (k.trim(), v.trim());
+            headers.push((k.to_string(), v.to_string()));
             if k.eq_ignore_ascii_case("content-length") {
                 length = Some(v.parse::<usize>().map_err(|_| bad("bad Content-Length"))?);
             } else if k.eq_ignore_ascii_case("transfer-encoding")
@@ -222,7 +377,11 @@ pub fn read_reply(mut r: impl BufRead) -> Result<Reply, HttpError> {
     } else {
         r.read_to_end(&mut body)?;
     }
-    Ok(Reply { status, body })
+    Ok(FullReply {
+        status,
+        headers,
+        body,
+    })
 }
 
 #[cfg(test)]

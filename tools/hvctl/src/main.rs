@@ -2,6 +2,7 @@
 
 mod cli;
 mod format;
+mod runtime;
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use cli::{Cli, Command, Input, UsageError};
 use hvctl::http::{self, Endpoint, HttpError, Reply};
 use pinfold_manager_api::json::{
-    Accepted, ConsoleChunk, ErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
+    Accepted, ConsoleChunk, FieldErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
 };
 use pinfold_manager_api::CONSOLE_WRITE_MAX;
 
@@ -22,12 +23,16 @@ const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
 enum RunError {
     /// No HTTP exchange happened.
     Http(HttpError),
-    /// The API refused: status, error code and its sentence.
+    /// The API refused: status, error code, its sentence and the field at
+    /// fault (for field-level errors).
     Api {
         status: u16,
         code: String,
         detail: String,
+        field: Option<String>,
     },
+    /// A local file could not be read.
+    File { path: String, why: String },
     /// The API answered 2xx with a body that is not the documented JSON.
     UnexpectedBody(String),
     /// Writing our own output failed (e.g. a closed pipe).
@@ -53,7 +58,15 @@ impl std::fmt::Display for RunError {
                 status,
                 code,
                 detail,
+                field: None,
             } => write!(f, "{status} {code}: {detail}"),
+            RunError::Api {
+                status,
+                code,
+                detail,
+                field: Some(field),
+            } => write!(f, "{status} {code} ({field}): {detail}"),
+            RunError::File { path, why } => write!(f, "{path}: {why}"),
             RunError::UnexpectedBody(why) => write!(f, "unexpected reply from the API: {why}"),
             RunError::Output(e) => write!(f, "writing output: {e}"),
             RunError::Input {
@@ -103,6 +116,10 @@ fn main() -> ExitCode {
     };
     match run(&cli, &mut std::io::stdin(), &mut stdout, &mut wait) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if cli.json => {
+            let _ = writeln!(stdout, "{}", e.to_json());
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("hvctl: {e}");
             ExitCode::FAILURE
@@ -128,18 +145,58 @@ fn check(reply: Reply) -> Result<Reply, RunError> {
     if (200..300).contains(&reply.status) {
         return Ok(reply);
     }
-    Err(match serde_json::from_slice::<ErrorBody>(&reply.body) {
+    Err(api_error(reply.status, &reply.body))
+}
+
+/// The API's error body as a [`RunError`].
+fn api_error(status: u16, body: &[u8]) -> RunError {
+    match serde_json::from_slice::<FieldErrorBody>(body) {
         Ok(e) => RunError::Api {
-            status: reply.status,
+            status,
             code: e.error,
             detail: e.detail,
+            field: e.field,
         },
         Err(_) => RunError::Api {
-            status: reply.status,
+            status,
             code: "http_error".into(),
-            detail: String::from_utf8_lossy(&reply.body).trim().to_string(),
+            detail: String::from_utf8_lossy(body).trim().to_string(),
+            field: None,
         },
-    })
+    }
+}
+
+impl RunError {
+    /// The error as `--json` prints it: the API's `{error, detail, field}`
+    /// when it refused, else hvctl's own code.
+    fn to_json(&self) -> serde_json::Value {
+        match self {
+            RunError::Api {
+                code,
+                detail,
+                field,
+                ..
+            } => serde_json::json!({"error": code, "detail": detail, "field": field}),
+            RunError::Input { why, .. } => {
+                let mut inner = why.to_json();
+                inner["detail"] = serde_json::Value::String(self.to_string());
+                inner
+            }
+            other => {
+                let code = match other {
+                    RunError::Http(_) => "connection_failed",
+                    RunError::UnexpectedBody(_) => "unexpected_reply",
+                    RunError::File { .. } | RunError::Stdin(_) => "input_failed",
+                    _ => "hvctl_error",
+                };
+                serde_json::json!({"error": code, "detail": other.to_string(), "field": null})
+            }
+        }
+    }
+}
+
+fn decode_full<T: serde::de::DeserializeOwned>(reply: &http::FullReply) -> Result<T, RunError> {
+    serde_json::from_slice(&reply.body).map_err(|e| RunError::UnexpectedBody(e.to_string()))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(reply: &Reply) -> Result<T, RunError> {
@@ -220,6 +277,15 @@ fn run(
     };
     match &cli.command {
         Command::Help => writeln!(out, "{}", cli::USAGE)?,
+        Command::Resources
+        | Command::Create { .. }
+        | Command::Edit { .. }
+        | Command::Delete { .. }
+        | Command::Upload { .. }
+        | Command::Images
+        | Command::Fetch { .. } => {
+            runtime::run(cli, &ep, out, &mut std::io::stderr())?;
+        }
         Command::List => {
             let reply = get("/api/v1/partitions")?;
             let list: PartitionList = decode(&reply)?;
@@ -335,11 +401,18 @@ mod tests {
     /// Serves the given (status, body) replies, one per connection, and
     /// reports each request it saw.
     fn fake_server(replies: Vec<(u16, &'static str)>) -> (String, mpsc::Receiver<Seen>) {
+        fake_server_with_headers(replies.into_iter().map(|(s, b)| (s, "", b)).collect())
+    }
+
+    /// As [`fake_server`], each reply with extra header lines (`K: V\r\n`).
+    fn fake_server_with_headers(
+        replies: Vec<(u16, &'static str, &'static str)>,
+    ) -> (String, mpsc::Receiver<Seen>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
-            for (status, body) in replies {
+            for (status, extra, body) in replies {
                 let (stream, _) = listener.accept().expect("accept");
                 let mut reader = BufReader::new(stream);
                 let mut request_line = String::new();
@@ -362,7 +435,7 @@ mod tests {
                 reader.read_exact(&mut body_in).expect("body");
                 let mut stream = reader.into_inner();
                 let reply = format!(
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
                     body.len()
                 );
                 stream.write_all(reply.as_bytes()).expect("reply");
@@ -702,5 +775,176 @@ mod tests {
     fn segment_encoding_keeps_unreserved_characters() {
         assert_eq!(encode_segment("web-1.prod_x~"), "web-1.prod_x~");
         assert_eq!(encode_segment("é"), "%C3%A9");
+    }
+
+    const IMAGE: &str = r#"{"id":"4","name":"vmlinuz","kind":"kernel","size":6,"received":6,"state":"ready","error":null,"sha256":null,"used_by":[],"boot":false}"#;
+    const DETAIL: &str = r#"{"name":"gamma","state":"stopped","cpus":[3],"ram_bytes":268435456,"uptime_ms":0,"boot_count":0,"management":false,"faults":0,"vcpus":[]}"#;
+
+    #[test]
+    fn create_with_a_kernel_file_uploads_it_first_and_names_its_id() {
+        let dir = std::env::temp_dir().join(format!("hvctl-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("vmlinuz");
+        std::fs::write(&file, b"kernel").expect("write");
+        let (url, seen) = fake_server(vec![(201, IMAGE), (201, DETAIL)]);
+        let c = cli(
+            &url,
+            Command::Create {
+                name: "gamma".into(),
+                spec: cli::PartitionSpec {
+                    cpus: Some(vec![3]),
+                    memory_mib: Some(256),
+                    kernel: Some(cli::ImageArg::File(file.display().to_string())),
+                    bootargs: Some("quiet".into()),
+                    autostart: Some(true),
+                    ..Default::default()
+                },
+            },
+        );
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+
+        let ep = Endpoint::parse(&url).expect("url");
+        let result = runtime::run(&c, &ep, &mut out, &mut err);
+
+        assert!(result.is_ok(), "{result:?}");
+        let upload = seen.recv().expect("upload");
+        assert_eq!(
+            upload.request_line,
+            "POST /api/v1/images?kind=kernel&name=vmlinuz HTTP/1.1"
+        );
+        assert!(upload
+            .headers
+            .iter()
+            .any(|h| h == "Content-Type: application/octet-stream"));
+        assert_eq!(upload.body, b"kernel");
+        let create = seen.recv().expect("create");
+        assert_eq!(create.request_line, "POST /api/v1/partitions HTTP/1.1");
+        let body: serde_json::Value = serde_json::from_slice(&create.body).expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({"name":"gamma","cpus":[3],"memory_mib":256,"kernel":"4",
+                               "bootargs":"quiet","autostart":true})
+        );
+        assert_eq!(
+            String::from_utf8(out).expect("UTF-8"),
+            "gamma: created (stopped)\n"
+        );
+        let progress = String::from_utf8(err).expect("UTF-8");
+        assert!(
+            progress.contains("\rvmlinuz: 6/6 bytes (100%)"),
+            "{progress:?}"
+        );
+    }
+
+    #[test]
+    fn edit_sends_the_etag_it_read_as_if_match() {
+        let (url, seen) = fake_server_with_headers(vec![
+            (200, "ETag: \"abc123\"\r\n", DETAIL),
+            (200, "", DETAIL),
+        ]);
+        let c = cli(
+            &url,
+            Command::Edit {
+                name: "gamma".into(),
+                spec: cli::PartitionSpec {
+                    memory_mib: Some(512),
+                    ..Default::default()
+                },
+            },
+        );
+
+        let (result, out) = run_to_string(&c);
+
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            seen.recv().expect("get").request_line,
+            "GET /api/v1/partitions/gamma HTTP/1.1"
+        );
+        let patch = seen.recv().expect("patch");
+        assert_eq!(
+            patch.request_line,
+            "PATCH /api/v1/partitions/gamma HTTP/1.1"
+        );
+        assert!(
+            patch.headers.iter().any(|h| h == "If-Match: \"abc123\""),
+            "{:?}",
+            patch.headers
+        );
+        assert_eq!(patch.body, br#"{"memory_mib":512}"#);
+        assert_eq!(out, "gamma: changed\n");
+    }
+
+    #[test]
+    fn field_error_is_reported_with_its_field_and_as_json() {
+        let (url, _seen) = fake_server(vec![(
+            409,
+            r#"{"error":"conflict","detail":"partition \"gamma\": cpus: CPU 1 is also used by partition \"alpha\"","field":"cpus"}"#,
+        )]);
+        let c = cli(
+            &url,
+            Command::Delete {
+                name: "gamma".into(),
+            },
+        );
+
+        let (result, _) = run_to_string(&c);
+
+        let err = result.expect_err("409");
+        assert_eq!(
+            err.to_string(),
+            r#"409 conflict (cpus): partition "gamma": cpus: CPU 1 is also used by partition "alpha""#
+        );
+        assert_eq!(
+            err.to_json(),
+            serde_json::json!({"error":"conflict","field":"cpus",
+                "detail":"partition \"gamma\": cpus: CPU 1 is also used by partition \"alpha\""})
+        );
+    }
+
+    #[test]
+    fn connection_error_as_json_has_error_detail_and_null_field() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+
+        let (result, _) = run_to_string(&cli(&format!("http://127.0.0.1:{port}"), Command::Images));
+
+        let json = result.expect_err("refused").to_json();
+        assert_eq!(json["error"], "connection_failed");
+        assert_eq!(json["field"], serde_json::Value::Null);
+        assert!(json["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    }
+
+    #[test]
+    fn delete_and_images_print_their_answers() {
+        let (url, seen) = fake_server(vec![
+            (204, ""),
+            (
+                200,
+                r#"{"images":[{"id":"4","name":"vmlinuz","kind":"kernel","size":1048576,"received":524288,"state":"uploading","error":null,"sha256":null,"used_by":[],"boot":false}]}"#,
+            ),
+        ]);
+
+        let (deleted, out1) = run_to_string(&cli(
+            &url,
+            Command::Delete {
+                name: "gamma".into(),
+            },
+        ));
+        let (listed, out2) = run_to_string(&cli(&url, Command::Images));
+
+        assert!(deleted.is_ok() && listed.is_ok());
+        assert_eq!(
+            seen.recv().expect("delete").request_line,
+            "DELETE /api/v1/partitions/gamma HTTP/1.1"
+        );
+        assert_eq!(out1, "gamma: deleted\n");
+        assert_eq!(
+            out2,
+            "ID  NAME     KIND    SIZE   STATE                     USED BY  BOOT\n4   vmlinuz  kernel  1 MiB  uploading 524288/1048576  -\n"
+        );
     }
 }
