@@ -133,6 +133,12 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let alpha = hv.json(&["show", "alpha"])?;
     let alpha_config = alpha["config"].clone();
 
+    // The probe's image first: image blocks come from the free pool too,
+    // and alpha's block must be the highest free one when the probe's RAM
+    // is taken.
+    let probe = hv.json(&["upload", PROBE, "--kind", "kernel", "--name", "probe"])?;
+    let probe_id = probe["id"].as_str().ok_or("upload printed no id")?.to_string();
+
     // 1. alpha down and deleted: its CPU and RAM are free.
     let before = resources(&hv)?;
     let alpha_ram = ram_of(&before, "alpha").ok_or("resources show no RAM of alpha")?;
@@ -145,8 +151,6 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     }
 
     // 2. The probe on alpha's CPU and RAM: every word zero.
-    let probe = hv.json(&["upload", PROBE, "--kind", "kernel", "--name", "probe"])?;
-    let probe_id = probe["id"].as_str().ok_or("upload printed no id")?.to_string();
     let mib = (alpha_ram.1 >> 20).to_string();
     let cursor = stack.qemu.lines().len();
     hv.json(&[
