@@ -63,6 +63,56 @@ impl Hvctl {
             .map_err(|err| format!("hvctl {} printed no JSON ({err}): {stdout}", args.join(" ")))
     }
 
+    /// `hvctl --json ARGS` that must fail: its `{error, detail, field}`.
+    fn refused(&self, args: &[&str]) -> Result<(String, Option<String>, String), String> {
+        let out = Command::new(&self.bin)
+            .current_dir(&self.root)
+            .args(["--url", &self.url, "--token", &self.token, "--json"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|err| format!("running hvctl: {err}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() {
+            return Err(format!("hvctl {} was accepted: {stdout}", args.join(" ")));
+        }
+        let v: Value = serde_json::from_str(stdout.trim()).map_err(|e| {
+            format!(
+                "hvctl {} printed no JSON error ({e}): {stdout}",
+                args.join(" ")
+            )
+        })?;
+        Ok((
+            v["error"].as_str().unwrap_or_default().to_string(),
+            v["field"].as_str().map(str::to_string),
+            v["detail"].as_str().unwrap_or_default().to_string(),
+        ))
+    }
+
+    /// `DELETE /api/v1/images/{id}` (hvctl has no command for it).
+    fn delete_image(&self, id: &str) -> Result<(), String> {
+        let path = format!("/api/v1/images/{id}");
+        let request = crate::http::Request {
+            method: "DELETE",
+            path: &path,
+            token: Some(&self.token),
+            body: None,
+        };
+        let reply = crate::http::send(
+            self.url.trim_start_matches("http://"),
+            &request,
+            Duration::from_secs(10),
+        )
+        .map_err(|e| format!("DELETE {path}: {e}"))?;
+        if reply.status != 204 {
+            return Err(format!(
+                "DELETE {path} answered {}: {}",
+                reply.status, reply.body
+            ));
+        }
+        Ok(())
+    }
+
     fn state(&self, name: &str) -> Result<String, String> {
         let p = self.json(&["show", name])?;
         p.get("state")
@@ -137,7 +187,10 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     // and alpha's block must be the highest free one when the probe's RAM
     // is taken.
     let probe = hv.json(&["upload", PROBE, "--kind", "kernel", "--name", "probe"])?;
-    let probe_id = probe["id"].as_str().ok_or("upload printed no id")?.to_string();
+    let probe_id = probe["id"]
+        .as_str()
+        .ok_or("upload printed no id")?
+        .to_string();
 
     // 1. alpha down and deleted: its CPU and RAM are free.
     let before = resources(&hv)?;
@@ -147,19 +200,33 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     hv.json(&["delete", "alpha"])?;
     let after = resources(&hv)?;
     if cpu_owner(&after, 1).is_some() || ram_of(&after, "alpha").is_some() {
-        return Err(format!("alpha deleted, but resources still show it: {after}"));
+        return Err(format!(
+            "alpha deleted, but resources still show it: {after}"
+        ));
     }
 
     // 2. The probe on alpha's CPU and RAM: every word zero.
     let mib = (alpha_ram.1 >> 20).to_string();
     let cursor = stack.qemu.lines().len();
     hv.json(&[
-        "create", "probe", "--cpus", "1", "--memory", &mib, "--kernel", &probe_id,
-        "--kernel-format", "raw", "--bootargs", "pinfold-probe=scrub", "--autostart",
+        "create",
+        "probe",
+        "--cpus",
+        "1",
+        "--memory",
+        &mib,
+        "--kernel",
+        &probe_id,
+        "--kernel-format",
+        "raw",
+        "--bootargs",
+        "pinfold-probe=scrub",
+        "--autostart",
     ])?;
     let placed = resources(&hv)?;
     let probe_ram = ram_of(&placed, "probe").ok_or("resources show no RAM of probe")?;
-    let overlap = probe_ram.0 < alpha_ram.0 + alpha_ram.1 && alpha_ram.0 < probe_ram.0 + probe_ram.1;
+    let overlap =
+        probe_ram.0 < alpha_ram.0 + alpha_ram.1 && alpha_ram.0 < probe_ram.0 + probe_ram.1;
     if !overlap {
         return Err(format!(
             "probe got RAM {probe_ram:x?}, not overlapping alpha's former {alpha_ram:x?}: the scrub check would prove nothing"
@@ -167,9 +234,12 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     }
     let line = stack
         .qemu
-        .wait_for("the scrub probe", cursor, Instant::now() + SCRUB_LIMIT, |l| {
-            l.contains("PROBE scrub: ")
-        })
+        .wait_for(
+            "the scrub probe",
+            cursor,
+            Instant::now() + SCRUB_LIMIT,
+            |l| l.contains("PROBE scrub: "),
+        )
         .map_err(|e| e.to_string())?;
     match scrub_count(&line.text) {
         Some(0) => notes.push(format!(
@@ -182,10 +252,12 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     hv.json(&["stop", "probe"])?;
     hv.wait_state("probe", "stopped")?;
     hv.json(&["delete", "probe"])?;
-    hv.json(&["image-delete", &probe_id]).or_else(|_| Ok::<_, String>(Value::Null))?;
+    hv.delete_image(&probe_id)?;
 
     // 3. A Linux partition from uploaded images.
-    let size = std::fs::metadata(ws.root.join(KERNEL)).map_err(|e| e.to_string())?.len();
+    let size = std::fs::metadata(ws.root.join(KERNEL))
+        .map_err(|e| e.to_string())?
+        .len();
     let started = Instant::now();
     let kernel = hv.json(&["upload", KERNEL, "--kind", "kernel", "--name", "Image"])?;
     let upload = started.elapsed();
@@ -195,21 +267,42 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
         upload.as_secs_f64(),
         size as f64 / 1e6 / upload.as_secs_f64()
     ));
-    let kernel_id = kernel["id"].as_str().ok_or("upload printed no id")?.to_string();
+    let kernel_id = kernel["id"]
+        .as_str()
+        .ok_or("upload printed no id")?
+        .to_string();
     let initrd = hv.json(&["upload", INITRD, "--kind", "initrd", "--name", "initramfs"])?;
-    let initrd_id = initrd["id"].as_str().ok_or("upload printed no id")?.to_string();
+    let initrd_id = initrd["id"]
+        .as_str()
+        .ok_or("upload printed no id")?
+        .to_string();
     let bootargs = "console=ttyAMA0 earlycon=pl011,0x09000000";
+    notes.push(invalid_requests(&hv, &ws.root, &kernel_id, &initrd_id)?);
     let cursor = stack.qemu.lines().len();
     let asked = Instant::now();
     hv.json(&[
-        "create", "gamma", "--cpus", "1", "--memory", "256M", "--kernel", &kernel_id, "--initrd",
-        &initrd_id, "--bootargs", bootargs, "--autostart",
+        "create",
+        "gamma",
+        "--cpus",
+        "1",
+        "--memory",
+        "256M",
+        "--kernel",
+        &kernel_id,
+        "--initrd",
+        &initrd_id,
+        "--bootargs",
+        bootargs,
+        "--autostart",
     ])?;
     let first = stack
         .qemu
-        .wait_for("gamma's first console line", cursor, Instant::now() + BOOT_LIMIT, |l| {
-            l.starts_with("[gamma]")
-        })
+        .wait_for(
+            "gamma's first console line",
+            cursor,
+            Instant::now() + BOOT_LIMIT,
+            |l| l.starts_with("[gamma]"),
+        )
         .map_err(|e| e.to_string())?;
     let asked_at = asked.duration_since(stack.qemu.started());
     notes.push(format!(
@@ -218,9 +311,12 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     ));
     stack
         .qemu
-        .wait_for("gamma's UP marker", cursor, Instant::now() + BOOT_LIMIT, |l| {
-            l.contains(&format!("[gamma] {UP_MARKER}gamma"))
-        })
+        .wait_for(
+            "gamma's UP marker",
+            cursor,
+            Instant::now() + BOOT_LIMIT,
+            |l| l.contains(&format!("[gamma] {UP_MARKER}gamma")),
+        )
         .map_err(|e| e.to_string())?;
 
     // 4. Changed while stopped: bootargs and memory; it boots with them.
@@ -238,21 +334,30 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     hv.json(&["start", "gamma"])?;
     let mem = stack
         .qemu
-        .wait_for("gamma's memory line", cursor, Instant::now() + BOOT_LIMIT, |l| {
-            l.starts_with("[gamma]") && l.contains("Memory: ")
-        })
+        .wait_for(
+            "gamma's memory line",
+            cursor,
+            Instant::now() + BOOT_LIMIT,
+            |l| l.starts_with("[gamma]") && l.contains("Memory: "),
+        )
         .map_err(|e| e.to_string())?;
     if !mem.text.contains("/393216K") {
         return Err(format!("gamma did not boot with 384 MiB: `{}`", mem.text));
     }
     let cmdline = stack
         .qemu
-        .wait_for("gamma's command line", cursor, Instant::now() + BOOT_LIMIT, |l| {
-            l.contains("[gamma] PINFOLD-GUEST-CMDLINE name=gamma")
-        })
+        .wait_for(
+            "gamma's command line",
+            cursor,
+            Instant::now() + BOOT_LIMIT,
+            |l| l.contains("[gamma] PINFOLD-GUEST-CMDLINE name=gamma"),
+        )
         .map_err(|e| e.to_string())?;
     if !cmdline.text.ends_with(&changed) {
-        return Err(format!("gamma did not boot with the changed bootargs: `{}`", cmdline.text));
+        return Err(format!(
+            "gamma did not boot with the changed bootargs: `{}`",
+            cmdline.text
+        ));
     }
     notes.push("gamma booted again with 384 MiB and the changed bootargs".into());
 
@@ -267,14 +372,181 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let memory = format!("{}M", alpha_config["memory_mib"].as_u64().unwrap_or(256));
     let kernel = alpha_config["kernel"].as_str().unwrap_or("0").to_string();
     let initrd = alpha_config["initrd"].as_str().unwrap_or("1").to_string();
-    let args = alpha_config["bootargs"].as_str().unwrap_or(bootargs).to_string();
+    let args = alpha_config["bootargs"]
+        .as_str()
+        .unwrap_or(bootargs)
+        .to_string();
     hv.json(&[
-        "create", "alpha", "--cpus", &cpus, "--memory", &memory, "--kernel", &kernel, "--initrd",
-        &initrd, "--bootargs", &args, "--autostart",
+        "create",
+        "alpha",
+        "--cpus",
+        &cpus,
+        "--memory",
+        &memory,
+        "--kernel",
+        &kernel,
+        "--initrd",
+        &initrd,
+        "--bootargs",
+        &args,
+        "--autostart",
     ])?;
     hv.wait_state("alpha", "running")?;
     notes.push("alpha created again from its exported settings, running".into());
     Ok(notes)
+}
+
+/// Each bad request is a 4xx naming the field, and leaves the partitions,
+/// the CPUs and the images as they were.
+fn invalid_requests(hv: &Hvctl, root: &Path, kernel: &str, initrd: &str) -> Result<String, String> {
+    let before_parts = hv.json(&["list"])?;
+    let before_images = hv.json(&["images"])?;
+    let before_held = resources(hv)?["images_bytes"].as_u64();
+    let create = |name: &str, cpus: &str, memory: &str, kernel: &str, format: &str| {
+        hv.refused(&[
+            "create",
+            name,
+            "--cpus",
+            cpus,
+            "--memory",
+            memory,
+            "--kernel",
+            kernel,
+            "--initrd",
+            initrd,
+            "--kernel-format",
+            format,
+        ])
+    };
+    let mut seen = Vec::new();
+    let mut expect =
+        |what: &str, got: (String, Option<String>, String), error: &str, field: &str| {
+            if got.0 != error || got.1.as_deref() != Some(field) {
+                return Err(format!(
+                    "{what}: expected {error} on field {field}, got {} on {:?}: {}",
+                    got.0, got.1, got.2
+                ));
+            }
+            seen.push(format!("{what} -> {error} `{field}`"));
+            Ok(())
+        };
+    expect(
+        "a CPU beta owns",
+        create("bad", "1,2", "256M", kernel, "linux")?,
+        "conflict",
+        "cpus",
+    )?;
+    expect(
+        "64 GiB of RAM",
+        create("bad", "1", "64G", kernel, "linux")?,
+        "conflict",
+        "memory",
+    )?;
+    expect(
+        "a name taken",
+        create("beta", "1", "256M", kernel, "linux")?,
+        "conflict",
+        "name",
+    )?;
+    expect(
+        "an initrd as kernel",
+        create("bad", "1", "256M", initrd, "linux")?,
+        "bad_request",
+        "kernel",
+    )?;
+    let junk = std::env::temp_dir().join(format!("pinfold-not-an-image-{}", std::process::id()));
+    std::fs::write(&junk, vec![0x5a; 64 * 1024]).map_err(|e| e.to_string())?;
+    let junk = junk.to_string_lossy().to_string();
+    let not_image = hv.json(&["upload", &junk, "--kind", "kernel", "--name", "junk"])?;
+    let junk_id = not_image["id"]
+        .as_str()
+        .ok_or("upload printed no id")?
+        .to_string();
+    expect(
+        "a kernel that is not an arm64 Image",
+        create("bad", "1", "256M", &junk_id, "linux")?,
+        "bad_request",
+        "kernel",
+    )?;
+    hv.delete_image(&junk_id)?;
+    let zeros = "0".repeat(64);
+    expect(
+        "a wrong sha256",
+        hv.refused(&["upload", &junk, "--kind", "kernel", "--sha256", &zeros])?,
+        "bad_request",
+        "sha256",
+    )?;
+    let _ = std::fs::remove_file(&junk);
+    cut_short_upload(&hv.url, &hv.token)?;
+    seen.push("an upload cut short -> refused, nothing kept".into());
+    let _ = root;
+    let shape = |v: &Value| -> Vec<(String, String, String)> {
+        v["partitions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| {
+                        (
+                            p["name"].to_string(),
+                            p["state"].to_string(),
+                            p["cpus"].to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let after_parts = hv.json(&["list"])?;
+    if shape(&after_parts) != shape(&before_parts) {
+        return Err(format!(
+            "a refused request changed the partitions: {:?} -> {:?}",
+            shape(&before_parts),
+            shape(&after_parts)
+        ));
+    }
+    // The manager lists a refused upload as `failed` (with its error); the
+    // hypervisor holds nothing of it.
+    let images = hv.json(&["images"])?;
+    let live = |v: &Value| {
+        v["images"].as_array().map_or(0, |a| {
+            a.iter()
+                .filter(|i| i["state"].as_str() != Some("failed"))
+                .count()
+        })
+    };
+    if live(&images) != live(&before_images) {
+        return Err(format!("refused uploads left images behind: {images}"));
+    }
+    let held = resources(hv)?["images_bytes"].as_u64();
+    if held != before_held {
+        return Err(format!(
+            "the hypervisor's images grew from {before_held:?} to {held:?} bytes"
+        ));
+    }
+    Ok(format!("refused, nothing left behind: {}", seen.join("; ")))
+}
+
+/// A POST /api/v1/images whose body ends 1000 bytes into the 100,000 its
+/// Content-Length promised: the manager must not keep the image.
+fn cut_short_upload(url: &str, token: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let authority = url.trim_start_matches("http://");
+    let mut tcp = std::net::TcpStream::connect(authority).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let head = format!(
+        "POST /api/v1/images?kind=kernel&name=short HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+    tcp.write_all(&[0u8; 1000]).map_err(|e| e.to_string())?;
+    tcp.shutdown(std::net::Shutdown::Write)
+        .map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    let _ = tcp.read_to_string(&mut reply);
+    if reply.starts_with("HTTP/1.1 2") {
+        return Err(format!("a cut-short upload was accepted: {reply}"));
+    }
+    Ok(())
 }
 
 fn join(cpus: &Value) -> String {
@@ -297,7 +569,10 @@ mod tests {
     fn the_scrub_count_is_read_from_the_probe_line() {
         let line = "[probe] PROBE scrub: 0 nonzero words outside the image and DTB in 0x40000000..0x50000000 (first at 0x0)";
         assert_eq!(scrub_count(line), Some(0));
-        assert_eq!(scrub_count("[probe] PROBE scrub: 17 nonzero words"), Some(17));
+        assert_eq!(
+            scrub_count("[probe] PROBE scrub: 17 nonzero words"),
+            Some(17)
+        );
         assert_eq!(scrub_count("[probe] PROBE start"), None);
     }
 }

@@ -9,10 +9,10 @@ use crate::api_checks::{self, Stack};
 use crate::build::{Builder, DEFAULT_CONFIG};
 use crate::cmd;
 use crate::deploy_checks;
-use crate::runtime_checks;
 use crate::error::XtaskError;
 use crate::harness::{log_tail, number_after, Line, QemuRun};
 use crate::qemu::{qemu_command, Extra};
+use crate::runtime_checks;
 use crate::Workspace;
 
 /// What `cargo xtask test` was asked to run.
