@@ -911,6 +911,9 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
 
     if (!methods(['POST'])) return;
     const body = await readBody(req);
+    // Every console POST, with or without a token (the test checks that no
+    // terminal report was ever sent as input).
+    if (sub === 'console') consoleInputs.push({ partition: m[1], text: body.text });
     if (!requireAuth(req, res)) return;
     if (!p) return fail(res, 404, 'not_found', `no partition named ${m[1]}`);
 
@@ -923,7 +926,6 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
         return fail(res, 400, 'bad_request', 'body must be JSON {"data": "..."}');
       }
       if (typeof data !== 'string') return fail(res, 400, 'bad_request', 'data must be a string');
-      consoleInputs.push({ partition: p.name, data });
       // Like a guest's small input queue, the mock takes at most
       // MOCK_INPUT_PER_POST bytes (whole characters) of each POST and says
       // so, so the UI's resending of the rest is exercised.
