@@ -95,7 +95,7 @@ const CONFIRM: Record<Action, { verb: string; text: (n: string, p: PartitionSumm
 };
 
 const LABEL: Record<Action, string> = { start: 'Start', shutdown: 'Shutdown', stop: 'Stop', restart: 'Restart' };
-const ICON: Record<Action, string> = { start: '▶', shutdown: '⏻', stop: '■', restart: '↻' };
+const ICON: Record<Action, string> = { start: '▶', shutdown: '▼', stop: '■', restart: '↻' };
 
 export interface ActionBar {
   el: HTMLElement;

@@ -1236,12 +1236,15 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
         .find(|line| line.contains(" passed, "))
         .unwrap_or_default()
         .to_string();
-    Ok(vec![contract_line, format!(
-        "browser test: {} checks passed; screenshot {} ({} KiB)",
-        summary.map_or(0, |s| s.0),
-        ws.relative(&screenshot),
-        size / 1024
-    )])
+    Ok(vec![
+        contract_line,
+        format!(
+            "browser test: {} checks passed; screenshot {} ({} KiB)",
+            summary.map_or(0, |s| s.0),
+            ws.relative(&screenshot),
+            size / 1024
+        ),
+    ])
 }
 
 /// What a program run by [`run_logged`] printed and how it ended.

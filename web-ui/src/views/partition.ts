@@ -40,8 +40,8 @@ export function partitionView(name: string): View {
   const [restartsStat, restarts] = stat('Policy restarts', 'restarts');
   const error = h('div', { class: 'notice notice-error', hidden: true, role: 'alert' });
   const crashNotice = h('div', { class: 'notice notice-error', hidden: true, role: 'status', 'data-testid': 'crash-notice' });
-  const editBtn = h('a', { class: 'btn', href: `#/partitions/${encodeURIComponent(name)}/edit`, hidden: true, 'data-testid': 'edit-partition' }, '✎ Edit');
-  const deleteBtn = h('button', { type: 'button', class: 'btn btn-delete', hidden: true, 'data-testid': 'delete-partition' }, '🗑 Delete');
+  const editBtn = h('a', { class: 'btn', href: `#/partitions/${encodeURIComponent(name)}/edit`, hidden: true, 'data-testid': 'edit-partition' }, 'Edit');
+  const deleteBtn = h('button', { type: 'button', class: 'btn btn-delete', hidden: true, 'data-testid': 'delete-partition' }, 'Delete');
   let current: PartitionDetail | null = null;
   let editable = false;
   void caps().then((c) => {
