@@ -738,7 +738,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     if (typeof body.name !== 'string' || body.name === '') return fail(res, 400, 'bad_request', 'an image needs a name', 'name');
     const img = addImage({ name: body.name, kind: body.kind, size: FETCH_BYTES, received: 0, state: 'uploading' });
     emit('image', null, `image ${img.id} (${body.name}): fetching ${body.url}`);
-    const step = FETCH_BYTES / 10;
+    const step = Math.ceil(FETCH_BYTES / 10);
     const timer = setInterval(() => {
       img.received = Math.min(FETCH_BYTES, img.received + step);
       if (img.received >= FETCH_BYTES) {

@@ -414,6 +414,58 @@ try {
       if (!/unchanged: alpha, beta/.test(said)) throw new Error(`diff: ${said}`);
     });
 
+    await check('images: a kernel that is not an arm64 Image is refused naming the field; a URL fetch shows progress', async () => {
+      await page.goto(`${base}/#/images`);
+      await page.locator('[data-testid="images"] tr[data-image]').first().waitFor({ timeout: 5_000 });
+      await page.locator('[data-testid="image-file"]').setInputFiles({ name: 'not-a-kernel', mimeType: 'application/octet-stream', buffer: Buffer.alloc(4096, 1) });
+      await page.locator('form:has([data-testid="image-file"]) button[type="submit"]').click();
+      const err = page.locator('[data-testid="upload-error"]');
+      await err.waitFor({ state: 'visible', timeout: 10_000 });
+      const said = await err.innerText();
+      if (!/^kernel: .*not an arm64 Image/.test(said)) throw new Error(`upload error: ${said}`);
+      if ((await (await fetch(`${base}/api/v1/images`)).json()).images.some((i) => i.name === 'not-a-kernel')) throw new Error('the refused image was kept');
+      await page.locator('[data-testid="fetch-url"]').fill('http://10.0.2.2:8000/vmlinuz');
+      await page.locator('[data-testid="fetch-name"]').fill('fetched-Image');
+      await page.locator('form:has([data-testid="fetch-url"]) button[type="submit"]').click();
+      const seen = await sampleProgress('fetch-progress', async () => (await page.locator('[data-testid="images"] tr[data-state="ready"]', { hasText: 'fetched-Image' }).count()) > 0);
+      if (seen.filter((v) => v > 0 && v < 1).length < 2) throw new Error(`the fetch bar showed only ${JSON.stringify(seen)}`);
+    });
+
+    await check('config: an import with an overlapping CPU is refused with the field and changes nothing', async () => {
+      await page.goto(`${base}/#/config`);
+      await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
+      const before = JSON.stringify((await partitionsFromApi()).map((p) => [p.name, p.cpus]));
+      const text = await page.locator('[data-testid="config-text"]').inputValue();
+      await page.locator('[data-testid="config-text"]').fill(text.replace('cpus = [2, 3]', 'cpus = [1, 3]'));
+      await page.locator('[data-testid="config-import"]').click();
+      const err = page.locator('[data-testid="config-error"]');
+      await err.waitFor({ state: 'visible', timeout: 5_000 });
+      const said = await err.innerText();
+      if (!said.startsWith('cpus: partition "beta": cpus: CPU 1 is also used by partition "alpha"')) throw new Error(`import error: ${said}`);
+      if ((await err.getAttribute('data-field')) !== 'cpus') throw new Error('the error does not name the field');
+      if (JSON.stringify((await partitionsFromApi()).map((p) => [p.name, p.cpus])) !== before) throw new Error('a refused import changed partitions');
+    });
+
+    await check('shutdown: beta shuts down gracefully (its own messages on the console) and ends stopped; history downloads', async () => {
+      await page.goto(`${base}/#/partitions/beta`);
+      await page.locator('.page-head [data-field="state"][data-state="running"]').waitFor({ timeout: 10_000 });
+      await page.locator('.page-head [data-action="shutdown"]').click();
+      await page.locator('[data-testid="confirm-ok"]').click();
+      await page.locator('.page-head [data-field="state"][data-state="shutting_down"]').waitFor({ timeout: 5_000 });
+      await page.locator('.page-head [data-field="state"][data-state="stopped"]').waitFor({ timeout: 10_000 });
+      const until = Date.now() + 5_000;
+      while (!(await consoleText()).includes('Power key pressed')) {
+        if (Date.now() > until) throw new Error("the guest's shutdown messages are not on the console");
+        await page.waitForTimeout(200);
+      }
+      const link = page.locator('[data-testid="console-history"]');
+      await link.waitFor({ state: 'visible', timeout: 5_000 });
+      const res = await fetch(new URL(await link.getAttribute('href'), base));
+      const history = await res.text();
+      if (!/attachment; filename="beta-console.log"/.test(res.headers.get('content-disposition') ?? '')) throw new Error('no attachment header');
+      if ((history.match(/^=== pinfold: beta boot \d+ at /gm) ?? []).length < 2) throw new Error('the history lacks the boot markers of both boots');
+    });
+
     await check('the mock answered every request within the contract (openapi.json)', async () => {
       if (mock.violations.length > 0) throw new Error(mock.violations.slice(0, 5).join(' | '));
     });
