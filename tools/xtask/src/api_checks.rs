@@ -1447,4 +1447,11 @@ mod tests {
         assert_eq!(browser_summary(output), Some((8, 1)));
         assert_eq!(browser_summary("crashed\n"), None);
     }
+
+    #[test]
+    fn browser_summary_reads_the_contract_checks_line_with_skips() {
+        let output = "ok   - GET /api/v1/host\nskip - GET /api/v1/resources: 404\n12 passed, 0 failed, 9 skipped\n";
+
+        assert_eq!(browser_summary(output), Some((12, 0)));
+    }
 }
