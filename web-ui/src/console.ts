@@ -1,5 +1,8 @@
 // Live partition console: xterm.js fed by reading the manager's console ring from
 // an offset and following `next`; keystrokes are batched and POSTed back.
+// xterm.js is kept from answering terminal queries in the output
+// (silenceReports), and the whole history is offered as a download when the
+// manager serves it.
 
 import { FitAddon } from '@xterm/addon-fit';
 import { Terminal } from '@xterm/xterm';

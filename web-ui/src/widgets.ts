@@ -80,7 +80,15 @@ function allowed(p: PartitionSummary, action: Action): boolean {
 
 /** Set once the manager answered 404 to a shutdown: it predates graceful shutdown. */
 let shutdownMissing = false;
-const bars = new Set<() => void>();
+/** Live action bars, to hide their Shutdown buttons when it turns out missing. */
+const bars = new Map<HTMLElement, () => void>();
+
+function refreshBars(): void {
+  for (const [el, refresh] of bars) {
+    if (el.isConnected) refresh();
+    else bars.delete(el);
+  }
+}
 
 const CONFIRM: Record<Action, { verb: string; text: (n: string, p: PartitionSummary) => string; danger: boolean } | null> = {
   start: null,
@@ -123,7 +131,7 @@ export function actionBar(after: () => void, compact = false): ActionBar {
     } catch (e) {
       if (action === 'shutdown' && e instanceof ApiError && (e.status === 404 || e.status === 405)) {
         shutdownMissing = true;
-        bars.forEach((r) => r());
+        refreshBars();
         toast('This manager does not offer a graceful shutdown yet: use Stop.', 'error');
       } else if (e instanceof AuthCancelled) toast('Action not sent: no token.', 'error');
       else if (e instanceof ApiError) toast(`${p.name}: ${e.message}`, 'error');
@@ -160,7 +168,8 @@ export function actionBar(after: () => void, compact = false): ActionBar {
             : `${LABEL[a]} ${current?.name ?? ''}`;
     }
   }
-  bars.add(refresh);
+  for (const [other] of bars) if (!other.isConnected) bars.delete(other);
+  bars.set(el, refresh);
 
   return {
     el,

@@ -691,7 +691,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     if (name === '') return reject(400, 'bad_request', 'name', 'an image needs a name');
     if (want !== null && !/^[0-9a-fA-F]{64}$/.test(want)) return reject(400, 'bad_request', 'sha256', 'sha256 must be 64 hex digits');
     if (!Number.isInteger(length) || req.headers['content-length'] === undefined) return reject(400, 'bad_request', null, 'Content-Length is required');
-    if (length > IMAGE_MAX) return reject(413, 'too_large', 'size', `images are limited to ${IMAGE_MAX / MiB} MiB`);
+    if (length > IMAGE_MAX) return reject(413, 'too_large', null, `images are limited to ${IMAGE_MAX / MiB} MiB`);
     const img = addImage({ name, kind, size: length, received: 0, state: 'uploading' });
     emit('image', null, `image ${img.id} (${name}): upload of ${length} bytes started`);
     const hash = createHash('sha256');
