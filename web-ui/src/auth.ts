@@ -4,6 +4,13 @@ import { h } from './dom';
 
 const KEY = 'pinfold.token';
 const listeners = new Set<() => void>();
+/** Counts tokens typed into the dialog in this page's life. */
+let entered = 0;
+
+/** Grows each time the operator enters a token (tells a fresh token from one kept earlier). */
+export function tokenEnteredAt(): number {
+  return entered;
+}
 
 export function getToken(): string | null {
   const t = sessionStorage.getItem(KEY);
@@ -49,7 +56,7 @@ export function askToken(reason?: string): Promise<string | null> {
       h(
         'p',
         { class: reason ? 'dialog-error' : 'muted' },
-        reason ?? 'Starting, stopping and restarting partitions and typing into a console need the manager token. It is kept for this browser tab only.',
+        reason ?? 'Changing anything (starting, stopping, creating or deleting partitions, uploading images, importing a configuration, typing into a console) needs the manager token. It is kept for this browser tab only.',
       ),
       h('label', { for: 'token-input' }, 'Token'),
       input,
@@ -66,6 +73,7 @@ export function askToken(reason?: string): Promise<string | null> {
       const v = input.value.trim();
       if (v !== '') {
         result = v;
+        entered += 1;
         setToken(v);
       }
     });

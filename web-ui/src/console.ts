@@ -1,10 +1,13 @@
 // Live partition console: xterm.js fed by reading the manager's console ring from
 // an offset and following `next`; keystrokes are batched and POSTed back.
+// xterm.js is kept from answering terminal queries in the output
+// (silenceReports), and the whole history is offered as a download when the
+// manager serves it.
 
 import { FitAddon } from '@xterm/addon-fit';
 import { Terminal } from '@xterm/xterm';
 import '@xterm/xterm/css/xterm.css';
-import { api, ApiError, AuthCancelled } from './api';
+import { api, ApiError, apiPath, AuthCancelled, serves } from './api';
 import { h, setText } from './dom';
 import { count } from './format';
 
@@ -60,8 +63,35 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-/** Cursor position reports (CSI row;col R) and device attributes (CSI ? ... c). */
-const TERMINAL_REPORT = /^\x1b\[\??[\d;]*[Rc]$/;
+/**
+ * Stop xterm.js from answering terminal queries found in the output. It would
+ * answer through onData, i.e. as console input: busybox ash asks for the
+ * cursor position (ESC[6n) after every prompt, and the output being shown may
+ * be minutes old (or replayed history), so the answer (`ESC[50;1R`) would
+ * reach the guest as stray typing, and with no token stored it would pop the
+ * token dialog by itself. Claiming the query sequences in the parser means no
+ * answer is ever made, whatever the sequence; what the operator types (arrow
+ * keys, function keys, pastes) is untouched.
+ */
+export function silenceReports(term: Terminal): void {
+  const swallow = () => true;
+  const p = term.parser;
+  // DSR / CPR (CSI 5n, CSI 6n) and DEC DSR (CSI ? 6n ...).
+  p.registerCsiHandler({ final: 'n' }, swallow);
+  p.registerCsiHandler({ prefix: '?', final: 'n' }, swallow);
+  // Primary, secondary and tertiary device attributes (CSI c, CSI > c, CSI = c).
+  p.registerCsiHandler({ final: 'c' }, swallow);
+  p.registerCsiHandler({ prefix: '>', final: 'c' }, swallow);
+  p.registerCsiHandler({ prefix: '=', final: 'c' }, swallow);
+  // Mode reports (DECRQM: CSI Ps $ p, CSI ? Ps $ p) and window reports (CSI t).
+  p.registerCsiHandler({ intermediates: '$', final: 'p' }, swallow);
+  p.registerCsiHandler({ prefix: '?', intermediates: '$', final: 'p' }, swallow);
+  p.registerCsiHandler({ final: 't' }, swallow);
+  // Setting requests (DECRQSS: DCS $ q ... ST).
+  p.registerDcsHandler({ intermediates: '$', final: 'q' }, swallow);
+  // Colour queries (OSC 4/10/11/12 with "?"); setting a colour still works.
+  for (const osc of [4, 10, 11, 12]) p.registerOscHandler(osc, (data) => data.includes('?'));
+}
 
 export class ConsolePane {
   readonly el: HTMLElement;
@@ -71,6 +101,7 @@ export class ConsolePane {
   private readonly ro: ResizeObserver;
   private readonly status: HTMLElement;
   private readonly notice: HTMLElement;
+  private readonly history: HTMLAnchorElement;
   private offset = 0;
   private lostTotal = 0;
   private firstRead = true;
@@ -82,6 +113,14 @@ export class ConsolePane {
     this.status = h('span', { class: 'console-status muted', 'data-testid': 'console-status' }, 'connecting…');
     this.notice = h('div', { class: 'notice notice-warn', hidden: true, 'data-testid': 'console-dropped', role: 'status' });
     const screen = h('div', { class: 'console-screen', 'data-testid': 'console' });
+    // The whole retained history (across restarts) as a file; shown only when
+    // the manager serves it.
+    this.history = h(
+      'a',
+      { class: 'btn btn-small', href: api.consoleHistoryUrl(partition), download: `${partition}-console.log`, hidden: true, 'data-testid': 'console-history', title: 'Download the whole console history kept by the manager (every boot)' },
+      'Download history',
+    );
+    void serves(apiPath('/api/v1/partitions/{name}/console/history', { name: partition })).then((ok) => (this.history.hidden = !ok));
     this.el = h(
       'section',
       { class: 'card console-card' },
@@ -90,6 +129,7 @@ export class ConsolePane {
         { class: 'card-head' },
         h('h2', {}, 'Console'),
         this.status,
+        this.history,
         h('button', { type: 'button', class: 'btn btn-small', onclick: () => this.term.clear(), title: 'Clear the screen (the ring is untouched)' }, 'Clear'),
       ),
       this.notice,
@@ -114,14 +154,8 @@ export class ConsolePane {
     this.fit = new FitAddon();
     this.term.loadAddon(this.fit);
     this.term.open(screen);
-    // xterm.js answers terminal queries in the output (busybox ash asks for
-    // the cursor position, ESC[6n, after every prompt) through onData. Those
-    // answers are not typing: the output being replayed may be minutes old,
-    // so forwarding them would feed stale reports to the guest (and, with no
-    // token stored yet, pop the token dialog by itself).
-    this.term.onData((d) => {
-      if (!TERMINAL_REPORT.test(d)) this.queueInput(d);
-    });
+    silenceReports(this.term);
+    this.term.onData((d) => this.queueInput(d));
     this.ro = new ResizeObserver(() => this.refit());
     this.ro.observe(screen);
     void this.follow();

@@ -46,3 +46,25 @@ export function cpuList(cpus: readonly number[]): string {
   }
   return parts.join(', ') || '-';
 }
+
+/** "12s ago", "4m ago", "2h ago", "3d ago": how long since a state change. */
+export function since(t: Date, now = Date.now()): string {
+  const ms = Math.max(0, now - t.getTime());
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+/** An RFC 3339 time as the operator's local time, or "–" when there is none. */
+export function clock(iso: string | null | undefined): string {
+  if (!iso) return '–';
+  const t = new Date(iso);
+  return Number.isNaN(t.getTime()) ? iso : t.toLocaleString([], { hour12: false });
+}
+
+/** "0x4000_0000"-style addresses stay readable as plain hex. */
+export function hex(n: number): string {
+  return `0x${n.toString(16)}`;
+}

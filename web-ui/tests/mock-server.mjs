@@ -1,17 +1,27 @@
 // Mock Pinfold manager for UI development and the browser test: the REST contract
-// (/api/v1, /metrics) over plain node:http, with simulated partitions mgmt, alpha
-// and beta, and the built UI served from web-ui/dist.
+// (manager/api/openapi.json: /api/v1, /metrics) over plain node:http, with
+// simulated partitions mgmt, alpha and beta on a 6-CPU host (CPUs 4 and 5
+// free), images, the event log (also as Server-Sent Events), configuration
+// export/import, and the built UI served from web-ui/dist.
 //
 //   node tests/mock-server.mjs            # http://127.0.0.1:8080, token "test-token"
 //   PORT=0 node tests/mock-server.mjs     # any free port (printed)
 //
-// Mock-only extra, absent from the real manager: POST /mock/flood?partition=NAME&bytes=N
-// writes N bytes into a console ring, to make readers see `dropped` > 0.
+// Every JSON answer is checked against openapi.json as it goes out
+// (tests/contract-lib.mjs); `mock.violations` lists what did not keep the
+// contract, and the browser test fails on any.
+//
+// Mock-only extras, absent from the real manager:
+//   POST /mock/flood?partition=NAME&bytes=N    writes N bytes into a console ring (`dropped` > 0)
+//   POST /mock/crash?partition=NAME&reason=R   crashes a running partition (its restart policy applies)
+// Image uploads are read at UPLOAD_BYTES_PER_S so a progress bar can be seen moving.
 
+import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadContract } from './contract-lib.mjs';
 
 export const MOCK_TOKEN = 'test-token';
 
@@ -20,17 +30,40 @@ const DEFAULT_DIST = resolve(HERE, '..', 'dist');
 
 /** Console ring size: small enough that /mock/flood can overrun it quickly. */
 const RING_BYTES = 32 * 1024;
+/** Console history kept per partition (across restarts). */
+const HISTORY_BYTES = 1024 * 1024;
 /** The contract's cap on one console read. */
 const READ_MAX = 16 * 1024;
 /** Most bytes of one console POST the mock takes (the rest is `remaining`). */
 const MOCK_INPUT_PER_POST = 16;
 /** The contract's cap on one console write body. */
 const WRITE_MAX = 4 * 1024;
-/** Time a partition spends in "stopping". */
+/** Time a partition spends in "stopping" and in "starting". */
 const STOP_MS = 700;
+const START_MS = 300;
+/** Largest image the mock takes (413 above). */
+const IMAGE_MAX = 64 * 1024 * 1024;
+/** How fast the mock reads an upload: slow enough to watch the bar move. */
+const UPLOAD_BYTES_PER_S = Number(process.env.PINFOLD_MOCK_UPLOAD_BPS ?? 768 * 1024);
+/** Size and duration of a simulated URL fetch. */
+const FETCH_BYTES = 3 * 1024 * 1024;
+const FETCH_MS = 1500;
 
 const MiB = 1024 * 1024;
 const EXIT_CLASSES = ['mmio', 'sysreg', 'hvc', 'irq', 'abort', 'other'];
+const HOST_CPUS = 6;
+const HOST_RAM_MIB = 2048;
+const RAM_BASE = 0x4000_0000;
+const HYP_MIB = 64;
+const IMAGES_MIB = 128;
+/** Host devices a partition can be given (by host_node). */
+const HOST_DEVICES = [
+  { name: '/pl011@9000000', base: 0x0900_0000, size: 0x1000 },
+  { name: '/pl011@9040000', base: 0x0904_0000, size: 0x1000 },
+  { name: '/virtio_mmio@a000000', base: 0x0a00_0000, size: 0x200 },
+];
+const NAME_RE = /^[a-z][a-z0-9_-]{0,31}$/;
+const PLAN_FIELD = { memory_mib: 'memory', watchdog_s: 'watchdog', shutdown_timeout_s: 'shutdown_timeout' };
 
 /** A console byte ring addressed by absolute offsets, as the manager's is. */
 class ConsoleRing {
@@ -64,35 +97,94 @@ class ConsoleRing {
   }
 }
 
-function makePartition(name, cpus, ramBytes, management) {
+const zeroExits = () => Object.fromEntries(EXIT_CLASSES.map((c) => [c, 0]));
+const sha256 = (buf) => createHash('sha256').update(buf).digest('hex');
+const now = () => new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+
+function defaultConfig(cpus, memoryMib, kernel, initrd) {
   return {
-    name,
     cpus,
-    ram_bytes: ramBytes,
-    management,
-    state: 'stopped',
-    boot_count: 0,
-    bootedAt: 0,
-    faults: 0,
-    line: '',
-    timers: new Set(),
-    console: new ConsoleRing(RING_BYTES),
-    vcpus: cpus.map((cpu, vcpu) => ({ vcpu, cpu, state: 'off', exits: zeroExits(), injected: 0 })),
+    memory_mib: memoryMib,
+    kernel,
+    kernel_format: 'linux',
+    initrd,
+    bootargs: 'console=ttyAMA0 earlycon=pl011,0x09000000',
+    autostart: true,
+    restart: 'never',
+    restart_limit: 3,
+    watchdog_s: 0,
+    shutdown_timeout_s: 10,
+    devices: [],
   };
 }
 
-function zeroExits() {
-  return Object.fromEntries(EXIT_CLASSES.map((c) => [c, 0]));
-}
-
-export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
+export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = null } = {}) {
   const startedAt = Date.now();
-  const parts = [
-    makePartition('mgmt', [0], 256 * MiB, true),
-    makePartition('alpha', [1], 256 * MiB, false),
-    makePartition('beta', [2, 3], 512 * MiB, false),
-  ];
-  const byName = new Map(parts.map((p) => [p.name, p]));
+  const contract = loadContract();
+  /** Responses that broke the contract: "GET /api/v1/host -> 200: ...". */
+  const violations = [];
+
+  // --- images ---------------------------------------------------------------
+  const images = new Map();
+  let nextImageId = 1;
+  function addImage(fields) {
+    const img = { id: String(nextImageId++), name: '', kind: 'kernel', size: 0, received: 0, state: 'ready', error: null, sha256: null, boot: false, ...fields };
+    images.set(img.id, img);
+    return img;
+  }
+  const bootKernel = addImage({ name: 'Image', kind: 'kernel', size: 9 * MiB, received: 9 * MiB, sha256: sha256('boot kernel'), boot: true });
+  const bootInitrd = addImage({ name: 'initramfs.cpio.gz', kind: 'initrd', size: 2 * MiB, received: 2 * MiB, sha256: sha256('boot initrd'), boot: true });
+  const imagesBytes = () => [...images.values()].reduce((n, i) => n + i.received, 0);
+
+  // --- partitions -----------------------------------------------------------
+  const parts = [];
+  const byName = new Map();
+  function makePartition(name, config, management) {
+    const p = {
+      name,
+      management,
+      config,
+      state: 'stopped',
+      state_since: now(),
+      restarts: 0,
+      last_crash: null,
+      boot_count: 0,
+      bootedAt: 0,
+      faults: 0,
+      line: '',
+      timers: new Set(),
+      console: new ConsoleRing(RING_BYTES),
+      history: '',
+      vcpus: [],
+    };
+    resetVcpus(p);
+    parts.push(p);
+    byName.set(name, p);
+    return p;
+  }
+  function resetVcpus(p) {
+    p.vcpus = p.config.cpus.map((cpu, vcpu) => ({ vcpu, cpu, state: 'off', exits: zeroExits(), injected: 0 }));
+  }
+  const mgmtConfig = { ...defaultConfig([0], 256, null, null), bootargs: '', kernel_format: 'raw', devices: [{ name: 'net0', mmio: [{ base: 0x0a00_0000, size: 0x200 }], spis: [16], compatible: 'virtio,mmio', host_node: '/virtio_mmio@a000000' }] };
+  makePartition('mgmt', mgmtConfig, true);
+  makePartition('alpha', defaultConfig([1], 256, bootKernel.id, bootInitrd.id), false);
+  makePartition('beta', { ...defaultConfig([2, 3], 512, bootKernel.id, bootInitrd.id), restart: 'on-crash' }, false);
+
+  // --- events ---------------------------------------------------------------
+  const events = [];
+  let nextSeq = 1;
+  const streams = new Set();
+  function emit(kind, partition, message) {
+    const ev = { seq: nextSeq++, time: now(), kind, partition, message };
+    events.push(ev);
+    if (events.length > 1000) events.shift();
+    for (const res of streams) writeEvent(res, ev);
+  }
+  function writeEvent(res, ev) {
+    const data = JSON.stringify(ev);
+    check(res, 'GET', '/api/v1/events', 200, 'application/json', JSON.stringify({ events: [ev], next: ev.seq }));
+    res.write(`id: ${ev.seq}\nevent: ${ev.kind}\ndata: ${data}\n\n`);
+  }
 
   const later = (p, ms, fn) => {
     const t = setTimeout(() => {
@@ -106,6 +198,20 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
     p.timers.clear();
   };
 
+  function setState(p, state, why) {
+    if (p.state === state) return;
+    const was = p.state;
+    p.state = state;
+    p.state_since = now();
+    emit('state', p.name, `${p.name}: ${was} -> ${state}${why ? ` (${why})` : ''}`);
+  }
+
+  function write(p, text) {
+    p.console.write(text);
+    p.history += text;
+    if (p.history.length > HISTORY_BYTES) p.history = p.history.slice(p.history.length - HISTORY_BYTES);
+  }
+
   const stamp = (p) => {
     const s = p.state === 'running' ? (Date.now() - p.bootedAt) / 1000 : 0;
     return `[${s.toFixed(6).padStart(12)}]`;
@@ -113,60 +219,102 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
 
   function boot(p) {
     cancelTimers(p);
-    p.state = 'running';
+    resetVcpus(p);
     p.boot_count += 1;
     p.bootedAt = Date.now();
     p.line = '';
-    p.vcpus.forEach((v, i) => {
-      v.state = i === 0 ? 'on' : 'on_pending';
-      v.exits = zeroExits();
-      v.injected = 0;
-    });
-    const c = p.console;
+    p.history += `=== pinfold: ${p.name} boot ${p.boot_count} at ${now()} ===\n`;
     if (p.management) {
-      c.write(`Hermit unikernel, pinfold-manager 0.1.0 on CPU ${p.cpus[0]}\r\n`);
-      c.write('[INFO ] net: virtio-net up, 10.0.2.15/24\r\n');
-      c.write('[INFO ] manager: REST API listening on 0.0.0.0:8080\r\n');
+      setState(p, 'running');
+      p.vcpus.forEach((v) => (v.state = 'on'));
+      write(p, `Hermit unikernel, pinfold-manager 0.1.0 on CPU ${p.config.cpus[0]}\r\n`);
+      write(p, '[INFO ] net: virtio-net up, 10.0.2.15/24\r\n');
+      write(p, '[INFO ] manager: REST API listening on 0.0.0.0:8080\r\n');
       return;
     }
-    c.write(`\r\nPinfold: booting partition ${p.name} (boot #${p.boot_count}) on CPU ${p.cpus.join(',')}\r\n`);
+    setState(p, 'starting');
+    p.vcpus.forEach((v, i) => (v.state = i === 0 ? 'on' : 'on_pending'));
+    later(p, START_MS, () => {
+      setState(p, 'running');
+      p.bootedAt = Date.now();
+      bootLog(p);
+    });
+  }
+
+  function bootLog(p) {
+    write(p, `\r\nPinfold: booting partition ${p.name} (boot #${p.boot_count}) on CPU ${p.config.cpus.join(',')}\r\n`);
     const lines = [
       'Booting Linux on physical CPU 0x0000000000 [0x410fd083]',
       `Linux version 6.6.0-pinfold (builder@pinfold) #1 SMP PREEMPT aarch64`,
       'Machine model: linux,dummy-virt',
       'psci: PSCIv1.1 detected in firmware.',
-      `Memory: ${p.ram_bytes / MiB - 22}M/${p.ram_bytes / MiB}M available`,
+      `Memory: ${p.config.memory_mib - 22}M/${p.config.memory_mib}M available`,
       'GICv3: 256 SPIs implemented',
       'arch_timer: cp15 timer(s) running at 62.50MHz (virt).',
-      ...p.cpus.slice(1).map((_, i) => `CPU${i + 1}: Booted secondary processor 0x000000000${i + 1}`),
-      `smp: Brought up 1 node, ${p.cpus.length} CPU${p.cpus.length > 1 ? 's' : ''}`,
+      ...p.config.cpus.slice(1).map((_, i) => `CPU${i + 1}: Booted secondary processor 0x000000000${i + 1}`),
+      `smp: Brought up 1 node, ${p.config.cpus.length} CPU${p.config.cpus.length > 1 ? 's' : ''}`,
       'Serial: AMBA PL011 UART driver',
       '9000000.pl011: ttyAMA0 at MMIO 0x9000000 (irq = 13) is a PL011 rev1',
+      `Kernel command line: ${p.config.bootargs}`,
       'Freeing unused kernel memory: 1024K',
       'Run /init as init process',
     ];
     lines.forEach((l, i) =>
       later(p, 60 * (i + 1), () => {
         if (i === 7) p.vcpus.forEach((v) => (v.state = 'on'));
-        c.write(`${stamp(p)} ${l}\r\n`);
+        write(p, `${stamp(p)} ${l}\r\n`);
       }),
     );
     later(p, 60 * (lines.length + 2), () => {
       p.vcpus.forEach((v) => (v.state = 'on'));
-      c.write(`PINFOLD-GUEST-UP ${p.name} boot=${p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
+      // A real shell asks the terminal where its cursor is after the prompt
+      // (ESC[6n); the UI must not send xterm.js's answer back as input.
+      write(p, `PINFOLD-GUEST-UP ${p.name} boot=${p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
     });
+  }
+
+  function halt(p, state, why) {
+    setState(p, state, why);
+    p.vcpus.forEach((v) => (v.state = 'off'));
   }
 
   function stop(p, then) {
     cancelTimers(p);
-    p.state = 'stopping';
-    p.console.write(`\r\n${stamp(p)} reboot: Power down\r\n`);
+    setState(p, 'stopping');
+    write(p, `\r\n${stamp(p)} reboot: Power down\r\n`);
     later(p, STOP_MS, () => {
-      p.state = 'stopped';
-      p.vcpus.forEach((v) => (v.state = 'off'));
-      p.console.write(`Pinfold: partition ${p.name} stopped\r\n`);
+      halt(p, 'stopped');
+      write(p, `Pinfold: partition ${p.name} stopped\r\n`);
       then?.();
     });
+  }
+
+  function shutdown(p) {
+    cancelTimers(p);
+    setState(p, 'shutting_down', 'power button');
+    const lines = ['input: gpio-keys as /devices/platform/gpio-keys/input/input0: power key', 'systemd-logind: Power key pressed short.', 'Stopping services...', 'reboot: Power down'];
+    lines.forEach((l, i) => later(p, 150 * (i + 1), () => write(p, `\r\n${stamp(p)} ${l}`)));
+    later(p, 150 * (lines.length + 1), () => {
+      halt(p, 'stopped', 'guest powered off');
+      write(p, `\r\nPinfold: partition ${p.name} stopped\r\n`);
+    });
+  }
+
+  function crash(p, reason) {
+    cancelTimers(p);
+    write(p, `\r\n${stamp(p)} Kernel panic - not syncing: ${reason}\r\n`);
+    p.faults += 1;
+    p.last_crash = { time: now(), reason };
+    emit('fault', p.name, `${p.name}: ${reason}`);
+    halt(p, 'crashed', reason);
+    const policy = p.config.restart;
+    if (policy === 'always' || (policy === 'on-crash' && p.restarts < p.config.restart_limit)) {
+      later(p, 1000, () => {
+        p.restarts += 1;
+        emit('restart', p.name, `${p.name}: restarted by its ${policy} policy (${p.restarts} of ${p.config.restart_limit})`);
+        boot(p);
+      });
+    }
   }
 
   // A tiny line discipline, so typing in the UI's console gets an echo and an answer.
@@ -175,15 +323,20 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
       if (ch === '\r' || ch === '\n') {
         const cmd = p.line.trim();
         p.line = '';
-        p.console.write('\r\n' + runCommand(p, cmd) + '# \x1b[6n');
+        write(p, '\r\n' + runCommand(p, cmd) + '# \x1b[6n');
       } else if (ch === '\x7f' || ch === '\b') {
         if (p.line.length > 0) {
           p.line = p.line.slice(0, -1);
-          p.console.write('\b \b');
+          write(p, '\b \b');
         }
+      } else if (ch === '\x1b') {
+        // A terminal report (e.g. a cursor position reply) reaching the guest
+        // shows up as junk in its line: keep it visible, as a real shell would.
+        p.line += '^[';
+        write(p, '^[');
       } else if (ch >= ' ') {
         p.line += ch;
-        p.console.write(ch);
+        write(p, ch);
       }
     }
   }
@@ -200,13 +353,16 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
       case 'uptime':
         return `up ${Math.floor((Date.now() - p.bootedAt) / 1000)} s\r\n`;
       case 'nproc':
-        return `${p.cpus.length}\r\n`;
+        return `${p.config.cpus.length}\r\n`;
       case 'echo':
         return `${args.join(' ')}\r\n`;
       default:
         return `sh: ${name}: not found\r\n`;
     }
   }
+
+  /** Every console POST the mock received (the test checks no terminal report was sent). */
+  const consoleInputs = [];
 
   // Counters grow at plausible rates with some wobble, so the charts have shape.
   let tick = 0;
@@ -226,21 +382,29 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
         v.injected += irq - (tick % 5 === 0 ? 1 : 0);
       });
       if (!p.management && tick % 40 === 0) {
-        p.console.write(`\r\n${stamp(p)} pinfold-test: heartbeat ${tick / 40}\r\n# ${p.line}`);
+        write(p, `\r\n${stamp(p)} pinfold-test: heartbeat ${tick / 40}\r\n# ${p.line}`);
       }
     }
   }, 250);
 
   parts.forEach((p) => boot(p));
 
+  // --- documents ------------------------------------------------------------
+  const usedBy = (id) => parts.filter((p) => p.config.kernel === id || p.config.initrd === id).map((p) => p.name);
+  const imageDoc = (i) => ({ id: i.id, name: i.name, kind: i.kind, size: i.size, received: i.received, state: i.state, error: i.error, sha256: i.sha256, used_by: usedBy(i.id), boot: i.boot });
+
   const summary = (p) => ({
     name: p.name,
     state: p.state,
-    cpus: p.cpus,
-    ram_bytes: p.ram_bytes,
-    uptime_ms: p.state === 'stopped' ? 0 : Date.now() - p.bootedAt,
+    cpus: p.config.cpus,
+    ram_bytes: p.config.memory_mib * MiB,
+    uptime_ms: p.state === 'running' || p.state === 'shutting_down' || p.state === 'stopping' ? Date.now() - p.bootedAt : 0,
     boot_count: p.boot_count,
     management: p.management,
+    state_since: p.state_since,
+    config: structuredClone(p.config),
+    restarts: p.restarts,
+    last_crash: p.last_crash,
   });
 
   const detail = (p) => ({
@@ -249,22 +413,60 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
     vcpus: p.vcpus.map((v) => ({ vcpu: v.vcpu, cpu: v.cpu, state: v.state, exits: { ...v.exits }, injected: v.injected })),
   });
 
+  const etag = (p) => `"${sha256(JSON.stringify([p.name, p.config])).slice(0, 16)}"`;
+
+  const cpuOwner = (cpu) => parts.find((p) => p.config.cpus.includes(cpu))?.name ?? null;
+
   const hostDoc = () => ({
     version: '0.1.0',
-    abi_version: '1.0',
+    abi_version: '2.2',
     gic_version: 3,
-    cpu_count: 4,
-    ram_bytes: 2048 * MiB,
+    cpu_count: HOST_CPUS,
+    ram_bytes: HOST_RAM_MIB * MiB,
     uptime_ms: Date.now() - startedAt,
-    cpus: [0, 1, 2, 3].map((cpu) => ({ cpu, partition: parts.find((p) => p.cpus.includes(cpu))?.name ?? null })),
+    time: now(),
+    cpus: [...Array(HOST_CPUS).keys()].map((cpu) => ({ cpu, partition: cpuOwner(cpu) })),
   });
+
+  /** RAM laid out as the hypervisor would: itself, the image store, partitions in order, the rest free. */
+  function memoryRanges() {
+    const ranges = [
+      { base: RAM_BASE, size: HYP_MIB * MiB, owner: 'hypervisor', partition: null },
+      { base: RAM_BASE + HYP_MIB * MiB, size: IMAGES_MIB * MiB, owner: 'images', partition: null },
+    ];
+    let at = RAM_BASE + (HYP_MIB + IMAGES_MIB) * MiB;
+    for (const p of parts) {
+      ranges.push({ base: at, size: p.config.memory_mib * MiB, owner: 'partition', partition: p.name });
+      at += p.config.memory_mib * MiB;
+    }
+    const end = RAM_BASE + HOST_RAM_MIB * MiB;
+    if (at < end) ranges.push({ base: at, size: end - at, owner: 'free', partition: null });
+    return ranges;
+  }
+  const freeMib = (except) => HOST_RAM_MIB - HYP_MIB - IMAGES_MIB - parts.filter((p) => p !== except).reduce((n, p) => n + p.config.memory_mib, 0);
+
+  function resourcesDoc() {
+    const ranges = memoryRanges();
+    const free = ranges.filter((r) => r.owner === 'free');
+    return {
+      cpus: hostDoc().cpus,
+      memory: {
+        total_bytes: HOST_RAM_MIB * MiB,
+        free_bytes: free.reduce((n, r) => n + r.size, 0),
+        largest_free_bytes: free.reduce((n, r) => Math.max(n, r.size), 0),
+        ranges,
+      },
+      images_bytes: imagesBytes(),
+      devices: HOST_DEVICES.map((d) => ({ ...d, partition: parts.find((p) => p.config.devices.some((x) => x.host_node === d.name))?.name ?? null })),
+    };
+  }
 
   function metrics() {
     const out = [
       '# HELP pinfold_partition_state Partition state (0 stopped, 1 running, 2 stopping).',
       '# TYPE pinfold_partition_state gauge',
     ];
-    const code = { stopped: 0, running: 1, stopping: 2 };
+    const code = { stopped: 0, running: 1, stopping: 2, starting: 3, shutting_down: 4, crashed: 5 };
     for (const p of parts) out.push(`pinfold_partition_state{partition="${p.name}"} ${code[p.state]}`);
     out.push('# HELP pinfold_partition_uptime_seconds Time since the partition last booted.', '# TYPE pinfold_partition_uptime_seconds gauge');
     for (const p of parts) out.push(`pinfold_partition_uptime_seconds{partition="${p.name}"} ${(summary(p).uptime_ms / 1000).toFixed(1)}`);
@@ -277,65 +479,427 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
     return out.join('\n') + '\n';
   }
 
-  const openapi = {
-    openapi: '3.0.3',
-    info: { title: 'Pinfold manager (mock)', version: '0.1.0' },
-    paths: Object.fromEntries(
-      [
-        '/api/v1/host',
-        '/api/v1/partitions',
-        '/api/v1/partitions/{name}',
-        '/api/v1/partitions/{name}/start',
-        '/api/v1/partitions/{name}/stop',
-        '/api/v1/partitions/{name}/restart',
-        '/api/v1/partitions/{name}/console',
-        '/metrics',
-      ].map((p) => [p, {}]),
-    ),
-  };
+  // --- configuration as code -------------------------------------------------
+  const tomlStr = (s) => JSON.stringify(s);
+  function exportToml() {
+    const lines = ['# Pinfold plan exported by the manager (mock).', '', '[board]', 'name = "qemu-virt"', `cpus = ${HOST_CPUS}`, `memory = "${HOST_RAM_MIB}MiB"`];
+    for (const p of parts) {
+      if (p.management) continue;
+      const c = p.config;
+      const img = (id) => (id && images.get(id) ? `image:${images.get(id).sha256}` : '');
+      lines.push('', '[[partition]]', `name = ${tomlStr(p.name)}`, `cpus = [${c.cpus.join(', ')}]`, `memory = "${c.memory_mib}MiB"`, `kernel = ${tomlStr(img(c.kernel))}`);
+      if (c.initrd) lines.push(`initrd = ${tomlStr(img(c.initrd))}`);
+      lines.push(`bootargs = ${tomlStr(c.bootargs)}`, `autostart = ${c.autostart}`, `restart = ${tomlStr(c.restart)}`, `restart_limit = ${c.restart_limit}`, `watchdog = ${c.watchdog_s}`, `shutdown_timeout = ${c.shutdown_timeout_s}`);
+    }
+    return lines.join('\n') + '\n';
+  }
+  const configEtag = () => `"${sha256(exportToml()).slice(0, 16)}"`;
 
-  const send = (res, status, body, type = 'application/json') => {
-    const text = type === 'application/json' ? JSON.stringify(body) : body;
-    res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store', 'Content-Length': Buffer.byteLength(text) });
-    res.end(text);
-  };
-  const fail = (res, status, error, detail) => send(res, status, { error, detail });
+  /** The subset of TOML the export writes: [board], [[partition]] and `key = value` lines. */
+  function parsePlan(text) {
+    const plan = [];
+    let cur = null;
+    let section = null;
+    text.split(/\r?\n/).forEach((raw, i) => {
+      const line = raw.replace(/\s+#.*$/, '').trim();
+      if (line === '' || line.startsWith('#')) return;
+      if (line === '[[partition]]') {
+        cur = {};
+        plan.push(cur);
+        section = 'partition';
+        return;
+      }
+      if (/^\[[^\]]+\]$/.test(line)) {
+        section = line;
+        cur = null;
+        return;
+      }
+      const m = /^([A-Za-z_][\w-]*)\s*=\s*(.+)$/.exec(line);
+      if (m === null) throw fieldError(400, 'bad_request', null, `line ${i + 1}: expected key = value`);
+      if (section !== 'partition') return;
+      let value;
+      try {
+        value = JSON.parse(m[2]);
+      } catch {
+        throw fieldError(400, 'bad_request', m[1], `line ${i + 1}: ${m[1]}: cannot read ${m[2]}`);
+      }
+      cur[m[1]] = value;
+    });
+    return plan;
+  }
 
-  const readBody = (req) =>
+  function imageByRef(ref, field, who) {
+    if (ref === undefined || ref === '') return null;
+    const m = /^image:([0-9a-f]{64})$/.exec(String(ref));
+    const img = m ? [...images.values()].find((i) => i.sha256 === m[1] && i.state === 'ready') : undefined;
+    if (!img) throw fieldError(400, 'bad_request', field, `partition "${who}": ${field}: no image ${ref} is held`);
+    return img.id;
+  }
+
+  function planToConfigs(plan) {
+    return plan.map((e) => {
+      const name = e.name;
+      const mem = /^(\d+)MiB$/.exec(String(e.memory ?? ''));
+      if (!mem) throw fieldError(400, 'bad_request', 'memory', `partition "${name}": memory: expected a size like "256MiB"`);
+      return {
+        name,
+        config: {
+          ...defaultConfig(e.cpus, Number(mem[1]), imageByRef(e.kernel, 'kernel', name), imageByRef(e.initrd, 'initrd', name)),
+          bootargs: e.bootargs ?? '',
+          autostart: e.autostart ?? false,
+          restart: e.restart ?? 'never',
+          restart_limit: e.restart_limit ?? 3,
+          watchdog_s: e.watchdog ?? 0,
+          shutdown_timeout_s: e.shutdown_timeout ?? 10,
+        },
+      };
+    });
+  }
+
+  // --- validation (the build-time plan check's sentences) --------------------
+  function fieldError(status, error, field, detail) {
+    const e = new Error(detail);
+    e.api = { status, body: field ? { error, detail, field } : { error, detail } };
+    return e;
+  }
+  const bad = (name, field, what) => fieldError(400, 'bad_request', field, `partition "${name}": ${field}: ${what}`);
+  const clash = (name, field, what) => fieldError(409, 'conflict', field, `partition "${name}": ${field}: ${what}`);
+
+  /** Check one partition's config against the host and the `others`; throws a field error. */
+  function validate(name, c, others) {
+    if (typeof name !== 'string' || !NAME_RE.test(name)) throw bad(name, 'name', 'must be 1-32 characters of a-z, 0-9, - and _, starting with a letter');
+    if (!Array.isArray(c.cpus) || c.cpus.length === 0) throw bad(name, 'cpus', 'at least one CPU is needed');
+    for (const cpu of c.cpus) {
+      if (!Number.isInteger(cpu) || cpu < 0 || cpu >= HOST_CPUS) throw bad(name, 'cpus', `CPU ${cpu} is not on the board (it has ${HOST_CPUS})`);
+    }
+    if (new Set(c.cpus).size !== c.cpus.length) throw bad(name, 'cpus', 'a CPU is listed twice');
+    for (const o of others) {
+      const cpu = c.cpus.find((x) => o.config.cpus.includes(x));
+      if (cpu !== undefined) throw clash(name, 'cpus', `CPU ${cpu} is also used by partition "${o.name}"`);
+    }
+    if (!Number.isInteger(c.memory_mib) || c.memory_mib < 16) throw bad(name, 'memory', 'at least 16 MiB is needed');
+    const free = HOST_RAM_MIB - HYP_MIB - IMAGES_MIB - others.reduce((n, o) => n + o.config.memory_mib, 0);
+    if (c.memory_mib > free) throw clash(name, 'memory', `${c.memory_mib} MiB does not fit: ${free} MiB of RAM is free`);
+    for (const [field, kind] of [['kernel', 'kernel'], ['initrd', 'initrd']]) {
+      const id = c[field];
+      if (id === null || id === undefined) {
+        if (field === 'kernel') throw bad(name, 'kernel', 'a kernel image is needed');
+        continue;
+      }
+      const img = images.get(String(id));
+      if (!img || img.state !== 'ready') throw bad(name, field, `no ready image ${id}`);
+      if (img.kind !== kind) throw bad(name, field, `image ${id} is a ${img.kind}, not a ${kind}`);
+    }
+    if (!['linux', 'raw'].includes(c.kernel_format)) throw bad(name, 'kernel_format', 'must be "linux" or "raw"');
+    if (!['never', 'on-crash', 'always'].includes(c.restart)) throw bad(name, 'restart', 'must be "never", "on-crash" or "always"');
+    for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog', c.watchdog_s], ['shutdown_timeout', c.shutdown_timeout_s]]) {
+      if (!Number.isInteger(v) || v < 0) throw bad(name, k, 'must be a whole number, 0 or more');
+    }
+    if (typeof c.bootargs !== 'string' || c.bootargs.length > 1024) throw bad(name, 'bootargs', 'must be a string of at most 1024 bytes');
+    for (const d of c.devices ?? []) {
+      if (!HOST_DEVICES.some((h) => h.name === d.host_node)) throw bad(name, `device "${d.name}": host_node`, `${d.host_node} is not a device of the host`);
+      const owner = others.find((o) => o.config.devices.some((x) => x.host_node === d.host_node));
+      if (owner) throw clash(name, `device "${d.name}": mmio`, `${d.host_node} is also used by partition "${owner.name}"`);
+    }
+  }
+
+  const CONFIG_KEYS = Object.keys(defaultConfig([], 0, null, null));
+  function configFrom(body, base) {
+    const c = structuredClone(base);
+    for (const k of CONFIG_KEYS) if (k in body) c[k] = body[k];
+    if ('kernel' in body && body.kernel !== null) c.kernel = String(body.kernel);
+    if ('initrd' in body && body.initrd !== null) c.initrd = String(body.initrd);
+    return c;
+  }
+  function typeCheck(name, body) {
+    for (const [k, v] of Object.entries(body)) {
+      const field = PLAN_FIELD[k] ?? k;
+      if (k === 'name' && typeof v !== 'string') throw bad(name, 'name', 'must be a string');
+      if (['memory_mib', 'restart_limit', 'watchdog_s', 'shutdown_timeout_s'].includes(k) && !Number.isInteger(v)) throw bad(name, field, 'must be a whole number');
+      if (k === 'cpus' && (!Array.isArray(v) || !v.every(Number.isInteger))) throw bad(name, 'cpus', 'must be a list of CPU numbers');
+      if (k === 'autostart' && typeof v !== 'boolean') throw bad(name, 'autostart', 'must be true or false');
+    }
+  }
+
+  // --- HTTP -----------------------------------------------------------------
+  function check(res, method, path, status, type, text) {
+    const problems = contract.check({ method, path, status, contentType: type, body: text });
+    violations.push(...problems);
+  }
+
+  const send = (res, status, body, type = 'application/json', headers = {}) => {
+    let value = body;
+    const req = res.req;
+    const path = new URL(req?.url ?? '/', 'http://mock').pathname;
+    if (mutate && type === 'application/json') value = mutate(req?.method ?? 'GET', path, structuredClone(body)) ?? body;
+    const text = type === 'application/json' ? JSON.stringify(value) : String(body);
+    if (path.startsWith('/api/') || path === '/metrics') check(res, req?.method ?? 'GET', path, status, type, status === 204 ? '' : text);
+    res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store', 'Content-Length': status === 204 ? 0 : Buffer.byteLength(text), ...headers });
+    res.end(status === 204 ? undefined : text);
+  };
+  const fail = (res, status, error, detail, field) => send(res, status, field ? { error, detail, field } : { error, detail });
+
+  const readBody = (req, max = WRITE_MAX + 1024) =>
     new Promise((ok, bad) => {
       const chunks = [];
       let size = 0;
       req.on('data', (c) => {
         size += c.length;
-        if (size <= WRITE_MAX + 1024) chunks.push(c);
+        if (size <= max) chunks.push(c);
       });
       req.on('end', () => ok({ size, text: Buffer.concat(chunks).toString('utf8') }));
       req.on('error', bad);
     });
 
   const authorized = (req) => req.headers.authorization === `Bearer ${token}`;
+  const requireAuth = (req, res) => {
+    if (authorized(req)) return true;
+    emit('login_refused', null, `refused ${req.method} ${new URL(req.url, 'http://mock').pathname}: ${req.headers.authorization ? 'wrong token' : 'no token'}`);
+    fail(res, 401, 'unauthorized', 'a valid bearer token is required');
+    return false;
+  };
+
+  async function jsonBody(req, res) {
+    const body = await readBody(req, 64 * 1024);
+    if (body.size > 64 * 1024) {
+      fail(res, 413, 'too_large', 'the body is over 64 KiB');
+      return null;
+    }
+    try {
+      const v = JSON.parse(body.text || '{}');
+      if (typeof v === 'object' && v !== null && !Array.isArray(v)) return v;
+    } catch {
+      // answered below
+    }
+    fail(res, 400, 'bad_request', 'the body must be a JSON object');
+    return null;
+  }
+
+  const readMatch = (req) => req.headers['if-match'];
+
+  async function imageUpload(req, res, url) {
+    if (!requireAuth(req, res)) return req.resume();
+    const kind = url.searchParams.get('kind');
+    const name = url.searchParams.get('name') ?? '';
+    const want = url.searchParams.get('sha256');
+    const length = Number(req.headers['content-length']);
+    const reject = (status, error, field, detail) => {
+      req.resume();
+      fail(res, status, error, detail, field);
+    };
+    if (!['kernel', 'initrd', 'dtb'].includes(kind ?? '')) return reject(400, 'bad_request', 'kind', 'kind must be kernel, initrd or dtb');
+    if (name === '') return reject(400, 'bad_request', 'name', 'an image needs a name');
+    if (want !== null && !/^[0-9a-fA-F]{64}$/.test(want)) return reject(400, 'bad_request', 'sha256', 'sha256 must be 64 hex digits');
+    if (!Number.isInteger(length) || req.headers['content-length'] === undefined) return reject(400, 'bad_request', null, 'Content-Length is required');
+    if (length > IMAGE_MAX) return reject(413, 'too_large', null, `images are limited to ${IMAGE_MAX / MiB} MiB`);
+    const img = addImage({ name, kind, size: length, received: 0, state: 'uploading' });
+    emit('image', null, `image ${img.id} (${name}): upload of ${length} bytes started`);
+    const hash = createHash('sha256');
+    const head = [];
+    // Read slowly (as the hypervisor's chunked copy would), so the UI's
+    // progress bar (upload events, then polling `received`) can be seen moving.
+    await new Promise((done) => {
+      let lastAt = Date.now();
+      req.on('data', (chunk) => {
+        hash.update(chunk);
+        if (head.length < 64) head.push(...chunk.subarray(0, 64 - head.length));
+        img.received += chunk.length;
+        const wait = Math.max(0, (chunk.length / UPLOAD_BYTES_PER_S) * 1000 - (Date.now() - lastAt));
+        req.pause();
+        setTimeout(() => {
+          lastAt = Date.now();
+          req.resume();
+        }, wait);
+      });
+      req.on('end', done);
+      req.on('aborted', done);
+      req.on('error', done);
+    });
+    const discard = (status, error, field, detail) => {
+      images.delete(img.id);
+      emit('image', null, `image ${img.id} (${name}) discarded: ${detail}`);
+      fail(res, status, error, detail, field);
+    };
+    if (img.received !== length) return discard(400, 'bad_request', null, `the body was cut short: ${img.received} of ${length} bytes`);
+    const digest = hash.digest('hex');
+    if (want !== null && want.toLowerCase() !== digest) return discard(400, 'bad_request', 'sha256', `sha256 is ${digest}, not ${want.toLowerCase()}`);
+    if (kind === 'kernel' && Buffer.from(head.slice(56, 60)).toString('latin1') !== 'ARM\x64') {
+      return discard(400, 'bad_request', 'kernel', `image "${name}" is not an arm64 Image (no ARM\\x64 magic at byte 56)`);
+    }
+    img.sha256 = digest;
+    img.state = 'ready';
+    emit('image', null, `image ${img.id} (${name}): ${length} bytes, ready`);
+    return send(res, 201, imageDoc(img), 'application/json', { Location: `/api/v1/images/${img.id}` });
+  }
+
+  function imageFetch(res, body) {
+    if (typeof body.url !== 'string' || !/^http:\/\/[^/\s]+\/\S*$/.test(body.url)) return fail(res, 400, 'bad_request', 'url must be an http:// URL', 'url');
+    if (!['kernel', 'initrd', 'dtb'].includes(body.kind)) return fail(res, 400, 'bad_request', 'kind must be kernel, initrd or dtb', 'kind');
+    if (typeof body.name !== 'string' || body.name === '') return fail(res, 400, 'bad_request', 'an image needs a name', 'name');
+    const img = addImage({ name: body.name, kind: body.kind, size: FETCH_BYTES, received: 0, state: 'uploading' });
+    emit('image', null, `image ${img.id} (${body.name}): fetching ${body.url}`);
+    const step = Math.ceil(FETCH_BYTES / 10);
+    const timer = setInterval(() => {
+      img.received = Math.min(FETCH_BYTES, img.received + step);
+      if (img.received >= FETCH_BYTES) {
+        clearInterval(timer);
+        img.state = 'ready';
+        img.sha256 = sha256(body.url);
+        emit('image', null, `image ${img.id} (${body.name}): fetched, ready`);
+      }
+    }, FETCH_MS / 10);
+    return send(res, 202, imageDoc(img));
+  }
+
+  function eventStream(req, res) {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-store', Connection: 'keep-alive' });
+    res.write(': pinfold mock event stream\n\n');
+    const last = Number(req.headers['last-event-id'] ?? 0);
+    for (const ev of events) if (ev.seq > last) writeEvent(res, ev);
+    streams.add(res);
+    const ping = setInterval(() => res.write(': ping\n\n'), 15_000);
+    req.on('close', () => {
+      clearInterval(ping);
+      streams.delete(res);
+    });
+  }
 
   async function api(req, res, url) {
     const path = url.pathname;
     const method = req.method ?? 'GET';
-    const only = (m) => {
-      if (method === m) return true;
+    const methods = (allowed) => {
+      if (allowed.includes(method)) return true;
+      req.resume();
       fail(res, 405, 'method_not_allowed', `${method} is not allowed on ${path}`);
       return false;
     };
 
-    if (path === '/api/v1/host') return only('GET') && send(res, 200, hostDoc());
-    if (path === '/api/v1/partitions') return only('GET') && send(res, 200, { partitions: parts.map(summary) });
-    if (path === '/api/v1/openapi.json') return only('GET') && send(res, 200, openapi);
+    if (path === '/api/v1/host') return methods(['GET']) && send(res, 200, hostDoc());
+    if (path === '/api/v1/openapi.json') return methods(['GET']) && send(res, 200, contract.doc);
+    if (path === '/api/v1/resources') return methods(['GET']) && send(res, 200, resourcesDoc());
 
-    const m = /^\/api\/v1\/partitions\/([^/]+)(?:\/(start|stop|restart|console))?$/.exec(path);
+    if (path === '/api/v1/events') {
+      if (!methods(['GET'])) return;
+      const raw = url.searchParams.get('since') ?? '0';
+      if (!/^\d+$/.test(raw)) return fail(res, 400, 'bad_request', 'since must be a non-negative integer', 'since');
+      const since = Number(raw);
+      return send(res, 200, { events: events.filter((e) => e.seq > since), next: nextSeq - 1 });
+    }
+    if (path === '/api/v1/events/stream') return methods(['GET']) && eventStream(req, res);
+
+    if (path === '/api/v1/config') {
+      if (!methods(['GET', 'PUT'])) return;
+      if (method === 'GET') return send(res, 200, exportToml(), 'application/toml', { ETag: configEtag() });
+      const body = await readBody(req, 256 * 1024);
+      if (!requireAuth(req, res)) return;
+      const match = readMatch(req);
+      if (match !== undefined && match !== configEtag()) return fail(res, 412, 'precondition_failed', 'the configuration changed since it was read (ETag mismatch)');
+      try {
+        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text))));
+      } catch (e) {
+        if (e.api) return send(res, e.api.status, e.api.body);
+        throw e;
+      }
+    }
+
+    if (path === '/api/v1/images') {
+      if (!methods(['GET', 'POST'])) return;
+      if (method === 'GET') return send(res, 200, { images: [...images.values()].map(imageDoc) });
+      return imageUpload(req, res, url);
+    }
+    if (path === '/api/v1/images/fetch') {
+      if (!methods(['POST'])) return;
+      const body = await jsonBody(req, res);
+      if (body === null || !requireAuth(req, res)) return;
+      return imageFetch(res, body);
+    }
+    const im = /^\/api\/v1\/images\/([^/]+)$/.exec(path);
+    if (im !== null) {
+      if (!methods(['GET', 'DELETE'])) return;
+      if (method === 'DELETE' && !requireAuth(req, res)) return;
+      if (!/^\d+$/.test(im[1])) return fail(res, 400, 'bad_request', 'an image id is a decimal number');
+      const img = images.get(im[1]);
+      if (!img) return fail(res, 404, 'not_found', `no image ${im[1]}`);
+      if (method === 'GET') return send(res, 200, imageDoc(img));
+      const users = usedBy(img.id);
+      if (users.length > 0) return fail(res, 409, 'conflict', `image ${img.id} is used by ${users.join(', ')}`);
+      images.delete(img.id);
+      emit('image', null, `image ${img.id} (${img.name}) deleted`);
+      return send(res, 204, '', 'application/json');
+    }
+
+    if (path === '/api/v1/partitions') {
+      if (!methods(['GET', 'POST'])) return;
+      if (method === 'GET') return send(res, 200, { partitions: parts.map(summary) });
+      const body = await jsonBody(req, res);
+      if (body === null || !requireAuth(req, res)) return;
+      try {
+        const name = body.name;
+        typeCheck(name, body);
+        const c = configFrom(body, { ...defaultConfig([], 0, null, null), autostart: false });
+        if (!('cpus' in body)) throw bad(name, 'cpus', 'missing');
+        if (!('memory_mib' in body)) throw bad(name, 'memory', 'missing');
+        if (byName.has(name)) throw clash(name, 'name', `the name is taken`);
+        validate(name, c, parts);
+        const p = makePartition(name, c, false);
+        emit('config', name, `${name}: created (CPUs ${c.cpus.join(', ')}, ${c.memory_mib} MiB)`);
+        if (c.autostart) boot(p);
+        return send(res, 201, summary(p), 'application/json', { Location: `/api/v1/partitions/${encodeURIComponent(name)}`, ETag: etag(p) });
+      } catch (e) {
+        if (e.api) return send(res, e.api.status, e.api.body);
+        throw e;
+      }
+    }
+
+    const m = /^\/api\/v1\/partitions\/([^/]+)(?:\/(start|stop|restart|shutdown|console|console\/history))?$/.exec(path);
     if (m === null) return fail(res, 404, 'not_found', `no such resource: ${path}`);
     const p = byName.get(decodeURIComponent(m[1]));
     const sub = m[2];
 
     if (sub === undefined) {
-      if (!only('GET')) return;
-      return p ? send(res, 200, detail(p)) : fail(res, 404, 'not_found', `no partition named ${m[1]}`);
+      if (!methods(['GET', 'PATCH', 'DELETE'])) return;
+      if (method === 'GET') return p ? send(res, 200, detail(p), 'application/json', { ETag: etag(p) }) : fail(res, 404, 'not_found', `no partition named ${m[1]}`);
+      const body = method === 'PATCH' ? await jsonBody(req, res) : (await readBody(req), {});
+      if (body === null || !requireAuth(req, res)) return;
+      if (!p) return fail(res, 404, 'not_found', `no partition named ${m[1]}`);
+      if (p.management) return fail(res, 409, 'conflict', 'the management partition cannot be changed or deleted');
+      const match = readMatch(req);
+      if (match !== undefined && match !== etag(p)) return fail(res, 412, 'precondition_failed', `${p.name} changed since it was read (ETag mismatch)`);
+      if (p.state !== 'stopped' && p.state !== 'crashed') return fail(res, 409, 'conflict', `${p.name} is ${p.state}: stop it first`);
+      if (method === 'DELETE') {
+        parts.splice(parts.indexOf(p), 1);
+        byName.delete(p.name);
+        cancelTimers(p);
+        emit('config', p.name, `${p.name}: deleted (its RAM is scrubbed before reuse)`);
+        return send(res, 204, '', 'application/json');
+      }
+      try {
+        const name = body.name ?? p.name;
+        typeCheck(name, body);
+        if (name !== p.name && byName.has(name)) throw clash(name, 'name', 'the name is taken');
+        const c = configFrom(body, p.config);
+        validate(name, c, parts.filter((o) => o !== p));
+        const changed = Object.keys(body).filter((k) => k !== 'name' && JSON.stringify(body[k]) !== JSON.stringify(p.config[k]));
+        p.config = c;
+        resetVcpus(p);
+        if (name !== p.name) {
+          byName.delete(p.name);
+          p.name = name;
+          byName.set(name, p);
+          changed.unshift('name');
+        }
+        emit('config', p.name, `${p.name}: changed ${changed.join(', ') || 'nothing'}`);
+        return send(res, 200, summary(p), 'application/json', { ETag: etag(p) });
+      } catch (e) {
+        if (e.api) return send(res, e.api.status, e.api.body);
+        throw e;
+      }
+    }
+
+    if (sub === 'console/history') {
+      if (!methods(['GET'])) return;
+      if (!p) return fail(res, 404, 'not_found', `no partition named ${m[1]}`);
+      return send(res, 200, p.history, 'text/plain; charset=utf-8', { 'Content-Disposition': `attachment; filename="${p.name}-console.log"` });
     }
 
     if (sub === 'console' && method === 'GET') {
@@ -345,9 +909,12 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
       return send(res, 200, p.console.read(Number(raw)));
     }
 
-    if (!only('POST')) return;
+    if (!methods(['POST'])) return;
     const body = await readBody(req);
-    if (!authorized(req)) return fail(res, 401, 'unauthorized', 'a valid bearer token is required');
+    // Every console POST, with or without a token (the test checks that no
+    // terminal report was ever sent as input).
+    if (sub === 'console') consoleInputs.push({ partition: m[1], text: body.text });
+    if (!requireAuth(req, res)) return;
     if (!p) return fail(res, 404, 'not_found', `no partition named ${m[1]}`);
 
     if (sub === 'console') {
@@ -374,17 +941,63 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
 
     if (p.management) return fail(res, 409, 'conflict', 'the management partition cannot be controlled from itself');
     if (sub === 'start') {
-      if (p.state !== 'stopped') return fail(res, 409, 'conflict', `${p.name} is ${p.state}`);
+      if (p.state !== 'stopped' && p.state !== 'crashed') return fail(res, 409, 'conflict', `${p.name} is ${p.state}`);
       boot(p);
     } else if (sub === 'stop') {
-      if (p.state !== 'running') return fail(res, 409, 'conflict', `${p.name} is ${p.state}`);
+      if (!['running', 'starting', 'shutting_down'].includes(p.state)) return fail(res, 409, 'conflict', `${p.name} is ${p.state}`);
       stop(p);
+    } else if (sub === 'shutdown') {
+      if (p.state !== 'running') return fail(res, 409, 'conflict', `${p.name} is ${p.state}`);
+      shutdown(p);
     } else {
-      if (p.state === 'stopping') return fail(res, 409, 'conflict', `${p.name} is stopping`);
-      if (p.state === 'stopped') boot(p);
+      if (p.state === 'stopping' || p.state === 'shutting_down' || p.state === 'starting') return fail(res, 409, 'conflict', `${p.name} is ${p.state}`);
+      if (p.state === 'stopped' || p.state === 'crashed') boot(p);
       else stop(p, () => boot(p));
     }
     return send(res, 202, { name: p.name, state: p.state });
+  }
+
+  /** Apply a whole plan as a diff (validated first: nothing applied on an error). */
+  function importPlan(entries) {
+    const guests = parts.filter((x) => !x.management);
+    const mgmt = parts.filter((x) => x.management);
+    const seen = new Set();
+    const accepted = [];
+    for (const e of entries) {
+      if (seen.has(e.name)) throw clash(e.name, 'name', 'the name is used twice in the plan');
+      seen.add(e.name);
+      validate(e.name, e.config, [...mgmt, ...accepted]);
+      accepted.push({ name: e.name, config: e.config });
+    }
+    for (const e of entries) {
+      const p = byName.get(e.name);
+      if (p && JSON.stringify(p.config) !== JSON.stringify(e.config) && p.state !== 'stopped' && p.state !== 'crashed') {
+        throw fieldError(409, 'conflict', null, `partition "${e.name}" is ${p.state}: stop it before changing it`);
+      }
+    }
+    for (const p of guests) {
+      if (!seen.has(p.name) && p.state !== 'stopped' && p.state !== 'crashed') throw fieldError(409, 'conflict', null, `partition "${p.name}" is ${p.state}: stop it before deleting it`);
+    }
+    const diff = { created: [], changed: [], deleted: [], unchanged: [] };
+    for (const p of guests) {
+      if (seen.has(p.name)) continue;
+      parts.splice(parts.indexOf(p), 1);
+      byName.delete(p.name);
+      diff.deleted.push(p.name);
+    }
+    for (const e of entries) {
+      const p = byName.get(e.name);
+      if (!p) {
+        makePartition(e.name, e.config, false);
+        diff.created.push(e.name);
+      } else if (JSON.stringify(p.config) !== JSON.stringify(e.config)) {
+        p.config = e.config;
+        resetVcpus(p);
+        diff.changed.push(e.name);
+      } else diff.unchanged.push(e.name);
+    }
+    emit('config', null, `configuration imported: ${diff.created.length} created, ${diff.changed.length} changed, ${diff.deleted.length} deleted`);
+    return diff;
   }
 
   const TYPES = {
@@ -421,7 +1034,11 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
     else if (url.pathname === '/mock/flood' && req.method === 'POST') {
       const p = byName.get(url.searchParams.get('partition') ?? '');
       const n = Number(url.searchParams.get('bytes') ?? RING_BYTES * 2);
-      if (p) p.console.write(`${'x'.repeat(79)}\r\n`.repeat(Math.ceil(n / 81)));
+      if (p) write(p, `${'x'.repeat(79)}\r\n`.repeat(Math.ceil(n / 81)));
+      work = Promise.resolve(p ? send(res, 204, '', 'text/plain') : fail(res, 404, 'not_found', 'no such partition'));
+    } else if (url.pathname === '/mock/crash' && req.method === 'POST') {
+      const p = byName.get(url.searchParams.get('partition') ?? '');
+      if (p && p.state === 'running' && !p.management) crash(p, url.searchParams.get('reason') ?? 'watchdog expired');
       work = Promise.resolve(p ? send(res, 204, '', 'text/plain') : fail(res, 404, 'not_found', 'no such partition'));
     } else work = staticFile(req, res, url);
     work.catch((e) => {
@@ -431,6 +1048,8 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
 
   return {
     server,
+    violations,
+    consoleInputs,
     /** Listen and resolve with the base URL. */
     listen(port = 8080, host = '127.0.0.1') {
       return new Promise((ok, bad) => {
@@ -441,6 +1060,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN } = {}) {
     close() {
       clearInterval(counterTimer);
       parts.forEach(cancelTimers);
+      for (const s of streams) s.end();
       server.closeAllConnections?.();
       return new Promise((ok) => server.close(() => ok()));
     },
@@ -452,6 +1072,9 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   const mock = createMock({ dist: process.env.PINFOLD_DIST ? resolve(process.env.PINFOLD_DIST) : DEFAULT_DIST });
   const url = await mock.listen(Number(process.env.PORT ?? 8080), process.env.HOST ?? '127.0.0.1');
   console.log(`pinfold mock manager on ${url} (token "${MOCK_TOKEN}")`);
+  setInterval(() => {
+    while (mock.violations.length > 0) console.warn(`contract violation: ${mock.violations.shift()}`);
+  }, 1000).unref();
   const quit = () => void mock.close().then(() => process.exit(0));
   process.on('SIGINT', quit);
   process.on('SIGTERM', quit);

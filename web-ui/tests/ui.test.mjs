@@ -27,7 +27,7 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 /** Whole-run limit: a hung browser must not hang CI. */
-const DEADLINE_MS = 120_000;
+const DEADLINE_MS = 200_000;
 
 const results = [];
 
@@ -95,15 +95,40 @@ async function partitionsFromApi() {
   return (await res.json()).partitions;
 }
 
+/** A terminal's automatic answer (cursor position report, device attributes) sent as console input. */
+const TERMINAL_REPORT = /\x1b\[[\d;?>=]*[Rcn]|\\u001b\[[\d;?>=]*[Rcn]/;
+
 try {
   await page.goto(`${base}/`);
-  // A real guest's shell asks the terminal where its cursor is (busybox ash
-  // prints ESC[6n after each prompt) and xterm.js answers through the
-  // console's input path, which needs the token: without one stored, the
-  // token dialog would pop up on its own as soon as beta's console opens
-  // and block every later click. The mock's console sends no such query.
-  // Store the token up front, as an operator who entered it earlier would
-  // have; the rejected-token check below replaces it with a stale one.
+
+  await check('a fresh tab: no token dialog opens by itself, none says "rejected", no terminal reply is sent', async () => {
+    // beta's shell asks for the cursor position (ESC[6n) after its prompt;
+    // xterm.js must not answer it as console input (which, with no token
+    // stored, would also pop the token dialog by itself).
+    await page.goto(`${base}/#/partitions/beta`);
+    const until = Date.now() + 20_000;
+    while (!(await consoleText()).includes('PINFOLD-GUEST-UP')) {
+      if (Date.now() > until) throw new Error('no PINFOLD-GUEST-UP line in the console within 20 s');
+      await page.waitForTimeout(250);
+    }
+    await page.waitForTimeout(1_500);
+    if (await page.locator('[data-testid="token-dialog"]').isVisible()) throw new Error('the token dialog opened without any action');
+    if (mock !== null) {
+      const sent = mock.consoleInputs.filter((i) => TERMINAL_REPORT.test(i.text));
+      if (sent.length > 0) throw new Error(`terminal replies were sent as input: ${JSON.stringify(sent)}`);
+    }
+    const text = await consoleText();
+    if (/\^\[\[\d+;\d+R/.test(text)) throw new Error('a stray cursor report is on the console screen');
+    // Asked for a token before one was ever entered: the dialog explains, it does not say "rejected".
+    await page.locator('[data-testid="token-button"]').click();
+    const said = await page.locator('[data-testid="token-dialog"]').innerText();
+    if (/rejected/i.test(said)) throw new Error(`the first token dialog says: ${said}`);
+    await page.locator('[data-testid="token-cancel"]').click();
+    await page.goto(`${base}/#/`);
+  });
+
+  // Store the token, as an operator who entered it earlier would have; the
+  // rejected-token check below replaces it with a stale one.
   await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), token);
 
   await check('partitions alpha and beta are listed', async () => {
@@ -225,6 +250,224 @@ try {
       const notice = page.locator('[data-testid="console-dropped"]');
       await notice.waitFor({ state: 'visible', timeout: 10_000 });
       if (!/lost/i.test(await notice.innerText())) throw new Error('notice does not say output was lost');
+    });
+  }
+
+  await check('views the manager does not serve are left out of the navigation', async () => {
+    for (const [nav, path] of [['resources', '/api/v1/resources'], ['images', '/api/v1/images'], ['events', '/api/v1/events'], ['config', '/api/v1/config']]) {
+      const served = (await fetch(`${base}${path}`)).status !== 404;
+      const link = page.locator(`.nav [data-nav="${nav}"]`);
+      await page.waitForFunction(([n, s]) => {
+        const a = document.querySelector(`.nav [data-nav="${n}"]`);
+        return a !== null && a.hidden === !s;
+      }, [nav, served], { timeout: 5_000 }).catch(() => {});
+      if ((await link.isVisible()) !== served) throw new Error(`${nav}: the manager ${served ? 'serves' : 'does not serve'} ${path}, but the link is ${served ? 'hidden' : 'shown'}`);
+    }
+  });
+
+  await check('at 400 px wide nothing is clipped: every Actions button is inside the viewport', async () => {
+    await page.setViewportSize({ width: 400, height: 860 });
+    try {
+      for (const hash of ['#/', '#/partitions/beta']) {
+        await page.goto(`${base}/${hash}`);
+        await page.locator('[data-action="start"]').first().waitFor({ timeout: 10_000 });
+        await page.waitForTimeout(300);
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        if (overflow > 0) throw new Error(`${hash}: the page is ${overflow} px wider than the viewport`);
+        const buttons = page.locator('button[data-action]:visible');
+        const n = await buttons.count();
+        if (n === 0) throw new Error(`${hash}: no action buttons`);
+        for (let i = 0; i < n; i += 1) {
+          const box = await buttons.nth(i).boundingBox();
+          if (box === null || box.x < 0 || box.x + box.width > 400) throw new Error(`${hash}: action button ${i} at ${JSON.stringify(box)} is outside 0..400`);
+        }
+        if (hash === '#/') await page.screenshot({ path: join(OUT, 'narrow.png'), fullPage: true });
+      }
+    } finally {
+      await page.setViewportSize({ width: 1440, height: 960 });
+    }
+  });
+
+  if (mock !== null) {
+    // The issue-9 flows, against the mock (the real manager does not serve these routes yet).
+    const kernel = Buffer.alloc(2 * 1024 * 1024, 0x5a);
+    kernel.write('ARM\x64', 56, 'latin1');
+    const initrd = Buffer.alloc(1024 * 1024, 0x17);
+
+    /** Sample a <progress>'s value until `done()`; returns the distinct values seen. */
+    async function sampleProgress(testid, done) {
+      const seen = new Set();
+      const until = Date.now() + 30_000;
+      while (!(await done())) {
+        if (Date.now() > until) throw new Error(`${testid}: the upload did not finish in 30 s`);
+        const v = await page.locator(`[data-testid="${testid}"]`).evaluate((el) => el.value).catch(() => null);
+        if (v !== null) seen.add(Math.round(v * 1000) / 1000);
+        await page.waitForTimeout(100);
+      }
+      return [...seen].sort((a, b) => a - b);
+    }
+
+    await check('create: kernel and initrd uploaded with a moving progress bar', async () => {
+      await page.goto(`${base}/#/`);
+      await page.locator('[data-testid="new-partition"]').click();
+      await page.locator('[data-testid="partition-form"]').waitFor({ timeout: 5_000 });
+      await page.locator('#f-name').fill('gamma');
+      await page.locator('#f-memory_mib').fill('128');
+      await page.locator('[data-testid="upload-kernel"]').setInputFiles({ name: 'gamma-Image', mimeType: 'application/octet-stream', buffer: kernel });
+      const kSeen = await sampleProgress('progress-kernel', async () => (await page.locator('#f-kernel option', { hasText: 'gamma-Image' }).count()) > 0);
+      const between = kSeen.filter((v) => v > 0 && v < 1);
+      if (between.length < 3) throw new Error(`the kernel's bar showed only ${JSON.stringify(kSeen)}`);
+      await page.locator('[data-testid="upload-initrd"]').setInputFiles({ name: 'gamma-initrd.cpio.gz', mimeType: 'application/octet-stream', buffer: initrd });
+      const iSeen = await sampleProgress('progress-initrd', async () => (await page.locator('#f-initrd option', { hasText: 'gamma-initrd' }).count()) > 0);
+      if (iSeen.filter((v) => v > 0 && v < 1).length < 1) throw new Error(`the initrd's bar showed only ${JSON.stringify(iSeen)}`);
+      const chosen = await page.locator('#f-kernel').evaluate((s) => s.selectedOptions[0]?.textContent ?? '');
+      if (!chosen.includes('gamma-Image')) throw new Error(`the uploaded kernel is not selected (${chosen})`);
+      console.log(`#   kernel bar values: ${kSeen.length} distinct, e.g. ${between.slice(0, 5).join(', ')}`);
+    });
+
+    await check('create: an overlapping CPU is refused with the error beside the CPUs field', async () => {
+      await page.locator('#f-cpus').fill('1');
+      await page.locator('[data-testid="form-submit"]').click();
+      const err = page.locator('[data-error-for="cpus"]');
+      await err.waitFor({ state: 'visible', timeout: 5_000 });
+      const said = await err.innerText();
+      if (!said.includes('partition "gamma": cpus: CPU 1 is also used by partition "alpha"')) throw new Error(`cpus error says: ${said}`);
+      if (!(await page.locator('#f-cpus').evaluate((e) => e.classList.contains('invalid')))) throw new Error('the CPUs input is not marked invalid');
+      if ((await partitionsFromApi()).some((p) => p.name === 'gamma')) throw new Error('gamma was half-created');
+    });
+
+    await check('create: on a free CPU the partition is created (stopped)', async () => {
+      await page.locator('#f-cpus').fill('4');
+      await page.locator('[data-testid="form-submit"]').click();
+      await page.locator('[data-page="partition"][data-name="gamma"]').waitFor({ timeout: 5_000 });
+      await page.locator('.page-head [data-field="state"][data-state="stopped"]').waitFor({ timeout: 5_000 });
+      const g = (await partitionsFromApi()).find((p) => p.name === 'gamma');
+      if (JSON.stringify(g?.cpus) !== '[4]' || g?.config?.memory_mib !== 128) throw new Error(`API says ${JSON.stringify(g)}`);
+    });
+
+    await check('edit: bootargs and memory of the stopped partition change', async () => {
+      await page.locator('[data-testid="edit-partition"]').click();
+      await page.locator('[data-page="edit"]').waitFor({ timeout: 5_000 });
+      await page.waitForFunction(() => document.querySelector('#f-name')?.value === 'gamma', null, { timeout: 5_000 });
+      await page.locator('#f-memory_mib').fill('192');
+      await page.locator('#f-bootargs').fill('console=ttyAMA0 quiet');
+      await page.locator('[data-testid="form-submit"]').click();
+      await page.locator('[data-page="partition"][data-name="gamma"]').waitFor({ timeout: 5_000 });
+      const g = (await partitionsFromApi()).find((p) => p.name === 'gamma');
+      if (g?.config?.memory_mib !== 192 || g?.config?.bootargs !== 'console=ttyAMA0 quiet') throw new Error(`API says ${JSON.stringify(g?.config)}`);
+    });
+
+    await check('resources: free CPU 5, gamma on CPU 4, RAM ranges and devices', async () => {
+      await page.goto(`${base}/#/resources`);
+      await page.locator('[data-testid="res-cpus"] .cpu-tile[data-cpu="5"][data-owner=""]').waitFor({ timeout: 5_000 });
+      await page.locator('[data-testid="res-cpus"] .cpu-tile[data-cpu="4"][data-owner="gamma"]').waitFor({ timeout: 5_000 });
+      await page.locator('[data-testid="res-ranges"] tr[data-owner="free"]').waitFor({ timeout: 5_000 });
+      const ranges = await page.locator('[data-testid="res-ranges"] tbody tr').count();
+      if (ranges < 5) throw new Error(`only ${ranges} RAM ranges shown`);
+      const dev = await page.locator('[data-testid="res-devices"] tr[data-device="/pl011@9040000"]').innerText();
+      if (!/free/.test(dev)) throw new Error(`device row: ${dev}`);
+      await page.screenshot({ path: join(OUT, 'resources.png'), fullPage: true });
+    });
+
+    await check('delete: gamma goes, its CPU is free again', async () => {
+      await page.goto(`${base}/#/partitions/gamma`);
+      await page.locator('[data-testid="delete-partition"]:not([disabled])').click({ timeout: 5_000 });
+      await page.locator('[data-testid="confirm-ok"]').click();
+      await page.waitForFunction(() => window.location.hash === '#/', null, { timeout: 5_000 });
+      if ((await partitionsFromApi()).some((p) => p.name === 'gamma')) throw new Error('gamma is still there');
+      const host = await (await fetch(`${base}/api/v1/host`)).json();
+      if (host.cpus.find((c) => c.cpu === 4)?.partition !== null) throw new Error('CPU 4 is not free');
+    });
+
+    await check('a crash shows as crashed with its reason, and in the event log (filter: fault)', async () => {
+      await fetch(`${base}/mock/crash?partition=alpha&reason=${encodeURIComponent('watchdog expired')}`, { method: 'POST' });
+      await page.goto(`${base}/#/`);
+      await page.locator('tr[data-partition="alpha"] [data-field="state"][data-state="crashed"]').waitFor({ timeout: 5_000 });
+      const reason = await page.locator('tr[data-partition="alpha"] [data-field="last_crash"]').innerText();
+      if (!reason.includes('watchdog expired')) throw new Error(`crash reason shown: ${reason}`);
+      await page.goto(`${base}/#/events`);
+      await page.locator('[data-testid="events"] .event[data-kind="fault"]', { hasText: 'watchdog expired' }).waitFor({ timeout: 5_000 });
+      await page.locator('[data-testid="events"] .event[data-kind="state"]', { hasText: 'crashed' }).waitFor({ timeout: 5_000 });
+      const first = await page.locator('[data-testid="events"] .event').first().getAttribute('data-seq');
+      const last = await page.locator('[data-testid="events"] .event').last().getAttribute('data-seq');
+      if (Number(first) < Number(last)) throw new Error('events are not newest first');
+      await page.locator('[data-testid="event-filter"]').selectOption('fault');
+      const kinds = await page.locator('[data-testid="events"] .event:visible').evaluateAll((els) => els.map((e) => e.dataset.kind));
+      if (kinds.length === 0 || kinds.some((k) => k !== 'fault')) throw new Error(`filtered kinds: ${kinds}`);
+      const mode = await page.locator('[data-testid="events-mode"]').innerText();
+      if (!/live/.test(mode)) throw new Error(`the event log is not on the stream: ${mode}`);
+      // A new event arrives live, on top.
+      await fetch(`${base}/api/v1/partitions/alpha/start`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
+      await page.locator('[data-testid="event-filter"]').selectOption('');
+      await page.locator('[data-testid="events"] .event').first().filter({ hasText: 'crashed -> starting' }).waitFor({ timeout: 5_000 });
+    });
+
+    await check('config: export shows the plan; importing it unchanged reports every partition unchanged', async () => {
+      await page.goto(`${base}/#/config`);
+      await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
+      const href = await page.locator('[data-testid="config-download"]').getAttribute('href');
+      if (!href?.startsWith('blob:')) throw new Error('no download link');
+      await page.locator('[data-testid="config-import"]').click();
+      const diff = page.locator('[data-testid="config-diff"]');
+      await diff.waitFor({ state: 'visible', timeout: 5_000 });
+      const said = await diff.innerText();
+      if (!/unchanged: alpha, beta/.test(said)) throw new Error(`diff: ${said}`);
+    });
+
+    await check('images: a kernel that is not an arm64 Image is refused naming the field; a URL fetch shows progress', async () => {
+      await page.goto(`${base}/#/images`);
+      await page.locator('[data-testid="images"] tr[data-image]').first().waitFor({ timeout: 5_000 });
+      await page.locator('[data-testid="image-file"]').setInputFiles({ name: 'not-a-kernel', mimeType: 'application/octet-stream', buffer: Buffer.alloc(4096, 1) });
+      await page.locator('form:has([data-testid="image-file"]) button[type="submit"]').click();
+      const err = page.locator('[data-testid="upload-error"]');
+      await err.waitFor({ state: 'visible', timeout: 10_000 });
+      const said = await err.innerText();
+      if (!/^kernel: .*not an arm64 Image/.test(said)) throw new Error(`upload error: ${said}`);
+      if ((await (await fetch(`${base}/api/v1/images`)).json()).images.some((i) => i.name === 'not-a-kernel')) throw new Error('the refused image was kept');
+      await page.locator('[data-testid="fetch-url"]').fill('http://10.0.2.2:8000/vmlinuz');
+      await page.locator('[data-testid="fetch-name"]').fill('fetched-Image');
+      await page.locator('form:has([data-testid="fetch-url"]) button[type="submit"]').click();
+      const seen = await sampleProgress('fetch-progress', async () => (await page.locator('[data-testid="images"] tr[data-state="ready"]', { hasText: 'fetched-Image' }).count()) > 0);
+      if (seen.filter((v) => v > 0 && v < 1).length < 2) throw new Error(`the fetch bar showed only ${JSON.stringify(seen)}`);
+    });
+
+    await check('config: an import with an overlapping CPU is refused with the field and changes nothing', async () => {
+      await page.goto(`${base}/#/config`);
+      await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
+      const before = JSON.stringify((await partitionsFromApi()).map((p) => [p.name, p.cpus]));
+      const text = await page.locator('[data-testid="config-text"]').inputValue();
+      await page.locator('[data-testid="config-text"]').fill(text.replace('cpus = [2, 3]', 'cpus = [1, 3]'));
+      await page.locator('[data-testid="config-import"]').click();
+      const err = page.locator('[data-testid="config-error"]');
+      await err.waitFor({ state: 'visible', timeout: 5_000 });
+      const said = await err.innerText();
+      if (!said.startsWith('cpus: partition "beta": cpus: CPU 1 is also used by partition "alpha"')) throw new Error(`import error: ${said}`);
+      if ((await err.getAttribute('data-field')) !== 'cpus') throw new Error('the error does not name the field');
+      if (JSON.stringify((await partitionsFromApi()).map((p) => [p.name, p.cpus])) !== before) throw new Error('a refused import changed partitions');
+    });
+
+    await check('shutdown: beta shuts down gracefully (its own messages on the console) and ends stopped; history downloads', async () => {
+      await page.goto(`${base}/#/partitions/beta`);
+      await page.locator('.page-head [data-field="state"][data-state="running"]').waitFor({ timeout: 10_000 });
+      await page.locator('.page-head [data-action="shutdown"]').click();
+      await page.locator('[data-testid="confirm-ok"]').click();
+      await page.locator('.page-head [data-field="state"][data-state="shutting_down"]').waitFor({ timeout: 5_000 });
+      await page.locator('.page-head [data-field="state"][data-state="stopped"]').waitFor({ timeout: 10_000 });
+      const until = Date.now() + 5_000;
+      while (!(await consoleText()).includes('Power key pressed')) {
+        if (Date.now() > until) throw new Error("the guest's shutdown messages are not on the console");
+        await page.waitForTimeout(200);
+      }
+      const link = page.locator('[data-testid="console-history"]');
+      await link.waitFor({ state: 'visible', timeout: 5_000 });
+      const res = await fetch(new URL(await link.getAttribute('href'), base));
+      const history = await res.text();
+      if (!/attachment; filename="beta-console.log"/.test(res.headers.get('content-disposition') ?? '')) throw new Error('no attachment header');
+      if ((history.match(/^=== pinfold: beta boot \d+ at /gm) ?? []).length < 2) throw new Error('the history lacks the boot markers of both boots');
+    });
+
+    await check('the mock answered every request within the contract (openapi.json)', async () => {
+      if (mock.violations.length > 0) throw new Error(mock.violations.slice(0, 5).join(' | '));
     });
   }
 

@@ -1141,14 +1141,16 @@ pub fn browser_summary(output: &str) -> Option<(u64, u64)> {
     Some((passed, failed))
 }
 
-/// Check 5: the web UI's browser test (web-ui/tests/ui.test.mjs) in
-/// Chromium against the real manager; it leaves `ui.png` behind.
+/// Check 5: the REST contract against the real manager (web-ui/tests/contract.mjs:
+/// every GET endpoint's answer checked against manager/api/openapi.json),
+/// then the web UI's browser test (web-ui/tests/ui.test.mjs) in Chromium
+/// against it; it leaves `ui.png` behind.
 pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
     Provisioner::new()
         .browser()
         .map_err(|err| err.to_string())?;
     let ui = ws.root.join("web-ui");
-    if !ui.join("node_modules").is_dir() {
+    if crate::hermit::web_ui_modules_stale(&ui) {
         cmd::run(
             Command::new("npm")
                 .current_dir(&ui)
@@ -1164,6 +1166,33 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
     stack.guests_up(deadline)?;
     let token = stack.token(deadline)?;
     stack.first_answer()?;
+
+    let contract_log = ws.root.join("target/pinfold/test-logs/web-ui-contract.log");
+    let contract = run_logged(
+        Command::new("node")
+            .current_dir(&ui)
+            .arg("tests/contract.mjs")
+            .arg(format!("http://{}", authority())),
+        &contract_log,
+        BROWSER_LIMIT,
+    )?;
+    let contract_summary = browser_summary(&contract.text);
+    match (contract.status_ok, contract_summary) {
+        (true, Some((passed, 0))) if passed > 0 => {}
+        _ => {
+            let failures: Vec<&str> = contract
+                .text
+                .lines()
+                .filter(|line| line.starts_with("FAIL"))
+                .collect();
+            return Err(format!(
+                "the manager's answers break the REST contract ({}; summary {contract_summary:?}; whole output in {}): {}",
+                contract.status,
+                ws.relative(&contract_log),
+                failures.join(" | ")
+            ));
+        }
+    }
 
     let log = ws.root.join("target/pinfold/test-logs/web-ui.log");
     let output = run_logged(
@@ -1200,12 +1229,22 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
             ws.relative(&screenshot)
         ));
     }
-    Ok(vec![format!(
-        "browser test: {} checks passed; screenshot {} ({} KiB)",
-        summary.map_or(0, |s| s.0),
-        ws.relative(&screenshot),
-        size / 1024
-    )])
+    let contract_line = contract
+        .text
+        .lines()
+        .rev()
+        .find(|line| line.contains(" passed, "))
+        .unwrap_or_default()
+        .to_string();
+    Ok(vec![
+        contract_line,
+        format!(
+            "browser test: {} checks passed; screenshot {} ({} KiB)",
+            summary.map_or(0, |s| s.0),
+            ws.relative(&screenshot),
+            size / 1024
+        ),
+    ])
 }
 
 /// What a program run by [`run_logged`] printed and how it ended.
@@ -1407,5 +1446,12 @@ mod tests {
 
         assert_eq!(browser_summary(output), Some((8, 1)));
         assert_eq!(browser_summary("crashed\n"), None);
+    }
+
+    #[test]
+    fn browser_summary_reads_the_contract_checks_line_with_skips() {
+        let output = "ok   - GET /api/v1/host\nskip - GET /api/v1/resources: 404\n12 passed, 0 failed, 9 skipped\n";
+
+        assert_eq!(browser_summary(output), Some((12, 0)));
     }
 }

@@ -669,12 +669,25 @@ fn web_ui_dist(paths: &Paths) -> PathBuf {
     paths.root.join("web-ui/dist")
 }
 
-/// Builds the web UI (`npm ci` once, then `npm run build` when its sources
-/// changed); returns `web-ui/dist`.
+/// Whether `web-ui/node_modules` is missing or older than the committed
+/// lock file (a dependency was added since the last `npm ci`).
+pub fn web_ui_modules_stale(ui: &Path) -> bool {
+    let installed = fs::metadata(ui.join("node_modules/.package-lock.json"))
+        .and_then(|m| m.modified())
+        .ok();
+    let locked = fs::metadata(ui.join("package-lock.json"))
+        .and_then(|m| m.modified())
+        .ok();
+    installed.is_none() || locked > installed
+}
+
+/// Builds the web UI (`npm ci` when its lock file changed, then `npm run
+/// build` when its sources or the REST contract it generates its types from,
+/// `manager/api/openapi.json`, changed); returns `web-ui/dist`.
 fn build_web_ui(paths: &Paths) -> Result<PathBuf, String> {
     let ui = paths.root.join("web-ui");
     let dist = web_ui_dist(paths);
-    if !ui.join("node_modules").is_dir() {
+    if web_ui_modules_stale(&ui) {
         run(Command::new("npm")
             .current_dir(&ui)
             .args(["ci", "--no-audit", "--no-fund"]))?;
@@ -682,7 +695,10 @@ fn build_web_ui(paths: &Paths) -> Result<PathBuf, String> {
     let built = fs::metadata(dist.join("index.html"))
         .and_then(|m| m.modified())
         .ok();
-    if built.is_none() || newest(&ui) > built {
+    let contract = fs::metadata(paths.root.join("manager/api/openapi.json"))
+        .and_then(|m| m.modified())
+        .ok();
+    if built.is_none() || newest(&ui) > built || contract > built {
         run(Command::new("npm").current_dir(&ui).args(["run", "build"]))?;
     }
     Ok(dist)

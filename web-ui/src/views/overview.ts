@@ -1,10 +1,11 @@
 // Overview page: the host (CPU ownership map, GIC, RAM, uptime) and the partition list.
 
 import { api, type Host, type PartitionSummary } from '../api';
+import { caps } from '../caps';
 import { fill, h, setText } from '../dom';
 import { bytes, cpuList, duration } from '../format';
 import { poll } from '../poll';
-import { actionBar, partitionColour, stateBadge, updateStateBadge, type ActionBar } from '../widgets';
+import { actionBar, partitionColour, stateLabel, stateView, type ActionBar, type StateView } from '../widgets';
 import type { View } from './view';
 
 /** A labelled figure in a stats strip; returns the value element to update. */
@@ -35,7 +36,7 @@ export function renderCpuMap(el: HTMLElement, host: Host, parts: readonly Partit
         },
         h('span', { class: 'cpu-id' }, `CPU ${c.cpu}`),
         h('span', { class: 'cpu-owner' }, owner ?? 'unassigned'),
-        h('span', { class: 'cpu-state' }, owner === null ? 'no partition' : (state ?? 'unknown')),
+        h('span', { class: 'cpu-state' }, owner === null ? 'no partition' : state ? stateLabel(state) : 'unknown'),
       );
       return tile;
     });
@@ -50,7 +51,9 @@ export function overviewView(): View {
   const [upStat, up] = stat('Uptime', 'uptime');
   const cpuMap = h('div', { class: 'cpu-map', 'data-testid': 'cpu-map' });
   const tbody = h('tbody');
-  const rows = new Map<string, { tr: HTMLTableRowElement; cells: HTMLElement[]; badge: HTMLElement; bar: ActionBar }>();
+  const rows = new Map<string, { tr: HTMLTableRowElement; cells: HTMLElement[]; state: StateView; bar: ActionBar }>();
+  const newBtn = h('a', { class: 'btn btn-primary btn-small', href: '#/new', hidden: true, 'data-testid': 'new-partition' }, '+ New partition');
+  void caps().then((c) => (newBtn.hidden = !c.images));
 
   const hostCard = h(
     'section',
@@ -64,13 +67,13 @@ export function overviewView(): View {
   const partCard = h(
     'section',
     { class: 'card', 'data-testid': 'partitions' },
-    h('header', { class: 'card-head' }, h('h2', {}, 'Partitions')),
+    h('header', { class: 'card-head' }, h('h2', {}, 'Partitions'), newBtn),
     h(
       'div',
       { class: 'table-wrap' },
       h(
         'table',
-        { class: 'table' },
+        { class: 'table table-cards', 'data-testid': 'partition-table' },
         h(
           'thead',
           {},
@@ -98,22 +101,27 @@ export function overviewView(): View {
   function row(p: PartitionSummary) {
     let r = rows.get(p.name);
     if (r === undefined) {
-      const badge = stateBadge();
+      const state = stateView();
       const bar = actionBar(() => refreshNow(), true);
-      const cells = [h('td', { class: 'mono' }), h('td', { class: 'num' }), h('td', { class: 'num' }), h('td', { class: 'num', 'data-field': 'boot_count' })];
+      const cells = [
+        h('td', { class: 'mono', 'data-label': 'CPUs' }),
+        h('td', { class: 'num', 'data-label': 'RAM' }),
+        h('td', { class: 'num', 'data-label': 'Uptime' }),
+        h('td', { class: 'num', 'data-field': 'boot_count', 'data-label': 'Boots' }),
+      ];
       const link = h('a', { href: `#/partitions/${encodeURIComponent(p.name)}`, class: 'plink' }, h('span', { class: 'swatch' }), p.name);
       const tr = h(
         'tr',
         { 'data-partition': p.name },
-        h('td', {}, link, p.management ? h('span', { class: 'tag' }, 'management') : null),
-        h('td', {}, badge),
+        h('td', { class: 'cell-name' }, link, p.management ? h('span', { class: 'tag' }, 'management') : null),
+        h('td', { class: 'cell-state', 'data-label': 'State' }, state.el),
         cells[0],
         cells[1],
         cells[2],
         cells[3],
-        h('td', { class: 'right' }, bar.el),
+        h('td', { class: 'right cell-actions', 'data-label': 'Actions' }, bar.el),
       );
-      r = { tr, cells, badge, bar };
+      r = { tr, cells, state, bar };
       rows.set(p.name, r);
     }
     return r;
@@ -136,11 +144,11 @@ export function overviewView(): View {
     for (const p of parts) {
       const r = row(p);
       seen.add(p.name);
-      updateStateBadge(r.badge, p.state);
+      r.state.update(p);
       r.tr.style.setProperty('--owner', partitionColour(p.name, latestParts));
       setText(r.cells[0], cpuList(p.cpus));
       setText(r.cells[1], bytes(p.ram_bytes));
-      setText(r.cells[2], p.state === 'stopped' ? '–' : duration(p.uptime_ms));
+      setText(r.cells[2], p.uptime_ms > 0 ? duration(p.uptime_ms) : '–');
       setText(r.cells[3], String(p.boot_count));
       r.bar.update(p);
       ordered.push(r.tr);

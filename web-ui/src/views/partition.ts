@@ -1,13 +1,15 @@
 // Partition page: state and actions, vCPU -> pCPU map, counters with rate charts,
 // and the live console.
 
-import { api, ApiError, EXIT_CLASSES, type PartitionDetail } from '../api';
+import { api, ApiError, AuthCancelled, EXIT_CLASSES, type PartitionDetail } from '../api';
+import { confirmAction } from '../auth';
+import { caps } from '../caps';
 import { RateChart, RateHistory } from '../charts';
 import { ConsolePane } from '../console';
-import { fill, h, setText } from '../dom';
-import { bytes, count, duration } from '../format';
+import { fill, h, setText, toast } from '../dom';
+import { bytes, clock, count, duration } from '../format';
 import { poll } from '../poll';
-import { actionBar, stateBadge, updateStateBadge } from '../widgets';
+import { actionBar, stateView } from '../widgets';
 import { stat } from './overview';
 import type { View } from './view';
 
@@ -27,7 +29,7 @@ function historyFor(partition: string, vcpu: number): RateHistory {
 const VCPU_STATE: Record<string, string> = { on: 'On', off: 'Off', on_pending: 'Powering on' };
 
 export function partitionView(name: string): View {
-  const badge = stateBadge();
+  const state = stateView();
   const mgmtTag = h('span', { class: 'tag', hidden: true }, 'management');
   const bar = actionBar(() => poller.kick());
   const [upStat, up] = stat('Uptime', 'uptime');
@@ -35,7 +37,43 @@ export function partitionView(name: string): View {
   const [faultStat, faults] = stat('Faults', 'faults');
   const [ramStat, ram] = stat('RAM', 'ram_bytes');
   const [mapStat, map] = stat('vCPU → pCPU', 'cpu_map');
+  const [restartsStat, restarts] = stat('Policy restarts', 'restarts');
   const error = h('div', { class: 'notice notice-error', hidden: true, role: 'alert' });
+  const crashNotice = h('div', { class: 'notice notice-error', hidden: true, role: 'status', 'data-testid': 'crash-notice' });
+  const editBtn = h('a', { class: 'btn', href: `#/partitions/${encodeURIComponent(name)}/edit`, hidden: true, 'data-testid': 'edit-partition' }, 'Edit');
+  const deleteBtn = h('button', { type: 'button', class: 'btn btn-delete', hidden: true, 'data-testid': 'delete-partition' }, 'Delete');
+  let current: PartitionDetail | null = null;
+  let editable = false;
+  void caps().then((c) => {
+    editable = c.images;
+    if (current) renderEditing(current);
+  });
+  function renderEditing(p: PartitionDetail): void {
+    editBtn.hidden = deleteBtn.hidden = !editable || p.management || p.config === undefined;
+    const idle = p.state === 'stopped' || p.state === 'crashed';
+    deleteBtn.disabled = !idle;
+    editBtn.classList.toggle('btn-disabled', !idle);
+    const why = idle ? '' : ' (stop it first)';
+    editBtn.title = `Change ${p.name}'s configuration${why}`;
+    deleteBtn.title = `Delete ${p.name}${why}`;
+  }
+  editBtn.addEventListener('click', (e) => {
+    if (editBtn.classList.contains('btn-disabled')) {
+      e.preventDefault();
+      toast(`${name} can be changed only while stopped or crashed.`, 'error');
+    }
+  });
+  deleteBtn.addEventListener('click', async () => {
+    if (!(await confirmAction(`Delete ${name}?`, `Partition ${name} and its configuration are removed; its CPUs and RAM (scrubbed first) become free.`, 'Delete', true))) return;
+    try {
+      const tagged = await api.partitionTagged(name);
+      await api.deletePartition(name, tagged.etag);
+      toast(`${name} deleted.`);
+      window.location.hash = '#/';
+    } catch (e) {
+      toast(e instanceof AuthCancelled ? 'Not deleted: no token.' : `${name}: ${e instanceof Error ? e.message : String(e)}`, 'error');
+    }
+  });
 
   const vcpuBody = h('tbody');
   const charts = h('div', { class: 'charts' });
@@ -51,13 +89,16 @@ export function partitionView(name: string): View {
       'div',
       { class: 'page-head' },
       h('h1', {}, name),
-      badge,
+      state.el,
       mgmtTag,
       h('div', { class: 'spacer' }),
       bar.el,
+      editBtn,
+      deleteBtn,
     ),
     error,
-    h('section', { class: 'card' }, h('div', { class: 'stats' }, upStat, bootStat, faultStat, ramStat, mapStat)),
+    crashNotice,
+    h('section', { class: 'card' }, h('div', { class: 'stats' }, upStat, bootStat, faultStat, restartsStat, ramStat, mapStat)),
     h(
       'div',
       { class: 'split' },
@@ -73,7 +114,7 @@ export function partitionView(name: string): View {
             { class: 'table-wrap' },
             h(
               'table',
-              { class: 'table table-dense', 'data-testid': 'vcpus' },
+              { class: 'table table-dense table-cards', 'data-testid': 'vcpus' },
               h(
                 'thead',
                 {},
@@ -103,10 +144,16 @@ export function partitionView(name: string): View {
   );
 
   function render(p: PartitionDetail, tSec: number): void {
-    updateStateBadge(badge, p.state);
+    current = p;
+    state.update(p);
+    renderEditing(p);
     mgmtTag.hidden = !p.management;
     bar.update(p);
-    setText(up, p.state === 'stopped' ? '–' : duration(p.uptime_ms));
+    const crash = p.state === 'crashed' ? p.last_crash : null;
+    crashNotice.hidden = !crash;
+    setText(crashNotice, crash ? `Crashed at ${clock(crash.time)}: ${crash.reason}.${p.config?.restart && p.config.restart !== 'never' ? ` Restart policy: ${p.config.restart} (${p.restarts ?? 0} of ${p.config.restart_limit} restarts made).` : ''}` : '');
+    setText(restarts, p.restarts === undefined ? '–' : String(p.restarts));
+    setText(up, p.uptime_ms > 0 ? duration(p.uptime_ms) : '–');
     setText(boots, String(p.boot_count));
     setText(faults, count(p.faults));
     faults.classList.toggle('value-bad', p.faults > 0);
@@ -119,11 +166,11 @@ export function partitionView(name: string): View {
         h(
           'tr',
           { 'data-vcpu': v.vcpu },
-          h('td', { class: 'mono' }, String(v.vcpu)),
-          h('td', { class: 'mono' }, `CPU ${v.cpu}`),
-          h('td', {}, h('span', { class: `dot dot-${v.state}` }), VCPU_STATE[v.state] ?? v.state),
-          ...EXIT_CLASSES.map((c) => h('td', { class: 'num' }, count(v.exits[c]))),
-          h('td', { class: 'num' }, count(v.injected)),
+          h('td', { class: 'mono', 'data-label': 'vCPU' }, String(v.vcpu)),
+          h('td', { class: 'mono', 'data-label': 'pCPU' }, `CPU ${v.cpu}`),
+          h('td', { 'data-label': 'State' }, h('span', { class: `dot dot-${v.state}` }), VCPU_STATE[v.state] ?? v.state),
+          ...EXIT_CLASSES.map((c) => h('td', { class: 'num', 'data-label': c }, count(v.exits[c]))),
+          h('td', { class: 'num', 'data-label': 'injected' }, count(v.injected)),
         ),
       ),
     );

@@ -1,0 +1,29 @@
+// What this manager serves. A manager older than the UI answers 404 for the
+// routes it lacks; the views and buttons that need them are then hidden
+// instead of failing. Probed once per page load (GETs only, headers only).
+
+import { apiPath, serves } from './api';
+
+export interface Caps {
+  resources: boolean;
+  images: boolean;
+  events: boolean;
+  config: boolean;
+}
+
+let probe: Promise<Caps> | null = null;
+
+export function caps(): Promise<Caps> {
+  if (probe === null) {
+    probe = (async () => {
+      const [resources, images, events, config] = await Promise.all([
+        serves(apiPath('/api/v1/resources')),
+        serves(apiPath('/api/v1/images')),
+        serves(apiPath('/api/v1/events', {}, { since: 0 })),
+        serves(apiPath('/api/v1/config')),
+      ]);
+      return { resources, images, events, config };
+    })();
+  }
+  return probe;
+}
