@@ -524,13 +524,11 @@ fn scrub_check(dtb: u64, dtb_size: u64, ram_end: u64) {
         static __image_start: u8;
         static __image_end: u8;
     }
-    // SAFETY: linker symbols; only their addresses are taken.
-    let (image_start, image_end) = unsafe {
-        (
-            core::ptr::addr_of!(__image_start) as u64,
-            core::ptr::addr_of!(__image_end) as u64,
-        )
-    };
+    // Linker symbols: only their addresses are taken.
+    let (image_start, image_end) = (
+        core::ptr::addr_of!(__image_start) as u64,
+        core::ptr::addr_of!(__image_end) as u64,
+    );
     let skip = |a: u64| (image_start..image_end).contains(&a) || (dtb..dtb + dtb_size).contains(&a);
     let (mut nonzero, mut first) = (0u64, None);
     let mut addr = GUEST_RAM_BASE;
