@@ -27,6 +27,7 @@ use crate::percpu::{CpuState, LoadedVcpu, PublicCpu, VcpuId, REQ_CPU_ON, REQ_STA
 use crate::pmu::{self, PmuAccess, PmuAction, PmuPolicy, PmuReg, PmuView};
 use crate::psci::{self, Call, PowerState};
 use crate::ratelimit::{FaultKind, Verdict};
+use crate::restart::Cause;
 use crate::sysreg::{id_reg_view, ID_AA64DFR0_EL1};
 use crate::system::System;
 use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
@@ -477,8 +478,8 @@ pub fn handle_serror(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, esr: u6
         FaultKind::Other,
         format_args!("SError/FIQ from guest (ESR {esr:#x}): partition stopped"),
     );
-    sys.stop_partition(p, hw, cpu.index);
-    sys.schedule_restart(p, hw, "SError");
+    let reason = alloc::format!("fatal fault: SError (ESR {esr:#x})");
+    sys.crash_partition(p, hw, cpu.index, &reason);
     Next::Stopped
 }
 
@@ -528,6 +529,9 @@ fn mmio(
         EmulatedDevice::Gicr { vcpu, offset } => foreign_redist(hw, p, v, vcpu, offset, a),
         EmulatedDevice::Uart { offset } => {
             uart_access(sys, cpu, hw, p, offset, a.width, a.write, value)
+        }
+        EmulatedDevice::Wdog { frame, offset } => {
+            wdog_access(sys, cpu, hw, p, frame, offset, a.width, a.write, value)
         }
     };
     if !a.write {
@@ -654,6 +658,32 @@ fn quiesce_owned_ppis(sys: &System, hw: &mut impl Hw, path: LockPath) {
         ppi_change(sys, hw, path, PpiStateChange::Enable(ppi, false));
         ppi_change(sys, hw, path, PpiStateChange::Active(ppi, false));
     }
+}
+
+/// A guest access to its SBSA watchdog (`lifecycle`); a change of its WS0
+/// line goes to the distributor.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn wdog_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    frame: crate::wdog::Frame,
+    offset: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> u64 {
+    let (result, line) = crate::lifecycle::wdog_access(p, hw, frame, offset, width, write, value);
+    if let Some(level) = line {
+        let mut dist = p.dist.lock(LockPath::Management);
+        dist.set_emulated_level(crate::lifecycle::WDOG_INTID, level, &mut |act| {
+            dist_action(sys, cpu, hw, p, act)
+        });
+    }
+    result
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1082,8 +1112,19 @@ fn power_call(
                 "partition {}: powered off by the guest",
                 p.name
             ));
+            // The end of a graceful shutdown the operator asked for is
+            // not the restart policy's business.
+            let requested = p.state() == State::ShuttingDown;
             sys.stop_partition(p, hw, cpu.index);
-            sys.schedule_restart(p, hw, "powered off by the guest");
+            if !requested {
+                sys.after_stop(
+                    p,
+                    hw,
+                    cpu.index,
+                    Cause::PowerOff,
+                    "powered off by the guest",
+                );
+            }
             Next::Stopped
         }
         // The management partition's resets go through its restart
@@ -1091,7 +1132,7 @@ fn power_call(
         Call::SystemReset if p.plan.management => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
             sys.stop_partition(p, hw, cpu.index);
-            sys.schedule_restart(p, hw, "reset by the guest");
+            sys.after_stop(p, hw, cpu.index, Cause::PowerOff, "reset by the guest");
             Next::Stopped
         }
         Call::SystemReset => {
@@ -1272,10 +1313,19 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
             maintenance(sys, cpu, hw);
         }
         PPI_HYP_TIMER => {
-            // The idle loop's wake-up (a scheduled restart): silenced here,
-            // `idle_work` decides and arms it again if still needed.
+            // The idle loop's wake-up (a scheduled restart) and the
+            // lifecycle checks (watchdog, hung vCPU, shutdown deadline):
+            // silenced, checked, armed again if still needed.
             hw.set_wakeup(None);
             hw.deactivate(intid);
+            if let Some((partition, level)) = crate::lifecycle::on_timer(sys, cpu, hw) {
+                if let Some(p) = sys.partitions.get(partition) {
+                    let mut dist = p.dist.lock(LockPath::Management);
+                    dist.set_emulated_level(crate::lifecycle::WDOG_INTID, level, &mut |act| {
+                        dist_action(sys, cpu, hw, p, act)
+                    });
+                }
+            }
         }
         _ => match sys.spi_owner(intid) {
             Some(p) => passthrough_spi(sys, cpu, hw, p, intid),
@@ -1387,7 +1437,7 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
     let wakeup = sys.restart_due_on(cpu.index);
     if wakeup.is_some() {
         restart_if_due(sys, cpu, hw);
-        hw.set_wakeup(sys.restart_due_on(cpu.index));
+        hw.set_wakeup(sys.wakeup_on(cpu, hw.now(), hw.counter_frequency()));
     }
     let req = cpu.public.take_requests();
     if req & (REQ_CPU_ON | REQ_START) == 0 {
@@ -1395,9 +1445,14 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
     }
     let id = cpu.assigned?;
     let p = sys.partitions.get(id.partition)?;
-    if p.state() != State::Running {
+    if !p.state().is_up() {
         return None;
     }
+    // Lifecycle hook: the checks of a watched partition run on every CPU
+    // of it from its vCPU's entry on.
+    cpu.hang.reset();
+    let now = hw.now();
+    hw.set_wakeup(sys.wakeup_on(cpu, now, hw.counter_frequency()));
     let shared = &p.vcpus[id.vcpu];
     if req & REQ_START != 0 && id.vcpu == 0 {
         let entry = p.entry_ipa.load(Ordering::Relaxed);
@@ -1406,6 +1461,9 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
             p.name
         ));
         let _ = shared.power.try_claim_on();
+        if p.state() == State::Starting {
+            p.set_state(State::Running, now);
+        }
         return Some(Boot {
             id,
             entry,
@@ -1427,10 +1485,10 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
 fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     let now = hw.now();
     for p in &sys.partitions {
-        if p.vcpus[0].pcpu != cpu.index || !p.plan.management {
+        if p.vcpus[0].pcpu != cpu.index {
             continue;
         }
-        if p.restart.lock(LockPath::Management).take_due(now) {
+        if !p.state().is_up() && sys.take_restart_due(p, now) {
             if !sys.wait_all_off(p, hw) {
                 hw.log(format_args!(
                     "partition {}: a vCPU did not stop in time",
@@ -1445,7 +1503,8 @@ fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
 }
 
 /// When the idle loop of this CPU must wake on its own (counter value), if
-/// ever: a scheduled restart.
+/// ever: a scheduled restart (the lifecycle checks add theirs,
+/// [`System::wakeup_on`]).
 pub fn idle_deadline(sys: &System, cpu: &CpuState) -> Option<u64> {
     sys.restart_due_on(cpu.index)
 }

@@ -39,6 +39,8 @@ struct FakeHw {
     mem: Vec<u8>,
     pmu: Vec<(crate::pmu::PmuReg, u64)>,
     icache_syncs: u32,
+    /// The EL2 timer's deadline as last set.
+    wakeup: Option<u64>,
 }
 
 impl FakeHw {
@@ -61,6 +63,7 @@ impl FakeHw {
             mem: vec![0; 4 << 20],
             pmu: Vec::new(),
             icache_syncs: 0,
+            wakeup: None,
         }
     }
 
@@ -195,6 +198,9 @@ impl Hw for FakeHw {
     fn report(&mut self, args: fmt::Arguments) {
         self.log.push(alloc::format!("report: {args}"));
     }
+    fn set_wakeup(&mut self, at: Option<u64>) {
+        self.wakeup = at;
+    }
 }
 
 struct FakeTables {
@@ -313,7 +319,7 @@ fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
     );
     let sys: &'static System = Box::leak(Box::new(sys));
     for p in &sys.partitions {
-        p.set_state(State::Running);
+        p.set_state(State::Running, 0);
     }
     sys
 }
@@ -525,7 +531,8 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
     let mut regs = GuestRegs::default();
     regs.x[1] = u32::MAX as u64;
 
-    // GICD_ISENABLER1..7: 224 foreign SPIs (the UART's is the only own one).
+    // GICD_ISENABLER1..7: 224 SPIs, all foreign but the emulated UART's
+    // and watchdog's.
     for n in 1..8 {
         run(
             sys,
@@ -536,7 +543,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         );
     }
 
-    assert_eq!(p.faults.load(Ordering::Relaxed), 223);
+    assert_eq!(p.faults.load(Ordering::Relaxed), 222);
     let printed = hw.log.iter().filter(|l| l.contains("does not own")).count();
     assert_eq!(printed, BURST as usize);
     hw.now += 10 * 1000;
@@ -552,7 +559,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         .log
         .last()
         .unwrap()
-        .contains("218 more of this kind suppressed"));
+        .contains("217 more of this kind suppressed"));
 }
 
 #[test]
@@ -1220,10 +1227,11 @@ fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
     put(sys, &mut cpu, &mut hw);
     sys.finish_restart(p, &mut hw, 3);
 
-    assert_eq!(p.state(), State::Running);
+    assert_eq!(p.state(), State::Starting, "until its vCPU 0 enters");
     assert_eq!(p.boot_count.load(Ordering::Relaxed), 1);
     assert_eq!(hw.icache_syncs, 1, "one instruction-cache sync per load");
     let boot = idle_work(sys, &mut cpu, &mut hw).unwrap();
+    assert_eq!(p.state(), State::Running);
     assert_eq!(
         boot.id,
         VcpuId {
@@ -1265,7 +1273,7 @@ fn a_manager_that_powers_off_is_restarted_by_its_cpus_idle_loop_once_the_back_of
     assert_eq!(mgmt.state(), State::Running);
     assert_eq!(mgmt.boot_count.load(Ordering::Relaxed), boots + 1);
     assert_eq!(idle_deadline(sys, &cpu), None);
-    assert_eq!(mgmt.restart.lock(LockPath::Management).restarts(), 1);
+    assert_eq!(mgmt.life.restarts(), 1);
 }
 
 #[test]
@@ -1515,4 +1523,328 @@ fn a_hidden_pmu_undefs_every_register_and_shows_pmuver_zero() {
 
     assert!(matches!(next, Next::Inject(_)));
     assert_eq!((regs.x[7] >> 8) & 0xf, 0);
+}
+
+// --- lifecycle: watchdog, hung vCPUs, restart policies, shutdown -----------
+
+use crate::wdog;
+use pinfold_config::RestartMode;
+use pinfold_vboard::{GICR_STRIDE, GUEST_WDOG_CONTROL_BASE, GUEST_WDOG_REFRESH_BASE};
+
+/// The fake counter runs at 1 kHz: the checks come every 500 ticks.
+const HALF_S: u64 = 500;
+
+/// beta (CPU 3) with a watchdog of `watchdog_s` and policy `restart`,
+/// started and its vCPU 0 entered.
+fn watched_beta(
+    watchdog_s: u32,
+    restart: RestartMode,
+) -> (&'static System, FakeHw, CpuState<'static>) {
+    let sys = system_with(|plan| {
+        plan.partitions[1].lifecycle.watchdog_s = watchdog_s;
+        plan.partitions[1].lifecycle.restart = restart;
+    });
+    let mut hw = FakeHw::new();
+    let p = &sys.partitions[1];
+    p.set_state(State::Stopped, 0);
+    sys.start_partition(p, &mut hw, 3).unwrap();
+    assert_eq!(p.state(), State::Starting);
+    let mut cpu = CpuState::new(sys, 3);
+    let boot = idle_work(sys, &mut cpu, &mut hw).expect("vCPU 0 boots");
+    load(sys, &mut cpu, &mut hw, boot.id);
+    (sys, hw, cpu)
+}
+
+/// The EL2 timer fires on this CPU `n` times, half a second apart; the
+/// first tick at which the partition was no longer up, if any.
+fn ticks(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, p: usize, n: u64) -> Option<u64> {
+    for i in 1..=n {
+        hw.now += HALF_S;
+        dispatch_irq(sys, cpu, hw, PPI_HYP_TIMER);
+        if !sys.partitions[p].state().is_up() {
+            return Some(i);
+        }
+    }
+    None
+}
+
+fn wdog_write(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, ipa: u64, value: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[5] = value;
+    assert_eq!(
+        run(sys, cpu, hw, &mut regs, mmio(ipa, 4, true, 5)),
+        Next::Resume
+    );
+}
+
+fn wdog_read(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, ipa: u64) -> u64 {
+    let mut regs = GuestRegs::default();
+    run(sys, cpu, hw, &mut regs, mmio(ipa, 4, false, 5));
+    regs.x[5]
+}
+
+/// What Linux's sbsa_gwdt does at probe (action=0): WOR = timeout / 2.
+fn linux_driver_probe(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, timeout_s: u64) {
+    let wcs = wdog_read(sys, cpu, hw, GUEST_WDOG_CONTROL_BASE + wdog::WCS);
+    assert_eq!(wcs & u64::from(wdog::WCS_EN), 1, "found running");
+    wdog_write(
+        sys,
+        cpu,
+        hw,
+        GUEST_WDOG_CONTROL_BASE + wdog::WOR,
+        1000 / 2 * timeout_s,
+    );
+}
+
+#[test]
+fn a_watched_partition_arms_the_el2_timer_at_entry_and_is_running() {
+    let (sys, hw, _cpu) = watched_beta(2, RestartMode::Never);
+
+    assert_eq!(sys.partitions[1].state(), State::Running);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S));
+}
+
+#[test]
+fn a_guest_that_feeds_its_watchdog_keeps_running() {
+    let (sys, mut hw, mut cpu) = watched_beta(2, RestartMode::Never);
+    linux_driver_probe(sys, &mut cpu, &mut hw, 2);
+
+    for _ in 0..40 {
+        assert_eq!(ticks(sys, &mut cpu, &mut hw, 1, 1), None);
+        wdog_write(
+            sys,
+            &mut cpu,
+            &mut hw,
+            GUEST_WDOG_REFRESH_BASE + wdog::WRR,
+            0,
+        );
+    }
+
+    assert_eq!(sys.partitions[1].state(), State::Running);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "checks go on");
+}
+
+#[test]
+fn a_guest_that_stops_feeding_its_watchdog_crashes_within_the_period_and_on_crash_restarts_it() {
+    let (sys, mut hw, mut cpu) = watched_beta(2, RestartMode::OnCrash);
+    let p = &sys.partitions[1];
+    linux_driver_probe(sys, &mut cpu, &mut hw, 2);
+    for _ in 0..4 {
+        ticks(sys, &mut cpu, &mut hw, 1, 1);
+        wdog_write(
+            sys,
+            &mut cpu,
+            &mut hw,
+            GUEST_WDOG_REFRESH_BASE + wdog::WRR,
+            0,
+        );
+    }
+
+    // It panics: no refresh any more. 2 s = 4 ticks.
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 10);
+
+    assert_eq!(at, Some(4), "crashed within its watchdog period");
+    assert_eq!(p.state(), State::Crashed);
+    let inner = p.life.inner.lock(LockPath::Management);
+    assert_eq!(inner.last_crash.as_ref().unwrap().reason, "watchdog");
+    drop(inner);
+    assert!(hw.log_has("partition beta: crashed: watchdog"));
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park, "its own vCPU parks");
+    put(sys, &mut cpu, &mut hw);
+    // Restarted by its CPU's idle loop after the first back-off (1 s).
+    assert_eq!(idle_work(sys, &mut cpu, &mut hw), None);
+    hw.now += 1000;
+    let boot = idle_work(sys, &mut cpu, &mut hw).expect("restarted");
+    assert_eq!(boot.id.partition, 1);
+    assert_eq!(p.state(), State::Running);
+    assert_eq!(p.boot_count.load(Ordering::Relaxed), 2);
+    assert_eq!(p.life.restarts(), 1);
+    assert_eq!(
+        p.life
+            .inner
+            .lock(LockPath::Management)
+            .wdog
+            .read(wdog::Frame::Control, wdog::WCS, 4),
+        u64::from(wdog::WCS_EN),
+        "enabled again, WS1 cleared, for the new boot"
+    );
+}
+
+#[test]
+fn before_the_driver_takes_over_the_first_period_is_twice_watchdog_s() {
+    let (sys, mut hw, mut cpu) = watched_beta(3, RestartMode::Never);
+
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 20);
+
+    assert_eq!(at, Some(12), "WS1 at 2 x 3 s");
+    assert_eq!(sys.partitions[1].state(), State::Crashed);
+    assert_eq!(idle_deadline(sys, &cpu), None, "never: not restarted");
+}
+
+/// Enable the virtual timer PPI of the vCPU loaded on `cpu` and fire it:
+/// a HW-linked pending interrupt in a list register.
+fn timer_fires(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, gicr: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_VTIMER;
+    run(sys, cpu, hw, &mut regs, mmio(gicr + 0x1_0100, 4, true, 2));
+    dispatch_irq(sys, cpu, hw, PPI_VTIMER);
+    assert_eq!(hw.injected(), [PPI_VTIMER]);
+}
+
+/// The guest acknowledges the timer (the list register goes active, then
+/// its deactivation empties it).
+fn guest_takes_the_timer(hw: &mut FakeHw) {
+    for lr in hw.lrs.iter_mut() {
+        *lr = None;
+    }
+}
+
+#[test]
+fn a_vcpu_with_interrupts_masked_is_hung_once_its_timer_stayed_pending_for_watchdog_s() {
+    // alpha: vCPU 1 on CPU 2 hangs; vCPU 0 (CPU 1) would still feed the
+    // watchdog.
+    let sys = system_with(|plan| plan.partitions[0].lifecycle.watchdog_s = 2);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 2);
+    timer_fires(sys, &mut cpu, &mut hw, GUEST_GICR_BASE + GICR_STRIDE);
+
+    let at = ticks(sys, &mut cpu, &mut hw, 0, 10);
+
+    // Seen pending at the first tick, hung 2 s later.
+    assert_eq!(at, Some(5));
+    assert_eq!(sys.partitions[0].state(), State::Crashed);
+    let inner = sys.partitions[0].life.inner.lock(LockPath::Management);
+    assert!(
+        inner
+            .last_crash
+            .as_ref()
+            .unwrap()
+            .reason
+            .starts_with("vCPU 1 hung"),
+        "{:?}",
+        inner.last_crash
+    );
+    drop(inner);
+    assert!(
+        hw.sgis.iter().any(|&(m, i)| m == 0x101 && i == SGI_MAILBOX),
+        "vCPU 0's CPU is told to stop"
+    );
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park);
+}
+
+#[test]
+fn a_timer_the_guest_takes_between_checks_is_no_hang() {
+    let sys = system_with(|plan| plan.partitions[0].lifecycle.watchdog_s = 2);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 2);
+
+    for _ in 0..20 {
+        timer_fires(sys, &mut cpu, &mut hw, GUEST_GICR_BASE + GICR_STRIDE);
+        assert_eq!(ticks(sys, &mut cpu, &mut hw, 0, 1), None);
+        guest_takes_the_timer(&mut hw);
+        assert_eq!(ticks(sys, &mut cpu, &mut hw, 0, 1), None);
+    }
+
+    assert_eq!(sys.partitions[0].state(), State::Running);
+}
+
+#[test]
+fn without_watchdog_s_nothing_is_checked() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 2);
+    timer_fires(sys, &mut cpu, &mut hw, GUEST_GICR_BASE + GICR_STRIDE);
+
+    assert_eq!(ticks(sys, &mut cpu, &mut hw, 0, 100), None);
+    assert_eq!(hw.wakeup, None, "the EL2 timer is not armed again");
+}
+
+#[test]
+fn the_power_button_then_the_timeout_stops_it_by_force() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.shutdown_timeout_s = 3);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partitions[1];
+
+    sys.press_power_button(p, &mut hw, 0);
+    assert_eq!(p.state(), State::ShuttingDown);
+    assert!(hw.sgis.iter().any(|&(m, i)| m == 0x103 && i == SGI_MAILBOX));
+    hw.wakeup = sys.wakeup_on(&cpu, hw.now, 1000);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "vCPU 0's CPU checks");
+
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 10);
+
+    assert_eq!(at, Some(6));
+    assert_eq!(p.state(), State::Stopped);
+    assert!(hw.log_has("shutdown timeout: stopped by force"));
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park);
+}
+
+#[test]
+fn a_power_off_after_the_power_button_is_stopped_even_with_always() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.restart = RestartMode::Always);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partitions[1];
+    sys.press_power_button(p, &mut hw, 0);
+
+    let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+
+    assert_eq!(next, Next::Stopped);
+    assert_eq!(p.state(), State::Stopped);
+    assert_eq!(idle_deadline(sys, &cpu), None, "not restarted");
+}
+
+#[test]
+fn always_restarts_a_guest_power_off() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.restart = RestartMode::Always);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+
+    assert_eq!(idle_deadline(sys, &cpu), Some(hw.now + 1000));
+    assert!(hw.log_has("beta stopped (powered off by the guest): restarting in 1 s"));
+}
+
+#[test]
+fn an_serror_is_a_crash_with_its_reason() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.restart = RestartMode::OnCrash);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partitions[1];
+
+    assert_eq!(
+        handle_serror(sys, &mut cpu, &mut hw, 0xbe00_0000),
+        Next::Stopped
+    );
+
+    assert_eq!(p.state(), State::Crashed);
+    let reason = p
+        .life
+        .inner
+        .lock(LockPath::Management)
+        .last_crash
+        .clone()
+        .unwrap()
+        .reason;
+    assert!(reason.starts_with("fatal fault: SError"), "{reason}");
+    assert!(idle_deadline(sys, &cpu).is_some(), "on-crash restarts it");
+}
+
+#[test]
+fn every_state_change_keeps_its_time() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let p = &sys.partitions[1];
+    hw.now = 5000;
+    sys.stop_partition(p, &mut hw, 0);
+    assert_eq!((p.state(), p.life.since()), (State::Stopped, 5000));
+    hw.now = 7000;
+
+    sys.start_partition(p, &mut hw, 0).unwrap();
+
+    assert_eq!((p.state(), p.life.since()), (State::Starting, 7000));
+    p.set_state(State::Starting, 8000);
+    assert_eq!(p.life.since(), 7000, "no change, no new time");
 }

@@ -171,6 +171,9 @@ pub struct CpuState<'s> {
     /// when nothing is loaded), mirrored here so that the timer path reads
     /// two fields of this struct and nothing else.
     pub hw_ppis: HwPpis,
+    /// How long the loaded vCPU's timer interrupt has stayed pending
+    /// (`lifecycle`'s hang check; own CPU only).
+    pub hang: crate::lifecycle::HangWatch,
 }
 
 /// Which pass-through PPIs the loaded vCPU has enabled, and their
@@ -206,6 +209,7 @@ impl<'s> CpuState<'s> {
             assigned: sys.assigned(index),
             loaded: None,
             hw_ppis: HwPpis::default(),
+            hang: crate::lifecycle::HangWatch::default(),
         }
     }
 }

@@ -1,0 +1,460 @@
+//! A partition's life cycle: its state with the time of the last change
+//! (stopped, starting, running, shutting down, stopping, crashed), its last
+//! crash, its restart policy (`restart`), its emulated SBSA watchdog
+//! (`wdog`) and the per-CPU checks that find a crashed or hung guest.
+//!
+//! One field of `Partition` ([`Lifecycle`]) holds all of it: the state and
+//! its time as atomics (read by anyone, lock-free), a pending restart's due
+//! time as an atomic (the idle loop's check), and the rest under the
+//! partition's own lock (`LockPath::Management`: guest watchdog accesses,
+//! the EL2 timer's checks and management calls; never shared between
+//! partitions, never on a hot path).
+//!
+//! Time: every CPU that runs a vCPU of a partition with a `watchdog_s` (or
+//! a pending graceful shutdown) arms its EL2 timer (CNTHP, PPI 26, the idle
+//! loop's wake-up too) every [`CHECK_PERIOD_DIV`]th of a second while the
+//! partition is up ([`System::wakeup_on`]); when it fires, [`on_timer`]
+//! checks on this CPU only:
+//! - the loaded vCPU: a HW-linked timer PPI (virtual or EL1 physical) still
+//!   pending, not active, in a list register: if it stays so for
+//!   `watchdog_s`, the vCPU is hung (interrupts masked, spinning) and the
+//!   partition crashes ("vCPU N hung"); this also catches one hung vCPU of a
+//!   partition whose other vCPUs still feed the watchdog;
+//! - on the partition's vCPU 0's CPU: the watchdog (WS1 -> crashed,
+//!   "watchdog"; WS0 raises its SPI) and the graceful shutdown's deadline
+//!   (-> stopped by force).
+//!
+//! Nothing here runs on the vtimer path: the timer PPI handler is unchanged;
+//! the list registers are read only from the EL2 timer's interrupt.
+
+use crate::exit::{Hw, Lrs};
+use crate::lockstat::{CountedLock, LockPath, LockStat};
+use crate::partition::Partition;
+use crate::percpu::{CpuState, REQ_STOP};
+use crate::restart::{Cause, RestartPolicy, Verdict};
+use crate::system::System;
+use crate::wdog::{Frame, SbsaWatchdog, Signal};
+use alloc::string::String;
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use pinfold_abi::PartitionState;
+use pinfold_config::PartitionPlan;
+use pinfold_vboard::{GUEST_WDOG_INTID, PPI_PTIMER, PPI_VTIMER};
+
+/// The checks run every 1/CHECK_PERIOD_DIV s on a CPU that needs them.
+pub const CHECK_PERIOD_DIV: u64 = 2;
+
+/// Lifecycle state of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Stopped = 0,
+    Running = 1,
+    Stopping = 2,
+    /// Images loaded, its boot vCPU not yet in the guest.
+    Starting = 3,
+    /// The power button was pressed; stopped by force at the deadline.
+    ShuttingDown = 4,
+    /// Watchdog, hung vCPU or fatal fault; stopped.
+    Crashed = 5,
+}
+
+impl State {
+    fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::Running,
+            2 => State::Stopping,
+            3 => State::Starting,
+            4 => State::ShuttingDown,
+            5 => State::Crashed,
+            _ => State::Stopped,
+        }
+    }
+
+    /// The ABI's name for it.
+    pub fn abi(self) -> PartitionState {
+        match self {
+            State::Stopped => PartitionState::Stopped,
+            State::Running => PartitionState::Running,
+            State::Stopping => PartitionState::Stopping,
+            State::Starting => PartitionState::Starting,
+            State::ShuttingDown => PartitionState::ShuttingDown,
+            State::Crashed => PartitionState::Crashed,
+        }
+    }
+
+    /// Its vCPUs may run (started, not yet stopped).
+    pub fn is_up(self) -> bool {
+        matches!(self, State::Starting | State::Running | State::ShuttingDown)
+    }
+}
+
+/// A crash: counter value and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crash {
+    pub at: u64,
+    pub reason: String,
+}
+
+/// What is under the partition's lifecycle lock.
+pub struct LifeInner {
+    pub policy: RestartPolicy,
+    pub last_crash: Option<Crash>,
+    pub wdog: SbsaWatchdog,
+    /// Counter value at which a graceful shutdown becomes a hard stop.
+    pub shutdown_due: Option<u64>,
+    /// The WS0 level last given to the distributor.
+    pub wdog_line: bool,
+}
+
+/// One partition's lifecycle state (the one field of `Partition`).
+pub struct Lifecycle {
+    state: AtomicU8,
+    /// Counter value of the last state change.
+    since: AtomicU64,
+    /// Counter value at which a restart is due (0 = none), mirrored from
+    /// the policy for the idle loop's lock-free check.
+    restart_due: AtomicU64,
+    /// `watchdog_s` of its plan (0 = no watchdog, no hang check).
+    pub watchdog_s: u32,
+    pub inner: CountedLock<LifeInner>,
+}
+
+impl Lifecycle {
+    pub fn new(plan: &PartitionPlan, stat: &'static LockStat) -> Self {
+        Lifecycle {
+            state: AtomicU8::new(State::Stopped as u8),
+            since: AtomicU64::new(0),
+            restart_due: AtomicU64::new(0),
+            watchdog_s: plan.lifecycle.watchdog_s,
+            inner: CountedLock::new(
+                LifeInner {
+                    policy: RestartPolicy::from_plan(&plan.lifecycle, plan.management),
+                    last_crash: None,
+                    wdog: SbsaWatchdog::new(),
+                    shutdown_due: None,
+                    wdog_line: false,
+                },
+                stat,
+            ),
+        }
+    }
+
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Change state at counter value `now` (a change to the same state
+    /// keeps its time).
+    pub fn set(&self, s: State, now: u64) {
+        if self.state.swap(s as u8, Ordering::AcqRel) != s as u8 {
+            self.since.store(now, Ordering::Release);
+        }
+    }
+
+    /// Counter value of the last state change (0: none since boot).
+    pub fn since(&self) -> u64 {
+        self.since.load(Ordering::Acquire)
+    }
+
+    /// A pending restart's due time.
+    pub fn restart_due(&self) -> Option<u64> {
+        match self.restart_due.load(Ordering::Acquire) {
+            0 => None,
+            at => Some(at),
+        }
+    }
+
+    fn mirror_due(&self, inner: &LifeInner) {
+        let due = inner.policy.due().map_or(0, |at| at.max(1));
+        self.restart_due.store(due, Ordering::Release);
+    }
+
+    /// Restarts its policy made since the hypervisor started.
+    pub fn restarts(&self) -> u32 {
+        self.inner.lock(LockPath::Management).policy.restarts()
+    }
+}
+
+/// A per-CPU record of how long the loaded vCPU's timer interrupt has
+/// stayed pending (in `CpuState`, own CPU only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HangWatch {
+    pending_since: Option<u64>,
+}
+
+impl HangWatch {
+    /// One sample at `now`: is a timer interrupt pending and
+    /// unacknowledged? True when it has been for `limit` ticks.
+    pub fn observe(&mut self, stuck: bool, now: u64, limit: u64) -> bool {
+        if !stuck {
+            self.pending_since = None;
+            return false;
+        }
+        let since = *self.pending_since.get_or_insert(now);
+        now.saturating_sub(since) >= limit
+    }
+
+    pub fn reset(&mut self) {
+        self.pending_since = None;
+    }
+}
+
+/// The timer PPIs whose pending-and-unacknowledged state means a hang.
+const TIMER_PPIS: u32 = (1 << PPI_VTIMER) | (1 << PPI_PTIMER);
+
+impl System {
+    /// `p` crashed (`reason`): recorded, every vCPU stopped (this CPU's
+    /// too, through its own request bits: the interrupt or trap it is in
+    /// parks it on the way out), state crashed, then its restart policy.
+    pub fn crash_partition(&self, p: &Partition, hw: &mut impl Hw, me: usize, reason: &str) {
+        if !p.state().is_up() {
+            return;
+        }
+        let now = hw.now();
+        hw.log(format_args!("partition {}: crashed: {reason}", p.name));
+        p.life.inner.lock(LockPath::Management).last_crash = Some(Crash {
+            at: now,
+            reason: String::from(reason),
+        });
+        p.set_state(State::Stopping, now);
+        for s in &p.vcpus {
+            if s.pcpu == me {
+                self.cpus[me].post_request(REQ_STOP);
+            } else {
+                self.request(hw, me, s.pcpu, REQ_STOP);
+            }
+        }
+        p.set_state(State::Crashed, now);
+        self.after_stop(p, hw, me, Cause::Crash, reason);
+    }
+
+    /// `p` stopped on its own (`why`): its restart policy decides, and a
+    /// restart is carried out by the idle loop of its vCPU 0's CPU
+    /// (`exit::idle_work`), which is kicked to arm its wake-up.
+    pub fn after_stop(&self, p: &Partition, hw: &mut impl Hw, me: usize, cause: Cause, why: &str) {
+        let now = hw.now();
+        let mut inner = p.life.inner.lock(LockPath::Management);
+        let verdict = inner.policy.stopped(
+            cause,
+            now,
+            p.started_at.load(Ordering::Relaxed),
+            hw.counter_frequency(),
+        );
+        p.life.mirror_due(&inner);
+        drop(inner);
+        match verdict {
+            Verdict::Restart(d) => {
+                hw.report(format_args!(
+                    "{} stopped ({why}): restarting in {} s (restart #{})",
+                    p.name, d.delay_s, d.restart
+                ));
+                self.kick(hw, me, p.vcpus[0].pcpu);
+            }
+            Verdict::LimitReached(n) => hw.report(format_args!(
+                "{} stopped ({why}): not restarted, {n} restarts in a row (restart_limit)",
+                p.name
+            )),
+            Verdict::Stay => {}
+        }
+    }
+
+    /// An operator's start or stop: no pending restart, the policy's
+    /// count in a row starts over.
+    pub fn operator_lifecycle(&self, p: &Partition) {
+        let mut inner = p.life.inner.lock(LockPath::Management);
+        inner.policy.operator();
+        p.life.mirror_due(&inner);
+    }
+
+    /// Take `p`'s pending restart if it is due at `now`.
+    pub fn take_restart_due(&self, p: &Partition, now: u64) -> bool {
+        match p.life.restart_due() {
+            Some(at) if now >= at => {}
+            _ => return false,
+        }
+        let mut inner = p.life.inner.lock(LockPath::Management);
+        let due = inner.policy.take_due(now);
+        p.life.mirror_due(&inner);
+        due
+    }
+
+    /// The counter value at which a restart of a partition whose vCPU 0
+    /// runs on CPU `cpu` is due (lock-free).
+    pub fn restart_due_on(&self, cpu: usize) -> Option<u64> {
+        self.partitions
+            .iter()
+            .filter(|p| p.vcpus[0].pcpu == cpu)
+            .filter_map(|p| p.life.restart_due())
+            .min()
+    }
+
+    /// When CPU `cpu`'s EL2 timer must fire next: a due restart, or the
+    /// next check while the partition assigned to it is up with a watchdog
+    /// or a pending shutdown.
+    pub fn wakeup_on(&self, cpu: &CpuState, now: u64, freq: u64) -> Option<u64> {
+        let restart = self.restart_due_on(cpu.index);
+        let check = cpu
+            .assigned
+            .and_then(|id| self.partitions.get(id.partition))
+            .filter(|p| p.state().is_up() && needs_checks(p))
+            .map(|_| now.saturating_add((freq / CHECK_PERIOD_DIV).max(1)));
+        match (restart, check) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Start `p`'s lifecycle for a new boot at counter `now`: the
+    /// watchdog enabled with `watchdog_s` as its offset (boot grace: WS1
+    /// comes two offsets later unless the guest's driver takes over), no
+    /// shutdown pending.
+    pub fn lifecycle_boot(&self, p: &Partition, now: u64, freq: u64) {
+        let mut inner = p.life.inner.lock(LockPath::Management);
+        inner.shutdown_due = None;
+        inner.wdog = SbsaWatchdog::new();
+        inner.wdog_line = false;
+        if p.life.watchdog_s != 0 {
+            inner
+                .wdog
+                .arm(now, u64::from(p.life.watchdog_s).saturating_mul(freq));
+        }
+    }
+
+    /// Press `p`'s power button: shutting down, stopped by force after its
+    /// `shutdown_timeout_s` (checked on its vCPU 0's CPU).
+    pub fn press_power_button(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
+        let now = hw.now();
+        let timeout = u64::from(p.plan.lifecycle.shutdown_timeout_s);
+        p.life.inner.lock(LockPath::Management).shutdown_due =
+            Some(now.saturating_add(timeout.saturating_mul(hw.counter_frequency())));
+        p.set_state(State::ShuttingDown, now);
+        hw.log(format_args!(
+            "partition {}: power button pressed (hard stop in {timeout} s)",
+            p.name
+        ));
+        // Its vCPU 0's CPU arms its checks when kicked.
+        self.kick(hw, me, p.vcpus[0].pcpu);
+    }
+}
+
+fn needs_checks(p: &Partition) -> bool {
+    p.life.watchdog_s != 0 || p.state() == State::ShuttingDown
+}
+
+/// A guest access to its watchdog's `frame` at `offset` (any vCPU).
+#[allow(clippy::too_many_arguments)]
+pub fn wdog_access(
+    p: &Partition,
+    hw: &mut impl Hw,
+    frame: Frame,
+    offset: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> (u64, Option<bool>) {
+    let now = hw.now();
+    let mut inner = p.life.inner.lock(LockPath::Management);
+    let result = if write {
+        inner.wdog.write(frame, offset, width, value, now);
+        0
+    } else {
+        inner.wdog.read(frame, offset, width)
+    };
+    let level = inner.wdog.irq_level();
+    let changed = (level != inner.wdog_line).then(|| {
+        inner.wdog_line = level;
+        level
+    });
+    (result, changed)
+}
+
+/// What a check found on this CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    Nothing,
+    /// The WS0 line changed to this level.
+    Ws0Line(bool),
+    Crash(String),
+    ShutdownTimeout,
+}
+
+/// The EL2 timer fired on this CPU (in a guest or idle): the checks of the
+/// module comment, then the timer armed again. Returns the WS0 line
+/// change, if any, for the caller to give the distributor.
+pub fn on_timer(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<(usize, bool)> {
+    let now = hw.now();
+    let freq = hw.counter_frequency();
+    let mut line = None;
+    if let Some(id) = cpu.assigned {
+        if let Some(p) = sys.partitions.get(id.partition) {
+            if p.state().is_up() {
+                let finding = check(sys, cpu, hw, p, id.vcpu, now, freq);
+                match finding {
+                    Finding::Nothing => {}
+                    Finding::Ws0Line(level) => line = Some((id.partition, level)),
+                    Finding::Crash(reason) => sys.crash_partition(p, hw, cpu.index, &reason),
+                    Finding::ShutdownTimeout => {
+                        hw.log(format_args!(
+                            "partition {}: shutdown timeout: stopped by force",
+                            p.name
+                        ));
+                        sys.stop_partition(p, hw, cpu.index);
+                        sys.cpus[cpu.index].post_request(REQ_STOP);
+                    }
+                }
+            }
+        }
+    }
+    hw.set_wakeup(sys.wakeup_on(cpu, now, freq));
+    line
+}
+
+/// The checks for vCPU `v` of `p`, on its own CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn check(
+    _sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    now: u64,
+    freq: u64,
+) -> Finding {
+    let limit = u64::from(p.life.watchdog_s).saturating_mul(freq);
+    if p.life.watchdog_s != 0 && cpu.loaded.as_ref().is_some_and(|l| l.id.vcpu == v) {
+        let bits = cpu.lrs.private_bits(&Lrs(hw));
+        let stuck = bits.pending & !bits.active & TIMER_PPIS != 0;
+        if cpu.hang.observe(stuck, now, limit) {
+            cpu.hang.reset();
+            return Finding::Crash(alloc::format!(
+                "vCPU {v} hung (timer interrupt pending for {} s)",
+                p.life.watchdog_s
+            ));
+        }
+    } else {
+        cpu.hang.reset();
+    }
+    if v != 0 {
+        return Finding::Nothing;
+    }
+    let mut inner = p.life.inner.lock(LockPath::Management);
+    if inner.shutdown_due.is_some_and(|due| now >= due) {
+        inner.shutdown_due = None;
+        return Finding::ShutdownTimeout;
+    }
+    match inner.wdog.poll(now) {
+        Signal::Ws1 => Finding::Crash(String::from("watchdog")),
+        Signal::Ws0 | Signal::None => {
+            let level = inner.wdog.irq_level();
+            if level != inner.wdog_line {
+                inner.wdog_line = level;
+                Finding::Ws0Line(level)
+            } else {
+                Finding::Nothing
+            }
+        }
+    }
+}
+
+/// The emulated SPI of the watchdog, for the distributor's list.
+pub const WDOG_INTID: u32 = GUEST_WDOG_INTID;
