@@ -83,6 +83,24 @@ pub struct Partition {
     pub uptime_ms: u64,
     pub boot_count: u32,
     pub management: bool,
+    /// RFC 3339 UTC time of the last state change; null without a clock.
+    #[serde(default)]
+    pub state_since: Option<String>,
+    /// Restarts its restart policy made since the hypervisor started.
+    #[serde(default)]
+    pub restarts: u32,
+    /// Its last crash, if it crashed since the hypervisor started.
+    #[serde(default)]
+    pub last_crash: Option<LastCrash>,
+}
+
+/// Why and when a partition last crashed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastCrash {
+    /// RFC 3339 UTC; null without a clock.
+    pub time: Option<String>,
+    /// `watchdog`, `vCPU N hung (...)`, `fatal fault: ...`.
+    pub reason: String,
 }
 
 /// `GET /api/v1/partitions/{name}`: the summary plus faults and vCPUs.
@@ -208,6 +226,12 @@ impl From<&PartitionSummary> for Partition {
             uptime_ms: p.uptime_ns / NS_PER_MS,
             boot_count: p.boot_count,
             management: p.management,
+            state_since: p.state_since_ms.map(crate::time::rfc3339),
+            restarts: p.restarts,
+            last_crash: p.last_crash.as_ref().map(|c| LastCrash {
+                time: c.unix_ms.map(crate::time::rfc3339),
+                reason: c.reason.clone(),
+            }),
         }
     }
 }

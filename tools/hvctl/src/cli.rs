@@ -14,12 +14,15 @@ commands:
   start NAME                start a stopped partition
   stop NAME                 stop a running partition
   restart NAME              restart a running partition
+  shutdown NAME             press its power button (graceful; stopped by
+                            force after its shutdown_timeout_s)
   console NAME [--follow]   print the console (--follow: keep printing)
   console NAME --input TEXT send TEXT to the console's input (- : stdin)
 
 options:
   --url URL      API base URL (default http://127.0.0.1:8080)
-  --token TOKEN  bearer token for start/stop/restart/console --input
+  --token TOKEN  bearer token for start/stop/restart/shutdown/
+                 console --input
                  (default: $PINFOLD_TOKEN)
   --json         print the API's JSON instead of tables";
 
@@ -29,6 +32,7 @@ pub enum Op {
     Start,
     Stop,
     Restart,
+    Shutdown,
 }
 
 impl Op {
@@ -37,6 +41,7 @@ impl Op {
             Op::Start => "start",
             Op::Stop => "stop",
             Op::Restart => "restart",
+            Op::Shutdown => "shutdown",
         }
     }
 }
@@ -150,6 +155,10 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
         Some("restart") => Command::Change {
             op: Op::Restart,
             name: name(&words, "restart")?,
+        },
+        Some("shutdown") => Command::Change {
+            op: Op::Shutdown,
+            name: name(&words, "shutdown")?,
         },
         Some("console") => match input.take() {
             Some(_) if follow => {
@@ -312,6 +321,21 @@ mod tests {
             parse(&args("show"), None),
             Err(UsageError("show needs a partition NAME".into()))
         );
+    }
+
+    #[test]
+    fn shutdown_names_one_partition() {
+        assert_eq!(
+            parse(&args("shutdown alpha"), None),
+            Ok(Cli {
+                command: Command::Change {
+                    op: Op::Shutdown,
+                    name: "alpha".into(),
+                },
+                ..parse(&args("list"), None).unwrap()
+            })
+        );
+        assert!(parse(&args("shutdown"), None).is_err());
     }
 
     #[test]
