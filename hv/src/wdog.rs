@@ -1,5 +1,6 @@
 //! The emulated SBSA Generic Watchdog every partition with a `watchdog_s`
-//! sees (Arm DEN0029, "Generic Watchdog", architecture revision 0): a
+//! sees (Arm DEN0029, "Generic Watchdog", architecture revision 1, whose
+//! WOR is 48 bits: at a 1 GHz counter a 32-bit one would hold 4 s): a
 //! control frame (WCS, WOR, WCV, W_IIDR) and a refresh frame (WRR,
 //! W_IIDR) at the virtual board's `GUEST_WDOG_*` addresses, WS0 on SPI
 //! `GUEST_WDOG_INTID`.
@@ -28,6 +29,8 @@
 /// Control frame register offsets.
 pub const WCS: u64 = 0x000;
 pub const WOR: u64 = 0x008;
+/// WOR bits [47:32] (revision 1).
+pub const WOR_HI: u64 = 0x00c;
 pub const WCV_LO: u64 = 0x010;
 pub const WCV_HI: u64 = 0x014;
 /// Refresh frame: the refresh register.
@@ -40,9 +43,13 @@ pub const WCS_EN: u32 = 1 << 0;
 pub const WCS_WS0: u32 = 1 << 1;
 pub const WCS_WS1: u32 = 1 << 2;
 
-/// W_IIDR: architecture revision 0 ([19:16]), so WOR is 32 bits; no
+/// W_IIDR: architecture revision 1 ([19:16]), so WOR is 48 bits (Linux's
+/// sbsa_gwdt then writes it as two 32-bit halves, low first); no
 /// implementer, product or revision claimed.
-pub const IIDR: u32 = 0;
+pub const IIDR: u32 = 1 << 16;
+
+/// WOR's width in revision 1.
+const WOR_MASK: u64 = (1 << 48) - 1;
 
 /// Which frame an access is to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +74,8 @@ pub struct SbsaWatchdog {
     enabled: bool,
     ws0: bool,
     ws1: bool,
-    /// Watchdog offset (counter ticks), 32 bits in revision 0.
-    wor: u32,
+    /// Watchdog offset (counter ticks), 48 bits.
+    wor: u64,
     /// Compare value (counter ticks).
     wcv: u64,
 }
@@ -86,10 +93,10 @@ impl SbsaWatchdog {
     }
 
     /// The hypervisor enables it before entry with offset `wor` ticks
-    /// (saturated to 32 bits).
+    /// (saturated to 48 bits).
     pub fn arm(&mut self, now: u64, wor: u64) {
         *self = Self::new();
-        self.wor = wor.min(u64::from(u32::MAX)) as u32;
+        self.wor = wor.min(WOR_MASK);
         self.enabled = true;
         self.refresh(now);
     }
@@ -118,7 +125,7 @@ impl SbsaWatchdog {
     fn refresh(&mut self, now: u64) {
         self.ws0 = false;
         self.ws1 = false;
-        self.wcv = now.saturating_add(u64::from(self.wor));
+        self.wcv = now.saturating_add(self.wor);
     }
 
     /// A guest read of `offset` in `frame` (32-bit registers; WCV also as
@@ -127,7 +134,9 @@ impl SbsaWatchdog {
         match (frame, offset) {
             (_, W_IIDR) => u64::from(IIDR),
             (Frame::Control, WCS) => u64::from(self.wcs()),
-            (Frame::Control, WOR) => u64::from(self.wor),
+            (Frame::Control, WOR) if width == 8 => self.wor,
+            (Frame::Control, WOR) => self.wor & 0xffff_ffff,
+            (Frame::Control, WOR_HI) => self.wor >> 32,
             (Frame::Control, WCV_LO) if width == 8 => self.wcv,
             (Frame::Control, WCV_LO) => self.wcv & 0xffff_ffff,
             (Frame::Control, WCV_HI) => self.wcv >> 32,
@@ -144,8 +153,16 @@ impl SbsaWatchdog {
                 self.enabled = value as u32 & WCS_EN != 0;
                 self.refresh(now);
             }
+            (Frame::Control, WOR) if width == 8 => {
+                self.wor = value & WOR_MASK;
+                self.refresh(now);
+            }
             (Frame::Control, WOR) => {
-                self.wor = value as u32;
+                self.wor = self.wor & !0xffff_ffff | value & 0xffff_ffff;
+                self.refresh(now);
+            }
+            (Frame::Control, WOR_HI) => {
+                self.wor = (self.wor & 0xffff_ffff | (value & 0xffff) << 32) & WOR_MASK;
                 self.refresh(now);
             }
             (Frame::Control, WCV_LO) if width == 8 => self.wcv = value,
@@ -169,7 +186,7 @@ impl SbsaWatchdog {
         let mut signal = Signal::None;
         if !self.ws0 && now >= self.wcv {
             self.ws0 = true;
-            self.wcv = self.wcv.saturating_add(u64::from(self.wor));
+            self.wcv = self.wcv.saturating_add(self.wor);
             signal = Signal::Ws0;
         }
         if self.ws0 && now >= self.wcv {
@@ -196,13 +213,14 @@ mod tests {
     }
 
     #[test]
-    fn reset_state_reads_disabled_with_zero_registers_and_revision_0() {
+    fn reset_state_reads_disabled_with_zero_registers_and_revision_1() {
         let w = SbsaWatchdog::new();
 
         assert_eq!(w.read(Frame::Control, WCS, 4), 0);
         assert_eq!(w.read(Frame::Control, WOR, 4), 0);
         assert_eq!(w.read(Frame::Control, WCV_LO, 8), 0);
-        assert_eq!(w.read(Frame::Refresh, W_IIDR, 4) >> 16 & 0xf, 0);
+        assert_eq!(w.read(Frame::Refresh, W_IIDR, 4) >> 16 & 0xf, 1);
+        assert_eq!(w.read(Frame::Control, W_IIDR, 4) >> 16 & 0xf, 1);
         assert_eq!(w.read(Frame::Refresh, WRR, 4), 0);
     }
 
@@ -292,6 +310,24 @@ mod tests {
         w.write(Frame::Control, WOR, 4, 4 * HZ, 101 * HZ);
 
         assert_eq!(w.deadline(), Some(105 * HZ));
+    }
+
+    #[test]
+    fn wor_is_48_bits_written_low_half_first_as_linux_does() {
+        let mut w = SbsaWatchdog::new();
+        let wor: u64 = 30 * 1_000_000_000; // 30 s at 1 GHz: beyond 32 bits
+
+        w.write(Frame::Control, WOR, 4, wor & 0xffff_ffff, 0);
+        w.write(Frame::Control, WOR_HI, 4, wor >> 32, 0);
+
+        assert_eq!(w.read(Frame::Control, WOR, 8), wor);
+        assert_eq!(w.read(Frame::Control, WOR_HI, 4), wor >> 32);
+        w.write(Frame::Control, WOR_HI, 4, 0xffff_ffff, 0);
+        assert_eq!(
+            w.read(Frame::Control, WOR_HI, 4),
+            0xffff,
+            "bits above 47 are RES0"
+        );
     }
 
     #[test]

@@ -192,9 +192,25 @@ pub enum Problem {
     /// An SPI INTID outside 32..=1019.
     #[error("INTID {spi} is not an SPI (SPIs are 32..=1019)")]
     SpiOutOfRange { spi: u32 },
-    /// The emulated PL011's INTID.
-    #[error("SPI {spi} is the emulated PL011's interrupt in every partition")]
+    /// The INTID of an emulated device (PL011, SBSA watchdog).
+    #[error(
+        "SPI {spi} is an emulated device's interrupt in every partition (PL011 {}, SBSA watchdog {})",
+        pinfold_vboard::GUEST_UART_INTID,
+        pinfold_vboard::GUEST_WDOG_INTID
+    )]
     SpiReserved { spi: u32 },
+    /// `restart` or `restart_limit` on the management partition.
+    #[error("the management partition always restarts (with back-off); remove this field")]
+    ManagementRestart,
+    /// `restart_limit` without a policy that restarts.
+    #[error("has no effect with restart = \"never\"; set restart = \"on-crash\" or \"always\"")]
+    RestartLimitWithoutRestart,
+    /// `watchdog_s` out of range.
+    #[error("{value} is out of range: 0 (off) or 1..={max} seconds")]
+    WatchdogRange { value: u32, max: u32 },
+    /// `shutdown_timeout_s` out of range.
+    #[error("{value} is out of range: 1..={max} seconds")]
+    ShutdownTimeoutRange { value: u32, max: u32 },
     /// An SPI listed twice by one partition.
     #[error("SPI {spi} is listed twice")]
     SpiRepeated { spi: u32 },

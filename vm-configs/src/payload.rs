@@ -238,7 +238,7 @@ impl Config {
                 token_sha256: partition.token_digest(),
                 autostart: partition.autostart,
                 pmu: partition.pmu,
-                lifecycle: Default::default(),
+                lifecycle: partition.lifecycle(),
             })
             .collect();
         Plan {

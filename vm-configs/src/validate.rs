@@ -7,10 +7,10 @@ use std::collections::HashMap;
 
 use crate::error::{ConfigError, Problem};
 use crate::plan::NAME_MAX;
-use crate::schema::{Config, PartitionConfig, Size};
+use crate::schema::{Config, PartitionConfig, RestartSetting, Size};
 use pinfold_vboard::{
     GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
-    GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE,
+    GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_SIZE,
 };
 
 /// Guest RAM and board RAM come in whole stage-2 level-2 blocks (2 MiB with
@@ -83,6 +83,7 @@ impl Config {
             check_memory(partition)?;
             check_bootargs(partition)?;
             check_roles(partition, &mut owners)?;
+            check_lifecycle(partition)?;
             check_devices(partition, &mut owners)?;
         }
         Ok(())
@@ -261,6 +262,44 @@ fn check_bootargs(partition: &PartitionConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Longest `watchdog_s` and `shutdown_timeout_s` accepted (an hour).
+pub const LIFECYCLE_MAX_S: u32 = 3600;
+
+fn check_lifecycle(partition: &PartitionConfig) -> Result<(), ConfigError> {
+    let fail = |field: &str, problem| Err(partition_error(partition, field, problem));
+    if partition.management {
+        if partition.restart.is_some() {
+            return fail("restart", Problem::ManagementRestart);
+        }
+        if partition.restart_limit.is_some() {
+            return fail("restart_limit", Problem::ManagementRestart);
+        }
+    }
+    let never = matches!(partition.restart, None | Some(RestartSetting::Never));
+    if never && partition.restart_limit.is_some_and(|l| l != 0) {
+        return fail("restart_limit", Problem::RestartLimitWithoutRestart);
+    }
+    if partition.watchdog_s > LIFECYCLE_MAX_S {
+        return fail(
+            "watchdog_s",
+            Problem::WatchdogRange {
+                value: partition.watchdog_s,
+                max: LIFECYCLE_MAX_S,
+            },
+        );
+    }
+    if !(1..=LIFECYCLE_MAX_S).contains(&partition.shutdown_timeout_s) {
+        return fail(
+            "shutdown_timeout_s",
+            Problem::ShutdownTimeoutRange {
+                value: partition.shutdown_timeout_s,
+                max: LIFECYCLE_MAX_S,
+            },
+        );
+    }
+    Ok(())
+}
+
 fn check_roles<'c>(
     partition: &'c PartitionConfig,
     owners: &mut Owners<'c>,
@@ -426,7 +465,7 @@ fn check_devices<'c>(
             if !(SPI_FIRST..=SPI_LAST).contains(&spi) {
                 return fail(Problem::SpiOutOfRange { spi });
             }
-            if spi == GUEST_UART_INTID {
+            if pinfold_vboard::GUEST_EMULATED_SPIS.contains(&spi) {
                 return fail(Problem::SpiReserved { spi });
             }
             if let Some(other) = owners.spis.insert(spi, &partition.name) {
@@ -455,6 +494,16 @@ fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
             GUEST_GICR_REGION_SIZE,
         ),
         ("PL011", GUEST_UART_BASE, GUEST_UART_SIZE),
+        (
+            "SBSA watchdog control frame",
+            pinfold_vboard::GUEST_WDOG_CONTROL_BASE,
+            pinfold_vboard::GUEST_WDOG_FRAME_SIZE,
+        ),
+        (
+            "SBSA watchdog refresh frame",
+            pinfold_vboard::GUEST_WDOG_REFRESH_BASE,
+            pinfold_vboard::GUEST_WDOG_FRAME_SIZE,
+        ),
     ];
     regions
         .into_iter()
@@ -471,6 +520,20 @@ fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
 }
 
 impl PartitionConfig {
+    /// The lifecycle the plan blob carries (fields validated).
+    pub fn lifecycle(&self) -> crate::plan::LifecyclePlan {
+        crate::plan::LifecyclePlan {
+            restart: match self.restart {
+                None | Some(RestartSetting::Never) => crate::plan::RestartMode::Never,
+                Some(RestartSetting::OnCrash) => crate::plan::RestartMode::OnCrash,
+                Some(RestartSetting::Always) => crate::plan::RestartMode::Always,
+            },
+            restart_limit: self.restart_limit.unwrap_or(0),
+            watchdog_s: self.watchdog_s,
+            shutdown_timeout_s: self.shutdown_timeout_s,
+        }
+    }
+
     /// The SHA-256 of the management token the plan blob carries: of
     /// `token`, or `token_sha256` as given (both were validated).
     pub fn token_digest(&self) -> Option<[u8; 32]> {
