@@ -533,6 +533,7 @@ fn mmio(
         EmulatedDevice::Wdog { frame, offset } => {
             wdog_access(sys, cpu, hw, p, frame, offset, a.width, a.write, value)
         }
+        EmulatedDevice::Gpio { offset } => gpio_access(sys, cpu, hw, p, offset, a.write, value),
     };
     if !a.write {
         if let Some(r) = a.target_reg() {
@@ -678,12 +679,42 @@ fn wdog_access(
 ) -> u64 {
     let (result, line) = crate::lifecycle::wdog_access(p, hw, frame, offset, width, write, value);
     if let Some(level) = line {
-        let mut dist = p.dist.lock(LockPath::Management);
-        dist.set_emulated_level(crate::lifecycle::WDOG_INTID, level, &mut |act| {
-            dist_action(sys, cpu, hw, p, act)
-        });
+        emulated_line(sys, cpu, hw, p, crate::lifecycle::WDOG_INTID, level);
     }
     result
+}
+
+/// A guest access to its PL061 GPIO (`lifecycle`, the power button).
+#[cold]
+#[inline(never)]
+fn gpio_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    offset: u64,
+    write: bool,
+    value: u64,
+) -> u64 {
+    let (result, line) = crate::lifecycle::gpio_access(p, offset, write, value);
+    if let Some(level) = line {
+        emulated_line(sys, cpu, hw, p, pinfold_vboard::GUEST_GPIO_INTID, level);
+    }
+    result
+}
+
+/// Give `p`'s distributor the level of one of its emulated devices'
+/// interrupt lines (watchdog WS0, GPIO), from whichever CPU changed it.
+pub(crate) fn emulated_line(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    intid: u32,
+    level: bool,
+) {
+    let mut dist = p.dist.lock(LockPath::Management);
+    dist.set_emulated_level(intid, level, &mut |act| dist_action(sys, cpu, hw, p, act));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1318,14 +1349,7 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
             // silenced, checked, armed again if still needed.
             hw.set_wakeup(None);
             hw.deactivate(intid);
-            if let Some((partition, level)) = crate::lifecycle::on_timer(sys, cpu, hw) {
-                if let Some(p) = sys.partitions.get(partition) {
-                    let mut dist = p.dist.lock(LockPath::Management);
-                    dist.set_emulated_level(crate::lifecycle::WDOG_INTID, level, &mut |act| {
-                        dist_action(sys, cpu, hw, p, act)
-                    });
-                }
-            }
+            crate::lifecycle::on_timer(sys, cpu, hw);
         }
         _ => match sys.spi_owner(intid) {
             Some(p) => passthrough_spi(sys, cpu, hw, p, intid),

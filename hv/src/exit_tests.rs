@@ -532,7 +532,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
     regs.x[1] = u32::MAX as u64;
 
     // GICD_ISENABLER1..7: 224 SPIs, all foreign but the emulated UART's
-    // and watchdog's.
+    // watchdog's and GPIO's.
     for n in 1..8 {
         run(
             sys,
@@ -543,7 +543,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         );
     }
 
-    assert_eq!(p.faults.load(Ordering::Relaxed), 222);
+    assert_eq!(p.faults.load(Ordering::Relaxed), 221);
     let printed = hw.log.iter().filter(|l| l.contains("does not own")).count();
     assert_eq!(printed, BURST as usize);
     hw.now += 10 * 1000;
@@ -559,7 +559,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         .log
         .last()
         .unwrap()
-        .contains("217 more of this kind suppressed"));
+        .contains("216 more of this kind suppressed"));
 }
 
 #[test]
@@ -1671,12 +1671,12 @@ fn a_guest_that_stops_feeding_its_watchdog_crashes_within_the_period_and_on_cras
 }
 
 #[test]
-fn before_the_driver_takes_over_the_first_period_is_twice_watchdog_s() {
+fn before_the_driver_takes_over_the_first_period_is_the_boot_grace() {
     let (sys, mut hw, mut cpu) = watched_beta(3, RestartMode::Never);
 
-    let at = ticks(sys, &mut cpu, &mut hw, 1, 20);
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 100);
 
-    assert_eq!(at, Some(12), "WS1 at 2 x 3 s");
+    assert_eq!(at, Some(60), "WS1 at 30 s (BOOT_GRACE_S), not 2 x 3 s");
     assert_eq!(sys.partitions[1].state(), State::Crashed);
     assert_eq!(idle_deadline(sys, &cpu), None, "never: not restarted");
 }
@@ -1766,7 +1766,7 @@ fn the_power_button_then_the_timeout_stops_it_by_force() {
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
     let p = &sys.partitions[1];
 
-    sys.press_power_button(p, &mut hw, 0);
+    sys.press_power_button(p, &mut hw, &mut CpuState::new(sys, 0));
     assert_eq!(p.state(), State::ShuttingDown);
     assert!(hw.sgis.iter().any(|&(m, i)| m == 0x103 && i == SGI_MAILBOX));
     hw.wakeup = sys.wakeup_on(&cpu, hw.now, 1000);
@@ -1786,7 +1786,7 @@ fn a_power_off_after_the_power_button_is_stopped_even_with_always() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
     let p = &sys.partitions[1];
-    sys.press_power_button(p, &mut hw, 0);
+    sys.press_power_button(p, &mut hw, &mut CpuState::new(sys, 0));
 
     let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
 
@@ -1847,4 +1847,101 @@ fn every_state_change_keeps_its_time() {
     assert_eq!((p.state(), p.life.since()), (State::Starting, 7000));
     p.set_state(State::Starting, 8000);
     assert_eq!(p.life.since(), 7000, "no change, no new time");
+}
+
+/// The guest DTB `p` was last loaded with, from the fake's memory.
+fn loaded_dtb(hw: &FakeHw, p: &Partition) -> Vec<u8> {
+    let pa = p.host_addr(p.dtb_ipa.load(Ordering::Relaxed), 64).unwrap();
+    let mut header = [0u8; 8];
+    HostMemory::read(hw, pa, &mut header);
+    let len = u32::from_be_bytes(header[4..8].try_into().unwrap()) as usize;
+    let mut dtb = vec![0u8; len];
+    HostMemory::read(hw, pa, &mut dtb);
+    dtb
+}
+
+fn dt_cells(value: &[u8]) -> Vec<u32> {
+    value
+        .chunks(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn a_watched_partitions_dtb_has_the_sbsa_watchdog_and_every_one_a_power_button() {
+    let (sys, hw, _cpu) = watched_beta(5, RestartMode::Never);
+    let dtb = loaded_dtb(&hw, &sys.partitions[1]);
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+
+    let wd = fdt.find_node("/watchdog@90b0000").expect("watchdog node");
+    assert_eq!(wd.compatible().unwrap().first(), "arm,sbsa-gwdt");
+    assert_eq!(
+        dt_cells(wd.property("reg").unwrap().value),
+        [0, 0x090b_0000, 0, 0x1000, 0, 0x090c_0000, 0, 0x1000],
+        "control frame, then refresh frame"
+    );
+    assert_eq!(
+        dt_cells(wd.property("interrupts").unwrap().value),
+        [0, 60, 4]
+    );
+    assert_eq!(dt_cells(wd.property("timeout-sec").unwrap().value), [5]);
+    let gpio = fdt.find_node("/pl061@90d0000").expect("PL061 node");
+    assert!(gpio.compatible().unwrap().all().any(|c| c == "arm,pl061"));
+    assert!(gpio.property("gpio-controller").is_some());
+    let key = fdt.find_node("/gpio-keys/poweroff").expect("power key");
+    assert_eq!(dt_cells(key.property("linux,code").unwrap().value), [116]);
+    assert_eq!(
+        dt_cells(key.property("gpios").unwrap().value),
+        [crate::partition::GUEST_GPIO_PHANDLE, 3, 0]
+    );
+    // Without watchdog_s: no watchdog node, still the button.
+    let mut hw2 = FakeHw::new();
+    let plain = system();
+    let alpha = &plain.partitions[0];
+    plain.start_partition(alpha, &mut hw2, 1).unwrap();
+    let dtb = loaded_dtb(&hw2, alpha);
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+    assert!(fdt.find_node("/watchdog@90b0000").is_none());
+    assert!(fdt.find_node("/gpio-keys/poweroff").is_some());
+}
+
+#[test]
+fn the_power_button_is_line_3_of_the_pl061_pressed_then_released_at_the_next_check() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partitions[1];
+    let data = pinfold_vboard::GUEST_GPIO_BASE + (1 << 3 << 2);
+    // gpio-keys: both edges, enabled.
+    wdog_write(
+        sys,
+        &mut cpu,
+        &mut hw,
+        pinfold_vboard::GUEST_GPIO_BASE + 0x408,
+        1 << 3,
+    );
+    wdog_write(
+        sys,
+        &mut cpu,
+        &mut hw,
+        pinfold_vboard::GUEST_GPIO_BASE + 0x410,
+        1 << 3,
+    );
+    assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 0);
+
+    sys.press_power_button(p, &mut hw, &mut CpuState::new(sys, 0));
+
+    assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 1 << 3, "key down");
+    assert_eq!(
+        wdog_read(
+            sys,
+            &mut cpu,
+            &mut hw,
+            pinfold_vboard::GUEST_GPIO_BASE + 0x418
+        ),
+        1 << 3,
+        "its interrupt raised"
+    );
+    ticks(sys, &mut cpu, &mut hw, 1, 1);
+    assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 0, "released");
 }

@@ -18,6 +18,7 @@ pub mod console;
 pub mod dtb;
 pub mod efi;
 pub mod exit;
+pub mod gpio;
 pub mod hypercall;
 pub mod irqchip;
 pub mod layout;

@@ -28,6 +28,7 @@
 //! the list registers are read only from the EL2 timer's interrupt.
 
 use crate::exit::{Hw, Lrs};
+use crate::gpio::{Pl061, POWER_LINE};
 use crate::lockstat::{CountedLock, LockPath, LockStat};
 use crate::partition::Partition;
 use crate::percpu::{CpuState, REQ_STOP};
@@ -38,10 +39,15 @@ use alloc::string::String;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use pinfold_abi::PartitionState;
 use pinfold_config::PartitionPlan;
-use pinfold_vboard::{GUEST_WDOG_INTID, PPI_PTIMER, PPI_VTIMER};
+use pinfold_vboard::{GUEST_GPIO_INTID, GUEST_WDOG_INTID, PPI_PTIMER, PPI_VTIMER};
 
 /// The checks run every 1/CHECK_PERIOD_DIV s on a CPU that needs them.
 pub const CHECK_PERIOD_DIV: u64 = 2;
+/// Until the guest's driver writes its own offset, the watchdog's first
+/// WS1 comes at least this long after entry (twice the offset the
+/// hypervisor arms it with): a kernel booting on a loaded host is not a
+/// crash.
+pub const BOOT_GRACE_S: u64 = 30;
 
 /// Lifecycle state of a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +110,23 @@ pub struct LifeInner {
     pub shutdown_due: Option<u64>,
     /// The WS0 level last given to the distributor.
     pub wdog_line: bool,
+    /// The PL061 whose line 3 is the power button.
+    pub gpio: Pl061,
+    /// Its interrupt level last given to the distributor.
+    pub gpio_line: bool,
+    /// The button is held down (released at the next check).
+    pub button_down: bool,
+}
+
+impl LifeInner {
+    /// The GPIO's interrupt level if it changed since last given.
+    fn gpio_change(&mut self) -> Option<bool> {
+        let level = self.gpio.irq_level();
+        (level != self.gpio_line).then(|| {
+            self.gpio_line = level;
+            level
+        })
+    }
 }
 
 /// One partition's lifecycle state (the one field of `Partition`).
@@ -133,6 +156,9 @@ impl Lifecycle {
                     wdog: SbsaWatchdog::new(),
                     shutdown_due: None,
                     wdog_line: false,
+                    gpio: Pl061::new(),
+                    gpio_line: false,
+                    button_down: false,
                 },
                 stat,
             ),
@@ -305,28 +331,42 @@ impl System {
     }
 
     /// Start `p`'s lifecycle for a new boot at counter `now`: the
-    /// watchdog enabled with `watchdog_s` as its offset (boot grace: WS1
-    /// comes two offsets later unless the guest's driver takes over), no
-    /// shutdown pending.
+    /// watchdog enabled with an offset of `watchdog_s`, at least half of
+    /// [`BOOT_GRACE_S`] (WS1 comes two offsets later unless the guest's
+    /// driver takes over), no shutdown pending.
     pub fn lifecycle_boot(&self, p: &Partition, now: u64, freq: u64) {
         let mut inner = p.life.inner.lock(LockPath::Management);
         inner.shutdown_due = None;
         inner.wdog = SbsaWatchdog::new();
         inner.wdog_line = false;
+        inner.gpio = Pl061::new();
+        inner.gpio_line = false;
+        inner.button_down = false;
         if p.life.watchdog_s != 0 {
-            inner
-                .wdog
-                .arm(now, u64::from(p.life.watchdog_s).saturating_mul(freq));
+            let first_s = u64::from(p.life.watchdog_s).max(BOOT_GRACE_S / 2);
+            inner.wdog.arm(now, first_s.saturating_mul(freq));
         }
     }
 
-    /// Press `p`'s power button: shutting down, stopped by force after its
-    /// `shutdown_timeout_s` (checked on its vCPU 0's CPU).
-    pub fn press_power_button(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
+    /// Press `p`'s power button (its PL061's line 3 goes high, and back
+    /// low at the next check): shutting down, stopped by force after its
+    /// `shutdown_timeout_s` (checked on its vCPU 0's CPU). `cpu` is the
+    /// calling CPU (the GPIO's interrupt is delivered from it).
+    pub fn press_power_button(&self, p: &Partition, hw: &mut impl Hw, cpu: &mut CpuState) {
+        let me = cpu.index;
         let now = hw.now();
         let timeout = u64::from(p.plan.lifecycle.shutdown_timeout_s);
-        p.life.inner.lock(LockPath::Management).shutdown_due =
-            Some(now.saturating_add(timeout.saturating_mul(hw.counter_frequency())));
+        let line = {
+            let mut inner = p.life.inner.lock(LockPath::Management);
+            inner.shutdown_due =
+                Some(now.saturating_add(timeout.saturating_mul(hw.counter_frequency())));
+            inner.gpio.set_input(POWER_LINE, true);
+            inner.button_down = true;
+            inner.gpio_change()
+        };
+        if let Some(level) = line {
+            crate::exit::emulated_line(self, cpu, hw, p, GUEST_GPIO_INTID, level);
+        }
         p.set_state(State::ShuttingDown, now);
         hw.log(format_args!(
             "partition {}: power button pressed (hard stop in {timeout} s)",
@@ -368,30 +408,43 @@ pub fn wdog_access(
     (result, changed)
 }
 
+/// A guest access to its PL061 (any vCPU); the interrupt level if it
+/// changed.
+pub fn gpio_access(p: &Partition, offset: u64, write: bool, value: u64) -> (u64, Option<bool>) {
+    let mut inner = p.life.inner.lock(LockPath::Management);
+    let result = if write {
+        inner.gpio.write(offset, value as u32);
+        0
+    } else {
+        u64::from(inner.gpio.read(offset))
+    };
+    (result, inner.gpio_change())
+}
+
 /// What a check found on this CPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
     Nothing,
-    /// The WS0 line changed to this level.
-    Ws0Line(bool),
+    /// An emulated device's interrupt line changed: (INTID, level).
+    Line(u32, bool),
     Crash(String),
     ShutdownTimeout,
 }
 
 /// The EL2 timer fired on this CPU (in a guest or idle): the checks of the
-/// module comment, then the timer armed again. Returns the WS0 line
-/// change, if any, for the caller to give the distributor.
-pub fn on_timer(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<(usize, bool)> {
+/// module comment, then the timer armed again.
+pub fn on_timer(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     let now = hw.now();
     let freq = hw.counter_frequency();
-    let mut line = None;
     if let Some(id) = cpu.assigned {
         if let Some(p) = sys.partitions.get(id.partition) {
             if p.state().is_up() {
                 let finding = check(sys, cpu, hw, p, id.vcpu, now, freq);
                 match finding {
                     Finding::Nothing => {}
-                    Finding::Ws0Line(level) => line = Some((id.partition, level)),
+                    Finding::Line(intid, level) => {
+                        crate::exit::emulated_line(sys, cpu, hw, p, intid, level)
+                    }
                     Finding::Crash(reason) => sys.crash_partition(p, hw, cpu.index, &reason),
                     Finding::ShutdownTimeout => {
                         hw.log(format_args!(
@@ -406,7 +459,6 @@ pub fn on_timer(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<(u
         }
     }
     hw.set_wakeup(sys.wakeup_on(cpu, now, freq));
-    line
 }
 
 /// The checks for vCPU `v` of `p`, on its own CPU.
@@ -442,13 +494,20 @@ pub fn check(
         inner.shutdown_due = None;
         return Finding::ShutdownTimeout;
     }
+    if inner.button_down {
+        inner.button_down = false;
+        inner.gpio.set_input(POWER_LINE, false);
+        if let Some(level) = inner.gpio_change() {
+            return Finding::Line(GUEST_GPIO_INTID, level);
+        }
+    }
     match inner.wdog.poll(now) {
         Signal::Ws1 => Finding::Crash(String::from("watchdog")),
         Signal::Ws0 | Signal::None => {
             let level = inner.wdog.irq_level();
             if level != inner.wdog_line {
                 inner.wdog_line = level;
-                Finding::Ws0Line(level)
+                Finding::Line(GUEST_WDOG_INTID, level)
             } else {
                 Finding::Nothing
             }

@@ -242,13 +242,15 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
     }
 
     fn shutdown(&mut self, index: u32) -> Result<(), AbiError> {
-        let p = self.find(index)?;
+        let sys = self.sys;
+        let p = sys
+            .partitions
+            .get(index as usize)
+            .ok_or(AbiError::NotFound)?;
         if !state_of(p).allows(Transition::Shutdown) || self.owns_this_cpu(p) {
             return Err(AbiError::Conflict);
         }
-        let me = self.cpu.index;
-        self.sys
-            .press_power_button(p, &mut **self.hw.borrow_mut(), me);
+        sys.press_power_button(p, &mut **self.hw.borrow_mut(), self.cpu);
         Ok(())
     }
 

@@ -27,6 +27,12 @@ use pinfold_config::fit::{place_images, FitError, ImagePlacement, IMAGE_HEADER_L
 use pinfold_config::{PartitionPlan, Plan};
 use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_EMULATED_SPIS, GUEST_RAM_BASE, RAM_ALIGN};
 
+/// The guest DTB's phandle of the PL061 (above what a pass-through node
+/// copied from a host DT plausibly claims).
+pub const GUEST_GPIO_PHANDLE: u32 = 0xfffe_0001;
+/// Linux's KEY_POWER (include/uapi/linux/input-event-codes.h).
+pub const KEY_POWER: u32 = 116;
+
 /// Size of each partition's console ring.
 pub const CONSOLE_RING: usize = 64 * 1024;
 
@@ -454,7 +460,51 @@ impl Partition {
             ),
         ];
         let wdog_name = alloc::format!("watchdog@{:x}", pinfold_vboard::GUEST_WDOG_CONTROL_BASE);
+        // The PL061 and its power button (as QEMU virt wires them).
+        let gpio_reg = [
+            0,
+            pinfold_vboard::GUEST_GPIO_BASE as u32,
+            0,
+            pinfold_vboard::GUEST_GPIO_SIZE as u32,
+        ];
+        let gpio_irq = [0, pinfold_vboard::GUEST_GPIO_INTID - 32, 4];
+        let gpio_props = [
+            (
+                "compatible",
+                PropValue::Strings(&["arm,pl061", "arm,primecell"]),
+            ),
+            ("reg", PropValue::Cells(&gpio_reg)),
+            ("interrupts", PropValue::Cells(&gpio_irq)),
+            ("gpio-controller", PropValue::Empty),
+            ("#gpio-cells", PropValue::U32(2)),
+            ("clocks", PropValue::U32(crate::dtb::GUEST_APB_PCLK_PHANDLE)),
+            ("clock-names", PropValue::String("apb_pclk")),
+            ("phandle", PropValue::U32(GUEST_GPIO_PHANDLE)),
+        ];
+        let gpio_name = alloc::format!("pl061@{:x}", pinfold_vboard::GUEST_GPIO_BASE);
+        let key_gpios = [GUEST_GPIO_PHANDLE, crate::gpio::POWER_LINE, 0];
+        let key_props = [
+            ("label", PropValue::String("GPIO Key Poweroff")),
+            ("linux,code", PropValue::U32(KEY_POWER)),
+            ("gpios", PropValue::Cells(&key_gpios)),
+        ];
+        let key_node = [ExtraNode {
+            name: "poweroff",
+            props: &key_props,
+            children: &[],
+        }];
+        let keys_props = [("compatible", PropValue::String("gpio-keys"))];
         let mut extra_nodes: Vec<ExtraNode> = extra.to_vec();
+        extra_nodes.push(ExtraNode {
+            name: &gpio_name,
+            props: &gpio_props,
+            children: &[],
+        });
+        extra_nodes.push(ExtraNode {
+            name: "gpio-keys",
+            props: &keys_props,
+            children: &key_node,
+        });
         if self.plan.lifecycle.watchdog_s != 0 {
             extra_nodes.push(ExtraNode {
                 name: &wdog_name,

@@ -17,9 +17,11 @@
 //! `action=1` it panics on WS0 (its panic message reaches the console) and
 //! WS1 follows one WOR later. The driver keeps a watchdog it finds enabled
 //! fed from the kernel when no userspace opener exists (WDOG_HW_RUNNING),
-//! so the hypervisor enables it before entry: WOR = `watchdog_s`, i.e. a
-//! first period of twice `watchdog_s` (boot grace) until the driver
-//! writes its own WOR from the DT's `timeout-sec` (= `watchdog_s`).
+//! so the hypervisor enables it before entry: WOR = `watchdog_s` but at
+//! least 15 s, i.e. a first WS1 no sooner than 30 s after entry
+//! (`lifecycle::BOOT_GRACE_S`: a kernel booting on a loaded host is no
+//! crash) until the driver writes its own WOR from the DT's `timeout-sec`
+//! (= `watchdog_s`).
 //!
 //! Pure state, no clock: accesses and [`SbsaWatchdog::poll`] take the
 //! counter value. The guest's accesses come from any of its vCPUs (under

@@ -194,9 +194,10 @@ pub enum Problem {
     SpiOutOfRange { spi: u32 },
     /// The INTID of an emulated device (PL011, SBSA watchdog).
     #[error(
-        "SPI {spi} is an emulated device's interrupt in every partition (PL011 {}, SBSA watchdog {})",
+        "SPI {spi} is an emulated device's interrupt in every partition (PL011 {}, SBSA watchdog {}, PL061 GPIO {})",
         pinfold_vboard::GUEST_UART_INTID,
-        pinfold_vboard::GUEST_WDOG_INTID
+        pinfold_vboard::GUEST_WDOG_INTID,
+        pinfold_vboard::GUEST_GPIO_INTID
     )]
     SpiReserved { spi: u32 },
     /// `restart` or `restart_limit` on the management partition.

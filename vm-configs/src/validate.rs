@@ -495,6 +495,11 @@ fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
         ),
         ("PL011", GUEST_UART_BASE, GUEST_UART_SIZE),
         (
+            "PL061 GPIO",
+            pinfold_vboard::GUEST_GPIO_BASE,
+            pinfold_vboard::GUEST_GPIO_SIZE,
+        ),
+        (
             "SBSA watchdog control frame",
             pinfold_vboard::GUEST_WDOG_CONTROL_BASE,
             pinfold_vboard::GUEST_WDOG_FRAME_SIZE,
