@@ -67,6 +67,10 @@ const INITRAMFS_LAYOUT: u32 = 4;
 /// its `depends=` names: `sbsa_gwdt` (and the watchdog core) drives the
 /// emulated SBSA watchdog of a partition with `watchdog_s`.
 pub const GUEST_MODULES: &[&str] = &["sbsa_gwdt"];
+/// The generic kernel's initramfs adds the power button: `gpio_keys`
+/// (KEYBOARD_GPIO, which the cloud kernel lacks) and `evdev` (its
+/// /dev/input/event* device, which /init reads).
+pub const GENERIC_MODULES: &[&str] = &["evdev", "gpio_keys", "sbsa_gwdt"];
 
 /// Carries "apt-get update already ran" through one xtask invocation.
 #[derive(Debug, Default)]
@@ -130,6 +134,65 @@ impl Provisioner {
                 modules: &modules,
             },
             &initramfs,
+        )
+    }
+
+    /// Provides target/guest/generic/Image (Debian's generic arm64 kernel,
+    /// the same version as the cloud one [`Provisioner::guest_linux`]
+    /// boots) and target/guest/generic/initramfs.cpio.gz (the same /init,
+    /// busybox and workload, with that kernel's [`GENERIC_MODULES`]). The
+    /// package is downloaded once into target/guest/generic/cache, apart
+    /// from the cloud kernel's cache, whose newest `linux-image-*` is the
+    /// cloud kernel. Only plans that name the generic Image need it.
+    pub fn guest_linux_generic(
+        &mut self,
+        ws: &Workspace,
+        workload: &Path,
+    ) -> Result<(), XtaskError> {
+        let guest = ws.root.join("target/guest");
+        let dir = guest.join("generic");
+        let cache = dir.join("cache");
+        fs::create_dir_all(&cache).context(|| format!("creating {}", cache.display()))?;
+        let (cloud_deb, busybox_deb) = self.guest_debs(&guest.join("cache"))?;
+        let deb = match newest(&cache, "linux-image-", "_arm64.deb")? {
+            Some(deb) => deb,
+            None => {
+                let package = generic_package(&cloud_deb).ok_or_else(|| {
+                    XtaskError::Provision(format!(
+                        "cannot name the generic kernel of {}",
+                        cloud_deb.display()
+                    ))
+                })?;
+                self.arm64_lists()?;
+                eprintln!("xtask: downloading {package} into {}", cache.display());
+                let download =
+                    || cmd::run(apt_get().current_dir(&cache).args(["download", &package]));
+                if download().is_err() {
+                    self.apt_update()?;
+                    download()?;
+                }
+                newest(&cache, "linux-image-", "_arm64.deb")?.ok_or_else(|| {
+                    XtaskError::Provision(format!("apt-get download left no {package}"))
+                })?
+            }
+        };
+        extract_kernel(&deb, &cache, &dir.join("Image"))?;
+        let busybox = guest.join("cache/busybox-root/bin/busybox");
+        extract_once(
+            &busybox_deb,
+            &guest.join("cache/busybox-root"),
+            "./bin/busybox",
+            &busybox,
+        )?;
+        let modules = guest_modules(&deb, &cache, GENERIC_MODULES)?;
+        build_initramfs(
+            &InitramfsInputs {
+                init: &ws.root.join("tools/guest-rootfs/init"),
+                busybox: &busybox,
+                workload,
+                modules: &modules,
+            },
+            &dir.join("initramfs.cpio.gz"),
         )
     }
 
@@ -307,6 +370,18 @@ pub fn parse_kernel_dependency(depends: &str) -> Option<String> {
         let name = package.trim_start_matches('<').trim_end_matches('>');
         (name.starts_with("linux-image-") && name.contains("cloud-arm64")).then(|| name.to_string())
     })
+}
+
+/// The generic kernel package of the same version as the cloud kernel
+/// package file `cloud_deb` (`linux-image-6.1.0-57-cloud-arm64_..._arm64.deb`
+/// -> `linux-image-6.1.0-57-arm64:arm64`).
+fn generic_package(cloud_deb: &Path) -> Option<String> {
+    let name = cloud_deb.file_name()?.to_str()?;
+    let package = name.split('_').next()?;
+    let version = package
+        .strip_prefix("linux-image-")?
+        .strip_suffix("-cloud-arm64")?;
+    Some(format!("linux-image-{version}-arm64:arm64"))
 }
 
 /// The most recently modified file in `dir` named `<prefix>*<suffix>` (a
@@ -752,6 +827,18 @@ mod tests {
             Some("kernel/drivers/input/keyboard/gpio_keys.ko")
         );
         assert_eq!(module_path(order, "dog"), None);
+    }
+
+    #[test]
+    fn the_generic_kernel_is_the_cloud_ones_version() {
+        assert_eq!(
+            generic_package(Path::new(
+                "/c/linux-image-6.1.0-57-cloud-arm64_6.1.192-3_arm64.deb"
+            ))
+            .as_deref(),
+            Some("linux-image-6.1.0-57-arm64:arm64")
+        );
+        assert_eq!(generic_package(Path::new("/c/busybox_1_arm64.deb")), None);
     }
 
     #[test]
