@@ -1945,3 +1945,25 @@ fn the_power_button_is_line_3_of_the_pl061_pressed_then_released_at_the_next_che
     ticks(sys, &mut cpu, &mut hw, 1, 1);
     assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 0, "released");
 }
+
+#[test]
+fn a_due_restart_does_not_rearm_the_el2_timer_in_the_past() {
+    let (sys, mut hw, mut cpu) = watched_beta(2, RestartMode::OnCrash);
+    let p = &sys.partitions[1];
+    sys.crash_partition(p, &mut hw, 3, "test");
+    put(sys, &mut cpu, &mut hw);
+    hw.now += 1000;
+
+    // The timer fires in the idle loop once the restart is due.
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_HYP_TIMER);
+
+    assert_eq!(
+        hw.wakeup, None,
+        "re-armed at or before now: an interrupt storm"
+    );
+    assert!(
+        idle_work(sys, &mut cpu, &mut hw).is_some(),
+        "the idle loop restarts it"
+    );
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "then the checks again");
+}

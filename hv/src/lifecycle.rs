@@ -458,7 +458,10 @@ pub fn on_timer(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
             }
         }
     }
-    hw.set_wakeup(sys.wakeup_on(cpu, now, freq));
+    // A restart already due is the idle loop's to take (this interrupt
+    // ends its WFI): arming the timer for the past would take this
+    // interrupt again at once, for ever, and the idle loop would never run.
+    hw.set_wakeup(sys.wakeup_on(cpu, now, freq).filter(|&at| at > now));
 }
 
 /// The checks for vCPU `v` of `p`, on its own CPU.
