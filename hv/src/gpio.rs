@@ -1,8 +1,8 @@
 //! The emulated ARM PrimeCell PL061 GPIO every partition sees, with its
 //! line [`POWER_LINE`] wired to a power button (a `gpio-keys` DT node with
 //! `linux,code = KEY_POWER`, as QEMU `virt` wires its PL061): the graceful
-//! shutdown presses it (line high), and releases it
-//! [`RELEASE_AFTER_MS`] later, as a finger would.
+//! shutdown presses it (line high) and `lifecycle` releases it at its
+//! next check, half a second later at most, as a finger would.
 //!
 //! Registers (ARM DDI 0190, PL061 TRM, 3.3): GPIODATA at 0x000-0x3FC,
 //! address-masked (bits [9:2] of the offset select the bits a read returns
@@ -16,8 +16,6 @@
 
 /// The power button's line.
 pub const POWER_LINE: u32 = 3;
-/// How long a press lasts.
-pub const RELEASE_AFTER_MS: u64 = 100;
 
 const GPIODIR: u64 = 0x400;
 const GPIOIS: u64 = 0x404;
