@@ -29,6 +29,7 @@ use crate::percpu::{
 use crate::pmu::{self, PmuAccess, PmuAction, PmuPolicy, PmuReg, PmuView};
 use crate::psci::{self, Call, PowerState};
 use crate::ratelimit::{FaultKind, Verdict};
+use crate::restart::Cause;
 use crate::sysreg::{id_reg_view, ID_AA64DFR0_EL1};
 use crate::system::System;
 use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
@@ -495,8 +496,8 @@ pub fn handle_serror(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, esr: u64) ->
         FaultKind::Other,
         format_args!("SError/FIQ from guest (ESR {esr:#x}): partition stopped"),
     );
-    sys.stop_partition(p, hw, cpu.index);
-    sys.schedule_restart(p, hw, "SError");
+    let reason = alloc::format!("fatal fault: SError (ESR {esr:#x})");
+    sys.crash_partition(p, hw, cpu.index, &reason);
     Next::Stopped
 }
 
@@ -547,6 +548,10 @@ fn mmio(
         EmulatedDevice::Uart { offset } => {
             uart_access(sys, cpu, hw, p, offset, a.width, a.write, value)
         }
+        EmulatedDevice::Wdog { frame, offset } => {
+            wdog_access(sys, cpu, hw, p, frame, offset, a.width, a.write, value)
+        }
+        EmulatedDevice::Gpio { offset } => gpio_access(sys, cpu, hw, p, offset, a.write, value),
     };
     if !a.write {
         if let Some(r) = a.target_reg() {
@@ -673,6 +678,62 @@ fn quiesce_owned_ppis(sys: &System, hw: &mut impl Hw, path: LockPath) {
         ppi_change(sys, hw, path, PpiStateChange::Enable(ppi, false));
         ppi_change(sys, hw, path, PpiStateChange::Active(ppi, false));
     }
+}
+
+/// A guest access to its SBSA watchdog (`lifecycle`); a change of its WS0
+/// line goes to the distributor.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn wdog_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    frame: crate::wdog::Frame,
+    offset: u64,
+    width: u8,
+    write: bool,
+    value: u64,
+) -> u64 {
+    let (result, line) = crate::lifecycle::wdog_access(p, hw, frame, offset, width, write, value);
+    if let Some(level) = line {
+        emulated_line(sys, cpu, hw, p, crate::lifecycle::WDOG_INTID, level);
+    }
+    result
+}
+
+/// A guest access to its PL061 GPIO (`lifecycle`, the power button).
+#[cold]
+#[inline(never)]
+fn gpio_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    offset: u64,
+    write: bool,
+    value: u64,
+) -> u64 {
+    let (result, line) = crate::lifecycle::gpio_access(p, offset, write, value);
+    if let Some(level) = line {
+        emulated_line(sys, cpu, hw, p, pinfold_vboard::GUEST_GPIO_INTID, level);
+    }
+    result
+}
+
+/// Give `p`'s distributor the level of one of its emulated devices'
+/// interrupt lines (watchdog WS0, GPIO), from whichever CPU changed it.
+pub(crate) fn emulated_line(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    intid: u32,
+    level: bool,
+) {
+    let mut dist = p.dist.lock(LockPath::Management);
+    dist.set_emulated_level(intid, level, &mut |act| dist_action(sys, cpu, hw, p, act));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1100,8 +1161,19 @@ fn power_call(
                 "partition {}: powered off by the guest",
                 p.name
             ));
+            // The end of a graceful shutdown the operator asked for is
+            // not the restart policy's business.
+            let requested = p.state() == State::ShuttingDown;
             sys.stop_partition(p, hw, cpu.index);
-            sys.schedule_restart(p, hw, "powered off by the guest");
+            if !requested {
+                sys.after_stop(
+                    p,
+                    hw,
+                    cpu.index,
+                    Cause::PowerOff,
+                    "powered off by the guest",
+                );
+            }
             Next::Stopped
         }
         // The management partition's resets go through its restart
@@ -1109,7 +1181,7 @@ fn power_call(
         Call::SystemReset if p.plan.management => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
             sys.stop_partition(p, hw, cpu.index);
-            sys.schedule_restart(p, hw, "reset by the guest");
+            sys.after_stop(p, hw, cpu.index, Cause::PowerOff, "reset by the guest");
             Next::Stopped
         }
         Call::SystemReset => {
@@ -1324,10 +1396,12 @@ fn other_irq(
             }
         }
         PPI_HYP_TIMER => {
-            // The idle loop's wake-up (a scheduled restart): silenced here,
-            // `idle_work` decides and arms it again if still needed.
+            // The idle loop's wake-up (a scheduled restart) and the
+            // lifecycle checks (watchdog, hung vCPU, shutdown deadline):
+            // silenced, checked, armed again if still needed.
             hw.set_wakeup(None);
             hw.deactivate(intid);
+            crate::lifecycle::on_timer(sys, cpu, hw);
         }
         _ => match (sys.spi_owner(intid), resident) {
             // The usual case: routed to a CPU of its owner, which runs.
@@ -1464,7 +1538,7 @@ pub fn idle_work(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) -> Option<Boot> 
     let wakeup = sys.restart_due_on(cpu.index);
     if wakeup.is_some() {
         restart_if_due(sys, cpu, hw);
-        hw.set_wakeup(sys.restart_due_on(cpu.index));
+        hw.set_wakeup(sys.wakeup_on(cpu, hw.now(), hw.counter_frequency()));
     }
     let req = cpu.public.take_requests();
     if req & (REQ_CPU_ON | REQ_START) == 0 {
@@ -1472,9 +1546,14 @@ pub fn idle_work(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) -> Option<Boot> 
     }
     let id = sys.assigned(cpu.index)?;
     let p = sys.partition(id.partition)?;
-    if p.state() != State::Running {
+    if !p.state().is_up() {
         return None;
     }
+    // Lifecycle hook: the checks of a watched partition run on every CPU
+    // of it from its vCPU's entry on.
+    cpu.hang.reset();
+    let now = hw.now();
+    hw.set_wakeup(sys.wakeup_on(cpu, now, hw.counter_frequency()));
     let shared = &p.vcpus[id.vcpu];
     if req & REQ_START != 0 && id.vcpu == 0 {
         let entry = p.entry_ipa.load(Ordering::Relaxed);
@@ -1483,6 +1562,9 @@ pub fn idle_work(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) -> Option<Boot> 
             p.name
         ));
         let _ = shared.power.try_claim_on();
+        if p.state() == State::Starting {
+            p.set_state(State::Running, now);
+        }
         return Some(Boot {
             partition: p.clone(),
             id,
@@ -1506,10 +1588,10 @@ pub fn idle_work(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) -> Option<Boot> 
 fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     let now = hw.now();
     if let Some(p) = sys.partition_on(cpu.index) {
-        if p.vcpus[0].pcpu != cpu.index || !p.plan.management {
+        if p.vcpus[0].pcpu != cpu.index {
             return;
         }
-        if p.restart.lock(LockPath::Management).take_due(now) {
+        if !p.state().is_up() && sys.take_restart_due(&p, now) {
             if !sys.wait_all_off(&p, hw) {
                 hw.log(format_args!(
                     "partition {}: a vCPU did not stop in time",
@@ -1524,7 +1606,8 @@ fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
 }
 
 /// When the idle loop of this CPU must wake on its own (counter value), if
-/// ever: a scheduled restart.
+/// ever: a scheduled restart (the lifecycle checks add theirs,
+/// [`System::wakeup_on`]).
 pub fn idle_deadline(sys: &System, cpu: &Cpu) -> Option<u64> {
     sys.restart_due_on(cpu.state.index)
 }

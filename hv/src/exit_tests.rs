@@ -42,6 +42,8 @@ struct FakeHw {
     tables: FakeTables,
     /// Every `zero` (scrub) call.
     zeroed: Vec<(u64, u64)>,
+    /// The EL2 timer's deadline as last set.
+    wakeup: Option<u64>,
 }
 
 impl FakeHw {
@@ -69,6 +71,7 @@ impl FakeHw {
             },
             icache_syncs: 0,
             zeroed: Vec::new(),
+            wakeup: None,
         }
     }
 
@@ -212,6 +215,9 @@ impl Hw for FakeHw {
     fn report(&mut self, args: fmt::Arguments) {
         self.log.push(alloc::format!("report: {args}"));
     }
+    fn set_wakeup(&mut self, at: Option<u64>) {
+        self.wakeup = at;
+    }
 }
 
 struct FakeTables {
@@ -344,7 +350,7 @@ fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
     );
     let sys: &'static System = Box::leak(Box::new(sys));
     for p in sys.partitions() {
-        p.set_state(State::Running);
+        p.set_state(State::Running, 0);
     }
     sys
 }
@@ -561,7 +567,8 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
     let mut regs = GuestRegs::default();
     regs.x[1] = u32::MAX as u64;
 
-    // GICD_ISENABLER1..7: 224 foreign SPIs (the UART's is the only own one).
+    // GICD_ISENABLER1..7: 224 SPIs, all foreign but the emulated UART's
+    // watchdog's and GPIO's.
     for n in 1..8 {
         run(
             sys,
@@ -572,7 +579,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         );
     }
 
-    assert_eq!(p.faults.load(Ordering::Relaxed), 223);
+    assert_eq!(p.faults.load(Ordering::Relaxed), 221);
     let printed = hw.log.iter().filter(|l| l.contains("does not own")).count();
     assert_eq!(printed, BURST as usize);
     hw.now += 10 * 1000;
@@ -588,7 +595,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         .log
         .last()
         .unwrap()
-        .contains("218 more of this kind suppressed"));
+        .contains("216 more of this kind suppressed"));
 }
 
 #[test]
@@ -1264,10 +1271,11 @@ fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
     put(sys, &mut cpu, &mut hw);
     sys.finish_restart(p, &mut hw, 3);
 
-    assert_eq!(p.state(), State::Running);
+    assert_eq!(p.state(), State::Starting, "until its vCPU 0 enters");
     assert_eq!(p.boot_count.load(Ordering::Relaxed), 1);
     assert_eq!(hw.icache_syncs, 1, "one instruction-cache sync per load");
     let boot = idle_work(sys, &mut cpu, &mut hw).unwrap();
+    assert_eq!(p.state(), State::Running);
     assert_eq!(
         boot.id,
         VcpuId {
@@ -1312,7 +1320,7 @@ fn a_manager_that_powers_off_is_restarted_by_its_cpus_idle_loop_once_the_back_of
     assert_eq!(mgmt.state(), State::Running);
     assert_eq!(mgmt.boot_count.load(Ordering::Relaxed), boots + 1);
     assert_eq!(idle_deadline(sys, &cpu), None);
-    assert_eq!(mgmt.restart.lock(LockPath::Management).restarts(), 1);
+    assert_eq!(mgmt.life.restarts(), 1);
 }
 
 #[test]
@@ -1583,4 +1591,445 @@ fn a_hidden_pmu_undefs_every_register_and_shows_pmuver_zero() {
 
     assert!(matches!(next, Next::Inject(_)));
     assert_eq!((regs.x[7] >> 8) & 0xf, 0);
+}
+
+// --- lifecycle: watchdog, hung vCPUs, restart policies, shutdown -----------
+
+use crate::wdog;
+use pinfold_config::RestartMode;
+use pinfold_vboard::{GICR_STRIDE, GUEST_WDOG_CONTROL_BASE, GUEST_WDOG_REFRESH_BASE};
+
+/// The fake counter runs at 1 kHz: the checks come every 500 ticks.
+const HALF_S: u64 = 500;
+
+/// beta (CPU 3) with a watchdog of `watchdog_s` and policy `restart`,
+/// started and its vCPU 0 entered.
+fn watched_beta(watchdog_s: u32, restart: RestartMode) -> (&'static System, FakeHw, Cpu<'static>) {
+    let sys = system_with(|plan| {
+        plan.partitions[1].lifecycle.watchdog_s = watchdog_s;
+        plan.partitions[1].lifecycle.restart = restart;
+    });
+    let mut hw = FakeHw::new();
+    let p = sys.partition(1).unwrap();
+    p.set_state(State::Stopped, 0);
+    sys.start_partition(&p, &mut hw, 3).unwrap();
+    assert_eq!(p.state(), State::Starting);
+    let mut cpu = Cpu::new(sys, 3);
+    let boot = idle_work(sys, &mut cpu, &mut hw).expect("vCPU 0 boots");
+    load(sys, &mut cpu, &mut hw, &boot);
+    (sys, hw, cpu)
+}
+
+/// The EL2 timer fires on this CPU `n` times, half a second apart; the
+/// first tick at which the partition was no longer up, if any.
+fn ticks(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, p: usize, n: u64) -> Option<u64> {
+    for i in 1..=n {
+        hw.now += HALF_S;
+        dispatch_irq(sys, cpu, hw, PPI_HYP_TIMER);
+        if !sys.partition(p).unwrap().state().is_up() {
+            return Some(i);
+        }
+    }
+    None
+}
+
+fn wdog_write(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, ipa: u64, value: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[5] = value;
+    assert_eq!(
+        run(sys, cpu, hw, &mut regs, mmio(ipa, 4, true, 5)),
+        Next::Resume
+    );
+}
+
+fn wdog_read(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, ipa: u64) -> u64 {
+    let mut regs = GuestRegs::default();
+    run(sys, cpu, hw, &mut regs, mmio(ipa, 4, false, 5));
+    regs.x[5]
+}
+
+/// What Linux's sbsa_gwdt does at probe (action=0): WOR = timeout / 2.
+fn linux_driver_probe(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, timeout_s: u64) {
+    let wcs = wdog_read(sys, cpu, hw, GUEST_WDOG_CONTROL_BASE + wdog::WCS);
+    assert_eq!(wcs & u64::from(wdog::WCS_EN), 1, "found running");
+    wdog_write(
+        sys,
+        cpu,
+        hw,
+        GUEST_WDOG_CONTROL_BASE + wdog::WOR,
+        1000 / 2 * timeout_s,
+    );
+}
+
+#[test]
+fn a_watched_partition_arms_the_el2_timer_at_entry_and_is_running() {
+    let (sys, hw, _cpu) = watched_beta(2, RestartMode::Never);
+
+    assert_eq!(sys.partition(1).unwrap().state(), State::Running);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S));
+}
+
+#[test]
+fn a_guest_that_feeds_its_watchdog_keeps_running() {
+    let (sys, mut hw, mut cpu) = watched_beta(2, RestartMode::Never);
+    linux_driver_probe(sys, &mut cpu, &mut hw, 2);
+
+    for _ in 0..40 {
+        assert_eq!(ticks(sys, &mut cpu, &mut hw, 1, 1), None);
+        wdog_write(
+            sys,
+            &mut cpu,
+            &mut hw,
+            GUEST_WDOG_REFRESH_BASE + wdog::WRR,
+            0,
+        );
+    }
+
+    assert_eq!(sys.partition(1).unwrap().state(), State::Running);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "checks go on");
+}
+
+#[test]
+fn a_guest_that_stops_feeding_its_watchdog_crashes_within_the_period_and_on_crash_restarts_it() {
+    let (sys, mut hw, mut cpu) = watched_beta(2, RestartMode::OnCrash);
+    let p = &sys.partition(1).unwrap();
+    linux_driver_probe(sys, &mut cpu, &mut hw, 2);
+    for _ in 0..4 {
+        ticks(sys, &mut cpu, &mut hw, 1, 1);
+        wdog_write(
+            sys,
+            &mut cpu,
+            &mut hw,
+            GUEST_WDOG_REFRESH_BASE + wdog::WRR,
+            0,
+        );
+    }
+
+    // It panics: no refresh any more. 2 s = 4 ticks.
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 10);
+
+    assert_eq!(at, Some(4), "crashed within its watchdog period");
+    assert_eq!(p.state(), State::Crashed);
+    let inner = p.life.inner.lock(LockPath::Management);
+    assert_eq!(inner.last_crash.as_ref().unwrap().reason, "watchdog");
+    drop(inner);
+    assert!(hw.log_has("partition beta: crashed: watchdog"));
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park, "its own vCPU parks");
+    put(sys, &mut cpu, &mut hw);
+    // Restarted by its CPU's idle loop after the first back-off (1 s).
+    assert!(idle_work(sys, &mut cpu, &mut hw).is_none());
+    hw.now += 1000;
+    let boot = idle_work(sys, &mut cpu, &mut hw).expect("restarted");
+    assert_eq!(boot.id.partition, 1);
+    assert_eq!(p.state(), State::Running);
+    assert_eq!(p.boot_count.load(Ordering::Relaxed), 2);
+    assert_eq!(p.life.restarts(), 1);
+    assert_eq!(
+        p.life
+            .inner
+            .lock(LockPath::Management)
+            .wdog
+            .read(wdog::Frame::Control, wdog::WCS, 4),
+        u64::from(wdog::WCS_EN),
+        "enabled again, WS1 cleared, for the new boot"
+    );
+}
+
+#[test]
+fn before_the_driver_takes_over_the_first_period_is_the_boot_grace() {
+    let (sys, mut hw, mut cpu) = watched_beta(3, RestartMode::Never);
+
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 100);
+
+    assert_eq!(at, Some(60), "WS1 at 30 s (BOOT_GRACE_S), not 2 x 3 s");
+    assert_eq!(sys.partition(1).unwrap().state(), State::Crashed);
+    assert_eq!(idle_deadline(sys, &cpu), None, "never: not restarted");
+}
+
+/// Enable the virtual timer PPI of the vCPU loaded on `cpu` and fire it:
+/// a HW-linked pending interrupt in a list register.
+fn timer_fires(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, gicr: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[2] = 1 << PPI_VTIMER;
+    run(sys, cpu, hw, &mut regs, mmio(gicr + 0x1_0100, 4, true, 2));
+    dispatch_irq(sys, cpu, hw, PPI_VTIMER);
+    assert_eq!(hw.injected(), [PPI_VTIMER]);
+}
+
+/// The guest acknowledges the timer (the list register goes active, then
+/// its deactivation empties it).
+fn guest_takes_the_timer(hw: &mut FakeHw) {
+    for lr in hw.lrs.iter_mut() {
+        *lr = None;
+    }
+}
+
+#[test]
+fn a_vcpu_with_interrupts_masked_is_hung_once_its_timer_stayed_pending_for_watchdog_s() {
+    // alpha: vCPU 1 on CPU 2 hangs; vCPU 0 (CPU 1) would still feed the
+    // watchdog.
+    let sys = system_with(|plan| plan.partitions[0].lifecycle.watchdog_s = 2);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 2);
+    timer_fires(sys, &mut cpu, &mut hw, GUEST_GICR_BASE + GICR_STRIDE);
+
+    let at = ticks(sys, &mut cpu, &mut hw, 0, 10);
+
+    // Seen pending at the first tick, hung 2 s later.
+    assert_eq!(at, Some(5));
+    assert_eq!(sys.partition(0).unwrap().state(), State::Crashed);
+    let alpha = sys.partition(0).unwrap();
+    let inner = alpha.life.inner.lock(LockPath::Management);
+    assert!(
+        inner
+            .last_crash
+            .as_ref()
+            .unwrap()
+            .reason
+            .starts_with("vCPU 1 hung"),
+        "{:?}",
+        inner.last_crash
+    );
+    drop(inner);
+    assert!(
+        hw.sgis.iter().any(|&(m, i)| m == 0x101 && i == SGI_MAILBOX),
+        "vCPU 0's CPU is told to stop"
+    );
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park);
+}
+
+#[test]
+fn a_timer_the_guest_takes_between_checks_is_no_hang() {
+    let sys = system_with(|plan| plan.partitions[0].lifecycle.watchdog_s = 2);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 2);
+
+    for _ in 0..20 {
+        timer_fires(sys, &mut cpu, &mut hw, GUEST_GICR_BASE + GICR_STRIDE);
+        assert_eq!(ticks(sys, &mut cpu, &mut hw, 0, 1), None);
+        guest_takes_the_timer(&mut hw);
+        assert_eq!(ticks(sys, &mut cpu, &mut hw, 0, 1), None);
+    }
+
+    assert_eq!(sys.partition(0).unwrap().state(), State::Running);
+}
+
+#[test]
+fn without_watchdog_s_nothing_is_checked() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 2);
+    timer_fires(sys, &mut cpu, &mut hw, GUEST_GICR_BASE + GICR_STRIDE);
+
+    assert_eq!(ticks(sys, &mut cpu, &mut hw, 0, 100), None);
+    assert_eq!(hw.wakeup, None, "the EL2 timer is not armed again");
+}
+
+#[test]
+fn the_power_button_then_the_timeout_stops_it_by_force() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.shutdown_timeout_s = 3);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partition(1).unwrap();
+
+    sys.press_power_button(p, &mut hw, &mut CpuState::new(sys, 0));
+    assert_eq!(p.state(), State::ShuttingDown);
+    assert!(hw.sgis.iter().any(|&(m, i)| m == 0x103 && i == SGI_MAILBOX));
+    hw.wakeup = sys.wakeup_on(&cpu.state, hw.now, 1000);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "vCPU 0's CPU checks");
+
+    let at = ticks(sys, &mut cpu, &mut hw, 1, 10);
+
+    assert_eq!(at, Some(6));
+    assert_eq!(p.state(), State::Stopped);
+    assert!(hw.log_has("shutdown timeout: stopped by force"));
+    assert_eq!(after_guest_irq(&mut cpu), Next::Park);
+}
+
+#[test]
+fn a_power_off_after_the_power_button_is_stopped_even_with_always() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.restart = RestartMode::Always);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partition(1).unwrap();
+    sys.press_power_button(p, &mut hw, &mut CpuState::new(sys, 0));
+
+    let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+
+    assert_eq!(next, Next::Stopped);
+    assert_eq!(p.state(), State::Stopped);
+    assert_eq!(idle_deadline(sys, &cpu), None, "not restarted");
+}
+
+#[test]
+fn always_restarts_a_guest_power_off() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.restart = RestartMode::Always);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+
+    hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
+
+    assert_eq!(idle_deadline(sys, &cpu), Some(hw.now + 1000));
+    assert!(hw.log_has("beta stopped (powered off by the guest): restarting in 1 s"));
+}
+
+#[test]
+fn an_serror_is_a_crash_with_its_reason() {
+    let sys = system_with(|plan| plan.partitions[1].lifecycle.restart = RestartMode::OnCrash);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partition(1).unwrap();
+
+    assert_eq!(
+        handle_serror(sys, &mut cpu, &mut hw, 0xbe00_0000),
+        Next::Stopped
+    );
+
+    assert_eq!(p.state(), State::Crashed);
+    let reason = p
+        .life
+        .inner
+        .lock(LockPath::Management)
+        .last_crash
+        .clone()
+        .unwrap()
+        .reason;
+    assert!(reason.starts_with("fatal fault: SError"), "{reason}");
+    assert!(idle_deadline(sys, &cpu).is_some(), "on-crash restarts it");
+}
+
+#[test]
+fn every_state_change_keeps_its_time() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let p = &sys.partition(1).unwrap();
+    hw.now = 5000;
+    sys.stop_partition(p, &mut hw, 0);
+    assert_eq!((p.state(), p.life.since()), (State::Stopped, 5000));
+    hw.now = 7000;
+
+    sys.start_partition(p, &mut hw, 0).unwrap();
+
+    assert_eq!((p.state(), p.life.since()), (State::Starting, 7000));
+    p.set_state(State::Starting, 8000);
+    assert_eq!(p.life.since(), 7000, "no change, no new time");
+}
+
+/// The guest DTB `p` was last loaded with, from the fake's memory.
+fn loaded_dtb(hw: &FakeHw, p: &Partition) -> Vec<u8> {
+    let pa = p.host_addr(p.dtb_ipa.load(Ordering::Relaxed), 64).unwrap();
+    let mut header = [0u8; 8];
+    HostMemory::read(hw, pa, &mut header);
+    let len = u32::from_be_bytes(header[4..8].try_into().unwrap()) as usize;
+    let mut dtb = vec![0u8; len];
+    HostMemory::read(hw, pa, &mut dtb);
+    dtb
+}
+
+fn dt_cells(value: &[u8]) -> Vec<u32> {
+    value
+        .chunks(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn a_watched_partitions_dtb_has_the_sbsa_watchdog_and_every_one_a_power_button() {
+    let (sys, hw, _cpu) = watched_beta(5, RestartMode::Never);
+    let dtb = loaded_dtb(&hw, &sys.partition(1).unwrap());
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+
+    let wd = fdt.find_node("/watchdog@90b0000").expect("watchdog node");
+    assert_eq!(wd.compatible().unwrap().first(), "arm,sbsa-gwdt");
+    assert_eq!(
+        dt_cells(wd.property("reg").unwrap().value),
+        [0, 0x090b_0000, 0, 0x1000, 0, 0x090c_0000, 0, 0x1000],
+        "control frame, then refresh frame"
+    );
+    assert_eq!(
+        dt_cells(wd.property("interrupts").unwrap().value),
+        [0, 60, 4]
+    );
+    assert_eq!(dt_cells(wd.property("timeout-sec").unwrap().value), [5]);
+    let gpio = fdt.find_node("/pl061@90d0000").expect("PL061 node");
+    assert!(gpio.compatible().unwrap().all().any(|c| c == "arm,pl061"));
+    assert!(gpio.property("gpio-controller").is_some());
+    let key = fdt.find_node("/gpio-keys/poweroff").expect("power key");
+    assert_eq!(dt_cells(key.property("linux,code").unwrap().value), [116]);
+    assert_eq!(
+        dt_cells(key.property("gpios").unwrap().value),
+        [crate::partition::GUEST_GPIO_PHANDLE, 3, 0]
+    );
+    // Without watchdog_s: no watchdog node, still the button.
+    let mut hw2 = FakeHw::new();
+    let plain = system();
+    let alpha = &plain.partition(0).unwrap();
+    plain.start_partition(alpha, &mut hw2, 1).unwrap();
+    let dtb = loaded_dtb(&hw2, alpha);
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+    assert!(fdt.find_node("/watchdog@90b0000").is_none());
+    assert!(fdt.find_node("/gpio-keys/poweroff").is_some());
+}
+
+#[test]
+fn the_power_button_is_line_3_of_the_pl061_pressed_then_released_at_the_next_check() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let p = &sys.partition(1).unwrap();
+    let data = pinfold_vboard::GUEST_GPIO_BASE + (1 << 3 << 2);
+    // gpio-keys: both edges, enabled.
+    wdog_write(
+        sys,
+        &mut cpu,
+        &mut hw,
+        pinfold_vboard::GUEST_GPIO_BASE + 0x408,
+        1 << 3,
+    );
+    wdog_write(
+        sys,
+        &mut cpu,
+        &mut hw,
+        pinfold_vboard::GUEST_GPIO_BASE + 0x410,
+        1 << 3,
+    );
+    assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 0);
+
+    sys.press_power_button(p, &mut hw, &mut CpuState::new(sys, 0));
+
+    assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 1 << 3, "key down");
+    assert_eq!(
+        wdog_read(
+            sys,
+            &mut cpu,
+            &mut hw,
+            pinfold_vboard::GUEST_GPIO_BASE + 0x418
+        ),
+        1 << 3,
+        "its interrupt raised"
+    );
+    ticks(sys, &mut cpu, &mut hw, 1, 1);
+    assert_eq!(wdog_read(sys, &mut cpu, &mut hw, data), 0, "released");
+}
+
+#[test]
+fn a_due_restart_does_not_rearm_the_el2_timer_in_the_past() {
+    let (sys, mut hw, mut cpu) = watched_beta(2, RestartMode::OnCrash);
+    let p = &sys.partition(1).unwrap();
+    sys.crash_partition(p, &mut hw, 3, "test");
+    put(sys, &mut cpu, &mut hw);
+    hw.now += 1000;
+
+    // The timer fires in the idle loop once the restart is due.
+    dispatch_irq(sys, &mut cpu, &mut hw, PPI_HYP_TIMER);
+
+    assert_eq!(
+        hw.wakeup, None,
+        "re-armed at or before now: an interrupt storm"
+    );
+    assert!(
+        idle_work(sys, &mut cpu, &mut hw).is_some(),
+        "the idle loop restarts it"
+    );
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "then the checks again");
 }

@@ -17,6 +17,13 @@ pub enum EmulatedDevice {
     Gicr { vcpu: usize, offset: u64 },
     /// The PL011.
     Uart { offset: u64 },
+    /// The PL061 GPIO with the power button (`gpio`).
+    Gpio { offset: u64 },
+    /// The SBSA watchdog's control or refresh frame (`wdog`).
+    Wdog {
+        frame: crate::wdog::Frame,
+        offset: u64,
+    },
 }
 
 /// Which emulated device `ipa` addresses in a partition with `vcpu_count`
@@ -38,8 +45,33 @@ pub fn emulated_device(ipa: u64, vcpu_count: usize) -> Option<EmulatedDevice> {
             offset: ipa - GUEST_UART_BASE,
         })
     } else {
-        None
+        wdog_frame(ipa)
     }
+}
+
+/// The watchdog frames and the GPIO (lifecycle hook), out of the common
+/// path's way.
+fn wdog_frame(ipa: u64) -> Option<EmulatedDevice> {
+    use crate::wdog::Frame;
+    use pinfold_vboard::{
+        GUEST_GPIO_BASE, GUEST_GPIO_SIZE, GUEST_WDOG_CONTROL_BASE, GUEST_WDOG_FRAME_SIZE,
+        GUEST_WDOG_REFRESH_BASE,
+    };
+    if (GUEST_GPIO_BASE..GUEST_GPIO_BASE + GUEST_GPIO_SIZE).contains(&ipa) {
+        return Some(EmulatedDevice::Gpio {
+            offset: ipa - GUEST_GPIO_BASE,
+        });
+    }
+    [
+        (Frame::Control, GUEST_WDOG_CONTROL_BASE),
+        (Frame::Refresh, GUEST_WDOG_REFRESH_BASE),
+    ]
+    .into_iter()
+    .find(|&(_, base)| (base..base + GUEST_WDOG_FRAME_SIZE).contains(&ipa))
+    .map(|(frame, base)| EmulatedDevice::Wdog {
+        frame,
+        offset: ipa - base,
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::hypercall::{
     PartitionSummary, Refusal, Resources,
 };
 use crate::lockstat::LockPath;
-use crate::partition::{Partition, State};
+use crate::partition::Partition;
 use crate::percpu::CpuState;
 use crate::psci::PowerState;
 use crate::system::System;
@@ -20,7 +20,8 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 use core::sync::atomic::Ordering;
 use pinfold_abi::{
-    CpuOwner, ExitCounts, ManagerStatus, PartitionState, PciFunction, VcpuInfo, VcpuPower,
+    CpuOwner, CrashInfo, ExitCounts, ManagerStatus, PartitionState, PciFunction, Transition,
+    VcpuInfo, VcpuPower,
 };
 use pinfold_vboard::ExitClass;
 
@@ -32,11 +33,7 @@ pub struct Manager<'a, 's, 'h, H: Hw> {
 }
 
 fn state_of(p: &Partition) -> PartitionState {
-    match p.state() {
-        State::Running => PartitionState::Running,
-        State::Stopping => PartitionState::Stopping,
-        State::Stopped => PartitionState::Stopped,
-    }
+    p.state().abi()
 }
 
 impl<H: Hw> Manager<'_, '_, '_, H> {
@@ -48,15 +45,34 @@ impl<H: Hw> Manager<'_, '_, '_, H> {
         p.vcpus.iter().any(|s| s.pcpu == self.cpu.index)
     }
 
+    /// Unix ms at counter value `at` (0: the hypervisor's start), if the
+    /// host has a clock.
+    fn unix_ms(&self, hw: &H, at: u64) -> Option<u64> {
+        let at = if at == 0 { self.sys.boot_counter } else { at };
+        self.sys
+            .wall_clock
+            .map(|c| c.unix_ms_at(at, hw.counter_frequency()))
+    }
+
     fn summary(&self, p: &Partition) -> PartitionSummary {
         let hw = self.hw.borrow();
+        let (restarts, last_crash) = {
+            let inner = p.life.inner.lock(LockPath::Management);
+            (
+                inner.policy.restarts(),
+                inner.last_crash.as_ref().map(|c| CrashInfo {
+                    unix_ms: self.unix_ms(&hw, c.at),
+                    reason: c.reason.clone(),
+                }),
+            )
+        };
         PartitionSummary {
             index: p.index as u32,
             name: p.name.clone(),
             state: state_of(p),
             cpus: p.plan.cpus.clone(),
             ram_bytes: p.ram_size,
-            uptime_ns: if p.state() == State::Running {
+            uptime_ns: if p.state().is_up() {
                 self.sys
                     .ns_since(&**hw, p.started_at.load(Ordering::Relaxed))
             } else {
@@ -64,9 +80,9 @@ impl<H: Hw> Manager<'_, '_, '_, H> {
             },
             boot_count: p.boot_count.load(Ordering::Relaxed) as u32,
             management: p.plan.management,
-            state_since_ms: None,
-            restarts: 0,
-            last_crash: None,
+            state_since_ms: self.unix_ms(&hw, p.life.since()),
+            restarts,
+            last_crash,
         }
     }
 }
@@ -140,9 +156,10 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
 
     fn start(&mut self, index: u32) -> Result<(), AbiError> {
         let p = self.find(index)?;
-        if p.state() != State::Stopped || !p.all_off() {
+        if !state_of(&p).allows(Transition::Start) || !p.all_off() {
             return Err(AbiError::Conflict);
         }
+        self.sys.operator_lifecycle(&p);
         let me = self.cpu.index;
         let _ = self
             .sys
@@ -152,9 +169,10 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
 
     fn stop(&mut self, index: u32) -> Result<(), AbiError> {
         let p = self.find(index)?;
-        if p.state() != State::Running || self.owns_this_cpu(&p) {
+        if !state_of(&p).allows(Transition::Stop) || self.owns_this_cpu(&p) {
             return Err(AbiError::Conflict);
         }
+        self.sys.operator_lifecycle(&p);
         self.sys
             .stop_partition(&p, &mut **self.hw.borrow_mut(), self.cpu.index);
         Ok(())
@@ -162,9 +180,10 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
 
     fn restart(&mut self, index: u32) -> Result<(), AbiError> {
         let p = self.find(index)?;
-        if p.state() != State::Running || self.owns_this_cpu(&p) {
+        if !state_of(&p).allows(Transition::Restart) || self.owns_this_cpu(&p) {
             return Err(AbiError::Conflict);
         }
+        self.sys.operator_lifecycle(&p);
         let me = self.cpu.index;
         let mut hw = self.hw.borrow_mut();
         self.sys.stop_partition(&p, &mut **hw, me);
@@ -223,6 +242,16 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             .partition_on(self.cpu.index)
             .map(|p| p.pci_found.lock(LockPath::Management).clone())
             .unwrap_or_default()
+    }
+
+    fn shutdown(&mut self, index: u32) -> Result<(), AbiError> {
+        let sys = self.sys;
+        let p = self.find(index)?;
+        if !state_of(&p).allows(Transition::Shutdown) || self.owns_this_cpu(&p) {
+            return Err(AbiError::Conflict);
+        }
+        sys.press_power_button(&p, &mut **self.hw.borrow_mut(), self.cpu);
+        Ok(())
     }
 
     fn wall_clock_ms(&self) -> Option<u64> {

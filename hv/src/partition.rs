@@ -11,22 +11,28 @@ use crate::console::{ConsoleRing, LinePrefixer, Pl011};
 use crate::dtb::{build_guest_dtb, ExtraNode, GuestDtbSpec, HostInfo, PcieCells, PropValue};
 use crate::dtb::{GuestDevice, GuestSpi};
 use crate::images::View;
+use crate::lifecycle::Lifecycle;
 use crate::lockstat::{CountedLock, LockStat};
 use crate::memmap::FreeMemory;
 use crate::psci::VcpuPower;
 use crate::ratelimit::{FaultKind, FaultLog, Verdict};
-use crate::restart::RestartPolicy;
 use crate::stage2::{MemType, Stage2, Stage2Error, TableMemory};
 use crate::vgic::dist::VDist;
 use crate::vgic::sgi::SgiMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use pinfold_abi::{ManagerStatus, PciFunction};
 use pinfold_config::fit::{place_images, FitError, ImagePlacement, IMAGE_HEADER_LEN};
 use pinfold_config::PartitionPlan;
-use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_RAM_BASE, GUEST_UART_INTID, RAM_ALIGN};
+use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_EMULATED_SPIS, GUEST_RAM_BASE, RAM_ALIGN};
+
+/// The guest DTB's phandle of the PL061 (above what a pass-through node
+/// copied from a host DT plausibly claims).
+pub const GUEST_GPIO_PHANDLE: u32 = 0xfffe_0001;
+/// Linux's KEY_POWER (include/uapi/linux/input-event-codes.h).
+pub const KEY_POWER: u32 = 116;
 
 /// Size of each partition's console ring.
 pub const CONSOLE_RING: usize = 64 * 1024;
@@ -71,24 +77,7 @@ pub trait HostMemory {
     }
 }
 
-/// Lifecycle state of a partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum State {
-    Stopped = 0,
-    Running = 1,
-    Stopping = 2,
-}
-
-impl State {
-    fn from_u8(v: u8) -> State {
-        match v {
-            1 => State::Running,
-            2 => State::Stopping,
-            _ => State::Stopped,
-        }
-    }
-}
+pub use crate::lifecycle::State;
 
 /// What other CPUs may read of a vCPU.
 pub struct VcpuShared {
@@ -150,7 +139,9 @@ pub struct Partition {
     /// The console, shared by the partition's vCPUs and the CPUs that feed it
     /// input (host UART, management): one device, one FIFO.
     pub console: CountedLock<Console>,
-    state: AtomicU8,
+    /// Lifecycle: state and its time, last crash, restart policy,
+    /// watchdog (`lifecycle`).
+    pub life: Lifecycle,
     pub entry_ipa: AtomicU64,
     pub dtb_ipa: AtomicU64,
     pub started_at: AtomicU64,
@@ -161,9 +152,6 @@ pub struct Partition {
     /// The manager's last MGMT_REPORT (status, sentence); reset to
     /// `Starting` at every start.
     pub report: CountedLock<(ManagerStatus, String)>,
-    /// When the management partition stops on its own it is restarted by
-    /// this policy (`System::schedule_restart`).
-    pub restart: CountedLock<RestartPolicy>,
     /// The PCI functions found behind its host bridge at its last start.
     pub pci_found: CountedLock<Vec<PciFunction>>,
 }
@@ -308,7 +296,7 @@ impl Partition {
                 context: AtomicU64::new(0),
             })
             .collect();
-        let dist = VDist::new(&vcpu_mpidrs, &[GUEST_UART_INTID], &spis);
+        let dist = VDist::new(&vcpu_mpidrs, &GUEST_EMULATED_SPIS, &spis);
         Ok(Partition {
             index,
             name: pp.name.clone(),
@@ -334,7 +322,7 @@ impl Partition {
                 },
                 stat,
             ),
-            state: AtomicU8::new(State::Stopped as u8),
+            life: Lifecycle::new(pp, stat),
             entry_ipa: AtomicU64::new(0),
             dtb_ipa: AtomicU64::new(0),
             started_at: AtomicU64::new(0),
@@ -342,17 +330,17 @@ impl Partition {
             faults: AtomicU64::new(0),
             fault_log: FaultLog::new(),
             report: CountedLock::new((ManagerStatus::Starting, String::new()), stat),
-            restart: CountedLock::new(RestartPolicy::new(), stat),
             pci_found: CountedLock::new(Vec::new(), stat),
         })
     }
 
     pub fn state(&self) -> State {
-        State::from_u8(self.state.load(Ordering::Acquire))
+        self.life.state()
     }
 
-    pub fn set_state(&self, s: State) {
-        self.state.store(s as u8, Ordering::Release);
+    /// Change state at counter value `now` (its time is kept).
+    pub fn set_state(&self, s: State, now: u64) {
+        self.life.set(s, now);
     }
 
     /// The vCPU whose MPIDR affinity is `mpidr`.
@@ -475,6 +463,82 @@ impl Partition {
             }
             None => &[],
         };
+        // The emulated SBSA watchdog (lifecycle hook): both frames, WS0,
+        // and the driver's timeout = the plan's period.
+        let wdog_reg = [
+            (pinfold_vboard::GUEST_WDOG_CONTROL_BASE >> 32) as u32,
+            pinfold_vboard::GUEST_WDOG_CONTROL_BASE as u32,
+            0,
+            pinfold_vboard::GUEST_WDOG_FRAME_SIZE as u32,
+            (pinfold_vboard::GUEST_WDOG_REFRESH_BASE >> 32) as u32,
+            pinfold_vboard::GUEST_WDOG_REFRESH_BASE as u32,
+            0,
+            pinfold_vboard::GUEST_WDOG_FRAME_SIZE as u32,
+        ];
+        let wdog_irq = [0, pinfold_vboard::GUEST_WDOG_INTID - 32, 4];
+        let wdog_props = [
+            ("compatible", PropValue::String("arm,sbsa-gwdt")),
+            ("reg", PropValue::Cells(&wdog_reg)),
+            ("interrupts", PropValue::Cells(&wdog_irq)),
+            (
+                "timeout-sec",
+                PropValue::U32(self.plan.lifecycle.watchdog_s),
+            ),
+        ];
+        let wdog_name = alloc::format!("watchdog@{:x}", pinfold_vboard::GUEST_WDOG_CONTROL_BASE);
+        // The PL061 and its power button (as QEMU virt wires them).
+        let gpio_reg = [
+            0,
+            pinfold_vboard::GUEST_GPIO_BASE as u32,
+            0,
+            pinfold_vboard::GUEST_GPIO_SIZE as u32,
+        ];
+        let gpio_irq = [0, pinfold_vboard::GUEST_GPIO_INTID - 32, 4];
+        let gpio_props = [
+            (
+                "compatible",
+                PropValue::Strings(&["arm,pl061", "arm,primecell"]),
+            ),
+            ("reg", PropValue::Cells(&gpio_reg)),
+            ("interrupts", PropValue::Cells(&gpio_irq)),
+            ("gpio-controller", PropValue::Empty),
+            ("#gpio-cells", PropValue::U32(2)),
+            ("clocks", PropValue::U32(crate::dtb::GUEST_APB_PCLK_PHANDLE)),
+            ("clock-names", PropValue::String("apb_pclk")),
+            ("phandle", PropValue::U32(GUEST_GPIO_PHANDLE)),
+        ];
+        let gpio_name = alloc::format!("pl061@{:x}", pinfold_vboard::GUEST_GPIO_BASE);
+        let key_gpios = [GUEST_GPIO_PHANDLE, crate::gpio::POWER_LINE, 0];
+        let key_props = [
+            ("label", PropValue::String("GPIO Key Poweroff")),
+            ("linux,code", PropValue::U32(KEY_POWER)),
+            ("gpios", PropValue::Cells(&key_gpios)),
+        ];
+        let key_node = [ExtraNode {
+            name: "poweroff",
+            props: &key_props,
+            children: &[],
+        }];
+        let keys_props = [("compatible", PropValue::String("gpio-keys"))];
+        let mut extra_nodes: Vec<ExtraNode> = extra.to_vec();
+        extra_nodes.push(ExtraNode {
+            name: &gpio_name,
+            props: &gpio_props,
+            children: &[],
+        });
+        extra_nodes.push(ExtraNode {
+            name: "gpio-keys",
+            props: &keys_props,
+            children: &key_node,
+        });
+        if self.plan.lifecycle.watchdog_s != 0 {
+            extra_nodes.push(ExtraNode {
+                name: &wdog_name,
+                props: &wdog_props,
+                children: &[],
+            });
+        }
+        let extra = &extra_nodes[..];
         let compat: Vec<Vec<&str>> = self
             .devices
             .iter()

@@ -201,6 +201,9 @@ pub struct CpuState<'s> {
     /// when nothing is loaded), mirrored here so that the timer path reads
     /// two fields of this struct and nothing else.
     pub hw_ppis: HwPpis,
+    /// How long the loaded vCPU's timer interrupt has stayed pending
+    /// (`lifecycle`'s hang check; own CPU only).
+    pub hang: crate::lifecycle::HangWatch,
 }
 
 /// Which pass-through PPIs the loaded vCPU has enabled, and their
@@ -236,6 +239,7 @@ impl<'s> CpuState<'s> {
             loaded: None,
             vcpu: 0,
             hw_ppis: HwPpis::default(),
+            hang: crate::lifecycle::HangWatch::default(),
         }
     }
 }

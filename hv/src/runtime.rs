@@ -228,7 +228,7 @@ impl System {
         let mut pool = self.pool.lock(LockPath::Management);
         self.reap(&mut pool, hw);
         let current = self.partition(index).ok_or(AbiError::NotFound)?;
-        if !matches!(current.state(), State::Stopped) || !current.all_off() {
+        if !matches!(current.state(), State::Stopped | State::Crashed) || !current.all_off() {
             return Err(AbiError::Conflict.into());
         }
         drop(current);
@@ -280,7 +280,7 @@ impl System {
         let mut pool = self.pool.lock(LockPath::Management);
         self.reap(&mut pool, hw);
         let p = self.partition(index).ok_or(AbiError::NotFound)?;
-        if !matches!(p.state(), State::Stopped) || !p.all_off() {
+        if !matches!(p.state(), State::Stopped | State::Crashed) || !p.all_off() {
             return Err(AbiError::Conflict);
         }
         drop(p);
@@ -483,7 +483,10 @@ impl System {
 
 impl Partition {
     /// What a changed partition keeps of the one it replaces: its console
-    /// (history and input), boot and fault counts.
+    /// (history and input), boot and fault counts, and of its lifecycle
+    /// its state (stopped or crashed) with its time, its restart count and
+    /// its last crash; its restart policy, watchdog and GPIO are the new
+    /// plan's, from reset.
     fn carry_over(&self, old: &Partition) {
         use core::sync::atomic::Ordering::Relaxed;
         let mut new_console = self.console.lock(LockPath::Management);
@@ -491,5 +494,6 @@ impl Partition {
         core::mem::swap(&mut new_console.ring, &mut old_console.ring);
         self.boot_count.store(old.boot_count.load(Relaxed), Relaxed);
         self.faults.store(old.faults.load(Relaxed), Relaxed);
+        self.life.carry_over(&old.life);
     }
 }

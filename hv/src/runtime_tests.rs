@@ -12,7 +12,7 @@ fn spare() -> &'static System {
         plan.partitions.remove(0);
     });
     for p in sys.partitions() {
-        p.set_state(State::Stopped);
+        p.set_state(State::Stopped, 0);
     }
     sys
 }
@@ -173,7 +173,7 @@ fn a_running_partition_or_the_managers_cannot_be_destroyed_or_changed() {
         .into_iter()
         .find(|p| p.name == "beta")
         .unwrap();
-    beta.set_state(State::Running);
+    beta.set_state(State::Running, 0);
 
     assert_eq!(
         sys.destroy_partition(beta.index, &mut hw),

@@ -3,10 +3,10 @@
 //! and SPI ownership tables, the free RAM and the images (`images`), the
 //! lock statistics, the boot entropy and the management token. Partition
 //! lifecycle (start, stop, restart; the PCI quiesce before a host-bridge
-//! owner starts, `pci`; the management partition's restart policy,
-//! `restart`) and the stats line are here; creating, changing and
-//! destroying partitions at run time is `runtime`'s. The platform holds one
-//! `&'static System`.
+//! owner starts, `pci`; states, crashes, restart policies and the watchdog
+//! in `lifecycle`, `restart`, `wdog`) and the stats line are here;
+//! creating, changing and destroying partitions at run time is
+//! `runtime`'s. The platform holds one `&'static System`.
 //!
 //! A partition lives in a slot (its index, the ABI's partition index; VMID
 //! = index + 1) as an `Arc<Partition>` that never changes while it exists:
@@ -364,6 +364,7 @@ impl System {
         *p.report.lock(LockPath::Management) =
             (pinfold_abi::ManagerStatus::Starting, String::new());
         let now = hw.now();
+        p.set_state(State::Starting, now);
         // The images a plan names cannot be deleted or changed while it
         // names them (`runtime`), so they are copied without the lock.
         let views = {
@@ -383,24 +384,28 @@ impl System {
         };
         if let Err(e) = loaded {
             hw.log(format_args!("partition {}: cannot start: {e}", p.name));
+            p.set_state(State::Stopped, hw.now());
             return Err(e);
         }
         p.boot_count.fetch_add(1, Ordering::Relaxed);
         p.started_at.store(now, Ordering::Relaxed);
-        p.set_state(State::Running);
+        // Lifecycle hook: watchdog armed, no shutdown pending; running once
+        // its vCPU 0 enters (`exit::idle_work`).
+        self.lifecycle_boot(p, now, hw.counter_frequency());
         self.request(hw, me, p.vcpus[0].pcpu, REQ_START);
         Ok(())
     }
 
     /// Stop every vCPU of `p` (the caller puts its own, if it is one).
     pub fn stop_partition(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
-        p.set_state(State::Stopping);
+        let now = hw.now();
+        p.set_state(State::Stopping, now);
         for s in &p.vcpus {
             if s.pcpu != me {
                 self.request(hw, me, s.pcpu, REQ_STOP);
             }
         }
-        p.set_state(State::Stopped);
+        p.set_state(State::Stopped, now);
     }
 
     /// Wait until every vCPU of `p` has been put (bounded: about one second
@@ -426,35 +431,6 @@ impl System {
             ));
         }
         let _ = self.start_partition(p, hw, me);
-    }
-
-    /// `p` stopped on its own (`why`): if it is the management partition,
-    /// its restart policy schedules a restart, which the idle loop of its
-    /// vCPU 0's CPU carries out (`exit::idle_work`).
-    pub fn schedule_restart(&self, p: &Partition, hw: &mut impl Hw, why: &str) {
-        if !p.plan.management {
-            return;
-        }
-        let d = p.restart.lock(LockPath::Management).stopped(
-            hw.now(),
-            p.started_at.load(Ordering::Relaxed),
-            hw.counter_frequency(),
-        );
-        hw.report(format_args!(
-            "{} stopped ({why}): restarting in {} s (restart #{})",
-            p.name, d.delay_s, d.restart
-        ));
-    }
-
-    /// The counter value at which a restart of a partition whose vCPU 0
-    /// runs on CPU `cpu` is due (the idle loop's wake-up).
-    pub fn restart_due_on(&self, cpu: usize) -> Option<u64> {
-        let p = self.partition_on(cpu)?;
-        if !p.plan.management || p.vcpus[0].pcpu != cpu {
-            return None;
-        }
-        let due = p.restart.lock(LockPath::Management).due();
-        due
     }
 
     /// Nanoseconds from counter value `start` to now.
@@ -486,7 +462,7 @@ impl System {
             let mut manager = String::new();
             if p.plan.management {
                 let report = p.report.lock(LockPath::Management);
-                let restarts = p.restart.lock(LockPath::Management).restarts();
+                let restarts = p.life.restarts();
                 let _ = fmt::Write::write_fmt(
                     &mut manager,
                     format_args!(" manager={} restarts={restarts}", report.0.name()),

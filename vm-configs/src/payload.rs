@@ -262,7 +262,7 @@ impl PartitionConfig {
             token_sha256: self.token_digest(),
             autostart: self.autostart,
             pmu: self.pmu,
-            lifecycle: Default::default(),
+            lifecycle: self.lifecycle(),
         }
     }
 }

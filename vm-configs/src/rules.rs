@@ -6,9 +6,11 @@
 //! same message naming the same field wherever it comes from.
 //!
 //! `check_partition` covers what a `PartitionPlan` can express: the name,
-//! CPUs, RAM size, bootargs, the console/management/PCIe roles and the
-//! pass-through devices (names, DT fields, SPIs, MMIO in the guest map and
-//! against every device window). What needs the board or the files (board
+//! CPUs, RAM size, bootargs, the console/management/PCIe roles, the
+//! lifecycle (restart policy and limit, watchdog period, shutdown timeout)
+//! and the pass-through devices (names, DT fields, SPIs but the emulated
+//! devices' 33/92/93, MMIO in the guest map, the watchdog's and GPIO's
+//! frames included, and against every device window). What needs the board or the files (board
 //! CPUs and RAM, the RAM budget, images, the token's text) stays with the
 //! TOML side; placement on the host is `isolation`'s. `Problem` is every
 //! rule's sentence, also those other checks', and `Size` shows byte counts
@@ -19,10 +21,11 @@ use alloc::string::{String, ToString};
 use core::fmt;
 
 use crate::fit::FitError;
-use crate::plan::{PartitionPlan, NAME_MAX};
+use crate::plan::{PartitionPlan, RestartMode, NAME_MAX};
 use pinfold_vboard::{
-    GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
-    GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE,
+    GICR_STRIDE, GUEST_EMULATED_SPIS, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE,
+    GUEST_GICR_REGION_SIZE, GUEST_GPIO_BASE, GUEST_GPIO_SIZE, GUEST_RAM_BASE, GUEST_UART_BASE,
+    GUEST_UART_SIZE, GUEST_WDOG_CONTROL_BASE, GUEST_WDOG_FRAME_SIZE, GUEST_WDOG_REFRESH_BASE,
 };
 
 /// Guest RAM and board RAM come in whole stage-2 level-2 blocks (2 MiB with
@@ -33,6 +36,8 @@ pub const LINUX_COMMAND_LINE_SIZE: usize = 2048;
 /// First and last SPI INTID (GICv3, IHI 0069 2.2.1: 1020..1023 are special).
 pub const SPI_FIRST: u32 = 32;
 pub const SPI_LAST: u32 = 1019;
+/// Longest `watchdog_s` and `shutdown_timeout_s` accepted (an hour).
+pub const LIFECYCLE_MAX_S: u32 = 3600;
 /// Page size stage 2 maps pass-through MMIO with.
 const PAGE: u64 = 4096;
 
@@ -104,7 +109,7 @@ impl core::error::Error for Rejection {}
 /// Every rule that can be checked on one plan entry against the others
 /// already accepted (in plan order at build time; every other existing
 /// partition at run time). Reports the first rule broken, in the order of
-/// docs/CONFIG.md: name, cpus, memory, bootargs, roles, devices.
+/// docs/CONFIG.md: name, cpus, memory, bootargs, roles, lifecycle, devices.
 pub fn check_partition(
     candidate: &PartitionPlan,
     others: &[&PartitionPlan],
@@ -130,6 +135,7 @@ pub(crate) fn check_partition_with_token_text(
     }
     check_bootargs(candidate)?;
     check_roles(candidate, others, token_text)?;
+    check_lifecycle(candidate)?;
     check_devices(candidate, others)
 }
 
@@ -279,6 +285,42 @@ fn check_roles(
     Ok(())
 }
 
+/// The restart policy, the watchdog and the shutdown timeout.
+fn check_lifecycle(candidate: &PartitionPlan) -> Result<(), Rejection> {
+    let life = &candidate.lifecycle;
+    let fail = |field: &str, problem| Err(Rejection::new(candidate, field, problem));
+    if candidate.management {
+        if life.restart != RestartMode::Never {
+            return fail("restart", Problem::ManagementRestart);
+        }
+        if life.restart_limit != 0 {
+            return fail("restart_limit", Problem::ManagementRestart);
+        }
+    }
+    if life.restart == RestartMode::Never && life.restart_limit != 0 {
+        return fail("restart_limit", Problem::RestartLimitWithoutRestart);
+    }
+    if life.watchdog_s > LIFECYCLE_MAX_S {
+        return fail(
+            "watchdog_s",
+            Problem::WatchdogRange {
+                value: life.watchdog_s,
+                max: LIFECYCLE_MAX_S,
+            },
+        );
+    }
+    if !(1..=LIFECYCLE_MAX_S).contains(&life.shutdown_timeout_s) {
+        return fail(
+            "shutdown_timeout_s",
+            Problem::ShutdownTimeoutRange {
+                value: life.shutdown_timeout_s,
+                max: LIFECYCLE_MAX_S,
+            },
+        );
+    }
+    Ok(())
+}
+
 fn check_devices(candidate: &PartitionPlan, others: &[&PartitionPlan]) -> Result<(), Rejection> {
     let devices = &candidate.devices;
     for (index, device) in devices.iter().enumerate() {
@@ -395,7 +437,7 @@ fn check_devices(candidate: &PartitionPlan, others: &[&PartitionPlan]) -> Result
             if !(SPI_FIRST..=SPI_LAST).contains(&spi) {
                 return fail(Problem::SpiOutOfRange { spi });
             }
-            if spi == GUEST_UART_INTID {
+            if GUEST_EMULATED_SPIS.contains(&spi) {
                 return fail(Problem::SpiReserved { spi });
             }
             let owner = others
@@ -429,6 +471,17 @@ fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
             GUEST_GICR_REGION_SIZE,
         ),
         ("PL011", GUEST_UART_BASE, GUEST_UART_SIZE),
+        ("PL061 GPIO", GUEST_GPIO_BASE, GUEST_GPIO_SIZE),
+        (
+            "SBSA watchdog control frame",
+            GUEST_WDOG_CONTROL_BASE,
+            GUEST_WDOG_FRAME_SIZE,
+        ),
+        (
+            "SBSA watchdog refresh frame",
+            GUEST_WDOG_REFRESH_BASE,
+            GUEST_WDOG_FRAME_SIZE,
+        ),
     ];
     regions
         .into_iter()
@@ -553,8 +606,16 @@ pub enum Problem {
     PciHostBridgeTaken { other: String },
     /// An SPI INTID outside 32..=1019.
     SpiOutOfRange { spi: u32 },
-    /// The emulated PL011's INTID.
+    /// The INTID of an emulated device (PL011, SBSA watchdog, PL061 GPIO).
     SpiReserved { spi: u32 },
+    /// `restart` or `restart_limit` on the management partition.
+    ManagementRestart,
+    /// `restart_limit` without a policy that restarts.
+    RestartLimitWithoutRestart,
+    /// `watchdog_s` out of range.
+    WatchdogRange { value: u32, max: u32 },
+    /// `shutdown_timeout_s` out of range.
+    ShutdownTimeoutRange { value: u32, max: u32 },
     /// An SPI listed twice by one partition.
     SpiRepeated { spi: u32 },
     /// An SPI owned by two partitions.
@@ -671,8 +732,24 @@ impl fmt::Display for Problem {
             }
             Problem::SpiReserved { spi } => write!(
                 f,
-                "SPI {spi} is the emulated PL011's interrupt in every partition"
+                "SPI {spi} is an emulated device's interrupt in every partition (PL011 {}, SBSA watchdog {}, PL061 GPIO {})",
+                pinfold_vboard::GUEST_UART_INTID,
+                pinfold_vboard::GUEST_WDOG_INTID,
+                pinfold_vboard::GUEST_GPIO_INTID
             ),
+            Problem::ManagementRestart => f.write_str(
+                "the management partition always restarts (with back-off); remove this field",
+            ),
+            Problem::RestartLimitWithoutRestart => f.write_str(
+                "has no effect with restart = \"never\"; set restart = \"on-crash\" or \"always\"",
+            ),
+            Problem::WatchdogRange { value, max } => write!(
+                f,
+                "{value} is out of range: 0 (off) or 1..={max} seconds"
+            ),
+            Problem::ShutdownTimeoutRange { value, max } => {
+                write!(f, "{value} is out of range: 1..={max} seconds")
+            }
             Problem::SpiRepeated { spi } => write!(f, "SPI {spi} is listed twice"),
             Problem::SpiShared { spi, other } => {
                 write!(f, "SPI {spi} is also used by partition \"{other}\"")

@@ -462,8 +462,112 @@ fn the_emulated_uart_spi_is_rejected() {
     assert_rejects(
         &rejected(&candidate),
         "device \"uart\": spis",
-        "SPI 33 is the emulated PL011's interrupt in every partition",
+        "SPI 33 is an emulated device's interrupt in every partition (PL011 33, SBSA watchdog 92, PL061 GPIO 93)",
     );
+}
+
+#[test]
+fn the_watchdog_and_gpio_spis_and_frames_are_rejected() {
+    for spi in [92, 93] {
+        let candidate = with_devices(partition("alpha", &[1]), vec![device("d", &[], &[spi])]);
+        let rejection = rejected(&candidate);
+        assert_eq!(rejection.field, "device \"d\": spis", "{rejection}");
+        assert_eq!(rejection.problem, Problem::SpiReserved { spi });
+    }
+    let regions = [
+        (pinfold_vboard::GUEST_GPIO_BASE, "PL061 GPIO"),
+        (
+            pinfold_vboard::GUEST_WDOG_CONTROL_BASE,
+            "SBSA watchdog control frame",
+        ),
+        (
+            pinfold_vboard::GUEST_WDOG_REFRESH_BASE,
+            "SBSA watchdog refresh frame",
+        ),
+    ];
+    for (base, name) in regions {
+        let candidate = with_devices(
+            partition("alpha", &[1]),
+            vec![device("d", &[(base, 0x1000)], &[])],
+        );
+        let rejection = rejected(&candidate);
+        assert_eq!(rejection.field, "device \"d\": mmio", "{rejection}");
+        assert!(
+            matches!(rejection.problem, Problem::MmioGuestMap { region, .. } if region == name),
+            "{rejection}"
+        );
+    }
+}
+
+#[test]
+fn lifecycle_rules_name_their_field() {
+    use crate::plan::RestartMode;
+    let mut mgmt = partition("mgmt", &[0]);
+    mgmt.management = true;
+    let cases: [(PartitionPlan, &str, &str); 6] = [
+        (
+            {
+                let mut p = mgmt.clone();
+                p.lifecycle.restart = RestartMode::Always;
+                p
+            },
+            "restart",
+            "the management partition always restarts (with back-off); remove this field",
+        ),
+        (
+            {
+                let mut p = mgmt.clone();
+                p.lifecycle.restart_limit = 2;
+                p
+            },
+            "restart_limit",
+            "the management partition always restarts (with back-off); remove this field",
+        ),
+        (
+            {
+                let mut p = partition("alpha", &[1]);
+                p.lifecycle.restart_limit = 2;
+                p
+            },
+            "restart_limit",
+            "has no effect with restart = \"never\"; set restart = \"on-crash\" or \"always\"",
+        ),
+        (
+            {
+                let mut p = partition("alpha", &[1]);
+                p.lifecycle.watchdog_s = 3601;
+                p
+            },
+            "watchdog_s",
+            "3601 is out of range: 0 (off) or 1..=3600 seconds",
+        ),
+        (
+            {
+                let mut p = partition("alpha", &[1]);
+                p.lifecycle.shutdown_timeout_s = 0;
+                p
+            },
+            "shutdown_timeout_s",
+            "0 is out of range: 1..=3600 seconds",
+        ),
+        (
+            {
+                let mut p = partition("alpha", &[1]);
+                p.lifecycle.shutdown_timeout_s = 3601;
+                p
+            },
+            "shutdown_timeout_s",
+            "3601 is out of range: 1..=3600 seconds",
+        ),
+    ];
+    for (candidate, field, message) in cases {
+        assert_rejects(&rejected(&candidate), field, message);
+    }
+    let mut ok = partition("alpha", &[1]);
+    ok.lifecycle.restart = RestartMode::OnCrash;
+    ok.lifecycle.restart_limit = 3;
+    ok.lifecycle.watchdog_s = 3600;
+    alone(&ok).expect("a valid lifecycle");
 }
 
 #[test]

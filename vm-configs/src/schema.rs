@@ -82,9 +82,41 @@ pub struct PartitionConfig {
     /// register access traps and is UNDEFINED to the guest).
     #[serde(default = "default_pmu")]
     pub pmu: bool,
+    /// When it is started again after it stopped on its own: `"never"`
+    /// (default), `"on-crash"` (watchdog, hung vCPU, fatal fault) or
+    /// `"always"` (a guest power-off too). The management partition always
+    /// restarts and takes neither this nor `restart_limit`.
+    #[serde(default)]
+    pub restart: Option<RestartSetting>,
+    /// Restarts in a row the policy may make (0 = no limit); a run of a
+    /// minute ends the row.
+    #[serde(default)]
+    pub restart_limit: Option<u32>,
+    /// Period in seconds of the emulated SBSA watchdog (enabled before
+    /// entry; the guest's sbsa_gwdt keeps it fed) and of the hung-vCPU
+    /// check; 0 (default) = neither.
+    #[serde(default)]
+    pub watchdog_s: u32,
+    /// After the power button (graceful shutdown), seconds until the
+    /// partition is stopped by force.
+    #[serde(default = "default_shutdown_timeout_s")]
+    pub shutdown_timeout_s: u32,
     /// Pass-through devices.
     #[serde(default, rename = "device")]
     pub devices: Vec<DeviceConfig>,
+}
+
+/// `restart = "..."` as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartSetting {
+    Never,
+    OnCrash,
+    Always,
+}
+
+fn default_shutdown_timeout_s() -> u32 {
+    30
 }
 
 fn default_autostart() -> bool {

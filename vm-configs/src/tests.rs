@@ -1340,3 +1340,103 @@ fn device_host_node_that_is_not_an_absolute_path_is_rejected() {
     assert_names(&error, "alpha", "device \"rtc\": host_node");
     assert!(error.to_string().contains("absolute"), "{error}");
 }
+
+// ---- lifecycle ------------------------------------------------------------
+
+#[test]
+fn lifecycle_fields_reach_the_plan() {
+    let root = Root::with_images();
+    let toml = format!(
+        "{ALPHA}restart = \"on-crash\"\nrestart_limit = 3\nwatchdog_s = 5\nshutdown_timeout_s = 20\n"
+    );
+
+    let payload = config(&toml).build_payload(root.path()).expect("payload");
+
+    let plan = Plan::decode(&payload).expect("decodes");
+    assert_eq!(
+        plan.partitions[0].lifecycle,
+        LifecyclePlan {
+            restart: RestartMode::OnCrash,
+            restart_limit: 3,
+            watchdog_s: 5,
+            shutdown_timeout_s: 20,
+        }
+    );
+}
+
+#[test]
+fn without_lifecycle_fields_the_defaults_apply() {
+    let root = Root::with_images();
+
+    let payload = config(ALPHA).build_payload(root.path()).expect("payload");
+
+    let plan = Plan::decode(&payload).expect("decodes");
+    assert_eq!(plan.partitions[0].lifecycle, LifecyclePlan::default());
+}
+
+#[test]
+fn an_unknown_restart_mode_is_a_syntax_error_naming_the_key() {
+    let error = parse(&format!("{BOARD}{ALPHA}restart = \"sometimes\"\n")).unwrap_err();
+
+    let message = error.to_string();
+    assert!(message.contains("restart"), "{message}");
+    assert!(message.contains("on-crash"), "{message}");
+}
+
+#[test]
+fn lifecycle_rules_name_their_field() {
+    let root = Root::with_images();
+    let mgmt = "[[partition]]\nname = \"mgmt\"\ncpus = [0]\nmemory = \"64MiB\"\nkernel = \"raw\"\nmanagement = true\n";
+    let cases = [
+        (format!("{mgmt}restart = \"never\"\n"), "mgmt", "restart"),
+        (
+            format!("{mgmt}restart_limit = 2\n"),
+            "mgmt",
+            "restart_limit",
+        ),
+        (
+            format!("{ALPHA}restart_limit = 2\n"),
+            "alpha",
+            "restart_limit",
+        ),
+        (format!("{ALPHA}watchdog_s = 3601\n"), "alpha", "watchdog_s"),
+        (
+            format!("{ALPHA}shutdown_timeout_s = 0\n"),
+            "alpha",
+            "shutdown_timeout_s",
+        ),
+    ];
+    for (toml, partition, field) in cases {
+        let error = rejected(&root, &toml);
+        assert_names(&error, partition, field);
+    }
+    assert_eq!(
+        rejected(&root, &format!("{ALPHA}restart_limit = 2\n")).to_string(),
+        "partition \"alpha\": restart_limit: has no effect with restart = \"never\"; set restart = \"on-crash\" or \"always\""
+    );
+}
+
+#[test]
+fn the_emulated_watchdog_spi_and_frames_are_rejected() {
+    let root = Root::with_images();
+
+    let spi = rejected(&root, &with_device("alpha", 1, "w", "spis = [92]"));
+    let mmio = rejected(
+        &root,
+        &with_device(
+            "alpha",
+            1,
+            "w",
+            "mmio = [{ base = 0x090c0000, size = 0x1000 }]",
+        ),
+    );
+
+    assert!(
+        matches!(spi.problem(), Some(Problem::SpiReserved { spi: 92 })),
+        "{spi}"
+    );
+    assert!(
+        mmio.to_string().contains("SBSA watchdog refresh frame"),
+        "{mmio}"
+    );
+}

@@ -11,8 +11,9 @@
 
 use crate::error::ConfigError;
 use crate::plan::{KernelFormat, KernelPlan, PartitionPlan};
+use crate::plan::{LifecyclePlan, RestartMode};
 use crate::rules::{self, HostLimits, Problem, Rejection, Size, RAM_GRANULE};
-use crate::schema::{Config, PartitionConfig};
+use crate::schema::{Config, PartitionConfig, RestartSetting};
 
 /// RAM the hypervisor keeps for itself before the payload: its image, stacks,
 /// heap, stage-2 tables and per-partition DTBs. The whole reserve is this
@@ -61,6 +62,17 @@ impl Config {
             // wrong with its text is `check_token_text`'s.
             if partition.token_sha256.is_some() {
                 entry.token_sha256.get_or_insert([0; 32]);
+            }
+            // The management partition takes neither `restart` nor
+            // `restart_limit`, not even at their defaults: written at all,
+            // they count as a policy for the rules.
+            if partition.management {
+                if partition.restart.is_some() {
+                    entry.lifecycle.restart = RestartMode::OnCrash;
+                }
+                if partition.restart_limit.is_some() {
+                    entry.lifecycle.restart_limit = entry.lifecycle.restart_limit.max(1);
+                }
             }
             let others: Vec<&PartitionPlan> = accepted.iter().collect();
             let token_text = || check_token_text(partition);
@@ -158,6 +170,21 @@ fn check_token_text(partition: &PartitionConfig) -> Result<(), Rejection> {
 }
 
 impl PartitionConfig {
+    /// The lifecycle the plan blob carries (checked by the rules,
+    /// `rules::check_partition`).
+    pub fn lifecycle(&self) -> LifecyclePlan {
+        LifecyclePlan {
+            restart: match self.restart {
+                None | Some(RestartSetting::Never) => RestartMode::Never,
+                Some(RestartSetting::OnCrash) => RestartMode::OnCrash,
+                Some(RestartSetting::Always) => RestartMode::Always,
+            },
+            restart_limit: self.restart_limit.unwrap_or(0),
+            watchdog_s: self.watchdog_s,
+            shutdown_timeout_s: self.shutdown_timeout_s,
+        }
+    }
+
     /// The SHA-256 of the management token the plan blob carries: of
     /// `token`, or `token_sha256` as given (both were validated).
     pub fn token_digest(&self) -> Option<[u8; 32]> {

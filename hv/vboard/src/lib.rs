@@ -23,6 +23,22 @@ pub const GUEST_UART_BASE: u64 = 0x0900_0000;
 pub const GUEST_UART_SIZE: u64 = 0x1000;
 /// SPI INTID of the emulated PL011 (SPI 1 as on QEMU virt).
 pub const GUEST_UART_INTID: u32 = 33;
+/// Emulated SBSA Generic Watchdog (partitions with a `watchdog_s`): control
+/// and refresh frames, 4 KiB each, in a hole of QEMU virt's map (its own
+/// devices end at 0x090a_ffff), and its WS0 interrupt.
+pub const GUEST_WDOG_CONTROL_BASE: u64 = 0x090b_0000;
+pub const GUEST_WDOG_REFRESH_BASE: u64 = 0x090c_0000;
+pub const GUEST_WDOG_FRAME_SIZE: u64 = 0x1000;
+/// SPI 60 (no QEMU virt device uses it).
+pub const GUEST_WDOG_INTID: u32 = 92;
+/// Emulated PL061 GPIO (every partition: its line 3 is the power button of
+/// a `gpio-keys` node), in the same hole, and its interrupt (SPI 61).
+pub const GUEST_GPIO_BASE: u64 = 0x090d_0000;
+pub const GUEST_GPIO_SIZE: u64 = 0x1000;
+pub const GUEST_GPIO_INTID: u32 = 93;
+/// The SPIs every partition's emulated devices use: a plan may not pass
+/// these through.
+pub const GUEST_EMULATED_SPIS: [u32; 3] = [GUEST_UART_INTID, GUEST_WDOG_INTID, GUEST_GPIO_INTID];
 /// Offset of a raw kernel from the RAM base (as QEMU loads raw images).
 pub const RAW_KERNEL_OFFSET: u64 = 0x8_0000;
 /// Offset of a Linux Image whose header gives no image_size (pre-3.17).

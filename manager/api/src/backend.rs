@@ -52,6 +52,11 @@ pub trait Backend {
     fn start(&mut self, index: u32) -> Result<(), CallError>;
     fn stop(&mut self, index: u32) -> Result<(), CallError>;
     fn restart(&mut self, index: u32) -> Result<(), CallError>;
+    /// (ABI 3.0) Presses the partition's power button (graceful shutdown).
+    fn shutdown(&mut self, index: u32) -> Result<(), CallError> {
+        let _ = index;
+        Err(CallError::Refused(pinfold_abi::AbiError::NotSupported))
+    }
     /// Fills `out` from console position `offset` on.
     fn console_read(
         &mut self,
@@ -241,6 +246,10 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
 
     fn restart(&mut self, index: u32) -> Result<(), CallError> {
         self.done(Request::PartitionRestart { index })
+    }
+
+    fn shutdown(&mut self, index: u32) -> Result<(), CallError> {
+        self.done(Request::PartitionShutdown { index })
     }
 
     fn console_read(

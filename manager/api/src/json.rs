@@ -86,6 +86,24 @@ pub struct Partition {
     /// Its configuration (from the plan entry the hypervisor holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Config>,
+    /// RFC 3339 UTC time of the last state change; null without a clock.
+    #[serde(default)]
+    pub state_since: Option<String>,
+    /// Restarts its restart policy made since the hypervisor started.
+    #[serde(default)]
+    pub restarts: u32,
+    /// Its last crash, if it crashed since the hypervisor started.
+    #[serde(default)]
+    pub last_crash: Option<LastCrash>,
+}
+
+/// Why and when a partition last crashed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastCrash {
+    /// RFC 3339 UTC; null without a clock.
+    pub time: Option<String>,
+    /// `watchdog`, `vCPU N hung (...)`, `fatal fault: ...`.
+    pub reason: String,
 }
 
 /// `GET /api/v1/partitions/{name}`: the summary plus faults and vCPUs.
@@ -212,6 +230,12 @@ impl From<&PartitionSummary> for Partition {
             boot_count: p.boot_count,
             management: p.management,
             config: None,
+            state_since: p.state_since_ms.map(crate::time::rfc3339),
+            restarts: p.restarts,
+            last_crash: p.last_crash.as_ref().map(|c| LastCrash {
+                time: c.unix_ms.map(crate::time::rfc3339),
+                reason: c.reason.clone(),
+            }),
         }
     }
 }

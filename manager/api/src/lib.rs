@@ -166,6 +166,7 @@ pub enum Endpoint {
     Start,
     Stop,
     Restart,
+    Shutdown,
     Console,
     Metrics,
     OpenApi,
@@ -208,6 +209,11 @@ pub const ROUTES: &[Route] = &[
         "POST",
         "/api/v1/partitions/{name}/restart",
         Endpoint::Restart,
+    ),
+    route(
+        "POST",
+        "/api/v1/partitions/{name}/shutdown",
+        Endpoint::Shutdown,
     ),
     route(
         "GET",
@@ -539,6 +545,10 @@ fn build_action(
             name,
             op: Transition::Restart,
         },
+        Endpoint::Shutdown => Action::ChangeState {
+            name,
+            op: Transition::Shutdown,
+        },
         Endpoint::Console if req.method == "POST" => Action::WriteConsole {
             name,
             data: parse_console_input(&req.body)?,
@@ -795,8 +805,9 @@ impl<B: Backend> Router<B> {
             Transition::Start => self.backend.start(p.index),
             Transition::Stop => self.backend.stop(p.index),
             Transition::Restart => self.backend.restart(p.index),
-            // Not routed here (yet): the router only asks for the three above.
-            Transition::Shutdown | Transition::Configure => Err(pinfold_abi::CallError::Refused(
+            Transition::Shutdown => self.backend.shutdown(p.index),
+            // Not routed here: configuration has its own endpoints.
+            Transition::Configure => Err(pinfold_abi::CallError::Refused(
                 pinfold_abi::AbiError::NotSupported,
             )),
         };

@@ -313,6 +313,10 @@ impl Backend for FakeBackend {
         self.transition("restart", index, PartitionState::Running)
     }
 
+    fn shutdown(&mut self, index: u32) -> Result<(), CallError> {
+        self.transition("shutdown", index, PartitionState::ShuttingDown)
+    }
+
     fn console_read(
         &mut self,
         index: u32,
@@ -684,9 +688,36 @@ fn partitions_list_has_the_contract_fields() {
         body_json(&resp)["partitions"][1],
         json!({"name":"alpha","state":"running","cpus":[9],"ram_bytes":268435456,
                "uptime_ms":5000,"boot_count":1,"management":false,
+               "state_since":null,"restarts":0,"last_crash":null,
                "config":{"cpus":[9],"memory_mib":256,"kernel":"0","kernel_format":"linux",
                          "initrd":null,"bootargs":"","autostart":false,"restart":"never",
                          "restart_limit":0,"watchdog_s":0,"shutdown_timeout_s":30,"devices":[]}})
+    );
+}
+
+#[test]
+fn a_crashed_partition_shows_when_it_changed_state_and_why_it_crashed() {
+    let mut r = router();
+    {
+        let p = &mut r.backend_mut().partitions[1];
+        p.state = PartitionState::Crashed;
+        p.state_since_ms = Some(1_796_132_700_000);
+        p.restarts = 2;
+        p.last_crash = Some(pinfold_abi::CrashInfo {
+            unix_ms: Some(1_796_132_699_000),
+            reason: "watchdog".into(),
+        });
+    }
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha"));
+
+    let body = body_json(&resp);
+    assert_eq!(body["state"], "crashed");
+    assert_eq!(body["state_since"], "2026-12-01T13:45:00Z");
+    assert_eq!(body["restarts"], 2);
+    assert_eq!(
+        body["last_crash"],
+        json!({"time": "2026-12-01T13:44:59Z", "reason": "watchdog"})
     );
 }
 

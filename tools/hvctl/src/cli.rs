@@ -14,6 +14,8 @@ commands:
   start NAME                start a stopped partition
   stop NAME                 stop a running partition
   restart NAME              restart a running partition
+  shutdown NAME             press its power button (graceful; stopped by
+                            force after its shutdown_timeout_s)
   console NAME [--follow]   print the console (--follow: keep printing)
   console NAME --input TEXT send TEXT to the console's input (- : stdin)
   resources                 CPUs, RAM ranges and devices: free or whose
@@ -47,6 +49,7 @@ pub enum Op {
     Start,
     Stop,
     Restart,
+    Shutdown,
 }
 
 impl Op {
@@ -55,6 +58,7 @@ impl Op {
             Op::Start => "start",
             Op::Stop => "stop",
             Op::Restart => "restart",
+            Op::Shutdown => "shutdown",
         }
     }
 }
@@ -313,6 +317,10 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
             op: Op::Restart,
             name: name(&words, "restart")?,
         },
+        Some("shutdown") => Command::Change {
+            op: Op::Shutdown,
+            name: name(&words, "shutdown")?,
+        },
         Some("console") => match input.take() {
             Some(_) if follow => {
                 return Err(UsageError(
@@ -538,6 +546,21 @@ mod tests {
             parse(&args("show"), None),
             Err(UsageError("show needs a partition NAME".into()))
         );
+    }
+
+    #[test]
+    fn shutdown_names_one_partition() {
+        assert_eq!(
+            parse(&args("shutdown alpha"), None),
+            Ok(Cli {
+                command: Command::Change {
+                    op: Op::Shutdown,
+                    name: "alpha".into(),
+                },
+                ..parse(&args("list"), None).unwrap()
+            })
+        );
+        assert!(parse(&args("shutdown"), None).is_err());
     }
 
     #[test]

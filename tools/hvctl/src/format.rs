@@ -99,11 +99,29 @@ pub fn partition_detail(d: &PartitionDetailJson) -> String {
     let mut out = String::new();
     for (key, value) in [
         ("name", p.name.clone()),
-        ("state", p.state.as_str().to_string()),
+        (
+            "state",
+            match &p.state_since {
+                Some(t) => format!("{} since {t}", p.state.as_str()),
+                None => p.state.as_str().to_string(),
+            },
+        ),
         ("cpus", cpus(&p.cpus)),
         ("ram", bytes(p.ram_bytes)),
         ("uptime", uptime(p.uptime_ms)),
         ("boots", p.boot_count.to_string()),
+        ("restarts", p.restarts.to_string()),
+        (
+            "last crash",
+            match &p.last_crash {
+                Some(c) => format!(
+                    "{} ({})",
+                    c.reason,
+                    c.time.as_deref().unwrap_or("time unknown")
+                ),
+                None => "-".to_string(),
+            },
+        ),
         ("faults", d.faults.to_string()),
         (
             "management",
@@ -252,6 +270,9 @@ mod tests {
             boot_count: 2,
             management: false,
             config: None,
+            state_since: None,
+            restarts: 0,
+            last_crash: None,
         }
     }
 

@@ -948,6 +948,35 @@ fn scale_window(exit: ScaleExit, vcpu: u64, start: u64, end: u64) -> (u64, u64) 
 /// vcpu0=.. [vcpu1=.. late1=..]` line; counts are exits, `ticks` the
 /// window in counter ticks (CNTFRQ in the env line). Under multi-threaded
 /// TCG without icount the counter follows the host's clock: wall clock.
+/// The hang mode (bootargs `pinfold.hang`): the virtual timer's interrupt
+/// enabled in the GIC, the timer armed to fire at once, then a spin with
+/// IRQs masked in PSTATE: the timer interrupt stays pending and
+/// unacknowledged, as in a guest kernel spinning with interrupts off (the
+/// hypervisor's hung-vCPU check, docs/ARCHITECTURE.md).
+pub fn hang() -> ! {
+    gic_dist_init();
+    gic_cpu_init(0, &[PPI_VTIMER]);
+    // SAFETY: masks IRQs (they stay masked: nothing is taken from here
+    // on) and programs this CPU's own virtual timer.
+    unsafe {
+        asm!(
+            "msr daifset, #2",
+            "isb",
+            "mrs {t}, cntvct_el0",
+            "msr cntv_cval_el0, {t}",
+            "mov {t}, #1",
+            "msr cntv_ctl_el0, {t}",
+            "isb",
+            t = out(reg) _,
+            options(nostack)
+        )
+    };
+    println!("PROBE hang: interrupts masked, virtual timer armed; spinning");
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
 pub fn scale(env: &Env) {
     let (cntfrq, _) = crate::counter();
     let cntfrq = if cntfrq == 0 { 62_500_000 } else { cntfrq };

@@ -57,6 +57,8 @@ use pinfold_vboard::{
 const SCALE_BOOTARG: &str = "pinfold-bench=scale";
 /// The bootargs word that selects the scrub check ([`scrub_check`]).
 const SCRUB_BOOTARG: &str = "pinfold-probe=scrub";
+/// The bootargs word that selects the hang mode (bench::hang).
+const HANG_BOOTARG: &str = "pinfold.hang";
 /// Used only when the DTB has no usable /memory node.
 const RAM_SIZE_ASSUMED: u64 = 256 << 20;
 /// An IPA inside the device window that the partition is given nothing at.
@@ -1161,6 +1163,9 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
     if let Some(f) = fdt.as_ref().filter(|f| f.bootargs_have(SCRUB_BOOTARG)) {
         scrub_check(f.base, u64::from(f.size), ram_end);
         halt();
+    }
+    if fdt.as_ref().is_some_and(|f| f.bootargs_have(HANG_BOOTARG)) {
+        bench::hang();
     }
     if fdt.as_ref().is_some_and(|f| f.bootargs_have(SCALE_BOOTARG)) {
         println!("PROBE mode: scaling (bootargs `{SCALE_BOOTARG}`): no probes, no bench loops");

@@ -1291,6 +1291,197 @@ fn run_logged(cmd: &mut Command, log: &Path, limit: Duration) -> Result<Finished
     })
 }
 
+/// `GET /api/v1/partitions/{name}`'s body.
+fn partition_json(name: &str) -> Result<Value, String> {
+    call_json(&Request::get(&format!("/api/v1/partitions/{name}")), 200)
+}
+
+fn state_of(p: &Value) -> &str {
+    p.get("state").and_then(Value::as_str).unwrap_or("?")
+}
+
+fn crash_reason(p: &Value) -> &str {
+    p.pointer("/last_crash/reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Polls `name` until `done` holds for its JSON (or the deadline).
+fn poll_partition(
+    name: &str,
+    deadline: Instant,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    loop {
+        let p = partition_json(name)?;
+        if done(&p) {
+            return Ok(p);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{name} never became {what}: {p}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Seconds between two console lines (QEMU's start is the origin of both;
+/// under TCG the guest's counter follows the host clock, so this is QEMU
+/// time as the guests see it).
+fn secs_between(from: &Line, to: &Line) -> f64 {
+    to.at.saturating_sub(from.at).as_secs_f64()
+}
+
+/// The lifecycle test on one boot of vm-configs/qemu-virt/test-lifecycle.toml:
+/// a vCPU hung with interrupts masked (beta) is `crashed` "vCPU 0 hung"
+/// within its watchdog_s and stays down (`never`); a Linux that panics
+/// (alpha, `echo c > /proc/sysrq-trigger` through the REST console input)
+/// is `crashed` within its watchdog_s and, `on-crash`, runs again with
+/// boot_count + 1 and restarts 1; the power button (gamma, Debian's generic
+/// kernel with gpio-keys) is `shutting_down`, the guest's own shutdown
+/// messages reach its console and its SYSTEM_OFF ends in `stopped` (not
+/// by force). Every state has an RFC 3339 `state_since`.
+pub fn lifecycle(stack: &mut Stack) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let token = stack.token(deadline)?;
+    stack.first_answer()?;
+    let mut notes = Vec::new();
+
+    // beta: the hung vCPU.
+    let hang = stack.expect("[beta] PROBE hang:", 0, deadline)?;
+    let hung = stack.expect("partition beta: crashed: vCPU 0 hung", hang.index, deadline)?;
+    let beta = partition_json("beta")?;
+    if state_of(&beta) != "crashed" || !crash_reason(&beta).starts_with("vCPU 0 hung") {
+        return Err(format!("beta should be crashed, vCPU 0 hung: {beta}"));
+    }
+    let since = beta
+        .get("state_since")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if parse_rfc3339_utc(since).is_none() {
+        return Err(format!("beta's state_since is not RFC 3339: {beta}"));
+    }
+    let hang_s = secs_between(&hang, &hung);
+    if hang_s > 3.0 + 1.5 {
+        return Err(format!(
+            "beta hung at {:.1} s, crashed only {hang_s:.1} s later (watchdog_s = 3)",
+            hang.at.as_secs_f64()
+        ));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let beta = partition_json("beta")?;
+    if state_of(&beta) != "crashed" || beta.get("restarts").and_then(Value::as_u64) != Some(0) {
+        return Err(format!(
+            "beta (restart = never) did not stay crashed: {beta}"
+        ));
+    }
+    notes.push(format!(
+        "beta (IRQs masked, timer pending): crashed \"{}\" {hang_s:.1} s after it hung; stays crashed",
+        crash_reason(&beta)
+    ));
+
+    // alpha: a kernel panic, caught by its watchdog, restarted on-crash.
+    let wd = stack.expect("[alpha] PINFOLD-GUEST-WATCHDOG name=alpha", 0, deadline)?;
+    if !wd.text.contains("Initialized") {
+        return Err(format!(
+            "sbsa_gwdt did not take alpha's watchdog: `{}`",
+            wd.text
+        ));
+    }
+    stack.expect("[alpha] PINFOLD-GUEST-ALIVE name=alpha n=2", 0, deadline)?;
+    let before = partition_json("alpha")?;
+    let boots = before
+        .get("boot_count")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let from = stack.qemu.lines().len();
+    let body = serde_json::json!({ "data": "echo c > /proc/sysrq-trigger\n" }).to_string();
+    call_json(
+        &Request::post(
+            "/api/v1/partitions/alpha/console",
+            Some(&token),
+            Some(&body),
+        ),
+        202,
+    )?;
+    let panic = stack.expect("sysrq: Trigger a crash", from, deadline)?;
+    let crashed = stack.expect("partition alpha: crashed: ", from, deadline)?;
+    let crash_s = secs_between(&panic, &crashed);
+    if crash_s > 4.0 + 1.5 {
+        return Err(format!(
+            "alpha panicked at {:.1} s, crashed only {crash_s:.1} s later (watchdog_s = 4): `{}`",
+            panic.at.as_secs_f64(),
+            crashed.text
+        ));
+    }
+    let again = poll_partition("alpha", deadline, "running again", |p| {
+        state_of(p) == "running" && p.get("boot_count").and_then(Value::as_u64) == Some(boots + 1)
+    })?;
+    if again.get("restarts").and_then(Value::as_u64) != Some(1) {
+        return Err(format!("alpha's restart is not counted: {again}"));
+    }
+    let reason = crash_reason(&again).to_string();
+    if reason != "watchdog" && !reason.starts_with("vCPU 0 hung") {
+        return Err(format!("alpha's last_crash: {again}"));
+    }
+    let up = stack.expect(
+        "[alpha] PINFOLD-GUEST-UP name=alpha",
+        crashed.index,
+        deadline,
+    )?;
+    notes.push(format!(
+        "alpha (kernel panic via console input): crashed \"{reason}\" {crash_s:.1} s after the panic; \
+         on-crash: up again {:.1} s after the crash, boot_count {boots} -> {}, restarts 1",
+        secs_between(&crashed, &up),
+        boots + 1
+    ));
+
+    // gamma: the power button, on Debian's generic kernel with gpio-keys.
+    let gamma_up = stack.expect("[gamma] PINFOLD-GUEST-UP name=gamma", 0, deadline)?;
+    let alpha_up = stack.expect("[alpha] PINFOLD-GUEST-UP name=alpha", 0, deadline)?;
+    notes.push(format!(
+        "first boot to the UP line: alpha (cloud kernel) {:.1} s, gamma (generic kernel) {:.1} s after QEMU start",
+        alpha_up.at.as_secs_f64(),
+        gamma_up.at.as_secs_f64()
+    ));
+    stack.expect("[gamma] PINFOLD-GUEST-ALIVE name=gamma n=1", 0, deadline)?;
+    let from = stack.qemu.lines().len();
+    let reply = call_json(
+        &Request::post("/api/v1/partitions/gamma/shutdown", Some(&token), None),
+        202,
+    )?;
+    if state_of(&reply) != "shutting_down" {
+        return Err(format!("the shutdown's 202 body: {reply}"));
+    }
+    let pressed = stack.expect("partition gamma: power button pressed", from, deadline)?;
+    let going = stack.expect("[gamma] The system is going down NOW!", from, deadline)?;
+    stack.expect("reboot: Power down", going.index, deadline)?;
+    let off = stack.expect(
+        "partition gamma: powered off by the guest",
+        going.index,
+        deadline,
+    )?;
+    let gamma = poll_partition("gamma", deadline, "stopped", |p| state_of(p) == "stopped")?;
+    if stack
+        .qemu
+        .lines()
+        .iter()
+        .skip(from)
+        .any(|l| l.text.contains("partition gamma: shutdown timeout"))
+    {
+        return Err(format!(
+            "gamma was stopped by force, not by itself: {gamma}"
+        ));
+    }
+    notes.push(format!(
+        "gamma (generic kernel, gpio-keys): power button -> \"The system is going down NOW!\" {:.1} s, \
+         \"reboot: Power down\" and stopped {:.1} s after the press",
+        secs_between(&pressed, &going),
+        secs_between(&pressed, &off)
+    ));
+    Ok(notes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

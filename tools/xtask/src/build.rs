@@ -41,6 +41,10 @@ pub struct Builder<'w> {
 
 /// The management partition's image, as configs name it.
 pub const MANAGER_IMAGE: &str = "target/pinfold/manager.bin";
+/// Debian's generic arm64 kernel (gpio-keys for the power button), which a
+/// plan names to get it; provisioned only then
+/// (`Provisioner::guest_linux_generic`).
+pub const GENERIC_IMAGE: &str = "target/guest/generic/Image";
 
 impl<'w> Builder<'w> {
     pub fn new(ws: &'w Workspace) -> Self {
@@ -181,6 +185,14 @@ impl<'w> Builder<'w> {
             .any(|p| p.kernel.ends_with(MANAGER_IMAGE))
         {
             self.manager()?;
+        }
+        if config
+            .partitions
+            .iter()
+            .any(|p| p.kernel.ends_with(GENERIC_IMAGE))
+        {
+            let pipebench = self.ws.root.join("target/guest/pipebench");
+            self.provisioner.guest_linux_generic(self.ws, &pipebench)?;
         }
 
         config.validate(&self.ws.root)?;

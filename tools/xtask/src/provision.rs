@@ -61,7 +61,16 @@ pub const GRUB_VERSION: &str = "1+2.06+13+deb12u2";
 /// The netboot image inside the package.
 const GRUB_NETBOOT_MEMBER: &str = "./usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed";
 /// Bumped when the initramfs layout changes, so old archives are rebuilt.
-const INITRAMFS_LAYOUT: u32 = 3;
+const INITRAMFS_LAYOUT: u32 = 4;
+/// Kernel modules the test guest's /init loads at boot (in
+/// /lib/modules/NN-name.ko, loaded in that order), each after the modules
+/// its `depends=` names: `sbsa_gwdt` (and the watchdog core) drives the
+/// emulated SBSA watchdog of a partition with `watchdog_s`.
+pub const GUEST_MODULES: &[&str] = &["sbsa_gwdt"];
+/// The generic kernel's initramfs adds the power button: `gpio_keys`
+/// (KEYBOARD_GPIO, which the cloud kernel lacks) and `evdev` (its
+/// /dev/input/event* device, which /init reads).
+pub const GENERIC_MODULES: &[&str] = &["evdev", "gpio_keys", "sbsa_gwdt"];
 
 /// Carries "apt-get update already ran" through one xtask invocation.
 #[derive(Debug, Default)]
@@ -114,6 +123,7 @@ impl Provisioner {
             &busybox,
         )?;
 
+        let modules = guest_modules(&kernel_deb, &cache, GUEST_MODULES)?;
         let initramfs = guest.join("initramfs.cpio.gz");
         let init = ws.root.join("tools/guest-rootfs/init");
         build_initramfs(
@@ -121,8 +131,68 @@ impl Provisioner {
                 init: &init,
                 busybox: &busybox,
                 workload,
+                modules: &modules,
             },
             &initramfs,
+        )
+    }
+
+    /// Provides target/guest/generic/Image (Debian's generic arm64 kernel,
+    /// the same version as the cloud one [`Provisioner::guest_linux`]
+    /// boots) and target/guest/generic/initramfs.cpio.gz (the same /init,
+    /// busybox and workload, with that kernel's [`GENERIC_MODULES`]). The
+    /// package is downloaded once into target/guest/generic/cache, apart
+    /// from the cloud kernel's cache, whose newest `linux-image-*` is the
+    /// cloud kernel. Only plans that name the generic Image need it.
+    pub fn guest_linux_generic(
+        &mut self,
+        ws: &Workspace,
+        workload: &Path,
+    ) -> Result<(), XtaskError> {
+        let guest = ws.root.join("target/guest");
+        let dir = guest.join("generic");
+        let cache = dir.join("cache");
+        fs::create_dir_all(&cache).context(|| format!("creating {}", cache.display()))?;
+        let (cloud_deb, busybox_deb) = self.guest_debs(&guest.join("cache"))?;
+        let deb = match newest(&cache, "linux-image-", "_arm64.deb")? {
+            Some(deb) => deb,
+            None => {
+                let package = generic_package(&cloud_deb).ok_or_else(|| {
+                    XtaskError::Provision(format!(
+                        "cannot name the generic kernel of {}",
+                        cloud_deb.display()
+                    ))
+                })?;
+                self.arm64_lists()?;
+                eprintln!("xtask: downloading {package} into {}", cache.display());
+                let download =
+                    || cmd::run(apt_get().current_dir(&cache).args(["download", &package]));
+                if download().is_err() {
+                    self.apt_update()?;
+                    download()?;
+                }
+                newest(&cache, "linux-image-", "_arm64.deb")?.ok_or_else(|| {
+                    XtaskError::Provision(format!("apt-get download left no {package}"))
+                })?
+            }
+        };
+        extract_kernel(&deb, &cache, &dir.join("Image"))?;
+        let busybox = guest.join("cache/busybox-root/bin/busybox");
+        extract_once(
+            &busybox_deb,
+            &guest.join("cache/busybox-root"),
+            "./bin/busybox",
+            &busybox,
+        )?;
+        let modules = guest_modules(&deb, &cache, GENERIC_MODULES)?;
+        build_initramfs(
+            &InitramfsInputs {
+                init: &ws.root.join("tools/guest-rootfs/init"),
+                busybox: &busybox,
+                workload,
+                modules: &modules,
+            },
+            &dir.join("initramfs.cpio.gz"),
         )
     }
 
@@ -302,6 +372,18 @@ pub fn parse_kernel_dependency(depends: &str) -> Option<String> {
     })
 }
 
+/// The generic kernel package of the same version as the cloud kernel
+/// package file `cloud_deb` (`linux-image-6.1.0-57-cloud-arm64_..._arm64.deb`
+/// -> `linux-image-6.1.0-57-arm64:arm64`).
+fn generic_package(cloud_deb: &Path) -> Option<String> {
+    let name = cloud_deb.file_name()?.to_str()?;
+    let package = name.split('_').next()?;
+    let version = package
+        .strip_prefix("linux-image-")?
+        .strip_suffix("-cloud-arm64")?;
+    Some(format!("linux-image-{version}-arm64:arm64"))
+}
+
 /// The most recently modified file in `dir` named `<prefix>*<suffix>` (a
 /// version sort of Debian file names would need dpkg's rules; the newest
 /// download is the one wanted).
@@ -449,6 +531,95 @@ struct InitramfsInputs<'a> {
     busybox: &'a Path,
     /// The stripped `pipebench` (tools/guest-rootfs/pipebench).
     workload: &'a Path,
+    /// Kernel modules in load order: (file name, contents).
+    modules: &'a [(String, Vec<u8>)],
+}
+
+/// The `.ko` files of `wanted` and of every module they depend on, in load
+/// order, from the kernel package (unpacked once into
+/// `cache/modules-<package>`; the package's modules.order maps names to
+/// paths, each module's `depends=` modinfo names its dependencies).
+fn guest_modules(
+    deb: &Path,
+    cache: &Path,
+    wanted: &[&str],
+) -> Result<Vec<(String, Vec<u8>)>, XtaskError> {
+    let package = deb
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let root = cache.join(format!("modules-{package}"));
+    let order_of = |root: &Path| -> Option<PathBuf> {
+        let dir = root.join("lib/modules");
+        let version = fs::read_dir(&dir).ok()?.filter_map(|e| e.ok()).next()?;
+        Some(version.path())
+    };
+    if order_of(&root).is_none_or(|v| !v.join("modules.order").exists()) {
+        // Members that do not match fail the whole extraction; never
+        // remove the shared package for that (unlike `unpack`).
+        unpack_members(deb, &root, "./lib/modules/*/modules.order")?;
+    }
+    let version = order_of(&root)
+        .ok_or_else(|| XtaskError::Provision(format!("{} has no modules.order", deb.display())))?;
+    let order = fs::read_to_string(version.join("modules.order"))
+        .context(|| format!("reading {}", version.display()))?;
+    let mut loaded: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut stack: Vec<(String, bool)> = wanted
+        .iter()
+        .rev()
+        .map(|m| (m.to_string(), false))
+        .collect();
+    while let Some((name, deps_done)) = stack.pop() {
+        let file = format!("{name}.ko");
+        if loaded.iter().any(|(f, _)| f.ends_with(&format!("-{file}"))) {
+            continue;
+        }
+        let path = module_path(&order, &name).ok_or_else(|| {
+            XtaskError::Provision(format!(
+                "module {name} is not in {}'s modules.order",
+                deb.display()
+            ))
+        })?;
+        let on_disk = version.join(path);
+        if !on_disk.exists() {
+            unpack_members(deb, &root, &format!("./lib/modules/*/{path}"))?;
+        }
+        let bytes = fs::read(&on_disk).context(|| format!("reading {}", on_disk.display()))?;
+        let deps = module_depends(&bytes);
+        if !deps_done && !deps.is_empty() {
+            stack.push((name, true));
+            stack.extend(deps.into_iter().map(|d| (d, false)));
+            continue;
+        }
+        loaded.push((format!("{:02}-{file}", loaded.len()), bytes));
+    }
+    Ok(loaded)
+}
+
+/// The modules.order line (`kernel/.../name.ko`) of module `name` (a
+/// module's name spells `-` as `_`).
+fn module_path<'o>(order: &'o str, name: &str) -> Option<&'o str> {
+    order.lines().map(str::trim).find(|line| {
+        line.rsplit('/')
+            .next()
+            .and_then(|f| f.strip_suffix(".ko"))
+            .is_some_and(|f| f.replace('-', "_") == name.replace('-', "_"))
+    })
+}
+
+/// The module names in a `.ko`'s `depends=` modinfo string.
+fn module_depends(ko: &[u8]) -> Vec<String> {
+    let key = b"depends=";
+    ko.split(|&b| b == 0)
+        .find_map(|s| s.strip_prefix(&key[..]))
+        .map(|list| {
+            String::from_utf8_lossy(list)
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Writes the guest initramfs (gzip'ed cpio newc) from the /init script,
@@ -459,12 +630,14 @@ fn build_initramfs(inputs: &InitramfsInputs<'_>, out: &Path) -> Result<(), Xtask
         init: read(inputs.init)?,
         busybox: read(inputs.busybox)?,
         pipebench: read(inputs.workload)?,
+        modules: inputs.modules.to_vec(),
     };
     let mut hasher = DefaultHasher::new();
     INITRAMFS_LAYOUT.hash(&mut hasher);
     files.init.hash(&mut hasher);
     files.busybox.hash(&mut hasher);
     files.pipebench.hash(&mut hasher);
+    files.modules.hash(&mut hasher);
     let fingerprint = format!("{:016x}", hasher.finish());
     let stamp = stamp_path(out);
     if out.exists() && fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint) {
@@ -485,6 +658,8 @@ pub struct RootFiles {
     pub init: Vec<u8>,
     pub busybox: Vec<u8>,
     pub pipebench: Vec<u8>,
+    /// Kernel modules, /lib/modules/<name> in load order.
+    pub modules: Vec<(String, Vec<u8>)>,
 }
 
 /// The uncompressed initramfs: busybox, its shell link, the workload
@@ -493,8 +668,20 @@ pub struct RootFiles {
 /// (`busybox --install`).
 pub fn initramfs_archive(files: &RootFiles) -> Vec<u8> {
     let mut cpio = CpioWriter::new();
-    for dir in ["bin", "dev", "proc", "sys", "tmp", "root"] {
+    for dir in [
+        "bin",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "root",
+        "lib",
+        "lib/modules",
+    ] {
         cpio.dir(dir, if dir == "tmp" { 0o1777 } else { 0o755 });
+    }
+    for (name, bytes) in &files.modules {
+        cpio.file(&format!("lib/modules/{name}"), 0o644, bytes);
     }
     cpio.char_device("dev/console", 0o600, 5, 1);
     cpio.file("bin/busybox", 0o755, &files.busybox);
@@ -574,6 +761,7 @@ mod tests {
             init: b"#!/bin/sh\n".to_vec(),
             busybox: b"\x7fELF".to_vec(),
             pipebench: b"\x7fELF pipebench".to_vec(),
+            modules: vec![("00-watchdog.ko".into(), b"\x7fELF ko".to_vec())],
         });
 
         let text = String::from_utf8_lossy(&archive);
@@ -589,6 +777,7 @@ mod tests {
             init: b"#!/bin/sh\n".to_vec(),
             busybox: b"\x7fELF".to_vec(),
             pipebench: b"\x7fELF pipebench".to_vec(),
+            modules: vec![("00-watchdog.ko".into(), b"\x7fELF ko".to_vec())],
         });
 
         let text = String::from_utf8_lossy(&archive);
@@ -620,5 +809,48 @@ mod tests {
             stamp_path(Path::new("/a/b/Image")),
             PathBuf::from("/a/b/Image.stamp")
         );
+    }
+
+    #[test]
+    fn module_dependencies_come_from_modinfo_and_paths_from_modules_order() {
+        let ko = b"\x7fELF\0license=GPL\0depends=watchdog,foo-bar\0name=sbsa_gwdt\0";
+        let order = "kernel/drivers/watchdog/watchdog.ko\nkernel/drivers/watchdog/sbsa_gwdt.ko\nkernel/drivers/input/keyboard/gpio_keys.ko\n";
+
+        assert_eq!(module_depends(ko), ["watchdog", "foo-bar"]);
+        assert!(module_depends(b"\0depends=\0").is_empty());
+        assert_eq!(
+            module_path(order, "sbsa_gwdt"),
+            Some("kernel/drivers/watchdog/sbsa_gwdt.ko")
+        );
+        assert_eq!(
+            module_path(order, "gpio-keys"),
+            Some("kernel/drivers/input/keyboard/gpio_keys.ko")
+        );
+        assert_eq!(module_path(order, "dog"), None);
+    }
+
+    #[test]
+    fn the_generic_kernel_is_the_cloud_ones_version() {
+        assert_eq!(
+            generic_package(Path::new(
+                "/c/linux-image-6.1.0-57-cloud-arm64_6.1.192-3_arm64.deb"
+            ))
+            .as_deref(),
+            Some("linux-image-6.1.0-57-arm64:arm64")
+        );
+        assert_eq!(generic_package(Path::new("/c/busybox_1_arm64.deb")), None);
+    }
+
+    #[test]
+    fn modules_are_packed_under_lib_modules() {
+        let archive = initramfs_archive(&RootFiles {
+            init: b"#!/bin/sh\n".to_vec(),
+            busybox: b"\x7fELF".to_vec(),
+            pipebench: b"\x7fELF pipebench".to_vec(),
+            modules: vec![("01-sbsa_gwdt.ko".into(), b"\x7fELF ko".to_vec())],
+        });
+
+        let text = String::from_utf8_lossy(&archive);
+        assert!(text.contains("lib/modules/01-sbsa_gwdt.ko"));
     }
 }

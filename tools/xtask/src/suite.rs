@@ -136,6 +136,12 @@ const CASES: [Case; 22] = [
         run: isolation,
     },
     Case {
+        name: "lifecycle",
+        tier: 2,
+        shares_default: false,
+        run: lifecycle,
+    },
+    Case {
         name: "uboot",
         tier: 2,
         shares_default: false,
@@ -306,6 +312,16 @@ fn uboot_dhcp(ctx: &mut Context<'_>) -> Outcome {
         bound.at.as_secs_f64(),
         answered.as_secs_f64()
     )])
+}
+
+/// Tier 2: crash and hang detection, a restart policy and the graceful
+/// shutdown's deadline on one boot of test-lifecycle.toml
+/// (`api_checks::lifecycle`).
+fn lifecycle(ctx: &mut Context<'_>) -> Outcome {
+    api_checks::port_is_free()?;
+    let qemu = ctx.boot("vm-configs/qemu-virt/test-lifecycle.toml")?;
+    let mut stack = Stack::new(qemu);
+    api_checks::lifecycle(&mut stack)
 }
 
 /// The manager's line when no NIC it drives is there.
