@@ -44,7 +44,7 @@ struct Case {
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
 /// end, `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 22] = [
+const CASES: [Case; 23] = [
     Case {
         name: "host",
         tier: 1,
