@@ -10,12 +10,14 @@
 //! All of it runs under the pool lock (`System::pool`), so two decisions
 //! never interleave; a partition's RAM comes from the free pool and goes
 //! back to it zeroed (scrubbed) when the partition is destroyed or
-//! replaced, after no CPU holds it any more.
+//! replaced, after no CPU holds it any more. Only a stopped or crashed
+//! partition is changed or destroyed; a changed one carries over its
+//! console, counts and lifecycle record (`Partition::carry_over`).
 
 use crate::exit::Hw;
 use crate::hypercall::Refusal;
 use crate::lockstat::LockPath;
-use crate::partition::{Partition, State};
+use crate::partition::Partition;
 use crate::stage2::Stage2;
 use crate::system::{Pool, System};
 use alloc::format;
@@ -23,7 +25,8 @@ use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use pinfold_abi::{
-    AbiError, CpuOwner, DeviceOwner, ImageInfo, ImageKind, RamOwner, RamRange, Rejection, Resources,
+    AbiError, CpuOwner, DeviceOwner, ImageInfo, ImageKind, RamOwner, RamRange, Rejection,
+    Resources, Transition,
 };
 use pinfold_config::fit::{place_images, IMAGE_HEADER_LEN};
 use pinfold_config::rules::{check_partition, HostLimits};
@@ -228,7 +231,7 @@ impl System {
         let mut pool = self.pool.lock(LockPath::Management);
         self.reap(&mut pool, hw);
         let current = self.partition(index).ok_or(AbiError::NotFound)?;
-        if !matches!(current.state(), State::Stopped | State::Crashed) || !current.all_off() {
+        if !current.state().abi().allows(Transition::Configure) || !current.all_off() {
             return Err(AbiError::Conflict.into());
         }
         drop(current);
@@ -280,7 +283,7 @@ impl System {
         let mut pool = self.pool.lock(LockPath::Management);
         self.reap(&mut pool, hw);
         let p = self.partition(index).ok_or(AbiError::NotFound)?;
-        if !matches!(p.state(), State::Stopped | State::Crashed) || !p.all_off() {
+        if !p.state().abi().allows(Transition::Configure) || !p.all_off() {
             return Err(AbiError::Conflict);
         }
         drop(p);

@@ -264,3 +264,99 @@ fn an_unsealed_image_or_one_of_the_wrong_kind_cannot_be_booted() {
         .message
         .contains("is a initrd image"));
 }
+
+// --- lifecycle of partitions created at run time -------------------------
+
+#[test]
+fn a_partition_created_at_run_time_is_watched_and_restarted_as_its_plan_says() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let mut watched = plan("gamma", &[1], 64);
+    watched.lifecycle.watchdog_s = 2;
+    watched.lifecycle.restart = pinfold_config::RestartMode::OnCrash;
+    let index = sys.create_partition(watched, &mut hw, 0).unwrap() as usize;
+    let p = sys.partition(index).unwrap();
+
+    sys.start_partition(&p, &mut hw, 0).unwrap();
+    let mut cpu = Cpu::new(sys, 1);
+    let boot = idle_work(sys, &mut cpu, &mut hw).expect("vCPU 0 boots");
+    load(sys, &mut cpu, &mut hw, &boot);
+
+    assert_eq!(p.state(), State::Running);
+    assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "its CPU checks it");
+    let dtb = loaded_dtb(&hw, &p);
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+    assert!(fdt.find_node("/watchdog@90b0000").is_some());
+    assert!(fdt.find_node("/gpio-keys/poweroff").is_some());
+    sys.crash_partition(&p, &mut hw, 1, "test");
+    assert_eq!(p.state(), State::Crashed);
+    assert_eq!(
+        idle_deadline(sys, &cpu),
+        Some(hw.now + 1000),
+        "on-crash: restarted after 1 s"
+    );
+}
+
+#[test]
+fn a_run_time_plan_breaking_a_lifecycle_rule_is_refused_with_the_builds_sentence() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let mut long = plan("gamma", &[1], 64);
+    long.lifecycle.watchdog_s = 4000;
+    let r = rejection(sys.create_partition(long, &mut hw, 0));
+    assert_eq!(r.field, "watchdog_s");
+    assert_eq!(
+        r.message,
+        "partition \"gamma\": watchdog_s: 4000 is out of range: 0 (off) or 1..=3600 seconds"
+    );
+    assert!(!r.conflict);
+
+    let mut wdog_spi = plan("gamma", &[1], 64);
+    wdog_spi.devices.push(pinfold_config::DevicePlan {
+        name: "d".into(),
+        mmio: Vec::new(),
+        spis: vec![92],
+        compatible: None,
+        host_node: None,
+    });
+    let r = rejection(sys.create_partition(wdog_spi, &mut hw, 0));
+    assert_eq!(r.field, "device \"d\": spis");
+    assert!(sys.assigned(1).is_none(), "nothing created");
+}
+
+#[test]
+fn a_changed_crashed_partition_keeps_its_state_restart_count_and_last_crash() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let mut restarting = plan("gamma", &[1], 64);
+    restarting.lifecycle.restart = pinfold_config::RestartMode::OnCrash;
+    let index = sys.create_partition(restarting, &mut hw, 0).unwrap() as usize;
+    let old = sys.partition(index).unwrap();
+    sys.start_partition(&old, &mut hw, 0).unwrap();
+    hw.now = 4000;
+    sys.crash_partition(&old, &mut hw, 0, "watchdog");
+    assert_eq!(
+        (old.life.restarts(), old.life.restart_due().is_some()),
+        (1, true)
+    );
+    drop(old);
+
+    sys.configure_partition(index, plan("gamma", &[1, 2], 128), &mut hw)
+        .unwrap();
+
+    let p = sys.partition(index).unwrap();
+    assert_eq!((p.state(), p.life.since()), (State::Crashed, 4000));
+    assert_eq!(p.life.restarts(), 1);
+    let crash = p.life.inner.lock(LockPath::Management).last_crash.clone();
+    assert_eq!(
+        crash.map(|c| (c.at, c.reason)),
+        Some((4000, "watchdog".into()))
+    );
+    assert_eq!(
+        p.life.restart_due(),
+        None,
+        "a change drops the pending restart"
+    );
+    sys.destroy_partition(index, &mut hw).unwrap();
+    assert!(sys.partition(index).is_none(), "a crashed partition can go");
+}

@@ -234,6 +234,42 @@ fn hypervisor_rejection_of_a_field_on_its_own_is_400_with_its_sentence() {
 }
 
 #[test]
+fn a_lifecycle_value_the_rules_refuse_is_400_with_the_builds_sentence() {
+    let (mut r, k, _) = with_images();
+    let cases = [
+        (
+            r#""watchdog_s":4000"#,
+            "watchdog_s",
+            r#"partition "gamma": watchdog_s: 4000 is out of range: 0 (off) or 1..=3600 seconds"#,
+        ),
+        (
+            r#""shutdown_timeout_s":0"#,
+            "shutdown_timeout_s",
+            r#"partition "gamma": shutdown_timeout_s: 0 is out of range: 1..=3600 seconds"#,
+        ),
+        (
+            r#""restart":"never","restart_limit":2"#,
+            "restart_limit",
+            r#"partition "gamma": restart_limit: has no effect with restart = "never"; set restart = "on-crash" or "always""#,
+        ),
+    ];
+    for (extra, want_field, sentence) in cases {
+        let body =
+            format!(r#"{{"name":"gamma","cpus":[1],"memory_mib":64,"kernel":"{k}",{extra}}}"#);
+
+        let resp = r.handle(&post("/api/v1/partitions", &body));
+
+        assert_eq!((resp.status, field(&resp).as_str()), (400, want_field));
+        assert_eq!(detail(&resp), sentence);
+    }
+    assert_eq!(
+        r.handle(&get("/api/v1/partitions/gamma")).status,
+        404,
+        "nothing created"
+    );
+}
+
+#[test]
 fn create_with_an_unknown_field_is_400_naming_it() {
     let (mut r, k, _) = with_images();
     let body = format!(r#"{{"name":"gamma","cpus":[1],"memory_mib":64,"kernel":"{k}","cpu":[2]}}"#);
