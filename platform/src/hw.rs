@@ -108,6 +108,9 @@ impl HostMemory for PlatformHw {
 }
 
 impl Hw for PlatformHw {
+    fn cpu_index(&self) -> usize {
+        self.index
+    }
     #[inline(always)]
     fn lr_count(&self) -> usize {
         gic::lr_count()
