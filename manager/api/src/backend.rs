@@ -1,8 +1,8 @@
 //! What the REST layer asks of the hypervisor (`Backend`), and the real implementation that turns each question into one management hypercall (`HvcBackend`).
 
 use pinfold_abi::{
-    decode_reply, AbiVersion, CallError, GuestBuffer, HostInfo, PartitionDetail, PartitionSummary,
-    Request, Return,
+    decode_reply, AbiVersion, CallError, Event, GuestBuffer, HostInfo, PartitionDetail,
+    PartitionSummary, Request, Return,
 };
 
 /// Outcome of a console read: as [`Return::ConsoleRead`], `len` bytes from
@@ -42,6 +42,13 @@ pub trait Backend {
     /// (ABI 2.2) Milliseconds since the Unix epoch, from the hypervisor's
     /// clock (Hermit has none of its own on aarch64).
     fn wall_clock_ms(&mut self) -> Result<u64, CallError>;
+    /// (ABI 3.0) The hypervisor's events from sequence number `seq` on, as
+    /// many as one reply holds: the events, the next sequence number and
+    /// how many were lost (EVENTS_READ). The default: the call is missing.
+    fn events(&mut self, seq: u64) -> Result<(Vec<Event>, u64, u64), CallError> {
+        let _ = seq;
+        Err(CallError::Refused(pinfold_abi::AbiError::NotSupported))
+    }
 }
 
 /// The instruction and the memory behind [`HvcBackend`]; on Hermit, an
@@ -65,6 +72,11 @@ pub struct HvcBackend<H: Hypercall> {
 impl<H: Hypercall> HvcBackend<H> {
     pub fn new(hc: H) -> Self {
         HvcBackend { hc }
+    }
+
+    /// The hypercall instruction and buffer behind it.
+    pub fn hc_mut(&mut self) -> &mut H {
+        &mut self.hc
     }
 
     /// The whole buffer, as the ABI describes it.
@@ -175,6 +187,21 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
         };
         match self.call(Request::ConsoleWrite { index, buf })? {
             Return::Accepted(n) => Ok(n as usize),
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    fn events(&mut self, seq: u64) -> Result<(Vec<Event>, u64, u64), CallError> {
+        let buf = self.whole_buffer();
+        match self.call(Request::EventsRead { seq, buf })? {
+            Return::ConsoleRead { len, next, dropped } => {
+                let bytes = self
+                    .hc
+                    .buffer()
+                    .get(..len as usize)
+                    .ok_or(CallError::MalformedReply)?;
+                Ok((decode_reply(bytes)?, next, dropped))
+            }
             _ => Err(CallError::MalformedReply),
         }
     }
