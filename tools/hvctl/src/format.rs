@@ -134,6 +134,19 @@ pub fn partition_detail(d: &PartitionDetailJson) -> String {
     out
 }
 
+/// One event as `hvctl events` prints it: time (or `-`), sequence number,
+/// kind, partition (or `-`), message.
+pub fn event_line(e: &pinfold_manager_api::events::ApiEvent) -> String {
+    format!(
+        "{}  {}  {}  {}  {}\n",
+        e.time.as_deref().unwrap_or("-"),
+        e.seq,
+        e.kind,
+        e.partition.as_deref().unwrap_or("-"),
+        e.message
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,17 +250,4 @@ mod tests {
             "{out}"
         );
     }
-}
-
-/// One event as `hvctl events` prints it: time (or `-`), sequence number,
-/// kind, partition (or `-`), message.
-pub fn event_line(e: &pinfold_manager_api::events::ApiEvent) -> String {
-    format!(
-        "{}  {}  {}  {}  {}\n",
-        e.time.as_deref().unwrap_or("-"),
-        e.seq,
-        e.kind,
-        e.partition.as_deref().unwrap_or("-"),
-        e.message
-    )
 }
