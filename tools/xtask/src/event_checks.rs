@@ -52,9 +52,11 @@ pub fn parse_frame(text: &str) -> Option<Frame> {
     })
 }
 
-/// A raw HTTP/1.1 GET (Connection: close) read to the server's close:
-/// status, headers (lower-case names) and body.
-fn raw_get(path: &str, timeout: Duration) -> Result<(u16, Vec<(String, String)>, String), String> {
+/// Status, headers (lower-case names) and body of a reply.
+type RawReply = (u16, Vec<(String, String)>, String);
+
+/// A raw HTTP/1.1 GET (Connection: close) read to the server's close.
+fn raw_get(path: &str, timeout: Duration) -> Result<RawReply, String> {
     let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
     conn.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
