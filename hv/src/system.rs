@@ -3,7 +3,9 @@
 //! CPU and SPI ownership tables, the lock statistics, the boot entropy and
 //! the management token. Partition lifecycle (start, stop, restart; the
 //! PCI quiesce before a host-bridge owner starts, `pci`; the management
-//! partition's restart policy, `restart`) and the stats line are here; the
+//! partition's restart policy, `restart`), the event log's entry point
+//! (`System::event`, on `events`) and the boot marker written into a
+//! partition's console ring at each start, and the stats line are here; the
 //! platform holds one `&'static System`.
 
 use crate::clock::WallClock;
