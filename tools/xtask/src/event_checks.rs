@@ -110,12 +110,17 @@ fn follow_stream(
         let mut frame = String::new();
         let mut line = String::new();
         while !stop.load(Ordering::Relaxed) {
-            line.clear();
+            // A read that times out keeps what it read in `line`: the
+            // line is only taken once it is whole.
+            if line.ends_with('\n') {
+                line.clear();
+            }
             match reader.read_line(&mut line) {
                 Ok(0) => {
                     let _ = tx.send(Err("the event stream ended".to_string()));
                     return;
                 }
+                Ok(_) if !line.ends_with('\n') => continue,
                 Ok(_) => {}
                 Err(e)
                     if matches!(
