@@ -9,6 +9,12 @@
 //! (`help`, `status`, `poweroff`, `panic`). Without a supported NIC it
 //! lists the PCI functions it has (PCI_FUNCTIONS) and stays up for that
 //! console instead of exiting.
+//!
+//! A follower thread reads every partition's console into its history and
+//! the hypervisor's events into the log once a second; each event stream
+//! (`GET /api/v1/events/stream`) gets a thread of its own, at most
+//! `events::MAX_STREAMS` (docs/MANAGER.md, "Threads, events and console
+//! history").
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
