@@ -19,6 +19,8 @@ use crate::api_checks::{
 use crate::http::Request;
 use crate::Workspace;
 
+/// The manager's cap on open event streams (`events::MAX_STREAMS`).
+const MAX_STREAMS: usize = 4;
 /// An event time is sane within this much of the host's clock.
 const CLOCK_SLACK_S: i64 = 120;
 
@@ -273,6 +275,10 @@ pub fn events_console(ws: &Workspace, stack: &mut Stack) -> Outcome {
         beta[started.unwrap_or(0)].id
     ));
 
+    // The cap: streams beyond MAX_STREAMS are refused at once (503), and
+    // a place comes back once its client has gone.
+    notes.push(check_stream_cap()?);
+
     // 2. The history: a download, with a marker per boot in order.
     let (status, headers, body) = raw_get(
         "/api/v1/partitions/beta/console/history",
@@ -389,6 +395,67 @@ pub fn events_console(ws: &Workspace, stack: &mut Stack) -> Outcome {
             .to_string(),
     );
     Ok(notes)
+}
+
+/// Opens event streams until one is refused: at most MAX_STREAMS (4) may
+/// be open (one may still be the first check's, until its thread notices
+/// the client went). Then closes them and waits for a place to free up.
+fn check_stream_cap() -> Result<String, String> {
+    let open = |conn: &mut TcpStream| -> Result<String, String> {
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        write!(
+            conn,
+            "GET /api/v1/events/stream?since=999999999999 HTTP/1.1\r\nHost: {}\r\n\r\n",
+            authority()
+        )
+        .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        BufReader::new(conn.try_clone().map_err(|e| e.to_string())?)
+            .read_line(&mut line)
+            .map_err(|e| format!("reading a stream's status line: {e}"))?;
+        Ok(line.trim().to_string())
+    };
+    let mut held = Vec::new();
+    let max = MAX_STREAMS;
+    let refused = loop {
+        let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+        let status = open(&mut conn)?;
+        if status.starts_with("HTTP/1.1 503") {
+            break held.len();
+        }
+        if !status.starts_with("HTTP/1.1 200") || held.len() == max {
+            return Err(format!(
+                "stream {} answered `{status}` ({} open): at most {max} may be open",
+                held.len() + 1,
+                held.len()
+            ));
+        }
+        held.push(conn);
+    };
+    if refused + 1 < max {
+        return Err(format!(
+            "only {refused} streams opened before a 503 (at most {max})"
+        ));
+    }
+    drop(held);
+    // A stream's thread finds its client gone at its next write: the
+    // heartbeat, 15 s at most (twice: the first write into a closed socket
+    // may still succeed).
+    let until = Instant::now() + Duration::from_secs(45);
+    loop {
+        let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+        if open(&mut conn)?.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        if Instant::now() > until {
+            return Err("no stream place came back 45 s after the clients went".into());
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Ok(format!(
+        "{refused} more event streams opened, the next answered 503; a place came back after the clients went"
+    ))
 }
 
 /// Runs hvctl (argv 1, with --url argv 2 and --token argv 3) on a pty:
