@@ -23,7 +23,9 @@ use crate::layout::{emulated_device, EmulatedDevice};
 use crate::lockstat::LockPath;
 use crate::mailbox::MailboxOp;
 use crate::partition::{HostMemory, Partition, State};
-use crate::percpu::{CpuState, LoadedVcpu, PublicCpu, VcpuId, REQ_CPU_ON, REQ_START, REQ_STOP};
+use crate::percpu::{
+    Cpu, CpuState, LoadedVcpu, PublicCpu, VcpuId, REQ_CPU_ON, REQ_START, REQ_STOP,
+};
 use crate::pmu::{self, PmuAccess, PmuAction, PmuPolicy, PmuReg, PmuView};
 use crate::psci::{self, Call, PowerState};
 use crate::ratelimit::{FaultKind, Verdict};
@@ -33,6 +35,7 @@ use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
 use crate::vgic::dist::DistAction;
 use crate::vgic::lr::{ListRegisters, VirtIrq, MAX_LR_COUNT};
 use crate::vgic::redist::{RedistAction, VRedist};
+use alloc::sync::Arc;
 use core::cell::RefCell;
 use core::fmt;
 use core::sync::atomic::Ordering;
@@ -112,6 +115,8 @@ pub enum SpiOp {
 /// registers and by the tests over a fake. The per-CPU interrupt chip is a
 /// supertrait: the CPU's own SGI/PPI state and CPU interface.
 pub trait Hw: PerCpuIrqChip + HostMemory {
+    /// Where stage-2 tables come from (and go back to) at run time.
+    fn tables(&mut self) -> &mut dyn crate::stage2::TableMemory;
     /// Number of list registers (ICH_VTR_EL2.ListRegs + 1).
     fn lr_count(&self) -> usize;
     fn read_lr(&self, n: usize) -> u64;
@@ -216,8 +221,11 @@ pub enum Next {
 }
 
 /// Where the idle loop enters a vCPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Boot {
+    /// Its partition, found by the request's lookup (so that the load
+    /// itself takes no lock).
+    pub partition: Arc<Partition>,
     pub id: VcpuId,
     pub entry: u64,
     pub x0: u64,
@@ -256,11 +264,6 @@ pub fn fault(p: &Partition, hw: &mut impl Hw, kind: FaultKind, args: fmt::Argume
     }
 }
 
-fn loaded_partition<'s>(cpu: &CpuState<'s>) -> Option<(&'s Partition, usize)> {
-    let l = cpu.loaded.as_ref()?;
-    Some((l.partition, l.id.vcpu))
-}
-
 #[cold]
 #[inline(never)]
 fn no_vcpu(hw: &mut impl Hw, exit: Exit) -> Next {
@@ -279,13 +282,15 @@ fn no_vcpu(hw: &mut impl Hw, exit: Exit) -> Next {
 #[inline(always)]
 pub fn handle_sync(
     sys: &System,
-    cpu: &mut CpuState,
+    cpu: &mut Cpu,
     hw: &mut impl Hw,
     regs: &mut GuestRegs,
     syndrome: (u64, u64, u64),
 ) -> Next {
     let (esr, far, hpfar) = syndrome;
-    if let Some((p, v)) = loaded_partition(cpu) {
+    let (loaded, state) = cpu.split();
+    if let Some((p, v)) = loaded {
+        let cpu = state;
         if trap::exception_class(esr) == trap::ec::HVC64 {
             if let Some(ret) = psci::query(regs.x[0], regs.x[1]) {
                 cpu.public.counters.exit(ExitClass::Hvc);
@@ -327,14 +332,15 @@ pub fn handle_sync(
 #[inline(never)]
 fn decode_and_handle(
     sys: &System,
-    cpu: &mut CpuState,
+    cpu: &mut Cpu,
     hw: &mut impl Hw,
     regs: &mut GuestRegs,
     esr: u64,
     far: u64,
     hpfar: u64,
 ) -> Next {
-    handle_exit(sys, cpu, hw, regs, trap::decode(esr, far, hpfar))
+    let (loaded, cpu) = cpu.split();
+    exit_of(sys, cpu, hw, loaded, regs, trap::decode(esr, far, hpfar))
 }
 
 /// Handle one synchronous exit of the vCPU loaded on this CPU.
@@ -345,12 +351,24 @@ fn decode_and_handle(
 /// that the hot arms keep their registers to themselves.
 pub fn handle_exit(
     sys: &System,
-    cpu: &mut CpuState,
+    cpu: &mut Cpu,
     hw: &mut impl Hw,
     regs: &mut GuestRegs,
     exit: Exit,
 ) -> Next {
-    let Some((p, v)) = loaded_partition(cpu) else {
+    let (loaded, cpu) = cpu.split();
+    exit_of(sys, cpu, hw, loaded, regs, exit)
+}
+
+fn exit_of(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    loaded: Option<(&Partition, usize)>,
+    regs: &mut GuestRegs,
+    exit: Exit,
+) -> Next {
+    let Some((p, v)) = loaded else {
         return no_vcpu(hw, exit);
     };
     let counters = &cpu.public.counters;
@@ -483,8 +501,8 @@ fn contained_exit(
 }
 
 /// An SError (or FIQ) taken from the guest: the partition is stopped.
-pub fn handle_serror(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, esr: u64) -> Next {
-    let Some((p, _)) = loaded_partition(cpu) else {
+pub fn handle_serror(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, esr: u64) -> Next {
+    let (Some((p, _)), cpu) = cpu.split() else {
         return Next::Park;
     };
     fault(
@@ -539,7 +557,7 @@ fn mmio(
             0
         }
         EmulatedDevice::Gicr { vcpu, offset } if vcpu == v => {
-            redist_access(sys, cpu, hw, offset, a.width, a.write, value)
+            redist_access(sys, cpu, hw, p, offset, a.width, a.write, value)
         }
         EmulatedDevice::Gicr { vcpu, offset } => foreign_redist(hw, p, v, vcpu, offset, a),
         EmulatedDevice::Uart { offset } => {
@@ -603,10 +621,12 @@ fn foreign_redist(
 }
 
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn redist_access(
     sys: &System,
     cpu: &mut CpuState,
     hw: &mut impl Hw,
+    p: &Partition,
     offset: u64,
     width: u8,
     write: bool,
@@ -621,7 +641,6 @@ fn redist_access(
     let Some(loaded) = loaded.as_mut() else {
         return 0;
     };
-    let p = loaded.partition;
     if !write {
         let held = lrs.private_bits(&Lrs(hw));
         let phys = hw.ppi_bits();
@@ -783,7 +802,7 @@ fn deliver(
         .as_ref()
         .is_some_and(|l| l.id.partition == p.index && l.id.vcpu == vcpu);
     if s.pcpu == cpu.index && here {
-        apply_op(cpu, hw, op);
+        apply_op(cpu, hw, p, op);
     } else {
         post_remote(sys, cpu.index, hw, p, s.pcpu, op);
     }
@@ -791,7 +810,7 @@ fn deliver(
 
 /// Apply a mailbox operation to the vCPU loaded here.
 #[inline(always)]
-fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
+fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition, op: MailboxOp) {
     let CpuState {
         lrs,
         loaded,
@@ -801,7 +820,6 @@ fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, op: MailboxOp) {
     let Some(loaded) = loaded.as_mut() else {
         return;
     };
-    let p = loaded.partition;
     match op {
         MailboxOp::Inject(irq) => inject_into(public, p, lrs, hw, irq),
         MailboxOp::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
@@ -986,7 +1004,7 @@ fn send_sgi_general(
     for t in ones(res.vcpus) {
         let t = t as usize;
         if t == v {
-            sgi_to_self(cpu, hw, intid);
+            sgi_to_self(cpu, hw, p, intid);
         } else if let Some(target) = p.vcpus.get(t) {
             // An SGI is a doorbell bit: it needs no slot and cannot be lost.
             if let Some(c) = sys.cpus.get(target.pcpu) {
@@ -998,8 +1016,8 @@ fn send_sgi_general(
 }
 
 #[inline(never)]
-fn sgi_to_self(cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
-    apply_op(cpu, hw, MailboxOp::Sgi(intid));
+fn sgi_to_self(cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition, intid: u32) {
+    apply_op(cpu, hw, p, MailboxOp::Sgi(intid));
 }
 
 #[cold]
@@ -1181,13 +1199,11 @@ fn cpu_on(
 /// mailbox, a reset emulated redistributor. Touches only this CPU's state:
 /// no lock shared between CPUs. Returns what the platform writes to the
 /// virtualisation registers.
-pub fn load<'s>(
-    sys: &'s System,
-    cpu: &mut CpuState<'s>,
-    hw: &mut impl Hw,
-    id: VcpuId,
-) -> VcpuContext {
-    let p = &sys.partitions[id.partition];
+pub fn load(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, boot: &Boot) -> VcpuContext {
+    let id = boot.id;
+    let p = &*boot.partition;
+    cpu.resident = Some(boot.partition.clone());
+    let cpu = &mut cpu.state;
     cpu.lrs.clear(&mut Lrs(hw));
     quiesce_owned_ppis(sys, hw, LockPath::VcpuLoad);
     let public = cpu.public;
@@ -1205,9 +1221,9 @@ pub fn load<'s>(
             hw.pmu_write(r, value);
         }
     }
+    cpu.vcpu = id.vcpu;
     cpu.loaded = Some(LoadedVcpu {
         id,
-        partition: p,
         vredist: VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p)),
         pmu: view,
     });
@@ -1228,8 +1244,10 @@ pub fn load<'s>(
 /// inactive and disabled. HW-linked interrupts still in the list registers
 /// keep their physical SPI active; they are deactivated here. Own-CPU state
 /// only, no lock. The platform silences the timers first.
-pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
-    let Some(loaded) = cpu.loaded.take() else {
+pub fn put(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
+    let resident = cpu.resident.take();
+    let cpu = &mut cpu.state;
+    let (Some(loaded), Some(p)) = (cpu.loaded.take(), resident) else {
         return;
     };
     cpu.hw_ppis = crate::percpu::HwPpis::default();
@@ -1245,47 +1263,81 @@ pub fn put(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
         hw.deactivate(pintid);
     }
     quiesce_owned_ppis(sys, hw, LockPath::VcpuPut);
-    loaded.partition.vcpus[loaded.id.vcpu].power.set_off();
+    // The last use of `p` here: its clone is dropped after the vCPU reads
+    // as off, so a destroy that waits for all-off may still find it held
+    // for a moment (`runtime::reap`).
+    p.vcpus[loaded.id.vcpu].power.set_off();
 }
 
 /// What the root IRQ handler does with an acknowledged interrupt (after
 /// priority drop) that is not the host UART's.
 #[inline(always)]
-pub fn dispatch_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
     match intid {
         PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         SGI_MAILBOX => {
             hw.deactivate(intid);
             drain_mailbox(cpu, hw);
         }
-        _ => other_irq(sys, cpu, hw, intid),
+        _ => {
+            let Cpu { resident, state } = cpu;
+            other_irq(sys, state, hw, resident.as_deref(), intid)
+        }
     }
 }
 
 #[inline(never)]
-fn drain_mailbox(cpu: &mut CpuState, hw: &mut impl Hw) {
+fn drain_mailbox(cpu: &mut Cpu, hw: &mut impl Hw) {
+    let Cpu {
+        resident,
+        state: cpu,
+    } = cpu;
+    let p = resident.as_deref();
     let public = cpu.public;
     let bell = public.mailbox.take();
-    bell.for_each_sgi(|intid| apply_op(cpu, hw, MailboxOp::Sgi(intid)));
+    // Posts for a vCPU that is no longer loaded are dropped (a new load
+    // clears the mailbox anyway).
+    let Some(p) = p else {
+        if bell.has_slots() {
+            public.mailbox.drain_slots(bell, |_| {});
+        }
+        return;
+    };
+    bell.for_each_sgi(|intid| apply_op(cpu, hw, p, MailboxOp::Sgi(intid)));
     if bell.has_slots() {
-        drain_slots(cpu, hw, bell);
+        drain_slots(cpu, hw, p, bell);
     }
 }
 
 #[inline(never)]
-fn drain_slots(cpu: &mut CpuState, hw: &mut impl Hw, bell: crate::mailbox::Doorbell) {
+fn drain_slots(
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    bell: crate::mailbox::Doorbell,
+) {
     let public = cpu.public;
-    public.mailbox.drain_slots(bell, |op| apply_op(cpu, hw, op));
+    public
+        .mailbox
+        .drain_slots(bell, |op| apply_op(cpu, hw, p, op));
 }
 
 /// Maintenance and forwarded SPIs: out of line, so that the timer and
 /// mailbox paths of the root handler keep their registers.
 #[inline(never)]
-fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+fn other_irq(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    resident: Option<&Partition>,
+    intid: u32,
+) {
     match intid {
         PPI_MAINTENANCE => {
             hw.deactivate(intid);
-            maintenance(sys, cpu, hw);
+            if let Some(p) = resident {
+                maintenance(sys, cpu, hw, p);
+            }
         }
         PPI_HYP_TIMER => {
             // The idle loop's wake-up (a scheduled restart): silenced here,
@@ -1293,9 +1345,11 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
             hw.set_wakeup(None);
             hw.deactivate(intid);
         }
-        _ => match sys.spi_owner(intid) {
-            Some(p) => passthrough_spi(sys, cpu, hw, p, intid),
-            None => {
+        _ => match (sys.spi_owner(intid), resident) {
+            // The usual case: routed to a CPU of its owner, which runs.
+            (Some(owner), Some(p)) if owner == p.index => passthrough_spi(sys, cpu, hw, p, intid),
+            (Some(owner), _) => spi_elsewhere(sys, cpu, hw, owner, intid),
+            (None, _) => {
                 hw.deactivate(intid);
                 hw.log(format_args!("unexpected interrupt {intid}"));
             }
@@ -1307,15 +1361,19 @@ fn other_irq(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
 /// to the vCPU, which deactivates the physical interrupt when it
 /// deactivates the virtual one.
 #[inline(always)]
-fn timer_ppi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, intid: u32) {
+fn timer_ppi(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
+    let Cpu {
+        resident,
+        state: cpu,
+    } = cpu;
     // The mirror of the loaded vCPU's redistributor: nothing loaded, or the
     // guest has it disabled, reads as not enabled.
     match cpu.hw_ppis.fired(intid) {
         Some(irq) => {
             cpu.public.counters.injected();
             if let Err(e) = cpu.lrs.reinject_hw(&mut Lrs(hw), irq) {
-                if let Some(l) = cpu.loaded.as_ref() {
-                    lost(cpu.public, l.partition, hw, irq.intid, e);
+                if let Some(p) = resident.as_deref() {
+                    lost(cpu.public, p, hw, irq.intid, e);
                 }
             }
         }
@@ -1336,7 +1394,7 @@ fn silence_ppi(sys: &System, hw: &mut impl Hw, intid: u32) {
     hw.deactivate(intid);
 }
 
-fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
+fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition) {
     // At most one EOI per list register: MAX_LR_COUNT slots never overflow.
     let mut eoied = [0u32; MAX_LR_COUNT];
     let mut n = 0;
@@ -1349,12 +1407,30 @@ fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     if n == 0 {
         return;
     }
-    let Some((p, _)) = loaded_partition(cpu) else {
-        return;
-    };
     let mut dist = p.dist.lock(LockPath::Maintenance);
     for &intid in &eoied[..n] {
         dist.on_eoi(intid, &mut |act| dist_action(sys, cpu, hw, p, act));
+    }
+}
+
+/// A physical SPI that arrived on a CPU not running its owner (the
+/// guest routed it to a vCPU that is off, or the partition is down): the
+/// owner is looked up (a cold path) and decides as usual.
+#[cold]
+#[inline(never)]
+fn spi_elsewhere(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, owner: usize, intid: u32) {
+    match sys.partition(owner) {
+        Some(p) => passthrough_spi(sys, cpu, hw, &p, intid),
+        None => {
+            hw.spi(
+                LockPath::SpiForward,
+                SpiOp::Enable {
+                    intid,
+                    enable: false,
+                },
+            );
+            hw.deactivate(intid);
+        }
     }
 }
 
@@ -1381,8 +1457,8 @@ fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Parti
 
 /// After an interrupt taken from the guest: what requests say to do.
 #[inline]
-pub fn after_guest_irq(cpu: &mut CpuState) -> Next {
-    let public = cpu.public;
+pub fn after_guest_irq(cpu: &mut Cpu) -> Next {
+    let public = cpu.state.public;
     public.counters.exit(ExitClass::Irq);
     let req = public.take_requests();
     if req & REQ_STOP != 0 {
@@ -1399,7 +1475,8 @@ pub fn after_guest_irq(cpu: &mut CpuState) -> Next {
 /// The idle loop's decision: which vCPU to enter, if a request says so.
 /// A restart the policy scheduled for a partition of this CPU is started
 /// first once it is due (the platform wakes the CPU then: [`idle_deadline`]).
-pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<Boot> {
+pub fn idle_work(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) -> Option<Boot> {
+    let cpu = &mut cpu.state;
     let wakeup = sys.restart_due_on(cpu.index);
     if wakeup.is_some() {
         restart_if_due(sys, cpu, hw);
@@ -1409,8 +1486,8 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
     if req & (REQ_CPU_ON | REQ_START) == 0 {
         return None;
     }
-    let id = cpu.assigned?;
-    let p = sys.partitions.get(id.partition)?;
+    let id = sys.assigned(cpu.index)?;
+    let p = sys.partition(id.partition)?;
     if p.state() != State::Running {
         return None;
     }
@@ -1423,6 +1500,7 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
         ));
         let _ = shared.power.try_claim_on();
         return Some(Boot {
+            partition: p.clone(),
             id,
             entry,
             x0: p.dtb_ipa.load(Ordering::Relaxed),
@@ -1430,6 +1508,7 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
     }
     if req & REQ_CPU_ON != 0 && shared.power.state() == PowerState::OnPending {
         return Some(Boot {
+            partition: p.clone(),
             id,
             entry: shared.entry.load(Ordering::Acquire),
             x0: shared.context.load(Ordering::Acquire),
@@ -1442,12 +1521,12 @@ pub fn idle_work(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) -> Option<B
 #[inline(never)]
 fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
     let now = hw.now();
-    for p in &sys.partitions {
+    if let Some(p) = sys.partition_on(cpu.index) {
         if p.vcpus[0].pcpu != cpu.index || !p.plan.management {
-            continue;
+            return;
         }
         if p.restart.lock(LockPath::Management).take_due(now) {
-            if !sys.wait_all_off(p, hw) {
+            if !sys.wait_all_off(&p, hw) {
                 hw.log(format_args!(
                     "partition {}: a vCPU did not stop in time",
                     p.name
@@ -1455,15 +1534,15 @@ fn restart_if_due(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
             }
             hw.log(format_args!("partition {}: restarting", p.name));
             // Posts REQ_START to this CPU, taken right after.
-            let _ = sys.start_partition(p, hw, cpu.index);
+            let _ = sys.start_partition(&p, hw, cpu.index);
         }
     }
 }
 
 /// When the idle loop of this CPU must wake on its own (counter value), if
 /// ever: a scheduled restart.
-pub fn idle_deadline(sys: &System, cpu: &CpuState) -> Option<u64> {
-    sys.restart_due_on(cpu.index)
+pub fn idle_deadline(sys: &System, cpu: &Cpu) -> Option<u64> {
+    sys.restart_due_on(cpu.state.index)
 }
 
 /// Queue console input for `p` (host UART or management); returns how many
@@ -1517,8 +1596,8 @@ pub fn host_input(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, byte: u8) 
 }
 
 fn to_input_partition(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, byte: u8) {
-    if let Some(p) = sys.partitions.iter().find(|p| p.plan.console.input) {
-        console_input(sys, cpu, hw, p, &[byte]);
+    if let Some(p) = sys.partitions().into_iter().find(|p| p.plan.console.input) {
+        console_input(sys, cpu, hw, &p, &[byte]);
     }
 }
 

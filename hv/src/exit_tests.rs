@@ -7,7 +7,7 @@ use super::*;
 use crate::dtb::{GicInfo, HostInfo};
 use crate::irqchip::IrqChipCaps;
 use crate::memmap::FreeMemory;
-use crate::percpu::CpuState;
+use crate::percpu::Cpu;
 use crate::ratelimit::BURST;
 use crate::stage2::TableMemory;
 use crate::system::{BootInputs, System};
@@ -41,6 +41,9 @@ struct FakeHw {
     icache_syncs: u32,
     /// The CPU this fake runs on (`Hw::cpu_index`).
     cpu: usize,
+    tables: FakeTables,
+    /// Every `zero` (scrub) call.
+    zeroed: Vec<(u64, u64)>,
 }
 
 impl FakeHw {
@@ -62,8 +65,13 @@ impl FakeHw {
             now: 1,
             mem: vec![0; 4 << 20],
             pmu: Vec::new(),
+            tables: FakeTables {
+                next: 0x2000_0000,
+                tables: Vec::new(),
+            },
             icache_syncs: 0,
             cpu: 0,
+            zeroed: Vec::new(),
         }
     }
 
@@ -137,11 +145,20 @@ impl HostMemory for FakeHw {
     fn sync_instructions(&mut self) {
         self.icache_syncs += 1;
     }
+    fn zero(&mut self, pa: PhysAddr, len: u64) {
+        self.zeroed.push((pa.0, len));
+        let n = len.min(self.mem.len() as u64) as usize;
+        let zeros = vec![0u8; n];
+        self.write(pa, &zeros);
+    }
 }
 
 impl Hw for FakeHw {
     fn cpu_index(&self) -> usize {
         self.cpu
+    }
+    fn tables(&mut self) -> &mut dyn TableMemory {
+        &mut self.tables
     }
     fn lr_count(&self) -> usize {
         LR_COUNT
@@ -215,6 +232,12 @@ struct FakeTables {
     tables: Vec<(u64, [u64; 1024])>,
 }
 
+impl FakeTables {
+    fn live(&self) -> usize {
+        self.tables.len()
+    }
+}
+
 impl TableMemory for FakeTables {
     fn alloc_table(&mut self) -> Option<PhysAddr> {
         self.next += 0x2000;
@@ -234,6 +257,12 @@ impl TableMemory for FakeTables {
         if let Some(t) = self.tables.iter_mut().find(|t| t.0 == table.0) {
             t.1[index] = value;
         }
+    }
+    fn free_table(&mut self, table: PhysAddr) {
+        self.tables.retain(|t| t.0 != table.0);
+    }
+    fn free_root(&mut self, root: PhysAddr) {
+        self.tables.retain(|t| t.0 != root.0);
     }
 }
 
@@ -306,12 +335,13 @@ fn system_clocked(
         images: vec![pinfold_config::ImageRef {
             offset: 0,
             size: 16,
+            sha256: [0; 32],
         }],
     };
     change(&mut plan);
     let payload: &'static [u8] = Box::leak(vec![0xAA; 16].into_boxed_slice());
     let locks = Box::leak(Box::new(crate::lockstat::LockStat::new()));
-    let mut free = FreeMemory::new(&[HOST_RAM], &[]);
+    let free = FreeMemory::new(&[HOST_RAM], &[]);
     let mut tables = FakeTables {
         next: 0x1000_0000,
         tables: Vec::new(),
@@ -321,7 +351,8 @@ fn system_clocked(
             host: host(4),
             plan,
             payload,
-            free: &mut free,
+            free,
+            resources: Default::default(),
             tables: &mut tables,
             locks,
             boot_counter: 1,
@@ -332,11 +363,14 @@ fn system_clocked(
         &mut |_| {},
     );
     let sys: &'static System = Box::leak(Box::new(sys));
-    for p in &sys.partitions {
+    for p in sys.partitions() {
         p.set_state(State::Running);
     }
     sys
 }
+
+#[path = "runtime_tests.rs"]
+mod runtime;
 
 #[test]
 fn the_plans_token_digest_is_kept_and_no_token_is_made() {
@@ -386,11 +420,12 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
         images: vec![pinfold_config::ImageRef {
             offset: 0,
             size: 16,
+            sha256: [0; 32],
         }],
     };
     let payload: &'static [u8] = Box::leak(vec![0xAA; 16].into_boxed_slice());
     let locks = Box::leak(Box::new(crate::lockstat::LockStat::new()));
-    let mut free = FreeMemory::new(&[HOST_RAM], &[]);
+    let free = FreeMemory::new(&[HOST_RAM], &[]);
     let mut tables = FakeTables {
         next: 0x1000_0000,
         tables: Vec::new(),
@@ -401,7 +436,8 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
             host: host(MAX_CPUS + 3),
             plan,
             payload,
-            free: &mut free,
+            free,
+            resources: Default::default(),
             tables: &mut tables,
             locks,
             boot_counter: 1,
@@ -423,10 +459,16 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
 }
 
 /// CPU `index`'s state with its assigned vCPU loaded.
-fn loaded_cpu<'s>(sys: &'s System, hw: &mut FakeHw, index: usize) -> CpuState<'s> {
-    let mut cpu = CpuState::new(sys, index);
-    let id = cpu.assigned.unwrap();
-    load(sys, &mut cpu, hw, id);
+fn loaded_cpu<'s>(sys: &'s System, hw: &mut FakeHw, index: usize) -> Cpu<'s> {
+    let mut cpu = Cpu::new(sys, index);
+    let id = sys.assigned(index).unwrap();
+    let boot = Boot {
+        partition: sys.partition(id.partition).unwrap(),
+        id,
+        entry: 0,
+        x0: 0,
+    };
+    load(sys, &mut cpu, hw, &boot);
     cpu
 }
 
@@ -447,19 +489,13 @@ fn mmio(ipa: u64, width: u8, write: bool, reg: u8) -> Exit {
     }
 }
 
-fn run(
-    sys: &System,
-    cpu: &mut CpuState,
-    hw: &mut FakeHw,
-    regs: &mut GuestRegs,
-    exit: Exit,
-) -> Next {
+fn run(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, regs: &mut GuestRegs, exit: Exit) -> Next {
     // Through the platform's entry: the syndrome the hardware would report,
     // so every whole-exit test also covers decoding and the in-line paths.
     handle_sync(sys, cpu, hw, regs, trap::encode(&exit))
 }
 
-fn hvc(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, x: [u64; 4]) -> (Next, u64) {
+fn hvc(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, x: [u64; 4]) -> (Next, u64) {
     let mut regs = GuestRegs::default();
     regs.x[..4].copy_from_slice(&x);
     let next = run(sys, cpu, hw, &mut regs, Exit::Hvc { imm: 0 });
@@ -499,7 +535,7 @@ fn gicd_ispendr_write_over_foreign_spis_is_refused_per_spi_and_log_limited() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
-    let p = &sys.partitions[0];
+    let p = &sys.partition(0).unwrap();
     // Make SPIs 32..63 emulated-enabled... only the UART line (33) is owned;
     // write enable + pending for all 32, count what arrives.
     let mut regs = GuestRegs::default();
@@ -541,7 +577,7 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
-    let p = &sys.partitions[1];
+    let p = &sys.partition(1).unwrap();
     let mut regs = GuestRegs::default();
     regs.x[1] = u32::MAX as u64;
 
@@ -813,7 +849,7 @@ fn write_to_a_sibling_redistributor_is_a_fault_and_changes_nothing() {
     );
 
     assert_eq!(hw.ppi_enabled, 0);
-    assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.partition(0).unwrap().faults.load(Ordering::Relaxed), 1);
     assert!(hw.log_has("redistributor"));
 }
 
@@ -860,7 +896,9 @@ fn pl011_output_reaches_the_ring_and_whole_lines_the_host() {
         String::from_utf8_lossy(&hw.lines[0])
     );
     let mut out = [0u8; 8];
-    let read = sys.partitions[1]
+    let read = sys
+        .partition(1)
+        .unwrap()
         .console
         .lock(LockPath::Management)
         .ring
@@ -897,7 +935,13 @@ fn console_input_beyond_the_fifo_reports_how_much_was_taken() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 0);
 
-    let taken = console_input(sys, &mut cpu, &mut hw, &sys.partitions[1], &[b'x'; 100]);
+    let taken = console_input(
+        sys,
+        &mut cpu.state,
+        &mut hw,
+        &sys.partition(1).unwrap(),
+        &[b'x'; 100],
+    );
 
     assert!(taken > 0 && taken < 100, "{taken}");
 }
@@ -930,7 +974,7 @@ fn access_to_an_unmapped_ipa_injects_a_data_abort() {
     assert_eq!(el1.far, Some(0x0A00_0000));
     assert_eq!(el1.esr >> 26, 0x25);
     assert_eq!(regs.elr, 0x4008_0200, "current EL, SPx synchronous vector");
-    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.partition(1).unwrap().faults.load(Ordering::Relaxed), 1);
     assert_eq!(sys.cpus[3].counters.exits_of(ExitClass::Abort), 1);
 }
 
@@ -973,7 +1017,7 @@ fn an_unknown_system_register_injects_undefined() {
         panic!("{next:?}")
     };
     assert_eq!(el1.esr >> 26, 0);
-    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.partition(1).unwrap().faults.load(Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -1002,7 +1046,7 @@ fn id_registers_are_sanitised() {
 
 // --- SGIs -------------------------------------------------------------------
 
-fn sgi_to(sys: &System, cpu: &mut CpuState, hw: &mut FakeHw, value: u64) {
+fn sgi_to(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, value: u64) {
     let mut regs = GuestRegs::default();
     regs.x[5] = value;
     let exit = Exit::SysReg(SysRegAccess {
@@ -1039,7 +1083,7 @@ fn sgi_outside_the_partition_is_dropped_and_reported() {
     for c in &sys.cpus {
         c.mailbox.drain(|op| panic!("posted {op:?}"));
     }
-    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.partition(1).unwrap().faults.load(Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -1088,7 +1132,7 @@ fn a_full_mailbox_loses_an_spi_injection_counted_and_reported() {
     write(&mut regs, 0x204, 4, 1 << 1);
 
     assert!(hw.log_has("full"));
-    assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.partition(0).unwrap().faults.load(Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -1103,7 +1147,7 @@ fn an_sgi_reaches_a_sibling_whose_mailbox_slots_are_all_full() {
     let mut got = Vec::new();
     sys.cpus[2].mailbox.drain(|op| got.push(op));
     assert!(got.contains(&MailboxOp::Sgi(3)), "{got:?}");
-    assert_eq!(sys.partitions[0].faults.load(Ordering::Relaxed), 0);
+    assert_eq!(sys.partition(0).unwrap().faults.load(Ordering::Relaxed), 0);
 }
 
 // --- PSCI -------------------------------------------------------------------
@@ -1171,11 +1215,11 @@ fn cpu_on_posts_to_the_siblings_cpu_and_a_second_call_races_to_on_pending() {
         psci::AFFINITY_INFO_ON_PENDING
     );
     // The sibling's CPU, idle, boots it with the context id in x0.
-    let mut sibling = CpuState::new(sys, 2);
+    let mut sibling = Cpu::new(sys, 2);
     let boot = idle_work(sys, &mut sibling, &mut hw).unwrap();
     assert_eq!(boot.entry, 0x4000_2000);
     assert_eq!(boot.x0, 77);
-    load(sys, &mut sibling, &mut hw, boot.id);
+    load(sys, &mut sibling, &mut hw, &boot);
     assert_eq!(
         hvc(
             sys,
@@ -1204,7 +1248,7 @@ fn cpu_on_for_a_foreign_mpidr_is_refused() {
 
     assert_eq!(r, psci::INVALID_PARAMETERS);
     assert!(hw.sgis.is_empty());
-    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 1);
+    assert_eq!(sys.partition(1).unwrap().faults.load(Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -1220,7 +1264,7 @@ fn cpu_off_parks_system_off_stops_the_partition_and_its_siblings() {
     let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
 
     assert_eq!(next, Next::Stopped);
-    assert_eq!(sys.partitions[0].state(), State::Stopped);
+    assert_eq!(sys.partition(0).unwrap().state(), State::Stopped);
     assert_eq!(
         hw.sgis,
         [(0x102, SGI_MAILBOX)],
@@ -1233,7 +1277,7 @@ fn system_reset_stops_then_finish_restart_reloads_and_boots_vcpu0() {
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
-    let p = &sys.partitions[1];
+    let p = &sys.partition(1).unwrap();
 
     let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_RESET as u64, 0, 0, 0]);
     assert_eq!(next, Next::Restart(1));
@@ -1259,7 +1303,7 @@ fn a_manager_that_powers_off_is_restarted_by_its_cpus_idle_loop_once_the_back_of
     let sys = system();
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 0);
-    let mgmt = &sys.partitions[2];
+    let mgmt = &sys.partition(2).unwrap();
     let boots = mgmt.boot_count.load(Ordering::Relaxed);
 
     let (next, _) = hvc(sys, &mut cpu, &mut hw, [fid::SYSTEM_OFF as u64, 0, 0, 0]);
@@ -1276,7 +1320,10 @@ fn a_manager_that_powers_off_is_restarted_by_its_cpus_idle_loop_once_the_back_of
     // The fake counter runs at 1 kHz: due 1000 ticks after the stop.
     assert_eq!(idle_deadline(sys, &cpu), Some(hw.now + 1000));
     hw.now += 999;
-    assert_eq!(idle_work(sys, &mut cpu, &mut hw), None, "restarted early");
+    assert!(
+        idle_work(sys, &mut cpu, &mut hw).is_none(),
+        "restarted early"
+    );
     assert_eq!(mgmt.state(), State::Stopped);
     hw.now += 1;
     let boot = idle_work(sys, &mut cpu, &mut hw).expect("boots vCPU 0");
@@ -1310,7 +1357,7 @@ fn a_manager_reset_goes_through_the_back_off_and_an_ordinary_partitions_does_not
 fn the_stats_line_shows_the_managers_report_and_restart_count() {
     let sys = system();
     let mut hw = FakeHw::new();
-    *sys.partitions[2].report.lock(LockPath::Management) =
+    *sys.partition(2).unwrap().report.lock(LockPath::Management) =
         (pinfold_abi::ManagerStatus::NoNetworkDevice, String::new());
 
     sys.stats(&mut hw);
@@ -1368,7 +1415,10 @@ fn the_management_partition_restarts_another_partition() {
     let (_, r) = hvc(sys, &mut cpu, &mut hw, [restart, 1, 0, 0]);
 
     assert_eq!(r, 0);
-    assert_eq!(sys.partitions[1].boot_count.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        sys.partition(1).unwrap().boot_count.load(Ordering::Relaxed),
+        1
+    );
     assert!(hw.sgis.contains(&(0x103, SGI_MAILBOX)));
 }
 
@@ -1398,7 +1448,8 @@ fn a_restart_by_the_manager_is_two_state_events_and_a_boot_marker_per_boot() {
     let mut cpu = loaded_cpu(sys, &mut hw, 0);
     let restart = u64::from(pinfold_abi::fid::PARTITION_RESTART);
     // beta printed half a line before the restart.
-    sys.partitions[1]
+    sys.partition(1)
+        .unwrap()
         .console
         .lock(LockPath::Management)
         .ring
@@ -1430,7 +1481,7 @@ fn a_restart_by_the_manager_is_two_state_events_and_a_boot_marker_per_boot() {
     );
     // The fake counter runs at 1 kHz from 1; no wall clock: seconds since boot.
     assert_eq!(
-        ring_text(&sys.partitions[1]),
+        ring_text(&sys.partition(1).unwrap()),
         "login: \r\n=== pinfold: beta boot 1 at +0s ===\r\n=== pinfold: beta boot 2 at +3s ===\r\n"
     );
 }
@@ -1448,10 +1499,11 @@ fn the_boot_marker_carries_the_wall_clock_time_when_there_is_one() {
     let mut hw = FakeHw::new();
     hw.now = 1 + 61_000;
 
-    sys.start_partition(&sys.partitions[1], &mut hw, 0).unwrap();
+    sys.start_partition(&sys.partition(1).unwrap(), &mut hw, 0)
+        .unwrap();
 
     assert_eq!(
-        ring_text(&sys.partitions[1]),
+        ring_text(&sys.partition(1).unwrap()),
         "=== pinfold: beta boot 1 at 2026-12-01T13:46:01Z ===\r\n"
     );
 }
@@ -1479,7 +1531,10 @@ fn a_guests_fault_storm_is_a_few_events_and_leaves_the_other_partitions_events()
 
     let events = events_of(sys);
     let faults = events.iter().filter(|e| e.1 == EventKind::Fault).count();
-    assert_eq!(sys.partitions[1].faults.load(Ordering::Relaxed), 50 * 223);
+    assert_eq!(
+        sys.partition(1).unwrap().faults.load(Ordering::Relaxed),
+        50 * 223
+    );
     // 5 windows of 10 s, BURST lines (and events) in each.
     assert_eq!(faults, 5 * BURST as usize, "{events:?}");
     assert!(events
@@ -1504,16 +1559,21 @@ fn put_deactivates_passthrough_spis_left_in_the_list_registers() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 3);
     apply_op(
-        &mut cpu,
+        &mut cpu.state,
         &mut hw,
+        &sys.partition(1).unwrap(),
         MailboxOp::Inject(VirtIrq::hw_linked(40, 0xa0)),
     );
 
     put(sys, &mut cpu, &mut hw);
 
     assert_eq!(hw.deactivated, [40]);
-    assert!(cpu.loaded.is_none());
-    assert_eq!(sys.partitions[1].vcpus[0].power.state(), PowerState::Off);
+    assert!(cpu.state.loaded.is_none());
+    assert!(cpu.resident.is_none());
+    assert_eq!(
+        sys.partition(1).unwrap().vcpus[0].power.state(),
+        PowerState::Off
+    );
 }
 
 #[test]
@@ -1536,8 +1596,9 @@ fn overflowing_the_list_register_queue_is_counted() {
 
     for intid in 32..32 + 100 {
         apply_op(
-            &mut cpu,
+            &mut cpu.state,
             &mut hw,
+            &sys.partition(1).unwrap(),
             MailboxOp::Inject(VirtIrq::soft(intid, 0xa0)),
         );
     }
@@ -1556,12 +1617,18 @@ fn the_monitor_prints_stats_with_the_hot_path_lock_count() {
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 0);
 
-    host_input(sys, &mut cpu, &mut hw, 0x01);
-    host_input(sys, &mut cpu, &mut hw, b's');
+    host_input(sys, &mut cpu.state, &mut hw, 0x01);
+    host_input(sys, &mut cpu.state, &mut hw, b's');
 
     assert!(hw.log_has("report: stats hot_path_cross_cpu_locks=0"));
-    assert_eq!(host_input(sys, &mut cpu, &mut hw, 0x01), Monitor::Nothing);
-    assert_eq!(host_input(sys, &mut cpu, &mut hw, b'x'), Monitor::PowerOff);
+    assert_eq!(
+        host_input(sys, &mut cpu.state, &mut hw, 0x01),
+        Monitor::Nothing
+    );
+    assert_eq!(
+        host_input(sys, &mut cpu.state, &mut hw, b'x'),
+        Monitor::PowerOff
+    );
 }
 
 // --- PMU ----------------------------------------------------------------------
@@ -1578,10 +1645,16 @@ fn pmu_access(reg: crate::pmu::PmuReg, read: bool) -> Exit {
 fn load_writes_mdcr_with_all_counters_and_el2_hidden_by_trapping_on_pmuv3() {
     let sys = system();
     let mut hw = FakeHw::new();
-    let mut cpu = CpuState::new(sys, 3);
+    let mut cpu = Cpu::new(sys, 3);
 
-    let id = cpu.assigned.unwrap();
-    let ctx = load(sys, &mut cpu, &mut hw, id);
+    let id = sys.assigned(3).unwrap();
+    let boot = Boot {
+        partition: sys.partition(id.partition).unwrap(),
+        id,
+        entry: 0,
+        x0: 0,
+    };
+    let ctx = load(sys, &mut cpu, &mut hw, &boot);
 
     // The fake's ID_AA64DFR0 says PMUVer 1 (PMUv3): trap (TPM), HPMN = N.
     assert_eq!(ctx.mdcr_el2 & 0x1f, 6);

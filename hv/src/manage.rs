@@ -5,13 +5,17 @@
 
 use crate::console::RingRead;
 use crate::exit::{console_input, Hw};
-use crate::hypercall::{AbiError, HostInfo, Manage, PartitionDetail, PartitionSummary};
+use crate::hypercall::{
+    AbiError, HostInfo, ImageInfo, ImageKind, Manage, PartitionDetail, PartitionPlan,
+    PartitionSummary, Refusal, Resources,
+};
 use crate::lockstat::LockPath;
 use crate::partition::{Partition, State};
 use crate::percpu::CpuState;
 use crate::psci::PowerState;
 use crate::system::System;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 use core::sync::atomic::Ordering;
@@ -36,11 +40,8 @@ fn state_of(p: &Partition) -> PartitionState {
 }
 
 impl<H: Hw> Manager<'_, '_, '_, H> {
-    fn find(&self, index: u32) -> Result<&Partition, AbiError> {
-        self.sys
-            .partitions
-            .get(index as usize)
-            .ok_or(AbiError::NotFound)
+    fn find(&self, index: u32) -> Result<Arc<Partition>, AbiError> {
+        self.sys.partition(index as usize).ok_or(AbiError::NotFound)
     }
 
     fn owns_this_cpu(&self, p: &Partition) -> bool {
@@ -95,14 +96,14 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
 
     fn partitions(&self) -> Vec<PartitionSummary> {
         self.sys
-            .partitions
+            .partitions()
             .iter()
             .map(|p| self.summary(p))
             .collect()
     }
 
     fn detail(&self, index: u32) -> Option<PartitionDetail> {
-        let p = self.sys.partitions.get(index as usize)?;
+        let p = self.sys.partition(index as usize)?;
         let vcpus = p
             .vcpus
             .iter()
@@ -130,7 +131,7 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             })
             .collect();
         Some(PartitionDetail {
-            summary: self.summary(p),
+            summary: self.summary(&p),
             faults: p.faults.load(Ordering::Relaxed),
             vcpus,
             plan: p.plan.clone(),
@@ -143,17 +144,19 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             return Err(AbiError::Conflict);
         }
         let me = self.cpu.index;
-        let _ = self.sys.start_partition(p, &mut **self.hw.borrow_mut(), me);
+        let _ = self
+            .sys
+            .start_partition(&p, &mut **self.hw.borrow_mut(), me);
         Ok(())
     }
 
     fn stop(&mut self, index: u32) -> Result<(), AbiError> {
         let p = self.find(index)?;
-        if p.state() != State::Running || self.owns_this_cpu(p) {
+        if p.state() != State::Running || self.owns_this_cpu(&p) {
             return Err(AbiError::Conflict);
         }
         self.sys.stop_partition_for(
-            p,
+            &p,
             &mut **self.hw.borrow_mut(),
             self.cpu.index,
             "stopped by the manager",
@@ -163,36 +166,36 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
 
     fn restart(&mut self, index: u32) -> Result<(), AbiError> {
         let p = self.find(index)?;
-        if p.state() != State::Running || self.owns_this_cpu(p) {
+        if p.state() != State::Running || self.owns_this_cpu(&p) {
             return Err(AbiError::Conflict);
         }
         let me = self.cpu.index;
         let mut hw = self.hw.borrow_mut();
         self.sys
-            .stop_partition_for(p, &mut **hw, me, "stopped by the manager (restart)");
-        if !self.sys.wait_all_off(p, &mut **hw) {
+            .stop_partition_for(&p, &mut **hw, me, "stopped by the manager (restart)");
+        if !self.sys.wait_all_off(&p, &mut **hw) {
             hw.log(format_args!(
                 "partition {}: restart: a vCPU did not stop in time",
                 p.name
             ));
         }
-        let _ = self.sys.start_partition(p, &mut **hw, me);
+        let _ = self.sys.start_partition(&p, &mut **hw, me);
         Ok(())
     }
 
     fn console_read(&self, index: u32, offset: u64, out: &mut [u8]) -> Option<RingRead> {
-        let p = self.sys.partitions.get(index as usize)?;
+        let p = self.sys.partition(index as usize)?;
         let con = p.console.lock(LockPath::Management);
         Some(con.ring.read(offset, out))
     }
 
     fn console_write(&mut self, index: u32, bytes: &[u8]) -> Option<usize> {
-        let p = self.sys.partitions.get(index as usize)?;
+        let p = self.sys.partition(index as usize)?;
         Some(console_input(
             self.sys,
             self.cpu,
             &mut **self.hw.borrow_mut(),
-            p,
+            &p,
             bytes,
         ))
     }
@@ -241,5 +244,45 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
         self.sys
             .wall_clock
             .map(|c| c.unix_ms_at(hw.now(), hw.counter_frequency()))
+    }
+    fn image_create(&mut self, kind: ImageKind, size: u64) -> Result<u32, AbiError> {
+        self.sys.image_create(kind, size)
+    }
+
+    fn image_write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<usize, AbiError> {
+        self.sys
+            .image_write(id, offset, bytes, &mut **self.hw.borrow_mut())
+    }
+
+    fn image_seal(&mut self, id: u32, digest: Option<[u8; 32]>) -> Result<(), Refusal> {
+        self.sys.image_seal(id, digest, &mut **self.hw.borrow_mut())
+    }
+
+    fn image_delete(&mut self, id: u32) -> Result<(), AbiError> {
+        self.sys.image_delete(id, &mut **self.hw.borrow_mut())
+    }
+
+    fn images(&self) -> Vec<ImageInfo> {
+        self.sys.images()
+    }
+
+    fn create(&mut self, plan: PartitionPlan) -> Result<u32, Refusal> {
+        let me = self.cpu.index;
+        self.sys
+            .create_partition(plan, &mut **self.hw.borrow_mut(), me)
+    }
+
+    fn configure(&mut self, index: u32, plan: PartitionPlan) -> Result<(), Refusal> {
+        self.sys
+            .configure_partition(index as usize, plan, &mut **self.hw.borrow_mut())
+    }
+
+    fn destroy(&mut self, index: u32) -> Result<(), AbiError> {
+        self.sys
+            .destroy_partition(index as usize, &mut **self.hw.borrow_mut())
+    }
+
+    fn resources(&self) -> Option<Resources> {
+        Some(self.sys.resources())
     }
 }

@@ -113,11 +113,78 @@ impl FreeMemory {
         }
         Some(start)
     }
+
+    /// Return `[base, base + size)` (taken before, and already scrubbed by
+    /// the caller), merged with its free neighbours. False, and nothing
+    /// changed, if any of it is free already (a double free).
+    pub fn give_back(&mut self, base: u64, size: u64) -> bool {
+        let Some(end) = base.checked_add(size) else {
+            return false;
+        };
+        if size == 0 || self.ranges.iter().any(|&(b, s)| base < b + s && b < end) {
+            return false;
+        }
+        let (mut base, mut end) = (base, end);
+        self.ranges.retain(|&(b, s)| {
+            if b + s == base {
+                base = b;
+                false
+            } else if b == end {
+                end = b + s;
+                false
+            } else {
+                true
+            }
+        });
+        self.ranges.push((base, end - base));
+        self.ranges.sort_unstable();
+        true
+    }
+
+    /// The largest block `take_top(_, align)` could give.
+    pub fn largest(&self, align: u64) -> u64 {
+        self.ranges
+            .iter()
+            .map(|&(b, s)| {
+                let start = b.next_multiple_of(align);
+                (b + s).saturating_sub(start) & !(align - 1)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Bytes free in all.
+    pub fn total(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_given_back_merges_with_both_neighbours_and_can_be_taken_again() {
+        let mut free = FreeMemory::new(&[(0x4000_0000, 64 * MIB)], &[]);
+        let a = free.take_top(8 * MIB, 2 * MIB).unwrap();
+        let b = free.take_top(8 * MIB, 2 * MIB).unwrap();
+        assert!(free.give_back(a, 8 * MIB));
+        assert_eq!(free.largest(2 * MIB), 48 * MIB);
+        assert!(free.give_back(b, 8 * MIB));
+
+        assert_eq!(free.ranges(), &[(0x4000_0000, 64 * MIB)]);
+        assert_eq!(free.take_top(64 * MIB, 2 * MIB), Some(0x4000_0000));
+    }
+
+    #[test]
+    fn giving_back_free_memory_is_refused() {
+        let mut free = FreeMemory::new(&[(0x4000_0000, 64 * MIB)], &[]);
+        let a = free.take_top(8 * MIB, 2 * MIB).unwrap();
+
+        assert!(!free.give_back(a - MIB, 2 * MIB));
+        assert!(!free.give_back(0x4000_0000, MIB));
+        assert_eq!(free.total(), 56 * MIB);
+    }
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;

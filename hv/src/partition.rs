@@ -11,6 +11,7 @@ use crate::console::{ConsoleRing, LinePrefixer, Pl011};
 use crate::dtb::{build_guest_dtb, ExtraNode, GuestDtbSpec, HostInfo, PcieCells, PropValue};
 use crate::dtb::{GuestDevice, GuestSpi};
 use crate::events::EventLog;
+use crate::images::View;
 use crate::lockstat::{CountedLock, LockStat};
 use crate::memmap::FreeMemory;
 use crate::psci::VcpuPower;
@@ -26,7 +27,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use pinfold_abi::{ManagerStatus, PciFunction};
 use pinfold_config::fit::{place_images, FitError, ImagePlacement, IMAGE_HEADER_LEN};
-use pinfold_config::{PartitionPlan, Plan};
+use pinfold_config::PartitionPlan;
 use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_RAM_BASE, GUEST_UART_INTID, RAM_ALIGN};
 
 /// Size of each partition's console ring.
@@ -45,6 +46,31 @@ pub trait HostMemory {
     /// load is in place (the guest's first fetches must not hit lines of a
     /// previous boot).
     fn sync_instructions(&mut self);
+    /// Copy `len` bytes from host address `src` to `dst` (both checked by
+    /// the caller, not overlapping). The platform overrides this with one
+    /// copy; the default goes through a bounce buffer.
+    fn copy(&mut self, dst: PhysAddr, src: PhysAddr, len: u64) {
+        let mut buf = [0u8; 4096];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            self.read(PhysAddr(src.0 + at), &mut buf[..n]);
+            self.write(PhysAddr(dst.0 + at), &buf[..n]);
+            at += n as u64;
+        }
+    }
+    /// Zero `len` bytes at host address `pa` and clean them to the point
+    /// of coherency (scrubbing RAM before it changes owner).
+    fn zero(&mut self, pa: PhysAddr, len: u64) {
+        let zeros = [0u8; 4096];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(zeros.len() as u64) as usize;
+            self.write(PhysAddr(pa.0 + at), &zeros[..n]);
+            at += n as u64;
+        }
+        self.clean_for_guest(pa, len);
+    }
 }
 
 /// Lifecycle state of a partition.
@@ -207,7 +233,7 @@ impl Partition {
         pp: &PartitionPlan,
         host: &HostInfo,
         free: &mut FreeMemory,
-        tables: &mut impl TableMemory,
+        tables: &mut (impl TableMemory + ?Sized),
         stat: &'static LockStat,
     ) -> Result<Partition, SetupError> {
         for &c in &pp.cpus {
@@ -223,9 +249,10 @@ impl Partition {
         } else {
             GUEST_RAM_BASE
         };
-        let mut s2 = Stage2::new(tables).map_err(SetupError::Stage2)?;
+        let mut tables = tables;
+        let mut s2 = Stage2::new(&mut tables).map_err(SetupError::Stage2)?;
         let mut map = |s2: &mut Stage2, ipa: u64, pa: u64, size: u64, ty: MemType| {
-            s2.map(tables, Ipa(ipa), PhysAddr(pa), size, ty)
+            s2.map(&mut tables, Ipa(ipa), PhysAddr(pa), size, ty)
                 .map_err(SetupError::Stage2)
         };
         map(&mut s2, ram_ipa, ram, pp.ram_size, MemType::Normal)?;
@@ -384,36 +411,35 @@ impl Partition {
     /// partition's RAM; records the entry point and DTB address.
     pub fn load(
         &self,
-        plan: &Plan,
-        payload: &[u8],
+        kernel: View,
+        initrd: Option<View>,
         mem: &mut impl HostMemory,
         seed: impl FnMut(u64) -> u64,
     ) -> Result<(), LoadError> {
-        let kernel = plan
-            .image(payload, self.plan.kernel.image)
-            .ok_or(LoadError::KernelMissing)?;
-        let initrd = match self.plan.initrd {
-            Some(i) => Some(plan.image(payload, i).ok_or(LoadError::InitrdMissing)?),
-            None => None,
-        };
+        let mut head = [0u8; IMAGE_HEADER_LEN];
+        let head_len = kernel.head(mem, &mut head);
         let place = place_images(
-            &kernel[..kernel.len().min(IMAGE_HEADER_LEN)],
-            kernel.len() as u64,
+            &head[..head_len],
+            kernel.len(),
             self.plan.kernel.format,
-            initrd.map(|i| i.len() as u64),
+            initrd.map(|i| i.len()),
             self.ram_size,
         )
         .map_err(LoadError::Fit)?;
         let base = self.ram_ipa;
         self.copy_in(mem, place.kernel_offset, kernel);
-        if let (Some(bytes), Some((start, _))) = (initrd, place.initrd) {
-            self.copy_in(mem, start, bytes);
+        if let (Some(image), Some((start, _))) = (initrd, place.initrd) {
+            self.copy_in(mem, start, image);
         }
         let dtb = self.guest_dtb(base, place, seed)?;
         if dtb.len() as u64 > DTB_AREA {
             return Err(LoadError::DtbTooLarge);
         }
-        self.copy_in(mem, place.dtb_offset, &dtb);
+        let dtb: &[u8] = &dtb;
+        // The DTB is built on the heap, which lives as long as this call.
+        let pa = PhysAddr(self.ram.0 + place.dtb_offset);
+        mem.write(pa, dtb);
+        mem.clean_for_guest(pa, dtb.len() as u64);
         mem.sync_instructions();
         self.entry_ipa
             .store(base + place.kernel_offset, Ordering::Relaxed);
@@ -422,10 +448,10 @@ impl Partition {
         Ok(())
     }
 
-    fn copy_in(&self, mem: &mut impl HostMemory, offset: u64, bytes: &[u8]) {
+    fn copy_in(&self, mem: &mut impl HostMemory, offset: u64, image: View) {
         let pa = PhysAddr(self.ram.0 + offset);
-        mem.write(pa, bytes);
-        mem.clean_for_guest(pa, bytes.len() as u64);
+        image.copy_to(mem, pa);
+        mem.clean_for_guest(pa, image.len());
     }
 
     fn guest_dtb(

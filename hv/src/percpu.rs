@@ -18,6 +18,7 @@ use crate::partition::Partition;
 use crate::system::System;
 use crate::vgic::lr::{LrManager, VirtIrq};
 use crate::vgic::redist::VRedist;
+use alloc::sync::Arc;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use pinfold_vboard::ExitClass;
 
@@ -144,15 +145,43 @@ impl PublicCpu {
     }
 }
 
-/// The vCPU loaded on a CPU.
-pub struct LoadedVcpu<'s> {
+/// The vCPU loaded on a CPU (its partition is [`Cpu::resident`]).
+pub struct LoadedVcpu {
     pub id: VcpuId,
-    /// Its partition (cached: every exit needs it).
-    pub partition: &'s Partition,
     /// Its emulated redistributor.
     pub vredist: VRedist,
     /// The PMU it was given on this CPU.
     pub pmu: crate::pmu::PmuView,
+}
+
+/// A CPU's own state and, beside it, the partition of the vCPU loaded on
+/// it. They are apart so that an exit can borrow the partition while it
+/// changes the state: the hot paths take `(&Partition, &mut CpuState)` from
+/// here with no lock and no reference count change (the `Arc` is cloned
+/// once, at vCPU load, and dropped at put).
+pub struct Cpu<'s> {
+    pub resident: Option<Arc<Partition>>,
+    pub state: CpuState<'s>,
+}
+
+impl<'s> Cpu<'s> {
+    /// CPU `index` of `sys`, nothing loaded.
+    pub fn new(sys: &'s System, index: usize) -> Self {
+        Cpu {
+            resident: None,
+            state: CpuState::new(sys, index),
+        }
+    }
+
+    /// The loaded vCPU's partition and vCPU index, and the state.
+    #[inline(always)]
+    pub fn split(&mut self) -> (Option<(&Partition, usize)>, &mut CpuState<'s>) {
+        let Cpu { resident, state } = self;
+        // `resident` is Some exactly while `state.loaded` is (load and put
+        // set both), so one test says both.
+        let vcpu = state.vcpu;
+        (resident.as_deref().map(|p| (p, vcpu)), state)
+    }
 }
 
 /// State only this CPU touches.
@@ -163,10 +192,11 @@ pub struct CpuState<'s> {
     pub public: &'s PublicCpu,
     /// List-register allocation of the loaded vCPU.
     pub lrs: LrManager,
-    /// The vCPU pinned to this CPU by the plan, if any.
-    pub assigned: Option<VcpuId>,
     /// The loaded vCPU (running, or about to run).
-    pub loaded: Option<LoadedVcpu<'s>>,
+    pub loaded: Option<LoadedVcpu>,
+    /// Its index in its partition (`loaded.id.vcpu`, kept beside it for
+    /// the exit entry, which reads it with the partition).
+    pub vcpu: usize,
     /// The loaded vCPU's forwarded PPIs as its redistributor says (none
     /// when nothing is loaded), mirrored here so that the timer path reads
     /// two fields of this struct and nothing else.
@@ -203,8 +233,8 @@ impl<'s> CpuState<'s> {
             mpidr: public.mpidr.load(Ordering::Relaxed),
             public,
             lrs: LrManager::new(),
-            assigned: sys.assigned(index),
             loaded: None,
+            vcpu: 0,
             hw_ppis: HwPpis::default(),
         }
     }

@@ -16,6 +16,7 @@
 //! memory that was mapped.
 
 use crate::addr::{Ipa, PhysAddr};
+use alloc::vec::Vec;
 
 /// Bits of IPA the tables translate (VTCR_EL2.T0SZ = 64 - 40).
 pub const IPA_BITS: u32 = 40;
@@ -84,6 +85,34 @@ pub trait TableMemory {
     /// Writes entry `index` of the table at `table` (a single 64-bit store,
     /// so the table walker never sees a torn descriptor).
     fn write(&mut self, table: PhysAddr, index: usize, value: u64);
+    /// Give back a page from `alloc_table` (a destroyed partition's
+    /// tables). The default keeps it.
+    fn free_table(&mut self, _table: PhysAddr) {}
+    /// Give back a root from `alloc_root`. The default keeps it.
+    fn free_root(&mut self, _root: PhysAddr) {}
+}
+
+/// A borrowed table memory is one too (so that `&mut dyn TableMemory`
+/// can be handed to what takes `&mut impl TableMemory`).
+impl<T: TableMemory + ?Sized> TableMemory for &mut T {
+    fn alloc_table(&mut self) -> Option<PhysAddr> {
+        (**self).alloc_table()
+    }
+    fn alloc_root(&mut self) -> Option<PhysAddr> {
+        (**self).alloc_root()
+    }
+    fn read(&self, table: PhysAddr, index: usize) -> u64 {
+        (**self).read(table, index)
+    }
+    fn write(&mut self, table: PhysAddr, index: usize, value: u64) {
+        (**self).write(table, index, value)
+    }
+    fn free_table(&mut self, table: PhysAddr) {
+        (**self).free_table(table)
+    }
+    fn free_root(&mut self, root: PhysAddr) {
+        (**self).free_root(root)
+    }
 }
 
 /// Why a stage-2 operation failed. A failed `map` leaves the tables as they
@@ -189,6 +218,25 @@ impl Stage2 {
     /// The root's address, for [`vttbr_el2`].
     pub fn root(&self) -> PhysAddr {
         self.root
+    }
+
+    /// The tables whose root is `root` (built by [`Stage2::new`]).
+    pub fn from_root(root: PhysAddr) -> Self {
+        Stage2 { root }
+    }
+
+    /// Gives every table back to `mem` (root through `free_root`, the
+    /// others through `free_table`). No CPU may run on them any more, and
+    /// the VMID's TLB entries must be invalidated before the VMID is used
+    /// again (every vCPU load does: `tlbi vmalls12e1is`).
+    pub fn release(self, mem: &mut (impl TableMemory + ?Sized)) {
+        let root = self.root;
+        let mut pages = Vec::new();
+        free_children(&*mem, root, 1, ROOT_ENTRIES, &mut |p| pages.push(p));
+        for p in pages {
+            mem.free_table(p);
+        }
+        mem.free_root(root);
     }
 
     /// Maps `[ipa, ipa + size)` to `[pa, pa + size)`. Uses 1 GiB and 2 MiB
@@ -374,7 +422,7 @@ impl Stage2 {
 }
 
 fn free_children(
-    mem: &impl TableMemory,
+    mem: &(impl TableMemory + ?Sized),
     table: PhysAddr,
     level: u8,
     entries: usize,

@@ -1,17 +1,29 @@
-//! The running system, built once at boot: the host description, the
-//! partitions, the public per-CPU state sized from the host's CPU count, the
-//! CPU and SPI ownership tables, the lock statistics, the boot entropy and
-//! the management token. Partition lifecycle (start, stop, restart; the
-//! PCI quiesce before a host-bridge owner starts, `pci`; the management
-//! partition's restart policy, `restart`), the event log's entry point
-//! (`System::event`, on `events`) and the boot marker written into a
-//! partition's console ring at each start, and the stats line are here; the
-//! platform holds one `&'static System`.
+//! The running system, built at boot: the host description, the partition
+//! slots, the public per-CPU state sized from the host's CPU count, the CPU
+//! and SPI ownership tables, the free RAM and the images (`images`), the
+//! lock statistics, the boot entropy and the management token. Partition
+//! lifecycle (start, stop, restart; the PCI quiesce before a host-bridge
+//! owner starts, `pci`; the management partition's restart policy,
+//! `restart`), the event log's entry point (`System::event`, on `events`)
+//! and the boot marker written into a partition's console ring at each
+//! start, and the stats line are here; creating, changing and
+//! destroying partitions at run time is `runtime`'s. The platform holds one
+//! `&'static System`.
+//!
+//! A partition lives in a slot (its index, the ABI's partition index; VMID
+//! = index + 1) as an `Arc<Partition>` that never changes while it exists:
+//! a change replaces it. A CPU that runs one of its vCPUs holds a clone for
+//! as long as the vCPU is loaded, so the hot paths read the partition with
+//! no lock and no reference count traffic; slots are locked only to find a
+//! partition on cold paths (a start request, a management call, host UART
+//! input, the stats line). Who owns each CPU and SPI is a table of atomics
+//! beside the slots.
 
 use crate::clock::WallClock;
 use crate::dtb::HostInfo;
 use crate::events::{EventLog, When};
 use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
+use crate::images::ImageStore;
 use crate::lockstat::{CountedLock, LockPath, LockStat};
 use crate::memmap::FreeMemory;
 use crate::partition::{LoadError, Partition, SetupError, State};
@@ -19,31 +31,53 @@ use crate::percpu::{PublicCpu, VcpuId, MAX_CPUS, REQ_START, REQ_STOP};
 use crate::stage2::TableMemory;
 use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use pinfold_abi::EventKind;
+use pinfold_config::isolation::HostResources;
 use pinfold_config::Plan;
 
 /// SPI INTIDs the ownership table covers (GICv3: up to 1019).
 const SPI_TABLE: usize = 1024;
 
+/// The most partitions (slots): VMIDs are 8 bits and 0 is nobody's, and
+/// the SPI owner table holds index + 1 in a byte.
+pub const MAX_PARTITIONS: usize = 254;
+
+/// A partition slot: empty, or the partition (see the module comment).
+type Slot = CountedLock<Option<Arc<Partition>>>;
+
+/// What run-time configuration decides from, behind one lock: every
+/// create, change, destroy and image call takes it for its whole duration,
+/// so those decisions are serialised (they are rare, and one decision must
+/// see the outcome of the last).
+pub struct Pool {
+    /// Host RAM no partition, image or hypervisor structure holds.
+    pub free: FreeMemory,
+    pub images: ImageStore,
+    /// Destroyed partitions a CPU still held a clone of when they were
+    /// taken out of their slot; their RAM and tables are released once the
+    /// clone is gone (`runtime::reap`).
+    pub graveyard: Vec<Arc<Partition>>,
+}
+
 pub struct System {
     pub host: HostInfo,
-    pub partitions: Vec<Partition>,
+    slots: Vec<Slot>,
     /// One entry per host CPU the hypervisor drives (at most MAX_CPUS).
     pub cpus: Vec<PublicCpu>,
-    /// The vCPU pinned to each CPU by the plan.
-    assign: Vec<Option<VcpuId>>,
+    /// The vCPU pinned to each CPU: `VcpuId` packed by [`pack`], 0 = none.
+    assign: Vec<AtomicU64>,
     /// Owner of each physical SPI (partition index + 1; 0 = nobody).
-    spi_owner: Vec<u8>,
+    spi_owner: Vec<AtomicU8>,
     pub locks: &'static LockStat,
     /// The chip-wide lock a per-CPU interrupt state change takes when the
     /// chip does not declare the lockless capability.
     pub chip_lock: CountedLock<()>,
-    plan: Plan,
-    payload: &'static [u8],
+    pub(crate) pool: CountedLock<Pool>,
+    /// What pass-through windows are checked against (`isolation`).
+    pub(crate) resources: HostResources,
     seed: AtomicU64,
     /// SHA-256 of the management API's bearer token.
     token_digest: [u8; 32],
@@ -67,7 +101,10 @@ pub struct BootInputs<'a, T: TableMemory> {
     pub host: HostInfo,
     pub plan: Plan,
     pub payload: &'static [u8],
-    pub free: &'a mut FreeMemory,
+    /// Host RAM nothing uses yet: partitions and images take from it.
+    pub free: FreeMemory,
+    /// The isolation check's view of the host (as checked at boot).
+    pub resources: HostResources,
     pub tables: &'a mut T,
     pub locks: &'static LockStat,
     pub boot_counter: u64,
@@ -89,7 +126,8 @@ impl System {
             host,
             plan,
             payload,
-            free,
+            mut free,
+            resources,
             tables,
             locks,
             boot_counter,
@@ -107,7 +145,14 @@ impl System {
         }
         let mut partitions = Vec::new();
         for (index, pp) in plan.partitions.iter().enumerate() {
-            match Partition::build(partitions.len(), pp, &host, free, tables, locks) {
+            if partitions.len() == MAX_PARTITIONS {
+                log(format_args!(
+                    "partition {} (plan entry {index}): not created: more than {MAX_PARTITIONS} partitions",
+                    pp.name
+                ));
+                continue;
+            }
+            match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks) {
                 Ok(p) => {
                     log(format_args!(
                         "partition {}: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}, VMID {}",
@@ -126,23 +171,6 @@ impl System {
                 )),
             }
         }
-        let mut assign = vec![None; cpu_count];
-        let mut spi_owner = vec![0u8; SPI_TABLE];
-        for p in &partitions {
-            for (vcpu, s) in p.vcpus.iter().enumerate() {
-                if let Some(slot) = assign.get_mut(s.pcpu) {
-                    *slot = Some(VcpuId {
-                        partition: p.index,
-                        vcpu,
-                    });
-                }
-            }
-            for &spi in &p.spis {
-                if let Some(slot) = spi_owner.get_mut(spi as usize) {
-                    *slot = p.index as u8 + 1;
-                }
-            }
-        }
         let cpus = host.cpus[..cpu_count]
             .iter()
             .map(|&m| PublicCpu::new(m))
@@ -151,16 +179,27 @@ impl System {
         for p in &mut partitions {
             p.events = Some(events.clone());
         }
+        let slot_count = cpu_count.clamp(1, MAX_PARTITIONS);
+        let images = ImageStore::new(&plan, payload);
         let mut sys = System {
             host,
-            partitions,
+            slots: (0..slot_count)
+                .map(|_| CountedLock::new(None, locks))
+                .collect(),
             cpus,
-            assign,
-            spi_owner,
+            assign: (0..cpu_count).map(|_| AtomicU64::new(0)).collect(),
+            spi_owner: (0..SPI_TABLE).map(|_| AtomicU8::new(0)).collect(),
             locks,
             chip_lock: CountedLock::new((), locks),
-            plan,
-            payload,
+            pool: CountedLock::new(
+                Pool {
+                    free,
+                    images,
+                    graveyard: Vec::new(),
+                },
+                locks,
+            ),
+            resources,
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             token_digest: [0; 32],
             generated_token: None,
@@ -171,8 +210,12 @@ impl System {
             version,
         };
         sys.add_entropy(entropy);
-        let managed = sys.partitions.iter().any(|p| p.plan.management);
-        match sys.partitions.iter().find_map(|p| p.plan.token_sha256) {
+        let managed = partitions.iter().any(|p| p.plan.management);
+        let digest = partitions.iter().find_map(|p| p.plan.token_sha256);
+        for p in partitions {
+            sys.install(Arc::new(p));
+        }
+        match digest {
             Some(digest) => sys.token_digest = digest,
             // No management partition: nobody could present a token.
             None if !managed => {}
@@ -185,42 +228,103 @@ impl System {
         sys
     }
 
-    /// The vCPU the plan pins to CPU `cpu`.
+    /// Put `p` in its slot (which must be empty) and give it its CPUs and
+    /// SPIs in the ownership tables.
+    pub(crate) fn install(&self, p: Arc<Partition>) {
+        for (vcpu, s) in p.vcpus.iter().enumerate() {
+            if let Some(slot) = self.assign.get(s.pcpu) {
+                slot.store(
+                    pack(VcpuId {
+                        partition: p.index,
+                        vcpu,
+                    }),
+                    Ordering::Release,
+                );
+            }
+        }
+        for &spi in &p.spis {
+            if let Some(slot) = self.spi_owner.get(spi as usize) {
+                slot.store(p.index as u8 + 1, Ordering::Release);
+            }
+        }
+        if let Some(slot) = self.slots.get(p.index) {
+            *slot.lock(LockPath::Management) = Some(p);
+        }
+    }
+
+    /// Take partition `index` out of its slot and the ownership tables.
+    pub(crate) fn uninstall(&self, index: usize) -> Option<Arc<Partition>> {
+        let p = self.slots.get(index)?.lock(LockPath::Management).take()?;
+        for s in &p.vcpus {
+            if let Some(slot) = self.assign.get(s.pcpu) {
+                slot.store(0, Ordering::Release);
+            }
+        }
+        for &spi in &p.spis {
+            if let Some(slot) = self.spi_owner.get(spi as usize) {
+                slot.store(0, Ordering::Release);
+            }
+        }
+        Some(p)
+    }
+
+    /// How many slots there are (the most partitions this host can hold).
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Partition `index`, if its slot holds one.
+    pub fn partition(&self, index: usize) -> Option<Arc<Partition>> {
+        self.slots.get(index)?.lock(LockPath::Management).clone()
+    }
+
+    /// Every partition, in index order (a snapshot).
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.lock(LockPath::Management).clone())
+            .collect()
+    }
+
+    /// The vCPU pinned to CPU `cpu`.
     pub fn assigned(&self, cpu: usize) -> Option<VcpuId> {
-        self.assign.get(cpu).copied().flatten()
+        unpack(self.assign.get(cpu)?.load(Ordering::Acquire))
     }
 
     /// The partition whose vCPU is pinned to CPU `cpu`.
-    pub fn partition_on(&self, cpu: usize) -> Option<&Partition> {
-        self.partitions.get(self.assigned(cpu)?.partition)
+    pub fn partition_on(&self, cpu: usize) -> Option<Arc<Partition>> {
+        self.partition(self.assigned(cpu)?.partition)
     }
 
-    /// The partition that owns physical SPI `intid`.
-    pub fn spi_owner(&self, intid: u32) -> Option<&Partition> {
-        let owner = *self.spi_owner.get(intid as usize)?;
-        if owner == 0 {
-            None
-        } else {
-            self.partitions.get(owner as usize - 1)
+    /// The index of the partition that owns physical SPI `intid`.
+    pub fn spi_owner(&self, intid: u32) -> Option<usize> {
+        match self.spi_owner.get(intid as usize)?.load(Ordering::Acquire) {
+            0 => None,
+            owner => Some(owner as usize - 1),
         }
     }
 
     /// Pass-through SPIs start disabled, level, routed to their partition's
     /// first vCPU's CPU; the guest's distributor writes enable and re-route.
     pub fn program_spis(&self, hw: &mut impl Hw) {
-        for p in &self.partitions {
-            let mpidr = self.cpus[p.vcpus[0].pcpu].mpidr.load(Ordering::Relaxed);
-            for &intid in &p.spis {
-                hw.spi(
-                    LockPath::PhysDist,
-                    SpiOp::Enable {
-                        intid,
-                        enable: false,
-                    },
-                );
-                hw.spi(LockPath::PhysDist, SpiOp::SetEdge { intid, edge: false });
-                hw.spi(LockPath::PhysDist, SpiOp::Route { intid, mpidr });
-            }
+        for p in self.partitions() {
+            self.program_partition_spis(&p, hw);
+        }
+    }
+
+    /// [`program_spis`](Self::program_spis) for one partition.
+    pub fn program_partition_spis(&self, p: &Partition, hw: &mut impl Hw) {
+        let mpidr = self.cpus[p.vcpus[0].pcpu].mpidr.load(Ordering::Relaxed);
+        for &intid in &p.spis {
+            hw.spi(
+                LockPath::PhysDist,
+                SpiOp::Enable {
+                    intid,
+                    enable: false,
+                },
+            );
+            hw.spi(LockPath::PhysDist, SpiOp::SetEdge { intid, edge: false });
+            hw.spi(LockPath::PhysDist, SpiOp::Route { intid, mpidr });
         }
     }
 
@@ -315,9 +419,24 @@ impl System {
         *p.report.lock(LockPath::Management) =
             (pinfold_abi::ManagerStatus::Starting, String::new());
         let now = hw.now();
-        if let Err(e) = p.load(&self.plan, self.payload, hw, |salt| {
-            self.next_seed(salt, now)
-        }) {
+        // The images a plan names cannot be deleted or changed while it
+        // names them (`runtime`), so they are copied without the lock.
+        let views = {
+            let pool = self.pool.lock(LockPath::Management);
+            (
+                pool.images.view(p.plan.kernel.image),
+                p.plan.initrd.map(|i| pool.images.view(i)),
+            )
+        };
+        let loaded = match views {
+            (Some(kernel), None) => p.load(kernel, None, hw, |salt| self.next_seed(salt, now)),
+            (Some(kernel), Some(Some(initrd))) => {
+                p.load(kernel, Some(initrd), hw, |salt| self.next_seed(salt, now))
+            }
+            (None, _) => Err(LoadError::KernelMissing),
+            (Some(_), Some(None)) => Err(LoadError::InitrdMissing),
+        };
+        if let Err(e) = loaded {
             hw.log(format_args!("partition {}: cannot start: {e}", p.name));
             self.event(
                 hw,
@@ -414,11 +533,12 @@ impl System {
     /// The counter value at which a restart of a partition whose vCPU 0
     /// runs on CPU `cpu` is due (the idle loop's wake-up).
     pub fn restart_due_on(&self, cpu: usize) -> Option<u64> {
-        self.partitions
-            .iter()
-            .filter(|p| p.plan.management && p.vcpus[0].pcpu == cpu)
-            .filter_map(|p| p.restart.lock(LockPath::Management).due())
-            .min()
+        let p = self.partition_on(cpu)?;
+        if !p.plan.management || p.vcpus[0].pcpu != cpu {
+            return None;
+        }
+        let due = p.restart.lock(LockPath::Management).due();
+        due
     }
 
     /// Nanoseconds from counter value `start` to now.
@@ -446,7 +566,7 @@ impl System {
             "stats hot_path_cross_cpu_locks={} exits={exits} injected={injected} dropped={dropped} shared_locks:{shared}",
             self.locks.hot_total(),
         ));
-        for p in &self.partitions {
+        for p in self.partitions() {
             let mut manager = String::new();
             if p.plan.management {
                 let report = p.report.lock(LockPath::Management);
@@ -506,6 +626,18 @@ impl System {
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
         splitmix(s ^ salt ^ now)
     }
+}
+
+/// A `VcpuId` in one word (0 = none), for the CPU ownership table.
+fn pack(id: VcpuId) -> u64 {
+    ((id.partition as u64 + 1) << 32) | id.vcpu as u64
+}
+
+fn unpack(word: u64) -> Option<VcpuId> {
+    (word != 0).then(|| VcpuId {
+        partition: (word >> 32) as usize - 1,
+        vcpu: word as u32 as usize,
+    })
 }
 
 /// SplitMix64's finaliser.

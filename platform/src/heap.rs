@@ -1,6 +1,6 @@
-//! The hypervisor's heap: boot-time and partition (re)start allocations
-//! (parsed host description, partition objects, stage-2 tables, generated
-//! DTBs). It is the image's uninitialised tail after the payload
+//! The hypervisor's heap: boot-time, partition (re)start and run-time
+//! configuration allocations (parsed host description, partition objects,
+//! stage-2 tables, generated DTBs; a destroyed partition's come back). It is the image's uninitialised tail after the payload
 //! (`pinfold_hv::memmap::image_layout`), so it exists before the host DTB
 //! is parsed without being part of the file or of the BSS cleared at
 //! boot; the allocator writes its own free-list headers and assumes
@@ -9,8 +9,9 @@
 
 use linked_list_allocator::LockedHeap;
 
-/// The allocator's lock is shared by all CPUs; it is taken only at boot and
-/// when a partition is (re)started, never on a trap or interrupt path.
+/// The allocator's lock is shared by all CPUs; it is taken only at boot,
+/// when a partition is (re)started and by management calls, never on a
+/// trap or interrupt path.
 #[global_allocator]
 static HEAP: LockedHeap = LockedHeap::empty();
 
@@ -45,6 +46,22 @@ impl pinfold_hv::stage2::TableMemory for HeapTables {
     fn write(&mut self, table: pinfold_hv::addr::PhysAddr, index: usize, value: u64) {
         // SAFETY: as in `read`; one 64-bit store, so no torn descriptor.
         unsafe { (table.0 as *mut u64).add(index).write_volatile(value) }
+    }
+    fn free_table(&mut self, table: pinfold_hv::addr::PhysAddr) {
+        free(table, 4096, 4096);
+    }
+    fn free_root(&mut self, root: pinfold_hv::addr::PhysAddr) {
+        free(root, 8192, 8192);
+    }
+}
+
+/// Give back what `alloc_zeroed(size, align)` returned.
+fn free(at: pinfold_hv::addr::PhysAddr, size: usize, align: usize) {
+    if let Ok(layout) = core::alloc::Layout::from_size_align(size, align) {
+        // SAFETY: `at` came from `alloc_zeroed` with this layout (the core
+        // frees a destroyed partition's tables once, after no CPU runs on
+        // them: `Stage2::release`).
+        unsafe { alloc::alloc::dealloc(at.0 as *mut u8, layout) };
     }
 }
 

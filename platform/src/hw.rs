@@ -34,6 +34,7 @@ pub struct PlatformHw {
     /// What we last wrote to ICH_HCR_EL2 (no read-modify-write of the
     /// system register on the injection path).
     ich_hcr: u64,
+    tables: crate::heap::HeapTables,
 }
 
 impl PlatformHw {
@@ -42,6 +43,7 @@ impl PlatformHw {
             index,
             chip: None,
             ich_hcr: 0,
+            tables: crate::heap::HeapTables,
         }
     }
 
@@ -105,11 +107,26 @@ impl HostMemory for PlatformHw {
     fn sync_instructions(&mut self) {
         arch::invalidate_icache_all();
     }
+    fn copy(&mut self, dst: PhysAddr, src: PhysAddr, len: u64) {
+        // SAFETY: the core copies a sealed image (hypervisor-owned RAM) into
+        // a partition's RAM at an offset it checked; the two never overlap.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, len as usize)
+        };
+    }
+    fn zero(&mut self, pa: PhysAddr, len: u64) {
+        // SAFETY: RAM the core owns and is handing to the free pool.
+        unsafe { core::ptr::write_bytes(pa.0 as *mut u8, 0, len as usize) };
+        arch::clean_dcache_range(pa.0, len);
+    }
 }
 
 impl Hw for PlatformHw {
     fn cpu_index(&self) -> usize {
         self.index
+    }
+    fn tables(&mut self) -> &mut dyn pinfold_hv::stage2::TableMemory {
+        &mut self.tables
     }
     #[inline(always)]
     fn lr_count(&self) -> usize {

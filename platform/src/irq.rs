@@ -63,7 +63,7 @@ fn host_input(local: &mut CpuLocal) {
     };
     let sys = local.sys;
     while let Some(byte) = uart.getc() {
-        if exit::host_input(sys, &mut local.state, &mut local.hw, byte) == Monitor::PowerOff {
+        if exit::host_input(sys, &mut local.state.state, &mut local.hw, byte) == Monitor::PowerOff {
             arch::firmware_smc(u64::from(fid::SYSTEM_OFF), 0, 0, 0);
         }
     }

@@ -83,12 +83,15 @@ fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
         GicV3Cpu::init_this_cpu(
             &host.gic.redist_regions,
             host.gic.redist_stride,
-            local.state.mpidr,
+            local.state.state.mpidr,
             ablate::GIC_CPU_CAPS,
         )
     };
     let Some(mut chip) = chip else {
-        hvlog!("no GIC redistributor for MPIDR {:#x}", local.state.mpidr);
+        hvlog!(
+            "no GIC redistributor for MPIDR {:#x}",
+            local.state.state.mpidr
+        );
         return;
     };
     use pinfold_hv::irqchip::PerCpuIrqChip;
@@ -316,7 +319,8 @@ fn boot(handoff: BootHandoff) -> ! {
             host,
             plan,
             payload,
-            free: &mut free,
+            free,
+            resources,
             tables: &mut heap::HeapTables,
             locks: &LOCKSTAT,
             boot_counter,
@@ -377,7 +381,8 @@ fn boot(handoff: BootHandoff) -> ! {
         _ => hvlog!("no PSCI SMC conduit: running on the boot CPU only"),
     }
 
-    if sys.partitions.iter().any(|p| p.plan.management) {
+    let partitions = sys.partitions();
+    if partitions.iter().any(|p| p.plan.management) {
         match sys.generated_token() {
             Some(token) => hvprint!("management token: {token}"),
             None => hvprint!(
@@ -386,12 +391,13 @@ fn boot(handoff: BootHandoff) -> ! {
             ),
         }
     }
-    for p in &sys.partitions {
+    for p in &partitions {
         if p.plan.autostart {
             let _ = sys.start_partition(p, &mut local.hw, index);
         }
     }
-    hvprint!("ready: {} partitions", sys.partitions.len());
+    hvprint!("ready: {} partitions", partitions.len());
+    drop(partitions);
     arch::reset_stack_and_call(index, vcpu::idle)
 }
 

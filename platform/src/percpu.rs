@@ -12,7 +12,7 @@ use crate::hw::PlatformHw;
 use aarch64_cpu::registers::{Writeable, TPIDR_EL2};
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
-use pinfold_hv::percpu::CpuState;
+use pinfold_hv::percpu::Cpu;
 use pinfold_hv::system::System;
 
 pub struct CpuLocal {
@@ -20,7 +20,7 @@ pub struct CpuLocal {
     pub sys: &'static System,
     /// The host UART's INTID (u32::MAX: none), cached for the root handler.
     pub uart_intid: u32,
-    pub state: CpuState<'static>,
+    pub state: Cpu<'static>,
     pub hw: PlatformHw,
 }
 
@@ -46,7 +46,7 @@ pub fn init_all(sys: &'static System) {
                         .as_ref()
                         .and_then(|u| u.intid)
                         .unwrap_or(u32::MAX),
-                    state: CpuState::new(sys, i),
+                    state: Cpu::new(sys, i),
                     hw: PlatformHw::new(i),
                 }))
             })
@@ -85,6 +85,6 @@ pub fn current_index() -> Option<usize> {
     } else {
         // SAFETY: as in `this_cpu`; only a plain field is read, and nobody
         // writes it after creation.
-        Some(unsafe { (*ptr).state.index })
+        Some(unsafe { (*ptr).state.state.index })
     }
 }

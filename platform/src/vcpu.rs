@@ -124,7 +124,7 @@ fn pa_range_bits() -> u8 {
 fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     let sys = local.sys;
     local.hw.set_virtual_cpu_interface(true);
-    let ctx = exit::load(sys, &mut local.state, &mut local.hw, boot.id);
+    let ctx = exit::load(sys, &mut local.state, &mut local.hw, &boot);
     // The core decides VTCR_EL2 (stage-2 geometry) and VTTBR_EL2 (VMID and
     // root); here they are only written.
     VTCR_EL2.set(stage2::vtcr_el2(pa_range_bits()));
@@ -163,12 +163,15 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
         spsr: SPSR_EL1H_MASKED.value,
         _pad: 0,
     };
-    arch::enter_guest(&frame, local.state.index)
+    // enter_guest does not return: the request's reference to the
+    // partition goes now (the loaded vCPU holds its own until put).
+    drop(boot);
+    arch::enter_guest(&frame, local.state.state.index)
 }
 
 /// Put the loaded vCPU: timers silenced here, the rest decided by the core.
 fn put(local: &mut CpuLocal) {
-    if local.state.loaded.is_none() {
+    if local.state.state.loaded.is_none() {
         return;
     }
     CNTV_CTL_EL0.set(0);
@@ -181,7 +184,7 @@ fn put(local: &mut CpuLocal) {
 /// Put the vCPU on this CPU and go idle.
 fn park(local: &mut CpuLocal) -> ! {
     put(local);
-    let index = local.state.index;
+    let index = local.state.state.index;
     arch::reset_stack_and_call(index, idle)
 }
 
@@ -203,8 +206,8 @@ fn apply_other(local: &mut CpuLocal, next: Next) {
         Next::Restart(partition) => {
             put(local);
             let sys = local.sys;
-            if let Some(p) = sys.partitions.get(partition) {
-                sys.finish_restart(p, &mut local.hw, local.state.index);
+            if let Some(p) = sys.partition(partition) {
+                sys.finish_restart(&p, &mut local.hw, local.state.state.index);
             }
             park(local)
         }

@@ -222,7 +222,12 @@ pub fn parse_hex32(text: &str) -> Option<[u8; 32]> {
 
 /// SHA-256 of a management token, as bundles carry it.
 pub fn token_digest(token: &[u8]) -> [u8; 32] {
-    Sha256::digest(token).into()
+    sha256(token)
+}
+
+/// SHA-256 of `bytes` (images, tokens).
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
 }
 
 #[cfg(all(test, feature = "std"))]

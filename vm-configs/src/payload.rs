@@ -8,12 +8,13 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::error::{ConfigError, Problem};
+use crate::error::ConfigError;
 use crate::fit::{place_images, IMAGE_HEADER_LEN};
 use crate::plan::{
     ConsolePlan, DevicePlan, ImageRef, KernelFormat, KernelPlan, MmioRange, PartitionPlan, Plan,
     IMAGE_ALIGN,
 };
+use crate::rules::Problem;
 use crate::schema::{Config, ImageFormat, PartitionConfig};
 use crate::validate::{align_up, partition_error};
 
@@ -26,6 +27,8 @@ struct ImageFile {
     /// Where to read it (root joined with the configured path).
     path: PathBuf,
     size: u64,
+    /// Its SHA-256 (the hypervisor lists boot images by it).
+    sha256: [u8; 32],
     /// The first partition naming it and the field, for error messages.
     partition: usize,
     field: &'static str,
@@ -107,8 +110,8 @@ impl Config {
 
     fn file_error(&self, file: &ImageFile, source: io::Error) -> ConfigError {
         let problem = Problem::FileUnreadable {
-            path: file.path.clone(),
-            source,
+            path: file.path.display().to_string(),
+            source: source.to_string(),
         };
         match self.partitions.get(file.partition) {
             Some(partition) => partition_error(partition, file.field, problem),
@@ -128,9 +131,14 @@ impl Config {
         let mut by_key: HashMap<PathBuf, u32> = HashMap::new();
         let mut intern = |probe: Probe, partition: usize, field: &'static str| {
             *by_key.entry(probe.key).or_insert_with(|| {
+                // Unreadable files are reported when the payload is written.
+                let sha256 = std::fs::read(&probe.path)
+                    .map(|bytes| crate::bundle::sha256(&bytes))
+                    .unwrap_or_default();
                 images.files.push(ImageFile {
                     path: probe.path,
                     size: probe.size,
+                    sha256,
                     partition,
                     field,
                 });
@@ -196,6 +204,7 @@ impl Config {
                 let image = ImageRef {
                     offset,
                     size: file.size,
+                    sha256: file.sha256,
                 };
                 offset = align_up(offset + file.size, IMAGE_ALIGN);
                 image
@@ -205,45 +214,55 @@ impl Config {
             .partitions
             .iter()
             .zip(images.kernels.iter().zip(&images.initrds))
-            .map(|(partition, (kernel, initrd))| PartitionPlan {
-                name: partition.name.clone(),
-                cpus: partition.cpus.clone(),
-                ram_size: partition.memory.bytes(),
-                kernel: kernel.clone(),
-                initrd: *initrd,
-                bootargs: partition.bootargs.clone(),
-                console: ConsolePlan {
-                    input: partition.console_input,
-                },
-                devices: partition
-                    .devices
-                    .iter()
-                    .map(|device| DevicePlan {
-                        name: device.name.clone(),
-                        mmio: device
-                            .mmio
-                            .iter()
-                            .map(|range| MmioRange {
-                                base: range.base,
-                                size: range.size.bytes(),
-                            })
-                            .collect(),
-                        spis: device.spis.clone(),
-                        compatible: device.compatible.clone(),
-                        host_node: device.host_node.clone(),
-                    })
-                    .collect(),
-                management: partition.management,
-                pci_host_bridge: partition.pci_host_bridge,
-                token_sha256: partition.token_digest(),
-                autostart: partition.autostart,
-                pmu: partition.pmu,
-                lifecycle: Default::default(),
-            })
+            .map(|(partition, (kernel, initrd))| partition.plan_entry(kernel.clone(), *initrd))
             .collect();
         Plan {
             partitions,
             images: image_refs,
+        }
+    }
+}
+
+impl PartitionConfig {
+    /// The plan entry for this partition, with the kernel and initrd images
+    /// at the given indices: what the payload carries and what the rules
+    /// (`rules::check_partition`) check. The token fields must have passed
+    /// `validate`'s token check (`token_sha256` is the digest of either).
+    pub(crate) fn plan_entry(&self, kernel: KernelPlan, initrd: Option<u32>) -> PartitionPlan {
+        PartitionPlan {
+            name: self.name.clone(),
+            cpus: self.cpus.clone(),
+            ram_size: self.memory.bytes(),
+            kernel,
+            initrd,
+            bootargs: self.bootargs.clone(),
+            console: ConsolePlan {
+                input: self.console_input,
+            },
+            devices: self
+                .devices
+                .iter()
+                .map(|device| DevicePlan {
+                    name: device.name.clone(),
+                    mmio: device
+                        .mmio
+                        .iter()
+                        .map(|range| MmioRange {
+                            base: range.base,
+                            size: range.size.bytes(),
+                        })
+                        .collect(),
+                    spis: device.spis.clone(),
+                    compatible: device.compatible.clone(),
+                    host_node: device.host_node.clone(),
+                })
+                .collect(),
+            management: self.management,
+            pci_host_bridge: self.pci_host_bridge,
+            token_sha256: self.token_digest(),
+            autostart: self.autostart,
+            pmu: self.pmu,
+            lifecycle: Default::default(),
         }
     }
 }
@@ -256,28 +275,29 @@ fn probe(
     root: &Path,
 ) -> Result<Probe, ConfigError> {
     let fail = |problem| Err(partition_error(partition, field, problem));
-    let unreadable = |source| Problem::FileUnreadable {
-        path: configured.to_owned(),
-        source,
+    let shown = configured.display().to_string();
+    let unreadable = |source: io::Error| Problem::FileUnreadable {
+        path: shown.clone(),
+        source: source.to_string(),
     };
     let path = root.join(configured);
     let metadata = match std::fs::metadata(&path) {
         Ok(metadata) => metadata,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             return fail(Problem::FileMissing {
-                path: configured.to_owned(),
+                path: shown.clone(),
             })
         }
         Err(error) => return fail(unreadable(error)),
     };
     if !metadata.is_file() {
         return fail(Problem::NotAFile {
-            path: configured.to_owned(),
+            path: shown.clone(),
         });
     }
     if metadata.len() == 0 {
         return fail(Problem::FileEmpty {
-            path: configured.to_owned(),
+            path: shown.clone(),
         });
     }
     let key = match path.canonicalize() {
@@ -312,7 +332,7 @@ fn kernel_format(partition: &PartitionConfig, kernel: &Probe) -> Result<KernelFo
             partition,
             "kernel_format",
             Problem::NotLinuxImage {
-                path: partition.kernel.clone(),
+                path: partition.kernel.display().to_string(),
             },
         )),
     }

@@ -40,6 +40,9 @@ pub struct ImageRef {
     /// Byte offset from the start of the payload (multiple of `IMAGE_ALIGN`).
     pub offset: u64,
     pub size: u64,
+    /// The image's SHA-256 (computed at build time; the bundle's signature
+    /// covers it).
+    pub sha256: [u8; 32],
 }
 
 /// How the kernel image is entered.

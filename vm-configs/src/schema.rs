@@ -1,4 +1,6 @@
-//! The TOML schema of a partition plan (docs/CONFIG.md) and its parsing.
+//! The TOML schema of a partition plan (docs/CONFIG.md) and its parsing,
+//! including sizes such as `"256MiB"` (the `Size` type and its display are
+//! the `no_std` rules').
 //!
 //! Every struct denies unknown fields: a typo such as `cpu = [1]` is an
 //! error, never a silently ignored line.
@@ -10,6 +12,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+pub use crate::rules::Size;
 
 /// A whole config file: the board and the partitions carved out of it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -131,23 +134,6 @@ pub struct MmioConfig {
     pub size: Size,
 }
 
-/// A byte count written as an integer or as `"<n><unit>"` with a binary
-/// unit: `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` (all powers of 1024).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Size(pub u64);
-
-impl Size {
-    pub const KIB: u64 = 1 << 10;
-    pub const MIB: u64 = 1 << 20;
-    pub const GIB: u64 = 1 << 30;
-    pub const TIB: u64 = 1 << 40;
-
-    /// The size in bytes.
-    pub fn bytes(self) -> u64 {
-        self.0
-    }
-}
-
 /// Why a size string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
@@ -195,25 +181,6 @@ impl std::str::FromStr for Size {
             .checked_mul(multiplier)
             .map(Size)
             .ok_or_else(|| SizeError::Overflow(text.to_owned()))
-    }
-}
-
-impl fmt::Display for Size {
-    /// The largest binary unit that divides the size exactly, so error
-    /// messages echo what the user most likely wrote.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let units = [
-            (Size::TIB, "TiB"),
-            (Size::GIB, "GiB"),
-            (Size::MIB, "MiB"),
-            (Size::KIB, "KiB"),
-        ];
-        for (scale, unit) in units {
-            if self.0 != 0 && self.0.is_multiple_of(scale) {
-                return write!(f, "{}{unit}", self.0 / scale);
-            }
-        }
-        write!(f, "{} bytes", self.0)
     }
 }
 

@@ -836,6 +836,36 @@ fn token_sha256_that_is_not_64_hex_digits_is_rejected() {
 }
 
 #[test]
+fn malformed_token_sha256_on_a_partition_that_is_not_management_is_rejected_as_misplaced() {
+    let root = Root::with_images();
+    let alpha = format!("{ALPHA}token_sha256 = \"zz\"\n");
+
+    let error = rejected(&root, &alpha);
+
+    assert_names(&error, "alpha", "token_sha256");
+    assert!(
+        matches!(error.problem(), Some(Problem::TokenWithoutManagement)),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_token_is_checked_after_the_cpus_and_before_the_pci_host_bridge() {
+    let root = Root::with_images();
+    let mgmt = "[[partition]]\nname = \"mgmt\"\ncpus = [0]\nmemory = \"64MiB\"\nkernel = \"kernel\"\npci_host_bridge = true\n";
+    let bad_token = "management = true\npci_host_bridge = true\ntoken = \"short\"\n";
+
+    let cpus_first = rejected(
+        &root,
+        &format!("{mgmt}{}{bad_token}", ALPHA.replace("[1]", "[9]")),
+    );
+    let token_next = rejected(&root, &format!("{mgmt}{ALPHA}{bad_token}"));
+
+    assert_names(&cpus_first, "alpha", "cpus");
+    assert_names(&token_next, "alpha", "token");
+}
+
+#[test]
 fn the_plan_blob_carries_only_the_tokens_digest() {
     let root = default_images();
     let mut config = load(&default_config_path()).expect("default.toml parses");

@@ -1,39 +1,23 @@
-//! The rules a config must satisfy before boot that need no image file:
-//! names, CPU ownership, RAM granularity, console and management
-//! uniqueness, SPI ownership, pass-through MMIO placement in the guest map
-//! and device DT fields. Placement on the host is `isolation`'s.
+//! The checks of a TOML config that need no image file: the board's CPUs
+//! and RAM, that there is a partition, and every per-partition rule, which
+//! is `rules::check_partition` (the `no_std` rules the hypervisor and the
+//! manager run on partitions created at run time) applied to each
+//! partition's plan entry (`PartitionConfig::plan_entry`, the conversion
+//! the payload uses) in file order, with the partitions before it as the
+//! others. Only the token's text, which the plan holds as a digest, is
+//! checked here, where the rules check the token. Also the RAM budget
+//! against the board once the payload's size is known. Placement on the
+//! host is `isolation`'s.
 
-use std::collections::HashMap;
+use crate::error::ConfigError;
+use crate::plan::{KernelFormat, KernelPlan, PartitionPlan};
+use crate::rules::{self, HostLimits, Problem, Rejection, Size, RAM_GRANULE};
+use crate::schema::{Config, PartitionConfig};
 
-use crate::error::{ConfigError, Problem};
-use crate::plan::NAME_MAX;
-use crate::schema::{Config, PartitionConfig, Size};
-use pinfold_vboard::{
-    GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
-    GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE,
-};
-
-/// Guest RAM and board RAM come in whole stage-2 level-2 blocks (2 MiB with
-/// the 4 KiB granule), so that stage 2 maps a partition without 4 KiB pages.
-pub const RAM_GRANULE: u64 = 2 * Size::MIB;
 /// RAM the hypervisor keeps for itself before the payload: its image, stacks,
 /// heap, stage-2 tables and per-partition DTBs. The whole reserve is this
 /// plus the payload size rounded up to `RAM_GRANULE`.
 pub const HYPERVISOR_RESERVE_BASE: u64 = 64 * Size::MIB;
-/// Linux's arm64 COMMAND_LINE_SIZE, including the terminating NUL.
-pub const LINUX_COMMAND_LINE_SIZE: usize = 2048;
-/// First and last SPI INTID (GICv3, IHI 0069 2.2.1: 1020..1023 are special).
-pub const SPI_FIRST: u32 = 32;
-pub const SPI_LAST: u32 = 1019;
-/// Page size stage 2 maps pass-through MMIO with.
-const PAGE: u64 = 4096;
-
-/// Characters allowed in a partition name (it prefixes console lines and
-/// goes on the kernel command line).
-const PARTITION_NAME_CHARS: &str = "[a-z0-9_-]";
-/// Characters allowed in a device name (a DT node name, Devicetree spec
-/// 2.2.1).
-const DEVICE_NAME_CHARS: &str = "[A-Za-z0-9,._+@-]";
 
 /// Shorthand for a partition error.
 pub(crate) fn partition_error(
@@ -41,31 +25,15 @@ pub(crate) fn partition_error(
     field: impl Into<String>,
     problem: Problem,
 ) -> ConfigError {
-    ConfigError::Partition {
+    ConfigError::Partition(rejection(partition, field, problem))
+}
+
+fn rejection(partition: &PartitionConfig, field: impl Into<String>, problem: Problem) -> Rejection {
+    Rejection {
         partition: partition.name.clone(),
         field: field.into(),
         problem,
     }
-}
-
-/// A pass-through MMIO range already claimed, for overlap checks.
-struct ClaimedRange<'c> {
-    base: u64,
-    end: u64,
-    partition: &'c str,
-    device: &'c str,
-}
-
-/// Who owns what so far, while walking the partitions in file order.
-#[derive(Default)]
-struct Owners<'c> {
-    names: HashMap<&'c str, ()>,
-    cpus: HashMap<u32, &'c str>,
-    spis: HashMap<u32, &'c str>,
-    mmio: Vec<ClaimedRange<'c>>,
-    console_input: Option<&'c str>,
-    management: Option<&'c str>,
-    pci_host_bridge: Option<&'c str>,
 }
 
 impl Config {
@@ -76,14 +44,39 @@ impl Config {
         if self.partitions.is_empty() {
             return Err(ConfigError::NoPartitions);
         }
-        let mut owners = Owners::default();
+        let host = HostLimits {
+            board: &self.board.name,
+            cpus: self.board.cpus,
+        };
+        // The rules do not look at images; they are probed later.
+        let no_image = KernelPlan {
+            image: 0,
+            format: KernelFormat::Raw,
+        };
+        let mut accepted: Vec<PartitionPlan> = Vec::with_capacity(self.partitions.len());
         for partition in &self.partitions {
-            check_name(partition, &mut owners)?;
-            self.check_cpus(partition, &mut owners)?;
-            check_memory(partition)?;
-            check_bootargs(partition)?;
-            check_roles(partition, &mut owners)?;
-            check_devices(partition, &mut owners)?;
+            let mut entry = partition.plan_entry(no_image.clone(), None);
+            // A `token_sha256` that is not hex is still a token to the
+            // rules (only the management partition may have one); what is
+            // wrong with its text is `check_token_text`'s.
+            if partition.token_sha256.is_some() {
+                entry.token_sha256.get_or_insert([0; 32]);
+            }
+            let others: Vec<&PartitionPlan> = accepted.iter().collect();
+            let token_text = || check_token_text(partition);
+            rules::check_partition_with_token_text(&entry, &others, &host, token_text).map_err(
+                |mut broken| {
+                    // The plan's `token_sha256` is written `token` in the
+                    // TOML when the plan holds the token itself.
+                    if broken.problem == Problem::TokenWithoutManagement
+                        && partition.token.is_some()
+                    {
+                        broken.field = "token".into();
+                    }
+                    ConfigError::Partition(broken)
+                },
+            )?;
+            accepted.push(entry);
         }
         Ok(())
     }
@@ -95,64 +88,12 @@ impl Config {
                 problem: Problem::NoBoardCpus,
             });
         }
-        ram_problem(self.board.memory).map_or(Ok(()), |problem| {
+        rules::ram_problem(self.board.memory).map_or(Ok(()), |problem| {
             Err(ConfigError::Board {
                 field: "memory",
                 problem,
             })
         })
-    }
-
-    fn check_cpus<'c>(
-        &'c self,
-        partition: &'c PartitionConfig,
-        owners: &mut Owners<'c>,
-    ) -> Result<(), ConfigError> {
-        if partition.cpus.is_empty() {
-            return Err(partition_error(partition, "cpus", Problem::NoCpus));
-        }
-        let max_vcpus = GUEST_GICR_REGION_SIZE / GICR_STRIDE;
-        if partition.cpus.len() as u64 > max_vcpus {
-            return Err(partition_error(
-                partition,
-                "cpus",
-                Problem::TooManyVcpus {
-                    count: partition.cpus.len(),
-                    max: max_vcpus,
-                },
-            ));
-        }
-        for (i, &cpu) in partition.cpus.iter().enumerate() {
-            if cpu >= self.board.cpus {
-                return Err(partition_error(
-                    partition,
-                    "cpus",
-                    Problem::CpuMissing {
-                        cpu,
-                        board: self.board.name.clone(),
-                        board_cpus: self.board.cpus,
-                    },
-                ));
-            }
-            if partition.cpus[..i].contains(&cpu) {
-                return Err(partition_error(
-                    partition,
-                    "cpus",
-                    Problem::CpuRepeated { cpu },
-                ));
-            }
-            if let Some(other) = owners.cpus.insert(cpu, &partition.name) {
-                return Err(partition_error(
-                    partition,
-                    "cpus",
-                    Problem::CpuShared {
-                        cpu,
-                        other: other.to_owned(),
-                    },
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Checks that the partitions plus the hypervisor's reserve fit in the
@@ -188,286 +129,32 @@ pub(crate) fn align_up(value: u64, align: u64) -> u64 {
     value.div_ceil(align).saturating_mul(align)
 }
 
-fn ram_problem(size: Size) -> Option<Problem> {
-    if size.bytes() < RAM_GRANULE {
-        Some(Problem::MemoryTooSmall { size })
-    } else if !size.bytes().is_multiple_of(RAM_GRANULE) {
-        Some(Problem::MemoryUnaligned { size })
-    } else {
-        None
-    }
-}
-
-fn check_name<'c>(
-    partition: &'c PartitionConfig,
-    owners: &mut Owners<'c>,
-) -> Result<(), ConfigError> {
-    let name = partition.name.as_str();
-    if name.is_empty() {
-        return Err(partition_error(partition, "name", Problem::NameEmpty));
-    }
-    if name.len() > NAME_MAX {
-        return Err(partition_error(
-            partition,
-            "name",
-            Problem::NameTooLong {
-                len: name.len(),
-                max: NAME_MAX,
-            },
-        ));
-    }
-    let bad = name
-        .chars()
-        .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'));
-    if let Some(ch) = bad {
-        return Err(partition_error(
-            partition,
-            "name",
-            Problem::NameCharacter {
-                ch,
-                allowed: PARTITION_NAME_CHARS,
-            },
-        ));
-    }
-    if owners.names.insert(name, ()).is_some() {
-        return Err(partition_error(partition, "name", Problem::NameDuplicate));
-    }
-    Ok(())
-}
-
-fn check_memory(partition: &PartitionConfig) -> Result<(), ConfigError> {
-    ram_problem(partition.memory).map_or(Ok(()), |problem| {
-        Err(partition_error(partition, "memory", problem))
-    })
-}
-
-fn check_bootargs(partition: &PartitionConfig) -> Result<(), ConfigError> {
-    let bootargs = &partition.bootargs;
-    if bootargs.contains('\0') {
-        return Err(partition_error(partition, "bootargs", Problem::BootargsNul));
-    }
-    // The guest's /chosen/bootargs is exactly this string (the partition's
-    // identity is the /chosen/pinfold,partition property), so only Linux's
-    // own limit applies.
-    let len = bootargs.len();
-    let max = LINUX_COMMAND_LINE_SIZE - 1;
-    if len > max {
-        return Err(partition_error(
-            partition,
-            "bootargs",
-            Problem::BootargsTooLong { len, max },
-        ));
-    }
-    Ok(())
-}
-
-fn check_roles<'c>(
-    partition: &'c PartitionConfig,
-    owners: &mut Owners<'c>,
-) -> Result<(), ConfigError> {
-    if partition.console_input {
-        if let Some(other) = owners.console_input.replace(&partition.name) {
-            return Err(partition_error(
-                partition,
-                "console_input",
-                Problem::ConsoleInputTaken {
-                    other: other.to_owned(),
-                },
-            ));
-        }
-    }
+/// The token as written in the TOML, which the plan only carries as a
+/// digest: `token` is 16 to 128 characters of [A-Za-z0-9._~-], and
+/// `token_sha256` is 64 hex digits and not given together with `token`.
+/// Whether the partition may have a token at all is a rule
+/// (`TokenWithoutManagement`) of the plan entry; the rules run this check
+/// right after that one.
+fn check_token_text(partition: &PartitionConfig) -> Result<(), Rejection> {
     if let Some(token) = &partition.token {
-        if !partition.management {
-            return Err(partition_error(
-                partition,
-                "token",
-                Problem::TokenWithoutManagement,
-            ));
-        }
         let ok_char = |c: char| c.is_ascii_alphanumeric() || "._~-".contains(c);
         if !(16..=128).contains(&token.len()) || !token.chars().all(ok_char) {
-            return Err(partition_error(partition, "token", Problem::BadToken));
+            return Err(rejection(partition, "token", Problem::BadToken));
         }
     }
     if let Some(digest) = &partition.token_sha256 {
-        if !partition.management {
-            return Err(partition_error(
-                partition,
-                "token_sha256",
-                Problem::TokenWithoutManagement,
-            ));
-        }
         if partition.token.is_some() {
-            return Err(partition_error(
-                partition,
-                "token_sha256",
-                Problem::TokenTwice,
-            ));
+            return Err(rejection(partition, "token_sha256", Problem::TokenTwice));
         }
         if crate::bundle::parse_hex32(digest).is_none() {
-            return Err(partition_error(
+            return Err(rejection(
                 partition,
                 "token_sha256",
                 Problem::BadTokenDigest,
             ));
         }
     }
-    if partition.pci_host_bridge {
-        if let Some(other) = owners.pci_host_bridge.replace(&partition.name) {
-            return Err(partition_error(
-                partition,
-                "pci_host_bridge",
-                Problem::PciHostBridgeTaken {
-                    other: other.to_owned(),
-                },
-            ));
-        }
-    }
-    if partition.management {
-        if let Some(other) = owners.management.replace(&partition.name) {
-            return Err(partition_error(
-                partition,
-                "management",
-                Problem::ManagementTaken {
-                    other: other.to_owned(),
-                },
-            ));
-        }
-    }
     Ok(())
-}
-
-fn check_devices<'c>(
-    partition: &'c PartitionConfig,
-    owners: &mut Owners<'c>,
-) -> Result<(), ConfigError> {
-    for (index, device) in partition.devices.iter().enumerate() {
-        let name = device.name.as_str();
-        let name_field = format!("device[{index}]: name");
-        if name.is_empty() {
-            return Err(partition_error(partition, name_field, Problem::NameEmpty));
-        }
-        let bad = name
-            .chars()
-            .find(|&c| !(c.is_ascii_alphanumeric() || ",._+@-".contains(c)));
-        if let Some(ch) = bad {
-            return Err(partition_error(
-                partition,
-                name_field,
-                Problem::NameCharacter {
-                    ch,
-                    allowed: DEVICE_NAME_CHARS,
-                },
-            ));
-        }
-        if partition.devices[..index].iter().any(|d| d.name == name) {
-            return Err(partition_error(
-                partition,
-                name_field,
-                Problem::NameDuplicate,
-            ));
-        }
-
-        if let Some(compatible) = &device.compatible {
-            if compatible.is_empty() || compatible.contains('\0') {
-                return Err(partition_error(
-                    partition,
-                    format!("device \"{name}\": compatible"),
-                    Problem::CompatibleBad,
-                ));
-            }
-        }
-        if let Some(path) = &device.host_node {
-            if !path.starts_with('/') || path.contains('\0') {
-                return Err(partition_error(
-                    partition,
-                    format!("device \"{name}\": host_node"),
-                    Problem::HostNodeBad { path: path.clone() },
-                ));
-            }
-        }
-
-        let mmio_field = format!("device \"{name}\": mmio");
-        for range in &device.mmio {
-            let (base, size) = (range.base, range.size.bytes());
-            let fail = |problem| Err(partition_error(partition, mmio_field.clone(), problem));
-            if size == 0 {
-                return fail(Problem::MmioEmpty { base });
-            }
-            if !base.is_multiple_of(PAGE) || !size.is_multiple_of(PAGE) {
-                return fail(Problem::MmioUnaligned { base, size });
-            }
-            let Some(end) = base.checked_add(size) else {
-                return fail(Problem::MmioWraps { base, size });
-            };
-            if let Some(problem) = guest_map_overlap(base, end, partition.memory.bytes()) {
-                return fail(problem);
-            }
-            let clash = owners.mmio.iter().find(|c| base < c.end && c.base < end);
-            if let Some(claimed) = clash {
-                return fail(Problem::MmioOverlap {
-                    base,
-                    size,
-                    other: claimed.partition.to_owned(),
-                    other_device: claimed.device.to_owned(),
-                });
-            }
-            owners.mmio.push(ClaimedRange {
-                base,
-                end,
-                partition: &partition.name,
-                device: name,
-            });
-        }
-
-        let spis_field = format!("device \"{name}\": spis");
-        for &spi in &device.spis {
-            let fail = |problem| Err(partition_error(partition, spis_field.clone(), problem));
-            if !(SPI_FIRST..=SPI_LAST).contains(&spi) {
-                return fail(Problem::SpiOutOfRange { spi });
-            }
-            if spi == GUEST_UART_INTID {
-                return fail(Problem::SpiReserved { spi });
-            }
-            if let Some(other) = owners.spis.insert(spi, &partition.name) {
-                if other == partition.name {
-                    return fail(Problem::SpiRepeated { spi });
-                }
-                return fail(Problem::SpiShared {
-                    spi,
-                    other: other.to_owned(),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A pass-through range is mapped at its own address in the guest, so it
-/// must stay clear of what the guest map already puts there.
-fn guest_map_overlap(base: u64, end: u64, ram_size: u64) -> Option<Problem> {
-    let regions = [
-        ("RAM", GUEST_RAM_BASE, ram_size),
-        ("GIC distributor", GUEST_GICD_BASE, GUEST_GICD_SIZE),
-        (
-            "GIC redistributor region",
-            GUEST_GICR_BASE,
-            GUEST_GICR_REGION_SIZE,
-        ),
-        ("PL011", GUEST_UART_BASE, GUEST_UART_SIZE),
-    ];
-    regions
-        .into_iter()
-        .find(|&(_, region_base, region_size)| {
-            base < region_base.saturating_add(region_size) && region_base < end
-        })
-        .map(|(region, region_base, region_size)| Problem::MmioGuestMap {
-            base,
-            size: end - base,
-            region,
-            region_base,
-            region_size,
-        })
 }
 
 impl PartitionConfig {

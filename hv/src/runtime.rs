@@ -1,0 +1,496 @@
+//! Partitions made, changed and destroyed while the machine runs, and the
+//! images they boot: what the management calls PARTITION_CREATE,
+//! _CONFIGURE, _DESTROY, IMAGE_* and RESOURCES decide. The hypervisor stays
+//! the only authority on resources: every request is checked here with the
+//! same rules the build-time plan check runs (`pinfold_config::rules`,
+//! against every partition that exists), the same isolation rule the boot
+//! ran (`pinfold_config::isolation`, against the host), and the same image
+//! placement (`fit`), whatever the manager checked before.
+//!
+//! All of it runs under the pool lock (`System::pool`), so two decisions
+//! never interleave; a partition's RAM comes from the free pool and goes
+//! back to it zeroed (scrubbed) when the partition is destroyed or
+//! replaced, after no CPU holds it any more.
+
+use crate::exit::Hw;
+use crate::hypercall::Refusal;
+use crate::lockstat::LockPath;
+use crate::partition::{Partition, State};
+use crate::stage2::Stage2;
+use crate::system::{Pool, System};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use pinfold_abi::{
+    AbiError, CpuOwner, DeviceOwner, ImageInfo, ImageKind, RamOwner, RamRange, Rejection, Resources,
+};
+use pinfold_config::fit::{place_images, IMAGE_HEADER_LEN};
+use pinfold_config::rules::{check_partition, HostLimits};
+use pinfold_config::{KernelFormat, PartitionPlan};
+use pinfold_vboard::RAM_ALIGN;
+
+/// Offset and value of the arm64 Image magic ("ARM\x64").
+const IMAGE_MAGIC_OFFSET: usize = 56;
+const IMAGE_MAGIC: [u8; 4] = *b"ARM\x64";
+
+fn rejected(plan: &PartitionPlan, field: &str, message: String, conflict: bool) -> Refusal {
+    Refusal::Rejected(Rejection {
+        field: field.to_string(),
+        message: format!("partition \"{}\": {field}: {message}", plan.name),
+        conflict,
+    })
+}
+
+impl System {
+    /// What only the boot plan may give, and the rules every plan obeys,
+    /// checked against every partition but `replacing`.
+    fn check_plan(
+        &self,
+        pool: &Pool,
+        plan: &PartitionPlan,
+        replacing: Option<usize>,
+        hw: &impl Hw,
+    ) -> Result<(), Refusal> {
+        for (set, field) in [
+            (plan.management, "management"),
+            (plan.pci_host_bridge, "pci_host_bridge"),
+            (plan.token_sha256.is_some(), "token_sha256"),
+        ] {
+            if set {
+                return Err(rejected(
+                    plan,
+                    field,
+                    String::from("only the boot plan can set it"),
+                    false,
+                ));
+            }
+        }
+        let existing = self.partitions();
+        let others: Vec<&PartitionPlan> = existing
+            .iter()
+            .filter(|p| Some(p.index) != replacing)
+            .map(|p| &p.plan)
+            .collect();
+        let limits = HostLimits {
+            board: "this host",
+            cpus: self.cpus.len() as u32,
+        };
+        check_partition(plan, &others, &limits).map_err(|r| {
+            Refusal::Rejected(Rejection {
+                field: r.field.clone(),
+                message: r.to_string(),
+                conflict: r.conflict(),
+            })
+        })?;
+        let mut all: Vec<PartitionPlan> = others.into_iter().cloned().collect();
+        all.push(plan.clone());
+        if let Err(e) = pinfold_config::isolation::check_isolation(&all, &self.resources) {
+            return Err(rejected(plan, "devices", e.to_string(), true));
+        }
+        self.check_images(pool, plan, hw)
+    }
+
+    /// The kernel and initrd exist, are sealed, are of their kind, and fit
+    /// the RAM as the load will place them.
+    fn check_images(&self, pool: &Pool, plan: &PartitionPlan, hw: &impl Hw) -> Result<(), Refusal> {
+        let image = |id: u32, kind: ImageKind, field: &str| {
+            let missing =
+                |what: &str| Err(rejected(plan, field, format!("image {id} {what}"), false));
+            match pool.images.get(id) {
+                None => missing("does not exist"),
+                Some(i) if !i.sealed() => missing("is not complete (not sealed)"),
+                Some(i) if i.kind != kind => missing(&format!("is a {} image", i.kind.name())),
+                Some(_) => Ok(pool.images.view(id)),
+            }
+        };
+        let kernel = image(plan.kernel.image, ImageKind::Kernel, "kernel")?
+            .ok_or(AbiError::InvalidParameters)?;
+        let initrd = match plan.initrd {
+            Some(id) => {
+                Some(image(id, ImageKind::Initrd, "initrd")?.ok_or(AbiError::InvalidParameters)?)
+            }
+            None => None,
+        };
+        let mut head = [0u8; IMAGE_HEADER_LEN];
+        let n = kernel.head(hw, &mut head);
+        if plan.kernel.format == KernelFormat::LinuxImage
+            && head.get(IMAGE_MAGIC_OFFSET..IMAGE_MAGIC_OFFSET + 4) != Some(&IMAGE_MAGIC[..])
+        {
+            return Err(rejected(
+                plan,
+                "kernel",
+                format!(
+                    "image {} lacks the arm64 Image magic \"ARM\\x64\" at byte 56 (kernel_format = \"linux\")",
+                    plan.kernel.image
+                ),
+                false,
+            ));
+        }
+        place_images(
+            &head[..n],
+            kernel.len(),
+            plan.kernel.format,
+            initrd.map(|i| i.len()),
+            plan.ram_size,
+        )
+        .map_err(|fit| {
+            rejected(
+                plan,
+                "memory",
+                format!(
+                    "{} is too small: {fit}",
+                    pinfold_config::rules::Size(plan.ram_size)
+                ),
+                false,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// PARTITION_CREATE: a new stopped partition from `plan` in the lowest
+    /// free slot (started at once if it says `autostart`).
+    pub fn create_partition(
+        &self,
+        plan: PartitionPlan,
+        hw: &mut impl Hw,
+        me: usize,
+    ) -> Result<u32, Refusal> {
+        let mut pool = self.pool.lock(LockPath::Management);
+        self.reap(&mut pool, hw);
+        self.check_plan(&pool, &plan, None, hw)?;
+        let index = (0..self.slot_count())
+            .find(|&i| self.partition(i).is_none())
+            .ok_or_else(|| {
+                rejected(
+                    &plan,
+                    "name",
+                    format!("this host holds at most {} partitions", self.slot_count()),
+                    true,
+                )
+            })?;
+        let p = self.build(&mut pool, index, &plan, hw)?;
+        drop(pool);
+        self.install(p.clone());
+        self.program_partition_spis(&p, hw);
+        hw.log(format_args!(
+            "partition {}: created: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}, VMID {}",
+            p.name,
+            p.vcpus.len(),
+            p.plan.cpus,
+            p.ram_size >> 20,
+            p.ram.0,
+            p.vmid
+        ));
+        if p.plan.autostart {
+            let _ = self.start_partition(&p, hw, me);
+        }
+        Ok(index as u32)
+    }
+
+    /// RAM, tables and the partition object for `plan` in slot `index`.
+    fn build(
+        &self,
+        pool: &mut Pool,
+        index: usize,
+        plan: &PartitionPlan,
+        hw: &mut impl Hw,
+    ) -> Result<Arc<Partition>, Refusal> {
+        let largest = pool.free.largest(RAM_ALIGN);
+        if plan.ram_size > largest {
+            return Err(rejected(
+                plan,
+                "memory",
+                format!(
+                    "{} do not fit: the largest free block of host RAM is {}",
+                    pinfold_config::rules::Size(plan.ram_size),
+                    pinfold_config::rules::Size(largest)
+                ),
+                true,
+            ));
+        }
+        let tables = hw.tables();
+        let mut p = Partition::build(index, plan, &self.host, &mut pool.free, tables, self.locks)
+            .map_err(|e| rejected(plan, "memory", e.to_string(), true))?;
+        p.events = Some(self.events.clone());
+        Ok(Arc::new(p))
+    }
+
+    /// PARTITION_CONFIGURE: replace stopped partition `index` by one built
+    /// from `plan`, in the same slot (same index and VMID); its console
+    /// history, boot count and fault count carry over. Nothing changes if
+    /// the new plan is refused.
+    pub fn configure_partition(
+        &self,
+        index: usize,
+        plan: PartitionPlan,
+        hw: &mut impl Hw,
+    ) -> Result<(), Refusal> {
+        let mut pool = self.pool.lock(LockPath::Management);
+        self.reap(&mut pool, hw);
+        let current = self.partition(index).ok_or(AbiError::NotFound)?;
+        if !matches!(current.state(), State::Stopped) || !current.all_off() {
+            return Err(AbiError::Conflict.into());
+        }
+        drop(current);
+        self.check_plan(&pool, &plan, Some(index), hw)?;
+        // The new RAM may overlap the old (same size, same place): take the
+        // old partition out first, and put it back if the new one cannot be
+        // built.
+        let old = self.uninstall(index).ok_or(AbiError::NotFound)?;
+        let Some(old) = self.wait_unique(&mut pool, old) else {
+            hw.log(format_args!(
+                "partition {}: still held by a CPU; not changed",
+                plan.name
+            ));
+            return Err(AbiError::Conflict.into());
+        };
+        self.release(&mut pool, &old, hw);
+        match self.build(&mut pool, index, &plan, hw) {
+            Ok(new) => {
+                new.carry_over(&old);
+                drop(old);
+                self.install(new.clone());
+                self.program_partition_spis(&new, hw);
+                hw.log(format_args!(
+                    "partition {}: changed: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}",
+                    new.name,
+                    new.vcpus.len(),
+                    new.plan.cpus,
+                    new.ram_size >> 20,
+                    new.ram.0
+                ));
+                Ok(())
+            }
+            Err(e) => {
+                // Its RAM was scrubbed and given back; rebuild it as it was.
+                let again = self.build(&mut pool, index, &old.plan.clone(), hw);
+                if let Ok(again) = again {
+                    again.carry_over(&old);
+                    self.install(again.clone());
+                    self.program_partition_spis(&again, hw);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// PARTITION_DESTROY: take stopped partition `index` out; its RAM is
+    /// zeroed and returned to the pool, its CPUs, SPIs and devices are free.
+    pub fn destroy_partition(&self, index: usize, hw: &mut impl Hw) -> Result<(), AbiError> {
+        let mut pool = self.pool.lock(LockPath::Management);
+        self.reap(&mut pool, hw);
+        let p = self.partition(index).ok_or(AbiError::NotFound)?;
+        if !matches!(p.state(), State::Stopped) || !p.all_off() {
+            return Err(AbiError::Conflict);
+        }
+        drop(p);
+        let p = self.uninstall(index).ok_or(AbiError::NotFound)?;
+        for &intid in &p.spis {
+            hw.spi(
+                LockPath::PhysDist,
+                crate::exit::SpiOp::Enable {
+                    intid,
+                    enable: false,
+                },
+            );
+        }
+        hw.log(format_args!(
+            "partition {}: destroyed; {} MiB of RAM scrubbed",
+            p.name,
+            p.ram_size >> 20
+        ));
+        if let Some(p) = self.wait_unique(&mut pool, p) {
+            self.release(&mut pool, &p, hw);
+        }
+        Ok(())
+    }
+
+    /// `p` once no CPU holds it any more (a put drops its clone right
+    /// after the vCPU reads as off); None, and `p` kept in the graveyard,
+    /// if that takes longer than a moment.
+    fn wait_unique(&self, pool: &mut Pool, p: Arc<Partition>) -> Option<Arc<Partition>> {
+        for _ in 0..1_000_000 {
+            if Arc::strong_count(&p) == 1 {
+                return Some(p);
+            }
+            core::hint::spin_loop();
+        }
+        pool.graveyard.push(p);
+        None
+    }
+
+    /// Release the partitions in the graveyard nobody holds any more.
+    fn reap(&self, pool: &mut Pool, hw: &mut impl Hw) {
+        let graves = core::mem::take(&mut pool.graveyard);
+        for p in graves {
+            if Arc::strong_count(&p) == 1 {
+                self.release(pool, &p, hw);
+            } else {
+                pool.graveyard.push(p);
+            }
+        }
+    }
+
+    /// Zero `p`'s RAM and give it and its stage-2 tables back. `p` is out
+    /// of its slot and no CPU holds it.
+    fn release(&self, pool: &mut Pool, p: &Partition, hw: &mut impl Hw) {
+        hw.zero(p.ram, p.ram_size);
+        pool.free.give_back(p.ram.0, p.ram_size);
+        Stage2::from_root(p.stage2_root).release(hw.tables());
+    }
+
+    /// RESOURCES: who holds every CPU, every range of host RAM and every
+    /// device region.
+    pub fn resources(&self) -> Resources {
+        let pool = self.pool.lock(LockPath::Management);
+        let partitions = self.partitions();
+        let cpus = (0..self.cpus.len() as u32)
+            .map(|cpu| CpuOwner {
+                cpu,
+                partition: self.assigned(cpu as usize).map(|id| id.partition as u32),
+            })
+            .collect();
+        let mut ram: Vec<RamRange> = Vec::new();
+        for &(base, size) in pool.free.ranges() {
+            ram.push(RamRange {
+                base,
+                size,
+                owner: RamOwner::Free,
+            });
+        }
+        for (base, size) in pool.images.ram_blocks() {
+            ram.push(RamRange {
+                base,
+                size,
+                owner: RamOwner::Images,
+            });
+        }
+        for p in &partitions {
+            ram.push(RamRange {
+                base: p.ram.0,
+                size: p.ram_size,
+                owner: RamOwner::Partition(p.index as u32),
+            });
+        }
+        ram.sort_unstable_by_key(|r| r.base);
+        // What is in neither list is the hypervisor's (or reserved).
+        let mut all = Vec::new();
+        for &(base, size) in &self.host.memory {
+            let end = base + size;
+            let mut at = base;
+            for r in ram.iter().filter(|r| r.base >= base && r.base < end) {
+                if r.base > at {
+                    all.push(RamRange {
+                        base: at,
+                        size: r.base - at,
+                        owner: RamOwner::Hypervisor,
+                    });
+                }
+                all.push(*r);
+                at = at.max(r.base + r.size);
+            }
+            if at < end {
+                all.push(RamRange {
+                    base: at,
+                    size: end - at,
+                    owner: RamOwner::Hypervisor,
+                });
+            }
+        }
+        let devices = self
+            .resources
+            .devices
+            .iter()
+            .map(|d| DeviceOwner {
+                node: d.node.clone(),
+                base: d.base,
+                size: d.size,
+                partition: partitions
+                    .iter()
+                    .find(|p| {
+                        p.plan.devices.iter().any(|dev| {
+                            dev.mmio
+                                .iter()
+                                .any(|m| m.base < d.base + d.size && d.base < m.base + m.size)
+                        })
+                    })
+                    .map(|p| p.index as u32),
+            })
+            .collect();
+        Resources {
+            cpus,
+            ram: all,
+            largest_free: pool.free.largest(RAM_ALIGN),
+            images_bytes: pool.images.ram_bytes(),
+            devices,
+        }
+    }
+
+    pub fn image_create(&self, kind: ImageKind, size: u64) -> Result<u32, AbiError> {
+        let mut pool = self.pool.lock(LockPath::Management);
+        let Pool { free, images, .. } = &mut *pool;
+        images.create(kind, size, free)
+    }
+
+    pub fn image_write(
+        &self,
+        id: u32,
+        offset: u64,
+        bytes: &[u8],
+        hw: &mut impl Hw,
+    ) -> Result<usize, AbiError> {
+        self.pool
+            .lock(LockPath::Management)
+            .images
+            .write(id, offset, bytes, hw)
+    }
+
+    pub fn image_seal(
+        &self,
+        id: u32,
+        digest: Option<[u8; 32]>,
+        hw: &mut impl Hw,
+    ) -> Result<(), Refusal> {
+        let mut pool = self.pool.lock(LockPath::Management);
+        let Pool { free, images, .. } = &mut *pool;
+        images.seal(id, digest, hw, free)
+    }
+
+    /// IMAGE_DELETE: CONFLICT while a partition's plan names it.
+    pub fn image_delete(&self, id: u32, hw: &mut impl Hw) -> Result<(), AbiError> {
+        let mut pool = self.pool.lock(LockPath::Management);
+        if !self.users_of(id).is_empty() {
+            return Err(AbiError::Conflict);
+        }
+        let Pool { free, images, .. } = &mut *pool;
+        images.delete(id, hw, free)
+    }
+
+    pub fn images(&self) -> Vec<ImageInfo> {
+        let pool = self.pool.lock(LockPath::Management);
+        pool.images.info(|id| self.users_of(id))
+    }
+
+    /// The partitions whose plan names image `id`.
+    fn users_of(&self, id: u32) -> Vec<u32> {
+        self.partitions()
+            .iter()
+            .filter(|p| p.plan.kernel.image == id || p.plan.initrd == Some(id))
+            .map(|p| p.index as u32)
+            .collect()
+    }
+}
+
+impl Partition {
+    /// What a changed partition keeps of the one it replaces: its console
+    /// (history and input), boot and fault counts.
+    fn carry_over(&self, old: &Partition) {
+        use core::sync::atomic::Ordering::Relaxed;
+        let mut new_console = self.console.lock(LockPath::Management);
+        let mut old_console = old.console.lock(LockPath::Management);
+        core::mem::swap(&mut new_console.ring, &mut old_console.ring);
+        self.boot_count.store(old.boot_count.load(Relaxed), Relaxed);
+        self.faults.store(old.faults.load(Relaxed), Relaxed);
+    }
+}

@@ -1,0 +1,266 @@
+//! Run-time partitions (`runtime`) against the fake hardware of the exit
+//! tests: what a create, change or destroy may take, what it refuses (with
+//! the build-time check's field and sentence), and what it gives back.
+
+use super::*;
+use crate::hypercall::Refusal;
+use pinfold_abi::{AbiError, ImageKind, RamOwner};
+
+/// The standard system without `alpha`: CPUs 1 and 2 are free.
+fn spare() -> &'static System {
+    let sys = system_with(|plan| {
+        plan.partitions.remove(0);
+    });
+    for p in sys.partitions() {
+        p.set_state(State::Stopped);
+    }
+    sys
+}
+
+fn plan(name: &str, cpus: &[u32], mib: u64) -> PartitionPlan {
+    PartitionPlan::new(
+        name.into(),
+        cpus.to_vec(),
+        mib << 20,
+        KernelPlan {
+            image: 0,
+            format: KernelFormat::Raw,
+        },
+    )
+}
+
+fn rejection(r: Result<u32, Refusal>) -> pinfold_abi::Rejection {
+    match r {
+        Err(Refusal::Rejected(r)) => r,
+        other => panic!("not a rejection: {other:?}"),
+    }
+}
+
+#[test]
+fn a_partition_created_on_free_cpus_owns_them_and_its_ram() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let before = sys.resources();
+
+    let index = sys
+        .create_partition(plan("gamma", &[1, 2], 128), &mut hw, 0)
+        .unwrap() as usize;
+
+    let p = sys.partition(index).unwrap();
+    assert_eq!(p.name, "gamma");
+    assert_eq!(p.state(), State::Stopped, "not autostarted");
+    assert_eq!(
+        sys.assigned(2).map(|id| (id.partition, id.vcpu)),
+        Some((index, 1))
+    );
+    let after = sys.resources();
+    assert_eq!(after.cpus[1].partition, Some(index as u32));
+    assert!(after
+        .ram
+        .iter()
+        .any(|r| r.owner == RamOwner::Partition(index as u32)
+            && r.base == p.ram.0
+            && r.size == 128 << 20));
+    assert_eq!(after.largest_free + (128 << 20), before.largest_free);
+}
+
+#[test]
+fn a_cpu_another_partition_owns_is_refused_as_the_build_refuses_it() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+
+    let r = rejection(sys.create_partition(plan("gamma", &[2, 3], 64), &mut hw, 0));
+
+    assert_eq!(r.field, "cpus");
+    assert_eq!(
+        r.message,
+        "partition \"gamma\": cpus: CPU 3 is also used by partition \"beta\""
+    );
+    assert!(r.conflict);
+    assert!(sys.assigned(2).is_none(), "nothing half-created");
+    assert_eq!(sys.partitions().len(), 2);
+}
+
+#[test]
+fn a_taken_name_too_much_ram_and_boot_only_fields_are_refused_naming_the_field() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+
+    let taken = rejection(sys.create_partition(plan("beta", &[1], 64), &mut hw, 0));
+    assert_eq!((taken.field.as_str(), taken.conflict), ("name", true));
+
+    let huge = rejection(sys.create_partition(plan("gamma", &[1], 8 << 10), &mut hw, 0));
+    assert_eq!(huge.field, "memory");
+    assert!(
+        huge.message.contains("largest free block"),
+        "{}",
+        huge.message
+    );
+
+    let mut mgmt = plan("gamma", &[1], 64);
+    mgmt.management = true;
+    let m = rejection(sys.create_partition(mgmt, &mut hw, 0));
+    assert_eq!(m.field, "management");
+
+    let mut odd = plan("gamma", &[1], 3);
+    odd.ram_size = 3 << 20;
+    assert_eq!(
+        rejection(sys.create_partition(odd, &mut hw, 0)).field,
+        "memory"
+    );
+    assert_eq!(sys.partitions().len(), 2);
+    assert!(hw.zeroed.is_empty());
+}
+
+#[test]
+fn a_kernel_that_is_not_an_image_or_does_not_exist_is_refused() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let mut linux = plan("gamma", &[1], 64);
+    linux.kernel.format = KernelFormat::LinuxImage;
+
+    let r = rejection(sys.create_partition(linux, &mut hw, 0));
+    assert_eq!(r.field, "kernel");
+    assert!(
+        r.message.contains("lacks the arm64 Image magic"),
+        "{}",
+        r.message
+    );
+
+    let mut missing = plan("gamma", &[1], 64);
+    missing.kernel.image = 7;
+    let r = rejection(sys.create_partition(missing, &mut hw, 0));
+    assert_eq!(
+        r.message,
+        "partition \"gamma\": kernel: image 7 does not exist"
+    );
+}
+
+#[test]
+fn destroy_scrubs_the_ram_frees_cpus_and_tables_and_the_next_create_reuses_them() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let index = sys
+        .create_partition(plan("gamma", &[1, 2], 128), &mut hw, 0)
+        .unwrap() as usize;
+    let ram = sys.partition(index).unwrap().ram.0;
+    let tables = hw.tables.live();
+    assert!(tables > 0);
+
+    sys.destroy_partition(index, &mut hw).unwrap();
+
+    assert_eq!(hw.zeroed, [(ram, 128 << 20)]);
+    assert_eq!(hw.tables.live(), 0, "every table given back");
+    assert!(sys.partition(index).is_none());
+    assert!(sys.assigned(1).is_none() && sys.assigned(2).is_none());
+    let again = sys
+        .create_partition(plan("delta", &[2], 128), &mut hw, 0)
+        .unwrap() as usize;
+    assert_eq!(again, index, "the lowest free slot");
+    assert_eq!(
+        sys.partition(again).unwrap().ram.0,
+        ram,
+        "the same block again"
+    );
+}
+
+#[test]
+fn a_running_partition_or_the_managers_cannot_be_destroyed_or_changed() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let beta = sys
+        .partitions()
+        .into_iter()
+        .find(|p| p.name == "beta")
+        .unwrap();
+    beta.set_state(State::Running);
+
+    assert_eq!(
+        sys.destroy_partition(beta.index, &mut hw),
+        Err(AbiError::Conflict)
+    );
+    assert!(matches!(
+        sys.configure_partition(beta.index, plan("beta", &[3], 64), &mut hw),
+        Err(Refusal::Status(AbiError::Conflict))
+    ));
+    assert_eq!(sys.destroy_partition(9, &mut hw), Err(AbiError::NotFound));
+}
+
+#[test]
+fn a_change_keeps_the_index_and_console_history_and_a_refused_one_changes_nothing() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let index = sys
+        .create_partition(plan("gamma", &[1], 64), &mut hw, 0)
+        .unwrap() as usize;
+    sys.partition(index)
+        .unwrap()
+        .console
+        .lock(LockPath::Management)
+        .ring
+        .push(b"first boot\n");
+
+    let mut bigger = plan("gamma", &[1, 2], 256);
+    bigger.bootargs = "console=ttyAMA0 quiet".into();
+    sys.configure_partition(index, bigger, &mut hw).unwrap();
+
+    let p = sys.partition(index).unwrap();
+    assert_eq!((p.ram_size, p.vcpus.len()), (256 << 20, 2));
+    assert_eq!(p.plan.bootargs, "console=ttyAMA0 quiet");
+    let mut out = [0u8; 64];
+    let read = p.console.lock(LockPath::Management).ring.read(0, &mut out);
+    assert_eq!(&out[..read.len], b"first boot\n");
+    assert_eq!(sys.assigned(2).map(|id| id.partition), Some(index));
+
+    let clash = sys.configure_partition(index, plan("gamma", &[3], 64), &mut hw);
+    assert!(matches!(clash, Err(Refusal::Rejected(ref r)) if r.field == "cpus"));
+    assert_eq!(sys.partition(index).unwrap().ram_size, 256 << 20);
+}
+
+#[test]
+fn an_uploaded_image_boots_a_new_partition_and_cannot_be_deleted_while_named() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let mut kernel = vec![0u8; 4096];
+    kernel[56..60].copy_from_slice(b"ARM\x64");
+    let id = sys.image_create(ImageKind::Kernel, 4096).unwrap();
+    sys.image_write(id, 0, &kernel[..1000], &mut hw).unwrap();
+    sys.image_write(id, 1000, &kernel[1000..], &mut hw).unwrap();
+    sys.image_seal(id, Some(pinfold_config::bundle::sha256(&kernel)), &mut hw)
+        .unwrap();
+    let mut linux = plan("gamma", &[1], 64);
+    linux.kernel = KernelPlan {
+        image: id,
+        format: KernelFormat::LinuxImage,
+    };
+
+    let index = sys.create_partition(linux, &mut hw, 0).unwrap();
+
+    assert_eq!(sys.image_delete(id, &mut hw), Err(AbiError::Conflict));
+    let info = sys.images().into_iter().find(|i| i.id == id).unwrap();
+    assert_eq!(info.used_by, [index]);
+    assert!(info.sealed && !info.boot);
+    sys.destroy_partition(index as usize, &mut hw).unwrap();
+    assert_eq!(sys.image_delete(id, &mut hw), Ok(()));
+}
+
+#[test]
+fn an_unsealed_image_or_one_of_the_wrong_kind_cannot_be_booted() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let open = sys.image_create(ImageKind::Kernel, 16).unwrap();
+    let mut p = plan("gamma", &[1], 64);
+    p.kernel.image = open;
+    assert!(rejection(sys.create_partition(p, &mut hw, 0))
+        .message
+        .contains("not complete"));
+
+    let initrd = sys.image_create(ImageKind::Initrd, 16).unwrap();
+    sys.image_write(initrd, 0, &[1; 16], &mut hw).unwrap();
+    sys.image_seal(initrd, None, &mut hw).unwrap();
+    let mut p = plan("gamma", &[1], 64);
+    p.kernel.image = initrd;
+    assert!(rejection(sys.create_partition(p, &mut hw, 0))
+        .message
+        .contains("is a initrd image"));
+}
