@@ -145,6 +145,11 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn log(&mut self, args: fmt::Arguments);
     /// An untagged `pinfold: ` line that tools read (the stats lines).
     fn report(&mut self, args: fmt::Arguments);
+    /// The index of the CPU this runs on (`System::cpus`): which ring of
+    /// the event log (`events`) an event goes to.
+    fn cpu_index(&self) -> usize {
+        0
+    }
     /// Wake this CPU's idle loop at counter value `at` (the EL2 timer,
     /// PPI 26), or never. The wake-up only ends the idle loop's WFI.
     fn set_wakeup(&mut self, at: Option<u64>) {
@@ -236,14 +241,25 @@ pub struct VcpuContext {
     pub stage2_root: PhysAddr,
 }
 
-/// Report a partition's fault, rate-limited per kind (the count is exact).
+/// Report a partition's fault, rate-limited per kind (the count is exact);
+/// a fault whose line is printed is also an event (`events`), so the event
+/// log is limited the same way.
 pub fn fault(p: &Partition, hw: &mut impl Hw, kind: FaultKind, args: fmt::Arguments) {
     match p.fault(kind, hw.now(), hw.counter_frequency()) {
-        Verdict::Print { suppressed: 0 } => hw.log(format_args!("partition {}: {}", p.name, args)),
-        Verdict::Print { suppressed } => hw.log(format_args!(
-            "partition {}: {} ({} more of this kind suppressed)",
-            p.name, args, suppressed
-        )),
+        Verdict::Print { suppressed: 0 } => {
+            hw.log(format_args!("partition {}: {}", p.name, args));
+            p.fault_event(&*hw, args);
+        }
+        Verdict::Print { suppressed } => {
+            hw.log(format_args!(
+                "partition {}: {} ({} more of this kind suppressed)",
+                p.name, args, suppressed
+            ));
+            p.fault_event(
+                &*hw,
+                format_args!("{args} ({suppressed} more of this kind suppressed)"),
+            );
+        }
         Verdict::Suppress => {}
     }
 }
@@ -495,7 +511,7 @@ pub fn handle_serror(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, esr: u64) ->
         FaultKind::Other,
         format_args!("SError/FIQ from guest (ESR {esr:#x}): partition stopped"),
     );
-    sys.stop_partition(p, hw, cpu.index);
+    sys.stop_partition_for(p, hw, cpu.index, "stopped (SError)");
     sys.schedule_restart(p, hw, "SError");
     Next::Stopped
 }
@@ -1100,7 +1116,7 @@ fn power_call(
                 "partition {}: powered off by the guest",
                 p.name
             ));
-            sys.stop_partition(p, hw, cpu.index);
+            sys.stop_partition_for(p, hw, cpu.index, "stopped (powered off by the guest)");
             sys.schedule_restart(p, hw, "powered off by the guest");
             Next::Stopped
         }
@@ -1108,13 +1124,13 @@ fn power_call(
         // policy too, so a manager that resets in a loop backs off.
         Call::SystemReset if p.plan.management => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
-            sys.stop_partition(p, hw, cpu.index);
+            sys.stop_partition_for(p, hw, cpu.index, "stopped (reset by the guest)");
             sys.schedule_restart(p, hw, "reset by the guest");
             Next::Stopped
         }
         Call::SystemReset => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
-            sys.stop_partition(p, hw, cpu.index);
+            sys.stop_partition_for(p, hw, cpu.index, "stopped (reset by the guest)");
             Next::Restart(p.index)
         }
         _ => {

@@ -5,7 +5,7 @@
 //! their content: the [`Rejection`] it wrote over the buffer, decoded.
 
 use pinfold_abi::{
-    decode_reply, encode_reply_vec, AbiError, AbiVersion, CallError, GuestBuffer, HostInfo,
+    decode_reply, encode_reply_vec, AbiError, AbiVersion, CallError, Event, GuestBuffer, HostInfo,
     ImageInfo, ImageKind, PartitionDetail, PartitionPlan, PartitionSummary, Rejection, Request,
     Resources, Return,
 };
@@ -109,6 +109,13 @@ pub trait Backend {
     /// RESOURCES.
     fn resources(&mut self) -> Result<Resources, CallError> {
         Err(UNSUPPORTED)
+    }
+    /// (ABI 3.0) The hypervisor's events from sequence number `seq` on, as
+    /// many as one reply holds: the events, the next sequence number and
+    /// how many were lost (EVENTS_READ). The default: the call is missing.
+    fn events(&mut self, seq: u64) -> Result<(Vec<Event>, u64, u64), CallError> {
+        let _ = seq;
+        Err(CallError::Refused(pinfold_abi::AbiError::NotSupported))
     }
 }
 
@@ -277,6 +284,21 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
         };
         match self.call(Request::ConsoleWrite { index, buf })? {
             Return::Accepted(n) => Ok(n as usize),
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    fn events(&mut self, seq: u64) -> Result<(Vec<Event>, u64, u64), CallError> {
+        let buf = self.whole_buffer();
+        match self.call(Request::EventsRead { seq, buf })? {
+            Return::ConsoleRead { len, next, dropped } => {
+                let bytes = self
+                    .hc
+                    .buffer()
+                    .get(..len as usize)
+                    .ok_or(CallError::MalformedReply)?;
+                Ok((decode_reply(bytes)?, next, dropped))
+            }
             _ => Err(CallError::MalformedReply),
         }
     }
