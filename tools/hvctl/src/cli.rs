@@ -32,6 +32,7 @@ commands:
   upload FILE --kind kernel|initrd|dtb [--name N] [--sha256 HEX]
                             upload an image, with a progress line on stderr
   images                    the images the hypervisor holds
+  image-delete ID           delete an image no partition uses
   fetch URL --kind K [--name N] [--sha256 HEX]
                             have the manager download an image (http://)
 
@@ -126,6 +127,10 @@ pub enum Command {
         image: ImageSpec,
     },
     Images,
+    /// `image-delete ID`.
+    ImageDelete {
+        id: String,
+    },
     Fetch {
         url: String,
         image: ImageSpec,
@@ -425,6 +430,17 @@ pub fn parse_with(
         }
         Some("delete") => Command::Delete {
             name: name(&words, "delete")?,
+        },
+        Some("image-delete") => match words.as_slice() {
+            [_, id] if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => {
+                Command::ImageDelete { id: id.to_string() }
+            }
+            [_, id] => {
+                return Err(UsageError(format!(
+                    "image-delete takes an image id, not {id:?}"
+                )))
+            }
+            _ => return Err(UsageError("image-delete takes one image ID".into())),
         },
         Some(cmd @ ("upload" | "fetch")) => {
             let what = if cmd == "upload" { "FILE" } else { "URL" };
@@ -791,6 +807,16 @@ mod tests {
         assert!(parse(&args("upload vmlinuz"), None).is_err());
         assert!(parse(&args("fetch http://h/k --kind initrd"), None).is_ok());
         assert!(parse(&args("fetch --kind initrd"), None).is_err());
+    }
+
+    #[test]
+    fn image_delete_takes_one_numeric_id() {
+        assert_eq!(
+            parse(&args("image-delete 4"), None).map(|c| c.command),
+            Ok(Command::ImageDelete { id: "4".into() })
+        );
+        assert!(parse(&args("image-delete vmlinuz"), None).is_err());
+        assert!(parse(&args("image-delete"), None).is_err());
     }
 
     #[test]

@@ -407,6 +407,7 @@ fn run(
         | Command::Delete { .. }
         | Command::Upload { .. }
         | Command::Images
+        | Command::ImageDelete { .. }
         | Command::Fetch { .. } => {
             runtime::run(cli, &ep, out, &mut std::io::stderr())?;
         }
@@ -1234,5 +1235,18 @@ mod tests {
             &mut || false,
         );
         assert!(result.unwrap_err().is_broken_pipe());
+    }
+
+    #[test]
+    fn image_delete_sends_delete_with_the_token() {
+        let (url, seen) = fake_server(vec![(204, "")]);
+
+        let (result, out) = run_to_string(&cli(&url, Command::ImageDelete { id: "4".into() }));
+
+        assert!(result.is_ok(), "{result:?}");
+        let req = seen.recv().expect("request");
+        assert_eq!(req.request_line, "DELETE /api/v1/images/4 HTTP/1.1");
+        assert!(req.headers.iter().any(|h| h == "Authorization: Bearer tok"));
+        assert_eq!(out, "image 4: deleted\n");
     }
 }
