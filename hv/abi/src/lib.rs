@@ -33,10 +33,10 @@
 //! | 12 | WALL_CLOCK       |         |         |         |     | (2.2) X1 = Unix time in ms  |
 //! | 13 | IMAGE_CREATE     | kind    | size    |         |     | (3.0) X1 = image id         |
 //! | 14 | IMAGE_WRITE      | id      | offset  | buf IPA | len | (3.0) X1 = bytes taken      |
-//! | 15 | IMAGE_SEAL       | id      | buf IPA | buf len |     | (3.0) buffer: expected SHA-256 (32 bytes) or empty |
+//! | 15 | IMAGE_SEAL       | id      | buf IPA | buf len |     | (3.0) buffer: expected SHA-256 first (32 bytes or more) or empty |
 //! | 16 | IMAGE_DELETE     | id      |         |         |     | (3.0)                       |
 //! | 17 | LIST_IMAGES      | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
-//! | 18 | PARTITION_CREATE | buf IPA | buf len |         |     | (3.0) buffer: a plan entry; X1 = index |
+//! | 18 | PARTITION_CREATE | buf IPA | buf len |         |     | (3.0) buffer: a plan entry first; X1 = index |
 //! | 19 | PARTITION_CONFIGURE | index | buf IPA | buf len |   | (3.0) buffer: its new plan entry |
 //! | 20 | PARTITION_DESTROY | index  |         |         |     | (3.0)                       |
 //! | 21 | RESOURCES        | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
@@ -53,7 +53,9 @@
 //! IMAGE_SEAL) and whose content the hypervisor refuses fails with REJECTED
 //! and overwrites that buffer with a postcard [`Rejection`] (X1 = its
 //! length): the field and the sentence the build-time plan check gives for
-//! the same mistake (`pinfold_config::rules`).
+//! the same mistake (`pinfold_config::rules`). The request sits at the
+//! buffer's start and may be followed by anything: a caller names a buffer
+//! larger than its request to leave room for the whole sentence.
 //!
 //! Plan entries travel as postcard [`PartitionPlan`]s of the config crate's
 //! `PLAN_REVISION`; their image indices name images of LIST_IMAGES (the boot
@@ -1188,6 +1190,14 @@ pub fn encode_reply<T: Serialize + ?Sized>(value: &T, out: &mut [u8]) -> Result<
 pub fn encode_reply_vec<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     // Infallible for our payload types (alloc flavour, no failing serializer).
     postcard::to_allocvec(value).unwrap_or_default()
+}
+
+/// Decodes a request at the start of `bytes` (what follows it is room for
+/// a reply: PARTITION_CREATE's plan entry before space for a Rejection).
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
+    postcard::take_from_bytes::<T>(bytes)
+        .map(|(value, _)| value)
+        .map_err(|_| CallError::MalformedReply)
 }
 
 /// Decodes a payload of exactly `bytes` (trailing bytes are malformed: the

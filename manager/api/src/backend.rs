@@ -328,7 +328,14 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
     }
 
     fn image_seal(&mut self, id: u32, sha256: Option<[u8; 32]>) -> Result<(), HvError> {
-        let buf = self.load(sha256.as_ref().map_or(&[][..], |d| &d[..]))?;
+        // The digest first, the whole buffer named: room for a Rejection.
+        let buf = match sha256 {
+            Some(d) => {
+                self.load(&d)?;
+                self.whole_buffer()
+            }
+            None => self.load(&[])?,
+        };
         match self.with_request(Request::ImageSeal { id, buf })? {
             Return::Done => Ok(()),
             _ => Err(CallError::MalformedReply.into()),
@@ -369,30 +376,19 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
 }
 
 impl<H: Hypercall> HvcBackend<H> {
-    /// A call with the postcard plan at the buffer's start. The hypervisor
-    /// writes a Rejection over the call's buffer, cutting its sentence to
-    /// the buffer's length, so the call first names the whole shared
-    /// buffer (room for any sentence). A dispatcher that decodes the whole
-    /// buffer as the plan (trailing bytes malformed: INVALID_PARAMETERS)
-    /// gets a second call naming the plan's bytes exactly; its Rejection's
-    /// sentence is then cut to the plan's length.
+    /// A call with the postcard plan at the start of the whole shared
+    /// buffer: the hypervisor decodes the plan from its start and writes a
+    /// Rejection over the buffer, so the rest is room for any sentence.
     fn with_plan(
         &mut self,
         plan: &PartitionPlan,
         request: impl Fn(GuestBuffer) -> Request,
     ) -> Result<Return, HvError> {
         let bytes = encode_reply_vec(plan);
-        let exact = self.load(&bytes)?;
+        self.load(&bytes)?;
         let shared = self.hc.buffer();
         shared[bytes.len()..].fill(0);
         let whole = self.whole_buffer();
-        match self.with_request(request(whole)) {
-            Err(HvError::Call(CallError::Refused(AbiError::InvalidParameters))) => {
-                // The Rejection of a refused first call is not written, so
-                // the plan is still in place.
-                self.with_request(request(exact))
-            }
-            other => other,
-        }
+        self.with_request(request(whole))
     }
 }
