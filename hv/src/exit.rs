@@ -1421,17 +1421,21 @@ fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition
 fn spi_elsewhere(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, owner: usize, intid: u32) {
     match sys.partition(owner) {
         Some(p) => passthrough_spi(sys, cpu, hw, &p, intid),
-        None => {
-            hw.spi(
-                LockPath::SpiForward,
-                SpiOp::Enable {
-                    intid,
-                    enable: false,
-                },
-            );
-            hw.deactivate(intid);
-        }
+        None => mask_spi(hw, intid),
     }
+}
+
+/// Mask SPI `intid` and end it: its line is sampled again when its guest
+/// enables it.
+fn mask_spi(hw: &mut impl Hw, intid: u32) {
+    hw.spi(
+        LockPath::SpiForward,
+        SpiOp::Enable {
+            intid,
+            enable: false,
+        },
+    );
+    hw.deactivate(intid);
 }
 
 /// A physical SPI owned by a partition: forward it HW-linked (vINTID ==
@@ -1440,18 +1444,8 @@ fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Parti
     let target = p.dist.lock(LockPath::SpiForward).passthrough_fired(intid);
     match target {
         Some((vcpu, irq)) => deliver(sys, cpu, hw, p, vcpu, MailboxOp::Inject(irq)),
-        None => {
-            // The guest has it disabled (or the partition is down): mask it
-            // and let the line be re-sampled when the guest enables it.
-            hw.spi(
-                LockPath::SpiForward,
-                SpiOp::Enable {
-                    intid,
-                    enable: false,
-                },
-            );
-            hw.deactivate(intid);
-        }
+        // The guest has it disabled (or the partition is down).
+        None => mask_spi(hw, intid),
     }
 }
 

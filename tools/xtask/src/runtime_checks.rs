@@ -37,15 +37,20 @@ struct Hvctl {
 }
 
 impl Hvctl {
-    /// `hvctl --json ARGS`, parsed; Err with its output unless it exits 0.
-    fn json(&self, args: &[&str]) -> Result<Value, String> {
-        let out = Command::new(&self.bin)
+    /// `hvctl --json ARGS`'s output.
+    fn output(&self, args: &[&str]) -> Result<std::process::Output, String> {
+        Command::new(&self.bin)
             .current_dir(&self.root)
             .args(["--url", &self.url, "--token", &self.token, "--json"])
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .map_err(|err| format!("running hvctl: {err}"))?;
+            .map_err(|err| format!("running hvctl: {err}"))
+    }
+
+    /// `hvctl --json ARGS`, parsed; Err with its output unless it exits 0.
+    fn json(&self, args: &[&str]) -> Result<Value, String> {
+        let out = self.output(args)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             return Err(format!(
@@ -65,13 +70,7 @@ impl Hvctl {
 
     /// `hvctl --json ARGS` that must fail: its `{error, detail, field}`.
     fn refused(&self, args: &[&str]) -> Result<(String, Option<String>, String), String> {
-        let out = Command::new(&self.bin)
-            .current_dir(&self.root)
-            .args(["--url", &self.url, "--token", &self.token, "--json"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|err| format!("running hvctl: {err}"))?;
+        let out = self.output(args)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if out.status.success() {
             return Err(format!("hvctl {} was accepted: {stdout}", args.join(" ")));
