@@ -125,6 +125,14 @@ impl ConsoleRing {
         self.write_pos = self.write_pos.wrapping_add(bytes.len() as u64);
     }
 
+    /// The last byte pushed, if any (whether a line is open).
+    pub fn last_byte(&self) -> Option<u8> {
+        if self.write_pos == 0 {
+            return None;
+        }
+        self.buf.get(self.slot(self.write_pos - 1)).copied()
+    }
+
     /// Position of the next byte to be pushed (= total bytes pushed so far).
     pub fn write_pos(&self) -> u64 {
         self.write_pos

@@ -146,6 +146,11 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn log(&mut self, args: fmt::Arguments);
     /// An untagged `pinfold: ` line that tools read (the stats lines).
     fn report(&mut self, args: fmt::Arguments);
+    /// The index of the CPU this runs on (`System::cpus`): which ring of
+    /// the event log (`events`) an event goes to.
+    fn cpu_index(&self) -> usize {
+        0
+    }
     /// Wake this CPU's idle loop at counter value `at` (the EL2 timer,
     /// PPI 26), or never. The wake-up only ends the idle loop's WFI.
     fn set_wakeup(&mut self, at: Option<u64>) {
@@ -237,14 +242,25 @@ pub struct VcpuContext {
     pub stage2_root: PhysAddr,
 }
 
-/// Report a partition's fault, rate-limited per kind (the count is exact).
+/// Report a partition's fault, rate-limited per kind (the count is exact);
+/// a fault whose line is printed is also an event (`events`), so the event
+/// log is limited the same way.
 pub fn fault(p: &Partition, hw: &mut impl Hw, kind: FaultKind, args: fmt::Arguments) {
     match p.fault(kind, hw.now(), hw.counter_frequency()) {
-        Verdict::Print { suppressed: 0 } => hw.log(format_args!("partition {}: {}", p.name, args)),
-        Verdict::Print { suppressed } => hw.log(format_args!(
-            "partition {}: {} ({} more of this kind suppressed)",
-            p.name, args, suppressed
-        )),
+        Verdict::Print { suppressed: 0 } => {
+            hw.log(format_args!("partition {}: {}", p.name, args));
+            p.fault_event(&*hw, args);
+        }
+        Verdict::Print { suppressed } => {
+            hw.log(format_args!(
+                "partition {}: {} ({} more of this kind suppressed)",
+                p.name, args, suppressed
+            ));
+            p.fault_event(
+                &*hw,
+                format_args!("{args} ({suppressed} more of this kind suppressed)"),
+            );
+        }
         Verdict::Suppress => {}
     }
 }
@@ -1164,7 +1180,7 @@ fn power_call(
             // The end of a graceful shutdown the operator asked for is
             // not the restart policy's business.
             let requested = p.state() == State::ShuttingDown;
-            sys.stop_partition(p, hw, cpu.index);
+            sys.stop_partition_for(p, hw, cpu.index, "stopped (powered off by the guest)");
             if !requested {
                 sys.after_stop(
                     p,
@@ -1180,13 +1196,13 @@ fn power_call(
         // policy too, so a manager that resets in a loop backs off.
         Call::SystemReset if p.plan.management => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
-            sys.stop_partition(p, hw, cpu.index);
+            sys.stop_partition_for(p, hw, cpu.index, "stopped (reset by the guest)");
             sys.after_stop(p, hw, cpu.index, Cause::PowerOff, "reset by the guest");
             Next::Stopped
         }
         Call::SystemReset => {
             hw.log(format_args!("partition {}: reset by the guest", p.name));
-            sys.stop_partition(p, hw, cpu.index);
+            sys.stop_partition_for(p, hw, cpu.index, "stopped (reset by the guest)");
             Next::Restart(p.index)
         }
         _ => {
@@ -1479,17 +1495,21 @@ fn maintenance(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition
 fn spi_elsewhere(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, owner: usize, intid: u32) {
     match sys.partition(owner) {
         Some(p) => passthrough_spi(sys, cpu, hw, &p, intid),
-        None => {
-            hw.spi(
-                LockPath::SpiForward,
-                SpiOp::Enable {
-                    intid,
-                    enable: false,
-                },
-            );
-            hw.deactivate(intid);
-        }
+        None => mask_spi(hw, intid),
     }
+}
+
+/// Mask SPI `intid` and end it: its line is sampled again when its guest
+/// enables it.
+fn mask_spi(hw: &mut impl Hw, intid: u32) {
+    hw.spi(
+        LockPath::SpiForward,
+        SpiOp::Enable {
+            intid,
+            enable: false,
+        },
+    );
+    hw.deactivate(intid);
 }
 
 /// A physical SPI owned by a partition: forward it HW-linked (vINTID ==
@@ -1498,18 +1518,8 @@ fn passthrough_spi(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Parti
     let target = p.dist.lock(LockPath::SpiForward).passthrough_fired(intid);
     match target {
         Some((vcpu, irq)) => deliver(sys, cpu, hw, p, vcpu, MailboxOp::Inject(irq)),
-        None => {
-            // The guest has it disabled (or the partition is down): mask it
-            // and let the line be re-sampled when the guest enables it.
-            hw.spi(
-                LockPath::SpiForward,
-                SpiOp::Enable {
-                    intid,
-                    enable: false,
-                },
-            );
-            hw.deactivate(intid);
-        }
+        // The guest has it disabled (or the partition is down).
+        None => mask_spi(hw, intid),
     }
 }
 

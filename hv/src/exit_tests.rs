@@ -39,6 +39,8 @@ struct FakeHw {
     mem: Vec<u8>,
     pmu: Vec<(crate::pmu::PmuReg, u64)>,
     icache_syncs: u32,
+    /// The CPU this fake runs on (`Hw::cpu_index`).
+    cpu: usize,
     tables: FakeTables,
     /// Every `zero` (scrub) call.
     zeroed: Vec<(u64, u64)>,
@@ -70,8 +72,16 @@ impl FakeHw {
                 tables: Vec::new(),
             },
             icache_syncs: 0,
+            cpu: 0,
             zeroed: Vec::new(),
             wakeup: None,
+        }
+    }
+
+    fn on_cpu(cpu: usize) -> Self {
+        FakeHw {
+            cpu,
+            ..FakeHw::new()
         }
     }
 
@@ -147,6 +157,9 @@ impl HostMemory for FakeHw {
 }
 
 impl Hw for FakeHw {
+    fn cpu_index(&self) -> usize {
+        self.cpu
+    }
     fn tables(&mut self) -> &mut dyn TableMemory {
         &mut self.tables
     }
@@ -312,6 +325,13 @@ fn system() -> &'static System {
 }
 
 fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
+    system_clocked(change, None)
+}
+
+fn system_clocked(
+    change: impl FnOnce(&mut Plan),
+    wall_clock: Option<crate::clock::WallClock>,
+) -> &'static System {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
@@ -342,7 +362,7 @@ fn system_with(change: impl FnOnce(&mut Plan)) -> &'static System {
             tables: &mut tables,
             locks,
             boot_counter: 1,
-            wall_clock: None,
+            wall_clock,
             entropy: &[],
             version: "test",
         },
@@ -1408,6 +1428,136 @@ fn the_management_partition_restarts_another_partition() {
         1
     );
     assert!(hw.sgis.contains(&(0x103, SGI_MAILBOX)));
+}
+
+// --- events and boot markers -----------------------------------------------
+
+fn events_of(sys: &System) -> Vec<(u64, pinfold_abi::EventKind, Option<String>, String)> {
+    sys.events
+        .read(0, 64 * 1024, |_| None)
+        .events
+        .into_iter()
+        .map(|e| (e.seq, e.kind, e.partition.map(|p| p.1), e.message))
+        .collect()
+}
+
+fn ring_text(p: &crate::partition::Partition) -> String {
+    let con = p.console.lock(LockPath::Management);
+    let mut out = vec![0u8; con.ring.capacity()];
+    let r = con.ring.read(0, &mut out);
+    String::from_utf8_lossy(&out[..r.len]).into_owned()
+}
+
+#[test]
+fn a_restart_by_the_manager_is_two_state_events_and_a_boot_marker_per_boot() {
+    use pinfold_abi::EventKind;
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+    let restart = u64::from(pinfold_abi::fid::PARTITION_RESTART);
+    // beta printed half a line before the restart.
+    sys.partition(1)
+        .unwrap()
+        .console
+        .lock(LockPath::Management)
+        .ring
+        .push(b"login: ");
+
+    hvc(sys, &mut cpu, &mut hw, [restart, 1, 0, 0]);
+    hw.now += 3000;
+    hvc(sys, &mut cpu, &mut hw, [restart, 1, 0, 0]);
+
+    let beta: Vec<(EventKind, String)> = events_of(sys)
+        .into_iter()
+        .filter(|e| e.2.as_deref() == Some("beta"))
+        .map(|e| (e.1, e.3))
+        .collect();
+    assert_eq!(
+        beta,
+        [
+            (
+                EventKind::State,
+                "stopped by the manager (restart)".to_string()
+            ),
+            (EventKind::State, "running (boot 1)".to_string()),
+            (
+                EventKind::State,
+                "stopped by the manager (restart)".to_string()
+            ),
+            (EventKind::State, "running (boot 2)".to_string()),
+        ]
+    );
+    // The fake counter runs at 1 kHz from 1; no wall clock: seconds since boot.
+    assert_eq!(
+        ring_text(&sys.partition(1).unwrap()),
+        "login: \r\n=== pinfold: beta boot 1 at +0s ===\r\n=== pinfold: beta boot 2 at +3s ===\r\n"
+    );
+}
+
+#[test]
+fn the_boot_marker_carries_the_wall_clock_time_when_there_is_one() {
+    let sys = system_clocked(
+        |_| {},
+        Some(crate::clock::WallClock {
+            unix_ms: 1_796_132_700_000,
+            counter: 1,
+            source: crate::clock::ClockSource::Pl031,
+        }),
+    );
+    let mut hw = FakeHw::new();
+    hw.now = 1 + 61_000;
+
+    sys.start_partition(&sys.partition(1).unwrap(), &mut hw, 0)
+        .unwrap();
+
+    assert_eq!(
+        ring_text(&sys.partition(1).unwrap()),
+        "=== pinfold: beta boot 1 at 2026-12-01T13:46:01Z ===\r\n"
+    );
+}
+
+#[test]
+fn a_guests_fault_storm_is_a_few_events_and_leaves_the_other_partitions_events() {
+    use pinfold_abi::EventKind;
+    let sys = system();
+    let mut mgmt_hw = FakeHw::on_cpu(0);
+    let mut mgmt = loaded_cpu(sys, &mut mgmt_hw, 0);
+    let restart = u64::from(pinfold_abi::fid::PARTITION_RESTART);
+    hvc(sys, &mut mgmt, &mut mgmt_hw, [restart, 0, 0, 0]);
+    // beta (CPU 3) touches 221 foreign SPIs (the 224 of the 7 words but its
+    // own emulated PL011, watchdog and GPIO lines), again and again.
+    let mut hw = FakeHw::on_cpu(3);
+    let mut cpu = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    regs.x[1] = u32::MAX as u64;
+    for round in 0..50 {
+        hw.now = 1 + round * 1000;
+        for n in 1..8 {
+            let ipa = GUEST_GICD_BASE + 0x100 + 4 * n;
+            run(sys, &mut cpu, &mut hw, &mut regs, mmio(ipa, 4, true, 1));
+        }
+    }
+
+    let events = events_of(sys);
+    let faults = events.iter().filter(|e| e.1 == EventKind::Fault).count();
+    assert_eq!(
+        sys.partition(1).unwrap().faults.load(Ordering::Relaxed),
+        50 * 221
+    );
+    // 5 windows of 10 s, BURST lines (and events) in each.
+    assert_eq!(faults, 5 * BURST as usize, "{events:?}");
+    assert!(events
+        .iter()
+        .any(|e| e.1 == EventKind::Fault && e.3.contains("more of this kind suppressed")));
+    let alpha: Vec<&str> = events
+        .iter()
+        .filter(|e| e.2.as_deref() == Some("alpha"))
+        .map(|e| e.3.as_str())
+        .collect();
+    assert_eq!(
+        alpha,
+        ["stopped by the manager (restart)", "running (boot 1)"]
+    );
 }
 
 // --- load/put, requests -----------------------------------------------------

@@ -213,7 +213,7 @@ fn read_plan(mem: &mut impl GuestMemory, buf: GuestBuffer) -> Result<PartitionPl
     let mut bytes = vec![0u8; buf.len as usize];
     mem.read(Ipa(buf.ipa), &mut bytes)
         .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
-    pinfold_abi::decode_reply::<PartitionPlan>(&bytes)
+    pinfold_abi::decode_prefix::<PartitionPlan>(&bytes)
         .map_err(|_| AbiError::InvalidParameters.into())
 }
 
@@ -309,9 +309,11 @@ fn handle(
             Ok(Return::Accepted(taken.min(bytes.len()) as u64))
         }
         Request::ImageSeal { id, buf } => {
+            // The digest first; the rest of the buffer is room for a
+            // Rejection's whole sentence.
             let digest = match buf.len {
                 0 => None,
-                32 => {
+                32.. => {
                     let mut d = [0u8; 32];
                     mem.read(Ipa(buf.ipa), &mut d)
                         .map_err(|GuestMemoryFault| AbiError::BadAddress)?;

@@ -37,7 +37,7 @@ use crate::system::System;
 use crate::wdog::{Frame, SbsaWatchdog, Signal};
 use alloc::string::String;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use pinfold_abi::PartitionState;
+use pinfold_abi::{EventKind, PartitionState};
 use pinfold_config::PartitionPlan;
 use pinfold_vboard::{GUEST_GPIO_INTID, GUEST_WDOG_INTID, PPI_PTIMER, PPI_VTIMER};
 
@@ -270,6 +270,12 @@ impl System {
             }
         }
         p.set_state(State::Crashed, now);
+        self.event(
+            hw,
+            EventKind::State,
+            Some(p),
+            format_args!("crashed ({reason})"),
+        );
         self.after_stop(p, hw, me, Cause::Crash, reason);
     }
 
@@ -293,12 +299,31 @@ impl System {
                     "{} stopped ({why}): restarting in {} s (restart #{})",
                     p.name, d.delay_s, d.restart
                 ));
+                self.event(
+                    hw,
+                    EventKind::Restart,
+                    Some(p),
+                    format_args!(
+                        "restart policy: restarting in {} s (restart #{})",
+                        d.delay_s, d.restart
+                    ),
+                );
                 self.kick(hw, me, p.vcpus[0].pcpu);
             }
-            Verdict::LimitReached(n) => hw.report(format_args!(
-                "{} stopped ({why}): not restarted, {n} restarts in a row (restart_limit)",
-                p.name
-            )),
+            Verdict::LimitReached(n) => {
+                hw.report(format_args!(
+                    "{} stopped ({why}): not restarted, {n} restarts in a row (restart_limit)",
+                    p.name
+                ));
+                self.event(
+                    hw,
+                    EventKind::Restart,
+                    Some(p),
+                    format_args!(
+                        "restart policy: not restarted, {n} restarts in a row (restart_limit)"
+                    ),
+                );
+            }
             Verdict::Stay => {}
         }
     }
@@ -392,6 +417,12 @@ impl System {
             "partition {}: power button pressed (hard stop in {timeout} s)",
             p.name
         ));
+        self.event(
+            hw,
+            EventKind::State,
+            Some(p),
+            format_args!("shutting down: power button pressed (stopped by force in {timeout} s)"),
+        );
         // Its vCPU 0's CPU arms its checks when kicked.
         self.kick(hw, me, p.vcpus[0].pcpu);
     }
@@ -472,7 +503,12 @@ pub fn on_timer(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw) {
                         "partition {}: shutdown timeout: stopped by force",
                         p.name
                     ));
-                    sys.stop_partition(&p, hw, cpu.index);
+                    sys.stop_partition_for(
+                        &p,
+                        hw,
+                        cpu.index,
+                        "stopped by force (shutdown timeout)",
+                    );
                     sys.cpus[cpu.index].post_request(REQ_STOP);
                 }
             }

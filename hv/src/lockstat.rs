@@ -40,10 +40,13 @@ pub enum LockPath {
     LogLine = 10,
     /// Management calls and partition lifecycle.
     Management = 11,
+    /// A CPU's event ring (`events`): its own CPU recording, or the
+    /// management partition's EVENTS_READ.
+    Event = 12,
 }
 
 impl LockPath {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
     /// The paths that must never take a lock shared between CPUs.
     pub const HOT: [LockPath; 4] = [
         LockPath::VcpuLoad,
@@ -64,6 +67,7 @@ impl LockPath {
         LockPath::PhysDist,
         LockPath::LogLine,
         LockPath::Management,
+        LockPath::Event,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -80,6 +84,7 @@ impl LockPath {
             LockPath::PhysDist => "phys_dist",
             LockPath::LogLine => "log_line",
             LockPath::Management => "management",
+            LockPath::Event => "event",
         }
     }
 }

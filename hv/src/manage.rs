@@ -173,8 +173,12 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             return Err(AbiError::Conflict);
         }
         self.sys.operator_lifecycle(&p);
-        self.sys
-            .stop_partition(&p, &mut **self.hw.borrow_mut(), self.cpu.index);
+        self.sys.stop_partition_for(
+            &p,
+            &mut **self.hw.borrow_mut(),
+            self.cpu.index,
+            "stopped by the manager",
+        );
         Ok(())
     }
 
@@ -186,7 +190,8 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
         self.sys.operator_lifecycle(&p);
         let me = self.cpu.index;
         let mut hw = self.hw.borrow_mut();
-        self.sys.stop_partition(&p, &mut **hw, me);
+        self.sys
+            .stop_partition_for(&p, &mut **hw, me, "stopped by the manager (restart)");
         if !self.sys.wait_all_off(&p, &mut **hw) {
             hw.log(format_args!(
                 "partition {}: restart: a vCPU did not stop in time",
@@ -252,6 +257,15 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
         }
         sys.press_power_button(&p, &mut **self.hw.borrow_mut(), self.cpu);
         Ok(())
+    }
+
+    fn events(&self, seq: u64, max_bytes: usize) -> Option<(Vec<pinfold_abi::Event>, u64, u64)> {
+        let freq = self.hw.borrow().counter_frequency();
+        let read = self
+            .sys
+            .events
+            .read(seq, max_bytes, |counter| self.sys.unix_ms_at(counter, freq));
+        Some((read.events, read.next, read.dropped))
     }
 
     fn wall_clock_ms(&self) -> Option<u64> {

@@ -10,6 +10,7 @@ use crate::addr::{Ipa, PhysAddr};
 use crate::console::{ConsoleRing, LinePrefixer, Pl011};
 use crate::dtb::{build_guest_dtb, ExtraNode, GuestDtbSpec, HostInfo, PcieCells, PropValue};
 use crate::dtb::{GuestDevice, GuestSpi};
+use crate::events::EventLog;
 use crate::images::View;
 use crate::lifecycle::Lifecycle;
 use crate::lockstat::{CountedLock, LockStat};
@@ -20,6 +21,7 @@ use crate::stage2::{MemType, Stage2, Stage2Error, TableMemory};
 use crate::vgic::dist::VDist;
 use crate::vgic::sgi::SgiMap;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -154,6 +156,10 @@ pub struct Partition {
     pub report: CountedLock<(ManagerStatus, String)>,
     /// The PCI functions found behind its host bridge at its last start.
     pub pci_found: CountedLock<Vec<PciFunction>>,
+    /// The system's event log, for the faults its vCPUs record
+    /// ([`fault_event`](Self::fault_event)); set by whoever adds the
+    /// partition to a `System` (`System::new`).
+    pub events: Option<Arc<EventLog>>,
 }
 
 /// Why a partition could not be set up.
@@ -331,6 +337,7 @@ impl Partition {
             fault_log: FaultLog::new(),
             report: CountedLock::new((ManagerStatus::Starting, String::new()), stat),
             pci_found: CountedLock::new(Vec::new(), stat),
+            events: None,
         })
     }
 
@@ -372,6 +379,20 @@ impl Partition {
     pub fn fault(&self, kind: FaultKind, now: u64, frequency: u64) -> Verdict {
         self.faults.fetch_add(1, Ordering::Relaxed);
         self.fault_log.check(kind, now, frequency)
+    }
+
+    /// Record a fault event (one whose log line the rate limit let
+    /// through) in the event log, on the ring of the CPU it happened on.
+    pub fn fault_event(&self, hw: &impl crate::exit::Hw, args: fmt::Arguments) {
+        if let Some(log) = &self.events {
+            log.record(
+                hw.cpu_index(),
+                hw.now(),
+                pinfold_abi::EventKind::Fault,
+                Some((self.index as u32, &self.name)),
+                args,
+            );
+        }
     }
 
     /// (Re)load the kernel, initrd and a fresh guest DTB into the

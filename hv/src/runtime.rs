@@ -24,6 +24,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use pinfold_abi::EventKind;
 use pinfold_abi::{
     AbiError, CpuOwner, DeviceOwner, ImageInfo, ImageKind, RamOwner, RamRange, Rejection,
     Resources, Transition,
@@ -185,6 +186,12 @@ impl System {
             p.ram.0,
             p.vmid
         ));
+        self.event(
+            hw,
+            EventKind::Config,
+            Some(&p),
+            format_args!("created: CPUs {:?}, {} MiB", p.plan.cpus, p.ram_size >> 20),
+        );
         if p.plan.autostart {
             let _ = self.start_partition(&p, hw, me);
         }
@@ -213,8 +220,9 @@ impl System {
             ));
         }
         let tables = hw.tables();
-        let p = Partition::build(index, plan, &self.host, &mut pool.free, tables, self.locks)
+        let mut p = Partition::build(index, plan, &self.host, &mut pool.free, tables, self.locks)
             .map_err(|e| rejected(plan, "memory", e.to_string(), true))?;
+        p.events = Some(self.events.clone());
         Ok(Arc::new(p))
     }
 
@@ -262,6 +270,16 @@ impl System {
                     new.ram_size >> 20,
                     new.ram.0
                 ));
+                self.event(
+                    hw,
+                    EventKind::Config,
+                    Some(&new),
+                    format_args!(
+                        "changed: CPUs {:?}, {} MiB",
+                        new.plan.cpus,
+                        new.ram_size >> 20
+                    ),
+                );
                 Ok(())
             }
             Err(e) => {
@@ -302,6 +320,7 @@ impl System {
             p.name,
             p.ram_size >> 20
         ));
+        self.event(hw, EventKind::Config, Some(&p), format_args!("destroyed"));
         if let Some(p) = self.wait_unique(&mut pool, p) {
             self.release(&mut pool, &p, hw);
         }

@@ -360,3 +360,42 @@ fn a_changed_crashed_partition_keeps_its_state_restart_count_and_last_crash() {
     sys.destroy_partition(index, &mut hw).unwrap();
     assert!(sys.partition(index).is_none(), "a crashed partition can go");
 }
+
+#[test]
+fn create_change_and_destroy_are_config_events_and_a_new_partition_records_its_faults() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let index = sys
+        .create_partition(plan("gamma", &[1, 2], 128), &mut hw, 0)
+        .unwrap() as usize;
+    let gamma = sys.partition(index).unwrap();
+    crate::exit::fault(
+        &gamma,
+        &mut hw,
+        crate::ratelimit::FaultKind::Other,
+        format_args!("a test fault"),
+    );
+    drop(gamma);
+    sys.configure_partition(index, plan("gamma", &[1, 2], 64), &mut hw)
+        .unwrap();
+    sys.destroy_partition(index, &mut hw).unwrap();
+
+    let got: Vec<(pinfold_abi::EventKind, String)> = sys
+        .events
+        .read(0, 64 * 1024, |_| None)
+        .events
+        .into_iter()
+        .filter(|e| e.partition.as_ref().is_some_and(|p| p.1 == "gamma"))
+        .map(|e| (e.kind, e.message))
+        .collect();
+    use pinfold_abi::EventKind::{Config, Fault};
+    assert_eq!(
+        got,
+        [
+            (Config, "created: CPUs [1, 2], 128 MiB".to_string()),
+            (Fault, "a test fault".to_string()),
+            (Config, "changed: CPUs [1, 2], 64 MiB".to_string()),
+            (Config, "destroyed".to_string()),
+        ]
+    );
+}

@@ -4,7 +4,9 @@
 //! lock statistics, the boot entropy and the management token. Partition
 //! lifecycle (start, stop, restart; the PCI quiesce before a host-bridge
 //! owner starts, `pci`; states, crashes, restart policies and the watchdog
-//! in `lifecycle`, `restart`, `wdog`) and the stats line are here;
+//! in `lifecycle`, `restart`, `wdog`), the event log's entry point
+//! (`System::event`, on `events`) and the boot marker written into a
+//! partition's console ring at each start, and the stats line are here;
 //! creating, changing and destroying partitions at run time is
 //! `runtime`'s. The platform holds one `&'static System`.
 //!
@@ -19,6 +21,7 @@
 
 use crate::clock::WallClock;
 use crate::dtb::HostInfo;
+use crate::events::{EventLog, When};
 use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
 use crate::images::ImageStore;
 use crate::lockstat::{CountedLock, LockPath, LockStat};
@@ -31,6 +34,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use pinfold_abi::EventKind;
 use pinfold_config::isolation::HostResources;
 use pinfold_config::Plan;
 
@@ -84,6 +88,9 @@ pub struct System {
     pub boot_counter: u64,
     /// The time read at boot, if the host had a clock (WALL_CLOCK).
     pub wall_clock: Option<WallClock>,
+    /// The event log (`events`): one ring per CPU; partitions hold it too
+    /// (`Partition::events`) for the faults their vCPUs record.
+    pub events: Arc<EventLog>,
     /// The monitor saw Ctrl-A.
     pub(crate) escape: AtomicBool,
     pub version: &'static str,
@@ -168,6 +175,10 @@ impl System {
             .iter()
             .map(|&m| PublicCpu::new(m))
             .collect();
+        let events = Arc::new(EventLog::new(cpu_count, locks));
+        for p in &mut partitions {
+            p.events = Some(events.clone());
+        }
         let slot_count = cpu_count.clamp(1, MAX_PARTITIONS);
         let images = ImageStore::new(&plan, payload);
         let mut sys = System {
@@ -194,6 +205,7 @@ impl System {
             generated_token: None,
             boot_counter,
             wall_clock,
+            events,
             escape: AtomicBool::new(false),
             version,
         };
@@ -334,6 +346,49 @@ impl System {
         }
     }
 
+    /// Record an event about `partition` (None: about the system) on the
+    /// ring of the CPU this runs on, at the counter's value now. The one
+    /// call every part of the hypervisor makes for an event.
+    pub fn event(
+        &self,
+        hw: &impl Hw,
+        kind: EventKind,
+        partition: Option<&Partition>,
+        args: fmt::Arguments,
+    ) -> u64 {
+        self.events.record(
+            hw.cpu_index(),
+            hw.now(),
+            kind,
+            partition.map(|p| (p.index as u32, p.name.as_str())),
+            args,
+        )
+    }
+
+    /// Wall-clock milliseconds at counter value `counter` (None without a
+    /// clock).
+    pub fn unix_ms_at(&self, counter: u64, frequency: u64) -> Option<u64> {
+        self.wall_clock.map(|c| c.unix_ms_at(counter, frequency))
+    }
+
+    /// The line written into `p`'s console ring where boot `boot` starts:
+    /// `=== pinfold: NAME boot N at <RFC 3339 UTC, or +<s>s since the
+    /// hypervisor started> ===`, on a line of its own.
+    pub fn boot_marker(&self, p: &Partition, hw: &impl Hw, boot: u64, now: u64) {
+        let when = When {
+            unix_ms: self.unix_ms_at(now, hw.counter_frequency()),
+            uptime_s: now.saturating_sub(self.boot_counter) / hw.counter_frequency().max(1),
+        };
+        let mut con = p.console.lock(LockPath::Management);
+        let fresh_line = matches!(con.ring.last_byte(), None | Some(b'\n'));
+        let line = alloc::format!(
+            "{}=== pinfold: {} boot {boot} at {when} ===\r\n",
+            if fresh_line { "" } else { "\r\n" },
+            p.name
+        );
+        con.ring.push(line.as_bytes());
+    }
+
     /// Load `p`'s images and boot its vCPU 0 (on its own CPU).
     pub fn start_partition(
         &self,
@@ -385,9 +440,22 @@ impl System {
         if let Err(e) = loaded {
             hw.log(format_args!("partition {}: cannot start: {e}", p.name));
             p.set_state(State::Stopped, hw.now());
+            self.event(
+                hw,
+                EventKind::State,
+                Some(p),
+                format_args!("cannot start: {e}"),
+            );
             return Err(e);
         }
-        p.boot_count.fetch_add(1, Ordering::Relaxed);
+        let boot = p.boot_count.fetch_add(1, Ordering::Relaxed) + 1;
+        self.boot_marker(p, hw, boot, now);
+        self.event(
+            hw,
+            EventKind::State,
+            Some(p),
+            format_args!("running (boot {boot})"),
+        );
         p.started_at.store(now, Ordering::Relaxed);
         // Lifecycle hook: watchdog armed, no shutdown pending; running once
         // its vCPU 0 enters (`exit::idle_work`).
@@ -398,6 +466,13 @@ impl System {
 
     /// Stop every vCPU of `p` (the caller puts its own, if it is one).
     pub fn stop_partition(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
+        self.stop_partition_for(p, hw, me, "stopped");
+    }
+
+    /// [`stop_partition`](Self::stop_partition), saying why in its event
+    /// (`stopped by the manager`, `stopped (powered off by the guest)`).
+    pub fn stop_partition_for(&self, p: &Partition, hw: &mut impl Hw, me: usize, why: &str) {
+        self.event(hw, EventKind::State, Some(p), format_args!("{why}"));
         let now = hw.now();
         p.set_state(State::Stopping, now);
         for s in &p.vcpus {

@@ -122,6 +122,9 @@ impl HostMemory for PlatformHw {
 }
 
 impl Hw for PlatformHw {
+    fn cpu_index(&self) -> usize {
+        self.index
+    }
     fn tables(&mut self) -> &mut dyn pinfold_hv::stage2::TableMemory {
         &mut self.tables
     }

@@ -33,10 +33,10 @@
 //! | 12 | WALL_CLOCK       |         |         |         |     | (2.2) X1 = Unix time in ms  |
 //! | 13 | IMAGE_CREATE     | kind    | size    |         |     | (3.0) X1 = image id         |
 //! | 14 | IMAGE_WRITE      | id      | offset  | buf IPA | len | (3.0) X1 = bytes taken      |
-//! | 15 | IMAGE_SEAL       | id      | buf IPA | buf len |     | (3.0) buffer: expected SHA-256 (32 bytes) or empty |
+//! | 15 | IMAGE_SEAL       | id      | buf IPA | buf len |     | (3.0) buffer: expected SHA-256 first (32 bytes or more) or empty |
 //! | 16 | IMAGE_DELETE     | id      |         |         |     | (3.0)                       |
 //! | 17 | LIST_IMAGES      | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
-//! | 18 | PARTITION_CREATE | buf IPA | buf len |         |     | (3.0) buffer: a plan entry; X1 = index |
+//! | 18 | PARTITION_CREATE | buf IPA | buf len |         |     | (3.0) buffer: a plan entry first; X1 = index |
 //! | 19 | PARTITION_CONFIGURE | index | buf IPA | buf len |   | (3.0) buffer: its new plan entry |
 //! | 20 | PARTITION_DESTROY | index  |         |         |     | (3.0)                       |
 //! | 21 | RESOURCES        | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
@@ -53,7 +53,9 @@
 //! IMAGE_SEAL) and whose content the hypervisor refuses fails with REJECTED
 //! and overwrites that buffer with a postcard [`Rejection`] (X1 = its
 //! length): the field and the sentence the build-time plan check gives for
-//! the same mistake (`pinfold_config::rules`).
+//! the same mistake (`pinfold_config::rules`). The request sits at the
+//! buffer's start and may be followed by anything: a caller names a buffer
+//! larger than its request to leave room for the whole sentence.
 //!
 //! Plan entries travel as postcard [`PartitionPlan`]s of the config crate's
 //! `PLAN_REVISION`; their image indices name images of LIST_IMAGES (the boot
@@ -1169,6 +1171,21 @@ pub struct Event {
     pub message: String,
 }
 
+/// (year, month 1..=12, day 1..=31) of a day count since 1970-01-01 (H.
+/// Hinnant's `civil_from_days`): how both sides spell this ABI's Unix
+/// times (event times, state times) as dates.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
 /// Bytes `value` takes encoded.
 pub fn reply_len<T: Serialize + ?Sized>(value: &T) -> usize {
     // The Size flavour cannot fail, and none of the payload types has a
@@ -1188,6 +1205,14 @@ pub fn encode_reply<T: Serialize + ?Sized>(value: &T, out: &mut [u8]) -> Result<
 pub fn encode_reply_vec<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     // Infallible for our payload types (alloc flavour, no failing serializer).
     postcard::to_allocvec(value).unwrap_or_default()
+}
+
+/// Decodes a request at the start of `bytes` (what follows it is room for
+/// a reply: PARTITION_CREATE's plan entry before space for a Rejection).
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CallError> {
+    postcard::take_from_bytes::<T>(bytes)
+        .map(|(value, _)| value)
+        .map_err(|_| CallError::MalformedReply)
 }
 
 /// Decodes a payload of exactly `bytes` (trailing bytes are malformed: the

@@ -5,7 +5,7 @@
 //! their content: the [`Rejection`] it wrote over the buffer, decoded.
 
 use pinfold_abi::{
-    decode_reply, encode_reply_vec, AbiError, AbiVersion, CallError, GuestBuffer, HostInfo,
+    decode_reply, encode_reply_vec, AbiError, AbiVersion, CallError, Event, GuestBuffer, HostInfo,
     ImageInfo, ImageKind, PartitionDetail, PartitionPlan, PartitionSummary, Rejection, Request,
     Resources, Return,
 };
@@ -114,6 +114,13 @@ pub trait Backend {
     /// RESOURCES.
     fn resources(&mut self) -> Result<Resources, CallError> {
         Err(UNSUPPORTED)
+    }
+    /// (ABI 3.0) The hypervisor's events from sequence number `seq` on, as
+    /// many as one reply holds: the events, the next sequence number and
+    /// how many were lost (EVENTS_READ). The default: the call is missing.
+    fn events(&mut self, seq: u64) -> Result<(Vec<Event>, u64, u64), CallError> {
+        let _ = seq;
+        Err(CallError::Refused(pinfold_abi::AbiError::NotSupported))
     }
 }
 
@@ -290,6 +297,21 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
         }
     }
 
+    fn events(&mut self, seq: u64) -> Result<(Vec<Event>, u64, u64), CallError> {
+        let buf = self.whole_buffer();
+        match self.call(Request::EventsRead { seq, buf })? {
+            Return::ConsoleRead { len, next, dropped } => {
+                let bytes = self
+                    .hc
+                    .buffer()
+                    .get(..len as usize)
+                    .ok_or(CallError::MalformedReply)?;
+                Ok((decode_reply(bytes)?, next, dropped))
+            }
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
     fn wall_clock_ms(&mut self) -> Result<u64, CallError> {
         match self.call(Request::WallClock)? {
             Return::WallClock { unix_ms } => Ok(unix_ms),
@@ -315,7 +337,14 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
     }
 
     fn image_seal(&mut self, id: u32, sha256: Option<[u8; 32]>) -> Result<(), HvError> {
-        let buf = self.load(sha256.as_ref().map_or(&[][..], |d| &d[..]))?;
+        // The digest first, the whole buffer named: room for a Rejection.
+        let buf = match sha256 {
+            Some(d) => {
+                self.load(&d)?;
+                self.whole_buffer()
+            }
+            None => self.load(&[])?,
+        };
         match self.with_request(Request::ImageSeal { id, buf })? {
             Return::Done => Ok(()),
             _ => Err(CallError::MalformedReply.into()),
@@ -356,30 +385,19 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
 }
 
 impl<H: Hypercall> HvcBackend<H> {
-    /// A call with the postcard plan at the buffer's start. The hypervisor
-    /// writes a Rejection over the call's buffer, cutting its sentence to
-    /// the buffer's length, so the call first names the whole shared
-    /// buffer (room for any sentence). A dispatcher that decodes the whole
-    /// buffer as the plan (trailing bytes malformed: INVALID_PARAMETERS)
-    /// gets a second call naming the plan's bytes exactly; its Rejection's
-    /// sentence is then cut to the plan's length.
+    /// A call with the postcard plan at the start of the whole shared
+    /// buffer: the hypervisor decodes the plan from its start and writes a
+    /// Rejection over the buffer, so the rest is room for any sentence.
     fn with_plan(
         &mut self,
         plan: &PartitionPlan,
         request: impl Fn(GuestBuffer) -> Request,
     ) -> Result<Return, HvError> {
         let bytes = encode_reply_vec(plan);
-        let exact = self.load(&bytes)?;
+        self.load(&bytes)?;
         let shared = self.hc.buffer();
         shared[bytes.len()..].fill(0);
         let whole = self.whole_buffer();
-        match self.with_request(request(whole)) {
-            Err(HvError::Call(CallError::Refused(AbiError::InvalidParameters))) => {
-                // The Rejection of a refused first call is not written, so
-                // the plan is still in place.
-                self.with_request(request(exact))
-            }
-            other => other,
-        }
+        self.with_request(request(whole))
     }
 }

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod events;
 pub mod fetch;
 pub mod json;
 pub mod metrics;
@@ -51,6 +52,25 @@ pub const CONSOLE_WRITE_WAIT: Duration = Duration::from_secs(2);
 pub const MAX_BODY_BYTES: usize = 6 * CONSOLE_WRITE_MAX + 64;
 
 const JSON: &str = "application/json";
+const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+/// Server-Sent Events (`GET /api/v1/events/stream`).
+pub const EVENT_STREAM: &str = "text/event-stream";
+/// Most events one `GET /api/v1/events` returns.
+pub const EVENTS_PER_REPLY: usize = 256;
+
+/// A partition name as it may stand in a quoted filename (plan names are
+/// `[a-z0-9_-]`; anything else becomes `_`).
+fn filename_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
 
 /// An HTTP request as the server hands it over.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -69,11 +89,20 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
-    /// Headers besides Content-Type (`ETag`, `Location`).
+    /// Headers besides Content-Type (`ETag`, `Location`, `Content-Disposition`).
     pub headers: Vec<(&'static str, String)>,
 }
 
 impl Response {
+    pub fn new(status: u16, content_type: &'static str, body: Vec<u8>) -> Self {
+        Response {
+            status,
+            content_type,
+            body,
+            headers: Vec::new(),
+        }
+    }
+
     /// The value of header `name` (case-insensitive), if set.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -149,6 +178,19 @@ pub enum Action {
     FetchImage {
         request: json::FetchRequest,
     },
+    /// The whole retained console history, as a file.
+    ConsoleHistory {
+        name: String,
+    },
+    /// Events from sequence number `since` on.
+    ListEvents {
+        since: u64,
+    },
+    /// The event stream (served whole here: what is kept from `since` on;
+    /// the manager's server keeps it open instead, [`Router::open_stream`]).
+    EventStream {
+        since: u64,
+    },
     Metrics,
     OpenApi,
     /// A web UI file, by URL path.
@@ -168,6 +210,9 @@ pub enum Endpoint {
     Restart,
     Shutdown,
     Console,
+    ConsoleHistory,
+    Events,
+    EventStream,
     Metrics,
     OpenApi,
     Resources,
@@ -231,6 +276,13 @@ pub const ROUTES: &[Route] = &[
     route("POST", "/api/v1/images/fetch", Endpoint::ImageFetch),
     route("GET", "/api/v1/images/{id}", Endpoint::Image),
     route("DELETE", "/api/v1/images/{id}", Endpoint::Image),
+    route(
+        "GET",
+        "/api/v1/partitions/{name}/console/history",
+        Endpoint::ConsoleHistory,
+    ),
+    route("GET", "/api/v1/events", Endpoint::Events),
+    route("GET", "/api/v1/events/stream", Endpoint::EventStream),
     route("GET", "/metrics", Endpoint::Metrics),
     route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
 ];
@@ -319,15 +371,14 @@ impl ApiError {
 
 fn json_response<T: serde::Serialize>(status: u16, value: &T) -> Response {
     match serde_json::to_vec(value) {
-        Ok(body) => Response { status, content_type: JSON, body, headers: Vec::new() },
+        Ok(body) => Response::new(status, JSON, body),
         // Our body types always serialise; say so rather than panic.
-        Err(e) => Response {
-            status: 500,
-            content_type: JSON,
-            body: format!("{{\"error\":\"hypervisor_error\",\"detail\":\"serialising the reply failed: {e}\"}}")
+        Err(e) => Response::new(
+            500,
+            JSON,
+            format!("{{\"error\":\"hypervisor_error\",\"detail\":\"serialising the reply failed: {e}\"}}")
                 .into_bytes(),
-            headers: Vec::new(),
-        },
+        ),
     }
 }
 
@@ -557,9 +608,50 @@ fn build_action(
             name,
             offset: parse_offset(query)?,
         },
+        Endpoint::ConsoleHistory => Action::ConsoleHistory { name },
+        Endpoint::Events => Action::ListEvents {
+            since: parse_since(query)?,
+        },
+        Endpoint::EventStream => Action::EventStream {
+            since: stream_cursor(req, query)?,
+        },
         Endpoint::Metrics => Action::Metrics,
         Endpoint::OpenApi => Action::OpenApi,
     })
+}
+
+/// The `since` query parameter (default 0).
+fn parse_since(query: &str) -> Result<u64, ApiError> {
+    let mut since = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "since" {
+            since = percent_decode(value)
+                .and_then(|v| events::parse_cursor(&v))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "since must be a non-negative integer, not {value:?}"
+                    ))
+                })?;
+        }
+    }
+    Ok(since)
+}
+
+/// Where a stream starts: after its `Last-Event-ID` (a reconnecting
+/// EventSource), else at `since` (default 0: everything kept).
+fn stream_cursor(req: &Request, query: &str) -> Result<u64, ApiError> {
+    let last = req
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("last-event-id"))
+        .map(|(_, v)| v.as_str());
+    match last {
+        Some(v) => events::parse_cursor(v).map(|id| id + 1).ok_or_else(|| {
+            ApiError::bad_request(format!("Last-Event-ID must be a u64, not {v:?}"))
+        }),
+        None => parse_since(query),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -578,6 +670,11 @@ pub struct Router<B: Backend> {
     /// Also demand the token on GETs (console output, metrics). Off by
     /// default: the contract asks it only of POSTs.
     pub require_token_for_reads: bool,
+    /// The hypervisor's events merged with the manager's own.
+    pub events: events::EventLog,
+    /// Every partition's console history ([`Router::follow_consoles`]).
+    pub histories: events::Histories,
+    logins: events::LoginLimiter,
 }
 
 impl<B: Backend> Router<B> {
@@ -595,6 +692,89 @@ impl<B: Backend> Router<B> {
             token_digest,
             static_files,
             require_token_for_reads: false,
+            events: events::EventLog::new(),
+            histories: events::Histories::new(),
+            logins: events::LoginLimiter::default(),
+        }
+    }
+
+    /// Records one of the manager's own events (`kind`: `config`,
+    /// `login_refused`, ...; the API's names), after taking in the
+    /// hypervisor's newer ones so that the order is right. The one call
+    /// for every part of the manager that has something to report (a
+    /// partition created, changed or deleted: `config`).
+    pub fn record(&mut self, kind: &str, partition: Option<&str>, message: &str) -> Option<u64> {
+        self.poll_events();
+        let now = self.backend.wall_clock_ms().ok();
+        self.events.record(kind, partition, message, now)
+    }
+
+    /// Takes in the hypervisor's events newer than those already read
+    /// (EVENTS_READ, as many calls as it takes, at most 16 per poll).
+    pub fn poll_events(&mut self) {
+        for _ in 0..16 {
+            let from = self.events.hv_next();
+            match self.backend.events(from) {
+                Ok((list, next, _dropped)) => {
+                    self.events.ingest(&list, next);
+                    if list.is_empty() || next <= from {
+                        return;
+                    }
+                }
+                // A hypervisor without the call: the manager's own only.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Reads every partition's console on from where its history stopped
+    /// (the manager's follower thread calls this about once a second).
+    pub fn follow_consoles(&mut self) {
+        let Ok(parts) = self.backend.partitions() else {
+            return;
+        };
+        for p in parts {
+            self.follow_console(p.index, &p.name);
+        }
+    }
+
+    fn follow_console(&mut self, index: u32, name: &str) {
+        let mut buf = vec![0u8; 4 * CONSOLE_READ_MAX];
+        // Bounded: a partition printing faster than this is read on the
+        // next round (the hypervisor's ring counts what it overwrote).
+        for _ in 0..16 {
+            let cursor = self.histories.get(name).cursor;
+            let Ok(read) = self.backend.console_read(index, cursor, &mut buf) else {
+                return;
+            };
+            let len = read.len.min(buf.len());
+            self.histories
+                .get(name)
+                .append(&buf[..len], read.next, read.dropped);
+            if len == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Where an event stream asked for by `req` starts, once routed and
+    /// authorised like any request (the error response otherwise); the
+    /// caller then sends [`events::EventStream::poll`]'s frames on it.
+    pub fn open_stream(&mut self, req: &Request) -> Result<events::EventStream, Response> {
+        let (path, query) = split_target(&req.path);
+        let result = match_route(&req.method, path).and_then(|m| {
+            if self.require_token_for_reads {
+                self.authorize(req)?;
+            }
+            build_action(req, m, path, query)
+        });
+        match result {
+            Ok(Action::EventStream { since }) => {
+                self.poll_events();
+                Ok(events::EventStream::new(since, Instant::now()))
+            }
+            Ok(_) => Err(ApiError::not_found("not the event stream").to_response()),
+            Err(e) => Err(e.to_response()),
         }
     }
 
@@ -626,7 +806,10 @@ impl<B: Backend> Router<B> {
         let matched = match_route(&req.method, path)?;
         let is_api = matches!(matched, Matched::Api { .. });
         if req.method != "GET" || (is_api && self.require_token_for_reads) {
-            self.authorize(req)?;
+            if let Err(e) = self.authorize(req) {
+                self.login_refused(req, &e.detail);
+                return Err(e);
+            }
         }
         let action = build_action(req, matched, path, query)?;
         if let Action::UploadImage { query } = action {
@@ -634,6 +817,20 @@ impl<B: Backend> Router<B> {
             return Ok(runtime::drive_upload(self, req, &query, &mut body));
         }
         self.execute(action)
+    }
+
+    /// A `login_refused` event for a request refused 401 (rate limited:
+    /// [`events::LOGIN_BURST`] per [`events::LOGIN_WINDOW`]).
+    fn login_refused(&mut self, req: &Request, why: &str) {
+        let Some(suppressed) = self.logins.check(Instant::now()) else {
+            return;
+        };
+        let (path, _) = split_target(&req.path);
+        let mut message = format!("{} {path}: {why}", req.method);
+        if suppressed > 0 {
+            message.push_str(&format!(" ({suppressed} more refused before, not listed)"));
+        }
+        self.record("login_refused", None, &message);
     }
 
     /// 401 unless `req` carries the right bearer token.
@@ -742,6 +939,36 @@ impl<B: Backend> Router<B> {
                     },
                 ))
             }
+            Action::ConsoleHistory { name } => {
+                let index = self.lookup(&name)?.index;
+                self.follow_console(index, &name);
+                let text =
+                    String::from_utf8_lossy(&self.histories.get(&name).to_vec()).into_owned();
+                let mut resp = Response::new(200, TEXT_PLAIN, text.into_bytes());
+                resp.headers.push((
+                    "Content-Disposition",
+                    format!(
+                        "attachment; filename=\"{}-console.log\"",
+                        filename_safe(&name)
+                    ),
+                ));
+                Ok(resp)
+            }
+            Action::ListEvents { since } => {
+                self.poll_events();
+                Ok(json_response(
+                    200,
+                    &self.events.since(since, EVENTS_PER_REPLY),
+                ))
+            }
+            Action::EventStream { since } => {
+                self.poll_events();
+                let list = self.events.since(since, events::EVENTS_KEPT);
+                let body: String = list.events.iter().map(events::sse_frame).collect();
+                let mut resp = Response::new(200, EVENT_STREAM, body.into_bytes());
+                resp.headers.push(("Cache-Control", "no-cache".to_string()));
+                Ok(resp)
+            }
             Action::Metrics => {
                 let mut details = Vec::new();
                 for p in self.partitions()? {
@@ -751,19 +978,13 @@ impl<B: Backend> Router<B> {
                         .map_err(|e| ApiError::from_call(e, &p.name))?;
                     details.push(d);
                 }
-                Ok(Response {
-                    status: 200,
-                    content_type: metrics::CONTENT_TYPE,
-                    body: metrics::render(&details).into_bytes(),
-                    headers: Vec::new(),
-                })
+                Ok(Response::new(
+                    200,
+                    metrics::CONTENT_TYPE,
+                    metrics::render(&details).into_bytes(),
+                ))
             }
-            Action::OpenApi => Ok(Response {
-                status: 200,
-                content_type: JSON,
-                body: OPENAPI_JSON.as_bytes().to_vec(),
-                headers: Vec::new(),
-            }),
+            Action::OpenApi => Ok(Response::new(200, JSON, OPENAPI_JSON.as_bytes().to_vec())),
             Action::StaticFile { path } => self.static_file(&path),
         }
     }
@@ -896,12 +1117,7 @@ impl<B: Backend> Router<B> {
         self.static_files
             .iter()
             .find(|(p, _, _)| p.trim_start_matches('/') == wanted)
-            .map(|(_, content_type, bytes)| Response {
-                status: 200,
-                content_type,
-                body: bytes.to_vec(),
-                headers: Vec::new(),
-            })
+            .map(|(_, content_type, bytes)| Response::new(200, content_type, bytes.to_vec()))
             .ok_or_else(|| ApiError::not_found(format!("no file {path}")))
     }
 }

@@ -396,9 +396,14 @@ fn a_kind(kind: pinfold_abi::ImageKind) -> &'static str {
 }
 
 impl<B: Backend> Router<B> {
-    /// The events engineer's log, once it exists: a `config` or `image`
-    /// event. A no-op hook today (the hypervisor logs its own 3.0 events).
-    pub fn record_event(&mut self, _kind: &str, _partition: Option<&str>, _message: &str) {}
+    /// A `config` or `image` event in the manager's log. The hypervisor
+    /// records its own for partitions created, changed or destroyed, so
+    /// those are not recorded twice; image events are only the manager's.
+    pub fn record_event(&mut self, kind: &str, partition: Option<&str>, message: &str) {
+        if kind != "config" {
+            self.record(kind, partition, message);
+        }
+    }
 
     /// The hypervisor's images, or none when it lacks the call.
     fn hv_images(&mut self) -> Result<Vec<ImageInfo>, ApiError> {

@@ -61,6 +61,8 @@ struct FakeBackend {
     /// The largest IMAGE_WRITE seen, and the most one call takes.
     largest_write: usize,
     write_limit: usize,
+    /// The hypervisor's event log (EVENTS_READ gives at most 2 per call).
+    hv_events: Vec<pinfold_abi::Event>,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -125,6 +127,7 @@ impl FakeBackend {
             free_ram: 1 << 30,
             largest_write: 0,
             write_limit: pinfold_abi::MAX_BUFFER_LEN as usize,
+            hv_events: Vec::new(),
         }
     }
 
@@ -190,7 +193,10 @@ impl FakeBackend {
                 {
                     return reject(
                         "kernel",
-                        format!("image {} is not a Linux arm64 Image", info.id),
+                        format!(
+                            "image {} lacks the arm64 Image magic \"ARM\\x64\" at byte 56 (kernel_format = \"linux\")",
+                            info.id
+                        ),
                         false,
                     );
                 }
@@ -427,10 +433,6 @@ impl Backend for FakeBackend {
             ))
         } else if sha256.is_some_and(|d| d != digest) {
             Some(("sha256", format!("image {id}'s SHA-256 differs")))
-        } else if info.kind == pinfold_abi::ImageKind::Kernel
-            && data.get(56..60) != Some(b"ARM\x64")
-        {
-            Some(("kernel", format!("image {id} is not an arm64 Image")))
         } else {
             None
         };
@@ -590,6 +592,29 @@ impl Backend for FakeBackend {
                 partition: Some(ALPHA),
             }],
         })
+    }
+
+    fn events(&mut self, seq: u64) -> Result<(Vec<pinfold_abi::Event>, u64, u64), CallError> {
+        let got: Vec<_> = self
+            .hv_events
+            .iter()
+            .filter(|e| e.seq >= seq)
+            .take(2)
+            .cloned()
+            .collect();
+        let end = self.hv_events.last().map_or(0, |e| e.seq + 1);
+        let next = got.last().map_or(end.max(seq), |e| e.seq + 1);
+        Ok((got, next, 0))
+    }
+}
+
+fn hv_event(seq: u64, partition: &str, message: &str) -> pinfold_abi::Event {
+    pinfold_abi::Event {
+        seq,
+        unix_ms: Some(1_796_132_700_000 + seq * 1000),
+        kind: pinfold_abi::EventKind::State,
+        partition: Some((BETA, partition.to_string())),
+        message: message.to_string(),
     }
 }
 
@@ -1787,6 +1812,14 @@ mod hvc {
         fn wall_clock_ms(&self) -> Option<u64> {
             self.0.clock.ok()
         }
+        fn events(&self, seq: u64, _: usize) -> Option<(Vec<pinfold_abi::Event>, u64, u64)> {
+            FakeBackend {
+                hv_events: self.0.hv_events.clone(),
+                ..FakeBackend::new()
+            }
+            .events(seq)
+            .ok()
+        }
     }
 
     impl Hypercall for Machine {
@@ -1882,6 +1915,24 @@ mod hvc {
     }
 
     #[test]
+    fn events_come_through_the_hypercall_abi() {
+        let mut r = machine_router(0x1_0000, true);
+        r.backend_mut().hc_mut().hv.0.hv_events =
+            (0..5).map(|s| hv_event(s, "beta", "stopped")).collect();
+
+        let resp = r.handle(&get("/api/v1/events"));
+
+        let seqs: Vec<u64> = body_json(&resp)["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, [1000, 2000, 3000, 4000, 5000]);
+        assert_eq!(body_json(&resp)["events"][0]["partition"], "beta");
+    }
+
+    #[test]
     fn manager_not_recognised_as_management_is_503() {
         let mut r = machine_router(0x1_0000, false);
 
@@ -1961,17 +2012,13 @@ mod hvc {
             (resp.status, body_json(&resp)["field"].as_str()),
             (409, Some("cpus"))
         );
-        // This dispatcher takes the whole buffer for the plan, so the call
-        // that succeeds names exactly the plan's bytes, and the Rejection
-        // written over them has its sentence cut to that length.
-        let full = r#"partition "gamma": cpus: CPU 2 is also used by partition "beta""#;
-        let got = body_json(&resp)["detail"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        assert!(!got.is_empty() && full.starts_with(&got), "{got:?}");
+        // The plan is at the start of the whole buffer and the Rejection
+        // written over it has room for its whole sentence.
+        assert_eq!(
+            body_json(&resp)["detail"],
+            r#"partition "gamma": cpus: CPU 2 is also used by partition "beta""#
+        );
         assert!(r.backend_mut().hc_mut().hv.0.plans.is_empty());
-        assert_eq!(got, r#"partition "gamma": c"#, "cut at the plan's length");
     }
 
     #[test]
@@ -1992,4 +2039,123 @@ mod hvc {
             (409, Some("memory"))
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// Events, the stream, console history
+// ---------------------------------------------------------------------------
+
+fn event_seqs(resp: &Response) -> Vec<u64> {
+    body_json(resp)["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn events_merge_the_hypervisors_with_refused_logins_and_config_changes() {
+    let mut r = router();
+    r.backend_mut().hv_events = vec![hv_event(0, "beta", "stopped by the manager")];
+    let mut bad = post("/api/v1/partitions/beta/start", "");
+    bad.headers = vec![("Authorization".into(), "Bearer nope".into())];
+    assert_eq!(r.handle(&bad).status, 401);
+    r.backend_mut()
+        .hv_events
+        .push(hv_event(1, "beta", "running (boot 2)"));
+    let config = r.record("config", Some("beta"), "bootargs changed");
+
+    let resp = r.handle(&get("/api/v1/events"));
+
+    assert_eq!(resp.status, 200);
+    let body = body_json(&resp);
+    assert_eq!(event_seqs(&resp), [1000, 1001, 2000, 2001]);
+    assert_eq!(config, Some(2001));
+    assert_eq!(
+        body["events"][1],
+        json!({"seq": 1001, "time": "2026-12-01T13:45:00Z", "kind": "login_refused",
+               "partition": null, "message": "POST /api/v1/partitions/beta/start: wrong token"})
+    );
+    assert_eq!(
+        body["events"][0],
+        json!({"seq": 1000, "time": "2026-12-01T13:45:00Z", "kind": "state",
+               "partition": "beta", "message": "stopped by the manager"})
+    );
+    assert_eq!(body["next"], 2002);
+    let later = r.handle(&get("/api/v1/events?since=2001"));
+    assert_eq!(event_seqs(&later), [2001]);
+}
+
+#[test]
+fn a_storm_of_refused_logins_is_a_few_events() {
+    let mut r = router();
+    let mut bad = post("/api/v1/partitions/beta/start", "");
+    bad.headers.clear();
+    for _ in 0..100 {
+        assert_eq!(r.handle(&bad).status, 401);
+    }
+    let resp = r.handle(&get("/api/v1/events"));
+    assert_eq!(event_seqs(&resp).len(), events::LOGIN_BURST as usize);
+}
+
+#[test]
+fn events_since_must_be_a_number() {
+    let mut r = router();
+    let resp = r.handle(&get("/api/v1/events?since=x"));
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (400, "bad_request")
+    );
+}
+
+#[test]
+fn the_stream_starts_after_last_event_id_and_frames_every_event() {
+    let mut r = router();
+    r.backend_mut().hv_events = (0..3).map(|s| hv_event(s, "beta", "x")).collect();
+    let mut req = get("/api/v1/events/stream");
+    req.headers.push(("Last-Event-ID".into(), "1000".into()));
+
+    let mut stream = r.open_stream(&req).expect("a stream");
+    let first = stream.poll(&r.events, std::time::Instant::now()).unwrap();
+    let whole = r.handle(&req);
+
+    assert!(
+        first.starts_with("id: 2000\nevent: state\ndata: {\"seq\":2000,"),
+        "{first}"
+    );
+    assert_eq!(first.matches("\n\n").count(), 2, "events 2000 and 3000");
+    assert_eq!(whole.content_type, EVENT_STREAM);
+    assert_eq!(String::from_utf8(whole.body).unwrap(), first);
+    let mut bad = get("/api/v1/events/stream");
+    bad.headers.push(("Last-Event-ID".into(), "abc".into()));
+    assert_eq!(r.open_stream(&bad).unwrap_err().status, 400);
+}
+
+#[test]
+fn the_console_history_is_a_text_download_with_everything_kept() {
+    let mut r = router();
+    r.follow_consoles();
+    r.backend_mut().console.extend_from_slice(b"root\r\n");
+
+    let resp = r.handle(&get("/api/v1/partitions/alpha/console/history"));
+
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.content_type, "text/plain; charset=utf-8");
+    assert_eq!(
+        resp.headers,
+        [(
+            "Content-Disposition",
+            "attachment; filename=\"alpha-console.log\"".to_string()
+        )]
+    );
+    // The fake's ring starts at position 100: what was before is lost.
+    assert_eq!(
+        text(&resp),
+        "\r\n[pinfold-manager: 100 bytes of console output lost]\r\nlogin: root\r\n"
+    );
+    let again = r.handle(&get("/api/v1/partitions/alpha/console/history"));
+    assert_eq!(text(&again), text(&resp), "nothing read twice");
+    let missing = r.handle(&get("/api/v1/partitions/nope/console/history"));
+    assert_eq!(missing.status, 404);
 }

@@ -3,20 +3,7 @@
 //! RFC 3339 UTC (`2026-12-01T13:45:00Z`), from the Unix milliseconds the
 //! hypervisor's WALL_CLOCK call returns.
 
-/// (year, month 1..=12, day 1..=31) of a day count since 1970-01-01
-/// (H. Hinnant's `civil_from_days`).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
+pub use pinfold_abi::civil_from_days;
 
 struct Parts {
     year: i64,

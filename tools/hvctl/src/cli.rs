@@ -16,7 +16,11 @@ commands:
   restart NAME              restart a running partition
   shutdown NAME             press its power button (graceful; stopped by
                             force after its shutdown_timeout_s)
-  console NAME [--follow]   print the console (--follow: keep printing)
+  console NAME              interactive when stdin is a terminal: output as
+                            it comes, typed keys to the partition's input;
+                            escape: Ctrl-] then q (Ctrl-] twice sends one
+                            Ctrl-]). Otherwise prints what is there.
+  console NAME --follow     print the console and keep printing
   console NAME --input TEXT send TEXT to the console's input (- : stdin)
   resources                 CPUs, RAM ranges and devices: free or whose
   create NAME --cpus 1,2 --memory 256M --kernel ID|FILE [--initrd ID|FILE]
@@ -30,18 +34,28 @@ commands:
   upload FILE --kind kernel|initrd|dtb [--name N] [--sha256 HEX]
                             upload an image, with a progress line on stderr
   images                    the images the hypervisor holds
+  image-delete ID           delete an image no partition uses
   fetch URL --kind K [--name N] [--sha256 HEX]
                             have the manager download an image (http://)
 
+  console NAME --history [-o FILE]
+                            the whole retained history, across restarts
+                            (to FILE with -o)
+  events [--follow] [--since SEQ]
+                            the event log (--follow: keep printing new ones;
+                            with --json one JSON event per line)
+
 options:
   --url URL      API base URL (default http://127.0.0.1:8080)
-  --token TOKEN  bearer token for every change (default: $PINFOLD_TOKEN)
+  --token TOKEN  bearer token for every change and console --input
+                 (default: $PINFOLD_TOKEN)
   --json         print the API's JSON instead of tables; errors too, as
-                 {error, detail, field} on stdout (exit 1)
+                 {\"error\", \"detail\", \"field\"} on stdout (exit 1)
 
 An image argument of digits only is an image id; anything else is a file
 (write ./3 for a file named 3). --memory takes M/MiB, G/GiB or K/KiB; a bare
-number is MiB.";
+number is MiB. Output into a closed pipe (hvctl ... | head -1) ends hvctl
+quietly.";
 
 /// A life-cycle command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +92,20 @@ pub enum Command {
         name: String,
         follow: bool,
     },
+    /// The interactive console (stdin a terminal, no other console flag).
+    Interactive {
+        name: String,
+    },
+    /// The console history, to stdout or a file.
+    History {
+        name: String,
+        file: Option<String>,
+    },
+    /// The event log.
+    Events {
+        follow: bool,
+        since: u64,
+    },
     /// Send input to a console, all of it, in order.
     ConsoleInput {
         name: String,
@@ -103,6 +131,10 @@ pub enum Command {
         image: ImageSpec,
     },
     Images,
+    /// `image-delete ID`.
+    ImageDelete {
+        id: String,
+    },
     Fetch {
         url: String,
         image: ImageSpec,
@@ -224,7 +256,21 @@ pub struct UsageError(pub String);
 
 /// Parses the arguments after the program name. Options may come before
 /// or after the command; `env_token` is `$PINFOLD_TOKEN`.
+#[cfg(test)]
 pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageError> {
+    parse_with(args, env_token, false)
+}
+
+/// [`parse`], knowing whether stdin is a terminal (`console NAME` is then
+/// interactive).
+pub fn parse_with(
+    args: &[String],
+    env_token: Option<String>,
+    tty: bool,
+) -> Result<Cli, UsageError> {
+    let mut history = false;
+    let mut file = None;
+    let mut since = None;
     let mut url = None;
     let mut token = None;
     let mut json = false;
@@ -246,6 +292,14 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
             "--token" => token = Some(value("--token")?),
             "--json" => json = true,
             "--follow" | "-f" => follow = true,
+            "--history" => history = true,
+            "-o" | "--output" => file = Some(value("-o")?),
+            "--since" => {
+                let v = value("--since")?;
+                since = Some(v.parse::<u64>().map_err(|_| {
+                    UsageError(format!("--since needs a sequence number, not {v:?}"))
+                })?);
+            }
             "--input" => {
                 input = Some(match value("--input")?.as_str() {
                     "-" => Input::Stdin,
@@ -322,14 +376,26 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
             name: name(&words, "shutdown")?,
         },
         Some("console") => match input.take() {
-            Some(_) if follow => {
+            Some(_) if follow || history => {
                 return Err(UsageError(
-                    "console takes --follow or --input, not both".into(),
+                    "console takes one of --follow, --input, --history".into(),
                 ))
             }
             Some(input) => Command::ConsoleInput {
                 name: name(&words, "console")?,
                 input,
+            },
+            None if history && follow => {
+                return Err(UsageError(
+                    "console takes one of --follow, --input, --history".into(),
+                ))
+            }
+            None if history => Command::History {
+                name: name(&words, "console")?,
+                file: file.take(),
+            },
+            None if tty && !follow => Command::Interactive {
+                name: name(&words, "console")?,
             },
             None => Command::Console {
                 name: name(&words, "console")?,
@@ -373,6 +439,17 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
         Some("delete") => Command::Delete {
             name: name(&words, "delete")?,
         },
+        Some("image-delete") => match words.as_slice() {
+            [_, id] if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => {
+                Command::ImageDelete { id: id.to_string() }
+            }
+            [_, id] => {
+                return Err(UsageError(format!(
+                    "image-delete takes an image id, not {id:?}"
+                )))
+            }
+            _ => return Err(UsageError("image-delete takes one image ID".into())),
+        },
         Some(cmd @ ("upload" | "fetch")) => {
             let what = if cmd == "upload" { "FILE" } else { "URL" };
             let arg = match words.as_slice() {
@@ -390,6 +467,11 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
                 Command::Fetch { url: arg, image }
             }
         }
+        Some("events") if words.len() == 1 => Command::Events {
+            follow,
+            since: since.take().unwrap_or(0),
+        },
+        Some("events") => return Err(UsageError("events takes no NAME".into())),
         Some(other) => return Err(UsageError(format!("unknown command {other:?}"))),
         None => return Err(UsageError("no command given".into())),
     };
@@ -403,8 +485,19 @@ pub fn parse(args: &[String], env_token: Option<String>) -> Result<Cli, UsageErr
             "--kind, --name and --sha256 only apply to upload and fetch".into(),
         ));
     }
-    if follow && !matches!(command, Command::Console { .. }) {
-        return Err(UsageError("--follow only applies to console".into()));
+    if follow && !matches!(command, Command::Console { .. } | Command::Events { .. }) {
+        return Err(UsageError(
+            "--follow only applies to console and events".into(),
+        ));
+    }
+    if history && !matches!(command, Command::History { .. }) {
+        return Err(UsageError("--history only applies to console".into()));
+    }
+    if file.is_some() {
+        return Err(UsageError("-o only applies to console --history".into()));
+    }
+    if since.is_some() {
+        return Err(UsageError("--since only applies to events".into()));
     }
     if input.is_some() {
         return Err(UsageError("--input only applies to console".into()));
@@ -533,6 +626,53 @@ mod tests {
                 follow: true
             }
         );
+    }
+
+    #[test]
+    fn console_on_a_terminal_is_interactive_unless_told_otherwise() {
+        let tty = |s: &str| parse_with(&args(s), None, true).map(|c| c.command);
+        assert_eq!(
+            tty("console beta"),
+            Ok(Command::Interactive {
+                name: "beta".into()
+            })
+        );
+        assert_eq!(
+            tty("console beta --follow"),
+            Ok(Command::Console {
+                name: "beta".into(),
+                follow: true
+            })
+        );
+        assert_eq!(
+            parse(&args("console beta"), None).map(|c| c.command),
+            Ok(Command::Console {
+                name: "beta".into(),
+                follow: false
+            })
+        );
+    }
+
+    #[test]
+    fn history_and_events_are_parsed() {
+        assert_eq!(
+            parse(&args("console beta --history -o b.log"), None).map(|c| c.command),
+            Ok(Command::History {
+                name: "beta".into(),
+                file: Some("b.log".into())
+            })
+        );
+        assert_eq!(
+            parse(&args("--json events --follow --since 4000"), None).map(|c| c.command),
+            Ok(Command::Events {
+                follow: true,
+                since: 4000
+            })
+        );
+        assert!(parse(&args("console beta --history --follow"), None).is_err());
+        assert!(parse(&args("list -o x"), None).is_err());
+        assert!(parse(&args("events --since x"), None).is_err());
+        assert!(parse(&args("events beta"), None).is_err());
     }
 
     #[test]
@@ -690,6 +830,16 @@ mod tests {
         assert!(parse(&args("upload vmlinuz"), None).is_err());
         assert!(parse(&args("fetch http://h/k --kind initrd"), None).is_ok());
         assert!(parse(&args("fetch --kind initrd"), None).is_err());
+    }
+
+    #[test]
+    fn image_delete_takes_one_numeric_id() {
+        assert_eq!(
+            parse(&args("image-delete 4"), None).map(|c| c.command),
+            Ok(Command::ImageDelete { id: "4".into() })
+        );
+        assert!(parse(&args("image-delete vmlinuz"), None).is_err());
+        assert!(parse(&args("image-delete"), None).is_err());
     }
 
     #[test]

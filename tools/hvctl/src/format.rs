@@ -255,6 +255,19 @@ pub fn images(list: &[Image]) -> String {
     )
 }
 
+/// One event as `hvctl events` prints it: time (or `-`), sequence number,
+/// kind, partition (or `-`), message.
+pub fn event_line(e: &pinfold_manager_api::events::ApiEvent) -> String {
+    format!(
+        "{}  {}  {}  {}  {}\n",
+        e.time.as_deref().unwrap_or("-"),
+        e.seq,
+        e.kind,
+        e.partition.as_deref().unwrap_or("-"),
+        e.message
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,15 +1,23 @@
-//! hvctl: list, inspect, start, stop and restart Pinfold partitions and read their consoles through the manager's REST API.
+//! hvctl: list, inspect, start, stop and restart Pinfold partitions, use their consoles (interactive, history) and read the event log through the manager's REST API.
+//!
+//! Output into a closed pipe (`hvctl events | head -1`) ends hvctl quietly
+//! with status 0: Rust ignores SIGPIPE, so a write fails with EPIPE, and
+//! that error is caught where every command's output goes (`main`), not
+//! left to `println!`'s panic. With `--json` an error is a JSON object on
+//! stdout (`{"error", "detail"}`, plus `status` for an API refusal).
 
 mod cli;
 mod format;
+mod interactive;
 mod runtime;
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use cli::{Cli, Command, Input, UsageError};
 use hvctl::http::{self, Endpoint, HttpError, Reply};
+use pinfold_manager_api::events::EventList;
 use pinfold_manager_api::json::{
     Accepted, ConsoleChunk, FieldErrorBody, PartitionDetailJson, PartitionList, TransitionResult,
 };
@@ -96,35 +104,180 @@ impl From<std::io::Error> for RunError {
     }
 }
 
+impl RunError {
+    /// The `error` code of the `--json` error object.
+    fn code(&self) -> &str {
+        match self {
+            RunError::Http(_) => "connection_failed",
+            RunError::Api { code, .. } => code,
+            RunError::UnexpectedBody(_) => "unexpected_reply",
+            RunError::Output(_) => "output_failed",
+            RunError::Input { .. } => "input_incomplete",
+            RunError::File { .. } => "input_failed",
+            RunError::Stdin(_) => "stdin_failed",
+            RunError::InputFull => "input_full",
+        }
+    }
+
+    /// The `--json` error object: `{error, detail, field}` (the API's own
+    /// when it refused, with its status), plus how much console input was
+    /// taken when it stopped part-way.
+    fn to_json(&self) -> serde_json::Value {
+        let mut v =
+            serde_json::json!({ "error": self.code(), "detail": self.to_string(), "field": null });
+        match self {
+            RunError::Api {
+                status,
+                detail,
+                field,
+                ..
+            } => {
+                v["status"] = (*status).into();
+                v["detail"] = detail.clone().into();
+                v["field"] = field.clone().into();
+            }
+            RunError::Input { taken, total, .. } => {
+                v["accepted"] = (*taken).into();
+                v["remaining"] = (total - taken).into();
+            }
+            _ => {}
+        }
+        v
+    }
+
+    /// Output into a closed pipe: not an error worth a word.
+    fn is_broken_pipe(&self) -> bool {
+        matches!(self, RunError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// A line on stderr; a closed stderr is no reason to panic.
+fn note(args: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr(), "{args}");
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let cli = match cli::parse(&args, std::env::var(cli::TOKEN_ENV).ok()) {
+    let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let cli = match cli::parse_with(&args, std::env::var(cli::TOKEN_ENV).ok(), tty) {
         Ok(cli) => cli,
         Err(UsageError(why)) => {
-            eprintln!("hvctl: {why}\n\n{}", cli::USAGE);
+            if args.iter().any(|a| a == "--json") {
+                let e = serde_json::json!({ "error": "usage", "detail": why });
+                let _ = writeln!(std::io::stdout(), "{e}");
+            } else {
+                note(format_args!("hvctl: {why}\n\n{}", cli::USAGE));
+            }
             return ExitCode::from(2);
         }
     };
-    if cli.command == Command::Help {
-        println!("{}", cli::USAGE);
-        return ExitCode::SUCCESS;
-    }
     let mut stdout = std::io::stdout().lock();
-    let mut wait = || {
-        std::thread::sleep(FOLLOW_INTERVAL);
-        true
-    };
-    match run(&cli, &mut std::io::stdin(), &mut stdout, &mut wait) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if cli.json => {
-            let _ = writeln!(stdout, "{}", e.to_json());
-            ExitCode::FAILURE
+    let result = match &cli.command {
+        Command::Help => writeln!(stdout, "{}", cli::USAGE).map_err(RunError::Output),
+        Command::Interactive { name } => interactive_console(&cli, name),
+        _ => {
+            let mut wait = || {
+                std::thread::sleep(FOLLOW_INTERVAL);
+                true
+            };
+            run(&cli, &mut std::io::stdin(), &mut stdout, &mut wait)
         }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hvctl: {e}");
+            if cli.json {
+                let _ = writeln!(stdout, "{}", e.to_json());
+            } else {
+                note(format_args!("hvctl: {e}"));
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// `console NAME` on a terminal (module `interactive`). Returns when the
+/// escape key is typed (Ctrl-] q) or stdin ends; fails when input is
+/// refused (no token, say).
+fn interactive_console(cli: &Cli, name: &str) -> Result<(), RunError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    let ep = Endpoint::parse(&cli.url)?;
+    let base = format!("/api/v1/partitions/{}/console", encode_segment(name));
+    // Start at the end of what is there (a cursor beyond the end reads
+    // nothing and answers the end): the partition's next output on.
+    let first: ConsoleChunk = decode(&check(http::request(
+        &ep,
+        "GET",
+        &format!("{base}?offset={}", u64::MAX),
+        None,
+        None,
+    )?)?)?;
+    let mut offset = first.next;
+    note(format_args!(
+        "hvctl: connected to {name}'s console; escape: Ctrl-] then q"
+    ));
+    let raw = interactive::RawTerminal::enter();
+    let quit = Arc::new(AtomicBool::new(false));
+    let (keys_tx, keys_rx) = mpsc::channel::<Vec<u8>>();
+    {
+        let quit = quit.clone();
+        std::thread::spawn(move || interactive::read_keys(std::io::stdin(), keys_tx, quit));
+    }
+    // One sender, so input goes in the order typed.
+    let (err_tx, err_rx) = mpsc::channel::<RunError>();
+    let sender = {
+        let (ep, token, name) = (ep.clone(), cli.token.clone(), name.to_string());
+        std::thread::spawn(move || {
+            while let Ok(mut bytes) = keys_rx.recv() {
+                while let Ok(more) = keys_rx.try_recv() {
+                    bytes.extend(more);
+                }
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                if let Err(e) = send_input(&ep, token.as_deref(), &name, &text) {
+                    let _ = err_tx.send(e);
+                    return;
+                }
+            }
+        })
+    };
+    let mut out = std::io::stdout().lock();
+    let result = loop {
+        if let Ok(e) = err_rx.try_recv() {
+            break Err(e);
+        }
+        let chunk: ConsoleChunk =
+            match http::request(&ep, "GET", &format!("{base}?offset={offset}"), None, None)
+                .map_err(RunError::from)
+                .and_then(check)
+                .and_then(|r| decode(&r))
+            {
+                Ok(c) => c,
+                Err(e) => break Err(e),
+            };
+        if let Err(e) = interactive::show(&mut out, chunk.data.as_bytes()) {
+            break Err(RunError::Output(e));
+        }
+        offset = chunk.next;
+        if quit.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        if chunk.data.is_empty() {
+            std::thread::sleep(interactive::POLL);
+        }
+    };
+    // Input typed before the escape still goes, then the terminal is back.
+    if result.is_ok() {
+        let _ = sender.join();
+        if let Ok(e) = err_rx.try_recv() {
+            drop(raw);
+            return Err(e);
+        }
+    }
+    drop(raw);
+    note(format_args!(""));
+    result
 }
 
 /// Percent-encodes a partition name for a path segment.
@@ -163,35 +316,6 @@ fn api_error(status: u16, body: &[u8]) -> RunError {
             detail: String::from_utf8_lossy(body).trim().to_string(),
             field: None,
         },
-    }
-}
-
-impl RunError {
-    /// The error as `--json` prints it: the API's `{error, detail, field}`
-    /// when it refused, else hvctl's own code.
-    fn to_json(&self) -> serde_json::Value {
-        match self {
-            RunError::Api {
-                code,
-                detail,
-                field,
-                ..
-            } => serde_json::json!({"error": code, "detail": detail, "field": field}),
-            RunError::Input { why, .. } => {
-                let mut inner = why.to_json();
-                inner["detail"] = serde_json::Value::String(self.to_string());
-                inner
-            }
-            other => {
-                let code = match other {
-                    RunError::Http(_) => "connection_failed",
-                    RunError::UnexpectedBody(_) => "unexpected_reply",
-                    RunError::File { .. } | RunError::Stdin(_) => "input_failed",
-                    _ => "hvctl_error",
-                };
-                serde_json::json!({"error": code, "detail": other.to_string(), "field": null})
-            }
-        }
     }
 }
 
@@ -283,8 +407,63 @@ fn run(
         | Command::Delete { .. }
         | Command::Upload { .. }
         | Command::Images
+        | Command::ImageDelete { .. }
         | Command::Fetch { .. } => {
             runtime::run(cli, &ep, out, &mut std::io::stderr())?;
+        }
+        Command::Interactive { name } => {
+            return Err(RunError::UnexpectedBody(format!(
+                "console {name}: the interactive console needs a terminal"
+            )))
+        }
+        Command::History { name, file } => {
+            let reply = get(&format!(
+                "/api/v1/partitions/{}/console/history",
+                encode_segment(name)
+            ))?;
+            match file {
+                None => out.write_all(&reply.body)?,
+                Some(path) => {
+                    std::fs::write(path, &reply.body).map_err(RunError::Output)?;
+                    if cli.json {
+                        writeln!(
+                            out,
+                            "{}",
+                            serde_json::json!({ "file": path, "bytes": reply.body.len() })
+                        )?;
+                    } else {
+                        writeln!(
+                            out,
+                            "{name}: {} bytes of console history written to {path}",
+                            reply.body.len()
+                        )?;
+                    }
+                }
+            }
+        }
+        Command::Events { follow, since } => {
+            let mut since = *since;
+            loop {
+                let reply = get(&format!("/api/v1/events?since={since}"))?;
+                let list: EventList = decode(&reply)?;
+                if cli.json && !*follow {
+                    out.write_all(&reply.body)?;
+                    writeln!(out)?;
+                } else {
+                    for e in &list.events {
+                        if cli.json {
+                            writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default())?;
+                        } else {
+                            out.write_all(format::event_line(e).as_bytes())?;
+                        }
+                    }
+                }
+                out.flush()?;
+                since = list.next;
+                if !*follow || !wait() {
+                    break;
+                }
+            }
         }
         Command::List => {
             let reply = get("/api/v1/partitions")?;
@@ -362,10 +541,10 @@ fn run(
                     writeln!(out)?;
                 } else {
                     if chunk.dropped > 0 {
-                        eprintln!(
+                        note(format_args!(
                             "hvctl: {} console bytes were lost before they could be read",
                             chunk.dropped
-                        );
+                        ));
                     }
                     out.write_all(chunk.data.as_bytes())?;
                 }
@@ -897,7 +1076,7 @@ mod tests {
         );
         assert_eq!(
             err.to_json(),
-            serde_json::json!({"error":"conflict","field":"cpus",
+            serde_json::json!({"error":"conflict","field":"cpus","status":409,
                 "detail":"partition \"gamma\": cpus: CPU 1 is also used by partition \"alpha\""})
         );
     }
@@ -946,5 +1125,128 @@ mod tests {
             out2,
             "ID  NAME     KIND    SIZE   STATE                     USED BY  BOOT\n4   vmlinuz  kernel  1 MiB  uploading 524288/1048576  -\n"
         );
+    }
+
+    const EVENTS: &str = r#"{"events":[{"seq":1000,"time":"2026-12-01T13:45:00Z","kind":"state","partition":"beta","message":"stopped by the manager"},{"seq":1001,"time":null,"kind":"login_refused","partition":null,"message":"POST /x: wrong token"}],"next":1002}"#;
+
+    #[test]
+    fn events_print_one_line_each_and_follow_continues_at_next() {
+        let (url, seen) = fake_server(vec![(200, EVENTS), (200, r#"{"events":[],"next":1002}"#)]);
+        let c = cli(
+            &url,
+            Command::Events {
+                follow: true,
+                since: 0,
+            },
+        );
+        let mut out = Vec::new();
+        let mut rounds = 0;
+        let result = run(&c, &mut std::io::empty(), &mut out, &mut || {
+            rounds += 1;
+            rounds < 2
+        });
+
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "2026-12-01T13:45:00Z  1000  state  beta  stopped by the manager\n-  1001  login_refused  -  POST /x: wrong token\n"
+        );
+        assert_eq!(
+            seen.recv().unwrap().request_line,
+            "GET /api/v1/events?since=0 HTTP/1.1"
+        );
+        assert_eq!(
+            seen.recv().unwrap().request_line,
+            "GET /api/v1/events?since=1002 HTTP/1.1"
+        );
+    }
+
+    #[test]
+    fn events_follow_with_json_prints_json_lines() {
+        let (url, _seen) = fake_server(vec![(200, EVENTS)]);
+        let mut c = cli(
+            &url,
+            Command::Events {
+                follow: true,
+                since: 0,
+            },
+        );
+        c.json = true;
+        let mut out = Vec::new();
+        run(&c, &mut std::io::empty(), &mut out, &mut || false).unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1]["kind"], "login_refused");
+    }
+
+    #[test]
+    fn history_goes_to_the_file_named() {
+        let (url, seen) = fake_server(vec![(200, "=== pinfold: beta boot 1 at +3s ===\r\n")]);
+        let path = std::env::temp_dir().join(format!("hvctl-history-{}.log", std::process::id()));
+        let c = cli(
+            &url,
+            Command::History {
+                name: "beta".into(),
+                file: Some(path.display().to_string()),
+            },
+        );
+
+        let (result, out) = run_to_string(&c);
+
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(
+            seen.recv().unwrap().request_line,
+            "GET /api/v1/partitions/beta/console/history HTTP/1.1"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "=== pinfold: beta boot 1 at +3s ===\r\n"
+        );
+        assert!(
+            out.starts_with("beta: 37 bytes of console history written to "),
+            "{out}"
+        );
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// A stdout whose reader has gone.
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+    }
+
+    #[test]
+    fn output_into_a_closed_pipe_is_a_quiet_end_not_a_panic() {
+        let (url, _seen) = fake_server(vec![(200, LIST)]);
+        let result = run(
+            &cli(&url, Command::List),
+            &mut std::io::empty(),
+            &mut ClosedPipe,
+            &mut || false,
+        );
+        assert!(result.unwrap_err().is_broken_pipe());
+    }
+
+    #[test]
+    fn image_delete_sends_delete_with_the_token() {
+        let (url, seen) = fake_server(vec![(204, "")]);
+
+        let (result, out) = run_to_string(&cli(&url, Command::ImageDelete { id: "4".into() }));
+
+        assert!(result.is_ok(), "{result:?}");
+        let req = seen.recv().expect("request");
+        assert_eq!(req.request_line, "DELETE /api/v1/images/4 HTTP/1.1");
+        assert!(req.headers.iter().any(|h| h == "Authorization: Bearer tok"));
+        assert_eq!(out, "image 4: deleted\n");
     }
 }

@@ -148,6 +148,15 @@ pub fn run(
                 writeln!(out, "{}: changed", p.summary.name)?;
             }
         }
+        Command::ImageDelete { id } => {
+            let path = format!("/api/v1/images/{id}");
+            checked(http::request_full(ep, "DELETE", &path, token, &[], None)?)?;
+            if cli.json {
+                writeln!(out, "{}", json!({"id": id, "deleted": true}))?;
+            } else {
+                writeln!(out, "image {id}: deleted")?;
+            }
+        }
         Command::Delete { name } => {
             let path = format!("/api/v1/partitions/{}", encode_segment(name));
             checked(http::request_full(ep, "DELETE", &path, token, &[], None)?)?;

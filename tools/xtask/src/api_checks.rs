@@ -30,13 +30,13 @@ const FIRST_ANSWER_LIMIT: Duration = Duration::from_secs(240);
 /// How often the manager is asked while it is not answering yet.
 const POLL: Duration = Duration::from_millis(100);
 /// The marker the test guest's init prints once its shell is about to run.
-const UP_MARKER: &str = "PINFOLD-GUEST-UP name=";
+pub(crate) const UP_MARKER: &str = "PINFOLD-GUEST-UP name=";
 /// The hypervisor's console line that carries the bearer token.
 const TOKEN_LINE: &str = "pinfold: management token: ";
 /// The whole browser test, at most (it has its own 120 s limit inside).
 const BROWSER_LIMIT: Duration = Duration::from_secs(240);
 
-fn authority() -> String {
+pub(crate) fn authority() -> String {
     format!("127.0.0.1:{}", manager_port())
 }
 
@@ -99,7 +99,7 @@ impl Stack {
     }
 
     /// Waits until both Linux partitions printed their first UP marker.
-    fn guests_up(&self, deadline: Instant) -> Result<(), String> {
+    pub(crate) fn guests_up(&self, deadline: Instant) -> Result<(), String> {
         for name in ["alpha", "beta"] {
             self.expect(&format!("[{name}] {UP_MARKER}{name} "), 0, deadline)?;
         }
@@ -198,7 +198,7 @@ fn call(request: &Request<'_>) -> Result<Reply, String> {
 }
 
 /// Sends `request` and reads a JSON body, failing unless the status is `want`.
-fn call_json(request: &Request<'_>, want: u16) -> Result<Value, String> {
+pub(crate) fn call_json(request: &Request<'_>, want: u16) -> Result<Value, String> {
     let reply = call(request)?;
     if reply.status != want {
         return Err(format!(
@@ -317,7 +317,7 @@ pub fn sample_of(detail: &Value) -> Result<Sample, String> {
     })
 }
 
-fn sample(name: &str) -> Result<Sample, String> {
+pub(crate) fn sample(name: &str) -> Result<Sample, String> {
     sample_of(&call_json(
         &Request::get(&format!("/api/v1/partitions/{name}")),
         200,
@@ -344,7 +344,7 @@ fn console_read(name: &str, offset: u64) -> Result<(String, u64), String> {
 }
 
 /// The cursor at the current end of `name`'s console.
-fn console_end(name: &str) -> Result<u64, String> {
+pub(crate) fn console_end(name: &str) -> Result<u64, String> {
     let mut offset = 0;
     loop {
         let (data, next) = console_read(name, offset)?;
@@ -365,7 +365,7 @@ pub fn complete_line_with<'t>(text: &'t str, needle: &str) -> Option<&'t str> {
 
 /// Follows `name`'s console from `offset` (always continuing at `next`)
 /// until a whole line with `needle` arrives.
-fn follow_console_until(
+pub(crate) fn follow_console_until(
     name: &str,
     mut offset: u64,
     needle: &str,

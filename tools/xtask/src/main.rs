@@ -7,6 +7,7 @@ mod cmd;
 mod cpio;
 mod deploy_checks;
 mod error;
+mod event_checks;
 mod harness;
 mod hermit;
 mod http;

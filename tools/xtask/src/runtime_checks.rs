@@ -37,15 +37,20 @@ struct Hvctl {
 }
 
 impl Hvctl {
-    /// `hvctl --json ARGS`, parsed; Err with its output unless it exits 0.
-    fn json(&self, args: &[&str]) -> Result<Value, String> {
-        let out = Command::new(&self.bin)
+    /// `hvctl --json ARGS`'s output.
+    fn output(&self, args: &[&str]) -> Result<std::process::Output, String> {
+        Command::new(&self.bin)
             .current_dir(&self.root)
             .args(["--url", &self.url, "--token", &self.token, "--json"])
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .map_err(|err| format!("running hvctl: {err}"))?;
+            .map_err(|err| format!("running hvctl: {err}"))
+    }
+
+    /// `hvctl --json ARGS`, parsed; Err with its output unless it exits 0.
+    fn json(&self, args: &[&str]) -> Result<Value, String> {
+        let out = self.output(args)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             return Err(format!(
@@ -65,13 +70,7 @@ impl Hvctl {
 
     /// `hvctl --json ARGS` that must fail: its `{error, detail, field}`.
     fn refused(&self, args: &[&str]) -> Result<(String, Option<String>, String), String> {
-        let out = Command::new(&self.bin)
-            .current_dir(&self.root)
-            .args(["--url", &self.url, "--token", &self.token, "--json"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|err| format!("running hvctl: {err}"))?;
+        let out = self.output(args)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if out.status.success() {
             return Err(format!("hvctl {} was accepted: {stdout}", args.join(" ")));
@@ -430,12 +429,14 @@ fn invalid_requests(hv: &Hvctl, root: &Path, kernel: &str, initrd: &str) -> Resu
             seen.push(format!("{what} -> {error} `{field}`"));
             Ok(())
         };
-    expect(
-        "a CPU beta owns",
-        create("bad", "1,2", "256M", kernel, "linux")?,
-        "conflict",
-        "cpus",
-    )?;
+    let clash = create("bad", "1,2", "256M", kernel, "linux")?;
+    if clash.2 != "partition \"bad\": cpus: CPU 2 is also used by partition \"beta\"" {
+        return Err(format!(
+            "the CPU clash is not the build's sentence: {:?}",
+            clash.2
+        ));
+    }
+    expect("a CPU beta owns", clash, "conflict", "cpus")?;
     expect(
         "64 GiB of RAM",
         create("bad", "1", "64G", kernel, "linux")?,

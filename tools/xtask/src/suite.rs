@@ -38,13 +38,13 @@ struct Case {
 }
 
 /// The tests, in the order they run. The cases sharing the default boot
-/// come one after another and in this order: `api-restart` and `web-ui`
-/// each restart beta, `api-errors` checks that refused calls changed nothing,
+/// come one after another and in this order: `api-restart`,
+/// `events-console` and `web-ui` each restart beta, `api-errors` checks that refused calls changed nothing,
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
 /// end, `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 23] = [
+const CASES: [Case; 24] = [
     Case {
         name: "host",
         tier: 1,
@@ -68,6 +68,15 @@ const CASES: [Case; 23] = [
         tier: 2,
         shares_default: true,
         run: |ctx| api_checks::api_restart(ctx.stack()?),
+    },
+    Case {
+        name: "events-console",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            crate::event_checks::events_console(ws, ctx.stack()?)
+        },
     },
     Case {
         name: "api-errors",

@@ -651,14 +651,31 @@ fn upload_with_a_wrong_sha256_is_400_naming_sha256_and_leaves_no_image() {
 }
 
 #[test]
-fn upload_of_a_kernel_that_is_not_an_image_is_400_naming_kernel_and_leaves_nothing() {
+fn create_with_a_kernel_that_is_not_an_arm64_image_is_400_naming_kernel_and_leaves_nothing() {
     let mut r = router();
+    // Any bytes upload as a kernel (a raw one has no header to check).
+    let raw = upload(&mut r, "kernel", &[0; 4096]);
 
-    let resp = r.handle(&upload_req("kind=kernel", &[0; 4096]));
+    let linux = r.handle(&post(
+        "/api/v1/partitions",
+        &create_body("gamma", "[1]", &raw),
+    ));
+    let as_raw = r.handle(&post(
+        "/api/v1/partitions",
+        &format!(
+            r#"{{"name":"delta","cpus":[1],"memory_mib":64,"kernel":"{raw}","kernel_format":"raw"}}"#
+        ),
+    ));
 
-    assert_eq!((resp.status, field(&resp).as_str()), (400, "kernel"));
-    assert_eq!(detail(&resp), "image 1 is not an arm64 Image");
-    assert!(uploads(r.backend()).is_empty());
+    assert_eq!((linux.status, field(&linux).as_str()), (400, "kernel"));
+    assert_eq!(
+        detail(&linux),
+        format!(
+            r#"partition "gamma": kernel: image {raw} lacks the arm64 Image magic "ARM\x64" at byte 56 (kernel_format = "linux")"#
+        )
+    );
+    assert_eq!(as_raw.status, 201, "{}", text(&as_raw));
+    assert_eq!(r.backend().plans.len(), 1, "only delta");
 }
 
 #[test]
