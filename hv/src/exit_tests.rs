@@ -2101,6 +2101,14 @@ fn a_watched_partitions_dtb_has_the_sbsa_watchdog_and_every_one_a_power_button()
         [0, 60, 4]
     );
     assert_eq!(dt_cells(wd.property("timeout-sec").unwrap().value), [5]);
+    assert_eq!(
+        (crate::partition::GPIO_NODE, crate::partition::WDOG_NODE),
+        (
+            alloc::format!("pl061@{:x}", pinfold_vboard::GUEST_GPIO_BASE).as_str(),
+            alloc::format!("watchdog@{:x}", GUEST_WDOG_CONTROL_BASE).as_str()
+        ),
+        "unit addresses"
+    );
     let gpio = fdt.find_node("/pl061@90d0000").expect("PL061 node");
     assert!(gpio.compatible().unwrap().all().any(|c| c == "arm,pl061"));
     assert!(gpio.property("gpio-controller").is_some());

@@ -35,6 +35,11 @@ use pinfold_vboard::{vcpu_mpidr, DTB_AREA, GUEST_EMULATED_SPIS, GUEST_RAM_BASE, 
 pub const GUEST_GPIO_PHANDLE: u32 = 0xfffe_0001;
 /// Linux's KEY_POWER (include/uapi/linux/input-event-codes.h).
 pub const KEY_POWER: u32 = 116;
+/// The guest DTB's node names of the PL061 and the SBSA watchdog (unit
+/// address = `GUEST_GPIO_BASE`, `GUEST_WDOG_CONTROL_BASE`; written out so
+/// that a start formats nothing).
+pub const GPIO_NODE: &str = "pl061@90d0000";
+pub const WDOG_NODE: &str = "watchdog@90b0000";
 
 /// Size of each partition's console ring.
 pub const CONSOLE_RING: usize = 64 * 1024;
@@ -506,7 +511,6 @@ impl Partition {
                 PropValue::U32(self.plan.lifecycle.watchdog_s),
             ),
         ];
-        let wdog_name = alloc::format!("watchdog@{:x}", pinfold_vboard::GUEST_WDOG_CONTROL_BASE);
         // The PL061 and its power button (as QEMU virt wires them).
         let gpio_reg = [
             0,
@@ -528,7 +532,6 @@ impl Partition {
             ("clock-names", PropValue::String("apb_pclk")),
             ("phandle", PropValue::U32(GUEST_GPIO_PHANDLE)),
         ];
-        let gpio_name = alloc::format!("pl061@{:x}", pinfold_vboard::GUEST_GPIO_BASE);
         let key_gpios = [GUEST_GPIO_PHANDLE, crate::gpio::POWER_LINE, 0];
         let key_props = [
             ("label", PropValue::String("GPIO Key Poweroff")),
@@ -543,7 +546,7 @@ impl Partition {
         let keys_props = [("compatible", PropValue::String("gpio-keys"))];
         let mut extra_nodes: Vec<ExtraNode> = extra.to_vec();
         extra_nodes.push(ExtraNode {
-            name: &gpio_name,
+            name: GPIO_NODE,
             props: &gpio_props,
             children: &[],
         });
@@ -554,7 +557,7 @@ impl Partition {
         });
         if self.plan.lifecycle.watchdog_s != 0 {
             extra_nodes.push(ExtraNode {
-                name: &wdog_name,
+                name: WDOG_NODE,
                 props: &wdog_props,
                 children: &[],
             });
