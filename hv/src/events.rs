@@ -73,6 +73,8 @@ const EMPTY: Slot = Slot {
 
 /// One CPU's ring: the last [`EVENTS_PER_CPU`] events recorded on it.
 pub struct Shard {
+    /// Grows to [`EVENTS_PER_CPU`] as events come (its room is reserved at
+    /// boot, so recording never allocates; nothing is written at boot).
     slots: Vec<Slot>,
     /// Events ever pushed; the next goes to `pushed % EVENTS_PER_CPU`.
     pushed: u64,
@@ -81,14 +83,13 @@ pub struct Shard {
 impl Shard {
     fn new() -> Shard {
         Shard {
-            slots: alloc::vec![EMPTY; EVENTS_PER_CPU],
+            slots: Vec::with_capacity(EVENTS_PER_CPU),
             pushed: 0,
         }
     }
 
     fn kept(&self) -> impl Iterator<Item = &Slot> {
-        let n = (self.pushed as usize).min(EVENTS_PER_CPU);
-        self.slots[..n].iter()
+        self.slots.iter()
     }
 }
 
@@ -174,6 +175,10 @@ impl EventLog {
         let seq = self.seq.fetch_add(1, Ordering::AcqRel);
         let at = (s.pushed % EVENTS_PER_CPU as u64) as usize;
         s.pushed += 1;
+        if s.slots.len() < EVENTS_PER_CPU {
+            // Within the capacity reserved at boot: no allocation.
+            s.slots.push(EMPTY);
+        }
         let slot = &mut s.slots[at];
         slot.seq = seq;
         slot.counter = counter;
