@@ -346,6 +346,27 @@ impl Partition {
         })
     }
 
+    /// Where it is: `N vCPUs on CPUs [..], M MiB RAM at PA 0x.., VMID V`
+    /// (the log line of a partition built at boot, created or changed).
+    pub fn placement(&self) -> impl fmt::Display + '_ {
+        struct Placement<'p>(&'p Partition);
+        impl fmt::Display for Placement<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let p = self.0;
+                write!(
+                    f,
+                    "{} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}, VMID {}",
+                    p.vcpus.len(),
+                    p.plan.cpus,
+                    p.ram_size >> 20,
+                    p.ram.0,
+                    p.vmid
+                )
+            }
+        }
+        Placement(self)
+    }
+
     pub fn state(&self) -> State {
         self.life.state()
     }

@@ -178,13 +178,9 @@ impl System {
         self.install(p.clone());
         self.program_partition_spis(&p, hw);
         hw.log(format_args!(
-            "partition {}: created: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}, VMID {}",
+            "partition {}: created: {}",
             p.name,
-            p.vcpus.len(),
-            p.plan.cpus,
-            p.ram_size >> 20,
-            p.ram.0,
-            p.vmid
+            p.placement()
         ));
         self.event(
             hw,
@@ -248,12 +244,17 @@ impl System {
         // old partition out first, and put it back if the new one cannot be
         // built.
         let old = self.uninstall(index).ok_or(AbiError::NotFound)?;
-        let Some(old) = self.wait_unique(&mut pool, old) else {
-            hw.log(format_args!(
-                "partition {}: still held by a CPU; not changed",
-                plan.name
-            ));
-            return Err(AbiError::Conflict.into());
+        let old = match wait_unique(old) {
+            Ok(old) => old,
+            Err(old) => {
+                // Back as it was: a change either happens or not at all.
+                hw.log(format_args!(
+                    "partition {}: still held by a CPU; not changed",
+                    old.name
+                ));
+                self.install(old);
+                return Err(AbiError::Conflict.into());
+            }
         };
         self.release(&mut pool, &old, hw);
         match self.build(&mut pool, index, &plan, hw) {
@@ -263,12 +264,9 @@ impl System {
                 self.install(new.clone());
                 self.program_partition_spis(&new, hw);
                 hw.log(format_args!(
-                    "partition {}: changed: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}",
+                    "partition {}: changed: {}",
                     new.name,
-                    new.vcpus.len(),
-                    new.plan.cpus,
-                    new.ram_size >> 20,
-                    new.ram.0
+                    new.placement()
                 ));
                 self.event(
                     hw,
@@ -284,11 +282,18 @@ impl System {
             }
             Err(e) => {
                 // Its RAM was scrubbed and given back; rebuild it as it was.
-                let again = self.build(&mut pool, index, &old.plan.clone(), hw);
-                if let Ok(again) = again {
-                    again.carry_over(&old);
-                    self.install(again.clone());
-                    self.program_partition_spis(&again, hw);
+                match self.build(&mut pool, index, &old.plan.clone(), hw) {
+                    Ok(again) => {
+                        again.carry_over(&old);
+                        self.install(again.clone());
+                        self.program_partition_spis(&again, hw);
+                    }
+                    // Its own RAM was just given back, so this needs heap
+                    // for tables that is not there: say so, never silently.
+                    Err(_) => hw.log(format_args!(
+                        "partition {}: the change was refused and the partition could not be rebuilt as it was: it is gone",
+                        old.name
+                    )),
                 }
                 Err(e)
             }
@@ -316,29 +321,16 @@ impl System {
             );
         }
         hw.log(format_args!(
-            "partition {}: destroyed; {} MiB of RAM scrubbed",
+            "partition {}: destroyed; its {} MiB of RAM are scrubbed before reuse",
             p.name,
             p.ram_size >> 20
         ));
         self.event(hw, EventKind::Config, Some(&p), format_args!("destroyed"));
-        if let Some(p) = self.wait_unique(&mut pool, p) {
-            self.release(&mut pool, &p, hw);
+        match wait_unique(p) {
+            Ok(p) => self.release(&mut pool, &p, hw),
+            Err(p) => pool.graveyard.push(p),
         }
         Ok(())
-    }
-
-    /// `p` once no CPU holds it any more (a put drops its clone right
-    /// after the vCPU reads as off); None, and `p` kept in the graveyard,
-    /// if that takes longer than a moment.
-    fn wait_unique(&self, pool: &mut Pool, p: Arc<Partition>) -> Option<Arc<Partition>> {
-        for _ in 0..1_000_000 {
-            if Arc::strong_count(&p) == 1 {
-                return Some(p);
-            }
-            core::hint::spin_loop();
-        }
-        pool.graveyard.push(p);
-        None
     }
 
     /// Release the partitions in the graveyard nobody holds any more.
@@ -501,6 +493,19 @@ impl System {
             .map(|p| p.index as u32)
             .collect()
     }
+}
+
+/// `p` once no CPU holds it any more (a put drops its clone right after
+/// the vCPU reads as off); `Err(p)`, still held, if that takes longer than
+/// a moment.
+fn wait_unique(p: Arc<Partition>) -> Result<Arc<Partition>, Arc<Partition>> {
+    for _ in 0..1_000_000 {
+        if Arc::strong_count(&p) == 1 {
+            return Ok(p);
+        }
+        core::hint::spin_loop();
+    }
+    Err(p)
 }
 
 impl Partition {

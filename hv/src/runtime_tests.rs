@@ -399,3 +399,25 @@ fn create_change_and_destroy_are_config_events_and_a_new_partition_records_its_f
         ]
     );
 }
+
+#[test]
+fn a_change_while_a_cpu_still_holds_the_partition_is_refused_and_changes_nothing() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let index = sys
+        .create_partition(plan("gamma", &[1], 64), &mut hw, 0)
+        .unwrap() as usize;
+    // A CPU that has not dropped its clone yet (a put in flight).
+    let held = sys.partition(index).unwrap();
+
+    let r = sys.configure_partition(index, plan("gamma", &[1, 2], 128), &mut hw);
+
+    assert!(
+        matches!(r, Err(Refusal::Status(AbiError::Conflict))),
+        "{r:?}"
+    );
+    let p = sys.partition(index).expect("still there");
+    assert!(Arc::ptr_eq(&p, &held));
+    assert_eq!(sys.assigned(1).map(|id| id.partition), Some(index));
+    assert!(hw.zeroed.is_empty(), "nothing scrubbed");
+}

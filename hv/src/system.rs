@@ -154,15 +154,7 @@ impl System {
             }
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks) {
                 Ok(p) => {
-                    log(format_args!(
-                        "partition {}: {} vCPUs on CPUs {:?}, {} MiB RAM at PA {:#x}, VMID {}",
-                        p.name,
-                        p.vcpus.len(),
-                        p.plan.cpus,
-                        p.ram_size >> 20,
-                        p.ram.0,
-                        p.vmid
-                    ));
+                    log(format_args!("partition {}: {}", p.name, p.placement()));
                     partitions.push(p);
                 }
                 Err(e) => log(format_args!(
