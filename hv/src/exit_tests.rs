@@ -1259,6 +1259,37 @@ fn cpu_on_for_a_foreign_mpidr_is_refused() {
 }
 
 #[test]
+fn cpu_on_with_an_entry_point_outside_the_partitions_ram_is_refused() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let p = sys.partition(0).unwrap();
+    let end = p.ram_ipa + p.ram_size;
+
+    for entry in [
+        0,
+        end,
+        end + 0x1000,
+        p.ram_ipa - 4,
+        p.ram_ipa + 2,
+        u64::MAX - 3,
+    ] {
+        let on = [fid::CPU_ON_64 as u64, vcpu_mpidr(1), entry, 0];
+        assert_eq!(
+            hvc(sys, &mut cpu, &mut hw, on).1 as i64,
+            psci::INVALID_ADDRESS,
+            "entry {entry:#x}"
+        );
+    }
+
+    assert_eq!(p.faults.load(Ordering::Relaxed), 6);
+    // Nothing was claimed: the sibling is still off and starts when asked
+    // properly.
+    let on = [fid::CPU_ON_64 as u64, vcpu_mpidr(1), end - 4, 0];
+    assert_eq!(hvc(sys, &mut cpu, &mut hw, on).1 as i64, psci::SUCCESS);
+}
+
+#[test]
 fn cpu_off_parks_system_off_stops_the_partition_and_its_siblings() {
     let sys = system();
     let mut hw = FakeHw::new();
