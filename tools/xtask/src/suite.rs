@@ -44,12 +44,18 @@ struct Case {
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
 /// end, `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 24] = [
+const CASES: [Case; 27] = [
     Case {
         name: "host",
         tier: 1,
         shares_default: false,
         run: host_tests,
+    },
+    Case {
+        name: "fuzz",
+        tier: 1,
+        shares_default: false,
+        run: |ctx| crate::fuzz::test_case(ctx.ws),
     },
     Case {
         name: "boot-default",
@@ -149,6 +155,21 @@ const CASES: [Case; 24] = [
         tier: 2,
         shares_default: false,
         run: lifecycle,
+    },
+    Case {
+        name: "hostile",
+        tier: 2,
+        shares_default: false,
+        run: hostile,
+    },
+    Case {
+        name: "hostile-plans",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| {
+            let dir = ctx.ws.root.join("target/pinfold/test-logs");
+            crate::hostile_plans::hostile_plans(ctx.ws, &mut ctx.builder, &dir)
+        },
     },
     Case {
         name: "uboot",
@@ -331,6 +352,16 @@ fn lifecycle(ctx: &mut Context<'_>) -> Outcome {
     let qemu = ctx.boot("vm-configs/qemu-virt/test-lifecycle.toml")?;
     let mut stack = Stack::new(qemu);
     api_checks::lifecycle(&mut stack)
+}
+
+/// Tier 2: the hostile-guest suite beside a Linux that must keep printing
+/// with its RAM intact, the fault count checked through the API, on one
+/// boot of test-hostile.toml (`hostile_checks`).
+fn hostile(ctx: &mut Context<'_>) -> Outcome {
+    api_checks::port_is_free()?;
+    let qemu = ctx.boot("vm-configs/qemu-virt/test-hostile.toml")?;
+    let mut stack = Stack::new(qemu);
+    crate::hostile_checks::hostile(&mut stack)
 }
 
 /// The manager's line when no NIC it drives is there.
