@@ -7,6 +7,9 @@
 //   node tests/mock-server.mjs            # http://127.0.0.1:8080, token "test-token"
 //   PORT=0 node tests/mock-server.mjs     # any free port (printed)
 //
+// `PUT /api/v1/config?dry_run=1` validates and answers the diff without
+// applying it (the contract's dry run).
+//
 // Every JSON answer is checked against openapi.json as it goes out
 // (tests/contract-lib.mjs); `mock.violations` lists what did not keep the
 // contract, and the browser test fails on any.
@@ -223,7 +226,10 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     p.boot_count += 1;
     p.bootedAt = Date.now();
     p.line = '';
-    p.history += `=== pinfold: ${p.name} boot ${p.boot_count} at ${now()} ===\n`;
+    // The hypervisor's boot marker, in the console ring (so in the history
+    // too), on a line of its own, as hv::system::boot_marker writes it.
+    const last = p.console.buf.length > 0 ? p.console.buf[p.console.buf.length - 1] : 0x0a;
+    write(p, `${last === 0x0a ? '' : '\r\n'}=== pinfold: ${p.name} boot ${p.boot_count} at ${now()} ===\r\n`);
     if (p.management) {
       setState(p, 'running');
       p.vcpus.forEach((v) => (v.state = 'on'));
@@ -269,7 +275,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       p.vcpus.forEach((v) => (v.state = 'on'));
       // A real shell asks the terminal where its cursor is after the prompt
       // (ESC[6n); the UI must not send xterm.js's answer back as input.
-      write(p, `PINFOLD-GUEST-UP ${p.name} boot=${p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
+      write(p, `PINFOLD-GUEST-UP name=${p.name} cpus=${p.config.cpus.length} timer_irqs=${40 + p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
     });
   }
 
@@ -794,8 +800,9 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       if (!requireAuth(req, res)) return;
       const match = readMatch(req);
       if (match !== undefined && match !== configEtag()) return fail(res, 412, 'precondition_failed', 'the configuration changed since it was read (ETag mismatch)');
+      const dryRun = ['1', 'true'].includes(url.searchParams.get('dry_run') ?? '');
       try {
-        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text))));
+        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text)), dryRun));
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -837,14 +844,15 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
         const name = body.name;
         typeCheck(name, body);
         const c = configFrom(body, { ...defaultConfig([], 0, null, null), autostart: false });
-        if (!('cpus' in body)) throw bad(name, 'cpus', 'missing');
-        if (!('memory_mib' in body)) throw bad(name, 'memory', 'missing');
+        if (!('cpus' in body)) throw bad(name, 'cpus', 'is required (a list of CPU numbers)');
+        if (!('memory_mib' in body)) throw bad(name, 'memory', 'is required (memory_mib, a whole number of MiB)');
+        if (!('kernel' in body) || body.kernel === null) throw bad(name, 'kernel', 'is required (an image id)');
         if (byName.has(name)) throw clash(name, 'name', `the name is taken`);
         validate(name, c, parts);
         const p = makePartition(name, c, false);
         emit('config', name, `${name}: created (CPUs ${c.cpus.join(', ')}, ${c.memory_mib} MiB)`);
         if (c.autostart) boot(p);
-        return send(res, 201, summary(p), 'application/json', { Location: `/api/v1/partitions/${encodeURIComponent(name)}`, ETag: etag(p) });
+        return send(res, 201, detail(p), 'application/json', { Location: `/api/v1/partitions/${encodeURIComponent(name)}`, ETag: etag(p) });
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -862,10 +870,12 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       const body = method === 'PATCH' ? await jsonBody(req, res) : (await readBody(req), {});
       if (body === null || !requireAuth(req, res)) return;
       if (!p) return fail(res, 404, 'not_found', `no partition named ${m[1]}`);
-      if (p.management) return fail(res, 409, 'conflict', 'the management partition cannot be changed or deleted');
+      // The real manager's order and sentences (manager/api/src/runtime.rs, `changeable`).
+      const verb = method === 'DELETE' ? 'delete' : 'change';
+      if (p.management) return fail(res, 409, 'conflict', `cannot ${verb} ${p.name}: it is the management partition serving this API`);
+      if (p.state !== 'stopped' && p.state !== 'crashed') return fail(res, 409, 'conflict', `cannot ${verb} ${p.name}: it is ${p.state} (stop it first)`);
       const match = readMatch(req);
-      if (match !== undefined && match !== etag(p)) return fail(res, 412, 'precondition_failed', `${p.name} changed since it was read (ETag mismatch)`);
-      if (p.state !== 'stopped' && p.state !== 'crashed') return fail(res, 409, 'conflict', `${p.name} is ${p.state}: stop it first`);
+      if (match !== undefined && match !== '*' && !match.split(',').map((t) => t.trim()).includes(etag(p))) return fail(res, 412, 'precondition_failed', `${p.name}'s config changed since you read it (its ETag is now ${etag(p)})`);
       if (method === 'DELETE') {
         parts.splice(parts.indexOf(p), 1);
         byName.delete(p.name);
@@ -889,7 +899,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
           changed.unshift('name');
         }
         emit('config', p.name, `${p.name}: changed ${changed.join(', ') || 'nothing'}`);
-        return send(res, 200, summary(p), 'application/json', { ETag: etag(p) });
+        return send(res, 200, detail(p), 'application/json', { ETag: etag(p) });
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -957,8 +967,8 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     return send(res, 202, { name: p.name, state: p.state });
   }
 
-  /** Apply a whole plan as a diff (validated first: nothing applied on an error). */
-  function importPlan(entries) {
+  /** Apply a whole plan as a diff (validated first: nothing applied on an error); `dryRun` only answers the diff. */
+  function importPlan(entries, dryRun = false) {
     const guests = parts.filter((x) => !x.management);
     const mgmt = parts.filter((x) => x.management);
     const seen = new Set();
@@ -979,6 +989,14 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       if (!seen.has(p.name) && p.state !== 'stopped' && p.state !== 'crashed') throw fieldError(409, 'conflict', null, `partition "${p.name}" is ${p.state}: stop it before deleting it`);
     }
     const diff = { created: [], changed: [], deleted: [], unchanged: [] };
+    if (dryRun) {
+      for (const p of guests) if (!seen.has(p.name)) diff.deleted.push(p.name);
+      for (const e of entries) {
+        const p = byName.get(e.name);
+        (!p ? diff.created : JSON.stringify(p.config) !== JSON.stringify(e.config) ? diff.changed : diff.unchanged).push(e.name);
+      }
+      return diff;
+    }
     for (const p of guests) {
       if (seen.has(p.name)) continue;
       parts.splice(parts.indexOf(p), 1);
