@@ -48,6 +48,8 @@ const START_MS = 300;
 const IMAGE_MAX = 64 * 1024 * 1024;
 /** How fast the mock reads an upload: slow enough to watch the bar move. */
 const UPLOAD_BYTES_PER_S = Number(process.env.PINFOLD_MOCK_UPLOAD_BPS ?? 768 * 1024);
+/** How long a DELETE takes per MiB of the partition's RAM (the hypervisor scrubs it before answering). */
+const SCRUB_MS_PER_MIB = 4;
 /** Size and duration of a simulated URL fetch. */
 const FETCH_BYTES = 3 * 1024 * 1024;
 const FETCH_MS = 1500;
@@ -66,7 +68,10 @@ const HOST_DEVICES = [
   { name: '/virtio_mmio@a000000', base: 0x0a00_0000, size: 0x200 },
 ];
 const NAME_RE = /^[a-z][a-z0-9_-]{0,31}$/;
-const PLAN_FIELD = { memory_mib: 'memory', watchdog_s: 'watchdog', shutdown_timeout_s: 'shutdown_timeout' };
+/** JSON key -> the field the plan check names (vm-configs rules: only memory differs). */
+const PLAN_FIELD = { memory_mib: 'memory' };
+/** Longest watchdog and shutdown timeout (rules::LIFECYCLE_MAX_S). */
+const LIFECYCLE_MAX_S = 3600;
 
 /** A console byte ring addressed by absolute offsets, as the manager's is. */
 class ConsoleRing {
@@ -114,9 +119,9 @@ function defaultConfig(cpus, memoryMib, kernel, initrd) {
     bootargs: 'console=ttyAMA0 earlycon=pl011,0x09000000',
     autostart: true,
     restart: 'never',
-    restart_limit: 3,
+    restart_limit: 0,
     watchdog_s: 0,
-    shutdown_timeout_s: 10,
+    shutdown_timeout_s: 30,
     devices: [],
   };
 }
@@ -135,8 +140,9 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     images.set(img.id, img);
     return img;
   }
-  const bootKernel = addImage({ name: 'Image', kind: 'kernel', size: 9 * MiB, received: 9 * MiB, sha256: sha256('boot kernel'), boot: true });
-  const bootInitrd = addImage({ name: 'initramfs.cpio.gz', kind: 'initrd', size: 2 * MiB, received: 2 * MiB, sha256: sha256('boot initrd'), boot: true });
+  // The manager names the boot bundle's images (it knows no file name) boot-ID.
+  const bootKernel = addImage({ name: 'boot-1', kind: 'kernel', size: 9 * MiB, received: 9 * MiB, sha256: sha256('boot kernel'), boot: true });
+  const bootInitrd = addImage({ name: 'boot-2', kind: 'initrd', size: 2 * MiB, received: 2 * MiB, sha256: sha256('boot initrd'), boot: true });
   const imagesBytes = () => [...images.values()].reduce((n, i) => n + i.received, 0);
 
   // --- partitions -----------------------------------------------------------
@@ -171,7 +177,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
   const mgmtConfig = { ...defaultConfig([0], 256, null, null), bootargs: '', kernel_format: 'raw', devices: [{ name: 'net0', mmio: [{ base: 0x0a00_0000, size: 0x200 }], spis: [16], compatible: 'virtio,mmio', host_node: '/virtio_mmio@a000000' }] };
   makePartition('mgmt', mgmtConfig, true);
   makePartition('alpha', defaultConfig([1], 256, bootKernel.id, bootInitrd.id), false);
-  makePartition('beta', { ...defaultConfig([2, 3], 512, bootKernel.id, bootInitrd.id), restart: 'on-crash' }, false);
+  makePartition('beta', { ...defaultConfig([2, 3], 512, bootKernel.id, bootInitrd.id), restart: 'on-crash', restart_limit: 3 }, false);
 
   // --- events ---------------------------------------------------------------
   const events = [];
@@ -495,7 +501,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       const img = (id) => (id && images.get(id) ? `image:${images.get(id).sha256}` : '');
       lines.push('', '[[partition]]', `name = ${tomlStr(p.name)}`, `cpus = [${c.cpus.join(', ')}]`, `memory = "${c.memory_mib}MiB"`, `kernel = ${tomlStr(img(c.kernel))}`);
       if (c.initrd) lines.push(`initrd = ${tomlStr(img(c.initrd))}`);
-      lines.push(`bootargs = ${tomlStr(c.bootargs)}`, `autostart = ${c.autostart}`, `restart = ${tomlStr(c.restart)}`, `restart_limit = ${c.restart_limit}`, `watchdog = ${c.watchdog_s}`, `shutdown_timeout = ${c.shutdown_timeout_s}`);
+      lines.push(`bootargs = ${tomlStr(c.bootargs)}`, `autostart = ${c.autostart}`, `restart = ${tomlStr(c.restart)}`, `restart_limit = ${c.restart_limit}`, `watchdog_s = ${c.watchdog_s}`, `shutdown_timeout_s = ${c.shutdown_timeout_s}`);
     }
     return lines.join('\n') + '\n';
   }
@@ -554,9 +560,10 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
           bootargs: e.bootargs ?? '',
           autostart: e.autostart ?? false,
           restart: e.restart ?? 'never',
-          restart_limit: e.restart_limit ?? 3,
-          watchdog_s: e.watchdog ?? 0,
-          shutdown_timeout_s: e.shutdown_timeout ?? 10,
+          // The plan's keys and defaults (docs/CONFIG.md).
+          restart_limit: e.restart_limit ?? 0,
+          watchdog_s: e.watchdog_s ?? 0,
+          shutdown_timeout_s: e.shutdown_timeout_s ?? 30,
         },
       };
     });
@@ -598,9 +605,13 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     }
     if (!['linux', 'raw'].includes(c.kernel_format)) throw bad(name, 'kernel_format', 'must be "linux" or "raw"');
     if (!['never', 'on-crash', 'always'].includes(c.restart)) throw bad(name, 'restart', 'must be "never", "on-crash" or "always"');
-    for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog', c.watchdog_s], ['shutdown_timeout', c.shutdown_timeout_s]]) {
+    for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog_s', c.watchdog_s], ['shutdown_timeout_s', c.shutdown_timeout_s]]) {
       if (!Number.isInteger(v) || v < 0) throw bad(name, k, 'must be a whole number, 0 or more');
     }
+    // The build-time check's lifecycle rules and sentences (vm-configs/src/rules.rs).
+    if (c.restart === 'never' && c.restart_limit !== 0) throw bad(name, 'restart_limit', 'has no effect with restart = "never"; set restart = "on-crash" or "always"');
+    if (c.watchdog_s > LIFECYCLE_MAX_S) throw bad(name, 'watchdog_s', `${c.watchdog_s} is out of range: 0 (off) or 1..=${LIFECYCLE_MAX_S} seconds`);
+    if (c.shutdown_timeout_s < 1 || c.shutdown_timeout_s > LIFECYCLE_MAX_S) throw bad(name, 'shutdown_timeout_s', `${c.shutdown_timeout_s} is out of range: 1..=${LIFECYCLE_MAX_S} seconds`);
     if (typeof c.bootargs !== 'string' || c.bootargs.length > 1024) throw bad(name, 'bootargs', 'must be a string of at most 1024 bytes');
     for (const d of c.devices ?? []) {
       if (!HOST_DEVICES.some((h) => h.name === d.host_node)) throw bad(name, `device "${d.name}": host_node`, `${d.host_node} is not a device of the host`);
@@ -881,6 +892,8 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
         byName.delete(p.name);
         cancelTimers(p);
         emit('config', p.name, `${p.name}: deleted (its RAM is scrubbed before reuse)`);
+        // The hypervisor zeroes the RAM before the manager answers.
+        await new Promise((ok) => setTimeout(ok, SCRUB_MS_PER_MIB * p.config.memory_mib));
         return send(res, 204, '', 'application/json');
       }
       try {

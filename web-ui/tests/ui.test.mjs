@@ -376,6 +376,8 @@ try {
       await page.goto(`${base}/#/partitions/gamma`);
       await page.locator('[data-testid="delete-partition"]:not([disabled])').click({ timeout: 5_000 });
       await page.locator('[data-testid="confirm-ok"]').click();
+      // The answer waits for the RAM scrub: the button says so meanwhile.
+      await page.locator('[data-testid="delete-partition"][disabled]', { hasText: 'Deleting' }).waitFor({ timeout: 2_000 });
       await page.waitForFunction(() => window.location.hash === '#/', null, { timeout: 5_000 });
       if ((await partitionsFromApi()).some((p) => p.name === 'gamma')) throw new Error('gamma is still there');
       const host = await (await fetch(`${base}/api/v1/host`)).json();
