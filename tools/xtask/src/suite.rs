@@ -43,8 +43,10 @@ struct Case {
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
-/// end, `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 27] = [
+/// end, `web-ui-live` does the same through the UI (after the others, so a
+/// failure half-way cannot take alpha from them), `mgmt-restart` kills the
+/// manager twice and so comes last.
+const CASES: [Case; 28] = [
     Case {
         name: "host",
         tier: 1,
@@ -130,6 +132,15 @@ const CASES: [Case; 27] = [
         run: |ctx| {
             let ws = ctx.ws;
             runtime_checks::runtime(ws, ctx.stack()?)
+        },
+    },
+    Case {
+        name: "web-ui-live",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            api_checks::web_ui_live(ws, ctx.stack()?)
         },
     },
     Case {
