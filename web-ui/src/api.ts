@@ -119,8 +119,16 @@ async function send(path: string, init: RequestInit): Promise<Response> {
   return res;
 }
 
+/**
+ * A GET with the bearer token: reads need a credential too (a viewer's will
+ * do; docs/API.md), so a missing or refused token opens the dialog.
+ */
+async function getAuthorized(path: string, signal?: AbortSignal): Promise<Response> {
+  return withToken((token) => send(path, { method: 'GET', signal, headers: { Authorization: `Bearer ${token}` } }));
+}
+
 async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
-  const res = await send(path, { method: 'GET', signal });
+  const res = await getAuthorized(path, signal);
   return (await res.json()) as T;
 }
 
@@ -242,7 +250,7 @@ export const api = {
   partition: (name: string, signal?: AbortSignal) => getJson<PartitionDetail>(apiPath('/api/v1/partitions/{name}', { name }), signal),
 
   partitionTagged: async (name: string): Promise<Tagged<PartitionDetail>> => {
-    const res = await send(apiPath('/api/v1/partitions/{name}', { name }), { method: 'GET' });
+    const res = await getAuthorized(apiPath('/api/v1/partitions/{name}', { name }));
     return { value: await json<PartitionDetail>(res), etag: res.headers.get('ETag') };
   },
 
@@ -290,7 +298,7 @@ export const api = {
   eventStreamUrl: () => url(apiPath('/api/v1/events/stream')),
 
   exportConfig: async (): Promise<Tagged<string>> => {
-    const res = await send(apiPath('/api/v1/config'), { method: 'GET' });
+    const res = await getAuthorized(apiPath('/api/v1/config'));
     return { value: await res.text(), etag: res.headers.get('ETag') };
   },
 

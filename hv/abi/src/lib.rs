@@ -42,6 +42,7 @@
 //! | 21 | RESOURCES        | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
 //! | 22 | EVENTS_READ      | seq     | buf IPA | buf len |     | (3.0) X1 = bytes, X2 = next seq, X3 = dropped |
 //! | 23 | PARTITION_SHUTDOWN | index |         |         |     | (3.0) graceful: power button, then a hard stop |
+//! | 24 | ENTROPY          | buf IPA | buf len |         |     | (3.1) X1 = bytes written (at most 256) |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -92,7 +93,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 0 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 1 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -172,7 +173,15 @@ pub mod fid {
     pub const EVENTS_READ: u32 = BASE | 22;
     /// (3.0) Graceful shutdown.
     pub const PARTITION_SHUTDOWN: u32 = BASE | 23;
+    /// (3.1) Random bytes from the hypervisor's DRBG (seeded at boot from
+    /// the host's entropy sources), filling the buffer (at most
+    /// [`super::MAX_ENTROPY_LEN`] bytes). NOT_FOUND when the hypervisor
+    /// found no entropy source at boot.
+    pub const ENTROPY: u32 = BASE | 24;
 }
+
+/// Longest ENTROPY buffer (bytes); a longer one is INVALID_PARAMETERS.
+pub const MAX_ENTROPY_LEN: u64 = 256;
 
 /// Longest MGMT_REPORT detail the hypervisor keeps.
 pub const MAX_REPORT_LEN: u64 = 256;
@@ -496,6 +505,10 @@ pub enum Request {
     PartitionShutdown {
         index: u32,
     },
+    /// (3.1) Fill the buffer with random bytes.
+    Entropy {
+        buf: GuestBuffer,
+    },
 }
 
 impl Request {
@@ -520,7 +533,8 @@ impl Request {
             | fid::IMAGE_CREATE
             | fid::LIST_IMAGES
             | fid::PARTITION_CREATE
-            | fid::RESOURCES => 2,
+            | fid::RESOURCES
+            | fid::ENTROPY => 2,
             fid::PARTITION_INFO
             | fid::CONSOLE_WRITE
             | fid::MGMT_REPORT
@@ -609,6 +623,13 @@ impl Request {
                 buf: buf(args[1], args[2])?,
             },
             fid::PARTITION_SHUTDOWN => Request::PartitionShutdown { index: index()? },
+            fid::ENTROPY => Request::Entropy {
+                buf: if args[1] > MAX_ENTROPY_LEN {
+                    return Err(AbiError::InvalidParameters);
+                } else {
+                    buf(args[0], args[1])?
+                },
+            },
             // Only CONSOLE_WRITE is left: `used` rejected everything else.
             _ => Request::ConsoleWrite {
                 index: index()?,
@@ -692,6 +713,7 @@ impl Request {
             Request::PartitionShutdown { index } => {
                 [fid::PARTITION_SHUTDOWN as u64, i(index), 0, 0, 0, 0]
             }
+            Request::Entropy { buf } => [fid::ENTROPY as u64, buf.ipa, buf.len, 0, 0, 0],
         }
     }
 
@@ -712,6 +734,7 @@ impl Request {
             | Request::PartitionCreate { buf }
             | Request::PartitionConfigure { buf, .. }
             | Request::Resources { buf }
+            | Request::Entropy { buf }
             | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
@@ -754,6 +777,7 @@ impl Request {
             | Request::PciFunctions { .. }
             | Request::ListImages { .. }
             | Request::Resources { .. }
+            | Request::Entropy { .. }
             | Request::MgmtTokenDigest { .. } => Return::Written(within(x[1])?),
             Request::MgmtReport { .. }
             | Request::PartitionStart { .. }
@@ -1281,6 +1305,12 @@ mod tests {
             Request::Resources { buf: BUF },
             Request::EventsRead { seq: 77, buf: BUF },
             Request::PartitionShutdown { index: 2 },
+            Request::Entropy {
+                buf: GuestBuffer {
+                    ipa: BUF.ipa,
+                    len: 32,
+                },
+            },
         ]
     }
 
@@ -1346,7 +1376,7 @@ mod tests {
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0000);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0001);
     }
 
     #[test]
@@ -1450,6 +1480,46 @@ mod tests {
     }
 
     #[test]
+    fn entropy_is_call_24_with_a_buffer_of_at_most_256_bytes() {
+        assert_eq!(fid::ENTROPY, 0xC600_0018);
+        assert_eq!(
+            Request::decode(&regs(fid::ENTROPY, [BUF.ipa, MAX_ENTROPY_LEN, 0, 0, 0])),
+            Ok(Request::Entropy {
+                buf: GuestBuffer {
+                    ipa: BUF.ipa,
+                    len: MAX_ENTROPY_LEN
+                }
+            })
+        );
+        assert_eq!(
+            Request::decode(&regs(fid::ENTROPY, [BUF.ipa, MAX_ENTROPY_LEN + 1, 0, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+        assert_eq!(
+            Request::decode(&regs(fid::ENTROPY, [BUF.ipa, 32, 1, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+        let request = Request::Entropy {
+            buf: GuestBuffer {
+                ipa: BUF.ipa,
+                len: 32,
+            },
+        };
+        assert_eq!(
+            request.decode_return(&[0, 32, 0, 0]),
+            Ok(Return::Written(32))
+        );
+        assert_eq!(
+            request.decode_return(&[0, 33, 0, 0]),
+            Err(CallError::MalformedReply)
+        );
+        assert_eq!(
+            request.decode_return(&encode_error(AbiError::NotFound)),
+            Err(CallError::Refused(AbiError::NotFound))
+        );
+    }
+
+    #[test]
     fn mgmt_report_refuses_an_unknown_status_and_an_overlong_detail() {
         assert_eq!(
             Request::decode(&regs(fid::MGMT_REPORT, [4, BUF.ipa, 8, 0, 0])),
@@ -1485,7 +1555,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 24, [0; 5])),
+            Request::decode(&regs(fid::BASE | 25, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }
