@@ -124,6 +124,15 @@ async function send(path: string, init: RequestInit): Promise<Response> {
  * do; docs/API.md), so a missing or refused token opens the dialog.
  */
 async function getAuthorized(path: string, signal?: AbortSignal): Promise<Response> {
+  if (getToken() === null) {
+    // No token yet: a manager that serves reads openly answers; one that
+    // does not (401) makes us ask.
+    try {
+      return await send(path, { method: 'GET', signal });
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 401)) throw e;
+    }
+  }
   return withToken((token) => send(path, { method: 'GET', signal, headers: { Authorization: `Bearer ${token}` } }));
 }
 

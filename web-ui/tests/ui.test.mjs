@@ -100,6 +100,12 @@ const TERMINAL_REPORT = /\x1b\[[\d;?>=]*[Rcn]|\\u001b\[[\d;?>=]*[Rcn]/;
 
 try {
   await page.goto(`${base}/`);
+  if (mock === null) {
+    // The real manager needs a credential for reads too (docs/API.md): the
+    // tab has the token an operator entered earlier.
+    await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), token);
+    await page.reload();
+  }
 
   await check('a fresh tab: no token dialog opens by itself, none says "rejected", no terminal reply is sent', async () => {
     // beta's shell asks for the cursor position (ESC[6n) after its prompt;
