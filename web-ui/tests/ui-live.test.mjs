@@ -88,7 +88,8 @@ const deadline = setTimeout(() => {
 
 // --- the API, for what the UI's result is checked against --------------------
 async function get(path) {
-  const res = await fetch(`${BASE}${path}`);
+  // Reads need a credential too (docs/API.md).
+  const res = await fetch(`${BASE}${path}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
   if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
   return res.json();
 }
@@ -170,6 +171,8 @@ const notes = [];
 try {
   await page.goto(`${BASE}/`);
   await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), TOKEN);
+  // The first load asked for a token (reads need one); now the tab has it.
+  await page.reload();
 
   await check('alpha is stopped and deleted in the UI; CPU 1 is free', async () => {
     if (!alphaBefore?.config) throw new Error(`alpha is not there to start from (${JSON.stringify(alphaBefore)})`);
@@ -278,7 +281,7 @@ try {
     await until('boot 2 did not show the changed bootargs on the console screen', 20_000, async () => /PINFOLD-GUEST-CMDLINE name=gamma .*pinfold\.changed=1/.test((await consoleText()).replaceAll('\n', '')));
     // The kernel's memory line scrolled off long ago: the history has it.
     await until('boot 2 did not have 384 MiB (no /393216K in its history)', 20_000, async () => {
-      const history = await (await fetch(`${BASE}/api/v1/partitions/gamma/console/history`)).text();
+      const history = await (await fetch(`${BASE}/api/v1/partitions/gamma/console/history`, { headers: { Authorization: `Bearer ${TOKEN}` } })).text();
       const at = history.lastIndexOf('=== pinfold: gamma boot 2 at');
       return at >= 0 && history.slice(at).includes('/393216K');
     });
