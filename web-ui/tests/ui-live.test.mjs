@@ -169,10 +169,13 @@ const uploaded = [];
 const notes = [];
 
 try {
+  // Reads need a credential too (docs/API.md): the tab has the token
+  // before any page runs.
+  await page.addInitScript((t) => {
+    if (sessionStorage.getItem('pinfold.token') === null) sessionStorage.setItem('pinfold.token', t);
+  }, TOKEN);
   await page.goto(`${BASE}/`);
   await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), TOKEN);
-  // The first load asked for a token (reads need one); now the tab has it.
-  await page.reload();
 
   await check('alpha is stopped and deleted in the UI; CPU 1 is free', async () => {
     if (!alphaBefore?.config) throw new Error(`alpha is not there to start from (${JSON.stringify(alphaBefore)})`);

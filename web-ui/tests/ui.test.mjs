@@ -99,13 +99,14 @@ async function partitionsFromApi() {
 const TERMINAL_REPORT = /\x1b\[[\d;?>=]*[Rcn]|\\u001b\[[\d;?>=]*[Rcn]/;
 
 try {
-  await page.goto(`${base}/`);
   if (mock === null) {
     // The real manager needs a credential for reads too (docs/API.md): the
-    // tab has the token an operator entered earlier.
-    await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), token);
-    await page.reload();
+    // tab has the token an operator entered earlier, before any page runs.
+    await page.addInitScript((t) => {
+      if (sessionStorage.getItem('pinfold.token') === null) sessionStorage.setItem('pinfold.token', t);
+    }, token);
   }
+  await page.goto(`${base}/`);
 
   await check('a fresh tab: no token dialog opens by itself, none says "rejected", no terminal reply is sent', async () => {
     // beta's shell asks for the cursor position (ESC[6n) after its prompt;
