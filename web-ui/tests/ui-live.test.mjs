@@ -169,13 +169,19 @@ const uploaded = [];
 const notes = [];
 
 try {
-  // Reads need a credential too (docs/API.md): the tab has the token
-  // before any page runs.
-  await page.addInitScript((t) => {
-    if (sessionStorage.getItem('pinfold.token') === null) sessionStorage.setItem('pinfold.token', t);
-  }, TOKEN);
+  // Reads need a credential too (docs/API.md): a fresh tab signs in first,
+  // as an operator would (one dialog, before the page reads anything).
   await page.goto(`${BASE}/`);
-  await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), TOKEN);
+  await check('sign-in: one token dialog before anything else; then the overview, and no dialog again', async () => {
+    await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: 10_000 });
+    const said = await page.locator('[data-testid="token-reason"]').innerText();
+    if (/rejected/i.test(said)) throw new Error(`the first token dialog says: ${said}`);
+    await page.locator('#token-input').fill(TOKEN);
+    await page.locator('[data-testid="token-save"]').click();
+    await page.locator('[data-testid="cpu-map"]').waitFor({ timeout: 10_000 });
+    await page.waitForTimeout(1_000);
+    if (await page.locator('[data-testid="token-dialog"]').isVisible()) throw new Error('the token dialog opened again');
+  });
 
   await check('alpha is stopped and deleted in the UI; CPU 1 is free', async () => {
     if (!alphaBefore?.config) throw new Error(`alpha is not there to start from (${JSON.stringify(alphaBefore)})`);
