@@ -123,19 +123,26 @@ async function send(path: string, init: RequestInit): Promise<Response> {
   return res;
 }
 
-/** The operator cancelled the sign-in: reads then fail (401) without asking again, until a token is entered. */
+/**
+ * Signed out: the operator cancelled the sign-in or forgot the token. Reads
+ * are then not sent at all (no dialog, no 401 every poll) until a token is
+ * accepted again (signIn); a change still asks.
+ */
 let declined = false;
+
+/** What a request is: a view's read, a change, or the sign-in probe (which asks even when signed out). */
+type Kind = 'read' | 'change' | 'signin';
 
 /** The Authorization header for `token` (none without one). */
 function bearer(token: string | null): Record<string, string> {
   return token === null ? {} : { Authorization: `Bearer ${token}` };
 }
 
-/** What the dialog says after `failed` (null: nothing was sent) was refused. */
-function askReason(failed: string | null, read: boolean): [string | undefined, boolean] {
+/** What the dialog says after `failed` (null: nothing was sent) was refused, and whether as an error. */
+function askReason(failed: string | null, kind: Kind): [string | undefined, boolean] {
   if (failed === null) {
     // Never "rejected" when no token was given yet.
-    return read ? ['This manager shows nothing without a token: enter a viewer’s or the operator’s token. It is kept for this browser tab only.', false] : [undefined, false];
+    return kind === 'change' ? [undefined, false] : ['This manager shows nothing without a token: enter a viewer’s or the operator’s token. It is kept for this browser tab only.', false];
   }
   return failed === lastEnteredToken()
     ? ['The manager rejected that token. Check it and enter it again.', true]
@@ -148,18 +155,17 @@ function askReason(failed: string | null, read: boolean): [string | undefined, b
  * finds a newer token already stored just retries with it, so a stale token
  * is asked about once, not once per background read.
  */
-async function replacement(failed: string | null, read: boolean): Promise<string> {
+async function replacement(failed: string | null, kind: Kind): Promise<string> {
   const now = getToken();
   if (now !== null && now !== failed) return now;
   if (now !== null) clearToken();
-  if (read && declined) throw new AuthCancelled();
-  const [reason, isError] = askReason(failed, read);
+  if (kind === 'read' && declined) throw new AuthCancelled();
+  const [reason, isError] = askReason(failed, kind);
   const token = await askToken(reason, isError);
   if (token === null) {
-    if (read) declined = true;
+    if (kind !== 'change') declined = true;
     throw new AuthCancelled();
   }
-  declined = false;
   return token;
 }
 
@@ -169,22 +175,25 @@ async function replacement(failed: string | null, read: boolean): Promise<string
  * for every request refused meanwhile) and the request is made again with
  * what the operator enters; cancelling throws AuthCancelled.
  */
-export async function withToken<T>(attempt: (token: string | null) => Promise<T>, read = false): Promise<T> {
+export async function withToken<T>(attempt: (token: string | null) => Promise<T>, kind: Kind = 'change'): Promise<T> {
+  if (kind === 'read' && declined) throw new AuthCancelled();
   let token = getToken();
-  if (token === null && !read) token = await replacement(null, false);
+  if (token === null && kind === 'change') token = await replacement(null, kind);
   for (;;) {
     try {
-      return await attempt(token);
+      const result = await attempt(token);
+      if (kind === 'signin') declined = false;
+      return result;
     } catch (e) {
       if (!(e instanceof ApiError && e.status === 401)) throw e;
-      token = await replacement(token, read);
+      token = await replacement(token, kind);
     }
   }
 }
 
 /** A GET with the stored token: reads need a viewer's credential (docs/API.md). */
-async function getAuthorized(path: string, signal?: AbortSignal, headers: Record<string, string> = {}): Promise<Response> {
-  return withToken((token) => send(path, { method: 'GET', signal, headers: { ...headers, ...bearer(token) } }), true);
+async function getAuthorized(path: string, signal?: AbortSignal, headers: Record<string, string> = {}, kind: Kind = 'read'): Promise<Response> {
+  return withToken((token) => send(path, { method: 'GET', signal, headers: { ...headers, ...bearer(token) } }), kind);
 }
 
 async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
@@ -195,27 +204,26 @@ async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
 /**
  * Sign in before any view reads: one GET, and when the manager answers 401,
  * the token dialog (once), again until a token is accepted or the operator
- * cancels. Resolves false when cancelled (the views then show their reads
- * refused, and the header's "Enter token" asks again).
+ * cancels. Resolves false when cancelled (signed out: the views' reads are
+ * not sent, the header's "Enter token" signs in again).
  */
 export async function signIn(): Promise<boolean> {
   try {
-    await getAuthorized(apiPath('/api/v1/partitions'));
+    await getAuthorized(apiPath('/api/v1/partitions'), undefined, {}, 'signin');
     return true;
   } catch (e) {
     if (e instanceof AuthCancelled) return false;
-    return true; // not an auth problem (the link status shows it)
+    return true; // not an auth problem (the views and the link status show it)
   }
 }
 
-/** The header's "Enter token": ask now, and let reads ask again later. */
+/** The header's "Enter token": ask now, then sign in with it (a refused one is asked again, as rejected). */
 export async function enterToken(): Promise<boolean> {
-  const t = await askToken();
-  if (t !== null) declined = false;
-  return t !== null;
+  if ((await askToken()) === null) return false;
+  return signIn();
 }
 
-/** The header's "Forget token": drop it, and do not ask again until the operator does something. */
+/** The header's "Forget token": drop it and sign out (reads stop until a token is entered). */
 export function forgetToken(): void {
   declined = true;
   clearToken();

@@ -30,8 +30,11 @@ tokenBtn.addEventListener('click', () => {
   if (getToken() !== null) forgetToken();
   else
     void enterToken().then((ok) => {
-      // The view's reads may have been refused while there was no token.
-      if (ok) route();
+      // Signed out until now: the view's reads were not sent.
+      if (ok) {
+        probeRoutes();
+        route();
+      }
     });
 });
 onTokenChange(renderToken);
@@ -50,6 +53,11 @@ const NAV: [string, string, keyof Awaited<ReturnType<typeof caps>> | null][] = [
   ['#/config', 'Config', 'config'],
 ];
 const navLinks = NAV.map(([href, label, cap]) => h('a', { href, 'data-nav': label.toLowerCase(), hidden: cap !== null }, label));
+
+/** Show the views this manager serves (probed once, with the token: not while signed out). */
+function probeRoutes(): void {
+  void caps().then((c) => NAV.forEach(([, , cap], i) => (navLinks[i].hidden = cap !== null && !c[cap])));
+}
 
 const main = h('main', { class: 'main' });
 const header = h(
@@ -104,8 +112,8 @@ function route(): void {
 
 // Sign in first (one token dialog when the manager's reads need a token and
 // none is kept, or the kept one is refused), then probe the routes and mount.
-void signIn().then(() => {
-  void caps().then((c) => NAV.forEach(([, , cap], i) => (navLinks[i].hidden = cap !== null && !c[cap])));
+void signIn().then((signedIn) => {
+  if (signedIn) probeRoutes();
   window.addEventListener('hashchange', route);
   route();
 });

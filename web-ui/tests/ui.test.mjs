@@ -107,13 +107,13 @@ page.on('response', (r) => {
 });
 const dialog = page.locator('[data-testid="token-dialog"]');
 
-/** The token dialog is open, alone, and no view has mounted (nothing read yet); resolves with what it says. */
-async function signInDialog() {
+/** The token dialog is open, alone (and, `first`, no view has mounted: nothing read yet); resolves with what it says. */
+async function signInDialog(first = true) {
   await dialog.waitFor({ timeout: 10_000 });
   const dialogs = await dialog.count();
   if (dialogs !== 1) throw new Error(`${dialogs} token dialogs are open`);
   const views = await page.locator('main [data-page]').count();
-  if (views !== 0) throw new Error('a view mounted (and read) before the token was given');
+  if (first && views !== 0) throw new Error('a view mounted (and read) before the token was given');
   return page.locator('[data-testid="token-reason"]').innerText();
 }
 
@@ -129,12 +129,26 @@ try {
     if (refused.length > 1) throw new Error(`${refused.length} requests were refused before a token was entered: ${refused.join(', ')}`);
   });
 
+  await check('sign-in cancelled: no dialog again and no request refused while signed out; "Enter token" asks, not as "rejected"', async () => {
+    await page.locator('[data-testid="token-cancel"]').click();
+    await dialog.waitFor({ state: 'hidden', timeout: 5_000 });
+    const before = refused.length;
+    await page.waitForTimeout(3_000);
+    if (await dialog.isVisible()) throw new Error('the token dialog opened again by itself');
+    if (refused.length !== before) throw new Error(`refused while signed out: ${refused.slice(before).join(', ')}`);
+    const link = await page.locator('[data-testid="link"]').innerText();
+    if (!/no token/i.test(link)) throw new Error(`the header's link status says: ${link}`);
+    await page.locator('[data-testid="token-button"]', { hasText: 'Enter token' }).click();
+    const said = await signInDialog(false);
+    if (/rejected/i.test(said)) throw new Error(`the dialog says: ${said}`);
+  });
+
   await check('sign-in: a wrong token is shown rejected once; the right one opens the page with no further dialog', async () => {
     const before = refused.length;
     await page.locator('#token-input').fill('wrong-token');
     await page.locator('[data-testid="token-save"]').click();
     await page.waitForFunction(() => /rejected that token/i.test(document.querySelector('[data-testid="token-reason"]')?.textContent ?? ''), null, { timeout: 5_000 });
-    await signInDialog();
+    await signInDialog(false);
     if (refused.length - before !== 1) throw new Error(`the wrong token was refused ${refused.length - before} times (want 1)`);
     await page.locator('#token-input').fill(token);
     await page.locator('[data-testid="token-save"]').click();
