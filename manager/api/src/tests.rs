@@ -2427,6 +2427,39 @@ fn the_stream_starts_after_last_event_id_and_frames_every_event() {
 }
 
 #[test]
+fn the_web_uis_stream_reader_opens_the_stream_with_a_viewers_bearer_token_until_it_is_revoked() {
+    // The web UI reads the stream with fetch() (an EventSource cannot send
+    // the header): a viewer's token and Last-Event-ID open it from there.
+    let (mut r, viewer) = router_with_viewer();
+    r.backend_mut().hv_events = (0..3).map(|s| hv_event(s, "beta", "x")).collect();
+    let req = with_header(
+        with_token(get("/api/v1/events/stream"), &viewer),
+        "Last-Event-ID",
+        "2000",
+    );
+
+    let mut stream = r.open_stream(&req).expect("a viewer's stream");
+    let first = stream.poll(&r.events, std::time::Instant::now()).unwrap();
+    assert!(first.starts_with("id: 3000\n"), "{first}");
+    assert_eq!(
+        r.open_stream(&anon_get("/api/v1/events/stream"))
+            .unwrap_err()
+            .status,
+        401
+    );
+    assert_eq!(
+        r.open_stream(&with_token(get("/api/v1/events/stream"), "nope"))
+            .unwrap_err()
+            .status,
+        401
+    );
+    let mut del = post("/api/v1/auth/credentials/c1", "");
+    del.method = "DELETE".into();
+    assert_eq!(r.handle(&del).status, 200);
+    assert_eq!(r.open_stream(&req).unwrap_err().status, 401);
+}
+
+#[test]
 fn the_console_history_is_a_text_download_with_everything_kept() {
     let mut r = router();
     r.follow_consoles();
