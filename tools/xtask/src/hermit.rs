@@ -78,7 +78,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// takes first, so the steady state maps and invalidates nothing. And a
 /// received frame is copied into its `Vec` with one `extend_from_slice`
 /// per buffer instead of a byte-wise `flatten().collect()`.
-const KERNEL_PATCHES: [(&str, &str, &str); 11] = [
+const KERNEL_PATCHES: [(&str, &str, &str); 12] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -184,6 +184,15 @@ const KERNEL_PATCHES: [(&str, &str, &str); 11] = [
          \t\t}",
     ),
     (
+        "src/mm/allocator.rs",
+        "\t\tlet align = layout\n\
+         \t\t\t.align()\n\
+         \t\t\t.max(core::mem::align_of::<crossbeam_utils::CachePadded<u8>>());\n\
+         \t\tLayout::from_size_align(layout.size(), align).unwrap()",
+        "\t\t// Pinfold: one CPU (no `smp`), so no false sharing to pad against.\n\
+         \t\tlayout",
+    ),
+    (
         "src/config.rs",
         "if cfg!(feature = \"pci\") { 2048 } else { 1024 }",
         "if cfg!(feature = \"pci\") { 256 } else { 1024 }",
@@ -191,7 +200,7 @@ const KERNEL_PATCHES: [(&str, &str, &str); 11] = [
 ];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 5;
+const KERNEL_PATCH_REVISION: u32 = 6;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
