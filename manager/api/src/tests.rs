@@ -431,10 +431,18 @@ impl Backend for FakeBackend {
                     info.written, info.size
                 ),
             ))
-        } else if sha256.is_some_and(|d| d != digest) {
-            Some(("sha256", format!("image {id}'s SHA-256 differs")))
         } else {
-            None
+            // The hypervisor's sentence (hv::images::ImageStore::seal).
+            sha256.filter(|d| *d != digest).map(|want| {
+                (
+                    "sha256",
+                    format!(
+                        "image {id}: its SHA-256 is {}, not {}",
+                        crate::json::hex(&digest),
+                        crate::json::hex(&want)
+                    ),
+                )
+            })
         };
         if let Some((field, message)) = problem {
             // A refused image is discarded.
