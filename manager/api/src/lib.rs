@@ -17,6 +17,7 @@ pub mod backend;
 pub mod events;
 pub mod fetch;
 pub mod json;
+pub mod memory;
 pub mod metrics;
 mod runtime;
 #[cfg(test)]
@@ -675,6 +676,9 @@ pub struct Router<B: Backend> {
     /// Every partition's console history ([`Router::follow_consoles`]).
     pub histories: events::Histories,
     logins: events::LoginLimiter,
+    /// The app's heap counters (its counting global allocator), for
+    /// `/metrics`; None when nothing counts (host tests).
+    pub heap: Option<&'static memory::HeapCounters>,
 }
 
 impl<B: Backend> Router<B> {
@@ -694,6 +698,7 @@ impl<B: Backend> Router<B> {
             require_token_for_reads: false,
             events: events::EventLog::new(),
             histories: events::Histories::new(),
+            heap: None,
             logins: events::LoginLimiter::default(),
         }
     }
@@ -978,10 +983,16 @@ impl<B: Backend> Router<B> {
                         .map_err(|e| ApiError::from_call(e, &p.name))?;
                     details.push(d);
                 }
+                let memory = memory::ManagerMemory {
+                    heap: self.heap.map(memory::HeapCounters::read),
+                    history_bytes: self.histories.reserved(),
+                    histories: self.histories.len(),
+                    events: self.events.len(),
+                };
                 Ok(Response::new(
                     200,
                     metrics::CONTENT_TYPE,
-                    metrics::render(&details).into_bytes(),
+                    metrics::render(&details, &memory).into_bytes(),
                 ))
             }
             Action::OpenApi => Ok(Response::new(200, JSON, OPENAPI_JSON.as_bytes().to_vec())),

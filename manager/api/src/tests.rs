@@ -431,10 +431,18 @@ impl Backend for FakeBackend {
                     info.written, info.size
                 ),
             ))
-        } else if sha256.is_some_and(|d| d != digest) {
-            Some(("sha256", format!("image {id}'s SHA-256 differs")))
         } else {
-            None
+            // The hypervisor's sentence (hv::images::ImageStore::seal).
+            sha256.filter(|d| *d != digest).map(|want| {
+                (
+                    "sha256",
+                    format!(
+                        "image {id}: its SHA-256 is {}, not {}",
+                        crate::json::hex(&digest),
+                        crate::json::hex(&want)
+                    ),
+                )
+            })
         };
         if let Some((field, message)) = problem {
             // A refused image is discarded.
@@ -1614,6 +1622,52 @@ fn metrics_contain_the_contract_samples() {
 }
 
 #[test]
+fn metrics_show_the_managers_heap_and_console_histories() {
+    static HEAP: crate::memory::HeapCounters = crate::memory::HeapCounters::new();
+    HEAP.allocated(4096);
+    HEAP.allocated(1000);
+    HEAP.freed(1000);
+    let mut r = router();
+    r.heap = Some(&HEAP);
+    r.histories.get("alpha").append(&[b'x'; 300], 300, 0);
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    for line in [
+        "pinfold_manager_heap_bytes 4096",
+        "pinfold_manager_heap_peak_bytes 5096",
+        "pinfold_manager_heap_allocations 1",
+        "pinfold_manager_console_histories 1",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    let history: usize = body
+        .lines()
+        .find_map(|l| l.strip_prefix("pinfold_manager_console_history_bytes "))
+        .and_then(|v| v.parse().ok())
+        .expect("history bytes");
+    assert!(
+        (300..=crate::events::HISTORY_BYTES).contains(&history),
+        "{history}"
+    );
+}
+
+#[test]
+fn metrics_without_counting_allocator_leave_the_heap_out() {
+    let mut r = router();
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    assert!(!body.contains("pinfold_manager_heap_bytes"));
+    assert!(body
+        .lines()
+        .any(|l| l == "pinfold_manager_console_histories 0"));
+}
+
+#[test]
 fn stopping_partition_metric_is_2() {
     let mut r = router();
     let _ = r.backend_mut().set_state(ALPHA, PartitionState::Stopping);
@@ -1640,8 +1694,11 @@ fn every_metric_sample_follows_its_type_line_and_is_well_formed() {
         if line.starts_with("# HELP ") {
             continue;
         }
-        let (name, rest) = line.split_once('{').expect("sample has labels");
-        let (_labels, value) = rest.rsplit_once("} ").expect("labels then value");
+        // `name{labels} value`, or `name value` for a sample without labels.
+        let (name, value) = match line.split_once('{') {
+            Some((name, rest)) => (name, rest.rsplit_once("} ").expect("labels then value").1),
+            None => line.split_once(' ').expect("name then value"),
+        };
         assert_eq!(typed.last().map(String::as_str), Some(name), "{line}");
         assert!(value.parse::<f64>().is_ok(), "{line}");
         if name.ends_with("_total") {

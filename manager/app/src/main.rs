@@ -20,7 +20,12 @@
 //! (`GET /api/v1/events/stream`) gets a thread of its own, at most
 //! `events::MAX_STREAMS` (docs/MANAGER.md, "Threads, events and console
 //! history").
+//!
+//! Its global allocator counts what it holds (Hermit's allocator behind a
+//! counting wrapper): `/metrics` shows the heap in use and its peak
+//! (docs/MANAGER.md, "Memory").
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -32,6 +37,7 @@ use pinfold_abi::{
     MAX_BUFFER_LEN, MAX_REPORT_LEN,
 };
 use pinfold_manager_api::events::{StreamGate, StreamTicket};
+use pinfold_manager_api::memory::HeapCounters;
 use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile};
 use tiny_http::{Header, Response, Server};
 
@@ -56,6 +62,51 @@ const STREAM_POLL: Duration = Duration::from_millis(500);
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 type SharedRouter = Arc<Mutex<Router<HvcBackend<Hvc>>>>;
+
+/// What the manager's heap holds, for `/metrics`.
+static HEAP: HeapCounters = HeapCounters::new();
+
+/// Hermit's allocator (std's `System`), counted in [`HEAP`].
+struct Counting;
+
+// SAFETY: every call goes to `System` unchanged; the wrapper only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            HEAP.allocated(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            HEAP.allocated(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) };
+        HEAP.freed(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            HEAP.reallocated(layout.size(), new_size);
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// The web UI, embedded at build time (web-ui/dist).
 static WEB_UI: &[StaticFile] = include!(concat!(env!("OUT_DIR"), "/web_ui.rs"));
@@ -494,11 +545,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let router = Arc::new(Mutex::new(Router::new(
-        HvcBackend::new(hvc),
-        Some(digest),
-        WEB_UI,
-    )));
+    let mut router = Router::new(HvcBackend::new(hvc), Some(digest), WEB_UI);
+    router.heap = Some(&HEAP);
+    let router = Arc::new(Mutex::new(router));
     let console = thread::Builder::new()
         .stack_size(WORKER_STACK_BYTES)
         .spawn(|| console_loop());

@@ -64,7 +64,21 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// COMMAND is cleared before the BARs move and the reset is waited for.
 /// (The hypervisor quiesces and resets the functions before the manager
 /// starts as well; these keep Hermit right on its own.)
-const KERNEL_PATCHES: [(&str, &str, &str); 7] = [
+///
+/// The last three are for throughput (docs/PERFORMANCE.md, "Manager upload
+/// throughput"). Every virtio-net packet, received or sent, takes two
+/// one-page buffers from `DeviceAlloc` (header and frame) and gives them
+/// back once used; Hermit mapped each page afresh and unmapped it on free,
+/// and each unmap is a broadcast TLB invalidation (`tlbi vale1is`; the
+/// hypervisor's HCR_EL2.FB makes even a local one broadcast), which under
+/// QEMU's multi-threaded TCG waits for every vCPU of the machine: 61% of
+/// the manager's samples during an upload sat on that instruction. Freed
+/// single pages now stay mapped in a small cache (at most
+/// `DEVICE_PAGE_CACHE` of them, 4 MiB) that the next one-page allocation
+/// takes first, so the steady state maps and invalidates nothing. And a
+/// received frame is copied into its `Vec` with one `extend_from_slice`
+/// per buffer instead of a byte-wise `flatten().collect()`.
+const KERNEL_PATCHES: [(&str, &str, &str); 12] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -110,10 +124,83 @@ const KERNEL_PATCHES: [(&str, &str, &str); 7] = [
          \t\t\t\t\t\t\tdev.header().update_command(dev.access(), |_| CommandRegister::empty());\n\
          \t\t\t\t\t\t\t// Initializes BARs\n\t\t\t\t\t\t\tlet mut cmd = CommandRegister::empty();",
     ),
+    (
+        "src/mm/device_alloc.rs",
+        "unsafe impl Allocator for DeviceAlloc {\n\
+         \tfn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {\n\
+         \t\tassert!(layout.align() <= BasePageSize::SIZE as usize);\n\
+         \t\tlet size = layout.size().align_up(BasePageSize::SIZE as usize);\n\
+         \t\tlet ptr = super::allocate(size, true).as_mut_ptr::<u8>();",
+        "/// Pinfold: device buffers given back, still mapped, for the next\n\
+         /// allocation of the same size (no map, no unmap, no broadcast TLB invalidation).\n\
+         const DEVICE_PAGE_CACHE: usize = 512;\n\
+         struct PageCache {\n\
+         \tblocks: [(usize, usize); DEVICE_PAGE_CACHE],\n\
+         \tlen: usize,\n\
+         }\n\
+         static PAGE_CACHE: hermit_sync::InterruptTicketMutex<PageCache> =\n\
+         \thermit_sync::InterruptTicketMutex::new(PageCache { blocks: [(0, 0); DEVICE_PAGE_CACHE], len: 0 });\n\
+         \n\
+         unsafe impl Allocator for DeviceAlloc {\n\
+         \tfn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {\n\
+         \t\tassert!(layout.align() <= BasePageSize::SIZE as usize);\n\
+         \t\tlet size = layout.size().align_up(BasePageSize::SIZE as usize);\n\
+         \t\t{\n\
+         \t\t\tlet mut cache = PAGE_CACHE.lock();\n\
+         \t\t\tlet len = cache.len;\n\
+         \t\t\tif let Some(i) = cache.blocks[..len].iter().rposition(|b| b.1 == size) {\n\
+         \t\t\t\tlet addr = cache.blocks[i].0;\n\
+         \t\t\t\tcache.blocks[i] = cache.blocks[len - 1];\n\
+         \t\t\t\tcache.len -= 1;\n\
+         \t\t\t\tlet ptr = ptr::with_exposed_provenance_mut::<u8>(addr);\n\
+         \t\t\t\treturn Ok(NonNull::new(ptr::slice_from_raw_parts_mut(ptr, size)).unwrap());\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t\tlet ptr = super::allocate(size, true).as_mut_ptr::<u8>();",
+    ),
+    (
+        "src/mm/device_alloc.rs",
+        "\t\tlet addr = ptr.as_ptr().expose_provenance().into();\n\
+         \t\tsuper::deallocate(addr, size);",
+        "\t\t{\n\
+         \t\t\tlet mut cache = PAGE_CACHE.lock();\n\
+         \t\t\tif cache.len < DEVICE_PAGE_CACHE {\n\
+         \t\t\t\tlet len = cache.len;\n\
+         \t\t\t\tcache.blocks[len] = (ptr.as_ptr().expose_provenance(), size);\n\
+         \t\t\t\tcache.len += 1;\n\
+         \t\t\t\treturn;\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t\tlet addr = ptr.as_ptr().expose_provenance().into();\n\
+         \t\tsuper::deallocate(addr, size);",
+    ),
+    (
+        "src/drivers/net/virtio/mod.rs",
+        "\t\tlet vec_data = packets.into_iter().flatten().collect();",
+        "\t\t// Pinfold: one copy per buffer, not a byte-wise collect.\n\
+         \t\tlet mut vec_data = Vec::with_capacity(packets.iter().map(|p| p.len()).sum());\n\
+         \t\tfor packet in &packets {\n\
+         \t\t\tvec_data.extend_from_slice(packet);\n\
+         \t\t}",
+    ),
+    (
+        "src/mm/allocator.rs",
+        "\t\tlet align = layout\n\
+         \t\t\t.align()\n\
+         \t\t\t.max(core::mem::align_of::<crossbeam_utils::CachePadded<u8>>());\n\
+         \t\tLayout::from_size_align(layout.size(), align).unwrap()",
+        "\t\t// Pinfold: one CPU (no `smp`), so no false sharing to pad against.\n\
+         \t\tlayout",
+    ),
+    (
+        "src/config.rs",
+        "if cfg!(feature = \"pci\") { 2048 } else { 1024 }",
+        "if cfg!(feature = \"pci\") { 256 } else { 1024 }",
+    ),
 ];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 3;
+const KERNEL_PATCH_REVISION: u32 = 6;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
