@@ -12,6 +12,7 @@ mod harness;
 mod hermit;
 mod http;
 mod image;
+mod load_checks;
 mod provision;
 mod pxe;
 mod qemu;

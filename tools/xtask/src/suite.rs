@@ -43,8 +43,8 @@ struct Case {
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
-/// end, `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 24] = [
+/// end, `load` restarts beta every 5 s under load, `mgmt-restart` kills the manager twice and so comes last.
+const CASES: [Case; 25] = [
     Case {
         name: "host",
         tier: 1,
@@ -125,6 +125,12 @@ const CASES: [Case; 24] = [
             let ws = ctx.ws;
             runtime_checks::runtime(ws, ctx.stack()?)
         },
+    },
+    Case {
+        name: "load",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| crate::load_checks::load_case(ctx.stack()?),
     },
     Case {
         name: "mgmt-restart",
