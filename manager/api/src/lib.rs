@@ -504,11 +504,15 @@ fn parse_offset(query: &str) -> Result<u64, ApiError> {
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "offset" {
+            // At most i64::MAX, what clients with signed 64-bit integers
+            // (JSON in JavaScript aside) can say back.
             offset = percent_decode(value)
                 .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&v| i64::try_from(v).is_ok())
                 .ok_or_else(|| {
                     ApiError::bad_request(format!(
-                        "offset must be a non-negative integer, not {value:?}"
+                        "offset must be an integer from 0 to {}, not {value:?}",
+                        i64::MAX
                     ))
                 })?;
         }

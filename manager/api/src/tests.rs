@@ -1402,12 +1402,27 @@ fn console_read_ignores_other_query_parameters() {
 }
 
 #[test]
+fn the_largest_console_offset_is_i64_max() {
+    let mut r = router();
+
+    let resp = r.handle(&get(&format!(
+        "/api/v1/partitions/alpha/console?offset={}",
+        i64::MAX
+    )));
+
+    assert_eq!(resp.status, 200);
+    let resp = r.handle(&get("/api/v1/events?since=9223372036854775808"));
+    assert_eq!(resp.status, 400);
+}
+
+#[test]
 fn bad_console_offsets_are_400() {
     for query in [
         "offset=abc",
         "offset=-1",
         "offset=",
         "offset=18446744073709551616",
+        "offset=9223372036854775808",
         "offset=1.5",
     ] {
         let mut r = router();
