@@ -1139,6 +1139,11 @@ fn openapi_documents_every_error_code_the_router_emits() {
     ] {
         assert!(codes.contains(&code), "{code}");
     }
+    // And those of the HTTP server's own refusals (manager/http).
+    for status in [400, 408, 411, 413, 417, 431, 503, 505] {
+        let code = pinfold_manager_http::error_code(status);
+        assert!(codes.contains(&code), "{status} {code}");
+    }
 }
 
 // ---------------------------------------------------------------------------

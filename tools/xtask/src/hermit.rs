@@ -64,7 +64,16 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// COMMAND is cleared before the BARs move and the reset is waited for.
 /// (The hypervisor quiesces and resets the functions before the manager
 /// starts as well; these keep Hermit right on its own.)
-const KERNEL_PATCHES: [(&str, &str, &str); 7] = [
+///
+/// The last three end the TCP close stall: Hermit 0.11's `Drop` of a TCP
+/// socket blocked its thread until the close handshake was over, with no
+/// timeout (`block_on(close, None)`), so a peer whose FIN crossed ours, or
+/// that never answered, held the closing thread for seconds or for good,
+/// and the manager's server with it. Now a drop never waits: a connection
+/// still open is closed (smoltcp sends the FIN after what is queued) and
+/// handed to the network task (`LINGERING`), which frees it once the
+/// handshake is done and aborts it (RST) after `LINGER_MS` if it is not.
+const KERNEL_PATCHES: [(&str, &str, &str); 10] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -110,10 +119,62 @@ const KERNEL_PATCHES: [(&str, &str, &str); 7] = [
          \t\t\t\t\t\t\tdev.header().update_command(dev.access(), |_| CommandRegister::empty());\n\
          \t\t\t\t\t\t\t// Initializes BARs\n\t\t\t\t\t\t\tlet mut cmd = CommandRegister::empty();",
     ),
+    (
+        "src/fd/socket/tcp.rs",
+        "\tfn drop(&mut self) {\n\t\tlet _ = block_on(self.close(), None);\n\n\t\tlet mut guard = NIC.lock();\n\t\tfor h in self.handle.iter() {\n\t\t\tguard.as_nic_mut().unwrap().destroy_socket(*h);\n\t\t}\n\t}",
+        "\tfn drop(&mut self) {\n\
+         \t\t// Pinfold: never wait for the close handshake here; the network task finishes it.\n\
+         \t\tlet mut guard = NIC.lock();\n\
+         \t\tlet Ok(nic) = guard.as_nic_mut() else { return };\n\
+         \t\tfor h in self.handle.iter() {\n\
+         \t\t\tlet socket = nic.get_mut_socket::<tcp::Socket<'_>>(*h);\n\
+         \t\t\tif socket.is_active() {\n\
+         \t\t\t\tsocket.close();\n\
+         \t\t\t\tcrate::executor::network::linger(*h);\n\
+         \t\t\t} else {\n\
+         \t\t\t\tnic.destroy_socket(*h);\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t}",
+    ),
+    (
+        "src/executor/network.rs",
+        "async fn network_run() {",
+        "/// Pinfold: TCP connections dropped while still open, and when they are aborted.\n\
+         static LINGERING: InterruptTicketMutex<alloc::vec::Vec<(Handle, Instant)>> =\n\
+         \tInterruptTicketMutex::new(alloc::vec::Vec::new());\n\
+         /// Pinfold: how long a dropped connection may take to close before it is aborted.\n\
+         const LINGER_MS: u64 = 3000;\n\n\
+         /// Pinfold: hands a closing connection to the network task (the NIC's lock is held).\n\
+         pub(crate) fn linger(handle: Handle) {\n\
+         \tLINGERING.lock().push((handle, now() + Duration::from_millis(LINGER_MS)));\n\
+         }\n\n\
+         /// Pinfold: frees the lingering connections that closed, aborts the overdue ones.\n\
+         fn reap_lingering(nic: &mut NetworkInterface<'_>, now: Instant) {\n\
+         \tLINGERING.lock().retain(|&(handle, deadline)| {\n\
+         \t\tlet socket = nic.get_mut_socket::<tcp::Socket<'_>>(handle);\n\
+         \t\tif !socket.is_active() {\n\
+         \t\t\tnic.destroy_socket(handle);\n\
+         \t\t\treturn false;\n\
+         \t\t}\n\
+         \t\tif now >= deadline {\n\
+         \t\t\tsocket.abort();\n\
+         \t\t}\n\
+         \t\ttrue\n\
+         \t});\n\
+         }\n\n\
+         async fn network_run() {",
+    ),
+    (
+        "src/executor/network.rs",
+        "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\t\t\t\t\tPoll::Pending",
+        "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\
+         \t\t\t\t\treap_lingering(nic, now());\n\t\t\t\t\tPoll::Pending",
+    ),
 ];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 3;
+const KERNEL_PATCH_REVISION: u32 = 4;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
