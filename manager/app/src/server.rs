@@ -6,9 +6,11 @@
 //! `set_nonblocking`) and it has `poll` (`sys_poll`, with a timeout), but
 //! no SO_RCVTIMEO; so the loop owns every connection that is between
 //! requests or receiving one, and times them itself (idle 30 s, a request
-//! whole within 10 s, else 408). `poll` wakes it when a connection has
-//! bytes; a listening socket only wakes it for one of its backlog slots,
-//! so the loop also tries `accept` every [`POLL_MS`]. A request that is
+//! whole within 10 s, else 408). Each round it looks once (`poll` with no
+//! timeout: with one, Hermit 0.11 spins until it expires) which
+//! connections have bytes, tries `accept`, and when nothing is to be done
+//! sleeps [`POLL_MS`] (the shortest sleep that blocks rather than spins),
+//! giving the CPU to the workers. A request that is
 //! whole (head and body, at most `MAX_BODY_BYTES`), or an upload's head,
 //! goes to a worker with its socket; the worker runs the router, writes
 //! the answer (no progress for [`WRITE_TIMEOUT`] ends the connection) and
@@ -53,6 +55,10 @@ pub const WORKERS: usize = 4;
 /// The event loop's longest sleep in `poll`, and so the latest a new
 /// connection is accepted.
 const POLL_MS: i32 = 10;
+/// The shortest sleep that blocks in Hermit 0.11 (`usleep` spins below
+/// 10 ms, and `poll` with a timeout spins until it expires, taking the one
+/// CPU from the workers).
+const SLEEP: Duration = Duration::from_millis(POLL_MS as u64);
 /// A response write that makes no progress for this long ends the
 /// connection.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -107,7 +113,6 @@ struct PollFd {
 }
 
 const POLLIN: i16 = 0x1;
-const POLLOUT: i16 = 0x4;
 
 extern "C" {
     /// Hermit 0.11's `poll` (kernel `sys_poll`): ready descriptors, 0 on
@@ -123,7 +128,8 @@ fn poll(fds: &mut [PollFd], timeout_ms: i32) -> i32 {
 }
 
 /// Waits until `stream` may be read or written (`events`), at most
-/// `timeout_ms`.
+/// `timeout_ms` (spinning: only an upload's worker waits this way, for
+/// its next body bytes).
 fn wait_for(stream: &TcpStream, events: i16, timeout_ms: i32) {
     let mut fd = [PollFd {
         fd: stream.as_raw_fd(),
@@ -160,7 +166,10 @@ fn write_within(stream: &mut TcpStream, mut data: &[u8], timeout: Duration) -> i
                 if progress.elapsed() >= timeout {
                     return Err(ErrorKind::TimedOut.into());
                 }
-                wait_for(stream, POLLOUT, 20);
+                // The send buffer drains as the peer acknowledges; a sleep
+                // of 10 ms or more blocks the thread (a shorter one, or
+                // poll with a timeout, spins in Hermit 0.11).
+                thread::sleep(SLEEP);
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -358,13 +367,15 @@ fn event_loop(
                 ids.push(*id);
             }
         }
-        let timeout = if ready.is_empty() { POLL_MS } else { 0 };
-        let n = if fds.is_empty() {
-            thread::sleep(Duration::from_millis(POLL_MS as u64));
-            0
-        } else {
-            poll(&mut fds, timeout)
-        };
+        // One look (a timeout would spin); nothing ready and nothing to do:
+        // sleep, which gives the CPU to the workers.
+        let mut n = if fds.is_empty() { 0 } else { poll(&mut fds, 0) };
+        if n == 0 && ready.is_empty() {
+            thread::sleep(SLEEP);
+            if !fds.is_empty() {
+                n = poll(&mut fds, 0);
+            }
+        }
         if n < 0 {
             // poll failed: read them all.
             ready.extend(ids.iter().copied());

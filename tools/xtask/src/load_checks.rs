@@ -29,8 +29,10 @@ const LOAD_SECS: u64 = 60;
 const IDLE: usize = 500;
 /// Longest any request of the close-stall phase may wait for its answer.
 const STALL_LIMIT: Duration = Duration::from_secs(4);
-/// Longest a request under load may wait (shared machine, TCG).
-const LOAD_LIMIT: Duration = Duration::from_secs(30);
+/// Longest a request under load may wait: 100 clients queue for a
+/// manager on one emulated CPU of a shared machine (latency is printed,
+/// never asserted; this only tells a slow answer from none).
+const LOAD_LIMIT: Duration = Duration::from_secs(90);
 
 /// One response as read off the wire.
 struct Answer {
@@ -66,7 +68,9 @@ fn read_answer(s: &mut TcpStream, head_only: bool, limit: Duration) -> Result<An
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break at + 4;
         }
-        let n = s.read(&mut byte).map_err(|e| format!("reading the head: {e}"))?;
+        let n = s
+            .read(&mut byte)
+            .map_err(|e| format!("reading the head: {e}"))?;
         if n == 0 {
             return Err(format!(
                 "the server closed without a complete answer ({} bytes: {:?})",
@@ -90,7 +94,9 @@ fn read_answer(s: &mut TcpStream, head_only: bool, limit: Duration) -> Result<An
         return Ok(Answer { status, head, body });
     }
     while body.len() < length {
-        let n = s.read(&mut byte).map_err(|e| format!("reading the body: {e}"))?;
+        let n = s
+            .read(&mut byte)
+            .map_err(|e| format!("reading the body: {e}"))?;
         if n == 0 {
             return Err(format!("body cut at {} of {length} bytes", body.len()));
         }
@@ -134,6 +140,7 @@ fn ms(d: Duration) -> f64 {
 fn close_stall() -> Result<String, String> {
     const ROUNDS: usize = 15;
     let worst = Arc::new(Mutex::new(Duration::ZERO));
+    let started = Instant::now();
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let worst = worst.clone();
@@ -143,9 +150,8 @@ fn close_stall() -> Result<String, String> {
                     let mut s = connect()?;
                     s.write_all(get("/api/v1/partitions").as_bytes())
                         .map_err(|e| e.to_string())?;
-                    let a = read_answer(&mut s, false, STALL_LIMIT).map_err(|e| {
-                        format!("after {:.1} s: {e}", t.elapsed().as_secs_f64())
-                    })?;
+                    let a = read_answer(&mut s, false, STALL_LIMIT)
+                        .map_err(|e| format!("after {:.1} s: {e}", t.elapsed().as_secs_f64()))?;
                     if a.status != 200 {
                         return Err(format!("status {}", a.status));
                     }
@@ -161,12 +167,18 @@ fn close_stall() -> Result<String, String> {
     for t in threads {
         t.join()
             .map_err(|_| "a close-stall client panicked".to_string())?
-            .map_err(|e| format!("close stall: a request was not answered within {} s: {e}", STALL_LIMIT.as_secs()))?;
+            .map_err(|e| {
+                format!(
+                    "close stall: a request was not answered within {} s: {e}",
+                    STALL_LIMIT.as_secs()
+                )
+            })?;
     }
     let worst = *worst.lock().unwrap();
     Ok(format!(
-        "close stall: {} requests from 8 clients closing right after the body, all answered, slowest {:.0} ms",
+        "close stall: {} requests from 8 clients closing right after the body, all answered in {:.1} s, slowest {:.0} ms",
         8 * ROUNDS,
+        started.elapsed().as_secs_f64(),
         ms(worst)
     ))
 }
@@ -203,7 +215,8 @@ fn load(token: &str) -> Result<String, String> {
                             Some(s) => s,
                             None => conn.insert(connect()?),
                         };
-                        s.write_all(get(path).as_bytes()).map_err(|e| e.to_string())?;
+                        s.write_all(get(path).as_bytes())
+                            .map_err(|e| e.to_string())?;
                         let a = read_answer(s, false, LOAD_LIMIT)?;
                         if a.status != 200 {
                             return Err(format!("status {}", a.status));
@@ -217,7 +230,11 @@ fn load(token: &str) -> Result<String, String> {
                         Ok(()) => mine.push(t.elapsed()),
                         Err(e) => {
                             conn = None;
-                            errors.lock().unwrap().push(format!("GET {path}: {e}"));
+                            errors.lock().unwrap().push(format!(
+                                "GET {path}: {e} (after {:.1} s, at {:.0} s)",
+                                t.elapsed().as_secs_f64(),
+                                started.elapsed().as_secs_f64()
+                            ));
                         }
                     }
                 }
@@ -322,7 +339,10 @@ fn idle() -> Result<String, String> {
 /// Phase 4: malformed requests, each answered with its status.
 fn malformed(token: &str) -> Result<String, String> {
     let host = authority();
-    let long_header = format!("GET / HTTP/1.1\r\nHost: {host}\r\nX-Big: {}\r\n\r\n", "a".repeat(20 * 1024));
+    let long_header = format!(
+        "GET / HTTP/1.1\r\nHost: {host}\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20 * 1024)
+    );
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("bare LF", format!("GET /api/v1/host HTTP/1.1\nHost: {host}\n\n").into_bytes(), 400),
         ("HTTP/2.0 line", format!("GET /api/v1/host HTTP/2.0\r\nHost: {host}\r\n\r\n").into_bytes(), 505),
@@ -357,7 +377,11 @@ fn malformed(token: &str) -> Result<String, String> {
                 if *want == 405 && header(&a.head, "allow").is_none() {
                     wrong.push(format!("{name}: 405 without Allow"));
                 }
-                lines.push(format!("{name} {} in {:.1} s", a.status, t.elapsed().as_secs_f64()));
+                lines.push(format!(
+                    "{name} {} in {:.1} s",
+                    a.status,
+                    t.elapsed().as_secs_f64()
+                ));
             }
             Ok(a) => wrong.push(format!(
                 "{name}: {} (want {want}): {}",
@@ -370,12 +394,21 @@ fn malformed(token: &str) -> Result<String, String> {
     // HEAD like GET, without the body; keep-alive answers twice.
     let mut s = connect()?;
     s.write_all(
-        format!("HEAD /api/v1/partitions HTTP/1.1\r\nHost: {host}\r\n\r\n{}", get("/api/v1/host")).as_bytes(),
+        format!(
+            "HEAD /api/v1/partitions HTTP/1.1\r\nHost: {host}\r\n\r\n{}",
+            get("/api/v1/host")
+        )
+        .as_bytes(),
     )
     .map_err(|e| e.to_string())?;
     let head = read_answer(&mut s, true, Duration::from_secs(10))?;
-    let length = header(&head.head, "content-length").unwrap_or("0").to_string();
-    if head.status != 200 || length == "0" || !head.body.is_empty() && !head.body.starts_with(b"HTTP/1.1") {
+    let length = header(&head.head, "content-length")
+        .unwrap_or("0")
+        .to_string();
+    if head.status != 200
+        || length == "0"
+        || !head.body.is_empty() && !head.body.starts_with(b"HTTP/1.1")
+    {
         wrong.push(format!("HEAD: {} {:?}", head.status, head.head));
     }
     let mut next = head.body;
@@ -389,7 +422,9 @@ fn malformed(token: &str) -> Result<String, String> {
             String::from_utf8_lossy(&next[..next.len().min(80)])
         ));
     }
-    lines.push(format!("HEAD 200 (Content-Length {length}, no body) then a pipelined GET on the same connection"));
+    lines.push(format!(
+        "HEAD 200 (Content-Length {length}, no body) then a pipelined GET on the same connection"
+    ));
     if !wrong.is_empty() {
         return Err(format!("malformed requests: {}", wrong.join("; ")));
     }
