@@ -148,8 +148,13 @@ fn close_stall() -> Result<String, String> {
                 for _ in 0..ROUNDS {
                     let t = Instant::now();
                     let mut s = connect()?;
-                    s.write_all(get("/api/v1/partitions").as_bytes())
-                        .map_err(|e| e.to_string())?;
+                    // The server closes after this answer, the client too, at once:
+                    // the two FINs cross.
+                    let request = format!(
+                        "GET /api/v1/partitions HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                        authority()
+                    );
+                    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
                     let a = read_answer(&mut s, false, STALL_LIMIT)
                         .map_err(|e| format!("after {:.1} s: {e}", t.elapsed().as_secs_f64()))?;
                     if a.status != 200 {
