@@ -376,16 +376,16 @@ fn event_loop(
                 n = poll(&mut fds, 0);
             }
         }
-        if n < 0 {
+        match n.cmp(&0) {
             // poll failed: read them all.
-            ready.extend(ids.iter().copied());
-        } else if n > 0 {
-            ready.extend(
+            std::cmp::Ordering::Less => ready.extend(ids.iter().copied()),
+            std::cmp::Ordering::Greater => ready.extend(
                 fds.iter()
                     .zip(&ids)
                     .filter(|(f, _)| f.revents != 0)
                     .map(|(_, id)| *id),
-            );
+            ),
+            std::cmp::Ordering::Equal => {}
         }
         ready.sort_unstable();
         ready.dedup();
