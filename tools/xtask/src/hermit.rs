@@ -73,7 +73,10 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// still open is closed (smoltcp sends the FIN after what is queued) and
 /// handed to the network task (`LINGERING`), which frees it once the
 /// handshake is done and aborts it (RST) after `LINGER_MS` if it is not.
-const KERNEL_PATCHES: [(&str, &str, &str); 10] = [
+/// And `accept` no longer hands out a socket still in SYN-RECEIVED, which
+/// smoltcp turns back into a listener when a RST comes (the connection the
+/// server then holds is none).
+const KERNEL_PATCHES: [(&str, &str, &str); 11] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -118,6 +121,12 @@ const KERNEL_PATCHES: [(&str, &str, &str); 10] = [
         "\t\t\t\t\t\t\t// Pinfold: from COMMAND's reset value, whatever firmware left: decoding off while the BARs move.\n\
          \t\t\t\t\t\t\tdev.header().update_command(dev.access(), |_| CommandRegister::empty());\n\
          \t\t\t\t\t\t\t// Initializes BARs\n\t\t\t\t\t\t\tlet mut cmd = CommandRegister::empty();",
+    ),
+    (
+        "src/fd/socket/tcp.rs",
+        "\t\t\t\tif s.is_active() {\n\t\t\t\t\tsocket_handle = Some(*handle);",
+        "\t\t\t\t// Pinfold: not while SYN-RECEIVED (a RST would turn it back into a listener).\n\
+         \t\t\t\tif s.is_active() && s.state() != tcp::State::SynReceived {\n\t\t\t\t\tsocket_handle = Some(*handle);",
     ),
     (
         "src/fd/socket/tcp.rs",
@@ -174,7 +183,7 @@ const KERNEL_PATCHES: [(&str, &str, &str); 10] = [
 ];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 4;
+const KERNEL_PATCH_REVISION: u32 = 5;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
