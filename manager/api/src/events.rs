@@ -308,9 +308,14 @@ impl Drop for StreamTicket {
     }
 }
 
-/// A `Last-Event-ID` header, or the `since` query parameter: a u64.
+/// A `Last-Event-ID` header, or the `since` query parameter: a u64 of at
+/// most i64::MAX.
 pub fn parse_cursor(value: &str) -> Option<u64> {
-    value.trim().parse().ok()
+    value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&v: &u64| i64::try_from(v).is_ok())
 }
 
 /// One partition's console history: the last [`HISTORY_BYTES`] bytes it

@@ -297,6 +297,8 @@ pub struct ApiError {
     /// The field at fault, for field-level errors (the plan field as the
     /// build-time TOML check names it).
     pub field: Option<String>,
+    /// A 405's `Allow` header: the methods the route takes.
+    pub allow: Option<String>,
 }
 
 impl ApiError {
@@ -306,6 +308,7 @@ impl ApiError {
             code,
             detail: detail.into(),
             field: None,
+            allow: None,
         }
     }
     /// The same error, naming `field`.
@@ -328,8 +331,12 @@ impl ApiError {
     pub fn not_found(detail: impl Into<String>) -> Self {
         ApiError::new(404, "not_found", detail)
     }
-    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
-        ApiError::new(405, "method_not_allowed", detail)
+    /// 405, with the `Allow` header listing `allowed`.
+    pub fn method_not_allowed(detail: impl Into<String>, allowed: &str) -> Self {
+        ApiError {
+            allow: Some(allowed.to_string()),
+            ..ApiError::new(405, "method_not_allowed", detail)
+        }
     }
     pub fn conflict(detail: impl Into<String>) -> Self {
         ApiError::new(409, "conflict", detail)
@@ -366,7 +373,11 @@ impl ApiError {
             detail: self.detail.clone(),
             field: self.field.clone(),
         };
-        json_response(self.status, &body)
+        let mut resp = json_response(self.status, &body);
+        if let Some(allow) = &self.allow {
+            resp.headers.push(("Allow", allow.clone()));
+        }
+        resp
     }
 }
 
@@ -442,8 +453,10 @@ enum Matched<'a> {
 }
 
 /// Finds the endpoint for `method` and `path`: 404 for an unknown API path,
-/// 405 for a known one with the wrong method.
+/// 405 (with `Allow`) for a known one with the wrong method. HEAD is
+/// answered wherever GET is (the server sends the head only).
 fn match_route<'a>(method: &str, path: &'a str) -> Result<Matched<'a>, ApiError> {
+    let method = if method == "HEAD" { "GET" } else { method };
     // "/api/v1/partitions/" is "/api/v1/partitions".
     let path = if path.len() > 1 {
         path.strip_suffix('/').unwrap_or(path)
@@ -461,19 +474,27 @@ fn match_route<'a>(method: &str, path: &'a str) -> Result<Matched<'a>, ApiError>
         });
     }
     if !candidates.is_empty() {
-        let allowed: Vec<&str> = candidates.iter().map(|(r, _)| r.method).collect();
-        return Err(ApiError::method_not_allowed(format!(
-            "{method} is not allowed on {path}; allowed: {}",
-            allowed.join(", ")
-        )));
+        let mut allowed: Vec<&str> = Vec::new();
+        for (r, _) in &candidates {
+            allowed.push(r.method);
+            if r.method == "GET" {
+                allowed.push("HEAD");
+            }
+        }
+        let allowed = allowed.join(", ");
+        return Err(ApiError::method_not_allowed(
+            format!("{method} is not allowed on {path}; allowed: {allowed}"),
+            &allowed,
+        ));
     }
     if path == "/api" || path.starts_with("/api/") {
         return Err(ApiError::not_found(format!("no API route {path}")));
     }
     if method != "GET" {
-        return Err(ApiError::method_not_allowed(format!(
-            "{method} is not allowed on {path}; allowed: GET"
-        )));
+        return Err(ApiError::method_not_allowed(
+            format!("{method} is not allowed on {path}; allowed: GET, HEAD"),
+            "GET, HEAD",
+        ));
     }
     Ok(Matched::Static)
 }
@@ -484,11 +505,15 @@ fn parse_offset(query: &str) -> Result<u64, ApiError> {
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "offset" {
+            // At most i64::MAX, what clients with signed 64-bit integers
+            // (JSON in JavaScript aside) can say back.
             offset = percent_decode(value)
                 .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&v| i64::try_from(v).is_ok())
                 .ok_or_else(|| {
                     ApiError::bad_request(format!(
-                        "offset must be a non-negative integer, not {value:?}"
+                        "offset must be an integer from 0 to {}, not {value:?}",
+                        i64::MAX
                     ))
                 })?;
         }
@@ -585,6 +610,15 @@ fn build_action(
         Endpoint::Image => Action::GetImage {
             id: image_id(&name)?,
         },
+        Endpoint::Start | Endpoint::Stop | Endpoint::Restart | Endpoint::Shutdown
+            if !is_empty_body(&req.body) =>
+        {
+            return Err(ApiError::bad_request(format!(
+                "{} takes no body (or {{}}), not {:?}",
+                path.rsplit('/').next().unwrap_or(""),
+                String::from_utf8_lossy(&req.body[..req.body.len().min(64)])
+            )));
+        }
         Endpoint::Start => Action::ChangeState {
             name,
             op: Transition::Start,
@@ -619,6 +653,18 @@ fn build_action(
         Endpoint::Metrics => Action::Metrics,
         Endpoint::OpenApi => Action::OpenApi,
     })
+}
+
+/// A state change's body: nothing, whitespace, or an empty JSON object.
+fn is_empty_body(body: &[u8]) -> bool {
+    let text = body.trim_ascii();
+    if text.is_empty() {
+        return true;
+    }
+    matches!(
+        serde_json::from_slice::<serde_json::Value>(text),
+        Ok(serde_json::Value::Object(map)) if map.is_empty()
+    )
 }
 
 /// The `since` query parameter (default 0).
@@ -810,7 +856,8 @@ impl<B: Backend> Router<B> {
         let (path, query) = split_target(&req.path);
         let matched = match_route(&req.method, path)?;
         let is_api = matches!(matched, Matched::Api { .. });
-        if req.method != "GET" || (is_api && self.require_token_for_reads) {
+        let read = req.method == "GET" || req.method == "HEAD";
+        if !read || (is_api && self.require_token_for_reads) {
             if let Err(e) = self.authorize(req) {
                 self.login_refused(req, &e.detail);
                 return Err(e);

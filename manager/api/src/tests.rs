@@ -934,6 +934,72 @@ fn missing_static_file_is_404() {
 }
 
 #[test]
+fn a_405_says_allow() {
+    let mut r = router();
+
+    let resp = r.handle(&Request {
+        method: "PUT".into(),
+        ..get("/api/v1/partitions/alpha")
+    });
+    assert_eq!(resp.status, 405);
+    assert_eq!(resp.header("allow"), Some("GET, HEAD, PATCH, DELETE"));
+    let resp = r.handle(&get("/api/v1/partitions/alpha/start"));
+    assert_eq!(resp.header("allow"), Some("POST"));
+    let resp = r.handle(&post("/index.html", ""));
+    assert_eq!(resp.header("allow"), Some("GET, HEAD"));
+}
+
+#[test]
+fn head_is_answered_wherever_get_is_without_a_token() {
+    let mut r = router();
+
+    for path in [
+        "/api/v1/partitions",
+        "/api/v1/host",
+        "/metrics",
+        "/index.html",
+    ] {
+        let want = r.handle(&get(path));
+        let got = r.handle(&Request {
+            method: "HEAD".into(),
+            ..get(path)
+        });
+        assert_eq!(got.status, want.status, "{path}");
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.content_type, want.content_type, "{path}");
+    }
+    let resp = r.handle(&Request {
+        method: "HEAD".into(),
+        ..get("/api/v1/partitions/alpha/start")
+    });
+    assert_eq!(resp.status, 405);
+}
+
+#[test]
+fn state_changes_refuse_a_body_that_is_not_empty() {
+    let mut r = router();
+
+    for op in ["start", "stop", "restart", "shutdown"] {
+        for body in ["garbage", "{\"force\":true}", "[]", "{", "\u{0}"] {
+            let resp = r.handle(&post(&format!("/api/v1/partitions/beta/{op}"), body));
+            assert_eq!(resp.status, 400, "{op} {body:?}");
+            assert!(text(&resp).contains("takes no body"), "{}", text(&resp));
+        }
+    }
+    assert_eq!(
+        r.handle(&post("/api/v1/partitions/beta/start", " {} "))
+            .status,
+        202
+    );
+    let mut r = router();
+    assert_eq!(
+        r.handle(&post("/api/v1/partitions/beta/start", "\n"))
+            .status,
+        202
+    );
+}
+
+#[test]
 fn post_to_a_static_path_is_405() {
     let mut r = router();
 
@@ -1080,6 +1146,11 @@ fn openapi_documents_every_error_code_the_router_emits() {
         "hypervisor_error",
     ] {
         assert!(codes.contains(&code), "{code}");
+    }
+    // And those of the HTTP server's own refusals (manager/http).
+    for status in [400, 408, 411, 413, 417, 431, 503, 505] {
+        let code = pinfold_manager_http::error_code(status);
+        assert!(codes.contains(&code), "{status} {code}");
     }
 }
 
@@ -1269,11 +1340,14 @@ fn transition_of_unknown_partition_is_404() {
 }
 
 #[test]
-fn transition_body_is_ignored_even_when_not_json() {
+fn transition_body_that_is_not_json_is_refused_and_nothing_happens() {
     let mut r = router();
 
     let resp = r.handle(&post("/api/v1/partitions/beta/start", "not json at all"));
 
+    assert_eq!(resp.status, 400);
+    // The partition was not started: a start now is accepted.
+    let resp = r.handle(&post("/api/v1/partitions/beta/start", ""));
     assert_eq!(resp.status, 202);
 }
 
@@ -1341,12 +1415,27 @@ fn console_read_ignores_other_query_parameters() {
 }
 
 #[test]
+fn the_largest_console_offset_is_i64_max() {
+    let mut r = router();
+
+    let resp = r.handle(&get(&format!(
+        "/api/v1/partitions/alpha/console?offset={}",
+        i64::MAX
+    )));
+
+    assert_eq!(resp.status, 200);
+    let resp = r.handle(&get("/api/v1/events?since=9223372036854775808"));
+    assert_eq!(resp.status, 400);
+}
+
+#[test]
 fn bad_console_offsets_are_400() {
     for query in [
         "offset=abc",
         "offset=-1",
         "offset=",
         "offset=18446744073709551616",
+        "offset=9223372036854775808",
         "offset=1.5",
     ] {
         let mut r = router();

@@ -55,7 +55,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// already awake is now nothing (the waiter sees a wakeup, which futex
 /// callers must tolerate anyway) instead of a panic.
 ///
-/// The last two make the NIC's start independent of what firmware (or the
+/// The two after them make the NIC's start independent of what firmware (or the
 /// manager's previous run) left in it. Hermit 0.11 writes device_status = 0
 /// and goes on at once, while virtio 1.x (4.1.4.3.2) requires the driver to
 /// wait until the reset reads back 0; and it programs the BARs with the
@@ -65,7 +65,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// (The hypervisor quiesces and resets the functions before the manager
 /// starts as well; these keep Hermit right on its own.)
 ///
-/// The last three are for throughput (docs/PERFORMANCE.md, "Manager upload
+/// The next five are for throughput (docs/PERFORMANCE.md, "Manager upload
 /// throughput"). Every virtio-net packet, received or sent, takes two
 /// one-page buffers from `DeviceAlloc` (header and frame) and gives them
 /// back once used; Hermit mapped each page afresh and unmapped it on free,
@@ -77,8 +77,23 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// `DEVICE_PAGE_CACHE` of them, 4 MiB) that the next one-page allocation
 /// takes first, so the steady state maps and invalidates nothing. And a
 /// received frame is copied into its `Vec` with one `extend_from_slice`
-/// per buffer instead of a byte-wise `flatten().collect()`.
-const KERNEL_PATCHES: [(&str, &str, &str); 12] = [
+/// per buffer instead of a byte-wise `flatten().collect()`. The
+/// allocator no longer pads every allocation to a 128-byte cache line (one
+/// CPU, no false sharing to avoid), and the virtio-net queues hold 256
+/// buffers of 64 KiB instead of 2048 (8.5 MiB of NIC buffers, not 68 MiB).
+///
+/// The last four end the TCP close stall: Hermit 0.11's `Drop` of a TCP
+/// socket blocked its thread until the close handshake was over, with no
+/// timeout (`block_on(close, None)`), so a peer whose FIN crossed ours, or
+/// that never answered, held the closing thread for seconds or for good,
+/// and the manager's server with it. Now a drop never waits: a connection
+/// still open is closed (smoltcp sends the FIN after what is queued) and
+/// handed to the network task (`LINGERING`), which frees it once the
+/// handshake is done and aborts it (RST) after `LINGER_MS` if it is not.
+/// And `accept` no longer hands out a socket still in SYN-RECEIVED, which
+/// smoltcp turns back into a listener when a RST comes (the connection the
+/// server then holds is none).
+const KERNEL_PATCHES: [(&str, &str, &str); 16] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -196,11 +211,67 @@ const KERNEL_PATCHES: [(&str, &str, &str); 12] = [
         "src/config.rs",
         "if cfg!(feature = \"pci\") { 2048 } else { 1024 }",
         "if cfg!(feature = \"pci\") { 256 } else { 1024 }",
+        "src/fd/socket/tcp.rs",
+        "\t\t\t\tif s.is_active() {\n\t\t\t\t\tsocket_handle = Some(*handle);",
+        "\t\t\t\t// Pinfold: not while SYN-RECEIVED (a RST would turn it back into a listener).\n\
+         \t\t\t\tif s.is_active() && s.state() != tcp::State::SynReceived {\n\t\t\t\t\tsocket_handle = Some(*handle);",
+    ),
+    (
+        "src/fd/socket/tcp.rs",
+        "\tfn drop(&mut self) {\n\t\tlet _ = block_on(self.close(), None);\n\n\t\tlet mut guard = NIC.lock();\n\t\tfor h in self.handle.iter() {\n\t\t\tguard.as_nic_mut().unwrap().destroy_socket(*h);\n\t\t}\n\t}",
+        "\tfn drop(&mut self) {\n\
+         \t\t// Pinfold: never wait for the close handshake here; the network task finishes it.\n\
+         \t\tlet mut guard = NIC.lock();\n\
+         \t\tlet Ok(nic) = guard.as_nic_mut() else { return };\n\
+         \t\tfor h in self.handle.iter() {\n\
+         \t\t\tlet socket = nic.get_mut_socket::<tcp::Socket<'_>>(*h);\n\
+         \t\t\tif socket.is_active() {\n\
+         \t\t\t\tsocket.close();\n\
+         \t\t\t\tcrate::executor::network::linger(*h);\n\
+         \t\t\t} else {\n\
+         \t\t\t\tnic.destroy_socket(*h);\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t}",
+    ),
+    (
+        "src/executor/network.rs",
+        "async fn network_run() {",
+        "/// Pinfold: TCP connections dropped while still open, and when they are aborted.\n\
+         static LINGERING: InterruptTicketMutex<alloc::vec::Vec<(Handle, Instant)>> =\n\
+         \tInterruptTicketMutex::new(alloc::vec::Vec::new());\n\
+         /// Pinfold: how long a dropped connection may take to close before it is aborted.\n\
+         const LINGER_MS: u64 = 3000;\n\n\
+         /// Pinfold: hands a closing connection to the network task (the NIC's lock is held).\n\
+         pub(crate) fn linger(handle: Handle) {\n\
+         \tLINGERING.lock().push((handle, now() + Duration::from_millis(LINGER_MS)));\n\
+         }\n\n\
+         /// Pinfold: frees the lingering connections that closed, aborts the overdue ones.\n\
+         fn reap_lingering(nic: &mut NetworkInterface<'_>, now: Instant) {\n\
+         \tLINGERING.lock().retain(|&(handle, deadline)| {\n\
+         \t\tlet socket = nic.get_mut_socket::<tcp::Socket<'_>>(handle);\n\
+         \t\tif !socket.is_active() {\n\
+         \t\t\tnic.destroy_socket(handle);\n\
+         \t\t\treturn false;\n\
+         \t\t}\n\
+         \t\tif now >= deadline {\n\
+         \t\t\tsocket.abort();\n\
+         \t\t}\n\
+         \t\ttrue\n\
+         \t});\n\
+         }\n\n\
+         async fn network_run() {",
+    ),
+    (
+        "src/executor/network.rs",
+        "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\t\t\t\t\tPoll::Pending",
+        "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\
+         \t\t\t\t\treap_lingering(nic, now());\n\t\t\t\t\tPoll::Pending",
     ),
 ];
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 6;
+const KERNEL_PATCH_REVISION: u32 = 7;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
