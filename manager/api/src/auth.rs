@@ -72,6 +72,8 @@ impl Role {
 
 /// The role a request needs: None for what is open to anyone.
 pub fn required_role(method: &str, endpoint: Option<Endpoint>) -> Option<Role> {
+    // HEAD is routed like GET and needs what GET needs.
+    let method = if method == "HEAD" { "GET" } else { method };
     match (method, endpoint) {
         // The web UI's files: the page itself asks for a token.
         ("GET", None) => None,

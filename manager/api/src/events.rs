@@ -92,6 +92,15 @@ impl EventLog {
     }
 
     /// The hypervisor sequence number to read from next.
+    /// Events kept.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
     pub fn hv_next(&self) -> u64 {
         self.hv_next
     }
@@ -299,9 +308,14 @@ impl Drop for StreamTicket {
     }
 }
 
-/// A `Last-Event-ID` header, or the `since` query parameter: a u64.
+/// A `Last-Event-ID` header, or the `since` query parameter: a u64 of at
+/// most i64::MAX.
 pub fn parse_cursor(value: &str) -> Option<u64> {
-    value.trim().parse().ok()
+    value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&v: &u64| i64::try_from(v).is_ok())
 }
 
 /// One partition's console history: the last [`HISTORY_BYTES`] bytes it
@@ -332,13 +346,22 @@ impl History {
         self.cursor = next;
     }
 
+    /// Trims the front before it appends, so the deque never holds more
+    /// than [`HISTORY_BYTES`] and its buffer never grows past them (trimmed
+    /// after, a full history's deque doubled to 2 MiB on the next read).
     fn extend(&mut self, data: &[u8]) {
-        self.bytes.extend(data);
-        let over = self.bytes.len().saturating_sub(HISTORY_BYTES);
+        let data = &data[data.len().saturating_sub(HISTORY_BYTES)..];
+        let over = (self.bytes.len() + data.len()).saturating_sub(HISTORY_BYTES);
         if over > 0 {
             self.bytes.drain(..over);
             self.trimmed += over as u64;
         }
+        self.bytes.extend(data);
+    }
+
+    /// Bytes of RAM its buffer holds (what it may grow to: [`HISTORY_BYTES`]).
+    pub fn reserved(&self) -> usize {
+        self.bytes.capacity()
     }
 
     pub fn len(&self) -> usize {
@@ -393,11 +416,48 @@ impl Histories {
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
+
+    /// Bytes of RAM the histories' buffers hold together.
+    pub fn reserved(&self) -> usize {
+        self.by_name.values().map(History::reserved).sum()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_history_keeps_its_budget_of_ram_and_the_newest_bytes() {
+        let mut h = History::default();
+        let mut next = 0;
+        for i in 0..48u8 {
+            let chunk = vec![i; 64 * 1024];
+            next += chunk.len() as u64;
+            h.append(&chunk, next, 0);
+            assert!(
+                h.reserved() <= HISTORY_BYTES,
+                "{} bytes reserved",
+                h.reserved()
+            );
+        }
+        assert_eq!(h.len(), HISTORY_BYTES);
+        assert_eq!(h.to_vec().last(), Some(&47));
+        assert_eq!(h.trimmed, 48 * 64 * 1024 - HISTORY_BYTES as u64);
+    }
+
+    #[test]
+    fn one_read_larger_than_the_history_keeps_its_tail() {
+        let mut h = History::default();
+        let mut data = vec![1u8; HISTORY_BYTES];
+        data.extend_from_slice(b"end");
+
+        h.append(&data, data.len() as u64, 0);
+
+        assert_eq!(h.len(), HISTORY_BYTES);
+        assert!(h.to_vec().ends_with(b"end"));
+        assert!(h.reserved() <= HISTORY_BYTES);
+    }
     use pinfold_abi::{Event, EventKind};
 
     fn hv(seq: u64, msg: &str) -> Event {

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod events;
 pub mod fetch;
 pub mod json;
+pub mod memory;
 pub mod metrics;
 mod runtime;
 #[cfg(test)]
@@ -335,6 +336,8 @@ pub struct ApiError {
     pub field: Option<String>,
     /// Seconds for a `Retry-After` header (429).
     pub retry_after: Option<u64>,
+    /// A 405's `Allow` header: the methods the route takes.
+    pub allow: Option<String>,
 }
 
 impl ApiError {
@@ -345,6 +348,7 @@ impl ApiError {
             detail: detail.into(),
             field: None,
             retry_after: None,
+            allow: None,
         }
     }
     pub fn forbidden(detail: impl Into<String>) -> Self {
@@ -370,8 +374,12 @@ impl ApiError {
     pub fn not_found(detail: impl Into<String>) -> Self {
         ApiError::new(404, "not_found", detail)
     }
-    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
-        ApiError::new(405, "method_not_allowed", detail)
+    /// 405, with the `Allow` header listing `allowed`.
+    pub fn method_not_allowed(detail: impl Into<String>, allowed: &str) -> Self {
+        ApiError {
+            allow: Some(allowed.to_string()),
+            ..ApiError::new(405, "method_not_allowed", detail)
+        }
     }
     pub fn conflict(detail: impl Into<String>) -> Self {
         ApiError::new(409, "conflict", detail)
@@ -411,6 +419,9 @@ impl ApiError {
         let mut resp = json_response(self.status, &body);
         if let Some(secs) = self.retry_after {
             resp.headers.push(("Retry-After", secs.to_string()));
+        }
+        if let Some(allow) = &self.allow {
+            resp.headers.push(("Allow", allow.clone()));
         }
         resp
     }
@@ -488,8 +499,10 @@ enum Matched<'a> {
 }
 
 /// Finds the endpoint for `method` and `path`: 404 for an unknown API path,
-/// 405 for a known one with the wrong method.
+/// 405 (with `Allow`) for a known one with the wrong method. HEAD is
+/// answered wherever GET is (the server sends the head only).
 fn match_route<'a>(method: &str, path: &'a str) -> Result<Matched<'a>, ApiError> {
+    let method = if method == "HEAD" { "GET" } else { method };
     // "/api/v1/partitions/" is "/api/v1/partitions".
     let path = if path.len() > 1 {
         path.strip_suffix('/').unwrap_or(path)
@@ -507,19 +520,27 @@ fn match_route<'a>(method: &str, path: &'a str) -> Result<Matched<'a>, ApiError>
         });
     }
     if !candidates.is_empty() {
-        let allowed: Vec<&str> = candidates.iter().map(|(r, _)| r.method).collect();
-        return Err(ApiError::method_not_allowed(format!(
-            "{method} is not allowed on {path}; allowed: {}",
-            allowed.join(", ")
-        )));
+        let mut allowed: Vec<&str> = Vec::new();
+        for (r, _) in &candidates {
+            allowed.push(r.method);
+            if r.method == "GET" {
+                allowed.push("HEAD");
+            }
+        }
+        let allowed = allowed.join(", ");
+        return Err(ApiError::method_not_allowed(
+            format!("{method} is not allowed on {path}; allowed: {allowed}"),
+            &allowed,
+        ));
     }
     if path == "/api" || path.starts_with("/api/") {
         return Err(ApiError::not_found(format!("no API route {path}")));
     }
     if method != "GET" {
-        return Err(ApiError::method_not_allowed(format!(
-            "{method} is not allowed on {path}; allowed: GET"
-        )));
+        return Err(ApiError::method_not_allowed(
+            format!("{method} is not allowed on {path}; allowed: GET, HEAD"),
+            "GET, HEAD",
+        ));
     }
     Ok(Matched::Static)
 }
@@ -530,11 +551,15 @@ fn parse_offset(query: &str) -> Result<u64, ApiError> {
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "offset" {
+            // At most i64::MAX, what clients with signed 64-bit integers
+            // (JSON in JavaScript aside) can say back.
             offset = percent_decode(value)
                 .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&v| i64::try_from(v).is_ok())
                 .ok_or_else(|| {
                     ApiError::bad_request(format!(
-                        "offset must be a non-negative integer, not {value:?}"
+                        "offset must be an integer from 0 to {}, not {value:?}",
+                        i64::MAX
                     ))
                 })?;
         }
@@ -631,6 +656,15 @@ fn build_action(
         Endpoint::Image => Action::GetImage {
             id: image_id(&name)?,
         },
+        Endpoint::Start | Endpoint::Stop | Endpoint::Restart | Endpoint::Shutdown
+            if !is_empty_body(&req.body) =>
+        {
+            return Err(ApiError::bad_request(format!(
+                "{} takes no body (or {{}}), not {:?}",
+                path.rsplit('/').next().unwrap_or(""),
+                String::from_utf8_lossy(&req.body[..req.body.len().min(64)])
+            )));
+        }
         Endpoint::Start => Action::ChangeState {
             name,
             op: Transition::Start,
@@ -673,6 +707,18 @@ fn build_action(
         Endpoint::Credential => Action::RevokeCredential { id: name },
         Endpoint::CredentialRotate => Action::RotateCredential { id: name },
     })
+}
+
+/// A state change's body: nothing, whitespace, or an empty JSON object.
+fn is_empty_body(body: &[u8]) -> bool {
+    let text = body.trim_ascii();
+    if text.is_empty() {
+        return true;
+    }
+    matches!(
+        serde_json::from_slice::<serde_json::Value>(text),
+        Ok(serde_json::Value::Object(map)) if map.is_empty()
+    )
 }
 
 /// The `since` query parameter (default 0).
@@ -731,6 +777,9 @@ pub struct Router<B: Backend> {
     /// Every partition's console history ([`Router::follow_consoles`]).
     pub histories: events::Histories,
     logins: events::LoginLimiter,
+    /// The app's heap counters (its counting global allocator), for
+    /// `/metrics`; None when nothing counts (host tests).
+    pub heap: Option<&'static memory::HeapCounters>,
 }
 
 impl<B: Backend> Router<B> {
@@ -752,6 +801,7 @@ impl<B: Backend> Router<B> {
             static_files,
             events: events::EventLog::new(),
             histories: events::Histories::new(),
+            heap: None,
             logins: events::LoginLimiter::default(),
         }
     }
@@ -1101,10 +1151,16 @@ impl<B: Backend> Router<B> {
                         .map_err(|e| ApiError::from_call(e, &p.name))?;
                     details.push(d);
                 }
+                let memory = memory::ManagerMemory {
+                    heap: self.heap.map(memory::HeapCounters::read),
+                    history_bytes: self.histories.reserved(),
+                    histories: self.histories.len(),
+                    events: self.events.len(),
+                };
                 Ok(Response::new(
                     200,
                     metrics::CONTENT_TYPE,
-                    metrics::render(&details).into_bytes(),
+                    metrics::render(&details, &memory).into_bytes(),
                 ))
             }
             Action::OpenApi => Ok(Response::new(200, JSON, OPENAPI_JSON.as_bytes().to_vec())),

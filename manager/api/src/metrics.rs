@@ -1,16 +1,18 @@
-//! `/metrics`: partition and vCPU counters in the Prometheus text exposition format 0.0.4.
+//! `/metrics`: partition and vCPU counters, and the manager's own memory, in the Prometheus text exposition format 0.0.4.
 
 use std::fmt::Write;
 
 use pinfold_abi::PartitionDetail;
 
 use crate::json::State;
+use crate::memory::ManagerMemory;
 
 /// The Content-Type Prometheus expects for format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders every metric for `details` (one entry per partition).
-pub fn render(details: &[PartitionDetail]) -> String {
+/// Renders every metric for `details` (one entry per partition), then the
+/// manager's own memory.
+pub fn render(details: &[PartitionDetail], memory: &ManagerMemory) -> String {
     let mut out = String::new();
     family(
         &mut out,
@@ -114,7 +116,49 @@ pub fn render(details: &[PartitionDetail]) -> String {
             );
         }
     }
+    render_memory(&mut out, memory);
     out
+}
+
+/// The manager's heap (when its allocator counts) and what its
+/// per-partition state holds.
+fn render_memory(out: &mut String, m: &ManagerMemory) {
+    let mut gauge = |name: &str, help: &str, value: String| {
+        family(out, name, "gauge", help);
+        sample(out, name, &[], &value);
+    };
+    if let Some(heap) = m.heap {
+        gauge(
+            "pinfold_manager_heap_bytes",
+            "Bytes the manager has allocated and not freed (its global allocator's count).",
+            heap.in_use.to_string(),
+        );
+        gauge(
+            "pinfold_manager_heap_peak_bytes",
+            "The most bytes the manager has had allocated at once since it started.",
+            heap.peak.to_string(),
+        );
+        gauge(
+            "pinfold_manager_heap_allocations",
+            "Allocations of the manager not yet freed.",
+            heap.live.to_string(),
+        );
+    }
+    gauge(
+        "pinfold_manager_console_history_bytes",
+        "Bytes of RAM the per-partition console histories hold (at most 1 MiB each).",
+        m.history_bytes.to_string(),
+    );
+    gauge(
+        "pinfold_manager_console_histories",
+        "Partitions whose console history the manager keeps.",
+        m.histories.to_string(),
+    );
+    gauge(
+        "pinfold_manager_events",
+        "Events the manager's log keeps.",
+        m.events.to_string(),
+    );
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -125,6 +169,12 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 
 fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &str) {
     out.push_str(name);
+    if labels.is_empty() {
+        out.push(' ');
+        out.push_str(value);
+        out.push('\n');
+        return;
+    }
     out.push('{');
     for (i, (key, val)) in labels.iter().enumerate() {
         if i > 0 {

@@ -431,10 +431,18 @@ impl Backend for FakeBackend {
                     info.written, info.size
                 ),
             ))
-        } else if sha256.is_some_and(|d| d != digest) {
-            Some(("sha256", format!("image {id}'s SHA-256 differs")))
         } else {
-            None
+            // The hypervisor's sentence (hv::images::ImageStore::seal).
+            sha256.filter(|d| *d != digest).map(|want| {
+                (
+                    "sha256",
+                    format!(
+                        "image {id}: its SHA-256 is {}, not {}",
+                        crate::json::hex(&digest),
+                        crate::json::hex(&want)
+                    ),
+                )
+            })
         };
         if let Some((field, message)) = problem {
             // A refused image is discarded.
@@ -962,6 +970,72 @@ fn missing_static_file_is_404() {
 }
 
 #[test]
+fn a_405_says_allow() {
+    let mut r = router();
+
+    let resp = r.handle(&Request {
+        method: "PUT".into(),
+        ..get("/api/v1/partitions/alpha")
+    });
+    assert_eq!(resp.status, 405);
+    assert_eq!(resp.header("allow"), Some("GET, HEAD, PATCH, DELETE"));
+    let resp = r.handle(&get("/api/v1/partitions/alpha/start"));
+    assert_eq!(resp.header("allow"), Some("POST"));
+    let resp = r.handle(&post("/index.html", ""));
+    assert_eq!(resp.header("allow"), Some("GET, HEAD"));
+}
+
+#[test]
+fn head_is_answered_wherever_get_is_without_a_token() {
+    let mut r = router();
+
+    for path in [
+        "/api/v1/partitions",
+        "/api/v1/host",
+        "/metrics",
+        "/index.html",
+    ] {
+        let want = r.handle(&get(path));
+        let got = r.handle(&Request {
+            method: "HEAD".into(),
+            ..get(path)
+        });
+        assert_eq!(got.status, want.status, "{path}");
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.content_type, want.content_type, "{path}");
+    }
+    let resp = r.handle(&Request {
+        method: "HEAD".into(),
+        ..get("/api/v1/partitions/alpha/start")
+    });
+    assert_eq!(resp.status, 405);
+}
+
+#[test]
+fn state_changes_refuse_a_body_that_is_not_empty() {
+    let mut r = router();
+
+    for op in ["start", "stop", "restart", "shutdown"] {
+        for body in ["garbage", "{\"force\":true}", "[]", "{", "\u{0}"] {
+            let resp = r.handle(&post(&format!("/api/v1/partitions/beta/{op}"), body));
+            assert_eq!(resp.status, 400, "{op} {body:?}");
+            assert!(text(&resp).contains("takes no body"), "{}", text(&resp));
+        }
+    }
+    assert_eq!(
+        r.handle(&post("/api/v1/partitions/beta/start", " {} "))
+            .status,
+        202
+    );
+    let mut r = router();
+    assert_eq!(
+        r.handle(&post("/api/v1/partitions/beta/start", "\n"))
+            .status,
+        202
+    );
+}
+
+#[test]
 fn post_to_a_static_path_is_405() {
     let mut r = router();
 
@@ -1109,6 +1183,11 @@ fn openapi_documents_every_error_code_the_router_emits() {
         "hypervisor_error",
     ] {
         assert!(codes.contains(&code), "{code}");
+    }
+    // And those of the HTTP server's own refusals (manager/http).
+    for status in [400, 408, 411, 413, 417, 431, 503, 505] {
+        let code = pinfold_manager_http::error_code(status);
+        assert!(codes.contains(&code), "{status} {code}");
     }
 }
 
@@ -1555,11 +1634,14 @@ fn transition_of_unknown_partition_is_404() {
 }
 
 #[test]
-fn transition_body_is_ignored_even_when_not_json() {
+fn transition_body_that_is_not_json_is_refused_and_nothing_happens() {
     let mut r = router();
 
     let resp = r.handle(&post("/api/v1/partitions/beta/start", "not json at all"));
 
+    assert_eq!(resp.status, 400);
+    // The partition was not started: a start now is accepted.
+    let resp = r.handle(&post("/api/v1/partitions/beta/start", ""));
     assert_eq!(resp.status, 202);
 }
 
@@ -1627,12 +1709,27 @@ fn console_read_ignores_other_query_parameters() {
 }
 
 #[test]
+fn the_largest_console_offset_is_i64_max() {
+    let mut r = router();
+
+    let resp = r.handle(&get(&format!(
+        "/api/v1/partitions/alpha/console?offset={}",
+        i64::MAX
+    )));
+
+    assert_eq!(resp.status, 200);
+    let resp = r.handle(&get("/api/v1/events?since=9223372036854775808"));
+    assert_eq!(resp.status, 400);
+}
+
+#[test]
 fn bad_console_offsets_are_400() {
     for query in [
         "offset=abc",
         "offset=-1",
         "offset=",
         "offset=18446744073709551616",
+        "offset=9223372036854775808",
         "offset=1.5",
     ] {
         let mut r = router();
@@ -1908,6 +2005,52 @@ fn metrics_contain_the_contract_samples() {
 }
 
 #[test]
+fn metrics_show_the_managers_heap_and_console_histories() {
+    static HEAP: crate::memory::HeapCounters = crate::memory::HeapCounters::new();
+    HEAP.allocated(4096);
+    HEAP.allocated(1000);
+    HEAP.freed(1000);
+    let mut r = router();
+    r.heap = Some(&HEAP);
+    r.histories.get("alpha").append(&[b'x'; 300], 300, 0);
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    for line in [
+        "pinfold_manager_heap_bytes 4096",
+        "pinfold_manager_heap_peak_bytes 5096",
+        "pinfold_manager_heap_allocations 1",
+        "pinfold_manager_console_histories 1",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    let history: usize = body
+        .lines()
+        .find_map(|l| l.strip_prefix("pinfold_manager_console_history_bytes "))
+        .and_then(|v| v.parse().ok())
+        .expect("history bytes");
+    assert!(
+        (300..=crate::events::HISTORY_BYTES).contains(&history),
+        "{history}"
+    );
+}
+
+#[test]
+fn metrics_without_counting_allocator_leave_the_heap_out() {
+    let mut r = router();
+
+    let body = text(&r.handle(&get("/metrics")));
+
+    assert!(!body.contains("pinfold_manager_heap_bytes"));
+    assert!(body
+        .lines()
+        .any(|l| l == "pinfold_manager_console_histories 0"));
+}
+
+#[test]
 fn stopping_partition_metric_is_2() {
     let mut r = router();
     let _ = r.backend_mut().set_state(ALPHA, PartitionState::Stopping);
@@ -1934,8 +2077,11 @@ fn every_metric_sample_follows_its_type_line_and_is_well_formed() {
         if line.starts_with("# HELP ") {
             continue;
         }
-        let (name, rest) = line.split_once('{').expect("sample has labels");
-        let (_labels, value) = rest.rsplit_once("} ").expect("labels then value");
+        // `name{labels} value`, or `name value` for a sample without labels.
+        let (name, value) = match line.split_once('{') {
+            Some((name, rest)) => (name, rest.rsplit_once("} ").expect("labels then value").1),
+            None => line.split_once(' ').expect("name then value"),
+        };
         assert_eq!(typed.last().map(String::as_str), Some(name), "{line}");
         assert!(value.parse::<f64>().is_ok(), "{line}");
         if name.ends_with("_total") {

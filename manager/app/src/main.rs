@@ -1,5 +1,6 @@
 //! Pinfold's management partition: the REST API and the web UI, served by
-//! tiny_http on the Hermit unikernel. Everything it knows it asks the
+//! our HTTP server (`server`: an event loop over non-blocking sockets and a
+//! worker pool, on manager/http) on the Hermit unikernel. Everything it knows it asks the
 //! hypervisor through management hypercalls (HVC); it never touches another
 //! partition's memory.
 //!
@@ -19,8 +20,15 @@
 //! the hypervisor's events into the log once a second; each event stream
 //! (`GET /api/v1/events/stream`) gets a thread of its own, at most
 //! `events::MAX_STREAMS` (docs/MANAGER.md, "Threads, events and console
-//! history").
+//! history", "The HTTP server").
+//!
+//! Its global allocator counts what it holds (Hermit's allocator behind a
+//! counting wrapper): `/metrics` shows the heap in use and its peak
+//! (docs/MANAGER.md, "Memory").
 
+mod server;
+
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -31,33 +39,64 @@ use pinfold_abi::{
     decode_reply, GuestBuffer, ManagerStatus, PciFunction, Request as AbiRequest, Return,
     MAX_BUFFER_LEN, MAX_REPORT_LEN,
 };
-use pinfold_manager_api::events::{StreamGate, StreamTicket};
-use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile};
-use tiny_http::{Header, Response, Server};
+use pinfold_manager_api::memory::HeapCounters;
+use pinfold_manager_api::{HvcBackend, Hypercall, Router, StaticFile};
+use server::WORKER_STACK_BYTES;
 
 mod selftest;
 
 /// Where the server listens (all interfaces: the address comes from DHCP).
 const LISTEN: &str = "0.0.0.0:8080";
-/// Requests served at once; each worker blocks in `recv`.
-const WORKERS: usize = 4;
-/// Stack of the threads std spawns without a size: tiny_http's accept
-/// thread and its one thread per open connection. tiny_http cannot time out
-/// an idle connection (and Hermit 0.11 has no SO_RCVTIMEO), so each open
-/// connection pins a thread, and Hermit takes every thread's stack from
-/// physical memory: with std's 1 MiB default (plus Hermit's 64 KiB kernel
-/// stack) about 60 open connections exhausted the partition and the kernel
-/// panicked ("Failed to allocate Physical Memory for TaskStacks"). These
-/// threads only parse request heads into small buffers.
-const CONNECTION_STACK_BYTES: usize = 64 * 1024;
-/// Stack of the `recv` workers, which also run the router and its JSON.
-const WORKER_STACK_BYTES: usize = 512 * 1024;
-/// How often an event stream looks for new events, and the follower
-/// thread reads every partition's console into its history.
-const STREAM_POLL: Duration = Duration::from_millis(500);
+/// How often the follower thread reads every partition's console into its
+/// history.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
-type SharedRouter = Arc<Mutex<Router<HvcBackend<Hvc>>>>;
+pub(crate) type SharedRouter = Arc<Mutex<Router<HvcBackend<Hvc>>>>;
+
+/// What the manager's heap holds, for `/metrics`.
+static HEAP: HeapCounters = HeapCounters::new();
+
+/// Hermit's allocator (std's `System`), counted in [`HEAP`].
+struct Counting;
+
+// SAFETY: every call goes to `System` unchanged; the wrapper only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            HEAP.allocated(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            HEAP.allocated(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) };
+        HEAP.freed(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            HEAP.reallocated(layout.size(), new_size);
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 /// The web UI, embedded at build time (web-ui/dist).
 static WEB_UI: &[StaticFile] = include!(concat!(env!("OUT_DIR"), "/web_ui.rs"));
@@ -331,27 +370,6 @@ fn entropy_seed(hvc: &mut Hvc) -> Result<[u8; 32], String> {
     }
 }
 
-/// The request's head (method, target, headers); the body stays in the
-/// connection for [`pinfold_manager_api::serve`] to read (an image upload
-/// streams it, chunk by chunk, into the hypervisor).
-fn head_of(request: &tiny_http::Request) -> Request {
-    Request {
-        method: request.method().as_str().to_string(),
-        path: request.url().to_string(),
-        headers: request
-            .headers()
-            .iter()
-            .map(|h| {
-                (
-                    h.field.as_str().as_str().to_string(),
-                    h.value.as_str().to_string(),
-                )
-            })
-            .collect(),
-        body: Vec::new(),
-    }
-}
-
 /// The follower: every partition's console into its history, and the
 /// hypervisor's events into the log, about once a second (so neither is
 /// lost while nobody asks).
@@ -365,154 +383,7 @@ fn follow_loop(router: &SharedRouter) -> ! {
     }
 }
 
-/// Serves one event stream until the client goes: the head, then what
-/// `EventStream::poll` gives every STREAM_POLL (events, heartbeats).
-fn stream_events(
-    request: tiny_http::Request,
-    router: SharedRouter,
-    mut stream: pinfold_manager_api::events::EventStream,
-    date: Option<String>,
-    _ticket: StreamTicket,
-) {
-    let mut out = request.into_writer();
-    let mut head = String::from(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n",
-    );
-    if let Some(d) = date {
-        head.push_str(&format!("Date: {d}\r\n"));
-    }
-    // The client reconnects after 3 s if the stream breaks.
-    head.push_str("\r\nretry: 3000\n\n");
-    if out
-        .write_all(head.as_bytes())
-        .and_then(|()| out.flush())
-        .is_err()
-    {
-        return;
-    }
-    loop {
-        let chunk = match router.lock() {
-            Ok(mut r) => {
-                r.poll_events();
-                stream.poll(&r.events, std::time::Instant::now())
-            }
-            Err(_) => return,
-        };
-        if let Some(text) = chunk {
-            if out
-                .write_all(text.as_bytes())
-                .and_then(|()| out.flush())
-                .is_err()
-            {
-                return; // the client went away
-            }
-        }
-        thread::sleep(STREAM_POLL);
-    }
-}
-
-fn serve(server: &Server, router: &SharedRouter, gate: &StreamGate) {
-    loop {
-        let mut request = match server.recv() {
-            Ok(r) => r,
-            Err(err) => {
-                eprintln!("pinfold-manager: accept failed: {err}");
-                continue;
-            }
-        };
-        let streaming = request.method() == &tiny_http::Method::Get
-            && request.url().split('?').next() == Some("/api/v1/events/stream");
-        if streaming {
-            match open_stream(&mut request, router, gate) {
-                Ok((stream, ticket)) => {
-                    let date = router.lock().ok().and_then(|mut r| r.date_header());
-                    let router = router.clone();
-                    let spawned = thread::Builder::new()
-                        .stack_size(WORKER_STACK_BYTES)
-                        .spawn(move || stream_events(request, router, stream, date, ticket));
-                    if let Err(err) = spawned {
-                        eprintln!("pinfold-manager: cannot start an event stream: {err}");
-                    }
-                    continue;
-                }
-                Err(resp) => {
-                    respond(
-                        request,
-                        resp,
-                        router.lock().ok().and_then(|mut r| r.date_header()),
-                    );
-                    continue;
-                }
-            }
-        }
-        let head = head_of(&request);
-        let response = pinfold_manager_api::serve(router, head, request.as_reader());
-        let date = router.lock().ok().and_then(|mut r| r.date_header());
-        respond(request, response, date);
-    }
-}
-
-/// A place among the open event streams and where the stream starts, or
-/// the answer refusing it (401, 400, 503 when MAX_STREAMS are open).
-fn open_stream(
-    request: &mut tiny_http::Request,
-    router: &SharedRouter,
-    gate: &StreamGate,
-) -> Result<(pinfold_manager_api::events::EventStream, StreamTicket), pinfold_manager_api::Response>
-{
-    // A GET: the head is all there is.
-    let api = head_of(request);
-    let stream = router
-        .lock()
-        .map_err(|_| {
-            pinfold_manager_api::Response::new(
-                500,
-                "application/json",
-                br#"{"error":"internal","detail":"router poisoned"}"#.to_vec(),
-            )
-        })?
-        .open_stream(&api)?;
-    let ticket = gate.enter().ok_or_else(|| {
-        pinfold_manager_api::Response::new(
-            503,
-            "application/json",
-            format!(
-                r#"{{"error":"hypervisor_error","detail":"{} event streams are open, the most the manager serves; try again later"}}"#,
-                pinfold_manager_api::events::MAX_STREAMS
-            )
-            .into_bytes(),
-        )
-    })?;
-    Ok((stream, ticket))
-}
-
-fn respond(
-    request: tiny_http::Request,
-    response: pinfold_manager_api::Response,
-    date: Option<String>,
-) {
-    let mut reply = Response::from_data(response.body).with_status_code(response.status);
-    if let Ok(h) = Header::from_bytes(&b"Content-Type"[..], response.content_type.as_bytes()) {
-        reply.add_header(h);
-    }
-    for (name, value) in &response.headers {
-        if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            reply.add_header(h);
-        }
-    }
-    // tiny_http adds a Date from the system clock (1970 on Hermit) only
-    // when the response has none: the hypervisor's clock wins.
-    if let Some(h) = date.and_then(|d| Header::from_bytes(&b"Date"[..], d.as_bytes()).ok()) {
-        reply.add_header(h);
-    }
-    // A client that hangs up early is its own problem, not the server's.
-    let _ = request.respond(reply);
-}
-
 fn main() -> ExitCode {
-    // std reads RUST_MIN_STACK once, at the first spawn without a size, so
-    // this must come before `Server::http` starts tiny_http's threads.
-    std::env::set_var("RUST_MIN_STACK", CONNECTION_STACK_BYTES.to_string());
     // Before anything else runs threads of ours: FP/SIMD registers must
     // survive Hermit's task switches (our kernel patch).
     match selftest::simd_threads() {
@@ -549,6 +420,7 @@ fn main() -> ExitCode {
             .filter(|n| !n.is_empty())
             .collect();
     }
+    api.heap = Some(&HEAP);
     let router = Arc::new(Mutex::new(api));
     let console = thread::Builder::new()
         .stack_size(WORKER_STACK_BYTES)
@@ -556,8 +428,8 @@ fn main() -> ExitCode {
     if let Err(err) = console {
         eprintln!("pinfold-manager: cannot start the console: {err}");
     }
-    let server = match Server::http(LISTEN) {
-        Ok(server) => Arc::new(server),
+    let listener = match std::net::TcpListener::bind(LISTEN) {
+        Ok(listener) => listener,
         Err(err) => {
             // Not an exit: the partition stays up for its console, and the
             // hypervisor shows why there is no API.
@@ -583,21 +455,5 @@ fn main() -> ExitCode {
     {
         eprintln!("pinfold-manager: cannot start the console follower: {err}");
     }
-    let gate = StreamGate::new();
-    let mut workers = Vec::new();
-    for _ in 1..WORKERS {
-        let (server, router, gate) = (server.clone(), router.clone(), gate.clone());
-        let spawned = thread::Builder::new()
-            .stack_size(WORKER_STACK_BYTES)
-            .spawn(move || serve(&server, &router, &gate));
-        match spawned {
-            Ok(worker) => workers.push(worker),
-            Err(err) => eprintln!("pinfold-manager: cannot start a worker: {err}"),
-        }
-    }
-    serve(&server, &router, &gate);
-    for w in workers {
-        let _ = w.join();
-    }
-    ExitCode::SUCCESS
+    server::run(listener, router)
 }

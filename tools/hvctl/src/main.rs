@@ -208,11 +208,12 @@ fn interactive_console(cli: &Cli, name: &str) -> Result<(), RunError> {
     let ep = Endpoint::parse(&cli.url)?;
     let base = format!("/api/v1/partitions/{}/console", encode_segment(name));
     // Start at the end of what is there (a cursor beyond the end reads
-    // nothing and answers the end): the partition's next output on.
+    // nothing and answers the end): the partition's next output on. The
+    // largest offset the manager takes is i64::MAX.
     let first: ConsoleChunk = decode(&check(http::request(
         &ep,
         "GET",
-        &format!("{base}?offset={}", u64::MAX),
+        &format!("{base}?offset={}", i64::MAX),
         None,
         None,
     )?)?)?;

@@ -630,18 +630,81 @@ fn kill_manager(stack: &mut Stack, token: &str) -> Result<(Line, Duration, Strin
     Ok((stopped, back, quiesced))
 }
 
-/// The management partition dies (its manager powers off, as a crashed
-/// Hermit does through its panic handler) and the hypervisor restarts it:
-/// the restart line with the back-off and the count, the NIC reset on the
-/// way (the previous run left it DRIVER_OK), the API answering again with
-/// the manager's boot count up by one; a second death waits twice as long.
+/// Readers of the API while the manager is killed: each asks for the
+/// partition list in a loop until told to stop; (answered, failed).
+fn readers_during(stop: &Arc<AtomicBool>) -> Vec<JoinHandle<(u64, u64)>> {
+    (0..8)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    match http::send(
+                        &authority(),
+                        &Request::get("/api/v1/partitions"),
+                        Duration::from_secs(5),
+                    ) {
+                        Ok(reply) if reply.status == 200 => ok += 1,
+                        _ => {
+                            failed += 1;
+                            std::thread::sleep(POLL);
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect()
+}
+
+/// The management partition dies under load (8 clients reading the API
+/// meanwhile; its manager powers off, as a crashed Hermit does through
+/// its panic handler) and the hypervisor restarts it: the restart line
+/// with the back-off and the count, the NIC reset on the way (the previous
+/// run left it DRIVER_OK), the API answering again with the manager's boot
+/// count up by one, alpha and beta running on without a restart; a second
+/// death waits twice as long.
 pub fn mgmt_restart(stack: &mut Stack) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(240);
     let token = stack.token(deadline)?;
     stack.first_answer()?;
     let before = sample("mgmt")?;
+    // beta may still be booting from an earlier case's restart.
+    let (alpha_before, beta_before) = loop {
+        let (a, b) = (sample("alpha")?, sample("beta")?);
+        if a.running && b.running {
+            break (a, b);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("alpha and beta should be running: {a:?} {b:?}"));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
 
-    let (first, back1, quiesced) = kill_manager(stack, &token)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = readers_during(&stop);
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = kill_manager(stack, &token);
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let (mut answered, mut failed) = (0, 0);
+    for r in readers {
+        let (ok, bad) = r.join().map_err(|_| "a reader panicked".to_string())?;
+        answered += ok;
+        failed += bad;
+    }
+    let (first, back1, quiesced) = killed?;
+    let (alpha_after, beta_after) = (sample("alpha")?, sample("beta")?);
+    for (name, was, is) in [
+        ("alpha", &alpha_before, &alpha_after),
+        ("beta", &beta_before, &beta_after),
+    ] {
+        if !is.running || is.boot_count != was.boot_count || is.uptime_ms <= was.uptime_ms {
+            return Err(format!(
+                "{name} was disturbed by the manager's death: {was:?} -> {is:?}"
+            ));
+        }
+    }
     if !first
         .text
         .ends_with("(powered off by the guest): restarting in 1 s (restart #1)")
@@ -673,6 +736,10 @@ pub fn mgmt_restart(stack: &mut Stack) -> Outcome {
             "`{}`; API back {:.1} s after it",
             first.text,
             back1.as_secs_f64()
+        ),
+        format!(
+            "under load: 8 readers got {answered} answers around the death ({failed} attempts failed while it was down); alpha and beta ran on (boot_count {} and {}, uptime growing)",
+            alpha_after.boot_count, beta_after.boot_count
         ),
         format!("reset on the way: `{quiesced}`"),
         format!(

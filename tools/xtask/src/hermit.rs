@@ -55,7 +55,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// already awake is now nothing (the waiter sees a wakeup, which futex
 /// callers must tolerate anyway) instead of a panic.
 ///
-/// The last two make the NIC's start independent of what firmware (or the
+/// The two after them make the NIC's start independent of what firmware (or the
 /// manager's previous run) left in it. Hermit 0.11 writes device_status = 0
 /// and goes on at once, while virtio 1.x (4.1.4.3.2) requires the driver to
 /// wait until the reset reads back 0; and it programs the BARs with the
@@ -65,7 +65,36 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// (The hypervisor quiesces and resets the functions before the manager
 /// starts as well; these keep Hermit right on its own.)
 ///
-/// The eighth seeds Hermit's entropy pool (`entropy::read`, behind
+/// The next five are for throughput (docs/PERFORMANCE.md, "Manager upload
+/// throughput"). Every virtio-net packet, received or sent, takes two
+/// one-page buffers from `DeviceAlloc` (header and frame) and gives them
+/// back once used; Hermit mapped each page afresh and unmapped it on free,
+/// and each unmap is a broadcast TLB invalidation (`tlbi vale1is`; the
+/// hypervisor's HCR_EL2.FB makes even a local one broadcast), which under
+/// QEMU's multi-threaded TCG waits for every vCPU of the machine: 61% of
+/// the manager's samples during an upload sat on that instruction. Freed
+/// single pages now stay mapped in a small cache (at most
+/// `DEVICE_PAGE_CACHE` of them, 4 MiB) that the next one-page allocation
+/// takes first, so the steady state maps and invalidates nothing. And a
+/// received frame is copied into its `Vec` with one `extend_from_slice`
+/// per buffer instead of a byte-wise `flatten().collect()`. The
+/// allocator no longer pads every allocation to a 128-byte cache line (one
+/// CPU, no false sharing to avoid), and the virtio-net queues hold 256
+/// buffers of 64 KiB instead of 2048 (8.5 MiB of NIC buffers, not 68 MiB).
+///
+/// The next four end the TCP close stall: Hermit 0.11's `Drop` of a TCP
+/// socket blocked its thread until the close handshake was over, with no
+/// timeout (`block_on(close, None)`), so a peer whose FIN crossed ours, or
+/// that never answered, held the closing thread for seconds or for good,
+/// and the manager's server with it. Now a drop never waits: a connection
+/// still open is closed (smoltcp sends the FIN after what is queued) and
+/// handed to the network task (`LINGERING`), which frees it once the
+/// handshake is done and aborts it (RST) after `LINGER_MS` if it is not.
+/// And `accept` no longer hands out a socket still in SYN-RECEIVED, which
+/// smoltcp turns back into a listener when a RST comes (the connection the
+/// server then holds is none).
+///
+/// The next one seeds Hermit's entropy pool (`entropy::read`, behind
 /// getrandom, std's HashMap keys, `sys_secure_rand*`) from the hypervisor:
 /// Hermit 0.11's `seed_entropy` on aarch64 is `None`, so every read fell
 /// back to a Park-Miller generator seeded from the boot time while
@@ -75,7 +104,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// (NOT_FOUND) it stays `None` and Hermit keeps its old fallback for
 /// HashMap keys; the manager never makes a credential from that (it calls
 /// ENTROPY itself and refuses without it).
-const KERNEL_PATCHES: [(&str, &str, &str); 14] = [
+const KERNEL_PATCHES: [(&str, &str, &str); 23] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -120,7 +149,139 @@ const KERNEL_PATCHES: [(&str, &str, &str); 14] = [
         "\t\t\t\t\t\t\t// Pinfold: from COMMAND's reset value, whatever firmware left: decoding off while the BARs move.\n\
          \t\t\t\t\t\t\tdev.header().update_command(dev.access(), |_| CommandRegister::empty());\n\
          \t\t\t\t\t\t\t// Initializes BARs\n\t\t\t\t\t\t\tlet mut cmd = CommandRegister::empty();",
-    ),    (
+    ),
+    (
+        "src/mm/device_alloc.rs",
+        "unsafe impl Allocator for DeviceAlloc {\n\
+         \tfn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {\n\
+         \t\tassert!(layout.align() <= BasePageSize::SIZE as usize);\n\
+         \t\tlet size = layout.size().align_up(BasePageSize::SIZE as usize);\n\
+         \t\tlet ptr = super::allocate(size, true).as_mut_ptr::<u8>();",
+        "/// Pinfold: device buffers given back, still mapped, for the next\n\
+         /// allocation of the same size (no map, no unmap, no broadcast TLB invalidation).\n\
+         const DEVICE_PAGE_CACHE: usize = 512;\n\
+         struct PageCache {\n\
+         \tblocks: [(usize, usize); DEVICE_PAGE_CACHE],\n\
+         \tlen: usize,\n\
+         }\n\
+         static PAGE_CACHE: hermit_sync::InterruptTicketMutex<PageCache> =\n\
+         \thermit_sync::InterruptTicketMutex::new(PageCache { blocks: [(0, 0); DEVICE_PAGE_CACHE], len: 0 });\n\
+         \n\
+         unsafe impl Allocator for DeviceAlloc {\n\
+         \tfn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {\n\
+         \t\tassert!(layout.align() <= BasePageSize::SIZE as usize);\n\
+         \t\tlet size = layout.size().align_up(BasePageSize::SIZE as usize);\n\
+         \t\t{\n\
+         \t\t\tlet mut cache = PAGE_CACHE.lock();\n\
+         \t\t\tlet len = cache.len;\n\
+         \t\t\tif let Some(i) = cache.blocks[..len].iter().rposition(|b| b.1 == size) {\n\
+         \t\t\t\tlet addr = cache.blocks[i].0;\n\
+         \t\t\t\tcache.blocks[i] = cache.blocks[len - 1];\n\
+         \t\t\t\tcache.len -= 1;\n\
+         \t\t\t\tlet ptr = ptr::with_exposed_provenance_mut::<u8>(addr);\n\
+         \t\t\t\treturn Ok(NonNull::new(ptr::slice_from_raw_parts_mut(ptr, size)).unwrap());\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t\tlet ptr = super::allocate(size, true).as_mut_ptr::<u8>();",
+    ),
+    (
+        "src/mm/device_alloc.rs",
+        "\t\tlet addr = ptr.as_ptr().expose_provenance().into();\n\
+         \t\tsuper::deallocate(addr, size);",
+        "\t\t{\n\
+         \t\t\tlet mut cache = PAGE_CACHE.lock();\n\
+         \t\t\tif cache.len < DEVICE_PAGE_CACHE {\n\
+         \t\t\t\tlet len = cache.len;\n\
+         \t\t\t\tcache.blocks[len] = (ptr.as_ptr().expose_provenance(), size);\n\
+         \t\t\t\tcache.len += 1;\n\
+         \t\t\t\treturn;\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t\tlet addr = ptr.as_ptr().expose_provenance().into();\n\
+         \t\tsuper::deallocate(addr, size);",
+    ),
+    (
+        "src/drivers/net/virtio/mod.rs",
+        "\t\tlet vec_data = packets.into_iter().flatten().collect();",
+        "\t\t// Pinfold: one copy per buffer, not a byte-wise collect.\n\
+         \t\tlet mut vec_data = Vec::with_capacity(packets.iter().map(|p| p.len()).sum());\n\
+         \t\tfor packet in &packets {\n\
+         \t\t\tvec_data.extend_from_slice(packet);\n\
+         \t\t}",
+    ),
+    (
+        "src/mm/allocator.rs",
+        "\t\tlet align = layout\n\
+         \t\t\t.align()\n\
+         \t\t\t.max(core::mem::align_of::<crossbeam_utils::CachePadded<u8>>());\n\
+         \t\tLayout::from_size_align(layout.size(), align).unwrap()",
+        "\t\t// Pinfold: one CPU (no `smp`), so no false sharing to pad against.\n\
+         \t\tlayout",
+    ),
+    (
+        "src/config.rs",
+        "if cfg!(feature = \"pci\") { 2048 } else { 1024 }",
+        "if cfg!(feature = \"pci\") { 256 } else { 1024 }",
+    ),
+    (
+        "src/fd/socket/tcp.rs",
+        "\t\t\t\tif s.is_active() {\n\t\t\t\t\tsocket_handle = Some(*handle);",
+        "\t\t\t\t// Pinfold: not while SYN-RECEIVED (a RST would turn it back into a listener).\n\
+         \t\t\t\tif s.is_active() && s.state() != tcp::State::SynReceived {\n\t\t\t\t\tsocket_handle = Some(*handle);",
+    ),
+    (
+        "src/fd/socket/tcp.rs",
+        "\tfn drop(&mut self) {\n\t\tlet _ = block_on(self.close(), None);\n\n\t\tlet mut guard = NIC.lock();\n\t\tfor h in self.handle.iter() {\n\t\t\tguard.as_nic_mut().unwrap().destroy_socket(*h);\n\t\t}\n\t}",
+        "\tfn drop(&mut self) {\n\
+         \t\t// Pinfold: never wait for the close handshake here; the network task finishes it.\n\
+         \t\tlet mut guard = NIC.lock();\n\
+         \t\tlet Ok(nic) = guard.as_nic_mut() else { return };\n\
+         \t\tfor h in self.handle.iter() {\n\
+         \t\t\tlet socket = nic.get_mut_socket::<tcp::Socket<'_>>(*h);\n\
+         \t\t\tif socket.is_active() {\n\
+         \t\t\t\tsocket.close();\n\
+         \t\t\t\tcrate::executor::network::linger(*h);\n\
+         \t\t\t} else {\n\
+         \t\t\t\tnic.destroy_socket(*h);\n\
+         \t\t\t}\n\
+         \t\t}\n\
+         \t}",
+    ),
+    (
+        "src/executor/network.rs",
+        "async fn network_run() {",
+        "/// Pinfold: TCP connections dropped while still open, and when they are aborted.\n\
+         static LINGERING: InterruptTicketMutex<alloc::vec::Vec<(Handle, Instant)>> =\n\
+         \tInterruptTicketMutex::new(alloc::vec::Vec::new());\n\
+         /// Pinfold: how long a dropped connection may take to close before it is aborted.\n\
+         const LINGER_MS: u64 = 3000;\n\n\
+         /// Pinfold: hands a closing connection to the network task (the NIC's lock is held).\n\
+         pub(crate) fn linger(handle: Handle) {\n\
+         \tLINGERING.lock().push((handle, now() + Duration::from_millis(LINGER_MS)));\n\
+         }\n\n\
+         /// Pinfold: frees the lingering connections that closed, aborts the overdue ones.\n\
+         fn reap_lingering(nic: &mut NetworkInterface<'_>, now: Instant) {\n\
+         \tLINGERING.lock().retain(|&(handle, deadline)| {\n\
+         \t\tlet socket = nic.get_mut_socket::<tcp::Socket<'_>>(handle);\n\
+         \t\tif !socket.is_active() {\n\
+         \t\t\tnic.destroy_socket(handle);\n\
+         \t\t\treturn false;\n\
+         \t\t}\n\
+         \t\tif now >= deadline {\n\
+         \t\t\tsocket.abort();\n\
+         \t\t}\n\
+         \t\ttrue\n\
+         \t});\n\
+         }\n\n\
+         async fn network_run() {",
+    ),
+    (
+        "src/executor/network.rs",
+        "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\t\t\t\t\tPoll::Pending",
+        "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\
+         \t\t\t\t\treap_lingering(nic, now());\n\t\t\t\t\tPoll::Pending",
+    ),
+    (
         "src/arch/aarch64/kernel/processor.rs",
         "pub fn seed_entropy() -> Option<[u8; 32]> {\n\tNone\n}",
         SEED_ENTROPY_FROM_HYPERVISOR,
@@ -160,7 +321,7 @@ const KERNEL_PATCHES: [(&str, &str, &str); 14] = [
     ),
 ];
 
-/// The FP/SIMD frame of a task switch (patches 9-14): every switch on
+/// The FP/SIMD frame of a task switch (patches 18-23): every switch on
 /// aarch64 happens on the way out of an IRQ or FIQ (`do_irq` returns where
 /// to store the old stack pointer), so the old task's FPCR, FPSR and
 /// Q0-Q31 go on its stack (528 bytes under its trap frame) right before
@@ -254,7 +415,7 @@ pub fn seed_entropy() -> Option<[u8; 32]> {
 }"#;
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 4;
+const KERNEL_PATCH_REVISION: u32 = 8;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";

@@ -15,6 +15,7 @@ mod hostile_checks;
 mod hostile_plans;
 mod http;
 mod image;
+mod load_checks;
 mod provision;
 mod pxe;
 mod qemu;

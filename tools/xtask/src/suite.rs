@@ -44,9 +44,10 @@ struct Case {
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
 /// end, `web-ui-live` does the same through the UI (after the others, so a
-/// failure half-way cannot take alpha from them), `mgmt-restart` kills the
-/// manager twice and so comes last.
-const CASES: [Case; 29] = [
+/// failure half-way cannot take alpha from them), `load` restarts beta
+/// every 5 s under load, `mgmt-restart` kills the manager twice and so
+/// comes last.
+const CASES: [Case; 30] = [
     Case {
         name: "host",
         tier: 1,
@@ -142,6 +143,12 @@ const CASES: [Case; 29] = [
             let ws = ctx.ws;
             api_checks::web_ui_live(ws, ctx.stack()?)
         },
+    },
+    Case {
+        name: "load",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| crate::load_checks::load_case(ctx.stack()?),
     },
     Case {
         name: "mgmt-restart",
