@@ -211,6 +211,8 @@ const KERNEL_PATCHES: [(&str, &str, &str); 16] = [
         "src/config.rs",
         "if cfg!(feature = \"pci\") { 2048 } else { 1024 }",
         "if cfg!(feature = \"pci\") { 256 } else { 1024 }",
+    ),
+    (
         "src/fd/socket/tcp.rs",
         "\t\t\t\tif s.is_active() {\n\t\t\t\t\tsocket_handle = Some(*handle);",
         "\t\t\t\t// Pinfold: not while SYN-RECEIVED (a RST would turn it back into a listener).\n\
