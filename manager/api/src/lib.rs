@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod config;
 pub mod events;
 pub mod fetch;
 pub mod json;
@@ -178,6 +179,14 @@ pub enum Action {
     FetchImage {
         request: json::FetchRequest,
     },
+    /// `GET /api/v1/config`: the whole host as a plan TOML.
+    GetConfig,
+    /// `PUT /api/v1/config`: a plan TOML applied as a diff.
+    PutConfig {
+        text: String,
+        if_match: Option<String>,
+        dry_run: bool,
+    },
     /// The whole retained console history, as a file.
     ConsoleHistory {
         name: String,
@@ -219,6 +228,7 @@ pub enum Endpoint {
     Images,
     ImageFetch,
     Image,
+    Config,
 }
 
 /// A method and path pattern the router serves; `{name}` (a partition
@@ -283,6 +293,8 @@ pub const ROUTES: &[Route] = &[
     ),
     route("GET", "/api/v1/events", Endpoint::Events),
     route("GET", "/api/v1/events/stream", Endpoint::EventStream),
+    route("GET", "/api/v1/config", Endpoint::Config),
+    route("PUT", "/api/v1/config", Endpoint::Config),
     route("GET", "/metrics", Endpoint::Metrics),
     route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
 ];
@@ -529,9 +541,10 @@ fn build_action(
             ..
         }
     ) && req.method == "POST";
-    if req.body.len() > MAX_BODY_BYTES && !is_upload {
+    let limit = body_limit(&matched);
+    if req.body.len() > limit && !is_upload {
         return Err(ApiError::too_large(format!(
-            "request body is {} bytes; at most {MAX_BODY_BYTES}",
+            "request body is {} bytes; at most {limit}",
             req.body.len()
         )));
     }
@@ -615,9 +628,29 @@ fn build_action(
         Endpoint::EventStream => Action::EventStream {
             since: stream_cursor(req, query)?,
         },
+        Endpoint::Config if req.method == "PUT" => Action::PutConfig {
+            text: String::from_utf8(req.body.clone()).map_err(|_| {
+                ApiError::bad_request("the configuration must be UTF-8 TOML").with_field("body")
+            })?,
+            if_match: if_match(),
+            dry_run: config::parse_dry_run(query)?,
+        },
+        Endpoint::Config => Action::GetConfig,
         Endpoint::Metrics => Action::Metrics,
         Endpoint::OpenApi => Action::OpenApi,
     })
+}
+
+/// The largest body a route takes: a configuration may be larger than
+/// the other JSON bodies ([`config::CONFIG_MAX_BYTES`]).
+fn body_limit(matched: &Matched<'_>) -> usize {
+    match matched {
+        Matched::Api {
+            endpoint: Endpoint::Config,
+            ..
+        } => config::CONFIG_MAX_BYTES,
+        _ => MAX_BODY_BYTES,
+    }
 }
 
 /// The `since` query parameter (default 0).
@@ -910,6 +943,17 @@ impl<B: Backend> Router<B> {
             } => self.change_partition(&name, patch, if_match.as_deref()),
             Action::DeletePartition { name, if_match } => {
                 self.delete_partition(&name, if_match.as_deref())
+            }
+            Action::GetConfig => self.get_config(),
+            Action::PutConfig {
+                text,
+                if_match,
+                dry_run,
+            } => {
+                let (diff, tag) = self.import_config(&text, if_match.as_deref(), dry_run)?;
+                let mut resp = json_response(200, &json::ImportResult::new(diff, dry_run));
+                resp.headers.push(("ETag", tag));
+                Ok(resp)
             }
             Action::GetResources => self.resources(),
             Action::ListImages => self.list_images(),

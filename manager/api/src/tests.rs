@@ -7,6 +7,7 @@ use pinfold_abi::{
 };
 use serde_json::{json, Value};
 
+mod config_tests;
 mod runtime_tests;
 
 const TOKEN: &str = "s3cret-token";
