@@ -283,6 +283,10 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             .image_write(id, offset, bytes, &mut **self.hw.borrow_mut())
     }
 
+    fn image_read(&mut self, id: u32, offset: u64, out: &mut [u8]) -> Result<usize, AbiError> {
+        self.sys.image_read(id, offset, out, &**self.hw.borrow())
+    }
+
     fn image_seal(&mut self, id: u32, digest: Option<[u8; 32]>) -> Result<(), Refusal> {
         self.sys.image_seal(id, digest, &mut **self.hw.borrow_mut())
     }

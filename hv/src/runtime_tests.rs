@@ -421,3 +421,48 @@ fn a_change_while_a_cpu_still_holds_the_partition_is_refused_and_changes_nothing
     assert_eq!(sys.assigned(1).map(|id| id.partition), Some(index));
     assert!(hw.zeroed.is_empty(), "nothing scrubbed");
 }
+
+#[test]
+fn image_read_gives_a_sealed_images_bytes_within_bounds_only() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let id = sys.image_create(ImageKind::Initrd, 5000).unwrap();
+    sys.image_write(id, 0, &bytes[..3000], &mut hw).unwrap();
+    let mut out = [0u8; 4096];
+    // Still being written: refused.
+    assert_eq!(
+        sys.image_read(id, 0, &mut out, &hw),
+        Err(AbiError::Conflict)
+    );
+    sys.image_write(id, 3000, &bytes[3000..], &mut hw).unwrap();
+    sys.image_seal(id, None, &mut hw).unwrap();
+    // Read back in buffer-sized pieces, the last one short, then 0 at the end.
+    let mut back = Vec::new();
+    loop {
+        let n = sys
+            .image_read(id, back.len() as u64, &mut out, &hw)
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        back.extend_from_slice(&out[..n]);
+    }
+    assert_eq!(back, bytes);
+    assert_eq!(
+        sys.image_read(id, 5001, &mut out, &hw),
+        Err(AbiError::InvalidParameters)
+    );
+    assert_eq!(
+        sys.image_read(id, u64::MAX, &mut out, &hw),
+        Err(AbiError::InvalidParameters)
+    );
+    assert_eq!(
+        sys.image_read(999, 0, &mut out, &hw),
+        Err(AbiError::NotFound)
+    );
+    // A boot bundle image reads from the payload.
+    let boot = sys.images().into_iter().find(|i| i.boot).unwrap();
+    let n = sys.image_read(boot.id, 0, &mut out, &hw).unwrap();
+    assert_eq!(n as u64, boot.size.min(4096));
+}

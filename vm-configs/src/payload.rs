@@ -263,6 +263,7 @@ impl PartitionConfig {
             autostart: self.autostart,
             pmu: self.pmu,
             lifecycle: self.lifecycle(),
+            config_store: self.config_store.clone(),
         }
     }
 }

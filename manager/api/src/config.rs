@@ -17,7 +17,8 @@
 //! unchanged. It is checked whole before anything is applied: the TOML
 //! and every rule (400/409 naming the field), the images (400 naming
 //! `kernel`/`initrd`), the management partition and the boot-only fields
-//! `management`, `pci_host_bridge` and `token` (409 naming the field), and
+//! `management`, `pci_host_bridge`, `token` and `config_store` (409
+//! naming the field), and
 //! that every changed or deleted partition is stopped or crashed (409
 //! naming the partition: a running one is never stopped behind the
 //! operator's back). Then it is applied in the order that lets freed
@@ -154,6 +155,9 @@ pub fn export(
         out.push_str(&format!("management = {}\n", plan.management));
         out.push_str(&format!("pci_host_bridge = {}\n", plan.pci_host_bridge));
         out.push_str(&format!("pmu = {}\n", plan.pmu));
+        if let Some(url) = &plan.config_store {
+            out.push_str(&format!("config_store = {}\n", quote(url)));
+        }
         let life = &plan.lifecycle;
         if !plan.management {
             out.push_str(&format!(
@@ -352,7 +356,7 @@ pub enum Step {
 
 /// The first field (as the TOML names it) in which `a` and `b` differ.
 pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static str> {
-    let fields: [(&'static str, bool); 18] = [
+    let fields: [(&'static str, bool); 19] = [
         ("name", a.name == b.name),
         ("cpus", a.cpus == b.cpus),
         ("memory", a.ram_size == b.ram_size),
@@ -380,6 +384,7 @@ pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static
             a.lifecycle.shutdown_timeout_s == b.lifecycle.shutdown_timeout_s,
         ),
         ("devices", a.devices == b.devices),
+        ("config_store", a.config_store == b.config_store),
     ];
     fields
         .iter()
@@ -454,6 +459,7 @@ pub fn plan_diff(
                 e.plan.pci_host_bridge == t.pci_host_bridge,
             ),
             ("token", e.plan.token_sha256 == t.token_sha256),
+            ("config_store", e.plan.config_store == t.config_store),
         ] {
             if !same {
                 return Err(ApiError::conflict(format!(

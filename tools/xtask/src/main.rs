@@ -17,6 +17,7 @@ mod pxe;
 mod qemu;
 mod runtime_checks;
 mod signing;
+mod store;
 mod suite;
 mod uefi;
 

@@ -485,6 +485,10 @@ fn random_host(rng: &mut Rng) -> (HostShape, Vec<Existing>, Vec<ImageInfo>) {
             plan.management = true;
             plan.pci_host_bridge = rng.below(2) == 0;
             plan.token_sha256 = Some([0x5a; 32]);
+            if rng.below(2) == 0 {
+                plan.config_store =
+                    Some(format!("http://10.0.2.2:{}/hosts/h/", rng.below(60000) + 1));
+            }
         } else {
             let restart = [
                 RestartMode::Never,
@@ -581,6 +585,7 @@ fn first_difference_names_every_field() {
         Box::new(|p| p.lifecycle.watchdog_s += 1),
         Box::new(|p| p.lifecycle.shutdown_timeout_s += 1),
         Box::new(|p| p.devices.push(parts_device())),
+        Box::new(|p| p.config_store = Some("http://x/".into())),
     ];
     for edit in &edits {
         let mut p = base.clone();
@@ -607,7 +612,8 @@ fn first_difference_names_every_field() {
             "restart_limit",
             "watchdog_s",
             "shutdown_timeout_s",
-            "devices"
+            "devices",
+            "config_store"
         ]
     );
     assert_eq!(config::first_difference(&base, &base), None);
