@@ -400,12 +400,22 @@ pub fn plan_diff(
     existing: &[Existing],
     target: &[PartitionPlan],
 ) -> Result<(Diff, Vec<Step>), ApiError> {
+    plan_diff_states(existing, target, true)
+}
+
+/// [`plan_diff`]; `check_state` false leaves out the check that changed
+/// and deleted partitions are stopped (the restore at start stops them).
+pub fn plan_diff_states(
+    existing: &[Existing],
+    target: &[PartitionPlan],
+    check_state: bool,
+) -> Result<(Diff, Vec<Step>), ApiError> {
     let mut diff = Diff::default();
     let mut deletes = Vec::new();
     let mut changes = Vec::new();
     let mut creates = Vec::new();
     let stoppable = |e: &Existing, verb: &str| {
-        if e.state.allows(Transition::Configure) {
+        if !check_state || e.state.allows(Transition::Configure) {
             Ok(())
         } else {
             Err(ApiError::conflict(format!(
@@ -569,6 +579,17 @@ impl<B: Backend> Router<B> {
         let mut resp = crate::Response::new(200, TOML, text.into_bytes());
         resp.headers.push(("ETag", tag));
         Ok(resp)
+    }
+
+    /// The diff `text` would make, every check but the partitions' states.
+    pub fn preview_import(&mut self, text: &str) -> Result<Diff, ApiError> {
+        let (host, existing, images) = self.config_state()?;
+        let token = existing
+            .iter()
+            .find(|e| e.plan.management)
+            .and_then(|e| e.plan.token_sha256);
+        let target = parse_toml(text, &host, &images, token)?;
+        plan_diff_states(&existing, &target, false).map(|(diff, _)| diff)
     }
 
     /// `PUT /api/v1/config`: checks the whole configuration, then applies

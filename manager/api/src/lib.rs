@@ -20,6 +20,7 @@ pub mod fetch;
 pub mod json;
 pub mod metrics;
 mod runtime;
+pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod time;
@@ -181,6 +182,8 @@ pub enum Action {
     },
     /// `GET /api/v1/config`: the whole host as a plan TOML.
     GetConfig,
+    /// `GET /api/v1/config/store`: the configuration store's status.
+    GetConfigStore,
     /// `PUT /api/v1/config`: a plan TOML applied as a diff.
     PutConfig {
         text: String,
@@ -229,6 +232,7 @@ pub enum Endpoint {
     ImageFetch,
     Image,
     Config,
+    ConfigStore,
 }
 
 /// A method and path pattern the router serves; `{name}` (a partition
@@ -295,6 +299,7 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/api/v1/events/stream", Endpoint::EventStream),
     route("GET", "/api/v1/config", Endpoint::Config),
     route("PUT", "/api/v1/config", Endpoint::Config),
+    route("GET", "/api/v1/config/store", Endpoint::ConfigStore),
     route("GET", "/metrics", Endpoint::Metrics),
     route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
 ];
@@ -636,6 +641,7 @@ fn build_action(
             dry_run: config::parse_dry_run(query)?,
         },
         Endpoint::Config => Action::GetConfig,
+        Endpoint::ConfigStore => Action::GetConfigStore,
         Endpoint::Metrics => Action::Metrics,
         Endpoint::OpenApi => Action::OpenApi,
     })
@@ -708,6 +714,8 @@ pub struct Router<B: Backend> {
     /// Every partition's console history ([`Router::follow_consoles`]).
     pub histories: events::Histories,
     logins: events::LoginLimiter,
+    /// The configuration store (`store`): its URL and what was last done.
+    pub store: store::StoreStatus,
 }
 
 impl<B: Backend> Router<B> {
@@ -728,6 +736,7 @@ impl<B: Backend> Router<B> {
             events: events::EventLog::new(),
             histories: events::Histories::new(),
             logins: events::LoginLimiter::default(),
+            store: store::StoreStatus::default(),
         }
     }
 
@@ -945,6 +954,7 @@ impl<B: Backend> Router<B> {
                 self.delete_partition(&name, if_match.as_deref())
             }
             Action::GetConfig => self.get_config(),
+            Action::GetConfigStore => Ok(json_response(200, &self.store)),
             Action::PutConfig {
                 text,
                 if_match,

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 mod config_tests;
 mod runtime_tests;
+mod store_tests;
 
 const TOKEN: &str = "s3cret-token";
 /// Indices deliberately differ from list positions.
@@ -64,6 +65,8 @@ struct FakeBackend {
     write_limit: usize,
     /// The hypervisor's event log (EVENTS_READ gives at most 2 per call).
     hv_events: Vec<pinfold_abi::Event>,
+    /// A stop ends in `stopped` at once (else `stopping`, for good).
+    stop_completes: bool,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -129,6 +132,7 @@ impl FakeBackend {
             largest_write: 0,
             write_limit: pinfold_abi::MAX_BUFFER_LEN as usize,
             hv_events: Vec::new(),
+            stop_completes: false,
         }
     }
 
@@ -313,7 +317,12 @@ impl Backend for FakeBackend {
     }
 
     fn stop(&mut self, index: u32) -> Result<(), CallError> {
-        self.transition("stop", index, PartitionState::Stopping)
+        let to = if self.stop_completes {
+            PartitionState::Stopped
+        } else {
+            PartitionState::Stopping
+        };
+        self.transition("stop", index, to)
     }
 
     fn restart(&mut self, index: u32) -> Result<(), CallError> {

@@ -32,6 +32,7 @@ use pinfold_abi::{
     MAX_BUFFER_LEN, MAX_REPORT_LEN,
 };
 use pinfold_manager_api::events::{StreamGate, StreamTicket};
+use pinfold_manager_api::store;
 use pinfold_manager_api::{HvcBackend, Hypercall, Request, Router, StaticFile};
 use tiny_http::{Header, Response, Server};
 
@@ -337,6 +338,23 @@ fn follow_loop(router: &SharedRouter) -> ! {
     }
 }
 
+/// The configuration store (the management partition's `config_store`):
+/// the stored configuration applied once, then every change written about
+/// once a second (`pinfold_manager_api::store`).
+fn store_loop(router: &SharedRouter) -> ! {
+    let sentence = store::restore(router, &mut store::TcpStore);
+    println!("pinfold-manager: {sentence}");
+    let mut last = None;
+    loop {
+        thread::sleep(FOLLOW_EVERY);
+        let outcome = store::sync_once(router, &mut store::TcpStore);
+        if outcome != store::Synced::Nothing && last.as_ref() != Some(&outcome) {
+            println!("pinfold-manager: configuration store: {outcome:?}");
+        }
+        last = Some(outcome);
+    }
+}
+
 /// Serves one event stream until the client goes: the head, then what
 /// `EventStream::poll` gives every STREAM_POLL (events, heartbeats).
 fn stream_events(
@@ -531,6 +549,17 @@ fn main() -> ExitCode {
         .spawn(move || follow_loop(&follower))
     {
         eprintln!("pinfold-manager: cannot start the console follower: {err}");
+    }
+    let store_url = router.lock().ok().and_then(|mut r| r.init_store());
+    if let Some(url) = store_url {
+        println!("pinfold-manager: configuration store {url}");
+        let keeper = router.clone();
+        if let Err(err) = thread::Builder::new()
+            .stack_size(WORKER_STACK_BYTES)
+            .spawn(move || store_loop(&keeper))
+        {
+            eprintln!("pinfold-manager: cannot start the configuration store: {err}");
+        }
     }
     let gate = StreamGate::new();
     let mut workers = Vec::new();

@@ -54,6 +54,26 @@ impl Store {
     }
 }
 
+/// The store's port for a manager port: two above it (so each engineer's
+/// `PINFOLD_MANAGER_PORT` gets its own store).
+pub fn store_port(manager_port: u16) -> u16 {
+    manager_port.wrapping_add(2)
+}
+
+/// Names a store on the QEMU host (`http://10.0.2.2:PORT/hosts/BOARD/`)
+/// in the plan's management partition, unless it names one already or has
+/// no management partition; the URL the manager will use, if we named it.
+pub fn name_in_plan(plan: &mut pinfold_config::Config, port: u16) -> Option<String> {
+    let board = plan.board.name.clone();
+    let mgmt = plan.partitions.iter_mut().find(|p| p.management)?;
+    if mgmt.config_store.is_some() {
+        return None;
+    }
+    let url = format!("http://10.0.2.2:{port}/hosts/{board}/");
+    mgmt.config_store = Some(url.clone());
+    Some(url)
+}
+
 /// The quoted SHA-256 of `bytes`.
 pub fn etag_of(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
@@ -291,6 +311,26 @@ mod tests {
         )
         .expect("put");
         (r.status, r.header("etag").unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn run_names_a_store_two_ports_up_unless_the_plan_has_one() {
+        let text = "[board]\nname = \"qemu-virt\"\ncpus = 2\nmemory = \"1GiB\"\n\n\
+                    [[partition]]\nname = \"mgmt\"\ncpus = [0]\nmemory = \"64MiB\"\n\
+                    kernel = \"k\"\nmanagement = true\n";
+        let mut plan = pinfold_config::parse(text).expect("plan");
+        assert_eq!(store_port(18400), 18402);
+        assert_eq!(
+            name_in_plan(&mut plan, 18402).as_deref(),
+            Some("http://10.0.2.2:18402/hosts/qemu-virt/")
+        );
+        assert_eq!(
+            plan.partitions[0].config_store.as_deref(),
+            Some("http://10.0.2.2:18402/hosts/qemu-virt/")
+        );
+        // Named already (a real store): left alone.
+        assert_eq!(name_in_plan(&mut plan, 1), None);
+        assert!(plan.check_static().is_ok());
     }
 
     #[test]

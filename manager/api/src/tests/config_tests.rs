@@ -20,7 +20,23 @@ fn image(id: u32, kind: ImageKind, byte: u8) -> ImageInfo {
     }
 }
 
-fn sha(byte: u8) -> String {
+/// The bytes of the small uploaded kernel, image 7, and their SHA-256.
+pub(super) fn small_kernel() -> Vec<u8> {
+    let mut k: Vec<u8> = (0..64u8).collect();
+    k[56..60].copy_from_slice(b"ARM\x64");
+    k
+}
+
+pub(super) fn small_digest() -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(small_kernel()).into()
+}
+
+pub(super) fn small_sha() -> String {
+    json::hex(&small_digest())
+}
+
+pub(super) fn sha(byte: u8) -> String {
     json::hex(&[byte; 32])
 }
 
@@ -28,16 +44,18 @@ fn sha(byte: u8) -> String {
 /// bridge, the token), alpha on 1 (stopped here), beta on 2 and 3
 /// (stopped); kernel image 0, initrd image 1 (the boot bundle's), and a
 /// small uploaded kernel, image 7.
-fn config_router() -> Router<FakeBackend> {
+pub(super) fn config_router() -> Router<FakeBackend> {
     let mut r = router();
     let b = r.backend_mut();
     let mut initrd = image(1, ImageKind::Initrd, 0x22);
     initrd.boot = true;
     b.images.push((initrd, vec![0; 64]));
-    let mut small = b.images[0].clone();
-    small.0 = image(7, ImageKind::Kernel, 0x77);
+    let mut small = (b.images[0].0.clone(), small_kernel());
+    small.0 = image(7, ImageKind::Kernel, 0);
     small.0.boot = false;
+    small.0.sha256 = Some(small_digest());
     b.images.push(small);
+    b.next_image = 8;
     for (index, cpus) in [(MGMT, vec![0]), (ALPHA, vec![1]), (BETA, vec![2, 3])] {
         let s = b.partitions.iter_mut().find(|p| p.index == index).unwrap();
         s.cpus = cpus.clone();
@@ -69,7 +87,7 @@ fn config_router() -> Router<FakeBackend> {
     r
 }
 
-fn put(body: &str, query: &str, if_match: Option<&str>) -> Request {
+pub(super) fn put(body: &str, query: &str, if_match: Option<&str>) -> Request {
     let mut headers = vec![("Authorization".into(), format!("Bearer {TOKEN}"))];
     if let Some(tag) = if_match {
         headers.push(("If-Match".into(), tag.to_string()));
@@ -82,7 +100,7 @@ fn put(body: &str, query: &str, if_match: Option<&str>) -> Request {
     }
 }
 
-fn export(r: &mut Router<FakeBackend>) -> (String, String) {
+pub(super) fn export(r: &mut Router<FakeBackend>) -> (String, String) {
     let resp = r.handle(&get("/api/v1/config"));
     assert_eq!(resp.status, 200, "{}", text(&resp));
     assert_eq!(resp.content_type, config::TOML);
@@ -104,7 +122,7 @@ fn changes(b: &FakeBackend) -> Vec<String> {
 
 /// The exported text with alpha deleted, gamma created on alpha's CPU from
 /// image 7 and beta's bootargs changed.
-fn changed_plan(exported: &str) -> String {
+pub(super) fn changed_plan(exported: &str) -> String {
     let mut parts: Vec<&str> = exported.split("\n[[partition]]\n").collect();
     let alpha = parts
         .iter()
@@ -116,7 +134,7 @@ fn changed_plan(exported: &str) -> String {
     out.push_str(&format!(
         "\n[[partition]]\nname = \"gamma\"\ncpus = [1]\nmemory = \"64MiB\"\nkernel = \"image:{}\"\n\
          kernel_format = \"raw\"\nautostart = true\n",
-        sha(0x77)
+        small_sha()
     ));
     out
 }
@@ -273,7 +291,7 @@ fn an_invalid_import_is_refused_naming_the_field_as_the_build_does_and_changes_n
     assert_eq!(status, 400);
     assert!(detail.contains("watchdog"), "{detail}");
     // An image this host lacks.
-    let missing = changed_plan(&text).replace(&sha(0x77), &sha(0x78));
+    let missing = changed_plan(&text).replace(&small_sha(), &sha(0x78));
     let (status, field, detail) = refused(&mut r, &missing);
     assert_eq!((status, field.as_str()), (400, "kernel"), "{detail}");
     assert!(
@@ -281,7 +299,7 @@ fn an_invalid_import_is_refused_naming_the_field_as_the_build_does_and_changes_n
         "{detail}"
     );
     // An initrd image named as a kernel.
-    let kind = changed_plan(&text).replace(&sha(0x77), &sha(0x22));
+    let kind = changed_plan(&text).replace(&small_sha(), &sha(0x22));
     let (status, field, _) = refused(&mut r, &kind);
     assert_eq!((status, field.as_str()), (400, "kernel"));
     // Another board.
