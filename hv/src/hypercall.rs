@@ -95,6 +95,11 @@ pub trait Manage {
     fn image_write(&mut self, _id: u32, _offset: u64, _bytes: &[u8]) -> Result<usize, AbiError> {
         Err(AbiError::NotSupported)
     }
+    /// (3.1) The manager applied its stored configuration: start the held
+    /// autostart partitions.
+    fn config_applied(&mut self) -> Result<(), AbiError> {
+        Err(AbiError::NotSupported)
+    }
     /// (3.1) Copy bytes of sealed image `id` from `offset` into `out`; how
     /// many.
     fn image_read(&mut self, _id: u32, _offset: u64, _out: &mut [u8]) -> Result<usize, AbiError> {
@@ -313,6 +318,10 @@ fn handle(
             let taken = hv.image_write(id, offset, &bytes)?;
             Ok(Return::Accepted(taken.min(bytes.len()) as u64))
         }
+        Request::ConfigApplied => hv
+            .config_applied()
+            .map(|()| Return::Done)
+            .map_err(Failure::from),
         Request::ImageRead { id, offset, buf } => {
             // `buf.len` is at most MAX_BUFFER_LEN: Request::decode checked.
             let mut scratch = vec![0u8; buf.len as usize];

@@ -43,6 +43,7 @@
 //! | 22 | EVENTS_READ      | seq     | buf IPA | buf len |     | (3.0) X1 = bytes, X2 = next seq, X3 = dropped |
 //! | 23 | PARTITION_SHUTDOWN | index |         |         |     | (3.0) graceful: power button, then a hard stop |
 //! | 24 | IMAGE_READ       | id      | offset  | buf IPA | len | (3.1) X1 = bytes copied (0 at the end); sealed images only |
+//! | 25 | CONFIG_APPLIED   |         |         |         |     | (3.1) the stored configuration is applied: held autostart partitions start |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -175,6 +176,8 @@ pub mod fid {
     pub const PARTITION_SHUTDOWN: u32 = BASE | 23;
     /// (3.1) A sealed image's bytes, for the manager's configuration store.
     pub const IMAGE_READ: u32 = BASE | 24;
+    /// (3.1) The manager applied its stored configuration.
+    pub const CONFIG_APPLIED: u32 = BASE | 25;
 }
 
 /// Longest MGMT_REPORT detail the hypervisor keeps.
@@ -507,6 +510,10 @@ pub enum Request {
         offset: u64,
         buf: GuestBuffer,
     },
+    /// (3.1) The manager has applied the configuration it keeps at its
+    /// store: the autostart partitions the hypervisor held at boot start
+    /// now (they would at the hold's timeout anyway).
+    ConfigApplied,
 }
 
 impl Request {
@@ -517,7 +524,7 @@ impl Request {
         let args = &regs[1..];
         // How many argument registers the call uses; the rest are MBZ.
         let used = match fid {
-            fid::ABI_VERSION | fid::WALL_CLOCK => 0,
+            fid::ABI_VERSION | fid::WALL_CLOCK | fid::CONFIG_APPLIED => 0,
             fid::PARTITION_START
             | fid::PARTITION_STOP
             | fid::PARTITION_RESTART
@@ -620,6 +627,7 @@ impl Request {
                 buf: buf(args[1], args[2])?,
             },
             fid::PARTITION_SHUTDOWN => Request::PartitionShutdown { index: index()? },
+            fid::CONFIG_APPLIED => Request::ConfigApplied,
             fid::IMAGE_READ => Request::ImageRead {
                 id: index()?,
                 offset: args[1],
@@ -711,6 +719,7 @@ impl Request {
             Request::ImageRead { id, offset, buf } => {
                 [fid::IMAGE_READ as u64, i(id), offset, buf.ipa, buf.len, 0]
             }
+            Request::ConfigApplied => [fid::CONFIG_APPLIED as u64, 0, 0, 0, 0, 0],
         }
     }
 
@@ -735,6 +744,7 @@ impl Request {
             | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
+            | Request::ConfigApplied
             | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. }
@@ -783,7 +793,8 @@ impl Request {
             | Request::ImageDelete { .. }
             | Request::PartitionConfigure { .. }
             | Request::PartitionDestroy { .. }
-            | Request::PartitionShutdown { .. } => Return::Done,
+            | Request::PartitionShutdown { .. }
+            | Request::ConfigApplied => Return::Done,
             Request::ImageCreate { .. } | Request::PartitionCreate { .. } => {
                 Return::Created(u32::try_from(x[1]).map_err(|_| CallError::MalformedReply)?)
             }
@@ -1307,6 +1318,7 @@ mod tests {
                 offset: 4096,
                 buf: BUF,
             },
+            Request::ConfigApplied,
             Request::PartitionShutdown { index: 2 },
         ]
     }
@@ -1513,7 +1525,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 25, [0; 5])),
+            Request::decode(&regs(fid::BASE | 26, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

@@ -87,6 +87,11 @@ pub trait Backend {
     fn image_write(&mut self, _id: u32, _offset: u64, _bytes: &[u8]) -> Result<usize, CallError> {
         Err(UNSUPPORTED)
     }
+    /// (ABI 3.1) CONFIG_APPLIED: the stored configuration is applied; the
+    /// autostart partitions the hypervisor held at boot start.
+    fn config_applied(&mut self) -> Result<(), CallError> {
+        Err(UNSUPPORTED)
+    }
     /// (ABI 3.1) IMAGE_READ: bytes of sealed image `id` from `offset` into
     /// `out` (at most [`pinfold_abi::MAX_BUFFER_LEN`] per call); how many
     /// (0 at its end).
@@ -340,6 +345,10 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
             Return::Accepted(n) => Ok(n as usize),
             _ => Err(CallError::MalformedReply),
         }
+    }
+
+    fn config_applied(&mut self) -> Result<(), CallError> {
+        self.done(Request::ConfigApplied)
     }
 
     fn image_read(&mut self, id: u32, offset: u64, out: &mut [u8]) -> Result<usize, CallError> {

@@ -19,11 +19,14 @@
 //! [`restore`] (once, at manager start): `GET config.toml`; if there is
 //! one, the images it names that the hypervisor lacks are downloaded from
 //! `images/<sha256>` into the hypervisor (SHA-256 checked, as a fetch),
-//! then it is applied with the import code ([`Router::import_config`]). The
-//! boot plan's partitions may already be running (the hypervisor starts its
-//! autostart partitions at boot): those the stored configuration changes or
-//! deletes are stopped first, and a changed one that was running is started
-//! again afterwards (stop, change, start).
+//! then it is applied with the import code ([`Router::import_config`]);
+//! then, applied or not, CONFIG_APPLIED tells the hypervisor to start the
+//! autostart partitions it held at boot (a plan with a `config_store`:
+//! they wait for this, at most `pinfold_hv::lifecycle::HOLD_S`), so a
+//! partition deleted before the reboot never runs after it. Should a boot
+//! plan partition run anyway (the hold timed out, an old hypervisor), those
+//! the stored configuration changes or deletes are stopped first, and a
+//! changed one that was running is started again afterwards.
 //!
 //! The store is trusted only as far as an import is: a stored
 //! configuration is checked by the same rules, and the hypervisor's
@@ -456,6 +459,9 @@ pub fn restore<B: Backend, H: StoreHttp>(router: &Mutex<Router<B>>, http: &mut H
         Err(s) => s,
     };
     let sentence = format!("{sentence} ({} ms)", started.elapsed().as_millis());
+    // Applied or not, the partitions the hypervisor held at boot for this
+    // may start now (a store that failed does not keep the host dark).
+    let _ = r.backend_mut().config_applied();
     if r.store.url.is_some() {
         r.record("config", None, &format!("configuration store: {sentence}"));
         r.store.restored = Some(sentence.clone());
