@@ -19,7 +19,10 @@
 //! the hypervisor's events into the log once a second; each event stream
 //! (`GET /api/v1/events/stream`) gets a thread of its own, at most
 //! `events::MAX_STREAMS` (docs/MANAGER.md, "Threads, events and console
-//! history").
+//! history"). With a `config_store` in its plan entry a store thread
+//! restores the stored configuration once, sends CONFIG_APPLIED, then
+//! writes every change back about once a second
+//! (`pinfold_manager_api::store`, docs/DEPLOY.md, "Configuration store").
 
 use std::io::Write;
 use std::process::ExitCode;
