@@ -294,8 +294,10 @@ export const api = {
     return { value: await res.text(), etag: res.headers.get('ETag') };
   },
 
-  importConfig: async (toml: string, etag: string | null) =>
-    json<ConfigDiff>(await authorized(apiPath('/api/v1/config'), { method: 'PUT', raw: toml, contentType: 'application/toml', ifMatch: etag })),
+  importConfig: async (toml: string, etag: string | null, dryRun = false) =>
+    json<ConfigDiff>(
+      await authorized(apiPath('/api/v1/config', {}, dryRun ? { dry_run: 1 } : {}), { method: 'PUT', raw: toml, contentType: 'application/toml', ifMatch: etag }),
+    ),
 };
 
 /**

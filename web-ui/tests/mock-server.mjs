@@ -795,7 +795,8 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       const match = readMatch(req);
       if (match !== undefined && match !== configEtag()) return fail(res, 412, 'precondition_failed', 'the configuration changed since it was read (ETag mismatch)');
       try {
-        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text))));
+        const dry = ['1', 'true', 'yes'].includes(url.searchParams.get('dry_run') ?? '');
+        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text)), dry), 'application/json', { ETag: configEtag() });
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -958,7 +959,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
   }
 
   /** Apply a whole plan as a diff (validated first: nothing applied on an error). */
-  function importPlan(entries) {
+  function importPlan(entries, dryRun = false) {
     const guests = parts.filter((x) => !x.management);
     const mgmt = parts.filter((x) => x.management);
     const seen = new Set();
@@ -978,25 +979,29 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     for (const p of guests) {
       if (!seen.has(p.name) && p.state !== 'stopped' && p.state !== 'crashed') throw fieldError(409, 'conflict', null, `partition "${p.name}" is ${p.state}: stop it before deleting it`);
     }
-    const diff = { created: [], changed: [], deleted: [], unchanged: [] };
+    const diff = { created: [], changed: [], deleted: [], unchanged: [], dry_run: dryRun };
     for (const p of guests) {
       if (seen.has(p.name)) continue;
-      parts.splice(parts.indexOf(p), 1);
-      byName.delete(p.name);
+      if (!dryRun) {
+        parts.splice(parts.indexOf(p), 1);
+        byName.delete(p.name);
+      }
       diff.deleted.push(p.name);
     }
     for (const e of entries) {
       const p = byName.get(e.name);
       if (!p) {
-        makePartition(e.name, e.config, false);
+        if (!dryRun) makePartition(e.name, e.config, false);
         diff.created.push(e.name);
       } else if (JSON.stringify(p.config) !== JSON.stringify(e.config)) {
-        p.config = e.config;
-        resetVcpus(p);
+        if (!dryRun) {
+          p.config = e.config;
+          resetVcpus(p);
+        }
         diff.changed.push(e.name);
       } else diff.unchanged.push(e.name);
     }
-    emit('config', null, `configuration imported: ${diff.created.length} created, ${diff.changed.length} changed, ${diff.deleted.length} deleted`);
+    if (!dryRun) emit('config', null, `configuration imported: ${diff.created.length} created, ${diff.changed.length} changed, ${diff.deleted.length} deleted`);
     return diff;
   }
 

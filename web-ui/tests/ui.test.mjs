@@ -431,6 +431,23 @@ try {
       if (seen.filter((v) => v > 0 && v < 1).length < 2) throw new Error(`the fetch bar showed only ${JSON.stringify(seen)}`);
     });
 
+    await check('config: a dry run previews the diff and applies nothing', async () => {
+      await page.goto(`${base}/#/config`);
+      await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
+      const before = await (await fetch(`${base}/api/v1/config`)).text();
+      const text = await page.locator('[data-testid="config-text"]').inputValue();
+      const i = text.indexOf('name = "beta"');
+      const j = text.indexOf('bootargs = "', i);
+      if (i < 0 || j < 0) throw new Error('no bootargs of beta in the plan');
+      await page.locator('[data-testid="config-text"]').fill(`${text.slice(0, j)}bootargs = "preview-only ${text.slice(j + 'bootargs = "'.length)}`);
+      await page.locator('[data-testid="config-preview"]').click();
+      const diff = page.locator('[data-testid="config-diff"]');
+      await diff.waitFor({ state: 'visible', timeout: 5_000 });
+      const said = await diff.innerText();
+      if (!/Dry run: nothing applied/.test(said) || !/changed: beta/.test(said)) throw new Error(`dry run: ${said}`);
+      if ((await (await fetch(`${base}/api/v1/config`)).text()) !== before) throw new Error('a dry run changed the configuration');
+    });
+
     await check('config: an import with an overlapping CPU is refused with the field and changes nothing', async () => {
       await page.goto(`${base}/#/config`);
       await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });

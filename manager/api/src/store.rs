@@ -48,6 +48,8 @@ use crate::{json, Router};
 
 /// How long a store request may take to connect and per read or write.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long restore keeps trying a store it cannot reach.
+const RESTORE_WAIT: Duration = Duration::from_secs(20);
 /// How long restore waits for a partition it stopped to be stopped.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
@@ -483,9 +485,16 @@ fn restore_inner<B: Backend, H: StoreHttp>(
         return Ok("no configuration store".into());
     };
     let target = join(&url, "config.toml");
-    let got = http
-        .get(&target)
-        .map_err(|e| format!("GET {target}: {e}"))?;
+    // The network may not be up yet when the manager starts (DHCP): a
+    // store that cannot be reached is asked again for RESTORE_WAIT.
+    let deadline = Instant::now() + RESTORE_WAIT;
+    let got = loop {
+        match http.get(&target) {
+            Ok(got) => break got,
+            Err(e) if Instant::now() >= deadline => return Err(format!("GET {target}: {e}")),
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    };
     if got.status == 404 {
         return Ok(format!(
             "{target}: nothing stored yet; the boot plan stands"

@@ -1,7 +1,8 @@
 // Configuration as code: export every partition as a plan TOML (download, and
 // shown here for editing) and import one (PUT with If-Match, applied by the
-// manager as a diff after validating it all). The answer is the diff summary,
-// or the field error of the first invalid value.
+// manager as a diff after validating it all), with a dry-run preview first
+// (?dry_run=1: the same checks, nothing applied). The answer is the diff
+// summary, or the field error of the first invalid value.
 
 import { api, ApiError, type ConfigDiff } from '../api';
 import { fill, h, setText, toast } from '../dom';
@@ -20,6 +21,7 @@ export function configView(): View {
   const result = h('div', { class: 'diff', 'data-testid': 'config-diff', hidden: true });
   const error = h('div', { class: 'notice notice-error', hidden: true, role: 'alert', 'data-testid': 'config-error' });
   const importBtn = h('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'config-import' }, 'Import (apply as a diff)');
+  const previewBtn = h('button', { type: 'button', class: 'btn', 'data-testid': 'config-preview' }, 'Preview (dry run)');
   const reloadBtn = h('button', { type: 'button', class: 'btn' }, '↻ Reload from manager');
 
   async function load(): Promise<void> {
@@ -45,17 +47,27 @@ export function configView(): View {
   });
   reloadBtn.addEventListener('click', () => void load());
 
-  importBtn.addEventListener('click', async () => {
+  async function submit(dryRun: boolean): Promise<void> {
     error.hidden = true;
     result.hidden = true;
     importBtn.disabled = true;
+    previewBtn.disabled = true;
     try {
-      const diff: ConfigDiff = await api.importConfig(editor.value, onlyIfSame.checked ? etag : null);
+      const diff: ConfigDiff = await api.importConfig(editor.value, onlyIfSame.checked ? etag : null, dryRun);
       const part = (label: string, names: string[]) => h('span', { 'data-diff': label }, h('strong', {}, `${label}: `), names.length ? names.join(', ') : '–');
-      fill(result, part('created', diff.created), part('changed', diff.changed), part('deleted', diff.deleted), part('unchanged', diff.unchanged));
+      fill(
+        result,
+        ...(dryRun ? [h('span', { 'data-diff': 'dry-run' }, h('strong', {}, 'Dry run: '), 'nothing applied')] : []),
+        part('created', diff.created),
+        part('changed', diff.changed),
+        part('deleted', diff.deleted),
+        part('unchanged', diff.unchanged),
+      );
       result.hidden = false;
-      toast('Configuration applied.');
-      await load();
+      if (!dryRun) {
+        toast('Configuration applied.');
+        await load();
+      }
     } catch (e) {
       const msg =
         e instanceof ApiError && e.status === 412
@@ -68,8 +80,11 @@ export function configView(): View {
       error.hidden = false;
     } finally {
       importBtn.disabled = false;
+      previewBtn.disabled = false;
     }
-  });
+  }
+  importBtn.addEventListener('click', () => void submit(false));
+  previewBtn.addEventListener('click', () => void submit(true));
 
   const el = h(
     'div',
@@ -82,7 +97,7 @@ export function configView(): View {
       h('header', { class: 'card-head' }, h('h2', {}, 'Plan TOML'), etagNote),
       h('p', { class: 'muted hint' }, 'Every partition, in the vm-configs plan format. Edit here or load a file, then import: the manager checks the whole plan first and applies nothing if anything is wrong.'),
       editor,
-      h('div', { class: 'form-actions', style: 'margin-top:10px;align-items:center' }, fileIn, h('label', { for: 'cfg-ifmatch', class: 'muted' }, onlyIfSame, ' only if unchanged since loaded (If-Match)'), reloadBtn, importBtn),
+      h('div', { class: 'form-actions', style: 'margin-top:10px;align-items:center' }, fileIn, h('label', { for: 'cfg-ifmatch', class: 'muted' }, onlyIfSame, ' only if unchanged since loaded (If-Match)'), reloadBtn, previewBtn, importBtn),
       error,
       result,
     ),

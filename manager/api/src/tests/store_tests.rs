@@ -17,6 +17,9 @@ struct FakeStore {
     files: BTreeMap<String, Vec<u8>>,
     /// "METHOD url [header=value ...]" per request.
     log: Vec<String>,
+    /// GETs that fail to connect before the store answers (a network
+    /// not up yet).
+    unreachable_gets: usize,
 }
 
 fn tag(bytes: &[u8]) -> String {
@@ -26,6 +29,10 @@ fn tag(bytes: &[u8]) -> String {
 impl StoreHttp for FakeStore {
     fn get(&mut self, url: &str) -> std::io::Result<Got> {
         self.log.push(format!("GET {url}"));
+        if self.unreachable_gets > 0 {
+            self.unreachable_gets -= 1;
+            return Err(std::io::Error::other("connection refused"));
+        }
         Ok(match self.files.get(url) {
             Some(bytes) => Got {
                 status: 200,
@@ -245,6 +252,18 @@ fn restore_fetches_the_missing_images_and_applies_the_stored_configuration() {
         .map(|(_, d)| d.clone());
     assert_eq!(image, Some(a.lock().unwrap().backend().images[2].1.clone()));
     assert!(b.lock().unwrap().store.restored.is_some());
+}
+
+#[test]
+fn restore_asks_again_while_the_store_cannot_be_reached() {
+    let router = shared(config_router());
+    let mut fake = FakeStore {
+        unreachable_gets: 2,
+        ..FakeStore::default()
+    };
+    let sentence = store::restore(&router, &mut fake);
+    assert!(sentence.contains("nothing stored yet"), "{sentence}");
+    assert_eq!(fake.log.len(), 3, "{:?}", fake.log);
 }
 
 #[test]
