@@ -436,15 +436,14 @@ try {
       await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
       const before = await (await fetch(`${base}/api/v1/config`)).text();
       const text = await page.locator('[data-testid="config-text"]').inputValue();
-      const i = text.indexOf('name = "beta"');
-      const j = text.indexOf('bootargs = "', i);
-      if (i < 0 || j < 0) throw new Error('no bootargs of beta in the plan');
-      await page.locator('[data-testid="config-text"]').fill(`${text.slice(0, j)}bootargs = "preview-only ${text.slice(j + 'bootargs = "'.length)}`);
+      const kernel = text.match(/^kernel = .*$/m)?.[0];
+      if (!kernel) throw new Error('no kernel line in the plan');
+      await page.locator('[data-testid="config-text"]').fill(`${text}\n[[partition]]\nname = "preview"\ncpus = [5]\nmemory = "64MiB"\n${kernel}\n`);
       await page.locator('[data-testid="config-preview"]').click();
       const diff = page.locator('[data-testid="config-diff"]');
       await diff.waitFor({ state: 'visible', timeout: 5_000 });
       const said = await diff.innerText();
-      if (!/Dry run: nothing applied/.test(said) || !/changed: beta/.test(said)) throw new Error(`dry run: ${said}`);
+      if (!/Dry run: nothing applied/.test(said) || !/created: preview/.test(said)) throw new Error(`dry run: ${said}`);
       if ((await (await fetch(`${base}/api/v1/config`)).text()) !== before) throw new Error('a dry run changed the configuration');
     });
 

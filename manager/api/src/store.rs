@@ -123,8 +123,10 @@ impl TcpStore {
             .next()
             .ok_or_else(|| io_err(format!("cannot resolve {}", parsed.authority)))?;
         let stream = TcpStream::connect_timeout(&addr, STORE_TIMEOUT)?;
-        stream.set_read_timeout(Some(STORE_TIMEOUT))?;
-        stream.set_write_timeout(Some(STORE_TIMEOUT))?;
+        // Hermit 0.11 refuses socket timeouts (InvalidInput), as fetch.rs
+        // found: best effort.
+        let _ = stream.set_read_timeout(Some(STORE_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(STORE_TIMEOUT));
         let mut head = format!(
             "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: pinfold-manager\r\nConnection: close\r\n",
             parsed.target, parsed.authority
