@@ -777,12 +777,12 @@ mod tests {
     }
 
     #[test]
-    fn abi_version_is_3_0() {
+    fn abi_version_is_3_1() {
         let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0003_0000, 0, 0]);
+        assert_eq!(x, [0, 0x0003_0001, 0, 0]);
     }
 
     #[test]
