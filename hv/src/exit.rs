@@ -1257,6 +1257,21 @@ fn cpu_on(
         return psci::INVALID_PARAMETERS;
     };
     let s = &p.vcpus[t];
+    // A vCPU already on or pending answers as PSCI says whatever the
+    // entry; one that would start must start in its RAM.
+    if s.power.state() == psci::PowerState::Off
+        && !psci::entry_point_valid(entry, p.ram_ipa, p.ram_size)
+    {
+        fault(
+            p,
+            hw,
+            FaultKind::BadEntry,
+            format_args!(
+                "PSCI CPU_ON of vCPU {t} at {entry:#x}, not an instruction in its RAM: refused"
+            ),
+        );
+        return psci::INVALID_ADDRESS;
+    }
     if let Err(e) = s.power.try_claim_on() {
         return e;
     }

@@ -1095,6 +1095,35 @@ fn sgi_outside_the_partition_is_dropped_and_reported() {
 }
 
 #[test]
+fn group0_and_alias_sgi_registers_are_resolved_like_sgi1r() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    // ICC_SGI0R_EL1 = S3_0_C12_C11_7, ICC_ASGI1R_EL1 = S3_0_C12_C11_6, as
+    // the CPU reports them in ESR_EL2 (through the real decoder).
+    for op2 in [7u8, 6] {
+        let (esr, far, hpfar) = crate::trap::encode(&Exit::SysReg(SysRegAccess {
+            reg: SysRegId::new(3, 0, 12, 11, op2),
+            rt: 5,
+            read: false,
+        }));
+        let exit = crate::trap::decode(esr, far, hpfar);
+        let mut regs = GuestRegs::default();
+        regs.x[5] = 3 << 24 | 0b10; // SGI 3 to vCPU 1
+        assert_eq!(run(sys, &mut cpu, &mut hw, &mut regs, exit), Next::Resume);
+        let mut regs = GuestRegs::default();
+        regs.x[5] = 1 << 24 | 1 << 5; // Aff0 = 5: nobody
+        assert_eq!(run(sys, &mut cpu, &mut hw, &mut regs, exit), Next::Resume);
+    }
+
+    let mut got = Vec::new();
+    sys.cpus[2].mailbox.drain(|op| got.push(op));
+    assert_eq!(got, [MailboxOp::Sgi(3)]);
+    // The two SGIs to nobody, and no UNDEF.
+    assert_eq!(sys.partition(0).unwrap().faults.load(Ordering::Relaxed), 2);
+}
+
+#[test]
 fn sgi_to_self_is_injected_once_the_guest_enabled_it() {
     let sys = system();
     let mut hw = FakeHw::new();
@@ -1257,6 +1286,37 @@ fn cpu_on_for_a_foreign_mpidr_is_refused() {
     assert_eq!(r, psci::INVALID_PARAMETERS);
     assert!(hw.sgis.is_empty());
     assert_eq!(sys.partition(1).unwrap().faults.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn cpu_on_with_an_entry_point_outside_the_partitions_ram_is_refused() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let p = sys.partition(0).unwrap();
+    let end = p.ram_ipa + p.ram_size;
+
+    for entry in [
+        0,
+        end,
+        end + 0x1000,
+        p.ram_ipa - 4,
+        p.ram_ipa + 2,
+        u64::MAX - 3,
+    ] {
+        let on = [fid::CPU_ON_64 as u64, vcpu_mpidr(1), entry, 0];
+        assert_eq!(
+            hvc(sys, &mut cpu, &mut hw, on).1 as i64,
+            psci::INVALID_ADDRESS,
+            "entry {entry:#x}"
+        );
+    }
+
+    assert_eq!(p.faults.load(Ordering::Relaxed), 6);
+    // Nothing was claimed: the sibling is still off and starts when asked
+    // properly.
+    let on = [fid::CPU_ON_64 as u64, vcpu_mpidr(1), end - 4, 0];
+    assert_eq!(hvc(sys, &mut cpu, &mut hw, on).1 as i64, psci::SUCCESS);
 }
 
 #[test]

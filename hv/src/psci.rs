@@ -185,6 +185,15 @@ pub fn smccc_arch_features(fid: u32) -> i64 {
     }
 }
 
+/// Whether `entry` can be a CPU_ON entry point of a partition whose RAM is
+/// `ram_size` bytes at IPA `ram_ipa`: an instruction (4-byte aligned) in
+/// that RAM. Anything else would start the vCPU on an instruction abort
+/// whose injection (VBAR_EL1 is reset) faults again, a fault storm on that
+/// CPU for ever; PSCI answers INVALID_ADDRESS (DEN0022 5.6.2).
+pub fn entry_point_valid(entry: u64, ram_ipa: u64, ram_size: u64) -> bool {
+    entry.is_multiple_of(4) && entry >= ram_ipa && entry - ram_ipa < ram_size
+}
+
 /// A vCPU's PSCI power state, as other vCPUs see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -267,6 +276,19 @@ impl VcpuPower {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_point_must_be_an_aligned_address_in_ram() {
+        let (base, size) = (0x4000_0000, 64 << 20);
+
+        assert!(entry_point_valid(base, base, size));
+        assert!(entry_point_valid(base + size - 4, base, size));
+        assert!(!entry_point_valid(base + size, base, size));
+        assert!(!entry_point_valid(base - 4, base, size));
+        assert!(!entry_point_valid(0, base, size));
+        assert!(!entry_point_valid(base + 2, base, size));
+        assert!(!entry_point_valid(u64::MAX - 3, base, size));
+    }
 
     const JUNK_HIGH: u64 = 0xDEAD_BEEF_0000_0000;
 

@@ -37,10 +37,12 @@ pub enum FaultKind {
     Dropped = 7,
     /// SError, unexpected trap classes.
     Other = 8,
+    /// A PSCI CPU_ON whose entry point is not in the partition's RAM.
+    BadEntry = 9,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 }
 
 #[derive(Default)]

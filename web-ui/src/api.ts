@@ -294,10 +294,9 @@ export const api = {
     return { value: await res.text(), etag: res.headers.get('ETag') };
   },
 
+  /** PUT a plan; with `dryRun` the manager only validates it and answers the diff it would apply. */
   importConfig: async (toml: string, etag: string | null, dryRun = false) =>
-    json<ConfigDiff>(
-      await authorized(apiPath('/api/v1/config', {}, dryRun ? { dry_run: 1 } : {}), { method: 'PUT', raw: toml, contentType: 'application/toml', ifMatch: etag }),
-    ),
+    json<ConfigDiff>(await authorized(apiPath('/api/v1/config', {}, dryRun ? { dry_run: 1 } : {}), { method: 'PUT', raw: toml, contentType: 'application/toml', ifMatch: etag })),
 };
 
 /**

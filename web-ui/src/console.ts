@@ -1,8 +1,10 @@
 // Live partition console: xterm.js fed by reading the manager's console ring from
 // an offset and following `next`; keystrokes are batched and POSTed back.
 // xterm.js is kept from answering terminal queries in the output
-// (silenceReports), and the whole history is offered as a download when the
-// manager serves it.
+// (silenceReports), the hypervisor's boot markers (`=== pinfold: NAME boot N
+// at TIME ===`) are shown in the header as "boot N at TIME" (the marker itself
+// soon scrolls off under a booting kernel's log), and the whole history is
+// offered as a download when the manager serves it.
 
 import { FitAddon } from '@xterm/addon-fit';
 import { Terminal } from '@xterm/xterm';
@@ -24,6 +26,18 @@ const MAX_INPUT = 1024;
 const INPUT_BATCH_MS = 25;
 /** POSTs in a row the partition may take nothing of (each after the manager's own 2 s wait) before the input is given up. */
 const INPUT_STALLS = 3;
+
+/** The hypervisor's line where a boot starts (hv::system::boot_marker). */
+const BOOT_MARKER = /=== pinfold: (\S+) boot (\d+) at (\S+) ===/g;
+/** Longest marker kept back across reads (a name is at most 32 bytes). */
+const MARKER_TAIL = 128;
+
+/** The last boot marker of `partition` in `text`: its boot number and time, or null. */
+export function lastBootMarker(text: string, partition: string): { boot: number; at: string } | null {
+  let found: { boot: number; at: string } | null = null;
+  for (const m of text.matchAll(BOOT_MARKER)) if (m[1] === partition) found = { boot: Number(m[2]), at: m[3] };
+  return found;
+}
 
 /** UTF-8 length of one code point. */
 function utf8Len(cp: number): number {
@@ -102,6 +116,9 @@ export class ConsolePane {
   private readonly status: HTMLElement;
   private readonly notice: HTMLElement;
   private readonly history: HTMLAnchorElement;
+  private readonly boot: HTMLElement;
+  /** The end of the output read so far, so a marker split across two reads is still found. */
+  private tail = '';
   private offset = 0;
   private lostTotal = 0;
   private firstRead = true;
@@ -112,6 +129,7 @@ export class ConsolePane {
   constructor(private readonly partition: string) {
     this.status = h('span', { class: 'console-status muted', 'data-testid': 'console-status' }, 'connecting…');
     this.notice = h('div', { class: 'notice notice-warn', hidden: true, 'data-testid': 'console-dropped', role: 'status' });
+    this.boot = h('span', { class: 'tag', hidden: true, 'data-testid': 'console-boot', title: 'The boot the console shows, from the hypervisor’s boot marker' });
     const screen = h('div', { class: 'console-screen', 'data-testid': 'console' });
     // The whole retained history (across restarts) as a file; shown only when
     // the manager serves it.
@@ -129,6 +147,7 @@ export class ConsolePane {
         { class: 'card-head' },
         h('h2', {}, 'Console'),
         this.status,
+        this.boot,
         this.history,
         h('button', { type: 'button', class: 'btn btn-small', onclick: () => this.term.clear(), title: 'Clear the screen (the ring is untouched)' }, 'Clear'),
       ),
@@ -176,7 +195,10 @@ export class ConsolePane {
       try {
         const chunk = await api.consoleRead(this.partition, this.offset, signal);
         if (chunk.dropped > 0) this.reportDropped(chunk.dropped, chunk.offset);
-        if (chunk.data.length > 0) this.term.write(chunk.data);
+        if (chunk.data.length > 0) {
+          this.term.write(chunk.data);
+          this.noteBoot(chunk.data);
+        }
         const advanced = chunk.next !== this.offset;
         this.offset = chunk.next;
         this.firstRead = false;
@@ -192,6 +214,15 @@ export class ConsolePane {
         await sleep(RETRY_MS, signal);
       }
     }
+  }
+
+  private noteBoot(data: string): void {
+    const text = this.tail + data;
+    this.tail = text.slice(-MARKER_TAIL);
+    const m = lastBootMarker(text, this.partition);
+    if (m === null) return;
+    setText(this.boot, `boot ${m.boot} at ${m.at}`);
+    this.boot.hidden = false;
   }
 
   private reportDropped(dropped: number, at: number): void {

@@ -170,6 +170,9 @@ export function actionBar(after: () => void, compact = false): ActionBar {
   }
   for (const [other] of bars) if (!other.isConnected) bars.delete(other);
   bars.set(el, refresh);
+  // Disabled until the partition is known: a click before the first poll
+  // answered would otherwise do nothing at all.
+  refresh();
 
   return {
     el,

@@ -7,6 +7,9 @@
 //   node tests/mock-server.mjs            # http://127.0.0.1:8080, token "test-token"
 //   PORT=0 node tests/mock-server.mjs     # any free port (printed)
 //
+// `PUT /api/v1/config?dry_run=1` validates and answers the diff without
+// applying it (the contract's dry run).
+//
 // Every JSON answer is checked against openapi.json as it goes out
 // (tests/contract-lib.mjs); `mock.violations` lists what did not keep the
 // contract, and the browser test fails on any.
@@ -45,6 +48,8 @@ const START_MS = 300;
 const IMAGE_MAX = 64 * 1024 * 1024;
 /** How fast the mock reads an upload: slow enough to watch the bar move. */
 const UPLOAD_BYTES_PER_S = Number(process.env.PINFOLD_MOCK_UPLOAD_BPS ?? 768 * 1024);
+/** How long a DELETE takes per MiB of the partition's RAM (the hypervisor scrubs it before answering). */
+const SCRUB_MS_PER_MIB = 4;
 /** Size and duration of a simulated URL fetch. */
 const FETCH_BYTES = 3 * 1024 * 1024;
 const FETCH_MS = 1500;
@@ -63,7 +68,10 @@ const HOST_DEVICES = [
   { name: '/virtio_mmio@a000000', base: 0x0a00_0000, size: 0x200 },
 ];
 const NAME_RE = /^[a-z][a-z0-9_-]{0,31}$/;
-const PLAN_FIELD = { memory_mib: 'memory', watchdog_s: 'watchdog', shutdown_timeout_s: 'shutdown_timeout' };
+/** JSON key -> the field the plan check names (vm-configs rules: only memory differs). */
+const PLAN_FIELD = { memory_mib: 'memory' };
+/** Longest watchdog and shutdown timeout (rules::LIFECYCLE_MAX_S). */
+const LIFECYCLE_MAX_S = 3600;
 
 /** A console byte ring addressed by absolute offsets, as the manager's is. */
 class ConsoleRing {
@@ -111,9 +119,9 @@ function defaultConfig(cpus, memoryMib, kernel, initrd) {
     bootargs: 'console=ttyAMA0 earlycon=pl011,0x09000000',
     autostart: true,
     restart: 'never',
-    restart_limit: 3,
+    restart_limit: 0,
     watchdog_s: 0,
-    shutdown_timeout_s: 10,
+    shutdown_timeout_s: 30,
     devices: [],
   };
 }
@@ -132,8 +140,9 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     images.set(img.id, img);
     return img;
   }
-  const bootKernel = addImage({ name: 'Image', kind: 'kernel', size: 9 * MiB, received: 9 * MiB, sha256: sha256('boot kernel'), boot: true });
-  const bootInitrd = addImage({ name: 'initramfs.cpio.gz', kind: 'initrd', size: 2 * MiB, received: 2 * MiB, sha256: sha256('boot initrd'), boot: true });
+  // The manager names the boot bundle's images (it knows no file name) boot-ID.
+  const bootKernel = addImage({ name: 'boot-1', kind: 'kernel', size: 9 * MiB, received: 9 * MiB, sha256: sha256('boot kernel'), boot: true });
+  const bootInitrd = addImage({ name: 'boot-2', kind: 'initrd', size: 2 * MiB, received: 2 * MiB, sha256: sha256('boot initrd'), boot: true });
   const imagesBytes = () => [...images.values()].reduce((n, i) => n + i.received, 0);
 
   // --- partitions -----------------------------------------------------------
@@ -168,7 +177,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
   const mgmtConfig = { ...defaultConfig([0], 256, null, null), bootargs: '', kernel_format: 'raw', devices: [{ name: 'net0', mmio: [{ base: 0x0a00_0000, size: 0x200 }], spis: [16], compatible: 'virtio,mmio', host_node: '/virtio_mmio@a000000' }] };
   makePartition('mgmt', mgmtConfig, true);
   makePartition('alpha', defaultConfig([1], 256, bootKernel.id, bootInitrd.id), false);
-  makePartition('beta', { ...defaultConfig([2, 3], 512, bootKernel.id, bootInitrd.id), restart: 'on-crash' }, false);
+  makePartition('beta', { ...defaultConfig([2, 3], 512, bootKernel.id, bootInitrd.id), restart: 'on-crash', restart_limit: 3 }, false);
 
   // --- events ---------------------------------------------------------------
   const events = [];
@@ -223,7 +232,10 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     p.boot_count += 1;
     p.bootedAt = Date.now();
     p.line = '';
-    p.history += `=== pinfold: ${p.name} boot ${p.boot_count} at ${now()} ===\n`;
+    // The hypervisor's boot marker, in the console ring (so in the history
+    // too), on a line of its own, as hv::system::boot_marker writes it.
+    const last = p.console.buf.length > 0 ? p.console.buf[p.console.buf.length - 1] : 0x0a;
+    write(p, `${last === 0x0a ? '' : '\r\n'}=== pinfold: ${p.name} boot ${p.boot_count} at ${now()} ===\r\n`);
     if (p.management) {
       setState(p, 'running');
       p.vcpus.forEach((v) => (v.state = 'on'));
@@ -269,7 +281,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       p.vcpus.forEach((v) => (v.state = 'on'));
       // A real shell asks the terminal where its cursor is after the prompt
       // (ESC[6n); the UI must not send xterm.js's answer back as input.
-      write(p, `PINFOLD-GUEST-UP ${p.name} boot=${p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
+      write(p, `PINFOLD-GUEST-UP name=${p.name} cpus=${p.config.cpus.length} timer_irqs=${40 + p.boot_count}\r\n\r\nWelcome to the ${p.name} test guest. Type "help".\r\n# \x1b[6n`);
     });
   }
 
@@ -489,7 +501,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       const img = (id) => (id && images.get(id) ? `image:${images.get(id).sha256}` : '');
       lines.push('', '[[partition]]', `name = ${tomlStr(p.name)}`, `cpus = [${c.cpus.join(', ')}]`, `memory = "${c.memory_mib}MiB"`, `kernel = ${tomlStr(img(c.kernel))}`);
       if (c.initrd) lines.push(`initrd = ${tomlStr(img(c.initrd))}`);
-      lines.push(`bootargs = ${tomlStr(c.bootargs)}`, `autostart = ${c.autostart}`, `restart = ${tomlStr(c.restart)}`, `restart_limit = ${c.restart_limit}`, `watchdog = ${c.watchdog_s}`, `shutdown_timeout = ${c.shutdown_timeout_s}`);
+      lines.push(`bootargs = ${tomlStr(c.bootargs)}`, `autostart = ${c.autostart}`, `restart = ${tomlStr(c.restart)}`, `restart_limit = ${c.restart_limit}`, `watchdog_s = ${c.watchdog_s}`, `shutdown_timeout_s = ${c.shutdown_timeout_s}`);
     }
     return lines.join('\n') + '\n';
   }
@@ -548,9 +560,10 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
           bootargs: e.bootargs ?? '',
           autostart: e.autostart ?? false,
           restart: e.restart ?? 'never',
-          restart_limit: e.restart_limit ?? 3,
-          watchdog_s: e.watchdog ?? 0,
-          shutdown_timeout_s: e.shutdown_timeout ?? 10,
+          // The plan's keys and defaults (docs/CONFIG.md).
+          restart_limit: e.restart_limit ?? 0,
+          watchdog_s: e.watchdog_s ?? 0,
+          shutdown_timeout_s: e.shutdown_timeout_s ?? 30,
         },
       };
     });
@@ -592,9 +605,13 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     }
     if (!['linux', 'raw'].includes(c.kernel_format)) throw bad(name, 'kernel_format', 'must be "linux" or "raw"');
     if (!['never', 'on-crash', 'always'].includes(c.restart)) throw bad(name, 'restart', 'must be "never", "on-crash" or "always"');
-    for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog', c.watchdog_s], ['shutdown_timeout', c.shutdown_timeout_s]]) {
+    for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog_s', c.watchdog_s], ['shutdown_timeout_s', c.shutdown_timeout_s]]) {
       if (!Number.isInteger(v) || v < 0) throw bad(name, k, 'must be a whole number, 0 or more');
     }
+    // The build-time check's lifecycle rules and sentences (vm-configs/src/rules.rs).
+    if (c.restart === 'never' && c.restart_limit !== 0) throw bad(name, 'restart_limit', 'has no effect with restart = "never"; set restart = "on-crash" or "always"');
+    if (c.watchdog_s > LIFECYCLE_MAX_S) throw bad(name, 'watchdog_s', `${c.watchdog_s} is out of range: 0 (off) or 1..=${LIFECYCLE_MAX_S} seconds`);
+    if (c.shutdown_timeout_s < 1 || c.shutdown_timeout_s > LIFECYCLE_MAX_S) throw bad(name, 'shutdown_timeout_s', `${c.shutdown_timeout_s} is out of range: 1..=${LIFECYCLE_MAX_S} seconds`);
     if (typeof c.bootargs !== 'string' || c.bootargs.length > 1024) throw bad(name, 'bootargs', 'must be a string of at most 1024 bytes');
     for (const d of c.devices ?? []) {
       if (!HOST_DEVICES.some((h) => h.name === d.host_node)) throw bad(name, `device "${d.name}": host_node`, `${d.host_node} is not a device of the host`);
@@ -794,9 +811,9 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       if (!requireAuth(req, res)) return;
       const match = readMatch(req);
       if (match !== undefined && match !== configEtag()) return fail(res, 412, 'precondition_failed', 'the configuration changed since it was read (ETag mismatch)');
+      const dryRun = ['1', 'true'].includes(url.searchParams.get('dry_run') ?? '');
       try {
-        const dry = ['1', 'true', 'yes'].includes(url.searchParams.get('dry_run') ?? '');
-        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text)), dry), 'application/json', { ETag: configEtag() });
+        return send(res, 200, importPlan(planToConfigs(parsePlan(body.text)), dryRun));
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -838,14 +855,15 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
         const name = body.name;
         typeCheck(name, body);
         const c = configFrom(body, { ...defaultConfig([], 0, null, null), autostart: false });
-        if (!('cpus' in body)) throw bad(name, 'cpus', 'missing');
-        if (!('memory_mib' in body)) throw bad(name, 'memory', 'missing');
+        if (!('cpus' in body)) throw bad(name, 'cpus', 'is required (a list of CPU numbers)');
+        if (!('memory_mib' in body)) throw bad(name, 'memory', 'is required (memory_mib, a whole number of MiB)');
+        if (!('kernel' in body) || body.kernel === null) throw bad(name, 'kernel', 'is required (an image id)');
         if (byName.has(name)) throw clash(name, 'name', `the name is taken`);
         validate(name, c, parts);
         const p = makePartition(name, c, false);
         emit('config', name, `${name}: created (CPUs ${c.cpus.join(', ')}, ${c.memory_mib} MiB)`);
         if (c.autostart) boot(p);
-        return send(res, 201, summary(p), 'application/json', { Location: `/api/v1/partitions/${encodeURIComponent(name)}`, ETag: etag(p) });
+        return send(res, 201, detail(p), 'application/json', { Location: `/api/v1/partitions/${encodeURIComponent(name)}`, ETag: etag(p) });
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -863,15 +881,19 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       const body = method === 'PATCH' ? await jsonBody(req, res) : (await readBody(req), {});
       if (body === null || !requireAuth(req, res)) return;
       if (!p) return fail(res, 404, 'not_found', `no partition named ${m[1]}`);
-      if (p.management) return fail(res, 409, 'conflict', 'the management partition cannot be changed or deleted');
+      // The real manager's order and sentences (manager/api/src/runtime.rs, `changeable`).
+      const verb = method === 'DELETE' ? 'delete' : 'change';
+      if (p.management) return fail(res, 409, 'conflict', `cannot ${verb} ${p.name}: it is the management partition serving this API`);
+      if (p.state !== 'stopped' && p.state !== 'crashed') return fail(res, 409, 'conflict', `cannot ${verb} ${p.name}: it is ${p.state} (stop it first)`);
       const match = readMatch(req);
-      if (match !== undefined && match !== etag(p)) return fail(res, 412, 'precondition_failed', `${p.name} changed since it was read (ETag mismatch)`);
-      if (p.state !== 'stopped' && p.state !== 'crashed') return fail(res, 409, 'conflict', `${p.name} is ${p.state}: stop it first`);
+      if (match !== undefined && match !== '*' && !match.split(',').map((t) => t.trim()).includes(etag(p))) return fail(res, 412, 'precondition_failed', `${p.name}'s config changed since you read it (its ETag is now ${etag(p)})`);
       if (method === 'DELETE') {
         parts.splice(parts.indexOf(p), 1);
         byName.delete(p.name);
         cancelTimers(p);
         emit('config', p.name, `${p.name}: deleted (its RAM is scrubbed before reuse)`);
+        // The hypervisor zeroes the RAM before the manager answers.
+        await new Promise((ok) => setTimeout(ok, SCRUB_MS_PER_MIB * p.config.memory_mib));
         return send(res, 204, '', 'application/json');
       }
       try {
@@ -890,7 +912,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
           changed.unshift('name');
         }
         emit('config', p.name, `${p.name}: changed ${changed.join(', ') || 'nothing'}`);
-        return send(res, 200, summary(p), 'application/json', { ETag: etag(p) });
+        return send(res, 200, detail(p), 'application/json', { ETag: etag(p) });
       } catch (e) {
         if (e.api) return send(res, e.api.status, e.api.body);
         throw e;
@@ -958,7 +980,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     return send(res, 202, { name: p.name, state: p.state });
   }
 
-  /** Apply a whole plan as a diff (validated first: nothing applied on an error). */
+  /** Apply a whole plan as a diff (validated first: nothing applied on an error); `dryRun` only answers the diff. */
   function importPlan(entries, dryRun = false) {
     const guests = parts.filter((x) => !x.management);
     const mgmt = parts.filter((x) => x.management);
@@ -979,29 +1001,33 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     for (const p of guests) {
       if (!seen.has(p.name) && p.state !== 'stopped' && p.state !== 'crashed') throw fieldError(409, 'conflict', null, `partition "${p.name}" is ${p.state}: stop it before deleting it`);
     }
-    const diff = { created: [], changed: [], deleted: [], unchanged: [], dry_run: dryRun };
+    const diff = { created: [], changed: [], deleted: [], unchanged: [] };
+    if (dryRun) {
+      for (const p of guests) if (!seen.has(p.name)) diff.deleted.push(p.name);
+      for (const e of entries) {
+        const p = byName.get(e.name);
+        (!p ? diff.created : JSON.stringify(p.config) !== JSON.stringify(e.config) ? diff.changed : diff.unchanged).push(e.name);
+      }
+      return diff;
+    }
     for (const p of guests) {
       if (seen.has(p.name)) continue;
-      if (!dryRun) {
-        parts.splice(parts.indexOf(p), 1);
-        byName.delete(p.name);
-      }
+      parts.splice(parts.indexOf(p), 1);
+      byName.delete(p.name);
       diff.deleted.push(p.name);
     }
     for (const e of entries) {
       const p = byName.get(e.name);
       if (!p) {
-        if (!dryRun) makePartition(e.name, e.config, false);
+        makePartition(e.name, e.config, false);
         diff.created.push(e.name);
       } else if (JSON.stringify(p.config) !== JSON.stringify(e.config)) {
-        if (!dryRun) {
-          p.config = e.config;
-          resetVcpus(p);
-        }
+        p.config = e.config;
+        resetVcpus(p);
         diff.changed.push(e.name);
       } else diff.unchanged.push(e.name);
     }
-    if (!dryRun) emit('config', null, `configuration imported: ${diff.created.length} created, ${diff.changed.length} changed, ${diff.deleted.length} deleted`);
+    emit('config', null, `configuration imported: ${diff.created.length} created, ${diff.changed.length} changed, ${diff.deleted.length} deleted`);
     return diff;
   }
 

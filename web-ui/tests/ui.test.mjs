@@ -7,7 +7,7 @@
 // $PINFOLD_TEST_OUT (default web-ui/test-output). Prints "N passed, M failed";
 // the exit code is non-zero when anything failed.
 
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -193,6 +193,9 @@ try {
       if (Date.now() > until) throw new Error(`console offset stayed at ${offsetBefore}`);
       await page.waitForTimeout(250);
     }
+    // The hypervisor's boot marker of the new boot is named in the console's header.
+    const boots = await page.locator('[data-page="partition"] [data-field="boot_count"]').innerText();
+    await page.locator('[data-testid="console-boot"]', { hasText: `boot ${boots} at ` }).waitFor({ timeout: 20_000 });
     // Let a few polls land so the rate charts have points in the screenshot.
     await page.waitForTimeout(4_500);
   });
@@ -373,6 +376,8 @@ try {
       await page.goto(`${base}/#/partitions/gamma`);
       await page.locator('[data-testid="delete-partition"]:not([disabled])').click({ timeout: 5_000 });
       await page.locator('[data-testid="confirm-ok"]').click();
+      // The answer waits for the RAM scrub: the button says so meanwhile.
+      await page.locator('[data-testid="delete-partition"][disabled]', { hasText: 'Deleting' }).waitFor({ timeout: 2_000 });
       await page.waitForFunction(() => window.location.hash === '#/', null, { timeout: 5_000 });
       if ((await partitionsFromApi()).some((p) => p.name === 'gamma')) throw new Error('gamma is still there');
       const host = await (await fetch(`${base}/api/v1/host`)).json();
@@ -402,16 +407,50 @@ try {
       await page.locator('[data-testid="events"] .event').first().filter({ hasText: 'crashed -> starting' }).waitFor({ timeout: 5_000 });
     });
 
-    await check('config: export shows the plan; importing it unchanged reports every partition unchanged', async () => {
+    await check('config: export shows the plan and downloads as config.toml; its preview reports every partition unchanged', async () => {
       await page.goto(`${base}/#/config`);
       await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
-      const href = await page.locator('[data-testid="config-download"]').getAttribute('href');
-      if (!href?.startsWith('blob:')) throw new Error('no download link');
-      await page.locator('[data-testid="config-import"]').click();
+      const link = page.locator('[data-testid="config-download"]');
+      if (!(await link.getAttribute('href'))?.startsWith('blob:')) throw new Error('no download link');
+      if ((await link.getAttribute('download')) !== 'config.toml') throw new Error(`the download is named ${await link.getAttribute('download')}`);
+      const [download] = await Promise.all([page.waitForEvent('download', { timeout: 5_000 }), link.click()]);
+      const saved = join(OUT, 'config.toml');
+      await download.saveAs(saved);
+      const exported = await (await fetch(`${base}/api/v1/config`)).text();
+      if (readFileSync(saved, 'utf8') !== exported) throw new Error('the downloaded config.toml is not the exported plan');
+      if (await page.locator('[data-testid="config-apply"]').isEnabled()) throw new Error('Apply is offered before a preview');
+      await page.locator('[data-testid="config-preview"]').click();
       const diff = page.locator('[data-testid="config-diff"]');
       await diff.waitFor({ state: 'visible', timeout: 5_000 });
       const said = await diff.innerText();
       if (!/unchanged: alpha, beta/.test(said)) throw new Error(`diff: ${said}`);
+      if (!/changes nothing/.test(await page.locator('[data-testid="config-diff-head"]').innerText())) throw new Error('the preview does not say it changes nothing');
+    });
+
+    await check('config: an edited plan is previewed (refused while beta runs; nothing changes), then applied', async () => {
+      const text = await page.locator('[data-testid="config-text"]').inputValue();
+      await page.locator('[data-testid="config-text"]').fill(text.replace(/(name = "beta"[\s\S]*?restart_limit = )\d+/, (_, head) => `${head}7`));
+      if (await page.locator('[data-testid="config-apply"]').isEnabled()) throw new Error('Apply stayed offered for text that was not previewed');
+      // beta is running: the dry run already says the manager would refuse to change it.
+      await page.locator('[data-testid="config-preview"]').click();
+      const err = page.locator('[data-testid="config-error"]');
+      await err.waitFor({ state: 'visible', timeout: 5_000 });
+      if (!/beta.*stop it/.test(await err.innerText())) throw new Error(`preview error: ${await err.innerText()}`);
+      if (await page.locator('[data-testid="config-apply"]').isEnabled()) throw new Error('Apply is offered after a refused preview');
+      await fetch(`${base}/api/v1/partitions/beta/stop`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
+      const until = Date.now() + 5_000;
+      while ((await partitionsFromApi()).find((p) => p.name === 'beta')?.state !== 'stopped') {
+        if (Date.now() > until) throw new Error('beta did not stop');
+        await page.waitForTimeout(100);
+      }
+      await page.locator('[data-testid="config-preview"]').click();
+      await page.locator('[data-testid="config-diff"][data-mode="preview"]', { hasText: 'changed: beta' }).waitFor({ timeout: 5_000 });
+      if (await err.isVisible()) throw new Error('the old error stayed beside the new preview');
+      if ((await partitionsFromApi()).find((p) => p.name === 'beta')?.config?.restart_limit === 7) throw new Error('the dry run changed beta');
+      await page.locator('[data-testid="config-apply"]').click();
+      await page.locator('[data-testid="config-diff"][data-mode="applied"]', { hasText: 'changed: beta' }).waitFor({ timeout: 5_000 });
+      if ((await partitionsFromApi()).find((p) => p.name === 'beta')?.config?.restart_limit !== 7) throw new Error('the apply did not change beta');
+      await fetch(`${base}/api/v1/partitions/beta/start`, { method: 'POST', headers: { Authorization: `Bearer ${token}` } });
     });
 
     await check('images: a kernel that is not an arm64 Image is refused naming the field; a URL fetch shows progress', async () => {
@@ -431,29 +470,13 @@ try {
       if (seen.filter((v) => v > 0 && v < 1).length < 2) throw new Error(`the fetch bar showed only ${JSON.stringify(seen)}`);
     });
 
-    await check('config: a dry run previews the diff and applies nothing', async () => {
-      await page.goto(`${base}/#/config`);
-      await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
-      const before = await (await fetch(`${base}/api/v1/config`)).text();
-      const text = await page.locator('[data-testid="config-text"]').inputValue();
-      const kernel = text.match(/^kernel = .*$/m)?.[0];
-      if (!kernel) throw new Error('no kernel line in the plan');
-      await page.locator('[data-testid="config-text"]').fill(`${text}\n[[partition]]\nname = "preview"\ncpus = [5]\nmemory = "64MiB"\n${kernel}\n`);
-      await page.locator('[data-testid="config-preview"]').click();
-      const diff = page.locator('[data-testid="config-diff"]');
-      await diff.waitFor({ state: 'visible', timeout: 5_000 });
-      const said = await diff.innerText();
-      if (!/Dry run: nothing applied/.test(said) || !/created: preview/.test(said)) throw new Error(`dry run: ${said}`);
-      if ((await (await fetch(`${base}/api/v1/config`)).text()) !== before) throw new Error('a dry run changed the configuration');
-    });
-
     await check('config: an import with an overlapping CPU is refused with the field and changes nothing', async () => {
       await page.goto(`${base}/#/config`);
       await page.waitForFunction(() => (document.querySelector('[data-testid="config-text"]')?.value ?? '').includes('[[partition]]'), null, { timeout: 5_000 });
       const before = JSON.stringify((await partitionsFromApi()).map((p) => [p.name, p.cpus]));
       const text = await page.locator('[data-testid="config-text"]').inputValue();
       await page.locator('[data-testid="config-text"]').fill(text.replace('cpus = [2, 3]', 'cpus = [1, 3]'));
-      await page.locator('[data-testid="config-import"]').click();
+      await page.locator('[data-testid="config-preview"]').click();
       const err = page.locator('[data-testid="config-error"]');
       await err.waitFor({ state: 'visible', timeout: 5_000 });
       const said = await err.innerText();

@@ -1,4 +1,4 @@
-//! Bare-metal EL1 probe guest: tries to reach outside its partition and prints one `PROBE <test>: refused|ESCAPED (...)` line per attempt.
+//! Bare-metal EL1 probe guest: tries to reach outside its partition and prints one `PROBE <test>: refused|ESCAPED (...)` line per attempt; with bootargs `pinfold-probe=hostile` it runs the hostile-guest suite instead (module `hostile`: every attack a named check, `HOSTILE summary: N passed, M failed; expected hypervisor faults F`).
 //!
 //! Loaded as a raw image at IPA 0x4008_0000 (RAM base + 0x80000) and entered
 //! at its first byte at EL1h, MMU off, DAIF masked, x0 = DTB IPA. The first
@@ -57,6 +57,8 @@ use pinfold_vboard::{
 const SCALE_BOOTARG: &str = "pinfold-bench=scale";
 /// The bootargs word that selects the scrub check ([`scrub_check`]).
 const SCRUB_BOOTARG: &str = "pinfold-probe=scrub";
+/// The bootargs word that selects the hostile-guest suite (`hostile`).
+const HOSTILE_BOOTARG: &str = "pinfold-probe=hostile";
 /// The bootargs word that selects the hang mode (bench::hang).
 const HANG_BOOTARG: &str = "pinfold.hang";
 /// Used only when the DTB has no usable /memory node.
@@ -244,7 +246,10 @@ struct ExceptionFrame {
 
 /// Vector table entries: index / 4 is the source, index % 4 the type.
 const VECTOR_CUR_SPX_SYNC: u64 = 4;
+const VECTOR_CUR_SPX_IRQ: u64 = 5;
 const VECTOR_CUR_SPX_SERROR: u64 = 7;
+/// ESR_EL1.EC of an instruction abort taken at EL1.
+const EC_IABT_CUR: u64 = 0x21;
 
 static EXPECT_FAULT: AtomicBool = AtomicBool::new(false);
 static FAULT_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -256,12 +261,19 @@ extern "C" fn handle_exception(kind: u64, frame: &mut ExceptionFrame) {
     let esr = read_esr_el1();
     let far = read_far_el1();
     let expected = EXPECT_FAULT.load(Ordering::Relaxed);
+    if kind == VECTOR_CUR_SPX_IRQ {
+        // Only the hostile suite's interrupt storm unmasks IRQs.
+        return hostile::on_irq();
+    }
     if expected && (kind == VECTOR_CUR_SPX_SYNC || kind == VECTOR_CUR_SPX_SERROR) {
         FAULT_KIND.store(kind, Ordering::Relaxed);
         FAULT_ESR.store(esr, Ordering::Relaxed);
         FAULT_FAR.store(far, Ordering::Relaxed);
         FAULT_COUNT.store(FAULT_COUNT.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        if kind == VECTOR_CUR_SPX_SYNC {
+        if kind == VECTOR_CUR_SPX_SYNC && esr >> 26 & 0x3f == EC_IABT_CUR {
+            // A probe branched (`blr`) to where nothing is: return to it.
+            frame.elr = frame.x30;
+        } else if kind == VECTOR_CUR_SPX_SYNC {
             // ELR_EL1 is the probing instruction itself (an abort or an
             // UNDEFINED instruction): skip it. An SError is asynchronous and
             // returns to where it was taken.
@@ -348,7 +360,7 @@ fn mmio_write32(addr: u64, value: u32) {
 // --- Guarded probes ------------------------------------------------------------
 
 /// An exception taken while a probe ran.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Fault {
     kind: u64,
     esr: u64,
@@ -876,6 +888,7 @@ unsafe impl core::alloc::GlobalAlloc for NoAlloc {
 static ALLOCATOR: NoAlloc = NoAlloc;
 
 mod bench;
+mod hostile;
 
 // --- DTB: just enough to find /memory, the mode and the PSCI conduit ------------------------------------------
 
@@ -1164,6 +1177,12 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         scrub_check(f.base, u64::from(f.size), ram_end);
         halt();
     }
+    let hostile = fdt
+        .as_ref()
+        .is_some_and(|f| f.bootargs_have(HOSTILE_BOOTARG));
+    if hostile {
+        hostile::run(ram_end);
+    }
     if fdt.as_ref().is_some_and(|f| f.bootargs_have(HANG_BOOTARG)) {
         bench::hang();
     }
@@ -1173,7 +1192,7 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         halt();
     }
 
-    if mode != Mode::Bare {
+    if mode != Mode::Bare && !hostile {
         probe_read_outside_ram(ram_end);
         probe_write_outside_ram(ram_end);
         probe_enable_foreign_spi();
@@ -1184,7 +1203,9 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         probe_pmu();
         println!("PROBE done");
     }
-    bench::run(&env);
+    if !hostile {
+        bench::run(&env);
+    }
 
     let (mut freq, start) = counter();
     if freq == 0 {

@@ -139,6 +139,27 @@ impl<'w> Builder<'w> {
         Ok((pinfold_config::bundle::seal(&payload, &key.secret), board))
     }
 
+    /// A bundle of `config` signed with the enrolled key whose device
+    /// windows skipped every build check
+    /// ([`crate::hostile_plans::forged_payload`]): what a boot loader could
+    /// hand over if the build were bypassed (the `hostile-plans` test; the
+    /// hypervisor must refuse it at boot).
+    pub fn forged_bundle(
+        &mut self,
+        config: &pinfold_config::Config,
+    ) -> Result<(Vec<u8>, Board), XtaskError> {
+        self.binaries(&[])?;
+        let payload = crate::hostile_plans::forged_payload(config, &self.ws.root)
+            .map_err(XtaskError::Provision)?;
+        let board = Board {
+            cpus: config.board.cpus,
+            memory: config.board.memory.bytes(),
+            nic: config.partitions.iter().any(|p| p.pci_host_bridge),
+        };
+        let key = self.key()?;
+        Ok((pinfold_config::bundle::seal(&payload, &key.secret), board))
+    }
+
     /// The bundle signing key ([`SigningKey::load_or_create`]), loaded once.
     pub fn key(&mut self) -> Result<&SigningKey, XtaskError> {
         if self.key.is_none() {

@@ -9,8 +9,11 @@ mod cpio;
 mod deploy_checks;
 mod error;
 mod event_checks;
+mod fuzz;
 mod harness;
 mod hermit;
+mod hostile_checks;
+mod hostile_plans;
 mod http;
 mod image;
 mod provision;
@@ -41,6 +44,9 @@ usage: cargo xtask <command>
                                          signed bundles (FILE as default, one
                                          per --host), pxelinux.cfg, boot.scr,
                                          grub.cfg; prints each host's token once
+  fuzz [TARGET] [--time SECS]            cargo-fuzz targets (fuzz/): replay the
+                                         committed corpus, fuzz SECS (300) each,
+                                         merge what was found into the corpus
   bench                                  issue 7's paths bare vs Pinfold under
                                          -icount, boot time, image size; writes
                                          target/pinfold/bench.{json,svg}
@@ -99,6 +105,10 @@ enum Task {
         only: Option<String>,
     },
     Bench,
+    Fuzz {
+        target: Option<String>,
+        seconds: Option<u64>,
+    },
     Pxe(pxe::Options),
     Help,
 }
@@ -113,6 +123,8 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
     let mut only = None;
     let mut out = None;
     let mut hosts = Vec::new();
+    let mut seconds = None;
+    let mut target = None;
     let mut rest = rest.iter();
     let usage = |msg: String| XtaskError::Usage(msg);
     while let Some(arg) = rest.next() {
@@ -144,6 +156,16 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
                     .map_err(|_| usage(format!("--timeout takes whole seconds, not `{text}`")))?;
                 timeout = Some(Duration::from_secs(seconds));
             }
+            ("fuzz", "--time") => {
+                let text = value()?;
+                seconds = Some(
+                    text.parse()
+                        .map_err(|_| usage(format!("--time takes whole seconds, not `{text}`")))?,
+                );
+            }
+            ("fuzz", name) if !name.starts_with('-') && target.is_none() => {
+                target = Some(name.to_string())
+            }
             ("test", "--host") => host_only = true,
             ("test", "--only") => only = Some(value()?),
             (_, "-h" | "--help") => return Ok(Task::Help),
@@ -159,6 +181,7 @@ fn parse_args(args: &[String]) -> Result<Task, XtaskError> {
         "run" => Ok(Task::Run { config, timeout }),
         "test" => Ok(Task::Test { host_only, only }),
         "bench" => Ok(Task::Bench),
+        "fuzz" => Ok(Task::Fuzz { target, seconds }),
         "pxe" => Ok(Task::Pxe(pxe::Options {
             out: out.ok_or_else(|| usage("pxe needs --out DIR".into()))?,
             default: config,
@@ -194,6 +217,7 @@ fn execute(ws: &Workspace, task: Task) -> Result<(), XtaskError> {
         Task::Run { config, timeout } => run(ws, &config, timeout),
         Task::Test { host_only, only } => suite::run(ws, &suite::Options { host_only, only }),
         Task::Bench => bench::run(ws),
+        Task::Fuzz { target, seconds } => fuzz::command(ws, target.as_deref(), seconds),
         Task::Pxe(options) => pxe::write_tree(ws, &mut Builder::new(ws), &options).map(|_| ()),
     }
 }

@@ -25,8 +25,8 @@ const BOOT_LIMIT: Duration = Duration::from_secs(120);
 /// The probe's RAM scan, at most.
 const SCRUB_LIMIT: Duration = Duration::from_secs(60);
 const UP_MARKER: &str = "PINFOLD-GUEST-UP name=";
-const KERNEL: &str = "target/guest/linux/Image";
-const INITRD: &str = "target/guest/initramfs.cpio.gz";
+pub(crate) const KERNEL: &str = "target/guest/linux/Image";
+pub(crate) const INITRD: &str = "target/guest/initramfs.cpio.gz";
 const PROBE: &str = "target/guest/test-guest.bin";
 
 pub(crate) struct Hvctl {

@@ -43,13 +43,21 @@ struct Case {
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
-/// end, `mgmt-restart` kills the manager twice and so comes last.
-const CASES: [Case; 25] = [
+/// end, `web-ui-live` does the same through the UI (after the others, so a
+/// failure half-way cannot take alpha from them), `mgmt-restart` kills the
+/// manager twice and so comes last.
+const CASES: [Case; 29] = [
     Case {
         name: "host",
         tier: 1,
         shares_default: false,
         run: host_tests,
+    },
+    Case {
+        name: "fuzz",
+        tier: 1,
+        shares_default: false,
+        run: |ctx| crate::fuzz::test_case(ctx.ws),
     },
     Case {
         name: "boot-default",
@@ -127,6 +135,15 @@ const CASES: [Case; 25] = [
         },
     },
     Case {
+        name: "web-ui-live",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            api_checks::web_ui_live(ws, ctx.stack()?)
+        },
+    },
+    Case {
         name: "mgmt-restart",
         tier: 2,
         shares_default: true,
@@ -155,6 +172,21 @@ const CASES: [Case; 25] = [
         tier: 2,
         shares_default: false,
         run: lifecycle,
+    },
+    Case {
+        name: "hostile",
+        tier: 2,
+        shares_default: false,
+        run: hostile,
+    },
+    Case {
+        name: "hostile-plans",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| {
+            let dir = ctx.ws.root.join("target/pinfold/test-logs");
+            crate::hostile_plans::hostile_plans(ctx.ws, &mut ctx.builder, &dir)
+        },
     },
     Case {
         name: "uboot",
@@ -337,6 +369,16 @@ fn lifecycle(ctx: &mut Context<'_>) -> Outcome {
     let qemu = ctx.boot("vm-configs/qemu-virt/test-lifecycle.toml")?;
     let mut stack = Stack::new(qemu);
     api_checks::lifecycle(&mut stack)
+}
+
+/// Tier 2: the hostile-guest suite beside a Linux that must keep printing
+/// with its RAM intact, the fault count checked through the API, on one
+/// boot of test-hostile.toml (`hostile_checks`).
+fn hostile(ctx: &mut Context<'_>) -> Outcome {
+    api_checks::port_is_free()?;
+    let qemu = ctx.boot("vm-configs/qemu-virt/test-hostile.toml")?;
+    let mut stack = Stack::new(qemu);
+    crate::hostile_checks::hostile(&mut stack)
 }
 
 /// The manager's line when no NIC it drives is there.

@@ -135,7 +135,7 @@ export function partitionForm(editing: string | null): View {
     h('div', { class: 'field field-wide' }, kernelProgress, initrdProgress),
     field('bootargs', 'Kernel command line', text({ placeholder: 'console=ttyAMA0' }), undefined, undefined, 'field field-wide'),
     field('restart', 'Restart policy', select([['never', 'never'], ['on-crash', 'on crash'], ['always', 'always']])),
-    field('restart_limit', 'Restart limit', num(), 'restarts on crash at most'),
+    field('restart_limit', 'Restart limit', num(), 'restarts at most (with a policy that restarts)'),
     field('watchdog_s', 'Watchdog (s)', num(), '0 = off'),
     field('shutdown_timeout_s', 'Shutdown timeout (s)', num(), 'then a hard stop'),
     field('autostart', 'Start now and at boot', h('input', { type: 'checkbox' }), undefined, undefined, 'field field-check'),
@@ -176,6 +176,19 @@ export function partitionForm(editing: string | null): View {
   }
   for (const [k, input] of inputs) input.addEventListener('input', () => clearError(k));
 
+  /** A restart limit means something only with a policy that restarts: off (0) with "never", 3 when one is chosen. */
+  function limitFollowsPolicy(): void {
+    const limit = inputs.get('restart_limit') as HTMLInputElement;
+    const never = inputs.get('restart')?.value === 'never';
+    limit.disabled = never;
+    if (never) limit.value = '0';
+    else if (limit.value === '' || limit.value === '0') limit.value = '3';
+  }
+  inputs.get('restart')?.addEventListener('change', () => {
+    clearError('restart_limit');
+    limitFollowsPolicy();
+  });
+
   const get = (k: string) => inputs.get(k) as HTMLInputElement;
 
   function values(): Record<string, unknown> | null {
@@ -195,7 +208,8 @@ export function partitionForm(editing: string | null): View {
       bootargs: get('bootargs').value,
       autostart: get('autostart').checked,
       restart: get('restart').value,
-      restart_limit: int('restart_limit'),
+      // The plan check refuses a limit without a policy that restarts.
+      restart_limit: get('restart').value === 'never' ? 0 : int('restart_limit'),
       watchdog_s: int('watchdog_s'),
       shutdown_timeout_s: int('shutdown_timeout_s'),
     };
@@ -212,6 +226,7 @@ export function partitionForm(editing: string | null): View {
     get('autostart').checked = c.autostart;
     get('restart').value = c.restart;
     get('restart_limit').value = String(c.restart_limit);
+    limitFollowsPolicy();
     get('watchdog_s').value = String(c.watchdog_s);
     get('shutdown_timeout_s').value = String(c.shutdown_timeout_s);
   }
@@ -261,7 +276,8 @@ export function partitionForm(editing: string | null): View {
   );
 
   // Defaults, then what is there: images, free CPUs, and the partition being edited.
-  load('', { cpus: [], memory_mib: 256, kernel: null, kernel_format: 'linux', initrd: null, bootargs: 'console=ttyAMA0', autostart: false, restart: 'never', restart_limit: 3, watchdog_s: 0, shutdown_timeout_s: 10, devices: [] });
+  // The manager's defaults for a new partition (LifecyclePlan::default).
+  load('', { cpus: [], memory_mib: 256, kernel: null, kernel_format: 'linux', initrd: null, bootargs: 'console=ttyAMA0', autostart: false, restart: 'never', restart_limit: 0, watchdog_s: 0, shutdown_timeout_s: 30, devices: [] });
   get('cpus').value = '';
   void (async () => {
     try {

@@ -44,6 +44,7 @@ export function partitionView(name: string): View {
   const deleteBtn = h('button', { type: 'button', class: 'btn btn-delete', hidden: true, 'data-testid': 'delete-partition' }, 'Delete');
   let current: PartitionDetail | null = null;
   let editable = false;
+  let deleting = false;
   void caps().then((c) => {
     editable = c.images;
     if (current) renderEditing(current);
@@ -51,7 +52,7 @@ export function partitionView(name: string): View {
   function renderEditing(p: PartitionDetail): void {
     editBtn.hidden = deleteBtn.hidden = !editable || p.management || p.config === undefined;
     const idle = p.state === 'stopped' || p.state === 'crashed';
-    deleteBtn.disabled = !idle;
+    deleteBtn.disabled = !idle || deleting;
     editBtn.classList.toggle('btn-disabled', !idle);
     const why = idle ? '' : ' (stop it first)';
     editBtn.title = `Change ${p.name}'s configuration${why}`;
@@ -65,6 +66,13 @@ export function partitionView(name: string): View {
   });
   deleteBtn.addEventListener('click', async () => {
     if (!(await confirmAction(`Delete ${name}?`, `Partition ${name} and its configuration are removed; its CPUs and RAM (scrubbed first) become free.`, 'Delete', true))) return;
+    // The hypervisor zeroes the partition's RAM before it answers, which
+    // takes seconds for a few hundred MiB (more under emulation): say so
+    // while the request is out.
+    deleting = true;
+    deleteBtn.disabled = true;
+    setText(deleteBtn, 'Deleting…');
+    toast(`Deleting ${name}: its RAM is scrubbed first, this can take a while.`);
     try {
       const tagged = await api.partitionTagged(name);
       await api.deletePartition(name, tagged.etag);
@@ -72,6 +80,10 @@ export function partitionView(name: string): View {
       window.location.hash = '#/';
     } catch (e) {
       toast(e instanceof AuthCancelled ? 'Not deleted: no token.' : `${name}: ${e instanceof Error ? e.message : String(e)}`, 'error');
+    } finally {
+      deleting = false;
+      setText(deleteBtn, 'Delete');
+      if (current) renderEditing(current);
     }
   });
 
