@@ -93,6 +93,9 @@ pub struct System {
     pub events: Arc<EventLog>,
     /// The monitor saw Ctrl-A.
     pub(crate) escape: AtomicBool,
+    /// Autostart partitions are held until the manager has applied its
+    /// stored configuration (`lifecycle`, CONFIG_APPLIED).
+    pub(crate) held: AtomicBool,
     pub version: &'static str,
 }
 
@@ -199,6 +202,7 @@ impl System {
             wall_clock,
             events,
             escape: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             version,
         };
         sys.add_entropy(entropy);

@@ -42,6 +42,8 @@
 //! | 21 | RESOURCES        | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
 //! | 22 | EVENTS_READ      | seq     | buf IPA | buf len |     | (3.0) X1 = bytes, X2 = next seq, X3 = dropped |
 //! | 23 | PARTITION_SHUTDOWN | index |         |         |     | (3.0) graceful: power button, then a hard stop |
+//! | 24 | IMAGE_READ       | id      | offset  | buf IPA | len | (3.1) X1 = bytes copied (0 at the end); sealed images only |
+//! | 25 | CONFIG_APPLIED   |         |         |         |     | (3.1) the stored configuration is applied: held autostart partitions start |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -92,7 +94,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 0 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 1 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -172,6 +174,10 @@ pub mod fid {
     pub const EVENTS_READ: u32 = BASE | 22;
     /// (3.0) Graceful shutdown.
     pub const PARTITION_SHUTDOWN: u32 = BASE | 23;
+    /// (3.1) A sealed image's bytes, for the manager's configuration store.
+    pub const IMAGE_READ: u32 = BASE | 24;
+    /// (3.1) The manager applied its stored configuration.
+    pub const CONFIG_APPLIED: u32 = BASE | 25;
 }
 
 /// Longest MGMT_REPORT detail the hypervisor keeps.
@@ -496,6 +502,18 @@ pub enum Request {
     PartitionShutdown {
         index: u32,
     },
+    /// (3.1) Copy bytes of a sealed image from `offset` on into the buffer
+    /// ([`Return::Accepted`] = bytes copied: the buffer's length, or fewer
+    /// at the image's end, 0 past it).
+    ImageRead {
+        id: u32,
+        offset: u64,
+        buf: GuestBuffer,
+    },
+    /// (3.1) The manager has applied the configuration it keeps at its
+    /// store: the autostart partitions the hypervisor held at boot start
+    /// now (they would at the hold's timeout anyway).
+    ConfigApplied,
 }
 
 impl Request {
@@ -506,7 +524,7 @@ impl Request {
         let args = &regs[1..];
         // How many argument registers the call uses; the rest are MBZ.
         let used = match fid {
-            fid::ABI_VERSION | fid::WALL_CLOCK => 0,
+            fid::ABI_VERSION | fid::WALL_CLOCK | fid::CONFIG_APPLIED => 0,
             fid::PARTITION_START
             | fid::PARTITION_STOP
             | fid::PARTITION_RESTART
@@ -527,7 +545,7 @@ impl Request {
             | fid::IMAGE_SEAL
             | fid::PARTITION_CONFIGURE
             | fid::EVENTS_READ => 3,
-            fid::CONSOLE_READ | fid::IMAGE_WRITE => 4,
+            fid::CONSOLE_READ | fid::IMAGE_WRITE | fid::IMAGE_READ => 4,
             _ => return Err(AbiError::NotSupported),
         };
         if args[used..].iter().any(|&x| x != 0) {
@@ -609,6 +627,12 @@ impl Request {
                 buf: buf(args[1], args[2])?,
             },
             fid::PARTITION_SHUTDOWN => Request::PartitionShutdown { index: index()? },
+            fid::CONFIG_APPLIED => Request::ConfigApplied,
+            fid::IMAGE_READ => Request::ImageRead {
+                id: index()?,
+                offset: args[1],
+                buf: buf(args[2], args[3])?,
+            },
             // Only CONSOLE_WRITE is left: `used` rejected everything else.
             _ => Request::ConsoleWrite {
                 index: index()?,
@@ -692,6 +716,10 @@ impl Request {
             Request::PartitionShutdown { index } => {
                 [fid::PARTITION_SHUTDOWN as u64, i(index), 0, 0, 0, 0]
             }
+            Request::ImageRead { id, offset, buf } => {
+                [fid::IMAGE_READ as u64, i(id), offset, buf.ipa, buf.len, 0]
+            }
+            Request::ConfigApplied => [fid::CONFIG_APPLIED as u64, 0, 0, 0, 0, 0],
         }
     }
 
@@ -707,6 +735,7 @@ impl Request {
             | Request::ConsoleRead { buf, .. }
             | Request::ConsoleWrite { buf, .. }
             | Request::ImageWrite { buf, .. }
+            | Request::ImageRead { buf, .. }
             | Request::ImageSeal { buf, .. }
             | Request::ListImages { buf }
             | Request::PartitionCreate { buf }
@@ -715,6 +744,7 @@ impl Request {
             | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
+            | Request::ConfigApplied
             | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. }
@@ -763,11 +793,14 @@ impl Request {
             | Request::ImageDelete { .. }
             | Request::PartitionConfigure { .. }
             | Request::PartitionDestroy { .. }
-            | Request::PartitionShutdown { .. } => Return::Done,
+            | Request::PartitionShutdown { .. }
+            | Request::ConfigApplied => Return::Done,
             Request::ImageCreate { .. } | Request::PartitionCreate { .. } => {
                 Return::Created(u32::try_from(x[1]).map_err(|_| CallError::MalformedReply)?)
             }
-            Request::ImageWrite { .. } => Return::Accepted(within(x[1])?),
+            Request::ImageWrite { .. } | Request::ImageRead { .. } => {
+                Return::Accepted(within(x[1])?)
+            }
             Request::EventsRead { .. } => Return::ConsoleRead {
                 len: within(x[1])?,
                 next: x[2],
@@ -1280,6 +1313,12 @@ mod tests {
             Request::PartitionDestroy { index: 2 },
             Request::Resources { buf: BUF },
             Request::EventsRead { seq: 77, buf: BUF },
+            Request::ImageRead {
+                id: 3,
+                offset: 4096,
+                buf: BUF,
+            },
+            Request::ConfigApplied,
             Request::PartitionShutdown { index: 2 },
         ]
     }
@@ -1303,6 +1342,7 @@ mod tests {
             autostart: true,
             pmu: true,
             lifecycle: Default::default(),
+            config_store: None,
         }
     }
 
@@ -1346,7 +1386,7 @@ mod tests {
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0000);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0001);
     }
 
     #[test]
@@ -1485,7 +1525,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 24, [0; 5])),
+            Request::decode(&regs(fid::BASE | 26, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }
