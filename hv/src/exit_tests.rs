@@ -291,6 +291,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         autostart: true,
         pmu: true,
         lifecycle: Default::default(),
+        config_store: None,
     }
 }
 

@@ -95,6 +95,16 @@ pub trait Manage {
     fn image_write(&mut self, _id: u32, _offset: u64, _bytes: &[u8]) -> Result<usize, AbiError> {
         Err(AbiError::NotSupported)
     }
+    /// (3.1) The manager applied its stored configuration: start the held
+    /// autostart partitions.
+    fn config_applied(&mut self) -> Result<(), AbiError> {
+        Err(AbiError::NotSupported)
+    }
+    /// (3.1) Copy bytes of sealed image `id` from `offset` into `out`; how
+    /// many.
+    fn image_read(&mut self, _id: u32, _offset: u64, _out: &mut [u8]) -> Result<usize, AbiError> {
+        Err(AbiError::NotSupported)
+    }
     /// Seal image `id`, comparing its SHA-256 with `digest` if given.
     fn image_seal(&mut self, _id: u32, _digest: Option<[u8; 32]>) -> Result<(), Refusal> {
         Err(AbiError::NotSupported.into())
@@ -325,6 +335,17 @@ fn handle(
                 .map_err(|GuestMemoryFault| AbiError::BadAddress)?;
             let taken = hv.image_write(id, offset, &bytes)?;
             Ok(Return::Accepted(taken.min(bytes.len()) as u64))
+        }
+        Request::ConfigApplied => hv
+            .config_applied()
+            .map(|()| Return::Done)
+            .map_err(Failure::from),
+        Request::ImageRead { id, offset, buf } => {
+            // `buf.len` is at most MAX_BUFFER_LEN: Request::decode checked.
+            let mut scratch = vec![0u8; buf.len as usize];
+            let n = hv.image_read(id, offset, &mut scratch)?.min(scratch.len());
+            copy_out(mem, buf.ipa, &scratch[..n])?;
+            Ok(Return::Accepted(n as u64))
         }
         Request::ImageSeal { id, buf } => {
             // The digest first; the rest of the buffer is room for a

@@ -234,6 +234,40 @@ impl ImageStore {
         Ok(bytes.len())
     }
 
+    /// Copy bytes of sealed image `id` from `offset` on into `out` (IMAGE_READ,
+    /// for the manager's configuration store): as many as fit, fewer at the
+    /// image's end, none from `offset` = its size on. NOT_FOUND for no such
+    /// image, CONFLICT for one still being written, INVALID_PARAMETERS for
+    /// an offset past its end.
+    pub fn read(
+        &self,
+        id: u32,
+        offset: u64,
+        out: &mut [u8],
+        mem: &impl HostMemory,
+    ) -> Result<usize, AbiError> {
+        let image = self.get(id).ok_or(AbiError::NotFound)?;
+        if !image.sealed() {
+            return Err(AbiError::Conflict);
+        }
+        if offset > image.size {
+            return Err(AbiError::InvalidParameters);
+        }
+        let n = (image.size - offset).min(out.len() as u64) as usize;
+        match image.bytes {
+            Bytes::Payload { offset: at } => {
+                let start = at + offset;
+                let src = self
+                    .payload
+                    .get(start as usize..start as usize + n)
+                    .ok_or(AbiError::InvalidParameters)?;
+                out[..n].copy_from_slice(src);
+            }
+            Bytes::Ram { pa, .. } => mem.read(PhysAddr(pa + offset), &mut out[..n]),
+        }
+        Ok(n)
+    }
+
     /// Seal image `id`: complete, and its SHA-256 `expected` if given. A
     /// refused image is discarded (scrubbed, its RAM back in `free`).
     pub fn seal(

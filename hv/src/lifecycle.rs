@@ -247,7 +247,56 @@ impl HangWatch {
 /// The timer PPIs whose pending-and-unacknowledged state means a hang.
 const TIMER_PPIS: u32 = (1 << PPI_VTIMER) | (1 << PPI_PTIMER);
 
+/// Seconds the boot plan's autostart partitions wait for the manager to
+/// apply the stored configuration (a plan whose management partition
+/// names a `config_store`) before they start anyway.
+pub const HOLD_S: u64 = 60;
+
 impl System {
+    /// Whether the plan's management partition keeps the configuration at
+    /// a store: then the other autostart partitions wait for the manager.
+    pub fn has_config_store(&self) -> bool {
+        self.partitions()
+            .iter()
+            .any(|p| p.plan.management && p.plan.config_store.is_some())
+    }
+
+    /// Boot: `p`'s autostart held until counter value `at`, when the idle
+    /// loop of its vCPU 0's CPU starts it (as a due restart) unless the
+    /// manager released it first ([`System::release_held`]). The caller
+    /// kicks that CPU so it arms its wake-up.
+    pub fn hold_autostart(&self, p: &Partition, at: u64) {
+        let mut inner = p.life.inner.lock(LockPath::Management);
+        inner.policy.hold(at);
+        p.life.mirror_due(&inner);
+        self.held.store(true, Ordering::Release);
+    }
+
+    /// CONFIG_APPLIED: the held partitions that still exist, are stopped,
+    /// never ran and say `autostart` start now (a changed one too: its
+    /// hold went with its old entry); how many. Once: later calls start
+    /// nothing.
+    pub fn release_held(&self, hw: &mut impl Hw, me: usize) -> u32 {
+        if !self.held.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
+        let mut started = 0;
+        for p in self.partitions() {
+            if p.plan.management
+                || !p.plan.autostart
+                || p.state() != State::Stopped
+                || p.boot_count.load(Ordering::Acquire) != 0
+            {
+                continue;
+            }
+            self.operator_lifecycle(&p);
+            if self.start_partition(&p, hw, me).is_ok() {
+                started += 1;
+            }
+        }
+        started
+    }
+
     /// `p` crashed (`reason`): recorded, every vCPU stopped (this CPU's
     /// too, through its own request bits: the interrupt or trap it is in
     /// parks it on the way out), state crashed, then its restart policy.

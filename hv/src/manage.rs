@@ -289,6 +289,21 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
             .image_write(id, offset, bytes, &mut **self.hw.borrow_mut())
     }
 
+    fn config_applied(&mut self) -> Result<(), AbiError> {
+        let me = self.cpu.index;
+        let started = self.sys.release_held(&mut **self.hw.borrow_mut(), me);
+        if started > 0 {
+            self.hw.borrow_mut().log(format_args!(
+                "configuration applied by the manager: {started} held partition(s) started"
+            ));
+        }
+        Ok(())
+    }
+
+    fn image_read(&mut self, id: u32, offset: u64, out: &mut [u8]) -> Result<usize, AbiError> {
+        self.sys.image_read(id, offset, out, &**self.hw.borrow())
+    }
+
     fn image_seal(&mut self, id: u32, digest: Option<[u8; 32]>) -> Result<(), Refusal> {
         self.sys.image_seal(id, digest, &mut **self.hw.borrow_mut())
     }

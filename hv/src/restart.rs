@@ -148,6 +148,12 @@ impl RestartPolicy {
         self.next_delay_s = FIRST_DELAY_S;
     }
 
+    /// A first start held back until counter value `at` (the boot plan's
+    /// autostart while the manager restores a stored configuration).
+    pub fn hold(&mut self, at: u64) {
+        self.due = Some(at);
+    }
+
     /// Counter value at which a restart is due, if one is pending.
     pub fn due(&self) -> Option<u64> {
         self.due

@@ -459,6 +459,20 @@ impl System {
             .write(id, offset, bytes, hw)
     }
 
+    /// IMAGE_READ: bytes of a sealed image (`ImageStore::read`).
+    pub fn image_read(
+        &self,
+        id: u32,
+        offset: u64,
+        out: &mut [u8],
+        hw: &impl Hw,
+    ) -> Result<usize, AbiError> {
+        self.pool
+            .lock(LockPath::Management)
+            .images
+            .read(id, offset, out, hw)
+    }
+
     pub fn image_seal(
         &self,
         id: u32,

@@ -101,6 +101,9 @@ pub struct System {
     /// The monitor sends the current line to the management partition
     /// (Ctrl-A m).
     pub(crate) mgmt_line: AtomicBool,
+    /// Autostart partitions are held until the manager has applied its
+    /// stored configuration (`lifecycle`, CONFIG_APPLIED).
+    pub(crate) held: AtomicBool,
     pub version: &'static str,
 }
 
@@ -209,6 +212,7 @@ impl System {
             events,
             escape: AtomicBool::new(false),
             mgmt_line: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             version,
         };
         let mixed = sys.entropy.lock(LockPath::Management).seed64(boot_counter);

@@ -419,8 +419,27 @@ fn boot(handoff: BootHandoff) -> ! {
             ),
         }
     }
+    // A plan whose manager keeps the configuration at a store: the other
+    // autostart partitions wait until it has applied it (CONFIG_APPLIED),
+    // at most HOLD_S, so one deleted before this boot never runs.
+    let hold = sys.has_config_store();
+    let hold_until = {
+        use pinfold_hv::exit::Hw;
+        local.hw.now() + pinfold_hv::lifecycle::HOLD_S * local.hw.counter_frequency()
+    };
     for p in &partitions {
-        if p.plan.autostart {
+        if !p.plan.autostart {
+            continue;
+        }
+        if hold && !p.plan.management {
+            sys.hold_autostart(p, hold_until);
+            sys.kick(&mut local.hw, index, p.vcpus[0].pcpu);
+            hvlog!(
+                "partition {}: autostart held until the manager applies its stored configuration (at most {} s)",
+                p.name,
+                pinfold_hv::lifecycle::HOLD_S
+            );
+        } else {
             let _ = sys.start_partition(p, &mut local.hw, index);
         }
     }

@@ -419,6 +419,7 @@ mod tests {
             autostart: true,
             pmu: true,
             lifecycle: Default::default(),
+            config_store: None,
         }
     }
 

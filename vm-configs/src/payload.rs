@@ -228,7 +228,7 @@ impl PartitionConfig {
     /// at the given indices: what the payload carries and what the rules
     /// (`rules::check_partition`) check. The token fields must have passed
     /// `validate`'s token check (`token_sha256` is the digest of either).
-    pub(crate) fn plan_entry(&self, kernel: KernelPlan, initrd: Option<u32>) -> PartitionPlan {
+    pub fn plan_entry(&self, kernel: KernelPlan, initrd: Option<u32>) -> PartitionPlan {
         PartitionPlan {
             name: self.name.clone(),
             cpus: self.cpus.clone(),
@@ -263,6 +263,7 @@ impl PartitionConfig {
             autostart: self.autostart,
             pmu: self.pmu,
             lifecycle: self.lifecycle(),
+            config_store: self.config_store.clone(),
         }
     }
 }

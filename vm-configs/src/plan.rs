@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 5;
+pub const PLAN_REVISION: u32 = 6;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -120,6 +120,10 @@ pub struct PartitionPlan {
     pub pmu: bool,
     /// Crash detection, restart policy and graceful shutdown.
     pub lifecycle: LifecyclePlan,
+    /// (management partition only) Where the manager keeps the host's
+    /// configuration across reboots: an `http://` URL of a directory
+    /// (`config.toml` and `images/<sha256>` under it; docs/DEPLOY.md).
+    pub config_store: Option<String>,
 }
 
 impl PartitionPlan {
@@ -141,6 +145,7 @@ impl PartitionPlan {
             autostart: false,
             pmu: true,
             lifecycle: LifecyclePlan::default(),
+            config_store: None,
         }
     }
 }

@@ -264,6 +264,22 @@ fn check_roles(
         ));
     }
     token_text()?;
+    if let Some(url) = &candidate.config_store {
+        if !candidate.management {
+            return Err(Rejection::new(
+                candidate,
+                "config_store",
+                Problem::ConfigStoreWithoutManagement,
+            ));
+        }
+        if !config_store_ok(url) {
+            return Err(Rejection::new(
+                candidate,
+                "config_store",
+                Problem::ConfigStoreBad { url: url.clone() },
+            ));
+        }
+    }
     if candidate.pci_host_bridge {
         if let Some(other) = holder(|p| p.pci_host_bridge) {
             return Err(Rejection::new(
@@ -283,6 +299,33 @@ fn check_roles(
         }
     }
     Ok(())
+}
+
+/// Longest `config_store` URL.
+pub const CONFIG_STORE_MAX: usize = 200;
+
+/// Whether `url` can be a configuration store: `http://HOST[:PORT]/PATH/`
+/// with a non-empty host, a port that is a number, the path ending in `/`,
+/// printable ASCII without spaces, `?` or `#`.
+pub fn config_store_ok(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let Some((authority, _path)) = rest.split_once('/') else {
+        return false;
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (authority, None),
+    };
+    url.len() <= CONFIG_STORE_MAX
+        && url.ends_with('/')
+        && url
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')
+        && !host.is_empty()
+        && !host.contains('@')
+        && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
 }
 
 /// The restart policy, the watchdog and the shutdown timeout.
@@ -596,6 +639,11 @@ pub enum Problem {
     ManagementTaken { other: String },
     /// A token on a partition that is not the management partition.
     TokenWithoutManagement,
+    /// A configuration store on a partition that is not the management
+    /// partition.
+    ConfigStoreWithoutManagement,
+    /// A configuration store that is not an `http://` URL of a directory.
+    ConfigStoreBad { url: String },
     /// A token that is too short or uses characters outside [A-Za-z0-9._~-].
     BadToken,
     /// Both `token` and `token_sha256` are set.
@@ -716,6 +764,13 @@ impl fmt::Display for Problem {
             Problem::TokenWithoutManagement => {
                 f.write_str("only the management partition has a token")
             }
+            Problem::ConfigStoreWithoutManagement => {
+                f.write_str("only the management partition keeps the configuration")
+            }
+            Problem::ConfigStoreBad { url } => write!(
+                f,
+                "{url:?} is not an http:// URL of a directory (e.g. \"http://10.0.2.2:8082/hosts/NAME/\":                  host, optional port, a path ending in /, at most {CONFIG_STORE_MAX} printable ASCII                  characters without spaces)"
+            ),
             Problem::BadToken => {
                 f.write_str("a token must be 16 to 128 characters of [A-Za-z0-9._~-]")
             }

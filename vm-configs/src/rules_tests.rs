@@ -35,6 +35,7 @@ fn partition(name: &str, cpus: &[u32]) -> PartitionPlan {
         autostart: true,
         pmu: true,
         lifecycle: Default::default(),
+        config_store: None,
     }
 }
 
@@ -800,4 +801,52 @@ fn a_partition_changed_at_run_time_is_checked_against_the_others_only() {
     changed.bootargs = "console=ttyAMA0 quiet".to_string();
 
     assert_eq!(check_partition(&changed, &[&beta], &HOST), Ok(()));
+}
+
+#[test]
+fn a_config_store_is_the_management_partitions_and_an_http_directory_url() {
+    let host = HostLimits {
+        board: "qemu-virt",
+        cpus: 4,
+    };
+    let mut mgmt = partition("mgmt", &[0]);
+    mgmt.management = true;
+    for good in [
+        "http://10.0.2.2:8082/hosts/qemu/",
+        "http://boot.example/",
+        "http://[fe80::1]:80/a/b/",
+    ] {
+        mgmt.config_store = Some(good.into());
+        assert_eq!(check_partition(&mgmt, &[], &host), Ok(()), "{good}");
+    }
+    for bad in [
+        "https://10.0.2.2/x/",
+        "http://10.0.2.2:8082/hosts/qemu",
+        "http:///x/",
+        "http://host:99999/x/",
+        "http://host:port/x/",
+        "http://user@host/x/",
+        "http://host/a b/",
+        "http://host/?q=/",
+        "ftp://host/",
+    ] {
+        mgmt.config_store = Some(bad.into());
+        let err = check_partition(&mgmt, &[], &host).unwrap_err();
+        assert_eq!(err.field, "config_store", "{bad}");
+        assert_eq!(
+            err.problem,
+            Problem::ConfigStoreBad { url: bad.into() },
+            "{bad}"
+        );
+        assert!(err.to_string().starts_with(&format!(
+            "partition \"mgmt\": config_store: {bad:?} is not an http:// URL"
+        )));
+    }
+    let mut alpha = partition("alpha", &[1]);
+    alpha.config_store = Some("http://10.0.2.2/x/".into());
+    let err = check_partition(&alpha, &[], &host).unwrap_err();
+    assert_eq!(
+        (err.field.as_str(), err.problem),
+        ("config_store", Problem::ConfigStoreWithoutManagement)
+    );
 }

@@ -78,6 +78,11 @@ pub struct PartitionConfig {
     /// holds the token itself (`cargo xtask pxe` writes this).
     #[serde(default)]
     pub token_sha256: Option<String>,
+    /// (management partition only) The configuration store: an `http://`
+    /// URL of a directory where the manager keeps `config.toml` and the
+    /// images it names, and reads them back at start (docs/DEPLOY.md).
+    #[serde(default)]
+    pub config_store: Option<String>,
     /// The partition gets its CPUs' PMU; false hides it (every PMU
     /// register access traps and is UNDEFINED to the guest).
     #[serde(default = "default_pmu")]

@@ -39,8 +39,9 @@ fn rejection(partition: &PartitionConfig, field: impl Into<String>, problem: Pro
 
 impl Config {
     /// Checks every rule that needs no image file, in file order, and
-    /// reports the first broken one.
-    pub(crate) fn check_static(&self) -> Result<(), ConfigError> {
+    /// reports the first broken one (also the manager's check of an
+    /// imported configuration, `PUT /api/v1/config`).
+    pub fn check_static(&self) -> Result<(), ConfigError> {
         self.check_board()?;
         if self.partitions.is_empty() {
             return Err(ConfigError::NoPartitions);

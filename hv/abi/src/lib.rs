@@ -42,7 +42,9 @@
 //! | 21 | RESOURCES        | buf IPA | buf len |         |     | (3.0) X1 = bytes written    |
 //! | 22 | EVENTS_READ      | seq     | buf IPA | buf len |     | (3.0) X1 = bytes, X2 = next seq, X3 = dropped |
 //! | 23 | PARTITION_SHUTDOWN | index |         |         |     | (3.0) graceful: power button, then a hard stop |
-//! | 24 | ENTROPY          | buf IPA | buf len |         |     | (3.1) X1 = bytes written (at most 256) |
+//! | 24 | IMAGE_READ       | id      | offset  | buf IPA | len | (3.1) X1 = bytes copied (0 at the end); sealed images only |
+//! | 25 | CONFIG_APPLIED   |         |         |         |     | (3.1) the stored configuration is applied: held autostart partitions start |
+//! | 26 | ENTROPY          | buf IPA | buf len |         |     | (3.1) X1 = bytes written (at most 256) |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -173,11 +175,15 @@ pub mod fid {
     pub const EVENTS_READ: u32 = BASE | 22;
     /// (3.0) Graceful shutdown.
     pub const PARTITION_SHUTDOWN: u32 = BASE | 23;
+    /// (3.1) A sealed image's bytes, for the manager's configuration store.
+    pub const IMAGE_READ: u32 = BASE | 24;
+    /// (3.1) The manager applied its stored configuration.
+    pub const CONFIG_APPLIED: u32 = BASE | 25;
     /// (3.1) Random bytes from the hypervisor's DRBG (seeded at boot from
     /// the host's entropy sources), filling the buffer (at most
     /// [`super::MAX_ENTROPY_LEN`] bytes). NOT_FOUND when the hypervisor
     /// found no entropy source at boot.
-    pub const ENTROPY: u32 = BASE | 24;
+    pub const ENTROPY: u32 = BASE | 26;
 }
 
 /// Longest ENTROPY buffer (bytes); a longer one is INVALID_PARAMETERS.
@@ -505,6 +511,18 @@ pub enum Request {
     PartitionShutdown {
         index: u32,
     },
+    /// (3.1) Copy bytes of a sealed image from `offset` on into the buffer
+    /// ([`Return::Accepted`] = bytes copied: the buffer's length, or fewer
+    /// at the image's end, 0 past it).
+    ImageRead {
+        id: u32,
+        offset: u64,
+        buf: GuestBuffer,
+    },
+    /// (3.1) The manager has applied the configuration it keeps at its
+    /// store: the autostart partitions the hypervisor held at boot start
+    /// now (they would at the hold's timeout anyway).
+    ConfigApplied,
     /// (3.1) Fill the buffer with random bytes.
     Entropy {
         buf: GuestBuffer,
@@ -519,7 +537,7 @@ impl Request {
         let args = &regs[1..];
         // How many argument registers the call uses; the rest are MBZ.
         let used = match fid {
-            fid::ABI_VERSION | fid::WALL_CLOCK => 0,
+            fid::ABI_VERSION | fid::WALL_CLOCK | fid::CONFIG_APPLIED => 0,
             fid::PARTITION_START
             | fid::PARTITION_STOP
             | fid::PARTITION_RESTART
@@ -541,7 +559,7 @@ impl Request {
             | fid::IMAGE_SEAL
             | fid::PARTITION_CONFIGURE
             | fid::EVENTS_READ => 3,
-            fid::CONSOLE_READ | fid::IMAGE_WRITE => 4,
+            fid::CONSOLE_READ | fid::IMAGE_WRITE | fid::IMAGE_READ => 4,
             _ => return Err(AbiError::NotSupported),
         };
         if args[used..].iter().any(|&x| x != 0) {
@@ -623,6 +641,12 @@ impl Request {
                 buf: buf(args[1], args[2])?,
             },
             fid::PARTITION_SHUTDOWN => Request::PartitionShutdown { index: index()? },
+            fid::CONFIG_APPLIED => Request::ConfigApplied,
+            fid::IMAGE_READ => Request::ImageRead {
+                id: index()?,
+                offset: args[1],
+                buf: buf(args[2], args[3])?,
+            },
             fid::ENTROPY => Request::Entropy {
                 buf: if args[1] > MAX_ENTROPY_LEN {
                     return Err(AbiError::InvalidParameters);
@@ -713,6 +737,10 @@ impl Request {
             Request::PartitionShutdown { index } => {
                 [fid::PARTITION_SHUTDOWN as u64, i(index), 0, 0, 0, 0]
             }
+            Request::ImageRead { id, offset, buf } => {
+                [fid::IMAGE_READ as u64, i(id), offset, buf.ipa, buf.len, 0]
+            }
+            Request::ConfigApplied => [fid::CONFIG_APPLIED as u64, 0, 0, 0, 0, 0],
             Request::Entropy { buf } => [fid::ENTROPY as u64, buf.ipa, buf.len, 0, 0, 0],
         }
     }
@@ -729,6 +757,7 @@ impl Request {
             | Request::ConsoleRead { buf, .. }
             | Request::ConsoleWrite { buf, .. }
             | Request::ImageWrite { buf, .. }
+            | Request::ImageRead { buf, .. }
             | Request::ImageSeal { buf, .. }
             | Request::ListImages { buf }
             | Request::PartitionCreate { buf }
@@ -738,6 +767,7 @@ impl Request {
             | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
+            | Request::ConfigApplied
             | Request::PartitionStart { .. }
             | Request::PartitionStop { .. }
             | Request::PartitionRestart { .. }
@@ -787,11 +817,14 @@ impl Request {
             | Request::ImageDelete { .. }
             | Request::PartitionConfigure { .. }
             | Request::PartitionDestroy { .. }
-            | Request::PartitionShutdown { .. } => Return::Done,
+            | Request::PartitionShutdown { .. }
+            | Request::ConfigApplied => Return::Done,
             Request::ImageCreate { .. } | Request::PartitionCreate { .. } => {
                 Return::Created(u32::try_from(x[1]).map_err(|_| CallError::MalformedReply)?)
             }
-            Request::ImageWrite { .. } => Return::Accepted(within(x[1])?),
+            Request::ImageWrite { .. } | Request::ImageRead { .. } => {
+                Return::Accepted(within(x[1])?)
+            }
             Request::EventsRead { .. } => Return::ConsoleRead {
                 len: within(x[1])?,
                 next: x[2],
@@ -1304,6 +1337,12 @@ mod tests {
             Request::PartitionDestroy { index: 2 },
             Request::Resources { buf: BUF },
             Request::EventsRead { seq: 77, buf: BUF },
+            Request::ImageRead {
+                id: 3,
+                offset: 4096,
+                buf: BUF,
+            },
+            Request::ConfigApplied,
             Request::PartitionShutdown { index: 2 },
             Request::Entropy {
                 buf: GuestBuffer {
@@ -1333,6 +1372,7 @@ mod tests {
             autostart: true,
             pmu: true,
             lifecycle: Default::default(),
+            config_store: None,
         }
     }
 
@@ -1481,7 +1521,7 @@ mod tests {
 
     #[test]
     fn entropy_is_call_24_with_a_buffer_of_at_most_256_bytes() {
-        assert_eq!(fid::ENTROPY, 0xC600_0018);
+        assert_eq!(fid::ENTROPY, 0xC600_001A);
         assert_eq!(
             Request::decode(&regs(fid::ENTROPY, [BUF.ipa, MAX_ENTROPY_LEN, 0, 0, 0])),
             Ok(Request::Entropy {
@@ -1555,7 +1595,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 25, [0; 5])),
+            Request::decode(&regs(fid::BASE | 27, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

@@ -1730,6 +1730,7 @@ mod tests {
             autostart: true,
             pmu: true,
             lifecycle: Default::default(),
+            config_store: None,
         }]
     }
 

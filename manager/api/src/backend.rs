@@ -87,6 +87,17 @@ pub trait Backend {
     fn image_write(&mut self, _id: u32, _offset: u64, _bytes: &[u8]) -> Result<usize, CallError> {
         Err(UNSUPPORTED)
     }
+    /// (ABI 3.1) CONFIG_APPLIED: the stored configuration is applied; the
+    /// autostart partitions the hypervisor held at boot start.
+    fn config_applied(&mut self) -> Result<(), CallError> {
+        Err(UNSUPPORTED)
+    }
+    /// (ABI 3.1) IMAGE_READ: bytes of sealed image `id` from `offset` into
+    /// `out` (at most [`pinfold_abi::MAX_BUFFER_LEN`] per call); how many
+    /// (0 at its end).
+    fn image_read(&mut self, _id: u32, _offset: u64, _out: &mut [u8]) -> Result<usize, CallError> {
+        Err(UNSUPPORTED)
+    }
     /// IMAGE_SEAL: the image is complete; its SHA-256 must be `sha256`.
     fn image_seal(&mut self, _id: u32, _sha256: Option<[u8; 32]>) -> Result<(), HvError> {
         Err(UNSUPPORTED.into())
@@ -332,6 +343,25 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
         let buf = self.load(&bytes[..len])?;
         match self.call(Request::ImageWrite { id, offset, buf })? {
             Return::Accepted(n) => Ok(n as usize),
+            _ => Err(CallError::MalformedReply),
+        }
+    }
+
+    fn config_applied(&mut self) -> Result<(), CallError> {
+        self.done(Request::ConfigApplied)
+    }
+
+    fn image_read(&mut self, id: u32, offset: u64, out: &mut [u8]) -> Result<usize, CallError> {
+        let mut buf = self.whole_buffer();
+        buf.len = buf.len.min(out.len() as u64);
+        match self.call(Request::ImageRead { id, offset, buf })? {
+            Return::Accepted(n) => {
+                // decode_return checked n <= buf.len <= out.len().
+                let n = n as usize;
+                let src = self.hc.buffer().get(..n).ok_or(CallError::MalformedReply)?;
+                out[..n].copy_from_slice(src);
+                Ok(n)
+            }
             _ => Err(CallError::MalformedReply),
         }
     }

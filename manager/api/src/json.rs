@@ -654,3 +654,26 @@ pub fn parse_credential_request(
     }
     Ok((role, b.name))
 }
+
+/// `PUT /api/v1/config`'s answer: what the import did (or, with
+/// `dry_run`, would do), by partition name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportResult {
+    pub created: Vec<String>,
+    pub changed: Vec<String>,
+    pub deleted: Vec<String>,
+    pub unchanged: Vec<String>,
+    pub dry_run: bool,
+}
+
+impl ImportResult {
+    pub fn new(diff: crate::config::Diff, dry_run: bool) -> Self {
+        ImportResult {
+            created: diff.created,
+            changed: diff.changed,
+            deleted: diff.deleted,
+            unchanged: diff.unchanged,
+            dry_run,
+        }
+    }
+}

@@ -17,12 +17,14 @@
 
 pub mod auth;
 pub mod backend;
+pub mod config;
 pub mod events;
 pub mod fetch;
 pub mod json;
 pub mod memory;
 pub mod metrics;
 mod runtime;
+pub mod store;
 #[cfg(test)]
 mod tests;
 pub mod time;
@@ -182,6 +184,16 @@ pub enum Action {
     FetchImage {
         request: json::FetchRequest,
     },
+    /// `GET /api/v1/config`: the whole host as a plan TOML.
+    GetConfig,
+    /// `GET /api/v1/config/store`: the configuration store's status.
+    GetConfigStore,
+    /// `PUT /api/v1/config`: a plan TOML applied as a diff.
+    PutConfig {
+        text: String,
+        if_match: Option<String>,
+        dry_run: bool,
+    },
     /// The whole retained console history, as a file.
     ConsoleHistory {
         name: String,
@@ -244,6 +256,8 @@ pub enum Endpoint {
     Credential,
     /// `POST /api/v1/auth/credentials/{id}/rotate`.
     CredentialRotate,
+    Config,
+    ConfigStore,
 }
 
 /// A method and path pattern the router serves; `{name}` (a partition
@@ -308,6 +322,9 @@ pub const ROUTES: &[Route] = &[
     ),
     route("GET", "/api/v1/events", Endpoint::Events),
     route("GET", "/api/v1/events/stream", Endpoint::EventStream),
+    route("GET", "/api/v1/config", Endpoint::Config),
+    route("PUT", "/api/v1/config", Endpoint::Config),
+    route("GET", "/api/v1/config/store", Endpoint::ConfigStore),
     route("GET", "/metrics", Endpoint::Metrics),
     route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
     route("GET", "/api/v1/auth/whoami", Endpoint::Whoami),
@@ -601,9 +618,10 @@ fn build_action(
             ..
         }
     ) && req.method == "POST";
-    if req.body.len() > MAX_BODY_BYTES && !is_upload {
+    let limit = body_limit(&matched);
+    if req.body.len() > limit && !is_upload {
         return Err(ApiError::too_large(format!(
-            "request body is {} bytes; at most {MAX_BODY_BYTES}",
+            "request body is {} bytes; at most {limit}",
             req.body.len()
         )));
     }
@@ -696,6 +714,15 @@ fn build_action(
         Endpoint::EventStream => Action::EventStream {
             since: stream_cursor(req, query)?,
         },
+        Endpoint::Config if req.method == "PUT" => Action::PutConfig {
+            text: String::from_utf8(req.body.clone()).map_err(|_| {
+                ApiError::bad_request("the configuration must be UTF-8 TOML").with_field("body")
+            })?,
+            if_match: if_match(),
+            dry_run: config::parse_dry_run(query)?,
+        },
+        Endpoint::Config => Action::GetConfig,
+        Endpoint::ConfigStore => Action::GetConfigStore,
         Endpoint::Metrics => Action::Metrics,
         Endpoint::OpenApi => Action::OpenApi,
         Endpoint::Whoami => Action::Whoami,
@@ -719,6 +746,18 @@ fn is_empty_body(body: &[u8]) -> bool {
         serde_json::from_slice::<serde_json::Value>(text),
         Ok(serde_json::Value::Object(map)) if map.is_empty()
     )
+}
+
+/// The largest body a route takes: a configuration may be larger than
+/// the other JSON bodies ([`config::CONFIG_MAX_BYTES`]).
+fn body_limit(matched: &Matched<'_>) -> usize {
+    match matched {
+        Matched::Api {
+            endpoint: Endpoint::Config,
+            ..
+        } => config::CONFIG_MAX_BYTES,
+        _ => MAX_BODY_BYTES,
+    }
 }
 
 /// The `since` query parameter (default 0).
@@ -780,6 +819,8 @@ pub struct Router<B: Backend> {
     /// The app's heap counters (its counting global allocator), for
     /// `/metrics`; None when nothing counts (host tests).
     pub heap: Option<&'static memory::HeapCounters>,
+    /// The configuration store (`store`): its URL and what was last done.
+    pub store: store::StoreStatus,
 }
 
 impl<B: Backend> Router<B> {
@@ -803,6 +844,7 @@ impl<B: Backend> Router<B> {
             histories: events::Histories::new(),
             heap: None,
             logins: events::LoginLimiter::default(),
+            store: store::StoreStatus::default(),
         }
     }
 
@@ -1076,6 +1118,18 @@ impl<B: Backend> Router<B> {
             } => self.change_partition(&name, patch, if_match.as_deref()),
             Action::DeletePartition { name, if_match } => {
                 self.delete_partition(&name, if_match.as_deref())
+            }
+            Action::GetConfig => self.get_config(),
+            Action::GetConfigStore => Ok(json_response(200, &self.store)),
+            Action::PutConfig {
+                text,
+                if_match,
+                dry_run,
+            } => {
+                let (diff, tag) = self.import_config(&text, if_match.as_deref(), dry_run)?;
+                let mut resp = json_response(200, &json::ImportResult::new(diff, dry_run));
+                resp.headers.push(("ETag", tag));
+                Ok(resp)
             }
             Action::GetResources => self.resources(),
             Action::ListImages => self.list_images(),

@@ -318,7 +318,7 @@ pub fn etag(plan: &PartitionPlan) -> String {
 
 /// Whether an `If-Match` value matches `tag` (`*`, or one of a
 /// comma-separated list; weak tags compare by their opaque part).
-fn if_match_ok(if_match: Option<&str>, tag: &str) -> bool {
+pub(crate) fn if_match_ok(if_match: Option<&str>, tag: &str) -> bool {
     let Some(header) = if_match else {
         return true;
     };
@@ -354,7 +354,11 @@ pub(crate) fn parse_fetch(body: &[u8]) -> Result<json::FetchRequest, ApiError> {
 /// The API's answer to a refused plan: the hypervisor's Rejection (field,
 /// sentence; 409 when it clashes with another partition), NO_RESOURCES as
 /// 409 on `memory`, other refusals as usual.
-fn plan_error<B: Backend>(r: &mut Router<B>, err: HvError, plan: &PartitionPlan) -> ApiError {
+pub(crate) fn plan_error<B: Backend>(
+    r: &mut Router<B>,
+    err: HvError,
+    plan: &PartitionPlan,
+) -> ApiError {
     match err {
         HvError::Rejected(rejection) => {
             let e = if rejection.conflict {
@@ -406,7 +410,7 @@ impl<B: Backend> Router<B> {
     }
 
     /// The hypervisor's images, or none when it lacks the call.
-    fn hv_images(&mut self) -> Result<Vec<ImageInfo>, ApiError> {
+    pub(crate) fn hv_images(&mut self) -> Result<Vec<ImageInfo>, ApiError> {
         match self.backend.images() {
             Ok(list) => Ok(list),
             Err(CallError::Refused(AbiError::NotSupported)) => Ok(Vec::new()),
@@ -1073,6 +1077,13 @@ pub fn serve<B: Backend + Send + 'static>(
                 Err(e) => e.to_response(),
             }
         }
+        (Some(Endpoint::Config), _) => {
+            head.body = read_body_up_to(body, crate::config::CONFIG_MAX_BYTES);
+            shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .handle(&head)
+        }
         _ => {
             head.body = read_body(body);
             shared
@@ -1084,8 +1095,13 @@ pub fn serve<B: Backend + Send + 'static>(
 }
 
 fn read_body(body: &mut dyn Read) -> Vec<u8> {
+    read_body_up_to(body, MAX_BODY_BYTES)
+}
+
+/// At most `limit` + 1 bytes of `body` (one more than allowed: a 413).
+fn read_body_up_to(body: &mut dyn Read, limit: usize) -> Vec<u8> {
     let mut out = Vec::new();
-    let _ = body.take((MAX_BODY_BYTES + 1) as u64).read_to_end(&mut out);
+    let _ = body.take((limit + 1) as u64).read_to_end(&mut out);
     out
 }
 
@@ -1115,6 +1131,19 @@ pub(crate) fn fetch_begin<B: Backend>(
             .push(("Location", format!("/api/v1/images/{id}")));
         Ok((id, resp))
     })
+}
+
+/// A whole image from `body` into a new image (the restore's download
+/// from the configuration store): created, streamed one chunk per lock,
+/// sealed; the error says why not (the image is then gone).
+pub(crate) fn upload_from<B: Backend>(
+    router: &Mutex<Router<B>>,
+    spec: &UploadSpec,
+    body: &mut dyn Read,
+) -> Result<(), ApiError> {
+    let mut s = router;
+    let id = s.step(|r| r.upload_begin(spec))?;
+    stream_into(&mut s, id, spec, body, "url").map(|_| ())
 }
 
 /// A fetch that could not go on: the image goes, its record says why.

@@ -7,7 +7,9 @@ use pinfold_abi::{
 };
 use serde_json::{json, Value};
 
+mod config_tests;
 mod runtime_tests;
+mod store_tests;
 
 const TOKEN: &str = "s3cret-token";
 /// Indices deliberately differ from list positions.
@@ -63,6 +65,8 @@ struct FakeBackend {
     write_limit: usize,
     /// The hypervisor's event log (EVENTS_READ gives at most 2 per call).
     hv_events: Vec<pinfold_abi::Event>,
+    /// A stop ends in `stopped` at once (else `stopping`, for good).
+    stop_completes: bool,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -128,6 +132,7 @@ impl FakeBackend {
             largest_write: 0,
             write_limit: pinfold_abi::MAX_BUFFER_LEN as usize,
             hv_events: Vec::new(),
+            stop_completes: false,
         }
     }
 
@@ -312,7 +317,12 @@ impl Backend for FakeBackend {
     }
 
     fn stop(&mut self, index: u32) -> Result<(), CallError> {
-        self.transition("stop", index, PartitionState::Stopping)
+        let to = if self.stop_completes {
+            PartitionState::Stopped
+        } else {
+            PartitionState::Stopping
+        };
+        self.transition("stop", index, to)
     }
 
     fn restart(&mut self, index: u32) -> Result<(), CallError> {
@@ -416,6 +426,20 @@ impl Backend for FakeBackend {
         }
         data[offset as usize..end].copy_from_slice(&bytes[..n]);
         info.written = info.written.max(end as u64);
+        Ok(n)
+    }
+
+    fn image_read(&mut self, id: u32, offset: u64, out: &mut [u8]) -> Result<usize, CallError> {
+        let (info, data) = self.image_mut(id)?;
+        if !info.sealed {
+            return Err(CallError::Refused(AbiError::Conflict));
+        }
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|&o| o <= data.len())
+            .ok_or(CallError::Refused(AbiError::InvalidParameters))?;
+        let n = (data.len() - start).min(out.len());
+        out[..n].copy_from_slice(&data[start..start + n]);
         Ok(n)
     }
 
@@ -2173,6 +2197,12 @@ mod hvc {
         ) -> Result<u32, AbiError> {
             self.0.image_create(kind, size).map_err(status)
         }
+        fn image_read(&mut self, id: u32, offset: u64, out: &mut [u8]) -> Result<usize, AbiError> {
+            self.0.image_read(id, offset, out).map_err(|e| match e {
+                CallError::Refused(err) => err,
+                _ => AbiError::NotFound,
+            })
+        }
         fn image_write(&mut self, id: u32, offset: u64, bytes: &[u8]) -> Result<usize, AbiError> {
             self.0.image_write(id, offset, bytes).map_err(status)
         }
@@ -2317,6 +2347,33 @@ mod hvc {
         assert_eq!(body_json(&resp)["abi_version"], "3.1");
         assert_eq!(body_json(&resp)["time"], "2026-12-01T13:45:00Z");
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
+    }
+
+    #[test]
+    fn image_read_comes_through_the_hypercall_abi_in_buffer_sized_pieces() {
+        // A buffer of 16 bytes: the 64-byte boot kernel takes four calls.
+        let mut r = machine_router(16, true);
+        let want = r.backend_mut().hc_mut().hv.0.images[0].1.clone();
+        let mut back = Vec::new();
+        let mut out = [0u8; 100];
+        loop {
+            let n = r
+                .backend_mut()
+                .image_read(0, back.len() as u64, &mut out)
+                .expect("read");
+            assert!(n <= 16);
+            if n == 0 {
+                break;
+            }
+            back.extend_from_slice(&out[..n]);
+        }
+        assert_eq!(back, want);
+        assert_eq!(
+            r.backend_mut().image_read(0, 65, &mut out),
+            Err(CallError::Refused(AbiError::InvalidParameters))
+        );
+        let mut not_mgmt = machine_router(16, false);
+        assert!(not_mgmt.backend_mut().image_read(0, 0, &mut out).is_err());
     }
 
     #[test]

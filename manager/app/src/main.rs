@@ -20,7 +20,10 @@
 //! the hypervisor's events into the log once a second; each event stream
 //! (`GET /api/v1/events/stream`) gets a thread of its own, at most
 //! `events::MAX_STREAMS` (docs/MANAGER.md, "Threads, events and console
-//! history", "The HTTP server").
+//! history", "The HTTP server"). With a `config_store` in its plan entry a
+//! store thread restores the stored configuration once, sends
+//! CONFIG_APPLIED, then writes every change back about once a second
+//! (`pinfold_manager_api::store`, docs/DEPLOY.md, "Configuration store").
 //!
 //! Its global allocator counts what it holds (Hermit's allocator behind a
 //! counting wrapper): `/metrics` shows the heap in use and its peak
@@ -40,6 +43,7 @@ use pinfold_abi::{
     MAX_BUFFER_LEN, MAX_REPORT_LEN,
 };
 use pinfold_manager_api::memory::HeapCounters;
+use pinfold_manager_api::store;
 use pinfold_manager_api::{HvcBackend, Hypercall, Router, StaticFile};
 use server::WORKER_STACK_BYTES;
 
@@ -383,6 +387,23 @@ fn follow_loop(router: &SharedRouter) -> ! {
     }
 }
 
+/// The configuration store (the management partition's `config_store`):
+/// the stored configuration applied once, then every change written about
+/// once a second (`pinfold_manager_api::store`).
+fn store_loop(router: &SharedRouter) -> ! {
+    let sentence = store::restore(router, &mut store::TcpStore);
+    println!("pinfold-manager: {sentence}");
+    let mut last = None;
+    loop {
+        thread::sleep(FOLLOW_EVERY);
+        let outcome = store::sync_once(router, &mut store::TcpStore);
+        if outcome != store::Synced::Nothing && last.as_ref() != Some(&outcome) {
+            println!("pinfold-manager: configuration store: {outcome:?}");
+        }
+        last = Some(outcome);
+    }
+}
+
 fn main() -> ExitCode {
     // Before anything else runs threads of ours: FP/SIMD registers must
     // survive Hermit's task switches (our kernel patch).
@@ -454,6 +475,17 @@ fn main() -> ExitCode {
         .spawn(move || follow_loop(&follower))
     {
         eprintln!("pinfold-manager: cannot start the console follower: {err}");
+    }
+    let store_url = router.lock().ok().and_then(|mut r| r.init_store());
+    if let Some(url) = store_url {
+        println!("pinfold-manager: configuration store {url}");
+        let keeper = router.clone();
+        if let Err(err) = thread::Builder::new()
+            .stack_size(WORKER_STACK_BYTES)
+            .spawn(move || store_loop(&keeper))
+        {
+            eprintln!("pinfold-manager: cannot start the configuration store: {err}");
+        }
     }
     server::run(listener, router)
 }

@@ -98,9 +98,17 @@ struct Entry {
     conn: Conn,
 }
 
-/// The image upload, whose body the router streams into the hypervisor.
+/// The requests whose body the router reads from the socket itself: an
+/// image upload (streamed into the hypervisor) and a configuration import.
 fn streamed(head: &Head) -> bool {
-    head.method == "POST" && matches!(head.path(), "/api/v1/images" | "/api/v1/images/")
+    match head.method.as_str() {
+        "POST" => matches!(head.path(), "/api/v1/images" | "/api/v1/images/"),
+        // A configuration may be larger than MAX_BODY_BYTES (up to
+        // `config::CONFIG_MAX_BYTES`): the router reads it from the socket
+        // rather than the loop holding it.
+        "PUT" => matches!(head.path(), "/api/v1/config" | "/api/v1/config/"),
+        _ => false,
+    }
 }
 
 // -- Hermit's poll --------------------------------------------------------

@@ -38,6 +38,11 @@ commands:
   fetch URL --kind K [--name N] [--sha256 HEX]
                             have the manager download an image (http://)
 
+  export [-o FILE]          the whole host as a plan TOML (to FILE with -o)
+  import FILE [--dry-run] [--if-match ETAG]
+                            apply a plan TOML as a diff (deletes, changes,
+                            creates); --dry-run shows the diff only
+
   console NAME --history [-o FILE]
                             the whole retained history, across restarts
                             (to FILE with -o)
@@ -150,6 +155,16 @@ pub enum Command {
     /// `credentials [create ROLE [NAME] | rotate ID | revoke ID]`.
     Credentials {
         action: CredentialAction,
+    },
+    /// `export [-o FILE]`.
+    Export {
+        file: Option<String>,
+    },
+    /// `import FILE [--dry-run] [--if-match ETAG]`.
+    Import {
+        file: String,
+        dry_run: bool,
+        if_match: Option<String>,
     },
     Help,
 }
@@ -300,6 +315,8 @@ pub fn parse_with(
     let mut spec = PartitionSpec::default();
     let mut image = ImageSpec::default();
     let mut kind = None;
+    let mut dry_run = false;
+    let mut if_match = None;
     let mut words: Vec<&str> = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -356,6 +373,8 @@ pub fn parse_with(
                 )?)
             }
             "--rename" => spec.rename = Some(value("--rename")?),
+            "--dry-run" => dry_run = true,
+            "--if-match" => if_match = Some(value("--if-match")?),
             "--kind" => kind = Some(value("--kind")?),
             "--name" => image.name = Some(value("--name")?),
             "--sha256" => image.sha256 = Some(value("--sha256")?),
@@ -444,6 +463,16 @@ pub fn parse_with(
                     ))
                 }
             },
+        },
+        Some("export") if words.len() == 1 => Command::Export { file: file.take() },
+        Some("export") => return Err(UsageError("export takes no arguments but -o FILE".into())),
+        Some("import") => match words[..] {
+            [_, path] => Command::Import {
+                file: path.to_string(),
+                dry_run,
+                if_match: if_match.take(),
+            },
+            _ => return Err(UsageError("import takes one FILE".into())),
         },
         Some("resources") if words.len() == 1 => Command::Resources,
         Some("images") if words.len() == 1 => Command::Images,

@@ -192,6 +192,34 @@ pub fn request_full(
     )
 }
 
+/// One request with extra headers and a body of `content_type` (e.g. a
+/// plan TOML); the reply with its headers.
+pub fn request_typed(
+    ep: &Endpoint,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    extra: &[(&str, &str)],
+    content_type: &str,
+    body: &[u8],
+) -> Result<FullReply, HttpError> {
+    let mut reader = body;
+    exchange(
+        ep,
+        &Head {
+            method,
+            path,
+            token,
+            extra,
+            content_type: Some(content_type),
+            length: body.len() as u64,
+        },
+        &mut reader,
+        &mut |_| {},
+        DEFAULT_TIMEOUT,
+    )
+}
+
 /// How much of an upload is sent per write (and per progress report).
 pub const UPLOAD_WRITE: usize = 64 * 1024;
 

@@ -1,4 +1,4 @@
-//! hvctl: list, inspect, start, stop and restart Pinfold partitions, use their consoles (interactive, history) and read the event log through the manager's REST API.
+//! hvctl: list, inspect, start, stop and restart Pinfold partitions, use their consoles (interactive, history), read the event log and export/import the host's configuration through the manager's REST API.
 //!
 //! Output into a closed pipe (`hvctl events | head -1`) ends hvctl quietly
 //! with status 0: Rust ignores SIGPIPE, so a write fails with EPIPE, and
@@ -7,6 +7,7 @@
 //! stdout (`{"error", "detail"}`, plus `status` for an API refusal).
 
 mod cli;
+mod config;
 mod format;
 mod interactive;
 mod runtime;
@@ -487,6 +488,7 @@ fn run(
         | Command::Fetch { .. } => {
             runtime::run(cli, &ep, out, &mut std::io::stderr())?;
         }
+        Command::Export { .. } | Command::Import { .. } => config::run(cli, &ep, out)?,
         Command::Interactive { name } => {
             return Err(RunError::UnexpectedBody(format!(
                 "console {name}: the interactive console needs a terminal"
@@ -1324,5 +1326,136 @@ mod tests {
         assert_eq!(req.request_line, "DELETE /api/v1/images/4 HTTP/1.1");
         assert!(req.headers.iter().any(|h| h == "Authorization: Bearer tok"));
         assert_eq!(out, "image 4: deleted\n");
+    }
+
+    const DIFF: &str = r#"{"created":["gamma"],"changed":["beta"],"deleted":["alpha"],"unchanged":["mgmt"],"dry_run":true}"#;
+
+    #[test]
+    fn export_prints_the_toml_or_writes_it_to_a_file() {
+        let (url, seen) = fake_server_with_headers(vec![
+            (200, "ETag: \"abc\"\r\n", "[board]\nname = \"this-host\"\n"),
+            (200, "ETag: \"abc\"\r\n", "[board]\nname = \"this-host\"\n"),
+        ]);
+        let (result, out) = run_to_string(&cli(&url, Command::Export { file: None }));
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(out, "[board]\nname = \"this-host\"\n");
+        assert_eq!(
+            seen.recv().expect("get").request_line,
+            "GET /api/v1/config HTTP/1.1"
+        );
+        let path = std::env::temp_dir().join(format!("hvctl-export-{}.toml", std::process::id()));
+        let mut c = cli(
+            &url,
+            Command::Export {
+                file: Some(path.display().to_string()),
+            },
+        );
+        c.json = true;
+        let (result, out) = run_to_string(&c);
+        assert!(result.is_ok(), "{result:?}");
+        let written = std::fs::read_to_string(&path).expect("file");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(written, "[board]\nname = \"this-host\"\n");
+        let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        assert_eq!(json["etag"], "\"abc\"");
+        assert_eq!(json["bytes"], 27);
+    }
+
+    #[test]
+    fn import_puts_the_toml_with_if_match_and_dry_run_and_prints_the_diff() {
+        let (url, seen) = fake_server_with_headers(vec![(200, "ETag: \"new\"\r\n", DIFF)]);
+        let path = std::env::temp_dir().join(format!("hvctl-import-{}.toml", std::process::id()));
+        std::fs::write(&path, "[board]\n").expect("write");
+        let (result, out) = run_to_string(&cli(
+            &url,
+            Command::Import {
+                file: path.display().to_string(),
+                dry_run: true,
+                if_match: Some("\"old\"".into()),
+            },
+        ));
+        let _ = std::fs::remove_file(&path);
+        assert!(result.is_ok(), "{result:?}");
+        let req = seen.recv().expect("put");
+        assert_eq!(req.request_line, "PUT /api/v1/config?dry_run=1 HTTP/1.1");
+        assert!(
+            req.headers.iter().any(|h| h == "If-Match: \"old\""),
+            "{:?}",
+            req.headers
+        );
+        assert!(req.headers.iter().any(|h| h == "Authorization: Bearer tok"));
+        assert!(
+            req.headers
+                .iter()
+                .any(|h| h == "Content-Type: application/toml"),
+            "{:?}",
+            req.headers
+        );
+        assert_eq!(req.body, b"[board]\n");
+        assert_eq!(
+            out,
+            "dry run: nothing applied\ndeleted: alpha\nchanged: beta\ncreated: gamma\nunchanged: mgmt\nETag: \"new\"\n"
+        );
+    }
+
+    #[test]
+    fn import_refused_is_the_apis_error_and_a_missing_file_is_input_failed() {
+        let body = r#"{"error":"conflict","detail":"partition \"gamma\": cpus: CPU 2 is also used by partition \"beta\"","field":"cpus"}"#;
+        let (url, _seen) = fake_server(vec![(409, body)]);
+        let path =
+            std::env::temp_dir().join(format!("hvctl-import-bad-{}.toml", std::process::id()));
+        std::fs::write(&path, "x").expect("write");
+        let (result, _) = run_to_string(&cli(
+            &url,
+            Command::Import {
+                file: path.display().to_string(),
+                dry_run: false,
+                if_match: None,
+            },
+        ));
+        let _ = std::fs::remove_file(&path);
+        let err = result.expect_err("409");
+        assert_eq!(err.to_json()["field"], "cpus");
+        assert_eq!(err.to_json()["status"], 409);
+        let (result, _) = run_to_string(&cli(
+            &url,
+            Command::Import {
+                file: "/nonexistent/x.toml".into(),
+                dry_run: false,
+                if_match: None,
+            },
+        ));
+        assert_eq!(
+            result.expect_err("no file").to_json()["error"],
+            "input_failed"
+        );
+    }
+
+    #[test]
+    fn export_and_import_parse() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            cli::parse(&args(&["export", "-o", "c.toml"]), None)
+                .unwrap()
+                .command,
+            Command::Export {
+                file: Some("c.toml".into())
+            }
+        );
+        assert_eq!(
+            cli::parse(
+                &args(&["import", "c.toml", "--dry-run", "--if-match", "\"e\""]),
+                None
+            )
+            .unwrap()
+            .command,
+            Command::Import {
+                file: "c.toml".into(),
+                dry_run: true,
+                if_match: Some("\"e\"".into())
+            }
+        );
+        assert!(cli::parse(&args(&["import"]), None).is_err());
+        assert!(cli::parse(&args(&["export", "x"]), None).is_err());
     }
 }

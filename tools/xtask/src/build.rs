@@ -75,6 +75,21 @@ impl<'w> Builder<'w> {
     ) -> Result<Built, XtaskError> {
         let config_path = self.ws.resolve(config);
         let config = pinfold_config::load(&config_path)?;
+        self.build_loaded(&config, &config_path, out_name, features)
+    }
+
+    /// [`Builder::build_with_features`] of a config already loaded from
+    /// `config_path` (and perhaps changed by the caller: `run` names its
+    /// configuration store in the management partition).
+    pub fn build_loaded(
+        &mut self,
+        config: &pinfold_config::Config,
+        config_path: &Path,
+        out_name: &str,
+        features: &[&str],
+    ) -> Result<Built, XtaskError> {
+        let config_path = config_path.to_path_buf();
+        let config = config.clone();
         let el2 = self.binaries(features)?;
         let (payload, board) = self.payload(&config, &config_path)?;
         let flat = fs::read(&el2).context(|| format!("reading {}", el2.display()))?;

@@ -99,7 +99,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// Hermit 0.11's `seed_entropy` on aarch64 is `None`, so every read fell
 /// back to a Park-Miller generator seeded from the boot time while
 /// reporting success. It now asks ENTROPY (ABI 3.1, HVC #0, function
-/// 0xC600_0018) for 32 bytes into a kernel static, found by its physical
+/// 0xC600_001A) for 32 bytes into a kernel static, found by its physical
 /// address; Hermit reseeds from it every second. Without a source
 /// (NOT_FOUND) it stays `None` and Hermit keeps its old fallback for
 /// HashMap keys; the manager never makes a credential from that (it calls
@@ -393,7 +393,7 @@ pub fn seed_entropy() -> Option<[u8; 32]> {
     let mut buf = BUF.lock();
     let virt = memory_addresses::VirtAddr::from_ptr(buf.as_ptr());
     let ipa = crate::arch::mm::paging::virtual_to_physical(virt)?.as_u64();
-    let mut status: u64 = 0xC600_0018;
+    let mut status: u64 = 0xC600_001A;
     unsafe {
         asm!(
             "hvc #0",
@@ -415,7 +415,7 @@ pub fn seed_entropy() -> Option<[u8; 32]> {
 }"#;
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 8;
+const KERNEL_PATCH_REVISION: u32 = 9;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";

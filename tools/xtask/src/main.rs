@@ -4,6 +4,7 @@ mod api_checks;
 mod bench;
 mod build;
 mod cmd;
+mod config_checks;
 mod cpio;
 mod deploy_checks;
 mod error;
@@ -21,6 +22,7 @@ mod pxe;
 mod qemu;
 mod runtime_checks;
 mod signing;
+mod store;
 mod suite;
 mod uefi;
 
@@ -223,7 +225,30 @@ fn execute(ws: &Workspace, task: Task) -> Result<(), XtaskError> {
 
 /// Builds and boots the image with the console on this terminal.
 fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), XtaskError> {
-    let built = Builder::new(ws).build(config, "pinfold.bin")?;
+    let config_path = ws.resolve(config);
+    let mut plan = pinfold_config::load(&config_path)?;
+    // The configuration store: target/pinfold/store/ over HTTP, named in
+    // the management partition (unless the plan names one), so the
+    // manager's configuration persists between runs.
+    let store_dir = ws.root.join("target/pinfold/store");
+    let store_port = store::store_port(qemu::manager_port());
+    let _store = match store::name_in_plan(&mut plan, store_port) {
+        Some(url) => {
+            let s = store::Store::serve(&store_dir, store_port).map_err(|e| {
+                XtaskError::Provision(format!(
+                    "cannot serve the configuration store on 127.0.0.1:{store_port}: {e}"
+                ))
+            })?;
+            eprintln!(
+                "xtask: configuration store {url} = {} on 127.0.0.1:{}",
+                ws.relative(&s.dir),
+                s.port
+            );
+            Some(s)
+        }
+        None => None,
+    };
+    let built = Builder::new(ws).build_loaded(&plan, &config_path, "pinfold.bin", &[])?;
     let mut qemu = qemu_command(&built.board, &built.image, &Extra::default());
     eprintln!(
         "xtask: booting under QEMU ({} CPUs, {} MiB). Console keys: Ctrl-A s = hypervisor stats, \

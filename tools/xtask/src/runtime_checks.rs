@@ -29,11 +29,11 @@ pub(crate) const KERNEL: &str = "target/guest/linux/Image";
 pub(crate) const INITRD: &str = "target/guest/initramfs.cpio.gz";
 const PROBE: &str = "target/guest/test-guest.bin";
 
-struct Hvctl {
-    bin: PathBuf,
-    url: String,
-    token: String,
-    root: PathBuf,
+pub(crate) struct Hvctl {
+    pub(crate) bin: PathBuf,
+    pub(crate) url: String,
+    pub(crate) token: String,
+    pub(crate) root: PathBuf,
 }
 
 impl Hvctl {
@@ -49,7 +49,7 @@ impl Hvctl {
     }
 
     /// `hvctl --json ARGS`, parsed; Err with its output unless it exits 0.
-    fn json(&self, args: &[&str]) -> Result<Value, String> {
+    pub(crate) fn json(&self, args: &[&str]) -> Result<Value, String> {
         let out = self.output(args)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
@@ -69,7 +69,10 @@ impl Hvctl {
     }
 
     /// `hvctl --json ARGS` that must fail: its `{error, detail, field}`.
-    fn refused(&self, args: &[&str]) -> Result<(String, Option<String>, String), String> {
+    pub(crate) fn refused(
+        &self,
+        args: &[&str],
+    ) -> Result<(String, Option<String>, String), String> {
         let out = self.output(args)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if out.status.success() {
@@ -121,7 +124,7 @@ impl Hvctl {
     }
 
     /// Waits until `name` is in `state` (10 s at most).
-    fn wait_state(&self, name: &str, state: &str) -> Result<(), String> {
+    pub(crate) fn wait_state(&self, name: &str, state: &str) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let now = self.state(name)?;

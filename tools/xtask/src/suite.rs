@@ -47,7 +47,7 @@ struct Case {
 /// failure half-way cannot take alpha from them), `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 30] = [
+const CASES: [Case; 31] = [
     Case {
         name: "host",
         tier: 1,
@@ -155,6 +155,12 @@ const CASES: [Case; 30] = [
         tier: 2,
         shares_default: true,
         run: |ctx| api_checks::mgmt_restart(ctx.stack()?),
+    },
+    Case {
+        name: "config",
+        tier: 2,
+        shares_default: false,
+        run: config_case,
     },
     Case {
         name: "mgmt-no-nic",
@@ -602,6 +608,13 @@ impl<'w> Context<'w> {
         let cmd = qemu_command(&built.board, &built.image, &Extra::default());
         QemuRun::spawn(cmd, &self.log_path()).map_err(|err| err.to_string())
     }
+}
+
+/// `config`: two boots of the default plan over one configuration store.
+fn config_case(ctx: &mut Context<'_>) -> Outcome {
+    let log = ctx.log_path();
+    let log2 = log.with_file_name("config-reboot.log");
+    crate::config_checks::config(ctx.ws, &mut ctx.builder, &log, &log2)
 }
 
 /// Names accepted by `--only`.
