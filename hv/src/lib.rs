@@ -38,6 +38,7 @@ pub mod ratelimit;
 pub mod restart;
 pub mod rtconst;
 pub mod runtime;
+pub mod scrub;
 pub mod stage2;
 pub mod sysreg;
 pub mod system;
