@@ -1256,6 +1256,11 @@ fn management_call(
     };
     let out = hypercall::dispatch(p.plan.management, &args, &mut caller, &mut mgr);
     regs.x[..4].copy_from_slice(&out);
+    if p.plan.management {
+        // One bounded step of the scrub queue per management call, so freed
+        // RAM drains even when no CPU is idle (`scrub`).
+        sys.scrub_step(cell.into_inner());
+    }
     Next::Resume
 }
 
@@ -1579,6 +1584,8 @@ pub fn after_guest_irq(cpu: &mut Cpu) -> Next {
 }
 
 /// The idle loop's decision: which vCPU to enter, if a request says so.
+/// With nothing to enter, the platform runs [`System::idle_scrub`] and
+/// waits for an interrupt only once it returns false.
 /// A restart the policy scheduled for a partition of this CPU is started
 /// first once it is due (the platform wakes the CPU then: [`idle_deadline`]).
 pub fn idle_work(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) -> Option<Boot> {

@@ -46,6 +46,9 @@ struct FakeHw {
     zeroed: Vec<(u64, u64)>,
     /// The EL2 timer's deadline as last set.
     wakeup: Option<u64>,
+    /// Sparse host RAM (4 KiB pages by PA, absent = zero) instead of the
+    /// wrapping `mem`: for tests that must tell two ranges apart.
+    pages: Option<alloc::collections::BTreeMap<u64, Vec<u8>>>,
 }
 
 impl FakeHw {
@@ -75,7 +78,30 @@ impl FakeHw {
             cpu: 0,
             zeroed: Vec::new(),
             wakeup: None,
+            pages: None,
         }
+    }
+
+    /// A fake whose RAM is sparse: every PA its own byte.
+    fn sparse() -> Self {
+        FakeHw {
+            pages: Some(alloc::collections::BTreeMap::new()),
+            ..FakeHw::new()
+        }
+    }
+
+    /// The non-zero bytes the sparse RAM holds in `[base, base + len)`.
+    fn nonzero_in(&self, base: u64, len: u64) -> usize {
+        let pages = self.pages.as_ref().expect("a sparse fake");
+        pages
+            .range(base & !0xfff..base + len)
+            .map(|(&at, page)| {
+                page.iter()
+                    .enumerate()
+                    .filter(|&(i, &b)| b != 0 && (base..base + len).contains(&(at + i as u64)))
+                    .count()
+            })
+            .sum()
     }
 
     fn on_cpu(cpu: usize) -> Self {
@@ -134,11 +160,28 @@ const HOST_RAM: (u64, u64) = (0x4000_0000, 4 << 30);
 
 impl HostMemory for FakeHw {
     fn write(&mut self, pa: PhysAddr, bytes: &[u8]) {
+        if let Some(pages) = &mut self.pages {
+            for (i, &b) in bytes.iter().enumerate() {
+                let at = pa.0 + i as u64;
+                pages.entry(at & !0xfff).or_insert_with(|| vec![0; 4096])[(at & 0xfff) as usize] =
+                    b;
+            }
+            return;
+        }
         let off = (pa.0 % self.mem.len() as u64) as usize;
         let end = (off + bytes.len()).min(self.mem.len());
         self.mem[off..end].copy_from_slice(&bytes[..end - off]);
     }
     fn read(&self, pa: PhysAddr, out: &mut [u8]) {
+        if let Some(pages) = &self.pages {
+            for (i, b) in out.iter_mut().enumerate() {
+                let at = pa.0 + i as u64;
+                *b = pages
+                    .get(&(at & !0xfff))
+                    .map_or(0, |p| p[(at & 0xfff) as usize]);
+            }
+            return;
+        }
         let off = (pa.0 % self.mem.len() as u64) as usize;
         for (i, b) in out.iter_mut().enumerate() {
             *b = self.mem.get(off + i).copied().unwrap_or(0);
@@ -150,6 +193,17 @@ impl HostMemory for FakeHw {
     }
     fn zero(&mut self, pa: PhysAddr, len: u64) {
         self.zeroed.push((pa.0, len));
+        if let Some(pages) = &mut self.pages {
+            let end = pa.0 + len;
+            for (&at, page) in pages.range_mut(pa.0 & !0xfff..end) {
+                for (i, b) in page.iter_mut().enumerate() {
+                    if (pa.0..end).contains(&(at + i as u64)) {
+                        *b = 0;
+                    }
+                }
+            }
+            return;
+        }
         let n = len.min(self.mem.len() as u64) as usize;
         let zeros = vec![0u8; n];
         self.write(pa, &zeros);
@@ -333,6 +387,15 @@ fn system_clocked(
     change: impl FnOnce(&mut Plan),
     wall_clock: Option<crate::clock::WallClock>,
 ) -> &'static System {
+    system_on(change, wall_clock, Default::default())
+}
+
+/// The standard system on a host whose isolation view is `resources`.
+fn system_on(
+    change: impl FnOnce(&mut Plan),
+    wall_clock: Option<crate::clock::WallClock>,
+    resources: pinfold_config::isolation::HostResources,
+) -> &'static System {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
@@ -359,7 +422,7 @@ fn system_clocked(
             plan,
             payload,
             free,
-            resources: Default::default(),
+            resources,
             tables: &mut tables,
             locks,
             boot_counter: 1,

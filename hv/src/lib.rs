@@ -39,6 +39,7 @@ pub mod ratelimit;
 pub mod restart;
 pub mod rtconst;
 pub mod runtime;
+pub mod scrub;
 pub mod stage2;
 pub mod sysreg;
 pub mod system;

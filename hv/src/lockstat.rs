@@ -150,6 +150,13 @@ impl<T> CountedLock<T> {
         self.inner.lock()
     }
 
+    /// Take the lock on `path` if no one holds it (counted when taken).
+    pub fn try_lock(&self, path: LockPath) -> Option<spin::MutexGuard<'_, T>> {
+        let guard = self.inner.try_lock()?;
+        self.stat.record(path);
+        Some(guard)
+    }
+
     /// The statistics this lock counts into.
     pub fn stat(&self) -> &'static LockStat {
         self.stat

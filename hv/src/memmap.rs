@@ -53,6 +53,7 @@ pub fn image_layout(image_start: u64, payload_start: u64, image_size: u64) -> Op
 }
 
 /// Free ranges `(base, size)`.
+#[derive(Clone)]
 pub struct FreeMemory {
     ranges: Vec<(u64, u64)>,
 }

@@ -8,28 +8,38 @@
 //! placement (`fit`), whatever the manager checked before.
 //!
 //! All of it runs under the pool lock (`System::pool`), so two decisions
-//! never interleave; a partition's RAM comes from the free pool and goes
-//! back to it zeroed (scrubbed) when the partition is destroyed or
-//! replaced, after no CPU holds it any more. Only a stopped or crashed
+//! never interleave; a partition's RAM comes from the free pool and, when
+//! the partition is destroyed or replaced and no CPU holds it any more,
+//! goes to the scrub queue (`scrub`), not to the free pool: it is zeroed
+//! in 2 MiB steps after the call answered (`System::scrub_step`, from idle
+//! CPUs and after each management call) and is free only once wholly
+//! zeroed. A create that would need RAM still being zeroed is refused with
+//! a sentence saying so (it never waits: the call stays short and the
+//! caller retries); a change that can only fit in its own old RAM zeroes
+//! it at once, as the only case that waits. Only a stopped or crashed
 //! partition is changed or destroyed; a changed one carries over its
 //! console, counts and lifecycle record (`Partition::carry_over`).
 
+use crate::addr::PhysAddr;
 use crate::exit::Hw;
 use crate::hypercall::Refusal;
 use crate::lockstat::LockPath;
 use crate::partition::Partition;
+use crate::scrub::SCRUB_CHUNK;
 use crate::stage2::Stage2;
 use crate::system::{Pool, System};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
 use pinfold_abi::EventKind;
 use pinfold_abi::{
     AbiError, CpuOwner, DeviceOwner, ImageInfo, ImageKind, RamOwner, RamRange, Rejection,
     Resources, Transition,
 };
 use pinfold_config::fit::{place_images, IMAGE_HEADER_LEN};
+use pinfold_config::isolation::{DeviceRegion, HostResources};
 use pinfold_config::rules::{check_partition, HostLimits};
 use pinfold_config::{KernelFormat, PartitionPlan};
 use pinfold_vboard::RAM_ALIGN;
@@ -203,6 +213,25 @@ impl System {
         hw: &mut impl Hw,
     ) -> Result<Arc<Partition>, Refusal> {
         let largest = pool.free.largest(RAM_ALIGN);
+        if plan.ram_size > largest && !pool.scrub.is_empty() {
+            let mut after = pool.free.clone();
+            for d in pool.scrub.ranges() {
+                after.give_back(d.base, d.size);
+            }
+            if plan.ram_size <= after.largest(RAM_ALIGN) {
+                return Err(rejected(
+                    plan,
+                    "memory",
+                    format!(
+                        "{} do not fit yet: the largest free block of host RAM is {} and {} of freed RAM are still being scrubbed (zeroed before reuse); retry once RESOURCES shows no RAM \"scrubbing\"",
+                        pinfold_config::rules::Size(plan.ram_size),
+                        pinfold_config::rules::Size(largest),
+                        pinfold_config::rules::Size(pool.scrub.left())
+                    ),
+                    true,
+                ));
+            }
+        }
         if plan.ram_size > largest {
             return Err(rejected(
                 plan,
@@ -257,7 +286,14 @@ impl System {
             }
         };
         self.release(&mut pool, &old, hw);
-        match self.build(&mut pool, index, &plan, hw) {
+        let mut built = self.build(&mut pool, index, &plan, hw);
+        if built.is_err() && !pool.scrub.is_empty() {
+            // It fits only in RAM being scrubbed (its own, most likely):
+            // zero it now, the one case where a call waits for the scrub.
+            self.scrub_all(&mut pool, hw);
+            built = self.build(&mut pool, index, &plan, hw);
+        }
+        match built {
             Ok(new) => {
                 new.carry_over(&old);
                 drop(old);
@@ -281,7 +317,8 @@ impl System {
                 Ok(())
             }
             Err(e) => {
-                // Its RAM was scrubbed and given back; rebuild it as it was.
+                // Its RAM was scrubbed and given back (the retry above
+                // zeroed the queue); rebuild it as it was.
                 match self.build(&mut pool, index, &old.plan.clone(), hw) {
                     Ok(again) => {
                         again.carry_over(&old);
@@ -300,8 +337,9 @@ impl System {
         }
     }
 
-    /// PARTITION_DESTROY: take stopped partition `index` out; its RAM is
-    /// zeroed and returned to the pool, its CPUs, SPIs and devices are free.
+    /// PARTITION_DESTROY: take stopped partition `index` out; its RAM goes
+    /// to the scrub queue (free once zeroed, after this call answered), its
+    /// CPUs, SPIs and devices are free.
     pub fn destroy_partition(&self, index: usize, hw: &mut impl Hw) -> Result<(), AbiError> {
         let mut pool = self.pool.lock(LockPath::Management);
         self.reap(&mut pool, hw);
@@ -321,7 +359,7 @@ impl System {
             );
         }
         hw.log(format_args!(
-            "partition {}: destroyed; its {} MiB of RAM are scrubbed before reuse",
+            "partition {}: destroyed; its {} MiB of RAM are scrubbed (in the background) before reuse",
             p.name,
             p.ram_size >> 20
         ));
@@ -345,12 +383,70 @@ impl System {
         }
     }
 
-    /// Zero `p`'s RAM and give it and its stage-2 tables back. `p` is out
-    /// of its slot and no CPU holds it.
+    /// Queue `p`'s RAM for scrubbing and give its stage-2 tables back, then
+    /// wake its CPUs (idle now) to scrub. `p` is out of its slot and no CPU
+    /// holds it.
     fn release(&self, pool: &mut Pool, p: &Partition, hw: &mut impl Hw) {
-        hw.zero(p.ram, p.ram_size);
-        pool.free.give_back(p.ram.0, p.ram_size);
+        pool.scrub.push(p.ram.0, p.ram_size);
+        self.scrub_left.fetch_add(p.ram_size, Ordering::Release);
         Stage2::from_root(p.stage2_root).release(hw.tables());
+        let me = hw.cpu_index();
+        for v in &p.vcpus {
+            self.kick(hw, me, v.pcpu);
+        }
+    }
+
+    /// Zero one chunk of the oldest dirty range; a range wholly zeroed
+    /// goes to the free pool. Under the pool lock.
+    fn scrub_chunk(&self, pool: &mut Pool, hw: &mut impl Hw) {
+        let Some((base, len)) = pool.scrub.next_chunk(SCRUB_CHUNK) else {
+            return;
+        };
+        hw.zero(PhysAddr(base), len);
+        self.scrub_left.fetch_sub(len, Ordering::Release);
+        if let Some((base, size)) = pool.scrub.zeroed(len) {
+            pool.free.give_back(base, size);
+            hw.log(format_args!(
+                "scrub: {} MiB at {base:#x} zeroed and free",
+                size >> 20
+            ));
+        }
+    }
+
+    /// Zero everything queued, now.
+    fn scrub_all(&self, pool: &mut Pool, hw: &mut impl Hw) {
+        while !pool.scrub.is_empty() {
+            self.scrub_chunk(pool, hw);
+        }
+    }
+
+    /// One bounded scrub step (at most [`SCRUB_CHUNK`] bytes), waiting for
+    /// the pool lock; the bytes still to zero after it. Every management
+    /// call runs one after its answer, so the queue drains even when no
+    /// CPU is idle.
+    pub fn scrub_step(&self, hw: &mut impl Hw) -> u64 {
+        if self.scrub_left.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let mut pool = self.pool.lock(LockPath::Management);
+        self.scrub_chunk(&mut pool, hw);
+        pool.scrub.left()
+    }
+
+    /// The idle loop's step: nothing (and no lock) when nothing is queued;
+    /// a step if the pool lock is free. True while RAM is left to zero, so
+    /// the idle loop comes back instead of waiting for an interrupt.
+    pub fn idle_scrub(&self, hw: &mut impl Hw) -> bool {
+        if self.scrub_left.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        match self.pool.try_lock(LockPath::Management) {
+            Some(mut pool) => {
+                self.scrub_chunk(&mut pool, hw);
+                !pool.scrub.is_empty()
+            }
+            None => true,
+        }
     }
 
     /// RESOURCES: who holds every CPU, every range of host RAM and every
@@ -370,6 +466,13 @@ impl System {
                 base,
                 size,
                 owner: RamOwner::Free,
+            });
+        }
+        for d in pool.scrub.ranges() {
+            ram.push(RamRange {
+                base: d.base,
+                size: d.size,
+                owner: RamOwner::Scrubbing { left: d.left() },
             });
         }
         for (base, size) in pool.images.ram_blocks() {
@@ -411,25 +514,15 @@ impl System {
                 });
             }
         }
+        let plans: Vec<(u32, &PartitionPlan)> = partitions
+            .iter()
+            .map(|p| (p.index as u32, &p.plan))
+            .collect();
         let devices = self
             .resources
             .devices
             .iter()
-            .map(|d| DeviceOwner {
-                node: d.node.clone(),
-                base: d.base,
-                size: d.size,
-                partition: partitions
-                    .iter()
-                    .find(|p| {
-                        p.plan.devices.iter().any(|dev| {
-                            dev.mmio
-                                .iter()
-                                .any(|m| m.base < d.base + d.size && d.base < m.base + m.size)
-                        })
-                    })
-                    .map(|p| p.index as u32),
-            })
+            .map(|d| device_owner(d, &self.resources, &plans))
             .collect();
         Resources {
             cpus,
@@ -506,6 +599,35 @@ impl System {
             .filter(|p| p.plan.kernel.image == id || p.plan.initrd == Some(id))
             .map(|p| p.index as u32)
             .collect()
+    }
+}
+
+/// Who holds device region `d`: the partition (index) whose plan passes
+/// it through or, for the PCIe host bridge's windows, whose plan sets
+/// `pci_host_bridge`; else the hypervisor when it keeps it (a GIC frame,
+/// its own ranges and console UART, a host bridge no partition owns: only
+/// the boot plan can give one); else nobody (free to pass through).
+pub fn device_owner(
+    d: &DeviceRegion,
+    host: &HostResources,
+    plans: &[(u32, &PartitionPlan)],
+) -> DeviceOwner {
+    let hits = |b: u64, s: u64| b < d.base + d.size && d.base < b + s;
+    let any = |ranges: &[(u64, u64)]| ranges.iter().any(|&(b, s)| hits(b, s));
+    let pcie = any(&host.pcie);
+    let passed = plans.iter().find(|(_, plan)| {
+        plan.devices
+            .iter()
+            .any(|dev| dev.mmio.iter().any(|m| hits(m.base, m.size)))
+    });
+    let bridge = plans.iter().find(|(_, plan)| pcie && plan.pci_host_bridge);
+    let partition = passed.or(bridge).map(|&(index, _)| index);
+    DeviceOwner {
+        node: d.node.clone(),
+        base: d.base,
+        size: d.size,
+        partition,
+        hypervisor: partition.is_none() && (pcie || any(&host.gic) || any(&host.hypervisor)),
     }
 }
 

@@ -149,10 +149,30 @@ fn destroy_scrubs_the_ram_frees_cpus_and_tables_and_the_next_create_reuses_them(
 
     sys.destroy_partition(index, &mut hw).unwrap();
 
-    assert_eq!(hw.zeroed, [(ram, 128 << 20)]);
+    assert!(hw.zeroed.is_empty(), "the call answers before any zeroing");
     assert_eq!(hw.tables.live(), 0, "every table given back");
     assert!(sys.partition(index).is_none());
     assert!(sys.assigned(1).is_none() && sys.assigned(2).is_none());
+    let scrubbing = sys.resources();
+    assert!(scrubbing.ram.iter().any(|r| r.base == ram
+        && r.size == 128 << 20
+        && r.owner == RamOwner::Scrubbing { left: 128 << 20 }));
+    // Its CPUs (idle now) are woken to scrub.
+    assert!(hw.sgis.iter().any(|&(m, i)| m == 0x101 && i == SGI_MAILBOX));
+    assert!(hw.sgis.iter().any(|&(m, i)| m == 0x102 && i == SGI_MAILBOX));
+    let mut steps = 0;
+    while sys.scrub_step(&mut hw) > 0 {
+        steps += 1;
+    }
+    assert_eq!(steps + 1, 64, "128 MiB in 2 MiB steps");
+    assert!(hw
+        .zeroed
+        .iter()
+        .all(|&(_, len)| len == crate::scrub::SCRUB_CHUNK));
+    assert_eq!(hw.zeroed.first(), Some(&(ram, 2 << 20)));
+    assert_eq!(hw.zeroed.iter().map(|z| z.1).sum::<u64>(), 128 << 20);
+    assert_eq!(sys.scrub_step(&mut hw), 0, "nothing left");
+    assert_eq!(hw.zeroed.len(), 64, "and no more zeroing");
     let again = sys
         .create_partition(plan("delta", &[2], 128), &mut hw, 0)
         .unwrap() as usize;
@@ -498,4 +518,196 @@ fn with_a_config_store_autostart_is_held_until_config_applied_or_its_time() {
     assert!(alpha.state() != State::Stopped, "{:?}", alpha.state());
     assert_eq!(alpha.life.restart_due(), None);
     assert_eq!(sys.release_held(&mut hw, 0), 0);
+}
+
+/// RAM that only a scrubbing range can give: the create is refused, saying
+/// so, until the last chunk is zeroed, and then sees nothing of the old
+/// owner's data. Fails if RAM goes to the free pool before it is zeroed.
+#[test]
+fn a_create_racing_the_scrub_is_refused_until_the_ram_is_wholly_zeroed() {
+    let sys = spare();
+    let mut hw = FakeHw::sparse();
+    let size = sys.resources().largest_free;
+    let mib = size >> 20;
+    let gamma = sys
+        .create_partition(plan("gamma", &[1], mib), &mut hw, 0)
+        .unwrap() as usize;
+    let ram = sys.partition(gamma).unwrap().ram.0;
+    // The old owner's data in every chunk, first and last byte.
+    let chunk = crate::scrub::SCRUB_CHUNK;
+    for at in (ram..ram + size).step_by(chunk as usize) {
+        hw.write(PhysAddr(at), &[0x5a]);
+        hw.write(PhysAddr(at + chunk - 1), &[0xa5]);
+    }
+    assert_eq!(hw.nonzero_in(ram, size) as u64, 2 * size / chunk);
+    sys.destroy_partition(gamma, &mut hw).unwrap();
+
+    let mut refused = 0u64;
+    let delta = loop {
+        match sys.create_partition(plan("delta", &[2], mib), &mut hw, 0) {
+            Ok(index) => break index as usize,
+            Err(r) => {
+                let r = rejection(Err(r));
+                assert_eq!((r.field.as_str(), r.conflict), ("memory", true));
+                assert!(r.message.contains("still being scrubbed"), "{}", r.message);
+                refused += 1;
+                let left = sys.resources().ram.iter().find_map(|r| match r.owner {
+                    RamOwner::Scrubbing { left } => Some(left),
+                    _ => None,
+                });
+                assert_eq!(left, Some(size - (refused - 1) * chunk));
+                assert!(sys.scrub_step(&mut hw) < size, "a step zeroes");
+            }
+        }
+    };
+    assert_eq!(
+        refused,
+        size / chunk,
+        "refused until the last chunk is zeroed"
+    );
+    let p = sys.partition(delta).unwrap();
+    assert_eq!(p.ram.0, ram, "the scrubbed block");
+    assert_eq!(hw.nonzero_in(ram, size), 0, "none of gamma's data");
+}
+
+#[test]
+fn the_idle_loop_scrubs_without_the_lock_when_nothing_is_queued_and_never_waits_for_it() {
+    let sys = spare();
+    let mut hw = FakeHw::on_cpu(1);
+    let taken = |sys: &System| sys.locks.count(LockPath::Management);
+    let before = taken(sys);
+    assert!(!sys.idle_scrub(&mut hw), "nothing to do");
+    assert_eq!(taken(sys), before, "and no lock taken for it");
+
+    let index = sys
+        .create_partition(plan("gamma", &[1], 4), &mut hw, 0)
+        .unwrap() as usize;
+    sys.destroy_partition(index, &mut hw).unwrap();
+    hw.zeroed.clear();
+    {
+        let _busy = sys.pool.lock(LockPath::Management);
+        assert!(sys.idle_scrub(&mut hw), "pending: comes back later");
+        assert!(hw.zeroed.is_empty(), "without waiting for the lock");
+    }
+    assert!(sys.idle_scrub(&mut hw), "2 of 4 MiB zeroed");
+    assert!(!sys.idle_scrub(&mut hw), "all zeroed");
+    assert_eq!(hw.zeroed.len(), 2);
+    assert!(!sys
+        .resources()
+        .ram
+        .iter()
+        .any(|r| matches!(r.owner, RamOwner::Scrubbing { .. })));
+}
+
+#[test]
+fn a_change_that_fits_only_in_its_own_old_ram_zeroes_it_at_once() {
+    let sys = spare();
+    let mut hw = FakeHw::sparse();
+    let mib = sys.resources().largest_free >> 20;
+    let index = sys
+        .create_partition(plan("gamma", &[1], mib), &mut hw, 0)
+        .unwrap() as usize;
+    let ram = sys.partition(index).unwrap().ram.0;
+    hw.write(PhysAddr(ram + 4096), &[0x77]);
+
+    sys.configure_partition(index, plan("gamma", &[1, 2], mib), &mut hw)
+        .unwrap();
+
+    let p = sys.partition(index).unwrap();
+    assert_eq!((p.ram.0, p.vcpus.len()), (ram, 2));
+    assert_eq!(hw.nonzero_in(ram, mib << 20), 0, "zeroed before reuse");
+    assert!(!sys
+        .resources()
+        .ram
+        .iter()
+        .any(|r| matches!(r.owner, RamOwner::Scrubbing { .. })));
+}
+
+#[test]
+fn a_change_with_room_elsewhere_moves_and_scrubs_the_old_ram_later() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let index = sys
+        .create_partition(plan("gamma", &[1], 64), &mut hw, 0)
+        .unwrap() as usize;
+    let old = sys.partition(index).unwrap().ram.0;
+
+    sys.configure_partition(index, plan("gamma", &[1], 64), &mut hw)
+        .unwrap();
+
+    assert!(hw.zeroed.is_empty(), "the call did not zero");
+    assert_ne!(sys.partition(index).unwrap().ram.0, old);
+    assert!(sys
+        .resources()
+        .ram
+        .iter()
+        .any(|r| r.base == old && r.owner == RamOwner::Scrubbing { left: 64 << 20 }));
+}
+
+#[test]
+fn devices_the_hypervisor_keeps_or_a_partition_holds_are_not_free() {
+    use crate::runtime::device_owner;
+    use pinfold_config::isolation::{DeviceRegion, HostResources};
+    let region = |node: &str, base: u64| DeviceRegion {
+        node: node.into(),
+        base,
+        size: 0x1000,
+    };
+    let host = HostResources {
+        devices: vec![
+            region("/intc@8000000", 0x800_0000),
+            region("/pl011@9000000", 0x900_0000),
+            region("/pcie@10000000", 0x1000_0000),
+            region("/pl061@9030000", 0x903_0000),
+            region("/pl011@9040000", 0x904_0000),
+        ],
+        gic: vec![(0x800_0000, 0x1_0000)],
+        hypervisor: vec![(0x900_0000, 0x1000)],
+        pcie: vec![(0x1000_0000, 0x1000_0000)],
+        ..Default::default()
+    };
+    let mut mgmt = plan("mgmt", &[0], 64);
+    mgmt.pci_host_bridge = true;
+    let mut uart = plan("uart", &[1], 64);
+    uart.devices.push(pinfold_config::DevicePlan {
+        name: "uart1".into(),
+        mmio: vec![pinfold_config::MmioRange {
+            base: 0x904_0000,
+            size: 0x1000,
+        }],
+        spis: Vec::new(),
+        compatible: None,
+        host_node: None,
+    });
+    let owners = |plans: &[(u32, &PartitionPlan)]| -> Vec<(Option<u32>, bool)> {
+        host.devices
+            .iter()
+            .map(|d| {
+                let o = device_owner(d, &host, plans);
+                (o.partition, o.hypervisor)
+            })
+            .collect()
+    };
+
+    assert_eq!(
+        owners(&[(0, &mgmt), (1, &uart)]),
+        [
+            (None, true),
+            (None, true),
+            (Some(0), false),
+            (None, false),
+            (Some(1), false)
+        ]
+    );
+    // With no partition owning the bridge, it is still not free.
+    assert_eq!(
+        owners(&[]),
+        [
+            (None, true),
+            (None, true),
+            (None, true),
+            (None, false),
+            (None, false)
+        ]
+    );
 }

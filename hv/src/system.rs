@@ -31,6 +31,7 @@ use crate::lockstat::{CountedLock, LockPath, LockStat};
 use crate::memmap::FreeMemory;
 use crate::partition::{LoadError, Partition, SetupError, State};
 use crate::percpu::{PublicCpu, VcpuId, MAX_CPUS, REQ_START, REQ_STOP};
+use crate::scrub::ScrubQueue;
 use crate::stage2::TableMemory;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -63,6 +64,8 @@ pub struct Pool {
     /// taken out of their slot; their RAM and tables are released once the
     /// clone is gone (`runtime::reap`).
     pub graveyard: Vec<Arc<Partition>>,
+    /// Freed RAM being zeroed before it is free again (`scrub`).
+    pub scrub: ScrubQueue,
 }
 
 pub struct System {
@@ -79,6 +82,9 @@ pub struct System {
     /// chip does not declare the lockless capability.
     pub chip_lock: CountedLock<()>,
     pub(crate) pool: CountedLock<Pool>,
+    /// Bytes in `Pool::scrub` still to zero, readable without the pool
+    /// lock (the idle loop's check).
+    pub(crate) scrub_left: AtomicU64,
     /// What pass-through windows are checked against (`isolation`).
     pub(crate) resources: HostResources,
     seed: AtomicU64,
@@ -199,9 +205,11 @@ impl System {
                     free,
                     images,
                     graveyard: Vec::new(),
+                    scrub: ScrubQueue::new(),
                 },
                 locks,
             ),
+            scrub_left: AtomicU64::new(0),
             resources,
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             entropy: CountedLock::new(Entropy::gather(&entropy), locks),

@@ -215,7 +215,8 @@ fn apply_other(local: &mut CpuLocal, next: Next) {
 }
 
 /// The CPU's main loop when it has no running vCPU: wait for work posted
-/// by other CPUs (CPU_ON for our vCPU, partition start/stop).
+/// by other CPUs (CPU_ON for our vCPU, partition start/stop), zeroing
+/// freed RAM in 2 MiB steps while there is any.
 pub extern "C" fn idle() -> ! {
     loop {
         {
@@ -224,6 +225,11 @@ pub extern "C" fn idle() -> ! {
             let local = unsafe { this_cpu() };
             if let Some(boot) = exit::idle_work(local.sys, &mut local.state, &mut local.hw) {
                 boot_vcpu(local, boot);
+            }
+            // Freed RAM to zero: one 2 MiB step, then look at requests
+            // again rather than wait (hv `scrub`).
+            if local.sys.idle_scrub(&mut local.hw) {
+                continue;
             }
         }
         arch::wait_for_interrupt();

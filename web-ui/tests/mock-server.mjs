@@ -65,9 +65,13 @@ const HYP_MIB = 64;
 const IMAGES_MIB = 128;
 /** Host devices a partition can be given (by host_node). */
 const HOST_DEVICES = [
-  { name: '/pl011@9000000', base: 0x0900_0000, size: 0x1000 },
   { name: '/pl011@9040000', base: 0x0904_0000, size: 0x1000 },
   { name: '/virtio_mmio@a000000', base: 0x0a00_0000, size: 0x200 },
+];
+/** Host devices the hypervisor keeps (the GIC, its console UART): listed, never assignable. */
+const KEPT_DEVICES = [
+  { name: '/intc@8000000', base: 0x0800_0000, size: 0x1_0000 },
+  { name: '/pl011@9000000', base: 0x0900_0000, size: 0x1000 },
 ];
 const NAME_RE = /^[a-z][a-z0-9_-]{0,31}$/;
 /** JSON key -> the field the plan check names (vm-configs rules: only memory differs). */
@@ -471,7 +475,13 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
         ranges,
       },
       images_bytes: imagesBytes(),
-      devices: HOST_DEVICES.map((d) => ({ ...d, partition: parts.find((p) => p.config.devices.some((x) => x.host_node === d.name))?.name ?? null })),
+      devices: [
+        ...KEPT_DEVICES.map((d) => ({ ...d, owner: 'hypervisor', partition: null })),
+        ...HOST_DEVICES.map((d) => {
+          const partition = parts.find((p) => p.config.devices.some((x) => x.host_node === d.name))?.name ?? null;
+          return { ...d, owner: partition === null ? 'free' : 'partition', partition };
+        }),
+      ],
     };
   }
 

@@ -440,6 +440,8 @@ try {
       if (ranges < 5) throw new Error(`only ${ranges} RAM ranges shown`);
       const dev = await page.locator('[data-testid="res-devices"] tr[data-device="/pl011@9040000"]').innerText();
       if (!/free/.test(dev)) throw new Error(`device row: ${dev}`);
+      const kept = await page.locator('[data-testid="res-devices"] tr[data-device="/pl011@9000000"]').innerText();
+      if (!/hypervisor/.test(kept) || /free/.test(kept)) throw new Error(`the hypervisor's UART row: ${kept}`);
       await page.screenshot({ path: join(OUT, 'resources.png'), fullPage: true });
     });
 

@@ -1157,6 +1157,12 @@ pub enum RamOwner {
     /// Images the hypervisor holds.
     Images,
     Partition(u32),
+    /// Freed RAM being zeroed before it is free again; `left` bytes of the
+    /// range are still to zero. Appended last: the older variants keep
+    /// their encoding.
+    Scrubbing {
+        left: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1173,7 +1179,13 @@ pub struct DeviceOwner {
     pub node: String,
     pub base: u64,
     pub size: u64,
+    /// The partition that has it passed through (its devices, or the PCIe
+    /// host bridge of the partition whose plan sets `pci_host_bridge`).
     pub partition: Option<u32>,
+    /// The hypervisor keeps it (the GIC, its console UART, its own ranges,
+    /// a PCIe host bridge no partition owns): never assignable. A device
+    /// with neither owner is free to pass through.
+    pub hypervisor: bool,
 }
 
 /// (3.0) RESOURCES' payload.

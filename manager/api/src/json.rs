@@ -401,6 +401,8 @@ pub enum Owner {
     Hypervisor,
     Images,
     Partition,
+    /// Freed RAM being zeroed before it is free again.
+    Scrubbing,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -410,15 +412,32 @@ pub struct RamRangeJson {
     pub owner: Owner,
     /// The partition's name when `owner` is `partition`.
     pub partition: Option<String>,
+    /// Bytes still to zero when `owner` is `scrubbing` (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_bytes: Option<u64>,
 }
 
-/// A host device region and who has it passed through.
+/// Who holds a host device region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceHolder {
+    /// Assignable and nobody's.
+    Free,
+    /// Kept by the hypervisor (GIC, its console UART, a host bridge no
+    /// partition owns): never assignable.
+    Hypervisor,
+    Partition,
+}
+
+/// A host device region and who holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceUse {
     /// The host description's node path.
     pub name: String,
     pub base: u64,
     pub size: u64,
+    pub owner: DeviceHolder,
+    /// The partition's name when `owner` is `partition`.
     pub partition: Option<String>,
 }
 

@@ -572,17 +572,19 @@ impl<B: Backend> Router<B> {
             .ram
             .iter()
             .map(|r| {
-                let (owner, partition) = match r.owner {
-                    RamOwner::Free => (json::Owner::Free, None),
-                    RamOwner::Hypervisor => (json::Owner::Hypervisor, None),
-                    RamOwner::Images => (json::Owner::Images, None),
-                    RamOwner::Partition(i) => (json::Owner::Partition, name_of(i)),
+                let (owner, partition, left_bytes) = match r.owner {
+                    RamOwner::Free => (json::Owner::Free, None, None),
+                    RamOwner::Hypervisor => (json::Owner::Hypervisor, None, None),
+                    RamOwner::Images => (json::Owner::Images, None, None),
+                    RamOwner::Partition(i) => (json::Owner::Partition, name_of(i), None),
+                    RamOwner::Scrubbing { left } => (json::Owner::Scrubbing, None, Some(left)),
                 };
                 json::RamRangeJson {
                     base: r.base,
                     size: r.size,
                     owner,
                     partition,
+                    left_bytes,
                 }
             })
             .collect();
@@ -614,6 +616,11 @@ impl<B: Backend> Router<B> {
                     name: d.node.clone(),
                     base: d.base,
                     size: d.size,
+                    owner: match (d.partition, d.hypervisor) {
+                        (Some(_), _) => json::DeviceHolder::Partition,
+                        (None, true) => json::DeviceHolder::Hypervisor,
+                        (None, false) => json::DeviceHolder::Free,
+                    },
                     partition: d.partition.and_then(name_of),
                 })
                 .collect(),

@@ -601,6 +601,11 @@ impl Backend for FakeBackend {
             size: self.free_ram,
             owner: RamOwner::Free,
         });
+        ram.push(RamRange {
+            base: 0x1_0000_0000,
+            size: 8 << 20,
+            owner: RamOwner::Scrubbing { left: 2 << 20 },
+        });
         let owner = |cpu: u32| {
             self.partitions
                 .iter()
@@ -617,12 +622,29 @@ impl Backend for FakeBackend {
             ram,
             largest_free: self.free_ram,
             images_bytes: self.images.iter().map(|(i, _)| i.size).sum(),
-            devices: vec![pinfold_abi::DeviceOwner {
-                node: "/pl011@9040000".into(),
-                base: 0x904_0000,
-                size: 0x1000,
-                partition: Some(ALPHA),
-            }],
+            devices: vec![
+                pinfold_abi::DeviceOwner {
+                    node: "/pl011@9040000".into(),
+                    base: 0x904_0000,
+                    size: 0x1000,
+                    partition: Some(ALPHA),
+                    hypervisor: false,
+                },
+                pinfold_abi::DeviceOwner {
+                    node: "/intc@8000000".into(),
+                    base: 0x800_0000,
+                    size: 0x1_0000,
+                    partition: None,
+                    hypervisor: true,
+                },
+                pinfold_abi::DeviceOwner {
+                    node: "/pl061@9030000".into(),
+                    base: 0x903_0000,
+                    size: 0x1000,
+                    partition: None,
+                    hypervisor: false,
+                },
+            ],
         })
     }
 
@@ -2488,6 +2510,22 @@ mod hvc {
         assert_eq!(created.status, 201, "{}", text(&created));
         assert_eq!(body_json(&created)["config"]["bootargs"], "quiet");
         assert_eq!(body_json(&resources)["cpus"][3]["partition"], "gamma");
+        let devices = &body_json(&resources)["devices"];
+        let owners: Vec<(&str, &str)> = devices
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["name"].as_str().unwrap(), d["owner"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("/pl011@9040000", "partition"),
+                ("/intc@8000000", "hypervisor"),
+                ("/pl061@9030000", "free")
+            ]
+        );
+        assert_eq!(devices[1]["partition"], serde_json::Value::Null);
         assert_eq!(deleted.status, 204);
         assert!(r.backend_mut().hc_mut().hv.0.plans.is_empty());
     }

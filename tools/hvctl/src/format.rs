@@ -194,9 +194,11 @@ pub fn resources(r: &ResourcesJson) -> String {
             vec![
                 format!("{:#x}", m.base),
                 bytes(m.size),
-                m.partition
-                    .clone()
-                    .unwrap_or_else(|| format!("{:?}", m.owner).to_lowercase()),
+                match (&m.partition, m.left_bytes) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(left)) => format!("scrubbing ({} left)", bytes(left)),
+                    (None, None) => format!("{:?}", m.owner).to_lowercase(),
+                },
             ]
         })
         .collect();
@@ -211,11 +213,13 @@ pub fn resources(r: &ResourcesJson) -> String {
                     d.name.clone(),
                     format!("{:#x}", d.base),
                     bytes(d.size),
-                    or_dash(&d.partition),
+                    d.partition
+                        .clone()
+                        .unwrap_or_else(|| format!("{:?}", d.owner).to_lowercase()),
                 ]
             })
             .collect();
-        out.push_str(&table(&["DEVICE", "BASE", "SIZE", "PARTITION"], &devices));
+        out.push_str(&table(&["DEVICE", "BASE", "SIZE", "OWNER"], &devices));
     }
     out
 }

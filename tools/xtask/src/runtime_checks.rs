@@ -1,15 +1,17 @@
 //! The boot check of run-time partitions (`runtime`), on the shared boot of
 //! the default plan and driven through `hvctl --json` (so the CLI is
-//! checked with the API): alpha is stopped and deleted; a probe partition
-//! on its CPU gets RAM alpha's Linux had used and reads every word of it as
-//! zero (the hypervisor scrubbed it); then a Linux partition is created from
+//! checked with the API): alpha is stopped and deleted (the answer comes
+//! before its RAM is zeroed: the RAM shows as `scrubbing` until it is free);
+//! a probe partition on its CPU gets RAM alpha's Linux had used and reads
+//! every word of it as zero (the hypervisor scrubbed it); then a Linux partition is created from
 //! a kernel and initrd uploaded through the API, boots, is changed while
 //! stopped (bootargs and memory) and boots again with them, and is deleted,
 //! leaving the CPU free. Last, alpha is created again from its own exported
 //! settings so that the shared boot ends as it began.
 //!
-//! Notes: the upload throughput, the time from the create request to the
-//! new partition's first console line.
+//! Notes: DELETE's answer time and when the freed RAM was free, the upload
+//! throughput, the time from the create request to the new partition's
+//! first console line.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -160,6 +162,36 @@ fn cpu_owner(resources: &Value, cpu: u64) -> Option<String> {
         .and_then(|c| c["partition"].as_str().map(str::to_string))
 }
 
+/// The `scrubbing` RAM ranges of `GET /resources`: (base, bytes left).
+fn scrubbing(resources: &Value) -> Vec<(u64, u64)> {
+    resources["memory"]["ranges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["owner"] == "scrubbing")
+        .map(|r| {
+            (
+                r["base"].as_u64().unwrap_or(0),
+                r["left_bytes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Polls `GET /resources` until no RAM is `scrubbing`; when that was.
+fn wait_scrubbed(hv: &Hvctl, deadline: Instant) -> Result<Instant, String> {
+    loop {
+        let r = resources(hv)?;
+        if scrubbing(&r).is_empty() {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("freed RAM still scrubbing: {r}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The scrub probe's line: how many nonzero words it found.
 pub fn scrub_count(line: &str) -> Option<u64> {
     let rest = line.split("PROBE scrub: ").nth(1)?;
@@ -199,13 +231,30 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let alpha_ram = ram_of(&before, "alpha").ok_or("resources show no RAM of alpha")?;
     hv.json(&["stop", "alpha"])?;
     hv.wait_state("alpha", "stopped")?;
+    let asked = Instant::now();
     hv.json(&["delete", "alpha"])?;
+    let answered = asked.elapsed();
     let after = resources(&hv)?;
     if cpu_owner(&after, 1).is_some() || ram_of(&after, "alpha").is_some() {
         return Err(format!(
             "alpha deleted, but resources still show it: {after}"
         ));
     }
+    // Its RAM is scrubbed after the answer: "scrubbing" until wholly
+    // zeroed, never free before (the probe below checks the zeroes).
+    let left: Vec<(u64, u64)> = scrubbing(&after)
+        .into_iter()
+        .filter(|&(base, _)| base == alpha_ram.0)
+        .collect();
+    let scrubbed = wait_scrubbed(&hv, asked + SCRUB_LIMIT)?;
+    notes.push(format!(
+        "DELETE alpha answered in {} ms ({} of its {} MiB still to zero then); free after {:.1} s",
+        answered.as_millis(),
+        left.first()
+            .map_or("none".into(), |&(_, l)| format!("{} MiB", l >> 20)),
+        alpha_ram.1 >> 20,
+        scrubbed.duration_since(asked).as_secs_f64()
+    ));
 
     // 2. The probe on alpha's CPU and RAM: every word zero.
     let mib = (alpha_ram.1 >> 20).to_string();
@@ -255,6 +304,7 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     hv.wait_state("probe", "stopped")?;
     hv.json(&["delete", "probe"])?;
     hv.delete_image(&probe_id)?;
+    wait_scrubbed(&hv, Instant::now() + SCRUB_LIMIT)?;
 
     // 3. A Linux partition from uploaded images.
     let size = std::fs::metadata(ws.root.join(KERNEL))
@@ -370,6 +420,7 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     if cpu_owner(&resources(&hv)?, 1).is_some() {
         return Err("gamma deleted but CPU 1 is still owned".into());
     }
+    wait_scrubbed(&hv, Instant::now() + SCRUB_LIMIT)?;
     let cpus = join(&alpha_config["cpus"]);
     let memory = format!("{}M", alpha_config["memory_mib"].as_u64().unwrap_or(256));
     let kernel = alpha_config["kernel"].as_str().unwrap_or("0").to_string();

@@ -37,6 +37,14 @@ struct Case {
     run: fn(&mut Context<'_>) -> Outcome,
 }
 
+/// Cases run only when `--only` names them, each with why it is not in the
+/// default run. `load` finds an open bug of the management server (issue
+/// 10): when 100 clients connect at once, a few of their first requests
+/// are never answered (6 of 5,645 in one run on 823a2cc; 1 to 23 in the
+/// runs before; docs/MANAGER.md, "The HTTP server"). It joins the default
+/// run once that is fixed; its assertions stay as they are.
+const OPT_IN: [&str; 1] = ["load"];
+
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart`,
 /// `events-console` and `web-ui` each restart beta, `api-errors` checks that refused calls changed nothing,
@@ -641,7 +649,7 @@ pub fn run(ws: &Workspace, options: &Options) -> Result<(), XtaskError> {
         .iter()
         .filter(|case| match &only {
             Some(only) => only.contains(&case.name),
-            None => !options.host_only || case.tier == 1,
+            None => (!options.host_only || case.tier == 1) && !OPT_IN.contains(&case.name),
         })
         .collect();
     let mut ctx = Context {

@@ -1,5 +1,6 @@
-// Resources page: every CPU (free or whose), the RAM map (ranges by owner) and
-// the host devices (free or whose), from GET /api/v1/resources.
+// Resources page: every CPU (free or whose), the RAM map (ranges by owner,
+// freed RAM still being zeroed as "scrubbing" with the bytes left) and the
+// host devices (free, the hypervisor's, or whose), from GET /api/v1/resources.
 
 import { api, ApiError, type PartitionSummary, type Resources } from '../api';
 import { fill, h, setText } from '../dom';
@@ -36,6 +37,9 @@ export function resourcesView(): View {
   );
 
   const owner = (p: string | null) => (p === null ? h('span', { class: 'muted' }, 'free') : h('a', { href: `#/partitions/${encodeURIComponent(p)}` }, p));
+  const ramOwner = (x: Resources['memory']['ranges'][number]) =>
+    x.owner === 'partition' ? owner(x.partition) : x.owner === 'scrubbing' ? `scrubbing (${bytes(x.left_bytes ?? x.size)} left)` : x.owner;
+  const deviceOwner = (d: Resources['devices'][number]) => (d.owner === 'partition' ? owner(d.partition) : d.owner === 'hypervisor' ? 'hypervisor' : owner(null));
 
   function render(r: Resources, parts: PartitionSummary[]): void {
     setText(total, bytes(r.memory.total_bytes));
@@ -70,13 +74,13 @@ export function resourcesView(): View {
     fill(
       ranges,
       ...r.memory.ranges.map((x) =>
-        h('tr', { 'data-owner': x.owner }, h('td', { class: 'mono', 'data-label': 'Base' }, hex(x.base)), h('td', { class: 'num', 'data-label': 'Size' }, bytes(x.size)), h('td', { 'data-label': 'Owner' }, x.owner === 'partition' ? owner(x.partition) : x.owner)),
+        h('tr', { 'data-owner': x.owner }, h('td', { class: 'mono', 'data-label': 'Base' }, hex(x.base)), h('td', { class: 'num', 'data-label': 'Size' }, bytes(x.size)), h('td', { 'data-label': 'Owner' }, ramOwner(x))),
       ),
     );
     fill(
       devices,
       ...r.devices.map((d) =>
-        h('tr', { 'data-device': d.name }, h('td', { class: 'mono', 'data-label': 'Host node' }, d.name), h('td', { class: 'mono', 'data-label': 'MMIO' }, `${hex(d.base)} + ${hex(d.size)}`), h('td', { 'data-label': 'Owner' }, owner(d.partition))),
+        h('tr', { 'data-device': d.name, 'data-owner': d.owner }, h('td', { class: 'mono', 'data-label': 'Host node' }, d.name), h('td', { class: 'mono', 'data-label': 'MMIO' }, `${hex(d.base)} + ${hex(d.size)}`), h('td', { 'data-label': 'Owner' }, deviceOwner(d))),
       ),
     );
   }

@@ -528,7 +528,22 @@ fn resources_name_the_owners() {
     assert_eq!(body["memory"]["largest_free_bytes"], 1u64 << 30);
     assert_eq!(
         body["devices"][0],
-        json!({"name":"/pl011@9040000","base":0x904_0000,"size":4096,"partition":"alpha"})
+        json!({"name":"/pl011@9040000","base":0x904_0000,"size":4096,"owner":"partition","partition":"alpha"})
+    );
+    assert_eq!(body["devices"][1]["owner"], "hypervisor");
+    assert_eq!(body["devices"][1]["partition"], Value::Null);
+    assert_eq!(body["devices"][2]["owner"], "free");
+    let ranges = body["memory"]["ranges"].as_array().unwrap();
+    let scrubbing = ranges.last().unwrap();
+    assert_eq!(
+        *scrubbing,
+        json!({"base":0x1_0000_0000u64,"size":8u64<<20,"owner":"scrubbing","partition":null,"left_bytes":2u64<<20})
+    );
+    assert!(
+        ranges
+            .iter()
+            .all(|r| r["owner"] == "scrubbing" || r.get("left_bytes").is_none()),
+        "left_bytes only on scrubbing ranges"
     );
 }
 
