@@ -1279,23 +1279,11 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
         &contract_log,
         BROWSER_LIMIT,
     )?;
-    let contract_summary = browser_summary(&contract.text);
-    match (contract.status_ok, contract_summary) {
-        (true, Some((passed, 0))) if passed > 0 => {}
-        _ => {
-            let failures: Vec<&str> = contract
-                .text
-                .lines()
-                .filter(|line| line.starts_with("FAIL"))
-                .collect();
-            return Err(format!(
-                "the manager's answers break the REST contract ({}; summary {contract_summary:?}; whole output in {}): {}",
-                contract.status,
-                ws.relative(&contract_log),
-                failures.join(" | ")
-            ));
-        }
-    }
+    contract.verdict(
+        "the manager's answers break the REST contract",
+        ws,
+        &contract_log,
+    )?;
 
     let log = ws.root.join("target/pinfold/test-logs/web-ui.log");
     let output = run_logged(
@@ -1308,23 +1296,7 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
         &log,
         BROWSER_LIMIT,
     )?;
-    let failures: Vec<&str> = output
-        .text
-        .lines()
-        .filter(|line| line.starts_with("FAIL"))
-        .collect();
-    let summary = browser_summary(&output.text);
-    match (output.status_ok, summary) {
-        (true, Some((passed, 0))) if passed > 0 => {}
-        _ => {
-            return Err(format!(
-                "the browser test failed ({}; summary {summary:?}; whole output in {}): {}",
-                output.status,
-                ws.relative(&log),
-                failures.join(" | ")
-            ))
-        }
-    }
+    let passed = output.verdict("the browser test failed", ws, &log)?;
     let size = fs::metadata(&screenshot).map(|m| m.len()).unwrap_or(0);
     if size == 0 {
         return Err(format!(
@@ -1343,7 +1315,7 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
         contract_line,
         format!(
             "browser test: {} checks passed; screenshot {} ({} KiB)",
-            summary.map_or(0, |s| s.0),
+            passed,
             ws.relative(&screenshot),
             size / 1024
         ),
@@ -1404,27 +1376,8 @@ pub fn web_ui_live(ws: &Workspace, stack: &mut Stack) -> Outcome {
         &log,
         BROWSER_LIVE_LIMIT,
     )?;
-    let summary = browser_summary(&output.text);
-    match (output.status_ok, summary) {
-        (true, Some((passed, 0))) if passed > 0 => {}
-        _ => {
-            let failures: Vec<&str> = output
-                .text
-                .lines()
-                .filter(|line| line.starts_with("FAIL"))
-                .collect();
-            return Err(format!(
-                "the live UI flow failed ({}; summary {summary:?}; whole output in {}): {}",
-                output.status,
-                ws.relative(&log),
-                failures.join(" | ")
-            ));
-        }
-    }
-    let mut notes = vec![format!(
-        "live UI flow: {} checks passed",
-        summary.map_or(0, |s| s.0)
-    )];
+    let passed = output.verdict("the live UI flow failed", ws, &log)?;
+    let mut notes = vec![format!("live UI flow: {} checks passed", passed)];
     notes.extend(
         output
             .text
@@ -1440,6 +1393,31 @@ struct Finished {
     text: String,
     status: String,
     status_ok: bool,
+}
+
+impl Finished {
+    /// The passed count when the node test runner exited 0 and its closing
+    /// `N passed, M failed` line has N > 0 and M = 0; else `what`, the exit
+    /// status, the summary, where the log is and every `FAIL` line.
+    fn verdict(&self, what: &str, ws: &Workspace, log: &Path) -> Result<u64, String> {
+        let summary = browser_summary(&self.text);
+        match (self.status_ok, summary) {
+            (true, Some((passed, 0))) if passed > 0 => Ok(passed),
+            _ => {
+                let failures: Vec<&str> = self
+                    .text
+                    .lines()
+                    .filter(|line| line.starts_with("FAIL"))
+                    .collect();
+                Err(format!(
+                    "{what} ({}; summary {summary:?}; whole output in {}): {}",
+                    self.status,
+                    ws.relative(log),
+                    failures.join(" | ")
+                ))
+            }
+        }
+    }
 }
 
 /// Runs `cmd` with stdout and stderr into `log`, killing it after `limit`.
