@@ -1694,17 +1694,38 @@ pub enum Monitor {
 
 /// One byte of host UART input: the Ctrl-A monitor, or input for the
 /// partition marked `console_input`.
+///
+/// Ctrl-A m sends the rest of the line (through Enter) to the management
+/// partition's console: the manager's console commands (`status`,
+/// `poweroff`, ...) stay reachable from the host console, the one place
+/// they may come from (the API refuses input to the management partition).
 pub fn host_input(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, byte: u8) -> Monitor {
+    if sys.mgmt_line.load(Ordering::Relaxed) {
+        if byte == b'\r' || byte == b'\n' {
+            sys.mgmt_line.store(false, Ordering::Relaxed);
+        }
+        if let Some(p) = sys.partitions().into_iter().find(|p| p.plan.management) {
+            console_input(sys, cpu, hw, &p, &[byte]);
+        }
+        return Monitor::Nothing;
+    }
     if sys.escape.swap(false, Ordering::Relaxed) {
         match byte {
             b's' => sys.stats(hw),
+            b'm' => {
+                hw.log(format_args!(
+                    "monitor: the next line goes to the management partition's console"
+                ));
+                sys.mgmt_line.store(true, Ordering::Relaxed);
+            }
             b'x' => {
                 hw.log(format_args!("monitor: powering off"));
                 return Monitor::PowerOff;
             }
             CTRL_A => to_input_partition(sys, cpu, hw, byte),
             _ => hw.log(format_args!(
-                "monitor: Ctrl-A s = stats, Ctrl-A x = power off, Ctrl-A Ctrl-A = send Ctrl-A"
+                "monitor: Ctrl-A s = stats, Ctrl-A m = a line to the manager's console, \
+                 Ctrl-A x = power off, Ctrl-A Ctrl-A = send Ctrl-A"
             )),
         }
         return Monitor::Nothing;

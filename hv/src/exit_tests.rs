@@ -427,7 +427,10 @@ fn system_on(
             locks,
             boot_counter: 1,
             wall_clock,
-            entropy: &[],
+            entropy: crate::entropy::EntropyInputs {
+                dt_rng_seed: Some(&[0x5e; 32]),
+                ..Default::default()
+            },
             version: "test",
         },
         &mut |_| {},
@@ -512,7 +515,10 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
             locks,
             boot_counter: 1,
             wall_clock: None,
-            entropy: &[],
+            entropy: crate::entropy::EntropyInputs {
+                dt_rng_seed: Some(&[0x5e; 32]),
+                ..Default::default()
+            },
             version: "test",
         },
         &mut |args| log.push(std::format!("{args}")),
@@ -1761,6 +1767,33 @@ fn the_monitor_prints_stats_with_the_hot_path_lock_count() {
     assert_eq!(
         host_input(sys, &mut cpu.state, &mut hw, b'x'),
         Monitor::PowerOff
+    );
+}
+
+#[test]
+fn ctrl_a_m_sends_one_line_to_the_management_partition_only() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 0);
+    let mgmt = sys
+        .partitions()
+        .into_iter()
+        .find(|p| p.plan.management)
+        .expect("a management partition");
+
+    host_input(sys, &mut cpu.state, &mut hw, 0x01);
+    host_input(sys, &mut cpu.state, &mut hw, b'm');
+    for &b in b"ok\r" {
+        host_input(sys, &mut cpu.state, &mut hw, b);
+    }
+    host_input(sys, &mut cpu.state, &mut hw, b'z');
+
+    assert!(hw.log_has("the next line goes to the management partition"));
+    // "ok\r" queued for the manager; the `z` after Enter went elsewhere.
+    let con = mgmt.console.lock(LockPath::Management);
+    assert_eq!(
+        crate::console::Pl011::new().rx_room() - con.pl011.rx_room(),
+        3
     );
 }
 

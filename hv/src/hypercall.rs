@@ -139,6 +139,11 @@ pub trait Manage {
     fn shutdown(&mut self, _index: u32) -> Result<(), AbiError> {
         Err(AbiError::NotSupported)
     }
+    /// (3.1) Fill `out` with random bytes from the hypervisor's DRBG;
+    /// NotFound when it found no entropy source at boot.
+    fn entropy(&mut self, _out: &mut [u8]) -> Result<(), AbiError> {
+        Err(AbiError::NotSupported)
+    }
 }
 
 /// Why a call whose buffer holds a request was refused: a plain status, or
@@ -254,7 +259,20 @@ fn handle(
         Request::ListPartitions { buf } => {
             write_reply(mem, buf, &encode_reply_vec(&hv.partitions()))
         }
-        Request::MgmtTokenDigest { buf } => write_reply(mem, buf, &hv.token_digest()),
+        Request::MgmtTokenDigest { buf } => {
+            let digest = hv.token_digest();
+            // All zeros: no plan digest and no entropy to make a token with.
+            if digest == [0; 32] {
+                return Err(AbiError::NotFound.into());
+            }
+            write_reply(mem, buf, &digest)
+        }
+        Request::Entropy { buf } => {
+            // At most MAX_ENTROPY_LEN bytes: Request::decode checked.
+            let mut bytes = vec![0u8; buf.len as usize];
+            hv.entropy(&mut bytes)?;
+            write_reply(mem, buf, &bytes)
+        }
         Request::PciFunctions { buf } => {
             write_reply(mem, buf, &encode_reply_vec(&hv.pci_functions()))
         }
@@ -524,6 +542,7 @@ mod tests {
         input_room: usize,
         calls: Vec<String>,
         clock_ms: Option<u64>,
+        entropy_source: bool,
     }
 
     impl FakeHv {
@@ -553,6 +572,7 @@ mod tests {
                 input_room: 4,
                 calls: Vec::new(),
                 clock_ms: Some(1_796_132_700_250),
+                entropy_source: true,
             }
         }
 
@@ -710,6 +730,14 @@ mod tests {
         fn wall_clock_ms(&self) -> Option<u64> {
             self.clock_ms
         }
+
+        fn entropy(&mut self, out: &mut [u8]) -> Result<(), AbiError> {
+            if !self.entropy_source {
+                return Err(AbiError::NotFound);
+            }
+            out.fill(0xa5);
+            Ok(())
+        }
     }
 
     fn call(request: Request, mem: &mut FakeRam, hv: &mut FakeHv) -> Result<Return, CallError> {
@@ -783,6 +811,55 @@ mod tests {
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
         assert_eq!(x, [0, 0x0003_0001, 0, 0]);
+    }
+
+    #[test]
+    fn entropy_fills_the_whole_buffer_and_nothing_past_it() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+        mem.put(BUF_IPA + 32, &[0xee; 4]);
+
+        let got = call(
+            Request::Entropy {
+                buf: buf(BUF_IPA, 32),
+            },
+            &mut mem,
+            &mut hv,
+        );
+
+        assert_eq!(got, Ok(Return::Written(32)));
+        assert_eq!(mem.at(BUF_IPA, 32), [0xa5; 32]);
+        assert_eq!(mem.at(BUF_IPA + 32, 4), [0xee; 4]);
+    }
+
+    #[test]
+    fn entropy_without_a_source_is_not_found_and_writes_nothing() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+        hv.entropy_source = false;
+        mem.put(BUF_IPA, &[1; 32]);
+
+        let got = call(
+            Request::Entropy {
+                buf: buf(BUF_IPA, 32),
+            },
+            &mut mem,
+            &mut hv,
+        );
+
+        assert_eq!(got, Err(CallError::Refused(AbiError::NotFound)));
+        assert_eq!(mem.at(BUF_IPA, 32), [1; 32]);
+    }
+
+    #[test]
+    fn entropy_from_a_guest_is_not_supported() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+        let request = Request::Entropy {
+            buf: buf(BUF_IPA, 32),
+        };
+
+        let x = dispatch(false, &request.encode(), &mut mem, &mut hv);
+
+        assert_eq!(x, encode_error(AbiError::NotSupported));
+        assert_eq!(mem.at(BUF_IPA, 32), [0xEE; 32]);
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod clock;
 pub mod console;
 pub mod dtb;
 pub mod efi;
+pub mod entropy;
 pub mod events;
 pub mod exit;
 pub mod gpio;

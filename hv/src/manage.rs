@@ -223,6 +223,12 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
         *self.sys.token_digest()
     }
 
+    fn entropy(&mut self, out: &mut [u8]) -> Result<(), AbiError> {
+        self.sys
+            .fill_entropy(out)
+            .map_err(|crate::entropy::NoEntropy| AbiError::NotFound)
+    }
+
     fn report(&mut self, status: ManagerStatus, detail: &[u8]) {
         let Some(p) = self.sys.partition_on(self.cpu.index) else {
             return;

@@ -1,7 +1,9 @@
 //! The running system, built at boot: the host description, the partition
 //! slots, the public per-CPU state sized from the host's CPU count, the CPU
 //! and SPI ownership tables, the free RAM and the images (`images`), the
-//! lock statistics, the boot entropy and the management token. Partition
+//! lock statistics, the boot entropy (`entropy`: the DRBG behind the
+//! ENTROPY call, the guests' DT seeds and the token) and the management
+//! token. Partition
 //! lifecycle (start, stop, restart; the PCI quiesce before a host-bridge
 //! owner starts, `pci`; states, crashes, restart policies and the watchdog
 //! in `lifecycle`, `restart`, `wdog`), the event log's entry point
@@ -21,6 +23,7 @@
 
 use crate::clock::WallClock;
 use crate::dtb::HostInfo;
+use crate::entropy::{Entropy, EntropyInputs, NoEntropy, Sources};
 use crate::events::{EventLog, When};
 use crate::exit::{Hw, SpiOp, SGI_MAILBOX};
 use crate::images::ImageStore;
@@ -85,6 +88,8 @@ pub struct System {
     /// What pass-through windows are checked against (`isolation`).
     pub(crate) resources: HostResources,
     seed: AtomicU64,
+    /// The DRBG seeded from the boot's entropy sources (ENTROPY, the token).
+    entropy: CountedLock<Entropy>,
     /// SHA-256 of the management API's bearer token.
     token_digest: [u8; 32],
     /// The token, when the hypervisor made it at boot (no plan gave one):
@@ -99,6 +104,9 @@ pub struct System {
     pub events: Arc<EventLog>,
     /// The monitor saw Ctrl-A.
     pub(crate) escape: AtomicBool,
+    /// The monitor sends the current line to the management partition
+    /// (Ctrl-A m).
+    pub(crate) mgmt_line: AtomicBool,
     /// Autostart partitions are held until the manager has applied its
     /// stored configuration (`lifecycle`, CONFIG_APPLIED).
     pub(crate) held: AtomicBool,
@@ -119,8 +127,8 @@ pub struct BootInputs<'a, T: TableMemory> {
     pub boot_counter: u64,
     /// The time read at boot ([`crate::clock::choose`]).
     pub wall_clock: Option<WallClock>,
-    /// Host entropy (the DTB's rng-seed), mixed into the partitions' seeds.
-    pub entropy: &'a [u8],
+    /// What the platform read from the entropy sources at boot.
+    pub entropy: EntropyInputs<'a>,
     pub version: &'static str,
 }
 
@@ -204,16 +212,19 @@ impl System {
             scrub_left: AtomicU64::new(0),
             resources,
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+            entropy: CountedLock::new(Entropy::gather(&entropy), locks),
             token_digest: [0; 32],
             generated_token: None,
             boot_counter,
             wall_clock,
             events,
             escape: AtomicBool::new(false),
+            mgmt_line: AtomicBool::new(false),
             held: AtomicBool::new(false),
             version,
         };
-        sys.add_entropy(entropy);
+        let mixed = sys.entropy.lock(LockPath::Management).seed64(boot_counter);
+        sys.add_entropy(&mixed.to_le_bytes());
         let managed = partitions.iter().any(|p| p.plan.management);
         let digest = partitions.iter().find_map(|p| p.plan.token_sha256);
         for p in partitions {
@@ -223,10 +234,13 @@ impl System {
             Some(digest) => sys.token_digest = digest,
             // No management partition: nobody could present a token.
             None if !managed => {}
+            // No entropy source: no token (the digest stays all zeros,
+            // which MGMT_TOKEN_DIGEST answers as NOT_FOUND).
             None => {
-                let token = sys.make_token();
-                sys.token_digest = pinfold_config::bundle::token_digest(token.as_bytes());
-                sys.generated_token = Some(token);
+                if let Some(token) = sys.make_token() {
+                    sys.token_digest = pinfold_config::bundle::token_digest(token.as_bytes());
+                    sys.generated_token = Some(token);
+                }
             }
         }
         sys
@@ -568,15 +582,32 @@ impl System {
         self.generated_token.as_deref()
     }
 
-    fn make_token(&self) -> String {
+    /// A token of 128 bits from the DRBG, as 32 hex digits; None without
+    /// an entropy source.
+    fn make_token(&self) -> Option<String> {
+        let mut bytes = [0u8; 16];
+        self.fill_entropy(&mut bytes).ok()?;
         let mut t = String::new();
-        for i in 0..2 {
-            let v = self.next_seed(0x7073_7400 + i, self.boot_counter);
-            for b in v.to_be_bytes() {
-                let _ = fmt::Write::write_fmt(&mut t, format_args!("{b:02x}"));
-            }
+        for b in bytes {
+            let _ = fmt::Write::write_fmt(&mut t, format_args!("{b:02x}"));
         }
-        t
+        Some(t)
+    }
+
+    /// Random bytes from the boot's DRBG (the ENTROPY call).
+    pub fn fill_entropy(&self, out: &mut [u8]) -> Result<(), NoEntropy> {
+        self.entropy.lock(LockPath::Management).fill(out)
+    }
+
+    /// Which entropy sources the boot found (the boot log line).
+    pub fn entropy_sources(&self) -> Sources {
+        self.entropy.lock(LockPath::Management).sources()
+    }
+
+    /// Whether the management API has a credential at all (the plan's
+    /// digest, or a token made at boot).
+    pub fn has_token(&self) -> bool {
+        self.token_digest != [0; 32]
     }
 
     /// Mix host entropy into the partitions' seeds.

@@ -5,7 +5,8 @@
 //! zero-filled tail), find the DTB and the ACPI RSDP in the configuration
 //! tables, find the boot bundle (LoadFile2 initrd, the DT's /chosen initrd,
 //! else a file beside the image over TFTP or HTTP) and copy it into loader
-//! memory, ExitBootServices, turn the memory map into RAM and reserved
+//! memory, read 32 bytes of EFI_RNG_PROTOCOL if firmware has it (boot
+//! entropy), ExitBootServices, turn the memory map into RAM and reserved
 //! ranges, leave firmware's MMU (`pinfold_efi_leave_firmware`) and continue
 //! in the common boot with a `BootHandoff`. What is decided (memory types,
 //! bundle names, DT or ACPI) is `pinfold_hv::efi`, host-tested.
@@ -209,6 +210,13 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
         ),
         None => efi_println!("Pinfold: GetTime failed; the clock will be the RTC's, if any"),
     }
+    // Entropy while boot services last: EFI_RNG_PROTOCOL (edk2 offers it
+    // when the machine has a virtio-rng device).
+    let efi_rng = efi_rng();
+    match &efi_rng {
+        Some(b) => efi_println!("Pinfold: EFI_RNG_PROTOCOL: {} bytes", b.len()),
+        None => efi_println!("Pinfold: no EFI_RNG_PROTOCOL"),
+    }
     efi_println!("Pinfold: exiting boot services");
 
     // SAFETY: no protocol is open any more (every ScopedProtocol above was
@@ -237,6 +245,7 @@ fn run(boot_counter: u64) -> Result<Never, Status> {
         memory: Some(memory),
         boot_counter,
         efi_time,
+        efi_rng,
     });
     drop(descriptors);
     drop(map);
@@ -295,6 +304,15 @@ fn copied(source: &'static str, name: String, data: &[u8]) -> Option<Bundle> {
         addr,
         len: data.len() as u64,
     })
+}
+
+/// 32 bytes of EFI_RNG_PROTOCOL's default algorithm, if firmware has it.
+fn efi_rng() -> Option<[u8; 32]> {
+    let handle = boot::get_handle_for_protocol::<uefi::proto::rng::Rng>().ok()?;
+    let mut rng = boot::open_protocol_exclusive::<uefi::proto::rng::Rng>(handle).ok()?;
+    let mut bytes = [0u8; 32];
+    rng.get_rng(None, &mut bytes).ok()?;
+    Some(bytes)
 }
 
 fn load_file2_initrd() -> Option<Bundle> {

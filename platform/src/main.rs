@@ -124,6 +124,8 @@ pub struct BootHandoff {
     /// GetTime's reading before ExitBootServices and CNTPCT_EL0 right
     /// after it. None: not booted from UEFI, or GetTime failed.
     pub efi_time: Option<(pinfold_hv::clock::EfiTime, u64)>,
+    /// 32 bytes of EFI_RNG_PROTOCOL read before ExitBootServices.
+    pub efi_rng: Option<[u8; 32]>,
 }
 
 #[no_mangle]
@@ -148,6 +150,7 @@ extern "C" fn pinfold_primary_main(dtb: u64) -> ! {
         memory: None,
         boot_counter,
         efi_time: None,
+        efi_rng: None,
     })
 }
 
@@ -313,7 +316,27 @@ fn boot(handoff: BootHandoff) -> ! {
         hvprint!("no memory for {cpu_count} CPU stacks: halting");
         halt()
     }
-    let entropy = host.rng_seed.clone().unwrap_or_default();
+    // Entropy: the DT's rng-seed, EFI_RNG_PROTOCOL's bytes, and RNDR where
+    // the CPU has FEAT_RNG (the core decides from ID_AA64ISAR0_EL1 and how
+    // many words; a word the generator failed is left out).
+    let mut rndr = Vec::new();
+    if pinfold_hv::entropy::rndr_implemented(arch::regs::read_id_reg(6, 0)) {
+        for _ in 0..pinfold_hv::entropy::RNDR_WORDS * 4 {
+            if rndr.len() == pinfold_hv::entropy::RNDR_WORDS {
+                break;
+            }
+            if let Some(word) = arch::rndr() {
+                rndr.push(word);
+            }
+        }
+    }
+    let rng_seed = host.rng_seed.clone();
+    let entropy = pinfold_hv::entropy::EntropyInputs {
+        dt_rng_seed: rng_seed.as_deref(),
+        efi_rng: handoff.efi_rng.as_ref().map(|b| &b[..]),
+        rndr: &rndr,
+        counter: boot_counter,
+    };
     let sys = System::new(
         BootInputs {
             host,
@@ -325,7 +348,7 @@ fn boot(handoff: BootHandoff) -> ! {
             locks: &LOCKSTAT,
             boot_counter,
             wall_clock,
-            entropy: &entropy,
+            entropy,
             version: VERSION,
         },
         &mut |args| hvlog!("{}", args),
@@ -382,9 +405,14 @@ fn boot(handoff: BootHandoff) -> ! {
     }
 
     let partitions = sys.partitions();
+    hvprint!("entropy: {}", sys.entropy_sources());
     if partitions.iter().any(|p| p.plan.management) {
         match sys.generated_token() {
             Some(token) => hvprint!("management token: {token}"),
+            None if !sys.has_token() => hvprint!(
+                "management token: none (no entropy source to make one, none in the plan): \
+                 the API refuses every request that needs a credential"
+            ),
             None => hvprint!(
                 "management token: set by the plan (SHA-256 {}...)",
                 pinfold_config::bundle::Hex(&sys.token_digest()[..4])

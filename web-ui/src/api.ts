@@ -1,10 +1,14 @@
 // Typed client for the manager's REST API (/api/v1). Every type comes from
 // src/gen/api-types.ts, generated from manager/api/openapi.json (the contract,
 // written once): nothing about the wire format is declared here by hand.
-// Reads are unauthenticated; every POST/PUT/PATCH/DELETE carries the
-// operator's bearer token (asked for when missing or refused).
+// Every request carries the bearer token kept for the tab (reads need a
+// viewer's, changes the operator's; docs/API.md). The page signs in before
+// any view reads (signIn); a 401 later opens one token dialog that every
+// refused request waits for. The event stream and the console-history
+// download are fetch()es too (an EventSource or a plain link cannot send the
+// header).
 
-import { askToken, clearToken, getToken, tokenEnteredAt } from './auth';
+import { askToken, clearToken, getToken, lastEnteredToken } from './auth';
 import type {
   Accepted,
   ApiPath,
@@ -119,46 +123,110 @@ async function send(path: string, init: RequestInit): Promise<Response> {
   return res;
 }
 
-async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
-  const res = await send(path, { method: 'GET', signal });
-  return (await res.json()) as T;
+/**
+ * Signed out: the operator cancelled the sign-in or forgot the token. Reads
+ * are then not sent at all (no dialog, no 401 every poll) until a token is
+ * accepted again (signIn); a change still asks.
+ */
+let declined = false;
+
+/** What a request is: a view's read, a change, or the sign-in probe (which asks even when signed out). */
+type Kind = 'read' | 'change' | 'signin';
+
+/** The Authorization header for `token` (none without one). */
+function bearer(token: string | null): Record<string, string> {
+  return token === null ? {} : { Authorization: `Bearer ${token}` };
 }
 
-/** Why the token dialog opens again after a 401. */
-function rejectionReason(enteredBefore: number): string {
-  // A token typed into the dialog just now vs one kept from earlier in this
-  // tab (the manager may since have been given a new one).
-  return tokenEnteredAt() > enteredBefore
-    ? 'The manager rejected that token. Enter it again.'
-    : 'The manager rejected the token kept for this tab (it may have been given a new one). Enter the current token.';
+/** What the dialog says after `failed` (null: nothing was sent) was refused, and whether as an error. */
+function askReason(failed: string | null, kind: Kind): [string | undefined, boolean] {
+  if (failed === null) {
+    // Never "rejected" when no token was given yet.
+    return kind === 'change' ? [undefined, false] : ['This manager shows nothing without a token: enter a viewer’s or the operator’s token. It is kept for this browser tab only.', false];
+  }
+  return failed === lastEnteredToken()
+    ? ['The manager rejected that token. Check it and enter it again.', true]
+    : ['The manager rejected the token kept for this tab (it may have been rotated or revoked). Enter the current token.', true];
 }
 
 /**
- * Run `attempt` with the stored bearer token. A missing or rejected token
- * (401) opens the token dialog and the request is made again with what the
- * operator enters.
+ * The token to try after `failed` (null: none was sent) met a 401. Every
+ * request refused at the same time shares one dialog (askToken), and one that
+ * finds a newer token already stored just retries with it, so a stale token
+ * is asked about once, not once per background read.
  */
-export async function withToken<T>(attempt: (token: string) => Promise<T>): Promise<T> {
+async function replacement(failed: string | null, kind: Kind): Promise<string> {
+  const now = getToken();
+  if (now !== null && now !== failed) return now;
+  if (now !== null) clearToken();
+  if (kind === 'read' && declined) throw new AuthCancelled();
+  const [reason, isError] = askReason(failed, kind);
+  const token = await askToken(reason, isError);
+  if (token === null) {
+    if (kind !== 'change') declined = true;
+    throw new AuthCancelled();
+  }
+  return token;
+}
+
+/**
+ * Run `attempt` with the stored bearer token (a read without one is tried as
+ * is: a manager may serve reads openly). A 401 opens the token dialog (once
+ * for every request refused meanwhile) and the request is made again with
+ * what the operator enters; cancelling throws AuthCancelled.
+ */
+export async function withToken<T>(attempt: (token: string | null) => Promise<T>, kind: Kind = 'change'): Promise<T> {
+  if (kind === 'read' && declined) throw new AuthCancelled();
   let token = getToken();
-  let reason: string | undefined;
+  if (token === null && kind === 'change') token = await replacement(null, kind);
   for (;;) {
-    const before = tokenEnteredAt();
-    if (token === null) {
-      token = await askToken(reason);
-      if (token === null) throw new AuthCancelled();
-    }
     try {
-      return await attempt(token);
+      const result = await attempt(token);
+      if (kind === 'signin') declined = false;
+      return result;
     } catch (e) {
-      if (e instanceof ApiError && e.status === 401) {
-        reason = rejectionReason(before);
-        clearToken();
-        token = null;
-        continue;
-      }
-      throw e;
+      if (!(e instanceof ApiError && e.status === 401)) throw e;
+      token = await replacement(token, kind);
     }
   }
+}
+
+/** A GET with the stored token: reads need a viewer's credential (docs/API.md). */
+async function getAuthorized(path: string, signal?: AbortSignal, headers: Record<string, string> = {}, kind: Kind = 'read'): Promise<Response> {
+  return withToken((token) => send(path, { method: 'GET', signal, headers: { ...headers, ...bearer(token) } }), kind);
+}
+
+async function getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
+  const res = await getAuthorized(path, signal);
+  return (await res.json()) as T;
+}
+
+/**
+ * Sign in before any view reads: one GET, and when the manager answers 401,
+ * the token dialog (once), again until a token is accepted or the operator
+ * cancels. Resolves false when cancelled (signed out: the views' reads are
+ * not sent, the header's "Enter token" signs in again).
+ */
+export async function signIn(): Promise<boolean> {
+  try {
+    await getAuthorized(apiPath('/api/v1/partitions'), undefined, {}, 'signin');
+    return true;
+  } catch (e) {
+    if (e instanceof AuthCancelled) return false;
+    return true; // not an auth problem (the views and the link status show it)
+  }
+}
+
+/** The header's "Enter token": ask now, then sign in with it (a refused one is asked again, as rejected). */
+export async function enterToken(): Promise<boolean> {
+  if ((await askToken()) === null) return false;
+  return signIn();
+}
+
+/** The header's "Forget token": drop it and sign out (reads stop until a token is entered). */
+export function forgetToken(): void {
+  declined = true;
+  clearToken();
 }
 
 interface Authorized {
@@ -172,7 +240,7 @@ interface Authorized {
 
 async function authorized(path: string, req: Authorized): Promise<Response> {
   return withToken((token) => {
-    const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
+    const headers: Record<string, string> = bearer(token);
     let body: string | undefined;
     if (req.raw !== undefined) {
       body = req.raw;
@@ -209,7 +277,7 @@ export function uploadImage(file: Blob, kind: ImageKind, name: string, sha256: s
       new Promise<Image>((resolve, reject) => {
         const xhr = new XMLHttpRequest();
         xhr.open('POST', url(path));
-        xhr.setRequestHeader('Authorization', `Bearer ${token}`);
+        if (token !== null) xhr.setRequestHeader('Authorization', `Bearer ${token}`);
         xhr.setRequestHeader('Content-Type', 'application/octet-stream');
         xhr.upload.onprogress = (e) => onProgress({ sent: e.loaded, total: e.lengthComputable ? e.total : file.size });
         xhr.onerror = () => reject(new ApiError(0, 'network', 'The upload was cut off: the manager did not answer.'));
@@ -242,7 +310,7 @@ export const api = {
   partition: (name: string, signal?: AbortSignal) => getJson<PartitionDetail>(apiPath('/api/v1/partitions/{name}', { name }), signal),
 
   partitionTagged: async (name: string): Promise<Tagged<PartitionDetail>> => {
-    const res = await send(apiPath('/api/v1/partitions/{name}', { name }), { method: 'GET' });
+    const res = await getAuthorized(apiPath('/api/v1/partitions/{name}', { name }));
     return { value: await json<PartitionDetail>(res), etag: res.headers.get('ETag') };
   },
 
@@ -271,7 +339,8 @@ export const api = {
   consoleWrite: async (name: string, data: string) =>
     json<Accepted>(await authorized(apiPath('/api/v1/partitions/{name}/console', { name }), { method: 'POST', body: { data } })),
 
-  consoleHistoryUrl: (name: string) => url(apiPath('/api/v1/partitions/{name}/console/history', { name })),
+  /** The whole console history as a Blob (fetched with the token; a plain link could not send it). */
+  consoleHistory: async (name: string) => (await getAuthorized(apiPath('/api/v1/partitions/{name}/console/history', { name }))).blob(),
 
   resources: (signal?: AbortSignal) => getJson<Resources>(apiPath('/api/v1/resources'), signal),
 
@@ -287,10 +356,27 @@ export const api = {
 
   events: (since: number, signal?: AbortSignal) => getJson<EventList>(apiPath('/api/v1/events', {}, { since }), signal),
 
-  eventStreamUrl: () => url(apiPath('/api/v1/events/stream')),
+  /**
+   * Follow the Server-Sent Events stream after event `lastSeq` (Last-Event-ID),
+   * calling `onOpen` once answered and `onEvent` with each event's data.
+   * Resolves when the manager ends the stream; rejects on a refusal (e.g.
+   * 404, 503) or a cut. A fetch() reader, not EventSource: it sends the token.
+   */
+  followEvents: async (lastSeq: number, signal: AbortSignal, onOpen: () => void, onEvent: (data: string) => void): Promise<void> => {
+    const res = await getAuthorized(apiPath('/api/v1/events/stream'), signal, { Accept: 'text/event-stream', 'Last-Event-ID': String(lastSeq) });
+    if (res.body === null) throw new ApiError(0, 'network', 'The event stream has no body.');
+    onOpen();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    const parser = sseParser(onEvent);
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      parser(value);
+    }
+  },
 
   exportConfig: async (): Promise<Tagged<string>> => {
-    const res = await send(apiPath('/api/v1/config'), { method: 'GET' });
+    const res = await getAuthorized(apiPath('/api/v1/config'));
     return { value: await res.text(), etag: res.headers.get('ETag') };
   },
 
@@ -300,13 +386,47 @@ export const api = {
 };
 
 /**
+ * A Server-Sent Events parser fed text as it arrives: calls `onData` with
+ * each event's data lines joined (comments, `id:`, `event:` and `retry:`
+ * lines are not needed: the data is the Event JSON with its seq and kind).
+ */
+export function sseParser(onData: (data: string) => void): (chunk: string) => void {
+  let buf = '';
+  let data: string[] = [];
+  return (chunk) => {
+    buf += chunk;
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).replace(/\r$/, '');
+      buf = buf.slice(nl + 1);
+      if (line === '') {
+        if (data.length > 0) onData(data.join('\n'));
+        data = [];
+      } else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+    }
+  };
+}
+
+/** Save `blob` as a file named `name` (the browser's download). */
+export function saveBlob(blob: Blob, name: string): void {
+  const href = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = href;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 10_000);
+}
+
+/**
  * Whether the manager serves a GET route at all (an older manager answers 404
  * for the routes it lacks): reads only the status line and headers.
  */
 export async function serves(path: string): Promise<boolean> {
   const ctl = new AbortController();
   try {
-    const res = await fetch(url(path), { cache: 'no-store', signal: ctl.signal });
+    const res = await fetch(url(path), { cache: 'no-store', signal: ctl.signal, headers: bearer(getToken()) });
     ctl.abort();
     return res.status !== 404 && res.status !== 405;
   } catch {

@@ -1,14 +1,15 @@
 // The operator's bearer token: asked once, kept in sessionStorage for the tab's life.
+// One dialog at a time: every request that meets a 401 while it is open waits
+// for it (api.ts), so a refused token is asked for once, not once per request.
 
 import { h } from './dom';
 
 const KEY = 'pinfold.token';
 const listeners = new Set<() => void>();
-/** Counts tokens typed into the dialog in this page's life. */
-let entered = 0;
+/** The token last typed into the dialog in this page's life (tells a fresh token from one kept earlier). */
+let entered: string | null = null;
 
-/** Grows each time the operator enters a token (tells a fresh token from one kept earlier). */
-export function tokenEnteredAt(): number {
+export function lastEnteredToken(): string | null {
   return entered;
 }
 
@@ -38,7 +39,7 @@ let pending: Promise<string | null> | null = null;
  * Show the token dialog and resolve with the entered token (also stored), or
  * null when the operator cancels. Concurrent callers share one dialog.
  */
-export function askToken(reason?: string): Promise<string | null> {
+export function askToken(reason?: string, isError = reason !== undefined): Promise<string | null> {
   if (pending !== null) return pending;
   pending = new Promise<string | null>((resolve) => {
     const input = h('input', {
@@ -55,7 +56,7 @@ export function askToken(reason?: string): Promise<string | null> {
       h('h2', {}, 'Manager token'),
       h(
         'p',
-        { class: reason ? 'dialog-error' : 'muted' },
+        { class: isError ? 'dialog-error' : 'muted', 'data-testid': 'token-reason' },
         reason ?? 'Changing anything (starting, stopping, creating or deleting partitions, uploading images, importing a configuration, typing into a console) needs the manager token. It is kept for this browser tab only.',
       ),
       h('label', { for: 'token-input' }, 'Token'),
@@ -73,7 +74,7 @@ export function askToken(reason?: string): Promise<string | null> {
       const v = input.value.trim();
       if (v !== '') {
         result = v;
-        entered += 1;
+        entered = v;
         setToken(v);
       }
     });

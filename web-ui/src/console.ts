@@ -9,8 +9,8 @@
 import { FitAddon } from '@xterm/addon-fit';
 import { Terminal } from '@xterm/xterm';
 import '@xterm/xterm/css/xterm.css';
-import { api, ApiError, apiPath, AuthCancelled, serves } from './api';
-import { h, setText } from './dom';
+import { api, ApiError, apiPath, AuthCancelled, saveBlob, serves } from './api';
+import { h, setText, toast } from './dom';
 import { count } from './format';
 
 /** Wait between reads when the ring had nothing new. */
@@ -115,7 +115,7 @@ export class ConsolePane {
   private readonly ro: ResizeObserver;
   private readonly status: HTMLElement;
   private readonly notice: HTMLElement;
-  private readonly history: HTMLAnchorElement;
+  private readonly history: HTMLButtonElement;
   private readonly boot: HTMLElement;
   /** The end of the output read so far, so a marker split across two reads is still found. */
   private tail = '';
@@ -133,9 +133,22 @@ export class ConsolePane {
     const screen = h('div', { class: 'console-screen', 'data-testid': 'console' });
     // The whole retained history (across restarts) as a file; shown only when
     // the manager serves it.
+    // Fetched with the token and saved as a Blob (a plain link cannot send it).
     this.history = h(
-      'a',
-      { class: 'btn btn-small', href: api.consoleHistoryUrl(partition), download: `${partition}-console.log`, hidden: true, 'data-testid': 'console-history', title: 'Download the whole console history kept by the manager (every boot)' },
+      'button',
+      {
+        type: 'button',
+        class: 'btn btn-small',
+        hidden: true,
+        'data-testid': 'console-history',
+        title: 'Download the whole console history kept by the manager (every boot)',
+        onclick: () => {
+          api.consoleHistory(partition).then(
+            (blob) => saveBlob(blob, `${partition}-console.log`),
+            (e: unknown) => toast(`History not downloaded: ${e instanceof Error ? e.message : String(e)}`, 'error'),
+          );
+        },
+      },
       'Download history',
     );
     void serves(apiPath('/api/v1/partitions/{name}/console/history', { name: partition })).then((ok) => (this.history.hidden = !ok));

@@ -1,9 +1,11 @@
-// Entry point: the header (navigation, link status, token), and a hash router
-// that mounts a view. Views whose routes this manager does not serve (an older
+// Entry point: the header (navigation, link status, token), sign-in (the
+// token dialog once, before any view reads, when the manager asks for one),
+// and a hash router that mounts a view. Views whose routes this manager does not serve (an older
 // manager answers 404) are left out of the navigation (src/caps.ts).
 
 import './style.css';
-import { askToken, clearToken, getToken, onTokenChange } from './auth';
+import { enterToken, forgetToken, signIn } from './api';
+import { getToken, onTokenChange } from './auth';
 import { caps } from './caps';
 import { h, setText } from './dom';
 import { onLinkChange } from './poll';
@@ -22,11 +24,18 @@ const tokenBtn = h('button', { type: 'button', class: 'btn btn-ghost', 'data-tes
 function renderToken(): void {
   const have = getToken() !== null;
   setText(tokenBtn, have ? 'Forget token' : 'Enter token');
-  tokenBtn.title = have ? 'A manager token is kept for this tab; click to forget it' : 'Changes and console input need the manager token';
+  tokenBtn.title = have ? 'A manager token is kept for this tab; click to forget it' : 'This manager asks for a token to show or change anything';
 }
 tokenBtn.addEventListener('click', () => {
-  if (getToken() !== null) clearToken();
-  else void askToken();
+  if (getToken() !== null) forgetToken();
+  else
+    void enterToken().then((ok) => {
+      // Signed out until now: the view's reads were not sent.
+      if (ok) {
+        probeRoutes();
+        route();
+      }
+    });
 });
 onTokenChange(renderToken);
 renderToken();
@@ -44,7 +53,11 @@ const NAV: [string, string, keyof Awaited<ReturnType<typeof caps>> | null][] = [
   ['#/config', 'Config', 'config'],
 ];
 const navLinks = NAV.map(([href, label, cap]) => h('a', { href, 'data-nav': label.toLowerCase(), hidden: cap !== null }, label));
-void caps().then((c) => NAV.forEach(([, , cap], i) => (navLinks[i].hidden = cap !== null && !c[cap])));
+
+/** Show the views this manager serves (probed once, with the token: not while signed out). */
+function probeRoutes(): void {
+  void caps().then((c) => NAV.forEach(([, , cap], i) => (navLinks[i].hidden = cap !== null && !c[cap])));
+}
 
 const main = h('main', { class: 'main' });
 const header = h(
@@ -97,5 +110,10 @@ function route(): void {
   window.scrollTo(0, 0);
 }
 
-window.addEventListener('hashchange', route);
-route();
+// Sign in first (one token dialog when the manager's reads need a token and
+// none is kept, or the kept one is refused), then probe the routes and mount.
+void signIn().then((signedIn) => {
+  if (signedIn) probeRoutes();
+  window.addEventListener('hashchange', route);
+  route();
+});

@@ -1,6 +1,6 @@
 // Fixed-period polling that never overlaps itself, plus the header's link status.
 
-import { ApiError } from './api';
+import { ApiError, AuthCancelled } from './api';
 
 type LinkListener = (ok: boolean, message: string) => void;
 const linkListeners = new Set<LinkListener>();
@@ -41,6 +41,7 @@ export function poll(tick: (signal: AbortSignal) => Promise<void>, period = POLL
       if (ctl.signal.aborted) return;
       if (e instanceof ApiError && e.status === 0) report(false, 'Manager unreachable');
       else if (e instanceof ApiError) report(false, `Manager error: ${e.message}`);
+      else if (e instanceof AuthCancelled) report(false, 'No token: this manager shows nothing without one (Enter token)');
       else report(false, String(e));
     } finally {
       running = false;

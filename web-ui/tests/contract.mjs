@@ -23,7 +23,10 @@ export async function checkLive(base, { log = console.log, live = true } = {}) {
   const out = { passed: 0, failed: 0, pending: 0, problems: [] };
 
   async function get(path) {
-    const res = await fetch(`${root}${path}`, { headers: { Accept: '*/*' } });
+    // Reads need a credential (a viewer's will do): $PINFOLD_TOKEN when set.
+    const headers = { Accept: '*/*' };
+    if (process.env.PINFOLD_TOKEN) headers.Authorization = `Bearer ${process.env.PINFOLD_TOKEN}`;
+    const res = await fetch(`${root}${path}`, { headers });
     // The event stream never ends: read nothing from it.
     const body = res.headers.get('content-type')?.startsWith('text/event-stream') ? '' : await res.text();
     return { status: res.status, contentType: res.headers.get('content-type') ?? '', body };

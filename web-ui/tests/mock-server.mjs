@@ -4,7 +4,7 @@
 // free), images, the event log (also as Server-Sent Events), configuration
 // export/import, and the built UI served from web-ui/dist.
 //
-//   node tests/mock-server.mjs            # http://127.0.0.1:8080, token "test-token"
+//   node tests/mock-server.mjs            # http://127.0.0.1:8080, operator token "test-token", viewer token "viewer-token"
 //   PORT=0 node tests/mock-server.mjs     # any free port (printed)
 //
 // `PUT /api/v1/config?dry_run=1` validates and answers the diff without
@@ -27,6 +27,8 @@ import { fileURLToPath } from 'node:url';
 import { loadContract } from './contract-lib.mjs';
 
 export const MOCK_TOKEN = 'test-token';
+/** A viewer's token: reads only (a change with it is answered 403). */
+export const MOCK_VIEWER_TOKEN = 'viewer-token';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const DEFAULT_DIST = resolve(HERE, '..', 'dist');
@@ -130,7 +132,7 @@ function defaultConfig(cpus, memoryMib, kernel, initrd) {
   };
 }
 
-export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = null } = {}) {
+export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToken = MOCK_VIEWER_TOKEN, mutate = null } = {}) {
   const startedAt = Date.now();
   const contract = loadContract();
   /** Responses that broke the contract: "GET /api/v1/host -> 200: ...". */
@@ -678,13 +680,28 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
       req.on('error', bad);
     });
 
-  const authorized = (req) => req.headers.authorization === `Bearer ${token}`;
-  const requireAuth = (req, res) => {
-    if (authorized(req)) return true;
+  // The manager's rules (docs/API.md "Authentication"): every GET but the
+  // static files, /api/v1/host and /api/v1/openapi.json needs a viewer's
+  // token (the operator's will do); every change the operator's.
+  const roleOf = (req) =>
+    req.headers.authorization === `Bearer ${token}` ? 'operator' : req.headers.authorization === `Bearer ${viewerToken}` ? 'viewer' : null;
+  const refuse = (req, res) => {
     emit('login_refused', null, `refused ${req.method} ${new URL(req.url, 'http://mock').pathname}: ${req.headers.authorization ? 'wrong token' : 'no token'}`);
     fail(res, 401, 'unauthorized', 'a valid bearer token is required');
     return false;
   };
+  const requireAuth = (req, res) => {
+    const role = roleOf(req);
+    if (role === 'operator') return true;
+    if (role === 'viewer') {
+      fail(res, 403, 'forbidden', 'this credential is a viewer: changes need an operator');
+      return false;
+    }
+    return refuse(req, res);
+  };
+  const requireViewer = (req, res) => (roleOf(req) !== null ? true : refuse(req, res));
+  /** Requests answered 401, by path (the UI test checks there is no storm of them). */
+  const refusedReads = [];
 
   async function jsonBody(req, res) {
     const body = await readBody(req, 64 * 1024);
@@ -803,6 +820,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
 
     if (path === '/api/v1/host') return methods(['GET']) && send(res, 200, hostDoc());
     if (path === '/api/v1/openapi.json') return methods(['GET']) && send(res, 200, contract.doc);
+    if (method === 'GET' && !requireViewer(req, res)) return refusedReads.push(path);
     if (path === '/api/v1/resources') return methods(['GET']) && send(res, 200, resourcesDoc());
 
     if (path === '/api/v1/events') {
@@ -1071,7 +1089,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     const url = new URL(req.url ?? '/', 'http://mock');
     let work;
     if (url.pathname.startsWith('/api/')) work = api(req, res, url);
-    else if (url.pathname === '/metrics') work = Promise.resolve(send(res, 200, metrics(), 'text/plain; version=0.0.4'));
+    else if (url.pathname === '/metrics') work = Promise.resolve(requireViewer(req, res) && send(res, 200, metrics(), 'text/plain; version=0.0.4'));
     else if (url.pathname === '/mock/flood' && req.method === 'POST') {
       const p = byName.get(url.searchParams.get('partition') ?? '');
       const n = Number(url.searchParams.get('bytes') ?? RING_BYTES * 2);
@@ -1091,6 +1109,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, mutate = n
     server,
     violations,
     consoleInputs,
+    refusedReads,
     /** Listen and resolve with the base URL. */
     listen(port = 8080, host = '127.0.0.1') {
       return new Promise((ok, bad) => {

@@ -88,7 +88,8 @@ const deadline = setTimeout(() => {
 
 // --- the API, for what the UI's result is checked against --------------------
 async function get(path) {
-  const res = await fetch(`${BASE}${path}`);
+  // Reads need a credential too (docs/API.md).
+  const res = await fetch(`${BASE}${path}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
   if (!res.ok) throw new Error(`GET ${path}: ${res.status} ${await res.text()}`);
   return res.json();
 }
@@ -168,8 +169,19 @@ const uploaded = [];
 const notes = [];
 
 try {
+  // Reads need a credential too (docs/API.md): a fresh tab signs in first,
+  // as an operator would (one dialog, before the page reads anything).
   await page.goto(`${BASE}/`);
-  await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), TOKEN);
+  await check('sign-in: one token dialog before anything else; then the overview, and no dialog again', async () => {
+    await page.locator('[data-testid="token-dialog"]').waitFor({ timeout: 10_000 });
+    const said = await page.locator('[data-testid="token-reason"]').innerText();
+    if (/rejected/i.test(said)) throw new Error(`the first token dialog says: ${said}`);
+    await page.locator('#token-input').fill(TOKEN);
+    await page.locator('[data-testid="token-save"]').click();
+    await page.locator('[data-testid="cpu-map"]').waitFor({ timeout: 10_000 });
+    await page.waitForTimeout(1_000);
+    if (await page.locator('[data-testid="token-dialog"]').isVisible()) throw new Error('the token dialog opened again');
+  });
 
   await check('alpha is stopped and deleted in the UI; CPU 1 is free', async () => {
     if (!alphaBefore?.config) throw new Error(`alpha is not there to start from (${JSON.stringify(alphaBefore)})`);
@@ -278,7 +290,7 @@ try {
     await until('boot 2 did not show the changed bootargs on the console screen', 20_000, async () => /PINFOLD-GUEST-CMDLINE name=gamma .*pinfold\.changed=1/.test((await consoleText()).replaceAll('\n', '')));
     // The kernel's memory line scrolled off long ago: the history has it.
     await until('boot 2 did not have 384 MiB (no /393216K in its history)', 20_000, async () => {
-      const history = await (await fetch(`${BASE}/api/v1/partitions/gamma/console/history`)).text();
+      const history = await (await fetch(`${BASE}/api/v1/partitions/gamma/console/history`, { headers: { Authorization: `Bearer ${TOKEN}` } })).text();
       const at = history.lastIndexOf('=== pinfold: gamma boot 2 at');
       return at >= 0 && history.slice(at).includes('/393216K');
     });

@@ -60,6 +60,8 @@ const deadline = setTimeout(() => {
 let mock = null;
 let base = process.env.PINFOLD_URL?.replace(/\/+$/, '');
 const token = process.env.PINFOLD_TOKEN ?? MOCK_TOKEN;
+/** Reads need a token too (docs/API.md), the test's own requests included. */
+const AUTH = { Authorization: `Bearer ${token}` };
 if (!base) {
   mock = createMock();
   base = await mock.listen(0);
@@ -91,45 +93,90 @@ async function consoleOffset() {
 }
 
 async function partitionsFromApi() {
-  const res = await fetch(`${base}/api/v1/partitions`);
+  const res = await fetch(`${base}/api/v1/partitions`, { headers: AUTH });
   return (await res.json()).partitions;
 }
 
 /** A terminal's automatic answer (cursor position report, device attributes) sent as console input. */
 const TERMINAL_REPORT = /\x1b\[[\d;?>=]*[Rcn]|\\u001b\[[\d;?>=]*[Rcn]/;
 
-try {
-  await page.goto(`${base}/`);
+/** Responses the page got answered 401 (a sign-in must not set off a storm of them). */
+const refused = [];
+page.on('response', (r) => {
+  if (r.status() === 401) refused.push(new URL(r.url()).pathname);
+});
+const dialog = page.locator('[data-testid="token-dialog"]');
 
-  await check('a fresh tab: no token dialog opens by itself, none says "rejected", no terminal reply is sent', async () => {
+/** The token dialog is open, alone (and, `first`, no view has mounted: nothing read yet); resolves with what it says. */
+async function signInDialog(first = true) {
+  await dialog.waitFor({ timeout: 10_000 });
+  const dialogs = await dialog.count();
+  if (dialogs !== 1) throw new Error(`${dialogs} token dialogs are open`);
+  const views = await page.locator('main [data-page]').count();
+  if (first && views !== 0) throw new Error('a view mounted (and read) before the token was given');
+  return page.locator('[data-testid="token-reason"]').innerText();
+}
+
+try {
+  // A fresh tab (no token kept): the page, like an operator's, has to sign in.
+  await page.goto(`${base}/#/partitions/beta`);
+
+  await check('sign-in: a fresh tab asks for the token once, before anything else, and not as "rejected"', async () => {
+    const said = await signInDialog();
+    if (/rejected/i.test(said)) throw new Error(`the first token dialog says: ${said}`);
+    if (!/token/i.test(said)) throw new Error(`the first token dialog does not say why: ${said}`);
+    await page.waitForTimeout(1_000);
+    if (refused.length > 1) throw new Error(`${refused.length} requests were refused before a token was entered: ${refused.join(', ')}`);
+  });
+
+  await check('sign-in cancelled: no dialog again and no request refused while signed out; "Enter token" asks, not as "rejected"', async () => {
+    await page.locator('[data-testid="token-cancel"]').click();
+    await dialog.waitFor({ state: 'hidden', timeout: 5_000 });
+    const before = refused.length;
+    await page.waitForTimeout(3_000);
+    if (await dialog.isVisible()) throw new Error('the token dialog opened again by itself');
+    if (refused.length !== before) throw new Error(`refused while signed out: ${refused.slice(before).join(', ')}`);
+    const link = await page.locator('[data-testid="link"]').innerText();
+    if (!/no token/i.test(link)) throw new Error(`the header's link status says: ${link}`);
+    await page.locator('[data-testid="token-button"]', { hasText: 'Enter token' }).click();
+    const said = await signInDialog(false);
+    if (/rejected/i.test(said)) throw new Error(`the dialog says: ${said}`);
+  });
+
+  await check('sign-in: a wrong token is shown rejected once; the right one opens the page with no further dialog', async () => {
+    const before = refused.length;
+    await page.locator('#token-input').fill('wrong-token');
+    await page.locator('[data-testid="token-save"]').click();
+    await page.waitForFunction(() => /rejected that token/i.test(document.querySelector('[data-testid="token-reason"]')?.textContent ?? ''), null, { timeout: 5_000 });
+    await signInDialog(false);
+    if (refused.length - before !== 1) throw new Error(`the wrong token was refused ${refused.length - before} times (want 1)`);
+    await page.locator('#token-input').fill(token);
+    await page.locator('[data-testid="token-save"]').click();
+    await page.locator('[data-page="partition"][data-name="beta"]').waitFor({ timeout: 10_000 });
+    const kept = await page.evaluate(() => sessionStorage.getItem('pinfold.token'));
+    if (kept !== token) throw new Error('sessionStorage does not hold the entered token');
+  });
+
+  await check('after sign-in: no token dialog opens by itself, nothing more is refused, no terminal reply is sent', async () => {
     // beta's shell asks for the cursor position (ESC[6n) after its prompt;
-    // xterm.js must not answer it as console input (which, with no token
-    // stored, would also pop the token dialog by itself).
-    await page.goto(`${base}/#/partitions/beta`);
+    // xterm.js must not answer it as console input.
+    const before = refused.length;
     const until = Date.now() + 20_000;
     while (!(await consoleText()).includes('PINFOLD-GUEST-UP')) {
       if (Date.now() > until) throw new Error('no PINFOLD-GUEST-UP line in the console within 20 s');
       await page.waitForTimeout(250);
     }
     await page.waitForTimeout(1_500);
-    if (await page.locator('[data-testid="token-dialog"]').isVisible()) throw new Error('the token dialog opened without any action');
+    if (await dialog.isVisible()) throw new Error('the token dialog opened without any action');
+    if (refused.length !== before) throw new Error(`refused after sign-in: ${refused.slice(before).join(', ')}`);
     if (mock !== null) {
       const sent = mock.consoleInputs.filter((i) => TERMINAL_REPORT.test(i.text));
       if (sent.length > 0) throw new Error(`terminal replies were sent as input: ${JSON.stringify(sent)}`);
     }
     const text = await consoleText();
     if (/\^\[\[\d+;\d+R/.test(text)) throw new Error('a stray cursor report is on the console screen');
-    // Asked for a token before one was ever entered: the dialog explains, it does not say "rejected".
-    await page.locator('[data-testid="token-button"]').click();
-    const said = await page.locator('[data-testid="token-dialog"]').innerText();
-    if (/rejected/i.test(said)) throw new Error(`the first token dialog says: ${said}`);
-    await page.locator('[data-testid="token-cancel"]').click();
     await page.goto(`${base}/#/`);
   });
-
-  // Store the token, as an operator who entered it earlier would have; the
-  // rejected-token check below replaces it with a stale one.
-  await page.evaluate((t) => sessionStorage.setItem('pinfold.token', t), token);
 
   await check('partitions alpha and beta are listed', async () => {
     await page.locator('tr[data-partition="alpha"]').waitFor({ timeout: 10_000 });
@@ -154,21 +201,28 @@ try {
 
   let bootsBefore = NaN;
   let offsetBefore = NaN;
-  await check('restart of beta with a rejected token asks for the token again', async () => {
+  await check('a stale token kept in the tab is asked about once on reload (as rejected), before the page reads; restart then needs no dialog', async () => {
+    await page.goto(`${base}/#/partitions/beta`);
     const bootField = page.locator('[data-page="partition"] [data-field="boot_count"]');
     await page.waitForFunction(() => /^\d+$/.test(document.querySelector('[data-field="boot_count"]')?.textContent ?? ''));
     bootsBefore = Number(await bootField.innerText());
-    offsetBefore = await consoleOffset();
-    // Start from a stale token so the 401 path runs before the good one is given.
+    // As if the credential had been rotated since the operator entered it.
     await page.evaluate(() => sessionStorage.setItem('pinfold.token', 'stale-token'));
-    await page.locator('.page-head [data-action="restart"]').click();
-    await page.locator('[data-testid="confirm-ok"]').click();
-    const dialog = page.locator('[data-testid="token-dialog"]');
-    await dialog.waitFor({ timeout: 5_000 });
-    const said = await dialog.innerText();
-    if (!/rejected/i.test(said)) throw new Error(`token dialog did not mention the rejection: ${said}`);
+    const before = refused.length;
+    await page.reload();
+    const said = await signInDialog();
+    if (!/rejected the token kept for this tab/i.test(said)) throw new Error(`the dialog does not say the kept token was rejected: ${said}`);
+    await page.waitForTimeout(1_000);
+    if (refused.length - before !== 1) throw new Error(`the stale token was refused ${refused.length - before} times (want 1): ${refused.slice(before).join(', ')}`);
     await page.locator('#token-input').fill(token);
     await page.locator('[data-testid="token-save"]').click();
+    await page.locator('[data-page="partition"][data-name="beta"]').waitFor({ timeout: 10_000 });
+    await page.waitForFunction(() => /offset [1-9]/.test(document.querySelector('[data-testid="console-status"]')?.textContent ?? ''), null, { timeout: 10_000 });
+    offsetBefore = await consoleOffset();
+    await page.locator('.page-head [data-action="restart"]').click();
+    await page.locator('[data-testid="confirm-ok"]').click();
+    await page.waitForTimeout(1_000);
+    if (await dialog.isVisible()) throw new Error('the token dialog opened again for the restart');
   });
 
   await check("restart of beta increases beta's boot count", async () => {
@@ -180,11 +234,6 @@ try {
       await page.waitForTimeout(250);
     }
     await page.locator('.page-head [data-field="state"][data-state="running"]').waitFor({ timeout: 20_000 });
-  });
-
-  await check('the token is kept for the tab after being entered', async () => {
-    const kept = await page.evaluate(() => sessionStorage.getItem('pinfold.token'));
-    if (kept !== token) throw new Error('sessionStorage does not hold the entered token');
   });
 
   await check("beta's console keeps following across the restart", async () => {
@@ -243,6 +292,28 @@ try {
     await page.locator('tr[data-partition="beta"] [data-field="state"][data-state="running"]').waitFor({ timeout: 10_000 });
   });
 
+  await check("beta's console history downloads through the page (with the token) and holds both boots", async () => {
+    await page.goto(`${base}/#/partitions/beta`);
+    const button = page.locator('[data-testid="console-history"]');
+    await button.waitFor({ state: 'visible', timeout: 10_000 });
+    const [download] = await Promise.all([page.waitForEvent('download', { timeout: 20_000 }), button.click()]);
+    if (download.suggestedFilename() !== 'beta-console.log') throw new Error(`saved as ${download.suggestedFilename()}`);
+    const history = readFileSync(await download.path(), 'utf8');
+    const boots = (history.match(/^=== pinfold: beta boot \d+ at /gm) ?? []).length;
+    if (boots < 2) throw new Error(`the history has ${boots} boot markers (want 2 or more: beta was restarted)`);
+  });
+
+  await check('the event log follows the live stream with the token (not polling), and shows a new event', async () => {
+    await page.goto(`${base}/#/events`);
+    await page.locator('[data-testid="events-mode"]', { hasText: 'live' }).waitFor({ timeout: 15_000 });
+    const top = Number((await page.locator('[data-testid="events"] .event').first().getAttribute('data-seq')) ?? 0);
+    // A refused request is an event (login_refused): it must arrive over the stream.
+    await fetch(`${base}/api/v1/partitions`, { headers: { Authorization: 'Bearer not-the-token' } });
+    await page.waitForFunction((n) => Number(document.querySelector('[data-testid="events"] .event')?.getAttribute('data-seq') ?? 0) > n, top, { timeout: 15_000 });
+    const mode = await page.locator('[data-testid="events-mode"]').innerText();
+    if (!/live/.test(mode)) throw new Error(`the event log fell back: ${mode}`);
+  });
+
   if (mock !== null) {
     // Only the mock can overrun a console ring on demand.
     await check('a console overrun shows the dropped-bytes notice', async () => {
@@ -258,7 +329,7 @@ try {
 
   await check('views the manager does not serve are left out of the navigation', async () => {
     for (const [nav, path] of [['resources', '/api/v1/resources'], ['images', '/api/v1/images'], ['events', '/api/v1/events'], ['config', '/api/v1/config']]) {
-      const served = (await fetch(`${base}${path}`)).status !== 404;
+      const served = (await fetch(`${base}${path}`, { headers: AUTH })).status !== 404;
       const link = page.locator(`.nav [data-nav="${nav}"]`);
       await page.waitForFunction(([n, s]) => {
         const a = document.querySelector(`.nav [data-nav="${n}"]`);
@@ -418,7 +489,7 @@ try {
       const [download] = await Promise.all([page.waitForEvent('download', { timeout: 5_000 }), link.click()]);
       const saved = join(OUT, 'config.toml');
       await download.saveAs(saved);
-      const exported = await (await fetch(`${base}/api/v1/config`)).text();
+      const exported = await (await fetch(`${base}/api/v1/config`, { headers: AUTH })).text();
       if (readFileSync(saved, 'utf8') !== exported) throw new Error('the downloaded config.toml is not the exported plan');
       if (await page.locator('[data-testid="config-apply"]').isEnabled()) throw new Error('Apply is offered before a preview');
       await page.locator('[data-testid="config-preview"]').click();
@@ -464,7 +535,7 @@ try {
       await err.waitFor({ state: 'visible', timeout: 10_000 });
       const said = await err.innerText();
       if (!/^kernel: .*not an arm64 Image/.test(said)) throw new Error(`upload error: ${said}`);
-      if ((await (await fetch(`${base}/api/v1/images`)).json()).images.some((i) => i.name === 'not-a-kernel')) throw new Error('the refused image was kept');
+      if ((await (await fetch(`${base}/api/v1/images`, { headers: AUTH })).json()).images.some((i) => i.name === 'not-a-kernel')) throw new Error('the refused image was kept');
       await page.locator('[data-testid="fetch-url"]').fill('http://10.0.2.2:8000/vmlinuz');
       await page.locator('[data-testid="fetch-name"]').fill('fetched-Image');
       await page.locator('form:has([data-testid="fetch-url"]) button[type="submit"]').click();
@@ -499,11 +570,12 @@ try {
         if (Date.now() > until) throw new Error("the guest's shutdown messages are not on the console");
         await page.waitForTimeout(200);
       }
-      const link = page.locator('[data-testid="console-history"]');
-      await link.waitFor({ state: 'visible', timeout: 5_000 });
-      const res = await fetch(new URL(await link.getAttribute('href'), base));
-      const history = await res.text();
-      if (!/attachment; filename="beta-console.log"/.test(res.headers.get('content-disposition') ?? '')) throw new Error('no attachment header');
+      const button = page.locator('[data-testid="console-history"]');
+      await button.waitFor({ state: 'visible', timeout: 5_000 });
+      // The page fetches it with the token and saves the Blob (a plain link would get 401).
+      const [download] = await Promise.all([page.waitForEvent('download', { timeout: 10_000 }), button.click()]);
+      if (download.suggestedFilename() !== 'beta-console.log') throw new Error(`saved as ${download.suggestedFilename()}`);
+      const history = readFileSync(await download.path(), 'utf8');
       if ((history.match(/^=== pinfold: beta boot \d+ at /gm) ?? []).length < 2) throw new Error('the history lacks the boot markers of both boots');
     });
 

@@ -44,6 +44,7 @@
 //! | 23 | PARTITION_SHUTDOWN | index |         |         |     | (3.0) graceful: power button, then a hard stop |
 //! | 24 | IMAGE_READ       | id      | offset  | buf IPA | len | (3.1) X1 = bytes copied (0 at the end); sealed images only |
 //! | 25 | CONFIG_APPLIED   |         |         |         |     | (3.1) the stored configuration is applied: held autostart partitions start |
+//! | 26 | ENTROPY          | buf IPA | buf len |         |     | (3.1) X1 = bytes written (at most 256) |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -178,7 +179,15 @@ pub mod fid {
     pub const IMAGE_READ: u32 = BASE | 24;
     /// (3.1) The manager applied its stored configuration.
     pub const CONFIG_APPLIED: u32 = BASE | 25;
+    /// (3.1) Random bytes from the hypervisor's DRBG (seeded at boot from
+    /// the host's entropy sources), filling the buffer (at most
+    /// [`super::MAX_ENTROPY_LEN`] bytes). NOT_FOUND when the hypervisor
+    /// found no entropy source at boot.
+    pub const ENTROPY: u32 = BASE | 26;
 }
+
+/// Longest ENTROPY buffer (bytes); a longer one is INVALID_PARAMETERS.
+pub const MAX_ENTROPY_LEN: u64 = 256;
 
 /// Longest MGMT_REPORT detail the hypervisor keeps.
 pub const MAX_REPORT_LEN: u64 = 256;
@@ -514,6 +523,10 @@ pub enum Request {
     /// store: the autostart partitions the hypervisor held at boot start
     /// now (they would at the hold's timeout anyway).
     ConfigApplied,
+    /// (3.1) Fill the buffer with random bytes.
+    Entropy {
+        buf: GuestBuffer,
+    },
 }
 
 impl Request {
@@ -538,7 +551,8 @@ impl Request {
             | fid::IMAGE_CREATE
             | fid::LIST_IMAGES
             | fid::PARTITION_CREATE
-            | fid::RESOURCES => 2,
+            | fid::RESOURCES
+            | fid::ENTROPY => 2,
             fid::PARTITION_INFO
             | fid::CONSOLE_WRITE
             | fid::MGMT_REPORT
@@ -633,6 +647,13 @@ impl Request {
                 offset: args[1],
                 buf: buf(args[2], args[3])?,
             },
+            fid::ENTROPY => Request::Entropy {
+                buf: if args[1] > MAX_ENTROPY_LEN {
+                    return Err(AbiError::InvalidParameters);
+                } else {
+                    buf(args[0], args[1])?
+                },
+            },
             // Only CONSOLE_WRITE is left: `used` rejected everything else.
             _ => Request::ConsoleWrite {
                 index: index()?,
@@ -720,6 +741,7 @@ impl Request {
                 [fid::IMAGE_READ as u64, i(id), offset, buf.ipa, buf.len, 0]
             }
             Request::ConfigApplied => [fid::CONFIG_APPLIED as u64, 0, 0, 0, 0, 0],
+            Request::Entropy { buf } => [fid::ENTROPY as u64, buf.ipa, buf.len, 0, 0, 0],
         }
     }
 
@@ -741,6 +763,7 @@ impl Request {
             | Request::PartitionCreate { buf }
             | Request::PartitionConfigure { buf, .. }
             | Request::Resources { buf }
+            | Request::Entropy { buf }
             | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
@@ -784,6 +807,7 @@ impl Request {
             | Request::PciFunctions { .. }
             | Request::ListImages { .. }
             | Request::Resources { .. }
+            | Request::Entropy { .. }
             | Request::MgmtTokenDigest { .. } => Return::Written(within(x[1])?),
             Request::MgmtReport { .. }
             | Request::PartitionStart { .. }
@@ -1332,6 +1356,12 @@ mod tests {
             },
             Request::ConfigApplied,
             Request::PartitionShutdown { index: 2 },
+            Request::Entropy {
+                buf: GuestBuffer {
+                    ipa: BUF.ipa,
+                    len: 32,
+                },
+            },
         ]
     }
 
@@ -1502,6 +1532,46 @@ mod tests {
     }
 
     #[test]
+    fn entropy_is_call_24_with_a_buffer_of_at_most_256_bytes() {
+        assert_eq!(fid::ENTROPY, 0xC600_001A);
+        assert_eq!(
+            Request::decode(&regs(fid::ENTROPY, [BUF.ipa, MAX_ENTROPY_LEN, 0, 0, 0])),
+            Ok(Request::Entropy {
+                buf: GuestBuffer {
+                    ipa: BUF.ipa,
+                    len: MAX_ENTROPY_LEN
+                }
+            })
+        );
+        assert_eq!(
+            Request::decode(&regs(fid::ENTROPY, [BUF.ipa, MAX_ENTROPY_LEN + 1, 0, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+        assert_eq!(
+            Request::decode(&regs(fid::ENTROPY, [BUF.ipa, 32, 1, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+        let request = Request::Entropy {
+            buf: GuestBuffer {
+                ipa: BUF.ipa,
+                len: 32,
+            },
+        };
+        assert_eq!(
+            request.decode_return(&[0, 32, 0, 0]),
+            Ok(Return::Written(32))
+        );
+        assert_eq!(
+            request.decode_return(&[0, 33, 0, 0]),
+            Err(CallError::MalformedReply)
+        );
+        assert_eq!(
+            request.decode_return(&encode_error(AbiError::NotFound)),
+            Err(CallError::Refused(AbiError::NotFound))
+        );
+    }
+
+    #[test]
     fn mgmt_report_refuses_an_unknown_status_and_an_overlong_detail() {
         assert_eq!(
             Request::decode(&regs(fid::MGMT_REPORT, [4, BUF.ipa, 8, 0, 0])),
@@ -1537,7 +1607,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 26, [0; 5])),
+            Request::decode(&regs(fid::BASE | 27, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

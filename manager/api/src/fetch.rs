@@ -130,7 +130,7 @@ pub fn start<B: Backend + Send + 'static>(
     head: &Request,
 ) -> Result<Response, ApiError> {
     let req = {
-        let r = router.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
         r.authorize(head)?;
         parse_fetch(&head.body)?
     };

@@ -597,6 +597,83 @@ impl Config {
     }
 }
 
+/// `GET /api/v1/auth/whoami`: the credential the request came with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Whoami {
+    pub id: String,
+    pub role: &'static str,
+}
+
+/// A credential as listed (never its token or digest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CredentialInfo {
+    pub id: String,
+    pub name: String,
+    pub role: &'static str,
+    /// When it was made or last rotated (RFC 3339 UTC); null for the boot
+    /// credential or without a clock.
+    pub since: Option<String>,
+}
+
+impl From<&crate::auth::Credential> for CredentialInfo {
+    fn from(c: &crate::auth::Credential) -> Self {
+        CredentialInfo {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            role: c.role.name(),
+            since: c.since_ms.map(crate::time::rfc3339),
+        }
+    }
+}
+
+/// A credential just made or rotated, with its token (shown this once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NewCredential {
+    #[serde(flatten)]
+    pub info: CredentialInfo,
+    pub token: String,
+}
+
+impl NewCredential {
+    pub fn new(c: &crate::auth::Credential, token: String) -> Self {
+        NewCredential {
+            info: c.into(),
+            token,
+        }
+    }
+}
+
+/// `POST /api/v1/auth/credentials`: `{"role": "viewer"|"operator",
+/// "name"?: str}` (a name of at most 64 printable characters).
+pub fn parse_credential_request(
+    body: &[u8],
+) -> Result<(crate::auth::Role, String), crate::ApiError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        role: String,
+        #[serde(default)]
+        name: String,
+    }
+    let b: Body = serde_json::from_slice(body)
+        .map_err(|e| crate::ApiError::bad_request(format!("body: {e}")).with_field("body"))?;
+    let role = crate::auth::Role::parse(&b.role).ok_or_else(|| {
+        crate::ApiError::bad_request(format!(
+            "role: must be viewer or operator, not {:?}",
+            b.role
+        ))
+        .with_field("role")
+    })?;
+    if b.name.chars().count() > crate::auth::MAX_NAME_LEN || b.name.chars().any(char::is_control) {
+        return Err(crate::ApiError::bad_request(format!(
+            "name: at most {} characters, none a control character",
+            crate::auth::MAX_NAME_LEN
+        ))
+        .with_field("name"));
+    }
+    Ok((role, b.name))
+}
+
 /// `PUT /api/v1/config`'s answer: what the import did (or, with
 /// `dry_run`, would do), by partition name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

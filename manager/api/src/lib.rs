@@ -8,11 +8,14 @@
 //! [`MAX_BODY_BYTES`] + 1 bytes; longer bodies are answered 413 anyway.
 //!
 //! Checks run in this order, so that each error means one thing:
-//! 404/405 (no such route or method), 401 (a POST without the right bearer
-//! token), 413/400 (body or query), then the backend's 404 (no such
-//! partition) and 409 (transition not allowed).
+//! 404/405 (no such route or method), then who is asking (`auth`: 421 for
+//! a `Host` that is not ours, 403 for a mutation from another `Origin`,
+//! 429 after too many failed credentials, 401 without the right bearer
+//! token, 403 for a role that may not), 413/400 (body or query), then the
+//! backend's 404 (no such partition) and 409 (transition not allowed).
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod events;
@@ -210,6 +213,19 @@ pub enum Action {
     StaticFile {
         path: String,
     },
+    /// The credential the request came with.
+    Whoami,
+    ListCredentials,
+    CreateCredential {
+        role: auth::Role,
+        name: String,
+    },
+    RotateCredential {
+        id: String,
+    },
+    RevokeCredential {
+        id: String,
+    },
 }
 
 /// The API endpoints, one per OpenAPI path item.
@@ -232,6 +248,14 @@ pub enum Endpoint {
     Images,
     ImageFetch,
     Image,
+    /// `GET /api/v1/auth/whoami`.
+    Whoami,
+    /// `GET`/`POST /api/v1/auth/credentials`.
+    Credentials,
+    /// `DELETE /api/v1/auth/credentials/{id}`.
+    Credential,
+    /// `POST /api/v1/auth/credentials/{id}/rotate`.
+    CredentialRotate,
     Config,
     ConfigStore,
 }
@@ -303,6 +327,19 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/api/v1/config/store", Endpoint::ConfigStore),
     route("GET", "/metrics", Endpoint::Metrics),
     route("GET", "/api/v1/openapi.json", Endpoint::OpenApi),
+    route("GET", "/api/v1/auth/whoami", Endpoint::Whoami),
+    route("GET", "/api/v1/auth/credentials", Endpoint::Credentials),
+    route("POST", "/api/v1/auth/credentials", Endpoint::Credentials),
+    route(
+        "DELETE",
+        "/api/v1/auth/credentials/{name}",
+        Endpoint::Credential,
+    ),
+    route(
+        "POST",
+        "/api/v1/auth/credentials/{name}/rotate",
+        Endpoint::CredentialRotate,
+    ),
 ];
 
 /// A request the API refuses: status, short code and a sentence.
@@ -314,6 +351,8 @@ pub struct ApiError {
     /// The field at fault, for field-level errors (the plan field as the
     /// build-time TOML check names it).
     pub field: Option<String>,
+    /// Seconds for a `Retry-After` header (429).
+    pub retry_after: Option<u64>,
     /// A 405's `Allow` header: the methods the route takes.
     pub allow: Option<String>,
 }
@@ -325,8 +364,12 @@ impl ApiError {
             code,
             detail: detail.into(),
             field: None,
+            retry_after: None,
             allow: None,
         }
+    }
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        ApiError::new(403, "forbidden", detail)
     }
     /// The same error, naming `field`.
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
@@ -391,6 +434,9 @@ impl ApiError {
             field: self.field.clone(),
         };
         let mut resp = json_response(self.status, &body);
+        if let Some(secs) = self.retry_after {
+            resp.headers.push(("Retry-After", secs.to_string()));
+        }
         if let Some(allow) = &self.allow {
             resp.headers.push(("Allow", allow.clone()));
         }
@@ -679,6 +725,14 @@ fn build_action(
         Endpoint::ConfigStore => Action::GetConfigStore,
         Endpoint::Metrics => Action::Metrics,
         Endpoint::OpenApi => Action::OpenApi,
+        Endpoint::Whoami => Action::Whoami,
+        Endpoint::Credentials if req.method == "POST" => {
+            let (role, name) = json::parse_credential_request(&req.body)?;
+            Action::CreateCredential { role, name }
+        }
+        Endpoint::Credentials => Action::ListCredentials,
+        Endpoint::Credential => Action::RevokeCredential { id: name },
+        Endpoint::CredentialRotate => Action::RotateCredential { id: name },
     })
 }
 
@@ -750,12 +804,13 @@ pub struct Router<B: Backend> {
     /// What the manager knows of images beyond the hypervisor's list:
     /// names, upload progress, failures (by image id).
     images: std::collections::BTreeMap<u32, ImageMeta>,
-    /// SHA-256 of the bearer token (the manager never holds the token).
-    token_digest: Option<[u8; 32]>,
+    /// Every credential accepted (digests only) and the DRBG for new ones.
+    pub credentials: auth::Credentials,
+    /// The `Host` names answered besides IP literals and localhost.
+    pub hosts: auth::HostPolicy,
+    /// Who the request being executed came from.
+    actor: Option<auth::Actor>,
     static_files: &'static [StaticFile],
-    /// Also demand the token on GETs (console output, metrics). Off by
-    /// default: the contract asks it only of POSTs.
-    pub require_token_for_reads: bool,
     /// The hypervisor's events merged with the manager's own.
     pub events: events::EventLog,
     /// Every partition's console history ([`Router::follow_consoles`]).
@@ -769,9 +824,10 @@ pub struct Router<B: Backend> {
 }
 
 impl<B: Backend> Router<B> {
-    /// POSTs must carry a bearer token whose SHA-256 is `token_digest`.
-    /// None matches nothing, so a manager started without one refuses every
-    /// change.
+    /// `token_digest`: the boot credential's (operator) SHA-256, from the
+    /// hypervisor. None matches nothing, so a manager started without one
+    /// refuses everything that needs a credential. New credentials need
+    /// [`Router::seed_credentials`] first.
     pub fn new(
         backend: B,
         token_digest: Option<[u8; 32]>,
@@ -780,15 +836,23 @@ impl<B: Backend> Router<B> {
         Router {
             backend,
             images: std::collections::BTreeMap::new(),
-            token_digest,
+            credentials: auth::Credentials::new(token_digest, None),
+            hosts: auth::HostPolicy::default(),
+            actor: None,
             static_files,
-            require_token_for_reads: false,
             events: events::EventLog::new(),
             histories: events::Histories::new(),
             heap: None,
             logins: events::LoginLimiter::default(),
             store: store::StoreStatus::default(),
         }
+    }
+
+    /// Seeds the DRBG new credentials are made from (32 bytes of the
+    /// hypervisor's ENTROPY call); without it none is made.
+    pub fn seed_credentials(&mut self, seed: [u8; 32]) {
+        let boot = std::mem::replace(&mut self.credentials, auth::Credentials::new(None, None));
+        self.credentials = boot.with_seed(seed);
     }
 
     /// Records one of the manager's own events (`kind`: `config`,
@@ -856,9 +920,7 @@ impl<B: Backend> Router<B> {
     pub fn open_stream(&mut self, req: &Request) -> Result<events::EventStream, Response> {
         let (path, query) = split_target(&req.path);
         let result = match_route(&req.method, path).and_then(|m| {
-            if self.require_token_for_reads {
-                self.authorize(req)?;
-            }
+            self.admit(req, &m)?;
             build_action(req, m, path, query)
         });
         match result {
@@ -897,14 +959,7 @@ impl<B: Backend> Router<B> {
     fn try_handle(&mut self, req: &Request) -> Result<Response, ApiError> {
         let (path, query) = split_target(&req.path);
         let matched = match_route(&req.method, path)?;
-        let is_api = matches!(matched, Matched::Api { .. });
-        let read = req.method == "GET" || req.method == "HEAD";
-        if !read || (is_api && self.require_token_for_reads) {
-            if let Err(e) = self.authorize(req) {
-                self.login_refused(req, &e.detail);
-                return Err(e);
-            }
-        }
+        self.actor = self.admit(req, &matched)?;
         let action = build_action(req, matched, path, query)?;
         if let Action::UploadImage { query } = action {
             let mut body = &req.body[..];
@@ -927,30 +982,89 @@ impl<B: Backend> Router<B> {
         self.record("login_refused", None, &message);
     }
 
-    /// 401 unless `req` carries the right bearer token.
-    pub fn authorize(&self, req: &Request) -> Result<(), ApiError> {
-        let header = req
-            .headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
-            .map(|(_, v)| v.trim())
-            .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
-        // The scheme name is case-insensitive (RFC 7235 2.1).
-        let token = match header.split_once(' ') {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => rest.trim(),
-            _ => {
-                return Err(ApiError::unauthorized(
-                    "Authorization must use the Bearer scheme",
-                ))
+    /// Who may ask (see `auth`): `Host`, then `Origin` on a mutation, then
+    /// the failure throttle, the bearer token and its role. Ok(None) for
+    /// what is open to anyone; every refusal of a credential or role is a
+    /// `login_refused` event.
+    fn admit(
+        &mut self,
+        req: &Request,
+        matched: &Matched<'_>,
+    ) -> Result<Option<auth::Actor>, ApiError> {
+        // No Host at all is an HTTP/1.0 client, never a browser.
+        let host = req.header("host");
+        if let Some(host) = host {
+            if !self.hosts.allows(host) {
+                return Err(ApiError::new(
+                    421,
+                    "misdirected",
+                    format!("Host {host:?} is not one of this manager's names or addresses"),
+                ));
+            }
+        }
+        if req.method != "GET" && req.method != "HEAD" {
+            if let Some(origin) = req.header("origin") {
+                if !host.is_some_and(|h| auth::same_origin(origin, h)) {
+                    return Err(ApiError::forbidden(format!(
+                        "Origin {origin:?} is not this manager's: cross-site requests are refused"
+                    )));
+                }
+            }
+        }
+        let endpoint = match matched {
+            Matched::Api { endpoint, .. } => Some(*endpoint),
+            Matched::Static => None,
+        };
+        let Some(needed) = auth::required_role(&req.method, endpoint) else {
+            return Ok(None);
+        };
+        let now = Instant::now();
+        if let Some(secs) = self.credentials.throttled(now) {
+            let mut e = ApiError::new(
+                429,
+                "too_many_requests",
+                format!(
+                    "more than {} failed credentials in {} s: try again in {secs} s",
+                    auth::FAIL_LIMIT,
+                    auth::FAIL_WINDOW.as_secs()
+                ),
+            );
+            e.retry_after = Some(secs);
+            self.login_refused(req, &e.detail);
+            return Err(e);
+        }
+        let token = match bearer(req) {
+            Ok(t) => t,
+            Err(e) => {
+                self.login_refused(req, &e.detail);
+                return Err(e);
             }
         };
-        let presented = token_digest(token.as_bytes());
-        let matches = self
-            .token_digest
-            .is_some_and(|digest| constant_time_eq(&presented, &digest));
-        if !matches {
-            return Err(ApiError::unauthorized("wrong token"));
+        let Some(actor) = self.credentials.check(token) else {
+            self.credentials.failed(now);
+            let e = ApiError::unauthorized("wrong token");
+            self.login_refused(req, &e.detail);
+            return Err(e);
+        };
+        if actor.role < needed {
+            let e = ApiError::forbidden(format!(
+                "this needs the {} role; credential {} is a {}",
+                needed.name(),
+                actor.id,
+                actor.role.name()
+            ));
+            self.login_refused(req, &format!("{actor}: {}", e.detail));
+            return Err(e);
         }
+        Ok(Some(actor))
+    }
+
+    /// [`Router::admit`] for a request routed elsewhere (an upload, a
+    /// fetch): Ok once it may go on.
+    pub fn authorize(&mut self, req: &Request) -> Result<(), ApiError> {
+        let (path, _) = split_target(&req.path);
+        let matched = match_route(&req.method, path)?;
+        self.actor = self.admit(req, &matched)?;
         Ok(())
     }
 
@@ -1033,7 +1147,14 @@ impl<B: Backend> Router<B> {
             Action::ChangeState { name, op } => self.change_state(&name, op),
             Action::ReadConsole { name, offset } => self.read_console(&name, offset),
             Action::WriteConsole { name, data } => {
-                let index = self.lookup(&name)?.index;
+                let target = self.lookup(&name)?;
+                if target.management {
+                    return Err(ApiError::forbidden(format!(
+                        "{name} is the management partition: its console input is refused over \
+                         the API (use the host console)"
+                    )));
+                }
+                let index = target.index;
                 let accepted = self
                     .write_console(index, &data)
                     .map_err(|e| ApiError::from_call(e, &name))?;
@@ -1098,7 +1219,66 @@ impl<B: Backend> Router<B> {
             }
             Action::OpenApi => Ok(Response::new(200, JSON, OPENAPI_JSON.as_bytes().to_vec())),
             Action::StaticFile { path } => self.static_file(&path),
+            Action::Whoami => {
+                let actor = self.actor.clone();
+                let (id, role) = actor
+                    .map(|a| (a.id, a.role.name()))
+                    .unwrap_or_else(|| (String::new(), ""));
+                Ok(json_response(200, &json::Whoami { id, role }))
+            }
+            Action::ListCredentials => {
+                let list: Vec<json::CredentialInfo> = self
+                    .credentials
+                    .list()
+                    .iter()
+                    .map(json::CredentialInfo::from)
+                    .collect();
+                Ok(json_response(200, &list))
+            }
+            Action::CreateCredential { role, name } => {
+                let now = self.backend.wall_clock_ms().ok();
+                let (c, token) = self
+                    .credentials
+                    .create(role, &name, now)
+                    .map_err(credential_error)?;
+                self.record_auth(&format!(
+                    "made {} credential {} ({})",
+                    c.role.name(),
+                    c.id,
+                    c.name
+                ));
+                let mut resp = json_response(201, &json::NewCredential::new(&c, token));
+                resp.headers
+                    .push(("Location", format!("/api/v1/auth/credentials/{}", c.id)));
+                Ok(resp)
+            }
+            Action::RotateCredential { id } => {
+                let now = self.backend.wall_clock_ms().ok();
+                let (c, token) = self
+                    .credentials
+                    .rotate(&id, now)
+                    .map_err(credential_error)?;
+                self.record_auth(&format!("rotated {} credential {}", c.role.name(), c.id));
+                Ok(json_response(200, &json::NewCredential::new(&c, token)))
+            }
+            Action::RevokeCredential { id } => {
+                let c = self.credentials.revoke(&id).map_err(credential_error)?;
+                self.record_auth(&format!("revoked {} credential {}", c.role.name(), c.id));
+                Ok(json_response(
+                    200,
+                    &serde_json::json!({"id": c.id, "revoked": true}),
+                ))
+            }
         }
+    }
+
+    /// A `config` event for a credential change, naming who made it.
+    fn record_auth(&mut self, what: &str) {
+        let by = self
+            .actor
+            .as_ref()
+            .map_or_else(|| "nobody".to_string(), |a| a.to_string());
+        self.record("config", None, &format!("{by} {what}"));
     }
 
     fn partitions(&mut self) -> Result<Vec<PartitionSummary>, ApiError> {
@@ -1267,7 +1447,33 @@ pub fn token_digest(token: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(token).into()
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(req: &Request) -> Result<&str, ApiError> {
+    let header = req
+        .header("authorization")
+        .map(str::trim)
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
+    // The scheme name is case-insensitive (RFC 7235 2.1).
+    match header.split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => Ok(rest.trim()),
+        _ => Err(ApiError::unauthorized(
+            "Authorization must use the Bearer scheme",
+        )),
+    }
+}
+
+/// A refused credential change in the API's terms.
+fn credential_error(e: auth::MakeError) -> ApiError {
+    match e {
+        auth::MakeError::NoEntropy => ApiError::hypervisor(503, e.sentence()),
+        auth::MakeError::TooMany | auth::MakeError::LastOperator => {
+            ApiError::conflict(e.sentence())
+        }
+        auth::MakeError::NotFound => ApiError::not_found(e.sentence()),
+    }
+}
+
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

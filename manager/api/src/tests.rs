@@ -680,12 +680,48 @@ fn router() -> Router<FakeBackend> {
     )
 }
 
+/// A GET with the operator (boot) token; [`anon_get`] has none.
 fn get(path: &str) -> Request {
+    Request {
+        method: "GET".into(),
+        path: path.into(),
+        headers: vec![("Authorization".into(), format!("Bearer {TOKEN}"))],
+        ..Request::default()
+    }
+}
+
+fn anon_get(path: &str) -> Request {
     Request {
         method: "GET".into(),
         path: path.into(),
         ..Request::default()
     }
+}
+
+fn with_token(mut req: Request, token: &str) -> Request {
+    req.headers
+        .retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
+    req.headers
+        .push(("Authorization".into(), format!("Bearer {token}")));
+    req
+}
+
+fn with_header(mut req: Request, name: &str, value: &str) -> Request {
+    req.headers.push((name.into(), value.into()));
+    req
+}
+
+/// A router that can make credentials, and a viewer token it made.
+fn router_with_viewer() -> (Router<FakeBackend>, String) {
+    let mut r = router();
+    r.seed_credentials([7; 32]);
+    let resp = r.handle(&post(
+        "/api/v1/auth/credentials",
+        r#"{"role":"viewer","name":"dash"}"#,
+    ));
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    let token = body_json(&resp)["token"].as_str().unwrap().to_string();
+    (r, token)
 }
 
 fn post(path: &str, body: &str) -> Request {
@@ -1142,6 +1178,7 @@ fn every_route_in_the_table_reaches_its_endpoint() {
             (Endpoint::Console, _) => r#"{"data":"x"}"#,
             (Endpoint::Partitions | Endpoint::Partition, "POST" | "PATCH") => "{}",
             (Endpoint::ImageFetch, _) => r#"{"url":"http://h/x","kind":"kernel"}"#,
+            (Endpoint::Credentials, "POST") => r#"{"role":"viewer"}"#,
             _ => "",
         };
         let req = Request {
@@ -1289,23 +1326,280 @@ fn unauthenticated_oversized_body_is_401_before_413() {
 }
 
 #[test]
-fn get_needs_no_token_by_default() {
+fn reads_need_a_credential_but_static_files_host_and_openapi_do_not() {
     let mut r = router();
 
+    for path in [
+        "/api/v1/partitions",
+        "/api/v1/partitions/alpha/console",
+        "/api/v1/partitions/alpha/console/history",
+        "/api/v1/events",
+        "/api/v1/events/stream",
+        "/metrics",
+        "/api/v1/images",
+        "/api/v1/auth/whoami",
+    ] {
+        assert_eq!(r.handle(&anon_get(path)).status, 401, "{path}");
+        assert_eq!(r.handle(&get(path)).status, 200, "{path}");
+    }
+    for path in ["/", "/api/v1/host", "/api/v1/openapi.json"] {
+        assert_eq!(r.handle(&anon_get(path)).status, 200, "{path}");
+    }
+}
+
+#[test]
+fn a_viewer_reads_everything_but_changes_nothing_and_is_logged() {
+    let (mut r, viewer) = router_with_viewer();
+
+    for path in [
+        "/api/v1/partitions",
+        "/api/v1/partitions/alpha/console",
+        "/api/v1/events",
+        "/metrics",
+    ] {
+        assert_eq!(
+            r.handle(&with_token(get(path), &viewer)).status,
+            200,
+            "{path}"
+        );
+    }
+    let resp = r.handle(&with_token(
+        post("/api/v1/partitions/beta/start", ""),
+        &viewer,
+    ));
     assert_eq!(
-        r.handle(&get("/api/v1/partitions/alpha/console")).status,
+        (resp.status, error_code(&resp).as_str()),
+        (403, "forbidden")
+    );
+    assert!(body_json(&resp)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("needs the operator role; credential c1 is a viewer"));
+    assert!(!r.backend().calls.iter().any(|c| c.starts_with("start")));
+    let listed = r.handle(&with_token(get("/api/v1/auth/credentials"), &viewer));
+    assert_eq!(listed.status, 403);
+    let whoami = body_json(&r.handle(&with_token(get("/api/v1/auth/whoami"), &viewer)));
+    assert_eq!(whoami, json!({"id": "c1", "role": "viewer"}));
+    let events = body_json(&r.handle(&get("/api/v1/events")));
+    let refused: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "login_refused")
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|e| e["message"].as_str().unwrap().contains("viewer c1")),
+        "{refused:?}"
+    );
+    let made: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "config")
+        .collect();
+    assert!(made.iter().any(|e| e["message"]
+        .as_str()
+        .unwrap()
+        .contains("operator boot made viewer credential c1 (dash)")));
+}
+
+#[test]
+fn credentials_are_listed_without_secrets_rotated_and_revoked() {
+    let (mut r, viewer) = router_with_viewer();
+
+    let list = body_json(&r.handle(&get("/api/v1/auth/credentials")));
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    assert!(!list.to_string().contains(&viewer));
+    assert_eq!(list[0]["id"], "boot");
+    assert_eq!(
+        list[1],
+        json!({"id": "c1", "name": "dash", "role": "viewer", "since": "2026-12-01T13:45:00Z"})
+    );
+
+    let rotated = r.handle(&post("/api/v1/auth/credentials/c1/rotate", ""));
+    assert_eq!(rotated.status, 200);
+    let new_token = body_json(&rotated)["token"].as_str().unwrap().to_string();
+    assert_ne!(new_token, viewer);
+    assert_eq!(
+        r.handle(&with_token(get("/api/v1/partitions"), &viewer))
+            .status,
+        401
+    );
+    assert_eq!(
+        r.handle(&with_token(get("/api/v1/partitions"), &new_token))
+            .status,
+        200
+    );
+
+    let mut del = post("/api/v1/auth/credentials/c1", "");
+    del.method = "DELETE".into();
+    assert_eq!(r.handle(&del).status, 200);
+    assert_eq!(
+        r.handle(&with_token(get("/api/v1/partitions"), &new_token))
+            .status,
+        401
+    );
+    assert_eq!(r.handle(&del).status, 404);
+
+    let mut boot = post("/api/v1/auth/credentials/boot", "");
+    boot.method = "DELETE".into();
+    let last = r.handle(&boot);
+    assert_eq!((last.status, error_code(&last).as_str()), (409, "conflict"));
+}
+
+#[test]
+fn the_boot_token_can_be_rotated_and_the_old_one_stops_working() {
+    let mut r = router();
+    r.seed_credentials([9; 32]);
+
+    let rotated = r.handle(&post("/api/v1/auth/credentials/boot/rotate", ""));
+    assert_eq!(rotated.status, 200);
+    let token = body_json(&rotated)["token"].as_str().unwrap().to_string();
+    assert_eq!(token.len(), 64);
+    assert_eq!(r.handle(&get("/api/v1/partitions")).status, 401);
+    assert_eq!(
+        r.handle(&with_token(get("/api/v1/partitions"), &token))
+            .status,
         200
     );
 }
 
 #[test]
-fn get_needs_token_when_reads_are_protected_but_static_files_do_not() {
+fn without_entropy_no_credential_is_made_and_the_reason_is_given() {
     let mut r = router();
-    r.require_token_for_reads = true;
 
-    assert_eq!(r.handle(&get("/api/v1/partitions")).status, 401);
-    assert_eq!(r.handle(&get("/metrics")).status, 401);
-    assert_eq!(r.handle(&get("/")).status, 200);
+    let resp = r.handle(&post("/api/v1/auth/credentials", r#"{"role":"viewer"}"#));
+
+    assert_eq!(resp.status, 503);
+    assert!(body_json(&resp)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("no entropy source"));
+    let resp = r.handle(&post("/api/v1/auth/credentials/boot/rotate", ""));
+    assert_eq!(resp.status, 503);
+    assert_eq!(r.handle(&get("/api/v1/partitions")).status, 200);
+}
+
+#[test]
+fn a_credential_request_names_the_bad_field() {
+    let mut r = router();
+    r.seed_credentials([1; 32]);
+    for (body, field) in [
+        (r#"{"role":"admin"}"#, "role"),
+        (r#"{"role":"viewer","name":"a\nb"}"#, "name"),
+        (r#"{"role":"viewer","extra":1}"#, "body"),
+        ("", "body"),
+    ] {
+        let resp = r.handle(&post("/api/v1/auth/credentials", body));
+        assert_eq!(resp.status, 400, "{body}");
+        assert_eq!(body_json(&resp)["field"], field, "{body}");
+    }
+}
+
+#[test]
+fn failed_tokens_past_the_limit_are_throttled_even_the_right_one() {
+    let mut r = router();
+    for _ in 0..crate::auth::FAIL_LIMIT {
+        assert_eq!(
+            r.handle(&with_token(get("/api/v1/partitions"), "guess"))
+                .status,
+            401
+        );
+    }
+    let resp = r.handle(&get("/api/v1/partitions"));
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (429, "too_many_requests")
+    );
+    assert!(resp.header("Retry-After").is_some());
+    // What is open stays open.
+    assert_eq!(r.handle(&anon_get("/api/v1/host")).status, 200);
+}
+
+#[test]
+fn a_foreign_host_is_refused_and_ours_are_answered() {
+    let mut r = router();
+    r.hosts.names.push("pinfold.example".into());
+    for host in [
+        "127.0.0.1:18460",
+        "localhost:8080",
+        "10.0.2.15",
+        "[::1]:80",
+        "pinfold.example",
+    ] {
+        assert_eq!(
+            r.handle(&with_header(get("/api/v1/partitions"), "Host", host))
+                .status,
+            200,
+            "{host}"
+        );
+    }
+    for host in ["evil.example", "evil.example:18460"] {
+        let resp = r.handle(&with_header(anon_get("/"), "Host", host));
+        assert_eq!(
+            (resp.status, error_code(&resp).as_str()),
+            (421, "misdirected"),
+            "{host}"
+        );
+        let resp = r.handle(&with_header(
+            get("/api/v1/partitions/alpha/console"),
+            "Host",
+            host,
+        ));
+        assert_eq!(resp.status, 421);
+    }
+}
+
+#[test]
+fn a_mutation_from_another_origin_is_refused() {
+    let mut r = router();
+    let cross = with_header(
+        with_header(
+            post("/api/v1/partitions/beta/start", ""),
+            "Host",
+            "127.0.0.1:18460",
+        ),
+        "Origin",
+        "http://evil.example",
+    );
+    let resp = r.handle(&cross);
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (403, "forbidden")
+    );
+    assert!(r.backend().calls.is_empty());
+    let same = with_header(
+        with_header(
+            post("/api/v1/partitions/beta/start", ""),
+            "Host",
+            "127.0.0.1:18460",
+        ),
+        "Origin",
+        "http://127.0.0.1:18460",
+    );
+    assert_eq!(r.handle(&same).status, 202);
+}
+
+#[test]
+fn the_management_partitions_console_input_is_refused() {
+    let mut r = router();
+
+    let resp = r.handle(&post(
+        "/api/v1/partitions/mgmt/console",
+        r#"{"data":"poweroff\n"}"#,
+    ));
+
+    assert_eq!(
+        (resp.status, error_code(&resp).as_str()),
+        (403, "forbidden")
+    );
+    assert!(!r
+        .backend()
+        .calls
+        .iter()
+        .any(|c| c.starts_with("console_write")));
 }
 
 // ---------------------------------------------------------------------------
@@ -2371,6 +2665,39 @@ fn the_stream_starts_after_last_event_id_and_frames_every_event() {
     let mut bad = get("/api/v1/events/stream");
     bad.headers.push(("Last-Event-ID".into(), "abc".into()));
     assert_eq!(r.open_stream(&bad).unwrap_err().status, 400);
+}
+
+#[test]
+fn the_web_uis_stream_reader_opens_the_stream_with_a_viewers_bearer_token_until_it_is_revoked() {
+    // The web UI reads the stream with fetch() (an EventSource cannot send
+    // the header): a viewer's token and Last-Event-ID open it from there.
+    let (mut r, viewer) = router_with_viewer();
+    r.backend_mut().hv_events = (0..3).map(|s| hv_event(s, "beta", "x")).collect();
+    let req = with_header(
+        with_token(get("/api/v1/events/stream"), &viewer),
+        "Last-Event-ID",
+        "2000",
+    );
+
+    let mut stream = r.open_stream(&req).expect("a viewer's stream");
+    let first = stream.poll(&r.events, std::time::Instant::now()).unwrap();
+    assert!(first.starts_with("id: 3000\n"), "{first}");
+    assert_eq!(
+        r.open_stream(&anon_get("/api/v1/events/stream"))
+            .unwrap_err()
+            .status,
+        401
+    );
+    assert_eq!(
+        r.open_stream(&with_token(get("/api/v1/events/stream"), "nope"))
+            .unwrap_err()
+            .status,
+        401
+    );
+    let mut del = post("/api/v1/auth/credentials/c1", "");
+    del.method = "DELETE".into();
+    assert_eq!(r.handle(&del).status, 200);
+    assert_eq!(r.open_stream(&req).unwrap_err().status, 401);
 }
 
 #[test]

@@ -47,6 +47,8 @@ use pinfold_manager_api::store;
 use pinfold_manager_api::{HvcBackend, Hypercall, Router, StaticFile};
 use server::WORKER_STACK_BYTES;
 
+mod selftest;
+
 /// Where the server listens (all interfaces: the address comes from DHCP).
 const LISTEN: &str = "0.0.0.0:8080";
 /// How often the follower thread reads every partition's console into its
@@ -346,6 +348,32 @@ fn token_digest(hvc: &mut Hvc) -> Result<[u8; 32], String> {
     }
 }
 
+/// 32 bytes of the hypervisor's ENTROPY call (ABI 3.1), the seed of the
+/// DRBG new credentials come from; the reason when there are none.
+fn entropy_seed(hvc: &mut Hvc) -> Result<[u8; 32], String> {
+    let request = AbiRequest::Entropy {
+        buf: GuestBuffer {
+            ipa: hvc.buffer_ipa(),
+            len: 32,
+        },
+    };
+    let ret = hvc.hvc(request.encode());
+    match request.decode_return(&ret) {
+        Ok(Return::Written(32)) => {
+            let mut seed = [0u8; 32];
+            seed.copy_from_slice(&hvc.buffer()[..32]);
+            hvc.buffer()[..32].fill(0);
+            Ok(seed)
+        }
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(pinfold_abi::CallError::Refused(pinfold_abi::AbiError::NotFound)) => Err(
+            "the hypervisor found no entropy source at boot: no credential will be generated"
+                .to_string(),
+        ),
+        Err(err) => Err(format!("ENTROPY refused: {err:?}")),
+    }
+}
+
 /// The follower: every partition's console into its history, and the
 /// hypervisor's events into the log, about once a second (so neither is
 /// lost while nobody asks).
@@ -377,18 +405,44 @@ fn store_loop(router: &SharedRouter) -> ! {
 }
 
 fn main() -> ExitCode {
+    // Before anything else runs threads of ours: FP/SIMD registers must
+    // survive Hermit's task switches (our kernel patch).
+    match selftest::simd_threads() {
+        Ok(what) => {
+            println!("pinfold-manager: self-test FP/SIMD across task switches: ok ({what})")
+        }
+        Err(why) => {
+            println!("pinfold-manager: self-test FP/SIMD across task switches: FAILED ({why})")
+        }
+    }
     // SAFETY: the only call.
     let mut hvc = unsafe { Hvc::take() };
+    // No digest (no plan token and no entropy to make one): the API
+    // refuses everything that needs a credential, and says why.
     let digest = match token_digest(&mut hvc) {
-        Ok(d) => d,
+        Ok(d) => Some(d),
         Err(err) => {
-            eprintln!("pinfold-manager: {err}");
-            return ExitCode::FAILURE;
+            println!(
+                "pinfold-manager: no boot credential ({err}): every request that needs one is refused"
+            );
+            None
         }
     };
-    let mut router = Router::new(HvcBackend::new(hvc), Some(digest), WEB_UI);
-    router.heap = Some(&HEAP);
-    let router = Arc::new(Mutex::new(router));
+    let seed = entropy_seed(&mut hvc);
+    let mut api = Router::new(HvcBackend::new(hvc), digest, WEB_UI);
+    match seed {
+        Ok(seed) => api.seed_credentials(seed),
+        Err(why) => println!("pinfold-manager: {why}"),
+    }
+    if let Some(names) = option_env!("PINFOLD_MANAGER_HOSTNAMES") {
+        api.hosts.names = names
+            .split(',')
+            .map(|n| n.trim().to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect();
+    }
+    api.heap = Some(&HEAP);
+    let router = Arc::new(Mutex::new(api));
     let console = thread::Builder::new()
         .stack_size(WORKER_STACK_BYTES)
         .spawn(|| console_loop());

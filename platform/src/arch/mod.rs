@@ -258,6 +258,25 @@ pub fn mpidr() -> u64 {
     MPIDR_EL1.get()
 }
 
+/// One RNDR read (FEAT_RNG): None when the generator reports failure
+/// (NZCV.Z set). Only call it where `pinfold_hv::entropy::rndr_implemented`
+/// said the CPU has it: RNDR is UNDEFINED otherwise.
+pub fn rndr() -> Option<u64> {
+    let value: u64;
+    let ok: u64;
+    // SAFETY: reads RNDR (S3_3_C2_C4_0) and the flags it sets; no memory.
+    unsafe {
+        asm!(
+            "mrs {v}, S3_3_C2_C4_0",
+            "cset {ok}, ne",
+            v = out(reg) value,
+            ok = out(reg) ok,
+            options(nomem, nostack)
+        )
+    };
+    (ok != 0).then_some(value)
+}
+
 /// CNTPCT_EL0.
 pub fn counter() -> u64 {
     use aarch64_cpu::registers::{Readable, CNTPCT_EL0};

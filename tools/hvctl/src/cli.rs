@@ -46,14 +46,20 @@ commands:
   console NAME --history [-o FILE]
                             the whole retained history, across restarts
                             (to FILE with -o)
+  whoami                    the id and role of the token given
+  credentials               the credentials the manager accepts (operator)
+  credentials create viewer|operator [NAME]
+                            make one; its token is printed this once
+  credentials rotate ID     a new token for ID (the old one stops working)
+  credentials revoke ID     remove ID (not the last operator credential)
   events [--follow] [--since SEQ]
                             the event log (--follow: keep printing new ones;
                             with --json one JSON event per line)
 
 options:
   --url URL      API base URL (default http://127.0.0.1:8080)
-  --token TOKEN  bearer token for every change and console --input
-                 (default: $PINFOLD_TOKEN)
+  --token TOKEN  bearer token, sent with every request: a viewer's for
+                 reads, an operator's for changes (default: $PINFOLD_TOKEN)
   --json         print the API's JSON instead of tables; errors too, as
                  {\"error\", \"detail\", \"field\"} on stdout (exit 1)
 
@@ -144,6 +150,12 @@ pub enum Command {
         url: String,
         image: ImageSpec,
     },
+    /// `whoami`: the credential's id and role.
+    Whoami,
+    /// `credentials [create ROLE [NAME] | rotate ID | revoke ID]`.
+    Credentials {
+        action: CredentialAction,
+    },
     /// `export [-o FILE]`.
     Export {
         file: Option<String>,
@@ -155,6 +167,15 @@ pub enum Command {
         if_match: Option<String>,
     },
     Help,
+}
+
+/// What `credentials` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialAction {
+    List,
+    Create { role: String, name: String },
+    Rotate { id: String },
+    Revoke { id: String },
 }
 
 /// A kernel or initrd given to create/edit: an image id or a file to
@@ -419,6 +440,28 @@ pub fn parse_with(
             None => Command::Console {
                 name: name(&words, "console")?,
                 follow,
+            },
+        },
+        Some("whoami") if words.len() == 1 => Command::Whoami,
+        Some("credentials") => Command::Credentials {
+            action: match words[1..] {
+                [] => CredentialAction::List,
+                ["create", role] | ["create", role, ""] => CredentialAction::Create {
+                    role: role.to_string(),
+                    name: String::new(),
+                },
+                ["create", role, name] => CredentialAction::Create {
+                    role: role.to_string(),
+                    name: name.to_string(),
+                },
+                ["rotate", id] => CredentialAction::Rotate { id: id.to_string() },
+                ["revoke", id] => CredentialAction::Revoke { id: id.to_string() },
+                _ => {
+                    return Err(UsageError(
+                        "credentials takes nothing, create ROLE [NAME], rotate ID or revoke ID"
+                            .into(),
+                    ))
+                }
             },
         },
         Some("export") if words.len() == 1 => Command::Export { file: file.take() },

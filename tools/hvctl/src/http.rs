@@ -4,6 +4,22 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+/// The token GETs carry when their caller gives none ([`set_default_token`]).
+static DEFAULT_TOKEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Every later GET without a token of its own sends `token` (hvctl sets
+/// its `--token`/`$PINFOLD_TOKEN`: reads need a credential).
+pub fn set_default_token(token: Option<String>) {
+    *DEFAULT_TOKEN.lock().unwrap_or_else(|p| p.into_inner()) = token;
+}
+
+fn default_token() -> Option<String> {
+    DEFAULT_TOKEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
 /// Why a request produced no response.
 #[derive(Debug)]
 pub enum HttpError {
@@ -268,8 +284,14 @@ fn exchange(
         ep.authority,
         env!("CARGO_PKG_VERSION")
     );
-    if let Some(t) = head.token {
-        text.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    // Reads need a credential too (a viewer's will do): a GET without a
+    // token of its own takes the default one; Some("") sends none.
+    let default = (head.method == "GET" && head.token.is_none())
+        .then(default_token)
+        .flatten();
+    match head.token.map(str::to_string).or(default) {
+        Some(t) if !t.is_empty() => text.push_str(&format!("Authorization: Bearer {t}\r\n")),
+        _ => {}
     }
     for (k, v) in head.extra {
         text.push_str(&format!("{k}: {v}\r\n"));

@@ -172,6 +172,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Reads need a credential too: every GET carries the token.
+    http::set_default_token(cli.token.clone());
     let mut stdout = std::io::stdout().lock();
     let result = match &cli.command {
         Command::Help => writeln!(stdout, "{}", cli::USAGE).map_err(RunError::Output),
@@ -399,10 +401,83 @@ fn run(
 ) -> Result<(), RunError> {
     let ep = Endpoint::parse(&cli.url)?;
     let get = |path: &str| -> Result<Reply, RunError> {
-        check(http::request(&ep, "GET", path, None, None)?)
+        check(http::request(&ep, "GET", path, cli.token.as_deref(), None)?)
     };
     match &cli.command {
         Command::Help => writeln!(out, "{}", cli::USAGE)?,
+        Command::Whoami => {
+            let reply = get("/api/v1/auth/whoami")?;
+            if cli.json {
+                writeln!(out, "{}", String::from_utf8_lossy(&reply.body).trim_end())?;
+            } else {
+                let v: serde_json::Value = decode(&reply)?;
+                writeln!(
+                    out,
+                    "{} ({})",
+                    v["id"].as_str().unwrap_or("?"),
+                    v["role"].as_str().unwrap_or("?")
+                )?;
+            }
+        }
+        Command::Credentials { action } => {
+            let token = cli.token.as_deref();
+            let reply = match action {
+                cli::CredentialAction::List => get("/api/v1/auth/credentials")?,
+                cli::CredentialAction::Create { role, name } => {
+                    let body = serde_json::json!({"role": role, "name": name}).to_string();
+                    check(http::request(
+                        &ep,
+                        "POST",
+                        "/api/v1/auth/credentials",
+                        token,
+                        Some(body.as_bytes()),
+                    )?)?
+                }
+                cli::CredentialAction::Rotate { id } => check(http::request(
+                    &ep,
+                    "POST",
+                    &format!("/api/v1/auth/credentials/{}/rotate", encode_segment(id)),
+                    token,
+                    Some(b""),
+                )?)?,
+                cli::CredentialAction::Revoke { id } => check(http::request(
+                    &ep,
+                    "DELETE",
+                    &format!("/api/v1/auth/credentials/{}", encode_segment(id)),
+                    token,
+                    None,
+                )?)?,
+            };
+            if cli.json {
+                writeln!(out, "{}", String::from_utf8_lossy(&reply.body).trim_end())?;
+            } else {
+                let v: serde_json::Value = decode(&reply)?;
+                let line = |c: &serde_json::Value| {
+                    format!(
+                        "{}  {}  {}  {}",
+                        c["id"].as_str().unwrap_or("?"),
+                        c["role"].as_str().unwrap_or("?"),
+                        c["name"].as_str().unwrap_or(""),
+                        c["since"].as_str().unwrap_or("-")
+                    )
+                };
+                match (action, v.as_array()) {
+                    (cli::CredentialAction::List, Some(list)) => {
+                        writeln!(out, "ID  ROLE  NAME  SINCE")?;
+                        for c in list {
+                            writeln!(out, "{}", line(c))?;
+                        }
+                    }
+                    (cli::CredentialAction::Revoke { id }, _) => writeln!(out, "{id}: revoked")?,
+                    _ => writeln!(
+                        out,
+                        "{}\ntoken: {} (shown this once)",
+                        line(&v),
+                        v["token"].as_str().unwrap_or("?")
+                    )?,
+                }
+            }
+        }
         Command::Resources
         | Command::Create { .. }
         | Command::Edit { .. }

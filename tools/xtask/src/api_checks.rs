@@ -63,13 +63,16 @@ impl Stack {
     /// boot bundle's, which the hypervisor never sees or prints).
     pub fn with_token(qemu: QemuRun, token: String) -> Self {
         let mut stack = Self::new(qemu);
+        use_token(&token);
         stack.token = Some(token);
         stack
     }
 
     /// Time from QEMU's start to the manager's first 200 to
-    /// `GET /api/v1/partitions`; waits for it if it has not come yet.
+    /// `GET /api/v1/host` (open to anyone); waits for it if it has not
+    /// come yet. The token is known by then too (every read needs it).
     pub fn first_answer(&mut self) -> Result<Duration, String> {
+        self.token(Instant::now() + FIRST_ANSWER_LIMIT)?;
         self.first_answer.wait()
     }
 
@@ -86,6 +89,7 @@ impl Stack {
             .map_err(|err| err.to_string())?;
         let token =
             parse_token(&line.text).ok_or_else(|| format!("no hex token in `{}`", line.text))?;
+        use_token(&token);
         self.token = Some(token.clone());
         Ok(token)
     }
@@ -121,6 +125,27 @@ pub fn port_is_free() -> Result<(), String> {
     }
 }
 
+/// Reads need a credential: every later GET of the checks (theirs and
+/// hvctl's client), and every hvctl or browser test they start
+/// (`$PINFOLD_TOKEN`), carries `token`.
+fn use_token(token: &str) {
+    hvctl::http::set_default_token(Some(token.to_string()));
+    *READ_TOKEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.to_string());
+    std::env::set_var("PINFOLD_TOKEN", token);
+}
+
+static READ_TOKEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// `Authorization: Bearer <token>\r\n` for a hand-written request, once
+/// the token is known (empty before).
+pub fn auth_header() -> String {
+    READ_TOKEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"))
+}
+
 /// The hex token in the hypervisor's `management token:` line.
 pub fn parse_token(line: &str) -> Option<String> {
     let start = line.find(TOKEN_LINE)? + TOKEN_LINE.len();
@@ -146,7 +171,7 @@ impl FirstAnswer {
             while Instant::now() < deadline && !stopped.load(Ordering::Relaxed) {
                 match http::send(
                     &authority(),
-                    &Request::get("/api/v1/partitions"),
+                    &Request::get("/api/v1/host"),
                     Duration::from_secs(2),
                 ) {
                     Ok(reply) if reply.status == 200 => return Ok(started.elapsed()),
@@ -156,7 +181,7 @@ impl FirstAnswer {
                 std::thread::sleep(POLL);
             }
             Err(format!(
-                "the manager did not answer GET /api/v1/partitions with 200 within {} s of \
+                "the manager did not answer GET /api/v1/host with 200 within {} s of \
                  QEMU's start (last attempt: {last})",
                 FIRST_ANSWER_LIMIT.as_secs()
             ))
@@ -553,20 +578,31 @@ pub fn parse_rfc3339_utc(s: &str) -> Option<i64> {
 /// policy takes over (`hv::system::System::schedule_restart`).
 const MGMT_STOPPED: &str = "pinfold: mgmt stopped (";
 
-/// Kills the manager through its own console (`poweroff`, typed through
-/// the API into its console input) and waits until the hypervisor has
+/// Kills the manager through its own console (`poweroff`, typed on the
+/// host console after the monitor's Ctrl-A m; the API refuses it) and waits until the hypervisor has
 /// restarted it and the API answers again; returns the restart line, the
 /// time to the first answer after it, and the quiesce line of the restart.
 fn kill_manager(stack: &mut Stack, token: &str) -> Result<(Line, Duration, String), String> {
     let deadline = Instant::now() + Duration::from_secs(240);
     let from = stack.qemu.lines().len();
-    let body = r#"{"data":"poweroff\n"}"#;
-    // The manager may die before its answer leaves: the reply does not count.
-    let _ = http::send(
+    // The API refuses input to the management partition (403): the
+    // monitor's Ctrl-A m hands one line of the host console to it.
+    let refused = http::send(
         &authority(),
-        &Request::post("/api/v1/partitions/mgmt/console", Some(token), Some(body)),
+        &Request::post(
+            "/api/v1/partitions/mgmt/console",
+            Some(token),
+            Some(r#"{"data":"poweroff\n"}"#),
+        ),
         REQUEST_TIMEOUT,
-    );
+    )
+    .map_err(|e| format!("POST mgmt console: {e}"))?;
+    check_error(&refused, 403, "forbidden")
+        .map_err(|why| format!("console input to mgmt through the API: {why}"))?;
+    stack
+        .qemu
+        .send(b"\x01mpoweroff\r")
+        .map_err(|err| err.to_string())?;
     let stopped = stack.expect(MGMT_STOPPED, from, deadline)?;
     let restarting = stack.expect("partition mgmt: restarting", stopped.index, deadline)?;
     let quiesced = stack

@@ -207,7 +207,10 @@ pub fn config(ws: &Workspace, builder: &mut Builder<'_>, log: &Path, log2: &Path
         if Instant::now() > deadline {
             let status = crate::http::send(
                 hv.url.trim_start_matches("http://"),
-                &crate::http::Request::get("/api/v1/config/store"),
+                &crate::http::Request {
+                    token: Some(&hv.token),
+                    ..crate::http::Request::get("/api/v1/config/store")
+                },
                 Duration::from_secs(5),
             )
             .map(|r| r.body)
@@ -278,7 +281,10 @@ pub fn config(ws: &Workspace, builder: &mut Builder<'_>, log: &Path, log2: &Path
     let status: Value = serde_json::from_str(
         &crate::http::send(
             hv.url.trim_start_matches("http://"),
-            &crate::http::Request::get("/api/v1/config/store"),
+            &crate::http::Request {
+                token: Some(&hv.token),
+                ..crate::http::Request::get("/api/v1/config/store")
+            },
             Duration::from_secs(5),
         )
         .map_err(|e| e.to_string())?

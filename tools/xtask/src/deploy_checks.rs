@@ -255,6 +255,15 @@ fn uefi_booted_own_bundle(
     }
     // The wall clock came from UEFI GetTime, before ExitBootServices.
     let got_time = expect(&qemu, "Pinfold: GetTime: ", entered.index, deadline)?;
+    // Entropy from EFI_RNG_PROTOCOL (the virtio-rng device every UEFI boot
+    // has), read before ExitBootServices and mixed in by the hypervisor.
+    let entropy = expect(&qemu, "pinfold: entropy: ", handed.index, deadline)?;
+    if !entropy.text.contains("EFI_RNG_PROTOCOL 32 bytes") {
+        return Err(format!(
+            "the hypervisor did not mix in EFI_RNG_PROTOCOL: `{}`",
+            entropy.text.trim()
+        ));
+    }
     let mut stack = Stack::with_token(qemu, token);
     let first = api_checks::token_accepted(&mut stack)?;
     let clock = api_checks::check_clock()?;
@@ -269,6 +278,7 @@ fn uefi_booted_own_bundle(
             first.as_secs_f64()
         ),
         format!("`{}`; image {} bytes", fetched.text.trim(), tree.image_size),
+        format!("`{}`", entropy.text.trim()),
     ])
 }
 

@@ -64,8 +64,9 @@ fn raw_get(path: &str, timeout: Duration) -> Result<RawReply, String> {
         .map_err(|e| e.to_string())?;
     write!(
         conn,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        authority()
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{}\r\n",
+        authority(),
+        crate::api_checks::auth_header()
     )
     .map_err(|e| format!("GET {path}: {e}"))?;
     let mut bytes = Vec::new();
@@ -101,8 +102,9 @@ fn follow_stream(
     let last = since.saturating_sub(1);
     write!(
         conn,
-        "GET /api/v1/events/stream HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nLast-Event-ID: {last}\r\n\r\n",
-        authority()
+        "GET /api/v1/events/stream HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nLast-Event-ID: {last}\r\n{}\r\n",
+        authority(),
+        crate::api_checks::auth_header()
     )
     .map_err(|e| format!("GET /api/v1/events/stream: {e}"))?;
     let (tx, rx) = mpsc::channel();
@@ -406,8 +408,9 @@ fn check_stream_cap() -> Result<String, String> {
             .map_err(|e| e.to_string())?;
         write!(
             conn,
-            "GET /api/v1/events/stream?since=999999999999 HTTP/1.1\r\nHost: {}\r\n\r\n",
-            authority()
+            "GET /api/v1/events/stream?since=999999999999 HTTP/1.1\r\nHost: {}\r\n{}\r\n",
+            authority(),
+            crate::api_checks::auth_header()
         )
         .map_err(|e| e.to_string())?;
         let mut line = String::new();

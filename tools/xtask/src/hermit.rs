@@ -82,7 +82,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// CPU, no false sharing to avoid), and the virtio-net queues hold 256
 /// buffers of 64 KiB instead of 2048 (8.5 MiB of NIC buffers, not 68 MiB).
 ///
-/// The last four end the TCP close stall: Hermit 0.11's `Drop` of a TCP
+/// The next four end the TCP close stall: Hermit 0.11's `Drop` of a TCP
 /// socket blocked its thread until the close handshake was over, with no
 /// timeout (`block_on(close, None)`), so a peer whose FIN crossed ours, or
 /// that never answered, held the closing thread for seconds or for good,
@@ -93,7 +93,18 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// And `accept` no longer hands out a socket still in SYN-RECEIVED, which
 /// smoltcp turns back into a listener when a RST comes (the connection the
 /// server then holds is none).
-const KERNEL_PATCHES: [(&str, &str, &str); 16] = [
+///
+/// The next one seeds Hermit's entropy pool (`entropy::read`, behind
+/// getrandom, std's HashMap keys, `sys_secure_rand*`) from the hypervisor:
+/// Hermit 0.11's `seed_entropy` on aarch64 is `None`, so every read fell
+/// back to a Park-Miller generator seeded from the boot time while
+/// reporting success. It now asks ENTROPY (ABI 3.1, HVC #0, function
+/// 0xC600_001A) for 32 bytes into a kernel static, found by its physical
+/// address; Hermit reseeds from it every second. Without a source
+/// (NOT_FOUND) it stays `None` and Hermit keeps its old fallback for
+/// HashMap keys; the manager never makes a credential from that (it calls
+/// ENTROPY itself and refuses without it).
+const KERNEL_PATCHES: [(&str, &str, &str); 23] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -270,10 +281,141 @@ const KERNEL_PATCHES: [(&str, &str, &str); 16] = [
         "\t\t\t\tNetworkState::Initialized(nic) => {\n\t\t\t\t\tnic.poll_common(now());\n\
          \t\t\t\t\treap_lingering(nic, now());\n\t\t\t\t\tPoll::Pending",
     ),
+    (
+        "src/arch/aarch64/kernel/processor.rs",
+        "pub fn seed_entropy() -> Option<[u8; 32]> {\n\tNone\n}",
+        SEED_ENTROPY_FROM_HYPERVISOR,
+    ),
+    (
+        "src/arch/aarch64/kernel/start.s",
+        ".macro trap_exit\n",
+        FPSIMD_MACROS,
+    ),
+    (
+        "src/arch/aarch64/kernel/start.s",
+        "      b.eq 1f\n      // switch to the next task\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n1:",
+        "      b.eq 1f\n      // switch to the next task\n      fpsimd_save\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n      fpsimd_restore\n1:",
+    ),
+    (
+        "src/arch/aarch64/kernel/start.s",
+        "      b.eq 2f\n      // switch to the next task\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n2:",
+        "      b.eq 2f\n      // switch to the next task\n      fpsimd_save\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n      fpsimd_restore\n2:",
+    ),
+    (
+        "src/arch/aarch64/kernel/start.s",
+        "      b.eq 3f\n      // switch to the next task\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n3:",
+        "      b.eq 3f\n      // switch to the next task\n      fpsimd_save\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n      fpsimd_restore\n3:",
+    ),
+    (
+        "src/arch/aarch64/kernel/start.s",
+        "      b.eq 4f\n      // switch to the next task\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n4:",
+        "      b.eq 4f\n      // switch to the next task\n      fpsimd_save\n      mov x1, sp\n      str x1, [x0]                  /* store old sp */\n      bl get_last_stack_pointer     /* get new sp   */\n      mov sp, x0\n      fpsimd_restore\n4:",
+    ),
+    (
+        "src/arch/aarch64/kernel/scheduler.rs",
+        "\t\t\t// Set the task's stack pointer entry to the stack we have just crafted.\n\t\t\tself.last_stack_pointer = stack;",
+        "\t\t\t// Pinfold: below the State, the FP/SIMD frame a switch to this task restores (FPCR, FPSR, Q0-Q31; zero).\n\
+         \t\t\tstack -= 528usize;\n\
+         \t\t\tcore::ptr::write_bytes(stack.as_mut_ptr::<u8>(), 0, 528);\n\
+         \t\t\t// Set the task's stack pointer entry to the stack we have just crafted.\n\t\t\tself.last_stack_pointer = stack;",
+    ),
 ];
+
+/// The FP/SIMD frame of a task switch (patches 18-23): every switch on
+/// aarch64 happens on the way out of an IRQ or FIQ (`do_irq` returns where
+/// to store the old stack pointer), so the old task's FPCR, FPSR and
+/// Q0-Q31 go on its stack (528 bytes under its trap frame) right before
+/// its stack pointer is stored, and the new task's come off its stack
+/// right after the switch; a new task's stack is made with a zeroed frame
+/// there (`create_stack_frame`). The kernel itself is softfloat and never
+/// touches these registers, so the application's state survives
+/// everything else untouched. Hermit 0.11 saved none of them: two threads
+/// using NEON (memcpy, hashing, serde) corrupted each other's registers.
+const FPSIMD_MACROS: &str = r#".arch_extension fp
+.arch_extension simd
+// Pinfold: FP/SIMD state of the task being switched out, on its stack.
+.macro fpsimd_save
+     sub sp, sp, #528
+     mrs x2, fpcr
+     mrs x3, fpsr
+     stp x2, x3, [sp, #0]
+     stp q0, q1, [sp, #16]
+     stp q2, q3, [sp, #48]
+     stp q4, q5, [sp, #80]
+     stp q6, q7, [sp, #112]
+     stp q8, q9, [sp, #144]
+     stp q10, q11, [sp, #176]
+     stp q12, q13, [sp, #208]
+     stp q14, q15, [sp, #240]
+     stp q16, q17, [sp, #272]
+     stp q18, q19, [sp, #304]
+     stp q20, q21, [sp, #336]
+     stp q22, q23, [sp, #368]
+     stp q24, q25, [sp, #400]
+     stp q26, q27, [sp, #432]
+     stp q28, q29, [sp, #464]
+     stp q30, q31, [sp, #496]
+.endm
+
+// Pinfold: and the new task's, from its stack.
+.macro fpsimd_restore
+     ldp x2, x3, [sp, #0]
+     msr fpcr, x2
+     msr fpsr, x3
+     ldp q0, q1, [sp, #16]
+     ldp q2, q3, [sp, #48]
+     ldp q4, q5, [sp, #80]
+     ldp q6, q7, [sp, #112]
+     ldp q8, q9, [sp, #144]
+     ldp q10, q11, [sp, #176]
+     ldp q12, q13, [sp, #208]
+     ldp q14, q15, [sp, #240]
+     ldp q16, q17, [sp, #272]
+     ldp q18, q19, [sp, #304]
+     ldp q20, q21, [sp, #336]
+     ldp q22, q23, [sp, #368]
+     ldp q24, q25, [sp, #400]
+     ldp q26, q27, [sp, #432]
+     ldp q28, q29, [sp, #464]
+     ldp q30, q31, [sp, #496]
+     add sp, sp, #528
+.endm
+
+.macro trap_exit
+"#;
+
+/// Hermit's `seed_entropy` for aarch64 (the eighth patch): ENTROPY into a
+/// kernel static, at its physical address (the buffer's IPA).
+const SEED_ENTROPY_FROM_HYPERVISOR: &str = r#"// Pinfold: 32 bytes from the hypervisor's ENTROPY call (ABI 3.1); None without a source.
+pub fn seed_entropy() -> Option<[u8; 32]> {
+    static BUF: hermit_sync::InterruptTicketMutex<[u8; 32]> =
+        hermit_sync::InterruptTicketMutex::new([0; 32]);
+    let mut buf = BUF.lock();
+    let virt = memory_addresses::VirtAddr::from_ptr(buf.as_ptr());
+    let ipa = crate::arch::mm::paging::virtual_to_physical(virt)?.as_u64();
+    let mut status: u64 = 0xC600_001A;
+    unsafe {
+        asm!(
+            "hvc #0",
+            inout("x0") status,
+            inout("x1") ipa => _,
+            inout("x2") 32u64 => _,
+            inout("x3") 0u64 => _,
+            inout("x4") 0u64 => _,
+            inout("x5") 0u64 => _,
+            options(nostack)
+        );
+    }
+    if status != 0 {
+        return None;
+    }
+    let seed = unsafe { core::ptr::read_volatile(buf.as_ptr().cast::<[u8; 32]>()) };
+    *buf = [0; 32];
+    Some(seed)
+}"#;
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 7;
+const KERNEL_PATCH_REVISION: u32 = 9;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";

@@ -4,7 +4,8 @@
 //! In order: the close stall (8 parallel clients that close right after
 //! reading Content-Length bytes, which stalled the old server 5-60 s;
 //! every request must be answered within [`STALL_LIMIT`]); [`CLIENTS`]
-//! keep-alive clients reading partitions, /metrics and a console for
+//! keep-alive clients reading partitions, /metrics and a console (with the
+//! token: reads need one) for
 //! [`LOAD_SECS`] while beta is restarted with the token every 5 s (no
 //! error, every request answered; requests/s, p50, p99 printed, never
 //! asserted: a shared machine); [`IDLE`] idle connections opened and
@@ -112,8 +113,17 @@ fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
     })
 }
 
-fn get(path: &str) -> String {
+/// A GET without a credential (`/api/v1/host` needs none).
+fn open_get(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", authority())
+}
+
+/// A GET with the token (every other read needs a credential, docs/API.md).
+fn get(path: &str, token: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        authority()
+    )
 }
 
 fn post(path: &str, token: &str, body: &str) -> String {
@@ -137,13 +147,14 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Phase 1: clients that close the moment they have the body.
-fn close_stall() -> Result<String, String> {
+fn close_stall(token: &str) -> Result<String, String> {
     const ROUNDS: usize = 15;
     let worst = Arc::new(Mutex::new(Duration::ZERO));
     let started = Instant::now();
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let worst = worst.clone();
+            let token = token.to_string();
             std::thread::spawn(move || -> Result<(), String> {
                 for _ in 0..ROUNDS {
                     let t = Instant::now();
@@ -151,7 +162,7 @@ fn close_stall() -> Result<String, String> {
                     // The server closes after this answer, the client too, at once:
                     // the two FINs cross.
                     let request = format!(
-                        "GET /api/v1/partitions HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                        "GET /api/v1/partitions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
                         authority()
                     );
                     s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
@@ -207,6 +218,7 @@ fn load(token: &str) -> Result<String, String> {
     let clients: Vec<_> = (0..CLIENTS)
         .map(|i| {
             let (stop, errors, latencies) = (stop.clone(), errors.clone(), latencies.clone());
+            let token = token.to_string();
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
                 let mut conn: Option<TcpStream> = None;
@@ -220,7 +232,7 @@ fn load(token: &str) -> Result<String, String> {
                             Some(s) => s,
                             None => conn.insert(connect()?),
                         };
-                        s.write_all(get(path).as_bytes())
+                        s.write_all(get(path, &token).as_bytes())
                             .map_err(|e| e.to_string())?;
                         let a = read_answer(s, false, LOAD_LIMIT)?;
                         if a.status != 200 {
@@ -317,7 +329,7 @@ fn idle() -> Result<String, String> {
     std::thread::sleep(Duration::from_secs(3));
     let t = Instant::now();
     let mut s = connect()?;
-    s.write_all(get("/api/v1/host").as_bytes())
+    s.write_all(open_get("/api/v1/host").as_bytes())
         .map_err(|e| e.to_string())?;
     let a = read_answer(&mut s, false, Duration::from_secs(10))
         .map_err(|e| format!("a new client with {IDLE} idle connections open: {e}"))?;
@@ -361,7 +373,7 @@ fn malformed(token: &str) -> Result<String, String> {
         ("two Content-Length", format!("POST /api/v1/partitions/beta/console HTTP/1.1\r\nHost: {host}\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{{}}").into_bytes(), 400),
         ("Transfer-Encoding chunked", format!("POST /api/v1/partitions/beta/console HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").into_bytes(), 411),
         ("Content-Length > i64::MAX", format!("POST /api/v1/partitions/beta/console HTTP/1.1\r\nHost: {host}\r\nContent-Length: 9223372036854775808\r\n\r\n").into_bytes(), 400),
-        ("offset > i64::MAX", get("/api/v1/partitions/alpha/console?offset=9223372036854775808").into_bytes(), 400),
+        ("offset > i64::MAX", get("/api/v1/partitions/alpha/console?offset=9223372036854775808", token).into_bytes(), 400),
         ("20 KiB header", long_header.into_bytes(), 431),
         ("no Host", b"GET /api/v1/host HTTP/1.1\r\n\r\n".to_vec(), 400),
         ("PUT on a GET route", format!("PUT /api/v1/host HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n").into_bytes(), 405),
@@ -400,8 +412,8 @@ fn malformed(token: &str) -> Result<String, String> {
     let mut s = connect()?;
     s.write_all(
         format!(
-            "HEAD /api/v1/partitions HTTP/1.1\r\nHost: {host}\r\n\r\n{}",
-            get("/api/v1/host")
+            "HEAD /api/v1/partitions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n{}",
+            open_get("/api/v1/host")
         )
         .as_bytes(),
     )
@@ -442,7 +454,7 @@ pub fn load_case(stack: &mut Stack) -> Outcome {
     stack.guests_up(deadline)?;
     let token = stack.token(deadline)?;
     stack.first_answer()?;
-    let mut notes = vec![close_stall()?];
+    let mut notes = vec![close_stall(&token)?];
     notes.push(load(&token)?);
     notes.push(idle()?);
     notes.push(malformed(&token)?);

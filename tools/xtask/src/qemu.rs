@@ -173,6 +173,11 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     }
     machine(&mut qemu, board, machine_value);
     accel_and_console(&mut qemu, extra);
+    // edk2 offers EFI_RNG_PROTOCOL only with an entropy device: every UEFI
+    // boot has one, so the hypervisor's boot entropy includes it.
+    if extra.uefi.is_some() {
+        qemu.args(["-device", "virtio-rng-pci"]);
+    }
     match (&extra.firmware, &extra.uefi) {
         (_, Some(uefi)) => match &uefi.firmware {
             UefiFirmware::Bios(bios) => {

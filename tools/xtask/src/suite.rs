@@ -55,7 +55,7 @@ const OPT_IN: [&str; 1] = ["load"];
 /// failure half-way cannot take alpha from them), `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 30] = [
+const CASES: [Case; 31] = [
     Case {
         name: "host",
         tier: 1,
@@ -175,6 +175,12 @@ const CASES: [Case; 30] = [
         tier: 2,
         shares_default: false,
         run: mgmt_no_nic,
+    },
+    Case {
+        name: "entropy",
+        tier: 2,
+        shares_default: false,
+        run: entropy,
     },
     Case {
         name: "isolation",
@@ -460,6 +466,67 @@ fn mgmt_no_nic(ctx: &mut Context<'_>) -> Outcome {
         format!("console: `{}`", status.text),
         format!("stats: `{}`", stats.text),
     ])
+}
+
+/// Boot entropy: two boots of the default plan print different tokens
+/// (each from the hypervisor's DRBG over QEMU's fresh rng-seed), and a
+/// boot without any source (`dtb-randomness=off`: no rng-seed; the
+/// cortex-a72 has no RNDR; no UEFI) makes no token, the manager no
+/// credential, and both say why.
+fn entropy(ctx: &mut Context<'_>) -> Outcome {
+    let built = ctx
+        .builder
+        .build(Path::new(DEFAULT_CONFIG), "test-entropy.bin")
+        .map_err(|err| format!("build failed: {err}"))?;
+    let mut tokens = Vec::new();
+    let mut notes = Vec::new();
+    for _ in 0..2 {
+        api_checks::port_is_free()?;
+        let cmd = qemu_command(&built.board, &built.image, &Extra::default());
+        let qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let sources = expect(&qemu, "pinfold: entropy: ", 0, deadline)?;
+        if !sources.text.contains("rng-seed 32 bytes") {
+            return Err(format!("QEMU's rng-seed was not used: `{}`", sources.text));
+        }
+        let line = expect(&qemu, "pinfold: management token: ", 0, deadline)?;
+        let token = api_checks::parse_token(&line.text)
+            .ok_or_else(|| format!("no hex token in `{}`", line.text))?;
+        if token.len() != 32 {
+            return Err(format!("the token is not 128 bits: `{}`", line.text));
+        }
+        tokens.push(token);
+        notes.push(format!("`{}`", sources.text.trim()));
+        drop(qemu);
+    }
+    if tokens[0] == tokens[1] {
+        return Err(format!("two boots made the same token {}", tokens[0]));
+    }
+    notes.push(format!(
+        "two boots, two tokens: {} / {}",
+        tokens[0], tokens[1]
+    ));
+
+    api_checks::port_is_free()?;
+    let extra = Extra {
+        args: vec!["-machine".into(), "dtb-randomness=off".into()],
+        ..Extra::default()
+    };
+    let cmd = qemu_command(&built.board, &built.image, &extra);
+    let qemu = QemuRun::spawn(cmd, &ctx.log_path()).map_err(|err| err.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let none = expect(&qemu, "pinfold: entropy: none", 0, deadline)?;
+    let no_token = expect(&qemu, "pinfold: management token: none", 0, deadline)?;
+    let refused = expect(
+        &qemu,
+        "[mgmt] pinfold-manager: the hypervisor found no entropy source at boot",
+        0,
+        deadline,
+    )?;
+    notes.push(format!("`{}`", none.text.trim()));
+    notes.push(format!("`{}`", no_token.text.trim()));
+    notes.push(format!("`{}`", refused.text.trim()));
+    Ok(notes)
 }
 
 /// The log of the shared default boot.

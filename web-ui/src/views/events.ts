@@ -1,10 +1,11 @@
 // Event log: state changes, faults, restarts, config changes, refused logins
 // and images, newest first, with a kind filter. Live from the Server-Sent
-// Events stream (/api/v1/events/stream); when that cannot be opened, by
-// polling /api/v1/events?since=N. Events are kept by `seq`, so a reconnect
+// Events stream (/api/v1/events/stream, read with fetch() so it carries the
+// token; reconnected after a cut with Last-Event-ID); when that cannot be
+// opened, by polling /api/v1/events?since=N. Events are kept by `seq`, so a reconnect
 // or a poll after the stream never shows one twice.
 
-import { api, ApiError, type Event } from '../api';
+import { api, ApiError, AuthCancelled, type Event } from '../api';
 import { h, setText } from '../dom';
 import { clock } from '../format';
 import { poll, type Poller } from '../poll';
@@ -69,12 +70,11 @@ export function eventsView(): View {
     applyFilter();
   }
 
-  let source: EventSource | null = null;
+  const stream = new AbortController();
   let poller: Poller | null = null;
 
   function startPolling(why: string): void {
-    source?.close();
-    source = null;
+    stream.abort();
     if (poller) return;
     setText(status, `polling every 2 s (${why})`);
     poller = poll(async (signal) => {
@@ -94,30 +94,34 @@ export function eventsView(): View {
     });
   }
 
-  function startStream(): void {
-    if (typeof EventSource === 'undefined') return startPolling('no EventSource in this browser');
+  const onEvent = (data: string) => {
+    try {
+      add([JSON.parse(data) as Event]);
+    } catch {
+      // A line that is not an event: ignore it.
+    }
+  };
+
+  /** Follow the stream; after a cut, reconnect from the last event seen (Last-Event-ID). */
+  async function startStream(): Promise<void> {
     let opened = false;
-    const es = new EventSource(api.eventStreamUrl());
-    source = es;
-    const onEvent = (m: MessageEvent<string>) => {
+    for (let retry = 0; !stream.signal.aborted; ) {
       try {
-        add([JSON.parse(m.data) as Event]);
-      } catch {
-        // A line that is not an event: ignore it.
+        await api.followEvents(next, stream.signal, () => {
+          opened = true;
+          retry = 0;
+          setText(status, 'live (event stream)');
+        }, onEvent);
+      } catch (e) {
+        if (stream.signal.aborted) return;
+        // Never opened (404, 503: no stream here, or too many open): poll instead.
+        if (!opened || e instanceof AuthCancelled) return startPolling('the event stream is not available');
       }
-    };
-    for (const k of KINDS) es.addEventListener(k, onEvent as EventListener);
-    es.onmessage = onEvent;
-    es.onopen = () => {
-      opened = true;
-      setText(status, 'live (event stream)');
-    };
-    es.onerror = () => {
-      // Never opened (404, or no stream support in this manager): poll instead.
-      // Once opened, EventSource reconnects by itself with Last-Event-ID.
-      if (!opened || es.readyState === EventSource.CLOSED) startPolling('the event stream is not available');
-      else setText(status, 'reconnecting…');
-    };
+      if (stream.signal.aborted) return;
+      setText(status, 'reconnecting…');
+      retry = Math.min(retry + 1, 5);
+      await new Promise((r) => setTimeout(r, 1000 * retry));
+    }
   }
 
   // The history first (so a stream that starts at "now" loses nothing), then live.
@@ -125,7 +129,7 @@ export function eventsView(): View {
     .events(0)
     .then((r) => {
       add(r.events);
-      startStream();
+      void startStream();
     })
     .catch((e) => {
       if (e instanceof ApiError && e.status === 404) {
@@ -137,7 +141,7 @@ export function eventsView(): View {
   return {
     el,
     dispose() {
-      source?.close();
+      stream.abort();
       poller?.stop();
     },
   };

@@ -1,0 +1,519 @@
+//! Credentials and roles: who may do what, decided before anything else
+//! about a request ([`Router::handle`](crate::Router) calls [`Policy`] and
+//! [`Credentials`] first).
+//!
+//! - **Roles.** `viewer` reads everything the API serves (partitions,
+//!   console output and history, events and their stream, metrics,
+//!   images, resources); `operator` also changes things (every POST, PUT,
+//!   PATCH, DELETE) and manages credentials. Open without a credential:
+//!   the web UI's static files, `GET /api/v1/host` (version and health)
+//!   and `GET /api/v1/openapi.json` (the contract) ([`required_role`]).
+//! - **Credentials.** Bearer tokens, held only as SHA-256 digests. The boot
+//!   credential (`boot`, operator) is the one the hypervisor hands over
+//!   (MGMT_TOKEN_DIGEST: the plan's, the bundle's, or the token it made at
+//!   boot and printed once). More are made here from a ChaCha20 DRBG seeded
+//!   from the hypervisor's ENTROPY call: 32 random bytes as 64 hex digits,
+//!   shown once in the reply that makes them. Without entropy (the
+//!   hypervisor found no source) none is made. Any credential may be
+//!   rotated (new token, same id and role) or revoked at run time; the
+//!   last operator credential cannot be revoked (nobody could make a new
+//!   one without a reboot).
+//! - **Failed attempts** are counted in a window ([`FAIL_LIMIT`] per
+//!   [`FAIL_WINDOW`]); past the limit every request that presents a
+//!   credential is answered 429 with `Retry-After` until the window ends,
+//!   right or wrong, so guessing runs at most that fast. The router does
+//!   not see the peer's address, so the count is the manager's, not a
+//!   client's.
+//! - **Host and Origin.** A request's `Host` must be an IP literal
+//!   (v4 or bracketed v6, any port), `localhost`, or a configured name
+//!   ([`HostPolicy`]): a DNS-rebinding page reaches the manager under its
+//!   own name and is refused (421). A mutation that carries `Origin` must
+//!   come from the same host (403): another site's page cannot post.
+
+use std::time::{Duration, Instant};
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use crate::{constant_time_eq, token_digest, Endpoint};
+
+/// Failed credential checks tolerated per window.
+pub const FAIL_LIMIT: u32 = 10;
+/// The window failed checks are counted in.
+pub const FAIL_WINDOW: Duration = Duration::from_secs(10);
+/// Most credentials kept (the boot one included).
+pub const MAX_CREDENTIALS: usize = 32;
+/// Longest credential name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// What a credential may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Viewer,
+    Operator,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            _ => None,
+        }
+    }
+}
+
+/// The role a request needs: None for what is open to anyone.
+pub fn required_role(method: &str, endpoint: Option<Endpoint>) -> Option<Role> {
+    // HEAD is routed like GET and needs what GET needs.
+    let method = if method == "HEAD" { "GET" } else { method };
+    match (method, endpoint) {
+        // The web UI's files: the page itself asks for a token.
+        ("GET", None) => None,
+        ("GET", Some(Endpoint::Host | Endpoint::OpenApi)) => None,
+        ("GET", Some(Endpoint::Credentials | Endpoint::Credential)) => Some(Role::Operator),
+        ("GET", Some(_)) => Some(Role::Viewer),
+        _ => Some(Role::Operator),
+    }
+}
+
+/// One credential: never the token, only its digest.
+#[derive(Debug, Clone)]
+pub struct Credential {
+    /// Public id (`boot`, `c1`, `c2`, ...), never reused in a run.
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    digest: [u8; 32],
+    /// When it was made or last rotated (Unix ms), if the host has a clock.
+    pub since_ms: Option<u64>,
+}
+
+/// Who a request came from, once its credential checked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    pub id: String,
+    pub role: Role,
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.role.name(), self.id)
+    }
+}
+
+/// Why no credential is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MakeError {
+    /// No entropy: the sentence says so.
+    NoEntropy,
+    TooMany,
+    NotFound,
+    /// Revoking it would leave no operator.
+    LastOperator,
+}
+
+impl MakeError {
+    pub fn sentence(&self) -> String {
+        match self {
+            MakeError::NoEntropy => "no credential can be generated: the hypervisor found no \
+                 entropy source at boot (no /chosen/rng-seed, no EFI_RNG_PROTOCOL, no RNDR)"
+                .to_string(),
+            MakeError::TooMany => {
+                format!("at most {MAX_CREDENTIALS} credentials; revoke one first")
+            }
+            MakeError::NotFound => "no credential with that id".to_string(),
+            MakeError::LastOperator => {
+                "the last operator credential cannot be revoked (rotate it instead)".to_string()
+            }
+        }
+    }
+}
+
+/// Every credential the manager accepts, and the DRBG that makes tokens.
+pub struct Credentials {
+    list: Vec<Credential>,
+    rng: Option<ChaCha20Rng>,
+    next_id: u32,
+    failures: FailureWindow,
+}
+
+impl Credentials {
+    /// `boot`: the hypervisor's digest (None: there is none, for want of
+    /// entropy and of a plan token). `seed`: 32 bytes from ENTROPY (None:
+    /// no source; nothing is ever generated).
+    pub fn new(boot: Option<[u8; 32]>, seed: Option<[u8; 32]>) -> Credentials {
+        Credentials {
+            list: boot
+                .map(|digest| Credential {
+                    id: "boot".to_string(),
+                    name: "boot token".to_string(),
+                    role: Role::Operator,
+                    digest,
+                    since_ms: None,
+                })
+                .into_iter()
+                .collect(),
+            rng: seed.map(ChaCha20Rng::from_seed),
+            next_id: 1,
+            failures: FailureWindow::default(),
+        }
+    }
+
+    /// The same credentials, new ones made from `seed` from now on.
+    pub fn with_seed(mut self, seed: [u8; 32]) -> Credentials {
+        self.rng = Some(ChaCha20Rng::from_seed(seed));
+        self
+    }
+
+    pub fn list(&self) -> &[Credential] {
+        &self.list
+    }
+
+    pub fn can_generate(&self) -> bool {
+        self.rng.is_some()
+    }
+
+    /// The credential `token` is, if any (every digest compared in
+    /// constant time, so timing tells nothing about which or how much).
+    pub fn check(&self, token: &str) -> Option<Actor> {
+        let presented = token_digest(token.as_bytes());
+        let mut found = None;
+        for c in &self.list {
+            if constant_time_eq(&presented, &c.digest) && found.is_none() {
+                found = Some(Actor {
+                    id: c.id.clone(),
+                    role: c.role,
+                });
+            }
+        }
+        found
+    }
+
+    fn token(&mut self) -> Result<String, MakeError> {
+        let rng = self.rng.as_mut().ok_or(MakeError::NoEntropy)?;
+        let mut bytes = [0u8; 32];
+        rng.fill_bytes(&mut bytes);
+        Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// A new credential: it and its token (shown once).
+    pub fn create(
+        &mut self,
+        role: Role,
+        name: &str,
+        now_ms: Option<u64>,
+    ) -> Result<(Credential, String), MakeError> {
+        if self.list.len() >= MAX_CREDENTIALS {
+            return Err(MakeError::TooMany);
+        }
+        let token = self.token()?;
+        let id = format!("c{}", self.next_id);
+        self.next_id += 1;
+        let c = Credential {
+            name: if name.is_empty() {
+                id.clone()
+            } else {
+                name.to_string()
+            },
+            id,
+            role,
+            digest: token_digest(token.as_bytes()),
+            since_ms: now_ms,
+        };
+        self.list.push(c.clone());
+        Ok((c, token))
+    }
+
+    /// A new token for credential `id` (same id, name and role); the old
+    /// token stops working at once.
+    pub fn rotate(
+        &mut self,
+        id: &str,
+        now_ms: Option<u64>,
+    ) -> Result<(Credential, String), MakeError> {
+        let index = self
+            .list
+            .iter()
+            .position(|c| c.id == id)
+            .ok_or(MakeError::NotFound)?;
+        let token = self.token()?;
+        let c = &mut self.list[index];
+        c.digest = token_digest(token.as_bytes());
+        c.since_ms = now_ms;
+        Ok((c.clone(), token))
+    }
+
+    /// Remove credential `id`; its token stops working at once.
+    pub fn revoke(&mut self, id: &str) -> Result<Credential, MakeError> {
+        let index = self
+            .list
+            .iter()
+            .position(|c| c.id == id)
+            .ok_or(MakeError::NotFound)?;
+        let operators = self
+            .list
+            .iter()
+            .filter(|c| c.role == Role::Operator)
+            .count();
+        if self.list[index].role == Role::Operator && operators == 1 {
+            return Err(MakeError::LastOperator);
+        }
+        Ok(self.list.remove(index))
+    }
+
+    /// Whether checks are suspended at `now` (too many failures): the
+    /// seconds until they resume.
+    pub fn throttled(&self, now: Instant) -> Option<u64> {
+        self.failures.throttled(now)
+    }
+
+    /// Count a failed check at `now`.
+    pub fn failed(&mut self, now: Instant) {
+        self.failures.fail(now);
+    }
+}
+
+/// Failed checks in the current window.
+#[derive(Debug, Default)]
+struct FailureWindow {
+    start: Option<Instant>,
+    count: u32,
+}
+
+impl FailureWindow {
+    fn fail(&mut self, now: Instant) {
+        match self.start {
+            Some(s) if now.duration_since(s) < FAIL_WINDOW => self.count += 1,
+            _ => {
+                self.start = Some(now);
+                self.count = 1;
+            }
+        }
+    }
+
+    fn throttled(&self, now: Instant) -> Option<u64> {
+        let start = self.start?;
+        let elapsed = now.duration_since(start);
+        (self.count >= FAIL_LIMIT && elapsed < FAIL_WINDOW)
+            .then(|| (FAIL_WINDOW - elapsed).as_secs().max(1))
+    }
+}
+
+/// Which `Host` values the manager answers.
+#[derive(Debug, Clone, Default)]
+pub struct HostPolicy {
+    /// Names besides IP literals and `localhost` (lowercase, no port).
+    pub names: Vec<String>,
+}
+
+impl HostPolicy {
+    /// Whether `host` (a Host header: name or address, optional port) is
+    /// one of ours.
+    pub fn allows(&self, host: &str) -> bool {
+        let name = host_name(host);
+        if name.is_empty() {
+            return false;
+        }
+        if name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok() {
+            return true;
+        }
+        if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+            return v6.parse::<std::net::Ipv6Addr>().is_ok();
+        }
+        self.names.iter().any(|n| n.eq_ignore_ascii_case(name))
+    }
+}
+
+/// The name part of a Host header (`[::1]:8080` -> `[::1]`, `a:80` -> `a`).
+fn host_name(host: &str) -> &str {
+    let host = host.trim();
+    if host.starts_with('[') {
+        return match host.find(']') {
+            Some(end) => &host[..=end],
+            None => "",
+        };
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// Whether an `Origin` header names the same host as `host` (scheme http
+/// or https; "null" and anything else is foreign).
+pub fn same_origin(origin: &str, host: &str) -> bool {
+    let origin = origin.trim();
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    rest.is_some_and(|r| r.trim_end_matches('/').eq_ignore_ascii_case(host.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_need_a_viewer_changes_an_operator_and_a_few_things_are_open() {
+        assert_eq!(required_role("GET", None), None);
+        assert_eq!(required_role("GET", Some(Endpoint::Host)), None);
+        assert_eq!(required_role("GET", Some(Endpoint::OpenApi)), None);
+        for e in [
+            Endpoint::Partitions,
+            Endpoint::Console,
+            Endpoint::ConsoleHistory,
+            Endpoint::Events,
+            Endpoint::EventStream,
+            Endpoint::Metrics,
+            Endpoint::Images,
+            Endpoint::Whoami,
+        ] {
+            assert_eq!(required_role("GET", Some(e)), Some(Role::Viewer), "{e:?}");
+        }
+        assert_eq!(
+            required_role("GET", Some(Endpoint::Credentials)),
+            Some(Role::Operator)
+        );
+        for m in ["POST", "PUT", "PATCH", "DELETE"] {
+            assert_eq!(
+                required_role(m, Some(Endpoint::Console)),
+                Some(Role::Operator)
+            );
+            assert_eq!(required_role(m, None), Some(Role::Operator));
+        }
+    }
+
+    #[test]
+    fn made_tokens_are_64_hex_digits_and_differ_with_the_seed() {
+        let mut a = Credentials::new(None, Some([1; 32]));
+        let mut b = Credentials::new(None, Some([2; 32]));
+        let (_, ta) = a.create(Role::Viewer, "", None).unwrap();
+        let (_, tb) = b.create(Role::Viewer, "", None).unwrap();
+        assert_eq!(ta.len(), 64);
+        assert!(ta.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(ta, tb);
+        let (_, ta2) = a.create(Role::Viewer, "", None).unwrap();
+        assert_ne!(ta, ta2);
+    }
+
+    #[test]
+    fn without_entropy_nothing_is_made_but_the_boot_token_works() {
+        let boot = token_digest(b"boot-secret");
+        let mut c = Credentials::new(Some(boot), None);
+        assert!(!c.can_generate());
+        assert_eq!(
+            c.create(Role::Operator, "x", None).unwrap_err(),
+            MakeError::NoEntropy
+        );
+        assert_eq!(c.rotate("boot", None).unwrap_err(), MakeError::NoEntropy);
+        assert!(MakeError::NoEntropy
+            .sentence()
+            .contains("no entropy source"));
+        assert_eq!(
+            c.check("boot-secret"),
+            Some(Actor {
+                id: "boot".into(),
+                role: Role::Operator
+            })
+        );
+        assert_eq!(c.check("boot-secre"), None);
+    }
+
+    #[test]
+    fn rotate_replaces_the_token_and_revoke_removes_it() {
+        let boot = token_digest(b"boot-secret");
+        let mut c = Credentials::new(Some(boot), Some([3; 32]));
+        let (v, vt) = c.create(Role::Viewer, "dash", Some(5)).unwrap();
+        assert_eq!((v.id.as_str(), v.name.as_str()), ("c1", "dash"));
+        assert_eq!(c.check(&vt).unwrap().role, Role::Viewer);
+        let (_, vt2) = c.rotate("c1", None).unwrap();
+        assert_eq!(c.check(&vt), None);
+        assert_eq!(c.check(&vt2).unwrap().id, "c1");
+        let (_, bt) = c.rotate("boot", None).unwrap();
+        assert_eq!(c.check("boot-secret"), None);
+        assert_eq!(c.check(&bt).unwrap().role, Role::Operator);
+        c.revoke("c1").unwrap();
+        assert_eq!(c.check(&vt2), None);
+        assert_eq!(c.revoke("c1").unwrap_err(), MakeError::NotFound);
+        assert_eq!(c.revoke("boot").unwrap_err(), MakeError::LastOperator);
+        let (o, _) = c.create(Role::Operator, "", None).unwrap();
+        assert_eq!(o.id, "c2");
+        c.revoke("boot").unwrap();
+        assert_eq!(c.check(&bt), None);
+    }
+
+    #[test]
+    fn the_list_is_bounded() {
+        let mut c = Credentials::new(None, Some([4; 32]));
+        for _ in 0..MAX_CREDENTIALS {
+            c.create(Role::Viewer, "", None).unwrap();
+        }
+        assert_eq!(
+            c.create(Role::Viewer, "", None).unwrap_err(),
+            MakeError::TooMany
+        );
+    }
+
+    #[test]
+    fn failures_past_the_limit_throttle_until_the_window_ends() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        for _ in 0..FAIL_LIMIT - 1 {
+            c.failed(t0);
+        }
+        assert_eq!(c.throttled(t0), None);
+        c.failed(t0);
+        assert_eq!(c.throttled(t0), Some(10));
+        assert_eq!(c.throttled(t0 + Duration::from_millis(9_500)), Some(1));
+        assert_eq!(c.throttled(t0 + FAIL_WINDOW), None);
+        c.failed(t0 + FAIL_WINDOW);
+        assert_eq!(c.throttled(t0 + FAIL_WINDOW), None);
+    }
+
+    #[test]
+    fn hosts_ip_literals_localhost_and_configured_names() {
+        let p = HostPolicy {
+            names: vec!["pinfold.example".into()],
+        };
+        for ok in [
+            "127.0.0.1:18460",
+            "10.0.2.15",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "[fe80::1]",
+            "pinfold.example:8080",
+            "PINFOLD.example",
+        ] {
+            assert!(p.allows(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "127.0.0.1.evil.example",
+            "[::1",
+            "[not-v6]:80",
+            "localhost.evil",
+            "pinfold.example.evil",
+        ] {
+            assert!(!p.allows(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn origin_must_be_the_same_host() {
+        assert!(same_origin("http://127.0.0.1:18460", "127.0.0.1:18460"));
+        assert!(same_origin("https://pinfold.example", "pinfold.example"));
+        assert!(!same_origin("http://evil.example", "127.0.0.1:18460"));
+        assert!(!same_origin("null", "127.0.0.1:18460"));
+        assert!(!same_origin("http://127.0.0.1:18461", "127.0.0.1:18460"));
+    }
+}
