@@ -1,4 +1,5 @@
-//! The emulated GICv3 each partition sees: distributor, redistributors, list registers, SGI routing.
+//! The emulated GICv3 each partition sees: distributor, redistributors, list registers, SGI routing;
+//! and on GICv4.1 hosts the direct vSGI path (`v41`).
 //!
 //! Who touches what (and therefore which lock): the distributor ([`dist::VDist`]) is
 //! one per partition, shared by its vCPUs under a per-partition lock; a
@@ -12,6 +13,7 @@ pub mod dist;
 pub mod lr;
 pub mod redist;
 pub mod sgi;
+pub mod v41;
 
 /// Priority bits kept in GICD_IPRIORITYR / GICR_IPRIORITYR (the upper five).
 /// The virtual CPU interface implements at least five priority bits

@@ -725,7 +725,7 @@ mod tests {
         m.its_write(
             its,
             GITS_CBASER,
-            CBASER_VALID | 0x4000_0000 * (its as u64 + 1),
+            CBASER_VALID | (0x4000_0000 * (its as u64 + 1)),
         );
         m.its_write(its, GITS_CTLR, CTLR_ENABLED);
     }
