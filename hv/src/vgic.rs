@@ -1,5 +1,6 @@
 //! The emulated GICv3 each partition sees: distributor, redistributors, list registers, SGI routing;
-//! and on GICv4.1 hosts the direct vSGI path (`v41`).
+//! on GICv4.1 hosts the direct vSGI path (`v41`) and the ITS each CPU uses
+//! (`its_choice`).
 //!
 //! Who touches what (and therefore which lock): the distributor ([`dist::VDist`]) is
 //! one per partition, shared by its vCPUs under a per-partition lock; a
@@ -10,6 +11,7 @@
 //! small action enums instead of touching hardware themselves.
 
 pub mod dist;
+pub mod its_choice;
 pub mod lr;
 pub mod redist;
 pub mod sgi;
