@@ -309,14 +309,12 @@ impl Vits {
                 self.ctlr = value & CTLR_ENABLED;
                 self.run(mem, owner, sink);
             }
-            GITS_CBASER => {
-                // Writable only while disabled (UNPREDICTABLE otherwise:
-                // ignored here).
-                if self.ctlr & CTLR_ENABLED == 0 {
-                    self.cbaser = value & CBASER_KEPT;
-                    self.creadr = 0;
-                    self.cwriter = 0;
-                }
+            // Writable only while disabled (UNPREDICTABLE otherwise:
+            // ignored, below).
+            GITS_CBASER if self.ctlr & CTLR_ENABLED == 0 => {
+                self.cbaser = value & CBASER_KEPT;
+                self.creadr = 0;
+                self.cwriter = 0;
             }
             GITS_CWRITER => {
                 let off = value & OFFSET;
