@@ -6,7 +6,9 @@
 //! checksums verified), reads the XSDT's entries, and parses MADT (CPUs,
 //! GIC distributor, redistributors, ITSes, the maintenance interrupt), GTDT
 //! (timer INTIDs), SPCR (console UART), FADT (PSCI conduit), MCFG (ECAM)
-//! and IORT (kept in `Iort` for the device work; nothing uses it yet).
+//! and IORT (kept in `Iort` for the device work; nothing uses it yet), and
+//! the SRAT's GICC and GIC ITS affinity (the CPUs' and ITSes' NUMA nodes,
+//! `srat`; each CPU's ITS is chosen by them).
 //! Every table it reads is fetched through `PhysRead` (the caller decides
 //! which physical memory the parser may see), has its length bounded and
 //! its checksum verified, and a table that fails either is refused by name.
@@ -47,11 +49,12 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::dtb::{EarlyUart, HostInfo};
+use crate::dtb::{EarlyUart, HostInfo, NumaInfo};
 
 mod board;
 mod iort;
 mod madt;
+mod srat;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -106,6 +109,7 @@ impl Signature {
     pub const SPCR: Signature = Signature(*b"SPCR");
     pub const MCFG: Signature = Signature(*b"MCFG");
     pub const IORT: Signature = Signature(*b"IORT");
+    pub const SRAT: Signature = Signature(*b"SRAT");
 }
 
 /// Printable ASCII as is, anything else as `\xNN`.
@@ -283,7 +287,16 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
     let madt = index
         .get(Signature::MADT, mem)?
         .ok_or(AcpiError::MissingTable(Signature::MADT))?;
-    let (cpus, gic) = madt::parse(madt)?;
+    let madt::Madt {
+        cpus,
+        uids,
+        gic,
+        its_ids,
+    } = madt::parse(madt)?;
+    let numa = match index.get(Signature::SRAT, mem)? {
+        Some(t) => srat::parse(t)?.numa(&uids, &its_ids),
+        None => NumaInfo::default(),
+    };
     let timer = match index.get(Signature::GTDT, mem)? {
         Some(t) => Some(tables::parse_gtdt(t)?),
         None => None,
@@ -324,6 +337,7 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
         initrd: None,
         model: None,
         devices: Vec::new(),
+        numa,
     };
     let board = board::apply(&mut host, mcfg, &mut warnings);
     Ok(AcpiTables {

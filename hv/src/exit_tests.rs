@@ -371,6 +371,7 @@ fn host(cpus: usize) -> HostInfo {
         initrd: None,
         model: None,
         devices: Vec::new(),
+        numa: Default::default(),
     }
 }
 

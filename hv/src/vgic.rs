@@ -1,4 +1,6 @@
-//! The emulated GICv3 each partition sees: distributor, redistributors, list registers, SGI routing.
+//! The emulated GICv3 each partition sees: distributor, redistributors, list registers, SGI routing;
+//! on GICv4.1 hosts the direct vSGI path (`v41`) and the ITS each CPU uses
+//! (`its_choice`); a partition's virtual ITS command translation (`vits`).
 //!
 //! Who touches what (and therefore which lock): the distributor ([`dist::VDist`]) is
 //! one per partition, shared by its vCPUs under a per-partition lock; a
@@ -9,9 +11,12 @@
 //! small action enums instead of touching hardware themselves.
 
 pub mod dist;
+pub mod its_choice;
 pub mod lr;
 pub mod redist;
 pub mod sgi;
+pub mod v41;
+pub mod vits;
 
 /// Priority bits kept in GICD_IPRIORITYR / GICR_IPRIORITYR (the upper five).
 /// The virtual CPU interface implements at least five priority bits

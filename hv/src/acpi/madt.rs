@@ -1,5 +1,6 @@
-//! MADT (ACPI 6.5, 5.2.12): the CPUs (GICC entries) and the GIC (GICD,
-//! GICR, ITS entries).
+//! MADT (ACPI 6.5, 5.2.12): the CPUs (GICC entries, with their ACPI
+//! Processor UIDs) and the GIC (GICD, GICR, ITS entries, with their GIC ITS
+//! IDs).
 
 use alloc::vec::Vec;
 
@@ -39,8 +40,19 @@ const ITS_SIZE: u64 = 0x2_0000;
 /// address and the flags.
 const ENTRIES: usize = HEADER_LEN + 8;
 
-/// The enabled (or online-capable) CPUs' MPIDRs in MADT order, and the GIC.
-pub(super) fn parse(table: Table<'_>) -> Result<(Vec<u64>, GicInfo), AcpiError> {
+/// What the MADT says.
+pub(super) struct Madt {
+    /// The enabled (or online-capable) CPUs' MPIDRs in MADT order.
+    pub cpus: Vec<u64>,
+    /// Their ACPI Processor UIDs (the SRAT's GICC affinity names CPUs by it).
+    pub uids: Vec<u32>,
+    pub gic: GicInfo,
+    /// The GIC ITS ID of each of `gic.its` (the SRAT's and IORT's name).
+    pub its_ids: Vec<u32>,
+}
+
+/// The CPUs and the GIC.
+pub(super) fn parse(table: Table<'_>) -> Result<Madt, AcpiError> {
     let t = table.bytes;
     if t.len() < ENTRIES {
         return Err(AcpiError::Truncated {
@@ -49,6 +61,8 @@ pub(super) fn parse(table: Table<'_>) -> Result<(Vec<u64>, GicInfo), AcpiError> 
         });
     }
     let mut cpus = Vec::new();
+    let mut uids = Vec::new();
+    let mut its_ids = Vec::new();
     let mut gicc_redists = Vec::new();
     let mut gicc_without_redist = false;
     let mut maintenance = None;
@@ -70,6 +84,7 @@ pub(super) fn parse(table: Table<'_>) -> Result<(Vec<u64>, GicInfo), AcpiError> 
                 let flags = e.u32(12)?;
                 if flags & (GICC_ENABLED | GICC_ONLINE_CAPABLE) != 0 {
                     cpus.push(e.u64(68)? & MPIDR_AFFINITY);
+                    uids.push(e.u32(8)?);
                     if maintenance.is_none() {
                         maintenance = Some(e.u32(56)?);
                     }
@@ -93,6 +108,7 @@ pub(super) fn parse(table: Table<'_>) -> Result<(Vec<u64>, GicInfo), AcpiError> 
             GIC_ITS => {
                 need(e, ITS_MIN_LEN, "GIC ITS entry shorter than 16 bytes")?;
                 its.push((e.u64(8)?, ITS_SIZE));
+                its_ids.push(e.u32(4)?);
             }
             _ => {} // GICv2m MSI frames, other architectures' entries
         }
@@ -118,9 +134,10 @@ pub(super) fn parse(table: Table<'_>) -> Result<(Vec<u64>, GicInfo), AcpiError> 
         }
         redist_regions = gicc_redists.into_iter().map(|b| (b, gicr_size)).collect();
     }
-    Ok((
+    Ok(Madt {
         cpus,
-        GicInfo {
+        uids,
+        gic: GicInfo {
             version: 3,
             dist: (dist, GICD_SIZE),
             redist_regions,
@@ -128,7 +145,8 @@ pub(super) fn parse(table: Table<'_>) -> Result<(Vec<u64>, GicInfo), AcpiError> 
             maintenance_intid: maintenance.filter(|&gsiv| gsiv != 0),
             its,
         },
-    ))
+        its_ids,
+    })
 }
 
 fn need(entry: Bytes<'_>, len: usize, what: &'static str) -> Result<(), AcpiError> {

@@ -1270,3 +1270,121 @@ fn errors_and_warnings_print_as_console_lines() {
         ]
     );
 }
+
+// --- SRAT: the NUMA nodes of CPUs and ITSes ---
+
+fn gicc_uid(uid: u32, mpidr: u64) -> Vec<u8> {
+    let mut e = gicc(1, mpidr, 0x1000_0000 + (mpidr << 17), 25);
+    e[8..12].copy_from_slice(&uid.to_le_bytes());
+    e
+}
+
+fn its_entry(id: u32, base: u64) -> Vec<u8> {
+    let mut e = vec![0u8; 20];
+    e[0] = 0x0f;
+    e[1] = 20;
+    e[4..8].copy_from_slice(&id.to_le_bytes());
+    e[8..16].copy_from_slice(&base.to_le_bytes());
+    e
+}
+
+fn gicc_affinity(domain: u32, uid: u32, enabled: bool) -> Vec<u8> {
+    let mut e = vec![0u8; 18];
+    e[0] = 3;
+    e[1] = 18;
+    e[2..6].copy_from_slice(&domain.to_le_bytes());
+    e[6..10].copy_from_slice(&uid.to_le_bytes());
+    e[10..14].copy_from_slice(&u32::from(enabled).to_le_bytes());
+    e
+}
+
+fn its_affinity(domain: u32, its_id: u32) -> Vec<u8> {
+    let mut e = vec![0u8; 12];
+    e[0] = 4;
+    e[1] = 12;
+    e[2..6].copy_from_slice(&domain.to_le_bytes());
+    e[8..12].copy_from_slice(&its_id.to_le_bytes());
+    e
+}
+
+const SRAT_ADDR: u64 = 0xbc43_c000;
+
+/// Adds an SRAT of `entries` to the fixture's XSDT.
+fn with_srat(mut f: Fixture, entries: &[Vec<u8>]) -> Fixture {
+    let mut body = vec![0u8; 12];
+    body[0] = 1; // table revision (reserved, 1)
+    for e in entries {
+        body.extend_from_slice(e);
+    }
+    let mut t = header(b"SRAT", 3, body.len());
+    t.extend_from_slice(&body);
+    fix_checksum(&mut t);
+    f.tables.push((SRAT_ADDR, t));
+    let mut addrs: Vec<u64> = LAYOUT.map(|(_, a)| a).to_vec();
+    addrs.push(SRAT_ADDR);
+    f.xsdt = xsdt(&addrs);
+    f
+}
+
+/// Two sockets: CPUs with UIDs 10..13 (10, 11 on domain 0; 12, 13 on
+/// domain 1), ITS IDs 7 (domain 1) then 3 (domain 0).
+fn two_socket_madt() -> Fixture {
+    madt(&[
+        gicc_uid(10, 0),
+        gicc_uid(11, 1),
+        gicc_uid(12, 0x100),
+        gicc_uid(13, 0x101),
+        gicd(0x800_0000, 4),
+        its_entry(7, 0x2000_0000),
+        its_entry(3, 0x3000_0000),
+    ])
+}
+
+#[test]
+fn srat_gives_each_cpu_and_its_its_node_by_uid_and_its_id() {
+    let f = with_srat(
+        two_socket_madt(),
+        &[
+            its_affinity(0, 3),
+            gicc_affinity(1, 13, true),
+            gicc_affinity(0, 10, true),
+            gicc_affinity(0, 11, true),
+            gicc_affinity(1, 12, true),
+            its_affinity(1, 7),
+        ],
+    );
+
+    let host = f.parse().unwrap().host;
+
+    assert_eq!(host.numa.cpus, [Some(0), Some(0), Some(1), Some(1)]);
+    assert_eq!(host.numa.its, [Some(1), Some(0)]);
+    let chosen = crate::vgic::its_choice::choose(&host.numa, 4, &[true, true]);
+    assert_eq!(chosen, [Some(1), Some(1), Some(0), Some(0)]);
+}
+
+#[test]
+fn without_an_srat_or_with_disabled_entries_there_are_no_nodes() {
+    assert_eq!(
+        two_socket_madt().parse().unwrap().host.numa,
+        NumaInfo::default()
+    );
+    let f = with_srat(two_socket_madt(), &[gicc_affinity(1, 10, false)]);
+    assert_eq!(f.parse().unwrap().host.numa, NumaInfo::default());
+}
+
+#[test]
+fn a_short_srat_entry_is_refused_by_name() {
+    let mut short = its_affinity(0, 3);
+    short.truncate(10);
+    short[1] = 10;
+    let f = with_srat(two_socket_madt(), &[short]);
+    assert_eq!(
+        f.parse().unwrap_err(),
+        malformed(b"SRAT", "GIC ITS Affinity entry shorter than 12 bytes")
+    );
+    let f = with_srat(two_socket_madt(), &[vec![3, 0]]);
+    assert_eq!(
+        f.parse().unwrap_err(),
+        malformed(b"SRAT", "entry shorter than its own type and length")
+    );
+}

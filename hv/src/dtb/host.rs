@@ -53,6 +53,18 @@ pub struct HostInfo {
     /// except memory, /cpus and /reserved-memory (and their children), in
     /// document order, enabled or not.
     pub devices: Vec<HostDevice>,
+    /// The NUMA nodes of the CPUs and ITSes (DT `numa-node-id`, ACPI SRAT).
+    pub numa: NumaInfo,
+}
+
+/// NUMA proximity of the CPUs and ITSes, for choosing each CPU's ITS
+/// (`vgic::its_choice`). Both lists are empty when the host description
+/// names no node at all; otherwise `cpus[i]` is the node of `HostInfo::cpus[i]`
+/// and `its[j]` that of `GicInfo::its[j]` (None: not described).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NumaInfo {
+    pub cpus: Vec<Option<u32>>,
+    pub its: Vec<Option<u32>>,
 }
 
 /// A host DT node with MMIO: what a guest DTB generator needs to describe a
@@ -227,6 +239,7 @@ pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
         },
         model: tree.str_prop(0, "model").map(ToString::to_string),
         devices: parse_devices(&tree, gic),
+        numa: parse_numa(&tree, gic)?,
     })
 }
 
@@ -442,16 +455,43 @@ fn parse_reserved(tree: &Tree) -> Result<Vec<(u64, u64)>, DtbError> {
     Ok(reserved)
 }
 
+/// The /cpus children that are CPUs (not cpu-map and friends).
+fn cpu_nodes<'t>(tree: &'t Tree<'_>) -> Result<impl Iterator<Item = usize> + 't, DtbError> {
+    let cpus = tree
+        .find_path("/cpus")
+        .ok_or(DtbError::MissingNode("/cpus"))?;
+    Ok(tree
+        .children(cpus)
+        .filter(|&i| tree.str_prop(i, Known::DeviceType) == Some("cpu")))
+}
+
+/// The GIC's enabled ITS children with a `reg`, in `GicInfo::its` order.
+fn its_nodes<'t>(tree: &'t Tree<'_>, gic: usize) -> impl Iterator<Item = (usize, (u64, u64))> + 't {
+    tree.children(gic)
+        .filter(|&i| tree.is_compatible(i, &["arm,gic-v3-its"]) && tree.enabled(i))
+        .filter_map(|i| Some((i, tree.reg(i).ok()?.first().copied()?)))
+}
+
+/// `numa-node-id` (devicetree numa binding) of each CPU and ITS.
+fn parse_numa(tree: &Tree, gic: usize) -> Result<NumaInfo, DtbError> {
+    let node = |i: usize| tree.u32_prop(i, "numa-node-id");
+    let cpus = cpu_nodes(tree)?.map(node).collect::<Result<Vec<_>, _>>()?;
+    let its = its_nodes(tree, gic)
+        .map(|(i, _)| node(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    if cpus.iter().chain(&its).all(Option::is_none) {
+        return Ok(NumaInfo::default());
+    }
+    Ok(NumaInfo { cpus, its })
+}
+
 fn parse_cpus(tree: &Tree) -> Result<Vec<u64>, DtbError> {
     let cpus = tree
         .find_path("/cpus")
         .ok_or(DtbError::MissingNode("/cpus"))?;
     let address_cells = tree.address_cells(cpus)?;
     let mut mpidrs = Vec::new();
-    for i in tree.children(cpus) {
-        if tree.str_prop(i, Known::DeviceType) != Some("cpu") {
-            continue; // cpu-map and friends
-        }
+    for i in cpu_nodes(tree)? {
         let reg = tree
             .cells_prop(i, Known::Reg)?
             .ok_or_else(|| tree.missing(i, "reg"))?;
@@ -484,11 +524,7 @@ fn parse_gic(tree: &Tree, gic: usize) -> Result<GicInfo, DtbError> {
         redist_regions: reg[1..=regions].to_vec(),
         redist_stride: tree.u64_prop(gic, "redistributor-stride")?,
         maintenance_intid,
-        its: tree
-            .children(gic)
-            .filter(|&i| tree.is_compatible(i, &["arm,gic-v3-its"]) && tree.enabled(i))
-            .filter_map(|i| tree.reg(i).ok()?.first().copied())
-            .collect(),
+        its: its_nodes(tree, gic).map(|(_, reg)| reg).collect(),
     })
 }
 
@@ -1644,6 +1680,88 @@ mod tests {
     #[test]
     fn qemu_virt_gic_has_its_frame() {
         assert_eq!(qemu().gic.its, [(0x0808_0000, 0x2_0000)]);
+    }
+
+    #[test]
+    fn qemu_virt_names_no_numa_nodes() {
+        assert_eq!(qemu().numa, NumaInfo::default());
+    }
+
+    /// Two sockets of two CPUs (numa-node-id 0 and 1) and three ITSes:
+    /// node 1, a disabled one, node 0, node 1.
+    fn two_socket_dtb() -> Vec<u8> {
+        let mut w = FdtWriter::new();
+        node(&mut w, "", |w| {
+            w.prop_u32("#address-cells", 2).unwrap();
+            w.prop_u32("#size-cells", 2).unwrap();
+            w.prop_u32("interrupt-parent", 1).unwrap();
+            node(w, "memory@40000000", |w| {
+                w.prop_string("device_type", "memory").unwrap();
+                w.prop_cells("reg", &[0, 0x4000_0000, 0, 0x4000_0000])
+                    .unwrap();
+            });
+            node(w, "cpus", |w| {
+                w.prop_u32("#address-cells", 1).unwrap();
+                w.prop_u32("#size-cells", 0).unwrap();
+                for (mpidr, numa) in [(0, 0), (1, 0), (0x100, 1), (0x101, 1)] {
+                    node(w, &alloc::format!("cpu@{mpidr:x}"), |w| {
+                        w.prop_string("device_type", "cpu").unwrap();
+                        w.prop_u32("reg", mpidr).unwrap();
+                        w.prop_u32("numa-node-id", numa).unwrap();
+                    });
+                }
+            });
+            node(w, "interrupt-controller@8000000", |w| {
+                w.prop_string("compatible", "arm,gic-v3").unwrap();
+                w.prop_u32("#interrupt-cells", 3).unwrap();
+                w.prop_u32("#address-cells", 2).unwrap();
+                w.prop_u32("#size-cells", 2).unwrap();
+                w.prop_null("ranges").unwrap();
+                w.prop_null("interrupt-controller").unwrap();
+                w.prop_cells(
+                    "reg",
+                    &[0, 0x800_0000, 0, 0x1_0000, 0, 0x80a_0000, 0, 0x10_0000],
+                )
+                .unwrap();
+                w.prop_u32("phandle", 1).unwrap();
+                for (base, numa, status) in [
+                    (0x808_0000u32, Some(1), "okay"),
+                    (0x809_0000, Some(0), "disabled"),
+                    (0x80c_0000, Some(0), "okay"),
+                    (0x80e_0000, None, "okay"),
+                ] {
+                    node(w, &alloc::format!("msi-controller@{base:x}"), |w| {
+                        w.prop_string("compatible", "arm,gic-v3-its").unwrap();
+                        w.prop_null("msi-controller").unwrap();
+                        w.prop_cells("reg", &[0, base, 0, 0x2_0000]).unwrap();
+                        w.prop_string("status", status).unwrap();
+                        if let Some(n) = numa {
+                            w.prop_u32("numa-node-id", n).unwrap();
+                        }
+                    });
+                }
+            });
+        });
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn numa_node_ids_of_cpus_and_enabled_itses_are_read_in_order() {
+        let info = parse_host_dtb(&two_socket_dtb()).unwrap();
+
+        assert_eq!(
+            info.gic.its,
+            [
+                (0x808_0000, 0x2_0000),
+                (0x80c_0000, 0x2_0000),
+                (0x80e_0000, 0x2_0000)
+            ]
+        );
+        assert_eq!(info.numa.cpus, [Some(0), Some(0), Some(1), Some(1)]);
+        assert_eq!(info.numa.its, [Some(1), Some(0), None]);
+        // Each CPU's ITS: its own node's (the disabled node-0 ITS is not one).
+        let chosen = crate::vgic::its_choice::choose(&info.numa, info.cpus.len(), &[true; 3]);
+        assert_eq!(chosen, [Some(1), Some(1), Some(0), Some(0)]);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::error::XtaskError;
 use crate::Workspace;
 
 /// The targets, in the order they run.
-pub const TARGETS: [&str; 10] = [
+pub const TARGETS: [&str; 11] = [
     "trap_decode",
     "vgic_dist",
     "vgic_redist",
@@ -34,6 +34,7 @@ pub const TARGETS: [&str; 10] = [
     "plan_toml",
     "plan_blob",
     "bundle_open",
+    "vits",
 ];
 
 /// Seconds each target fuzzes in `cargo xtask test`.

@@ -1,0 +1,286 @@
+//! GICv4.1 direct vSGIs: the decisions of the hypervisor's side, host-tested
+//! against the register-level model `pinfold-gicmodel` (no emulator here has
+//! GICv4.1 vSGIs).
+//!
+//! - [`SgiDelivery::choose`]: direct vSGIs only when every redistributor's
+//!   GICR_TYPER reports VLPIS, RVPEID and VSGI and the chosen ITS's
+//!   GITS_TYPER reports Virtual, VMAPP and VSGI; a GICv4.0 (or GICv3) host
+//!   keeps the trapped path (`vgic::sgi` and the mailbox doorbells).
+//! - [`Residency`]: one CPU's vPE residency, owned by that CPU (a `&mut` in
+//!   its per-CPU state): vCPU load writes GICR_VPENDBASER with Valid, the
+//!   vPE ID (RVPEID layout, [15:0]) and the group enables, and waits for
+//!   Dirty to clear (bounded); vCPU put writes Valid = 0, waits for Dirty
+//!   and reads PendingLast. Only the CPU's own redistributor is touched, so
+//!   no lock shared between CPUs is taken when the chip declares
+//!   [`V41Hw::lockless`]; a chip that does not is counted on
+//!   `LockPath::VcpuLoad`/`VcpuPut` like every other per-CPU change
+//!   (`irqchip::change_percpu_state`).
+//! - [`DirectSgi::send`]: the sender's path. The guest's ICC_SGI1R_EL1 write
+//!   still traps to EL2 (HCR_EL2.IMO = 1 traps EL1 writes of ICC_SGI1R_EL1
+//!   on GICv3 and GICv4.x alike; GICv4.1 adds no guest-writable SGI
+//!   register, KVM traps it too), is resolved against the partition's own
+//!   vCPUs with the same precomputed [`SgiMap`], and each target becomes one
+//!   GITS_SGIR write (vPE ID [47:32], vINTID [3:0]) to the ITS chosen for
+//!   the sending CPU (`vgic::its_choice`). The receiver takes no exit: a
+//!   resident vPE gets the vSGI in its virtual CPU interface; a
+//!   non-resident one keeps it pending and sees it when loaded. Targets
+//!   outside the partition are never written (counted as today).
+//! - [`cmd`]: the ITS commands the slow paths issue (VMAPP when a vCPU's
+//!   vPE is created, VSGI + VSYNC when the guest changes an SGI's enable,
+//!   priority or group, VMOVP, VINVALL, INVDB), encoded here from the
+//!   command tables independently of the model's decoder.
+//!
+//! The platform wiring (the MMIO `V41Hw` over the real GICR VLPI frame and
+//! the ITS's SGI frame, the exit path calling [`DirectSgi::send`] in place
+//! of the mailbox when the host chose [`SgiDelivery::Direct`]) comes with a
+//! GICv4.1 host to run it on; nothing else in the core changes.
+
+use super::sgi::{SgiMap, SgiResolution};
+use crate::bits::ones;
+use crate::lockstat::{CountedLock, LockPath};
+
+// GICR_TYPER (RD_base + 0x0008).
+const GICR_TYPER_VLPIS: u64 = 1 << 1;
+const GICR_TYPER_RVPEID: u64 = 1 << 7;
+const GICR_TYPER_VSGI: u64 = 1 << 26;
+// GITS_TYPER (ITS_base + 0x0008).
+const GITS_TYPER_VIRTUAL: u64 = 1 << 1;
+const GITS_TYPER_VSGI: u64 = 1 << 39;
+const GITS_TYPER_VMAPP: u64 = 1 << 40;
+// GICR_VPENDBASER (VLPI_base + 0x0078), GICv4.1 layout.
+const VPENDBASER_VALID: u64 = 1 << 63;
+const VPENDBASER_PENDING_LAST: u64 = 1 << 61;
+const VPENDBASER_DIRTY: u64 = 1 << 60;
+const VPENDBASER_VGRP0EN: u64 = 1 << 59;
+const VPENDBASER_VGRP1EN: u64 = 1 << 58;
+const VPENDBASER_VPEID_MASK: u64 = 0xFFFF;
+
+/// How SGIs between a partition's vCPUs are delivered on this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SgiDelivery {
+    /// Trapped emulation: the mailbox doorbell and an exit on the receiver.
+    Trapped,
+    /// GICv4.1: GITS_SGIR to the target's vPE, no exit on the receiver.
+    Direct,
+}
+
+impl SgiDelivery {
+    /// From every redistributor's GICR_TYPER and the GITS_TYPER of the ITS
+    /// the vSGIs would go through.
+    pub fn choose(gicr_typers: &[u64], gits_typer: Option<u64>) -> SgiDelivery {
+        let rd = GICR_TYPER_VLPIS | GICR_TYPER_RVPEID | GICR_TYPER_VSGI;
+        let its = GITS_TYPER_VIRTUAL | GITS_TYPER_VMAPP | GITS_TYPER_VSGI;
+        let all_rd = !gicr_typers.is_empty() && gicr_typers.iter().all(|t| t & rd == rd);
+        match gits_typer {
+            Some(t) if all_rd && t & its == its => SgiDelivery::Direct,
+            _ => SgiDelivery::Trapped,
+        }
+    }
+}
+
+/// The GICv4.1 registers the vSGI path touches. The platform implements it
+/// over the calling CPU's own redistributor and the ITS frames; the tests
+/// over the model.
+pub trait V41Hw {
+    /// Whether this CPU's redistributor may be changed without a lock
+    /// shared between CPUs (true on every GIC: the frame is the CPU's own).
+    fn lockless(&self) -> bool;
+    /// This CPU's GICR_VPENDBASER.
+    fn read_vpendbaser(&mut self) -> u64;
+    fn write_vpendbaser(&mut self, value: u64);
+    /// GITS_SGIR of ITS `its` (index in the host's ITS list).
+    fn write_sgir(&mut self, its: usize, value: u64);
+}
+
+/// Why a residency change did not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResidencyError {
+    /// GICR_VPENDBASER.Dirty stayed set for the whole poll budget.
+    DirtyStuck,
+    /// A vPE was already resident (load without put).
+    AlreadyResident(u16),
+}
+
+/// Reads of GICR_VPENDBASER before a Dirty that will not clear is an error
+/// (a redistributor parses a pending table in microseconds).
+pub const DIRTY_POLLS: u32 = 1 << 16;
+
+/// One CPU's vPE residency. Owned by its CPU.
+#[derive(Clone, Debug, Default)]
+pub struct Residency {
+    resident: Option<u16>,
+}
+
+impl Residency {
+    pub const fn new() -> Self {
+        Residency { resident: None }
+    }
+
+    /// The vPE resident on this CPU.
+    pub fn resident(&self) -> Option<u16> {
+        self.resident
+    }
+
+    /// vCPU load: make `vpe` resident with its group enables (the guest's
+    /// ICC_IGRPEN0/1 as last seen), then wait for Dirty to clear so the
+    /// vPE's pending vSGIs are in its virtual CPU interface before entry.
+    pub fn load(
+        &mut self,
+        hw: &mut impl V41Hw,
+        chip_lock: &CountedLock<()>,
+        vpe: u16,
+        grp0: bool,
+        grp1: bool,
+    ) -> Result<(), ResidencyError> {
+        if let Some(r) = self.resident {
+            return Err(ResidencyError::AlreadyResident(r));
+        }
+        let mut value = VPENDBASER_VALID | u64::from(vpe);
+        if grp0 {
+            value |= VPENDBASER_VGRP0EN;
+        }
+        if grp1 {
+            value |= VPENDBASER_VGRP1EN;
+        }
+        let _guard = (!hw.lockless()).then(|| chip_lock.lock(LockPath::VcpuLoad));
+        hw.write_vpendbaser(value);
+        self.resident = Some(vpe);
+        wait_clean(hw).map(|_| ())
+    }
+
+    /// vCPU put: make the resident vPE non-resident. Returns PendingLast
+    /// (the vPE left with interrupts pending: a parked vCPU has a reason to
+    /// be woken).
+    pub fn put(
+        &mut self,
+        hw: &mut impl V41Hw,
+        chip_lock: &CountedLock<()>,
+    ) -> Result<bool, ResidencyError> {
+        let Some(vpe) = self.resident.take() else {
+            return Ok(false);
+        };
+        let _guard = (!hw.lockless()).then(|| chip_lock.lock(LockPath::VcpuPut));
+        hw.write_vpendbaser(u64::from(vpe) & VPENDBASER_VPEID_MASK);
+        let last = wait_clean(hw)?;
+        Ok(last & VPENDBASER_PENDING_LAST != 0)
+    }
+}
+
+fn wait_clean(hw: &mut impl V41Hw) -> Result<u64, ResidencyError> {
+    for _ in 0..DIRTY_POLLS {
+        let v = hw.read_vpendbaser();
+        if v & VPENDBASER_DIRTY == 0 {
+            return Ok(v);
+        }
+        core::hint::spin_loop();
+    }
+    Err(ResidencyError::DirtyStuck)
+}
+
+/// A partition's direct vSGI routing: the vPE ID of each of its vCPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirectSgi {
+    vpes: alloc::vec::Vec<u16>,
+}
+
+impl DirectSgi {
+    /// `vpes[i]` is vCPU i's vPE ID (allocated host-wide, never shared
+    /// between partitions).
+    pub fn new(vpes: alloc::vec::Vec<u16>) -> Self {
+        DirectSgi { vpes }
+    }
+
+    pub fn vpe(&self, vcpu: usize) -> Option<u16> {
+        self.vpes.get(vcpu).copied()
+    }
+
+    /// The sender's path: an ICC_SGI1R_EL1 `value` written by vCPU
+    /// `self_index`, resolved with the partition's `map` over its
+    /// `vcpu_mpidrs`, sent as one GITS_SGIR write per target vCPU to ITS
+    /// `its`. Targets outside the partition are not sent; the resolution
+    /// is returned so the caller reports `outside` as today.
+    pub fn send(
+        &self,
+        hw: &mut impl V41Hw,
+        map: &SgiMap,
+        vcpu_mpidrs: &[u64],
+        value: u64,
+        self_index: usize,
+        its: usize,
+    ) -> SgiResolution {
+        let (intid, res) = map.resolve(vcpu_mpidrs, value, self_index);
+        for t in ones(res.vcpus) {
+            if let Some(&vpe) = self.vpes.get(t as usize) {
+                hw.write_sgir(its, sgir(vpe, intid));
+            }
+        }
+        res
+    }
+}
+
+/// GITS_SGIR: vPEID [47:32], vINTID [3:0], everything else RES0.
+pub const fn sgir(vpe: u16, intid: u8) -> u64 {
+    (vpe as u64) << 32 | (intid & 0xF) as u64
+}
+
+/// ITS commands of the vPE and vSGI paths (four doublewords each).
+pub mod cmd {
+    pub const VMOVP: u64 = 0x22;
+    pub const VSGI: u64 = 0x23;
+    pub const VSYNC: u64 = 0x25;
+    pub const VMAPP: u64 = 0x29;
+    pub const VINVALL: u64 = 0x2D;
+    pub const INVDB: u64 = 0x2E;
+
+    /// vPEID in DW1 [47:32].
+    const fn vpe_dw1(vpe: u16) -> u64 {
+        (vpe as u64) << 32
+    }
+
+    /// RDbase in DW2 [50:16] (GITS_TYPER.PTA = 0: the Processor_Number).
+    const fn rdbase(rd: u32) -> u64 {
+        (rd as u64 & 0x7_FFFF_FFFF) << 16
+    }
+
+    /// VMAPP (GICv4.1): map `vpe` to the redistributor `rd` (V = 1) or
+    /// unmap it (V = 0). The vPE's pending/configuration tables come from
+    /// the shared vPE table (GITS_TYPER.SVPET), so VPT/VCONF stay zero.
+    pub const fn vmapp(vpe: u16, rd: u32, valid: bool) -> [u64; 4] {
+        let v = if valid { 1 << 63 } else { 0 };
+        [VMAPP, vpe_dw1(vpe), v | rdbase(rd), 0]
+    }
+
+    /// VSGI: SGI `intid` of `vpe` enabled or not, priority (its top four
+    /// bits, DW0 [23:20]), group 1 or 0 (DW0 [10]); Enable DW0 [8],
+    /// Clear DW0 [9], vINTID DW0 [35:32].
+    pub const fn vsgi(vpe: u16, intid: u8, enable: bool, priority: u8, group1: bool) -> [u64; 4] {
+        let dw0 = VSGI
+            | (enable as u64) << 8
+            | (group1 as u64) << 10
+            | ((priority >> 4) as u64) << 20
+            | ((intid & 0xF) as u64) << 32;
+        [dw0, vpe_dw1(vpe), 0, 0]
+    }
+
+    pub const fn vsync(vpe: u16) -> [u64; 4] {
+        [VSYNC, vpe_dw1(vpe), 0, 0]
+    }
+
+    pub const fn vinvall(vpe: u16) -> [u64; 4] {
+        [VINVALL, vpe_dw1(vpe), 0, 0]
+    }
+
+    pub const fn invdb(vpe: u16) -> [u64; 4] {
+        [INVDB, vpe_dw1(vpe), 0, 0]
+    }
+
+    /// VMOVP with GITS_TYPER.VMOVP = 1 (one command moves the vPE on every
+    /// ITS: SeqNum and ITSList zero).
+    pub const fn vmovp(vpe: u16, rd: u32) -> [u64; 4] {
+        [VMOVP, vpe_dw1(vpe), rdbase(rd), 0]
+    }
+}
+
+#[cfg(test)]
+#[path = "v41_tests.rs"]
+mod tests;

@@ -1,0 +1,365 @@
+//! The GICv4.1 vSGI path against the register-level model (`pinfold-gicmodel`).
+
+use super::*;
+use crate::lockstat::LockStat;
+use crate::vgic::sgi::SgiMap;
+use pinfold_gicmodel::{reg, CmdError, Config, Event, Model};
+use std::boxed::Box;
+use std::vec::Vec;
+
+/// One CPU's view of the model: its own redistributor and the ITSes.
+struct Cpu<'a> {
+    m: &'a mut Model,
+    cpu: usize,
+    lockless: bool,
+}
+
+impl V41Hw for Cpu<'_> {
+    fn lockless(&self) -> bool {
+        self.lockless
+    }
+    fn read_vpendbaser(&mut self) -> u64 {
+        self.m.vlpi_read(self.cpu, reg::GICR_VPENDBASER)
+    }
+    fn write_vpendbaser(&mut self, value: u64) {
+        self.m.vlpi_write(self.cpu, reg::GICR_VPENDBASER, value)
+    }
+    fn write_sgir(&mut self, its: usize, value: u64) {
+        self.m.its_sgi_write(its, reg::GITS_SGIR, value)
+    }
+}
+
+fn on(m: &mut Model, cpu: usize) -> Cpu<'_> {
+    Cpu {
+        m,
+        cpu,
+        lockless: true,
+    }
+}
+
+fn lock() -> (CountedLock<()>, &'static LockStat) {
+    let stat: &'static LockStat = Box::leak(Box::new(LockStat::new()));
+    (CountedLock::new((), stat), stat)
+}
+
+/// A partition of 4 vCPUs (affinities 0.0.0.i) on CPUs 0..3 with vPE IDs
+/// 10..13, its SGIs configured enabled, group 1, through the model's queue.
+fn host(cfg: Config) -> (Model, DirectSgi, SgiMap, Vec<u64>) {
+    let its_count = cfg.its_count;
+    let mut m = Model::new(cfg);
+    for its in 0..its_count {
+        m.its_write(
+            its,
+            reg::GITS_CBASER,
+            reg::CBASER_VALID | (0x8000_0000 + 0x10_0000 * its as u64),
+        );
+        m.its_write(its, reg::GITS_CTLR, reg::CTLR_ENABLED);
+    }
+    for cpu in 0..4 {
+        m.vlpi_write(cpu, reg::GICR_VPROPBASER, reg::VPROP_VALID | 0x9000_0000);
+    }
+    let vpes: Vec<u16> = (10..14).collect();
+    for (cpu, &vpe) in vpes.iter().enumerate() {
+        for its in 0..its_count {
+            m.enqueue(its, cmd::vmapp(vpe, cpu as u32, true));
+        }
+        for intid in 0..16 {
+            m.enqueue(0, cmd::vsgi(vpe, intid, true, 0xA0, true));
+        }
+        m.enqueue(0, cmd::vsync(vpe));
+    }
+    assert!(m.take_events().is_empty());
+    let mpidrs: Vec<u64> = (0..4).map(|i| 0x8000_0000 | i).collect();
+    let map = SgiMap::new(&mpidrs);
+    (m, DirectSgi::new(vpes), map, mpidrs)
+}
+
+/// ICC_SGI1R_EL1 for SGI `intid` to the Aff0 list `targets`.
+fn sgi1r(intid: u64, targets: u64) -> u64 {
+    intid << 24 | targets
+}
+
+#[test]
+fn a_v4_1_host_gets_direct_sgis_and_a_v4_0_or_v3_host_keeps_the_trapped_path() {
+    let mut v41 = Model::new(Config::default());
+    let mut v40 = Model::new(Config {
+        v4_1: false,
+        ..Config::default()
+    });
+    let typers = |m: &mut Model| {
+        (0..4)
+            .map(|c| m.gicr_read(c, reg::GICR_TYPER))
+            .collect::<Vec<_>>()
+    };
+
+    let rd41 = typers(&mut v41);
+    let rd40 = typers(&mut v40);
+    let its41 = v41.its_read(0, reg::GITS_TYPER);
+    let its40 = v40.its_read(0, reg::GITS_TYPER);
+
+    assert_eq!(SgiDelivery::choose(&rd41, Some(its41)), SgiDelivery::Direct);
+    assert_eq!(
+        SgiDelivery::choose(&rd40, Some(its40)),
+        SgiDelivery::Trapped
+    );
+    // A GICv4.1 ITS in front of one redistributor without vSGIs: trapped.
+    let mut mixed = rd41.clone();
+    mixed[3] = rd40[3];
+    assert_eq!(
+        SgiDelivery::choose(&mixed, Some(its41)),
+        SgiDelivery::Trapped
+    );
+    assert_eq!(
+        SgiDelivery::choose(&rd41, Some(its40)),
+        SgiDelivery::Trapped
+    );
+    // No ITS at all (GICv3 without one): trapped.
+    assert_eq!(SgiDelivery::choose(&rd41, None), SgiDelivery::Trapped);
+    assert_eq!(SgiDelivery::choose(&[], Some(its41)), SgiDelivery::Trapped);
+}
+
+#[test]
+fn an_sgi_to_a_resident_vpe_is_delivered_without_a_receiver_exit() {
+    let (mut m, direct, map, mpidrs) = host(Config::default());
+    let (chip_lock, stat) = lock();
+    let mut rx = Residency::new();
+    rx.load(&mut on(&mut m, 1), &chip_lock, 11, false, true)
+        .unwrap();
+
+    // vCPU 0 sends SGI 5 to vCPU 1.
+    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(5, 0b10), 0, 0);
+
+    assert_eq!(res.vcpus, 0b10);
+    assert_eq!(
+        m.events(),
+        [Event::Delivered {
+            cpu: 1,
+            vpe: 11,
+            intid: 5
+        }]
+    );
+    assert_eq!(m.receiver_exits(), 0);
+    assert_eq!(
+        m.rd_accesses(1),
+        1 + 1 + 3,
+        "VPROPBASER, VPENDBASER, Dirty polls; nothing on send"
+    );
+    assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+    assert_eq!(stat.total(), 0);
+}
+
+#[test]
+fn an_sgi_to_a_non_resident_vpe_is_kept_pending_and_seen_on_load() {
+    let (mut m, direct, map, mpidrs) = host(Config::default());
+    let (chip_lock, _) = lock();
+
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(2, 0b100), 0, 0);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(7, 0b100), 0, 0);
+    assert!(m.events().is_empty());
+    assert_eq!(m.pending(12), 1 << 2 | 1 << 7);
+
+    let mut rx = Residency::new();
+    rx.load(&mut on(&mut m, 2), &chip_lock, 12, false, true)
+        .unwrap();
+
+    // Load returned only after Dirty cleared: both are in the vCPU interface.
+    assert_eq!(
+        m.take_events(),
+        [
+            Event::Delivered {
+                cpu: 2,
+                vpe: 12,
+                intid: 2
+            },
+            Event::Delivered {
+                cpu: 2,
+                vpe: 12,
+                intid: 7
+            }
+        ]
+    );
+    assert_eq!(m.pending(12), 0);
+    assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+}
+
+#[test]
+fn put_reports_pending_last_and_a_later_load_delivers() {
+    let (mut m, direct, map, mpidrs) = host(Config::default());
+    let (chip_lock, _) = lock();
+    let mut rx = Residency::new();
+    rx.load(&mut on(&mut m, 3), &chip_lock, 13, false, true)
+        .unwrap();
+    assert!(!rx.put(&mut on(&mut m, 3), &chip_lock).unwrap());
+    assert_eq!(m.resident(3), None);
+
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(1, 0b1000), 0, 0);
+    assert_eq!(
+        rx.load(&mut on(&mut m, 3), &chip_lock, 13, false, true),
+        Ok(())
+    );
+    assert_eq!(
+        m.take_events(),
+        [Event::Delivered {
+            cpu: 3,
+            vpe: 13,
+            intid: 1
+        }]
+    );
+    assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+}
+
+#[test]
+fn load_without_put_is_refused_and_a_dirty_that_never_clears_is_an_error() {
+    let (mut m, ..) = host(Config::default());
+    let (chip_lock, _) = lock();
+    let mut rx = Residency::new();
+    rx.load(&mut on(&mut m, 0), &chip_lock, 10, false, true)
+        .unwrap();
+    assert_eq!(
+        rx.load(&mut on(&mut m, 0), &chip_lock, 10, false, true),
+        Err(ResidencyError::AlreadyResident(10))
+    );
+
+    let (mut stuck, ..) = host(Config {
+        dirty_reads: DIRTY_POLLS + 5,
+        ..Config::default()
+    });
+    let mut rx = Residency::new();
+    assert_eq!(
+        rx.load(&mut on(&mut stuck, 0), &chip_lock, 10, false, true),
+        Err(ResidencyError::DirtyStuck)
+    );
+}
+
+#[test]
+fn targets_outside_the_partition_are_refused_and_never_written() {
+    let (mut m, direct, map, mpidrs) = host(Config::default());
+    // Aff0 4..7 and another cluster: no vCPUs of this partition (vPE IDs
+    // beyond this partition's exist on the host: 14.. would be others').
+    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0xF0), 0, 0);
+    let res2 = direct.send(
+        &mut on(&mut m, 0),
+        &map,
+        &mpidrs,
+        3 << 24 | 1 << 16 | 1,
+        0,
+        0,
+    );
+
+    assert_eq!((res.vcpus, res.outside), (0, 4));
+    assert_eq!((res2.vcpus, res2.outside), (0, 1));
+    assert_eq!(m.sgir_writes(0), 0);
+    // A mixed list reaches only the partition's own.
+    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0x12), 0, 0);
+    assert_eq!((res.vcpus, res.outside), (0b10, 1));
+    assert_eq!(m.sgir_writes(0), 1);
+}
+
+#[test]
+fn a_hostile_sgi_storm_is_bounded() {
+    let (mut m, direct, map, mpidrs) = host(Config::default());
+    let (chip_lock, stat) = lock();
+    let mut rx = Residency::new();
+    rx.load(&mut on(&mut m, 1), &chip_lock, 11, false, true)
+        .unwrap();
+    m.take_events();
+
+    // 100,000 broadcasts (IRM = 1) and 100,000 all-foreign lists.
+    let mut outside = 0u64;
+    for i in 0..100_000u64 {
+        let r = direct.send(
+            &mut on(&mut m, 0),
+            &map,
+            &mpidrs,
+            1 << 40 | (i % 16) << 24,
+            0,
+            0,
+        );
+        assert_eq!(r.vcpus, 0b1110);
+        let r = direct.send(&mut on(&mut m, 0), &map, &mpidrs, 0xFFF0 | 1 << 24, 0, 0);
+        outside += u64::from(r.outside);
+    }
+
+    // One GITS_SGIR write per own target per trap: 3 per broadcast, none
+    // for the foreign lists (whose targets are counted as faults).
+    assert_eq!(m.sgir_writes(0), 300_000);
+    assert_eq!(outside, 12 * 100_000);
+    // The non-resident receivers hold at most one pending bit per SGI;
+    // nothing queues, nothing is an exit.
+    assert_eq!(m.pending(12), 0xFFFF);
+    assert_eq!(m.pending(13), 0xFFFF);
+    assert_eq!(m.pending(10), 0, "the sender is not its own target");
+    assert_eq!(m.receiver_exits(), 0);
+    assert_eq!(
+        m.events().len(),
+        100_000,
+        "the resident vCPU took every one"
+    );
+    assert_eq!(stat.total(), 0);
+    assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+}
+
+#[test]
+fn load_and_put_take_no_shared_lock_on_a_lockless_chip_and_are_counted_on_one_without() {
+    for lockless in [true, false] {
+        let (mut m, ..) = host(Config::default());
+        let (chip_lock, stat) = lock();
+        let mut rx = Residency::new();
+        for _ in 0..1000 {
+            let mut hw = Cpu {
+                m: &mut m,
+                cpu: 2,
+                lockless,
+            };
+            rx.load(&mut hw, &chip_lock, 12, false, true).unwrap();
+            rx.put(&mut hw, &chip_lock).unwrap();
+        }
+        if lockless {
+            assert_eq!(stat.hot_total(), 0);
+            assert_eq!(stat.total(), 0);
+        } else {
+            assert_eq!(stat.count(LockPath::VcpuLoad), 1000);
+            assert_eq!(stat.count(LockPath::VcpuPut), 1000);
+        }
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+    }
+}
+
+#[test]
+fn the_driver_s_commands_are_what_the_model_reads() {
+    let (mut m, ..) = host(Config {
+        its_count: 2,
+        ..Config::default()
+    });
+    // VSGI: disabled, priority 0x50, group 0.
+    m.enqueue(0, cmd::vsgi(10, 9, false, 0x50, false));
+    let c = m.sgi_config(10, 9).unwrap();
+    assert_eq!((c.enabled, c.priority, c.group1), (false, 5, false));
+    // VMOVP with GITS_TYPER.VMOVP: one command moves it for every ITS.
+    m.enqueue(0, cmd::vmovp(10, 3));
+    assert_eq!(m.target(10), Some(3));
+    m.enqueue(0, cmd::vinvall(10));
+    m.enqueue(0, cmd::invdb(10));
+    // VMAPP V = 0 on both ITSes unmaps; a VSYNC for it is then an error.
+    m.enqueue(0, cmd::vmapp(10, 0, false));
+    m.enqueue(1, cmd::vmapp(10, 0, false));
+    assert!(!m.mapped(0, 10) && !m.mapped(1, 10));
+    m.enqueue(0, cmd::vsync(10));
+    assert_eq!(
+        m.events(),
+        [Event::CommandError {
+            its: 0,
+            offset: 32 * (4 * 18 + 5),
+            error: CmdError::VpeNotMapped(10)
+        }]
+    );
+    assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+}
+
+#[test]
+fn sgir_carries_only_the_vpe_and_intid() {
+    assert_eq!(sgir(0xBEEF, 0x1F), 0xBEEF_0000_000F);
+    let mut m = Model::new(Config::default());
+    m.its_sgi_write(0, reg::GITS_SGIR, sgir(3, 0xFF));
+    assert!(m.misuse().is_empty());
+}
