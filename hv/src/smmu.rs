@@ -47,8 +47,11 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
+mod host;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+
+pub use host::SmmuState;
 
 // Register offsets (IHI 0070, 6.2 and 6.3). Page 1 aliases live 64 KiB up.
 pub const IDR0: u32 = 0x00;
@@ -402,7 +405,7 @@ pub struct CommandQueue {
 }
 
 impl CommandQueue {
-    pub fn new(mem: &mut impl DmaMemory, log2: u8) -> Result<Self, SmmuError> {
+    pub fn new(mem: &mut (impl DmaMemory + ?Sized), log2: u8) -> Result<Self, SmmuError> {
         let bytes = CMD_BYTES << log2;
         let base = mem
             .alloc_zeroed(bytes, bytes.max(32))
@@ -424,8 +427,8 @@ impl CommandQueue {
 
     fn check_error(
         &self,
-        regs: &mut impl SmmuRegs,
-        mem: &impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &(impl DmaMemory + ?Sized),
     ) -> Result<u32, SmmuError> {
         let cons = regs.read32(CMDQ_CONS);
         let code = ((cons >> CMDQ_CONS_ERR_SHIFT) & 0x7f) as u8;
@@ -443,8 +446,8 @@ impl CommandQueue {
     /// that fits, waiting (bounded) while the queue is full.
     pub fn submit(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         cmds: &[Command],
     ) -> Result<(), SmmuError> {
         let mut written = 0usize;
@@ -479,8 +482,8 @@ impl CommandQueue {
     /// every command before it has taken effect).
     pub fn submit_and_sync(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         cmds: &[Command],
     ) -> Result<(), SmmuError> {
         self.submit(regs, mem, cmds)?;
@@ -623,7 +626,7 @@ pub struct Drained {
 }
 
 impl EventQueue {
-    pub fn new(mem: &mut impl DmaMemory, log2: u8) -> Result<Self, SmmuError> {
+    pub fn new(mem: &mut (impl DmaMemory + ?Sized), log2: u8) -> Result<Self, SmmuError> {
         let bytes = EVENT_BYTES << log2;
         let base = mem
             .alloc_zeroed(bytes, bytes.max(32))
@@ -643,8 +646,8 @@ impl EventQueue {
     /// worth per call, and gives each to `each`.
     pub fn drain(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &(impl DmaMemory + ?Sized),
         mut each: impl FnMut(Event),
     ) -> Drained {
         let mask = (2u32 << self.log2) - 1;
@@ -694,7 +697,7 @@ fn l1_desc(l2: PhysAddr) -> u64 {
 }
 
 impl StreamTable {
-    pub fn new(mem: &mut impl DmaMemory, sid_bits: u8) -> Result<Self, SmmuError> {
+    pub fn new(mem: &mut (impl DmaMemory + ?Sized), sid_bits: u8) -> Result<Self, SmmuError> {
         let sid_bits = sid_bits.max(SPLIT as u8);
         let l1_entries = 1u32 << (u32::from(sid_bits) - SPLIT);
         let bytes = u64::from(l1_entries) * 8;
@@ -729,7 +732,7 @@ impl StreamTable {
     /// CMD_CFGI_STE (which also re-reads level 1).
     fn ste_addr_or_make(
         &mut self,
-        mem: &mut impl DmaMemory,
+        mem: &mut (impl DmaMemory + ?Sized),
         sid: u32,
         abort: &[u64; 8],
     ) -> Result<PhysAddr, SmmuError> {
@@ -754,7 +757,7 @@ impl StreamTable {
         Ok(self.ste_addr(sid).unwrap_or(self.l1))
     }
 
-    pub fn read(&self, mem: &impl DmaMemory, sid: u32) -> Option<[u64; 8]> {
+    pub fn read(&self, mem: &(impl DmaMemory + ?Sized), sid: u32) -> Option<[u64; 8]> {
         let at = self.ste_addr(sid)?;
         let mut w = [0u64; 8];
         for (k, x) in w.iter_mut().enumerate() {
@@ -826,7 +829,7 @@ pub struct Smmu {
 }
 
 fn wait_ack(
-    regs: &mut impl SmmuRegs,
+    regs: &mut (impl SmmuRegs + ?Sized),
     reg: u32,
     want: impl Fn(u32) -> bool,
     name: &'static str,
@@ -839,7 +842,7 @@ fn wait_ack(
     Err(SmmuError::Timeout(name))
 }
 
-fn set_cr0(regs: &mut impl SmmuRegs, value: u32) -> Result<(), SmmuError> {
+fn set_cr0(regs: &mut (impl SmmuRegs + ?Sized), value: u32) -> Result<(), SmmuError> {
     regs.write32(CR0, value);
     wait_ack(regs, CR0ACK, |v| v & 0xf == value & 0xf, "SMMU_CR0ACK")
 }
@@ -850,8 +853,8 @@ impl Smmu {
     /// SMMUEN with an all-abort table), queues and tables placed, caches
     /// invalidated. `vtcr` is the CPU's VTCR_EL2 for the stage-2 tables.
     pub fn init(
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         vtcr: u64,
     ) -> Result<Smmu, SmmuError> {
         let features = Features::decode(regs.read32(IDR0), regs.read32(IDR1), regs.read32(IDR5));
@@ -886,11 +889,8 @@ impl Smmu {
             stats: SmmuStats::default(),
         };
         set_cr0(regs, CR0_CMDQEN)?;
-        smmu.cmdq.submit_and_sync(
-            regs,
-            mem,
-            &[Command::CfgiAll, Command::TlbiNsnhAll, Command::TlbiEl2All],
-        )?;
+        smmu.cmdq
+            .submit_and_sync(regs, mem, &[Command::CfgiAll, Command::TlbiNsnhAll])?;
         set_cr0(regs, CR0_CMDQEN | CR0_EVTQEN)?;
         set_cr0(regs, CR0_CMDQEN | CR0_EVTQEN | CR0_SMMUEN)?;
         Ok(smmu)
@@ -899,6 +899,11 @@ impl Smmu {
     /// The binding of `sid`, if it translates.
     pub fn binding(&self, sid: u32) -> Option<Binding> {
         self.bound.get(&sid).copied()
+    }
+
+    /// How many streams translate.
+    pub fn bound_count(&self) -> usize {
+        self.bound.len()
     }
 
     /// Every stream bound to `partition`.
@@ -912,7 +917,7 @@ impl Smmu {
 
     fn write_ste(
         &mut self,
-        mem: &mut impl DmaMemory,
+        mem: &mut (impl DmaMemory + ?Sized),
         sid: u32,
         words: &[u64; 8],
         word0_last: bool,
@@ -936,8 +941,8 @@ impl Smmu {
     /// docs); the old owner's VMID is invalidated.
     pub fn bind(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         sid: u32,
         binding: Option<Binding>,
     ) -> Result<(), SmmuError> {
@@ -970,8 +975,8 @@ impl Smmu {
     /// Binds every StreamID of `rids` (through `maps`) as `owners` says.
     pub fn bind_functions(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         maps: &[IdMap],
         rids: impl IntoIterator<Item = u16>,
         owners: &impl FunctionOwners,
@@ -990,8 +995,8 @@ impl Smmu {
     /// cached walks of its VMID go.
     pub fn invalidate_vmid(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         vmid: u16,
     ) -> Result<(), SmmuError> {
         self.stats.tlb_invalidations += 1;
@@ -1004,8 +1009,8 @@ impl Smmu {
     /// tables are reused. Returns the streams it had.
     pub fn release_partition(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &mut impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &mut (impl DmaMemory + ?Sized),
         partition: usize,
     ) -> Result<Vec<u32>, SmmuError> {
         let streams = self.streams_of(partition);
@@ -1035,8 +1040,8 @@ impl Smmu {
     /// the stream is bound to.
     pub fn poll_events(
         &mut self,
-        regs: &mut impl SmmuRegs,
-        mem: &impl DmaMemory,
+        regs: &mut (impl SmmuRegs + ?Sized),
+        mem: &(impl DmaMemory + ?Sized),
         mut each: impl FnMut(DmaFault),
     ) -> Drained {
         let bound = &self.bound;

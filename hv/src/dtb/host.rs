@@ -321,8 +321,8 @@ const GIC_FRAME_COMPATIBLE: [&str; 2] = ["arm,gic-v3", "arm,gic-v3-its"];
 
 /// What the plan's isolation check (`pinfold_config::isolation`) needs to
 /// know about this host. `hypervisor` lists the hypervisor's own ranges
-/// (its image and payload, heap, the host DTB); the console UART is added
-/// here. The GIC frames are the distributor, the redistributor regions, the
+/// (its image and payload, heap, the host DTB); the console UART and the
+/// SMMUv3 frames are added here. The GIC frames are the distributor, the redistributor regions, the
 /// ITSes and every other `reg` window of the GIC node (GICC/GICH/GICV).
 pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResources {
     let mut gic = alloc::vec![info.gic.dist];
@@ -346,6 +346,9 @@ pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResourc
     }
     let mut hypervisor = hypervisor.to_vec();
     hypervisor.extend(info.uart.map(|u| (u.base, u.size)));
+    // The SMMU's frames: a partition that could program it could point any
+    // stream anywhere (hv `smmu`).
+    hypervisor.extend(info.smmus_v3().flat_map(|d| d.regs.iter().copied()));
     let pcie = info
         .pcie
         .iter()
@@ -1564,6 +1567,25 @@ mod tests {
                 sid_base: 0,
                 len: 0x1_0000
             }]
+        );
+    }
+
+    #[test]
+    fn the_smmu_frame_is_the_hypervisors_and_cannot_be_passed_through() {
+        let host = parse_host_dtb(QEMU_10_SMMUV3).unwrap();
+        let res = host_resources(&host, &[]);
+        assert!(res.hypervisor.contains(&(0x905_0000, 0x2_0000)));
+        use pinfold_config::isolation::{check_isolation, HostKind, IsolationProblem};
+        let err = check_isolation(&plan_with_window(0x905_0000, 0x1000), &res).unwrap_err();
+        assert!(
+            matches!(
+                err.problem,
+                IsolationProblem::Over {
+                    kind: HostKind::Hypervisor,
+                    ..
+                }
+            ),
+            "{err}"
         );
     }
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 type Mem = Rc<RefCell<HashMap<u64, u64>>>;
 
-struct FakeMem {
+pub(crate) struct FakeMem {
     mem: Mem,
     next: u64,
     published: u64,
@@ -43,7 +43,7 @@ impl DmaMemory for FakeMem {
 
 /// What a DMA did.
 #[derive(Debug, PartialEq, Eq)]
-enum Dma {
+pub(crate) enum Dma {
     /// Translated through this VMID's stage 2 (rooted at `root`).
     Done {
         vmid: u16,
@@ -52,11 +52,11 @@ enum Dma {
     Aborted,
 }
 
-struct Model {
+pub(crate) struct Model {
     mem: Mem,
-    idr: [u32; 3],
+    pub(crate) idr: [u32; 3],
     cr0: u32,
-    cr0ack: u32,
+    pub(crate) cr0ack: u32,
     gbpa: u32,
     irq_ctrl: u32,
     cr2: u32,
@@ -76,10 +76,10 @@ struct Model {
     /// (vmid, ipa page)
     tlb: Vec<(u16, u64)>,
     /// RAM each VMID's stage 2 maps: [base, base + size).
-    ram: HashMap<u16, (u64, u64)>,
+    pub(crate) ram: HashMap<u16, (u64, u64)>,
 }
 
-struct Regs(Rc<RefCell<Model>>);
+pub(crate) struct Regs(Rc<RefCell<Model>>);
 
 impl Model {
     fn new(mem: Mem) -> Self {
@@ -203,7 +203,7 @@ impl Model {
     }
 
     /// A device on stream `sid` writes (or reads) IPA `ipa`.
-    fn dma(&mut self, sid: u32, ipa: u64, read: bool) -> Dma {
+    pub(crate) fn dma(&mut self, sid: u32, ipa: u64, read: bool) -> Dma {
         if self.cr0ack & CR0_SMMUEN == 0 {
             return if self.gbpa & GBPA_ABORT != 0 {
                 Dma::Aborted
@@ -300,13 +300,13 @@ impl SmmuRegs for Regs {
     }
 }
 
-struct Rig {
-    model: Rc<RefCell<Model>>,
-    regs: Regs,
-    mem: FakeMem,
+pub(crate) struct Rig {
+    pub(crate) model: Rc<RefCell<Model>>,
+    pub(crate) regs: Regs,
+    pub(crate) mem: FakeMem,
 }
 
-fn rig() -> Rig {
+pub(crate) fn rig() -> Rig {
     let mem: Mem = Rc::new(RefCell::new(HashMap::new()));
     let model = Rc::new(RefCell::new(Model::new(mem.clone())));
     Rig {
@@ -399,12 +399,7 @@ fn init_aborts_unknown_streams_and_enables() {
     assert_eq!(m.cmdq_base & 0x1f, u64::from(CMDQ_LOG2));
     assert_eq!(
         m.commands,
-        [
-            Command::CfgiAll,
-            Command::TlbiNsnhAll,
-            Command::TlbiEl2All,
-            Command::Sync
-        ]
+        [Command::CfgiAll, Command::TlbiNsnhAll, Command::Sync]
     );
     drop(m);
     // Every stream aborts before anything is bound, and says so.
