@@ -416,6 +416,11 @@ fn hostile(ctx: &mut Context<'_>) -> Outcome {
 /// serves the API; the stats line shows the bound streams and no DMA
 /// fault. (A partition's DMA to a foreign address is host-tested against
 /// the SMMU model in hv `smmu`; the boot test of it is open: DEVICES.md.)
+/// The management NIC of `smmu-isolation`: QEMU's virtio devices bypass
+/// the IOMMU unless `iommu_platform=on` (VIRTIO_F_ACCESS_PLATFORM), so
+/// without it the case would pass with any stream table entry.
+const SMMU_NIC: &str = "virtio-net-pci,disable-legacy=on,iommu_platform=on";
+
 fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
     api_checks::port_is_free()?;
     let q10 = crate::provision::qemu_10(ctx.ws).map_err(|err| err.to_string())?;
@@ -428,6 +433,7 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
         .map_err(|err| format!("build failed: {err}"))?;
     let extra = Extra {
         smmu: Some(q10),
+        nic_model: Some(SMMU_NIC.into()),
         ..Extra::default()
     };
     let cmd = qemu_command(&built.board, &built.image, &extra);
