@@ -340,6 +340,9 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
         numa,
     };
     let board = board::apply(&mut host, mcfg, &mut warnings);
+    if let (Some(pcie), Some(iort)) = (host.pcie.as_mut(), iort.as_ref()) {
+        pcie.iommu_map = iort.pci_iommu_map(0);
+    }
     Ok(AcpiTables {
         host,
         iort,

@@ -18,8 +18,8 @@ pub use guest::{
 };
 pub use host::{
     chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb, Conduit,
-    EarlyUart, GicInfo, HostDevice, HostInfo, NumaInfo, PciIntxMap, PciRange, PciSpace, PcieInfo,
-    PsciInfo, TimerPpis, UartInfo,
+    EarlyUart, GicInfo, HostDevice, HostInfo, NumaInfo, PciIntxMap, PciIommuMap, PciRange,
+    PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
 };
 pub use pcie::{pcie_cells, PcieCells};
 pub use writer::{FdtWriter, NodeToken};

@@ -167,6 +167,18 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn config_write(&mut self, pa: u64, width: u8, value: u32) {
         let _ = (pa, width, value);
     }
+    /// The registers of the SMMUv3 at `base` and the memory its stream
+    /// table and queues live in (`smmu`), if the platform drives one.
+    fn smmu_io(
+        &mut self,
+        base: u64,
+    ) -> Option<(
+        &mut dyn crate::smmu::SmmuRegs,
+        &mut dyn crate::smmu::DmaMemory,
+    )> {
+        let _ = base;
+        None
+    }
 }
 
 /// The list registers of an [`Hw`], for `LrManager`.
@@ -1254,6 +1266,10 @@ fn management_call(
         cpu,
         hw: &cell,
     };
+    if p.plan.management {
+        // DMA faults are counted before the manager reads any count.
+        sys.smmu_poll(&mut **cell.borrow_mut());
+    }
     let out = hypercall::dispatch(p.plan.management, &args, &mut caller, &mut mgr);
     regs.x[..4].copy_from_slice(&out);
     if p.plan.management {

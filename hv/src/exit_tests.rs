@@ -49,6 +49,8 @@ struct FakeHw {
     /// Sparse host RAM (4 KiB pages by PA, absent = zero) instead of the
     /// wrapping `mem`: for tests that must tell two ranges apart.
     pages: Option<alloc::collections::BTreeMap<u64, Vec<u8>>>,
+    /// A fake SMMUv3 (`smmu::tests`), for the tests that program one.
+    smmu: Option<crate::smmu::tests::Rig>,
 }
 
 impl FakeHw {
@@ -79,6 +81,7 @@ impl FakeHw {
             zeroed: Vec::new(),
             wakeup: None,
             pages: None,
+            smmu: None,
         }
     }
 
@@ -285,6 +288,20 @@ impl Hw for FakeHw {
     fn set_wakeup(&mut self, at: Option<u64>) {
         self.wakeup = at;
     }
+    fn smmu_io(
+        &mut self,
+        base: u64,
+    ) -> Option<(
+        &mut dyn crate::smmu::SmmuRegs,
+        &mut dyn crate::smmu::DmaMemory,
+    )> {
+        assert_eq!(
+            base, 0x905_0000,
+            "the SMMU the host bridge's iommu-map names"
+        );
+        let rig = self.smmu.as_mut()?;
+        Some((&mut rig.regs, &mut rig.mem))
+    }
 }
 
 struct FakeTables {
@@ -397,6 +414,16 @@ fn system_on(
     wall_clock: Option<crate::clock::WallClock>,
     resources: pinfold_config::isolation::HostResources,
 ) -> &'static System {
+    system_on_host(change, wall_clock, resources, host(4))
+}
+
+/// [`system_on`] on `host`.
+fn system_on_host(
+    change: impl FnOnce(&mut Plan),
+    wall_clock: Option<crate::clock::WallClock>,
+    resources: pinfold_config::isolation::HostResources,
+    host: HostInfo,
+) -> &'static System {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
@@ -419,7 +446,7 @@ fn system_on(
     };
     let sys = System::new(
         BootInputs {
-            host: host(4),
+            host,
             plan,
             payload,
             free,
@@ -445,6 +472,133 @@ fn system_on(
 
 #[path = "runtime_tests.rs"]
 mod runtime;
+
+/// The host with a PCIe host bridge behind an SMMUv3 (as QEMU 10's
+/// `virt,iommu=smmuv3`), mgmt owning the bridge.
+fn smmu_system() -> (&'static System, FakeHw) {
+    use crate::dtb::{HostDevice, PciIommuMap, PcieInfo};
+    let mut h = host(4);
+    h.pcie = Some(PcieInfo {
+        ecam: (0x40_1000_0000, 0x1000_0000),
+        bus_range: (0, 0xff),
+        ranges: Vec::new(),
+        interrupt_map: Vec::new(),
+        interrupt_map_mask: [0; 4],
+        node_path: "/pcie@10000000".into(),
+        iommu_map: vec![PciIommuMap {
+            rid_base: 0,
+            iommu_base: 0x905_0000,
+            sid_base: 0,
+            len: 0x1_0000,
+        }],
+    });
+    h.devices.push(HostDevice {
+        path: "/smmuv3@9050000".into(),
+        compatible: vec!["arm,smmu-v3".into()],
+        regs: vec![(0x905_0000, 0x2_0000)],
+        spis: vec![106, 107, 108, 109],
+        enabled: true,
+    });
+    let sys = system_on_host(
+        |plan| {
+            for p in &mut plan.partitions {
+                p.pci_host_bridge = p.management;
+            }
+        },
+        None,
+        Default::default(),
+        h,
+    );
+    let mut hw = FakeHw::new();
+    hw.smmu = Some(crate::smmu::tests::rig());
+    (sys, hw)
+}
+
+#[test]
+fn the_bridge_owners_functions_dma_through_its_stage2_and_nobody_elses() {
+    use crate::pci::Bdf;
+    use crate::smmu::tests::Dma;
+    let (sys, mut hw) = smmu_system();
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    let mgmt = sys
+        .partitions()
+        .into_iter()
+        .find(|p| p.plan.management)
+        .unwrap();
+    let nic = Bdf {
+        bus: 0,
+        dev: 1,
+        func: 0,
+    };
+    assert_eq!(sys.smmu_bind(&mut hw, &mgmt, &[nic]).unwrap(), 1);
+    let model = hw.smmu.as_ref().unwrap().model.clone();
+    model
+        .borrow_mut()
+        .ram
+        .insert(mgmt.vmid, (mgmt.ram_ipa, mgmt.ram_size));
+    // 00:01.0 is stream 8: it translates with mgmt's VMID and root.
+    assert_eq!(
+        model.borrow_mut().dma(8, mgmt.ram_ipa + 0x1000, false),
+        Dma::Done {
+            vmid: mgmt.vmid,
+            root: mgmt.stage2_root.0
+        }
+    );
+    // 00:02.0 was not found behind the bridge: it aborts.
+    assert_eq!(
+        model.borrow_mut().dma(0x10, mgmt.ram_ipa, false),
+        Dma::Aborted
+    );
+    // A DMA outside mgmt's RAM is stopped and counted as mgmt's fault.
+    let before = mgmt.faults.load(core::sync::atomic::Ordering::Relaxed);
+    let foreign = mgmt.ram_ipa + mgmt.ram_size + 0x2000;
+    assert_eq!(model.borrow_mut().dma(8, foreign, false), Dma::Aborted);
+    assert_eq!(sys.smmu_poll(&mut hw), 1);
+    assert_eq!(
+        mgmt.faults.load(core::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+    let line = hw
+        .log
+        .iter()
+        .find(|l| l.contains("DMA fault"))
+        .expect("a fault line");
+    assert!(
+        line.contains("partition mgmt: DMA fault: F_TRANSLATION stream 0x8 (00:01.0) write at IPA"),
+        "{line}"
+    );
+    assert!(line.contains(&alloc::format!("{foreign:#x}")), "{line}");
+    assert_eq!(sys.smmu_stats(), Some((1, 0, 1)));
+    // Released (deleted or changed): the stream aborts again.
+    sys.smmu_release(&mut hw, mgmt.index);
+    assert_eq!(
+        model.borrow_mut().dma(8, mgmt.ram_ipa + 0x1000, false),
+        Dma::Aborted
+    );
+    assert_eq!(sys.smmu_stats(), Some((1, 0, 0)));
+}
+
+#[test]
+fn without_an_smmu_in_the_host_description_nothing_is_programmed() {
+    let sys = system();
+    let mut hw = FakeHw::new();
+    hw.smmu = Some(crate::smmu::tests::rig());
+    assert!(!sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    assert_eq!(sys.smmu_poll(&mut hw), 0);
+    assert_eq!(sys.smmu_stats(), None);
+    assert_eq!(hw.smmu.as_ref().unwrap().model.borrow().cr0ack, 0);
+}
+
+#[test]
+fn a_stage1_only_smmu_is_not_enabled_and_says_why() {
+    let (sys, mut hw) = smmu_system();
+    hw.smmu.as_ref().unwrap().model.borrow_mut().idr[0] = 2 | 1 << 27;
+    let err = sys
+        .smmu_init(&mut hw, crate::stage2::vtcr_el2(44))
+        .unwrap_err();
+    assert_eq!(err, crate::smmu::SmmuError::NoStage2);
+    assert_eq!(sys.smmu_stats(), None);
+}
 
 #[test]
 fn the_plans_token_digest_is_kept_and_no_token_is_made() {

@@ -40,6 +40,7 @@ pub mod restart;
 pub mod rtconst;
 pub mod runtime;
 pub mod scrub;
+pub mod smmu;
 pub mod stage2;
 pub mod sysreg;
 pub mod system;

@@ -387,6 +387,8 @@ impl System {
     /// wake its CPUs (idle now) to scrub. `p` is out of its slot and no CPU
     /// holds it.
     fn release(&self, pool: &mut Pool, p: &Partition, hw: &mut impl Hw) {
+        // No device DMA through its tables or into its RAM from here on.
+        self.smmu_release(hw, p.index);
         pool.scrub.push(p.ram.0, p.ram_size);
         self.scrub_left.fetch_add(p.ram_size, Ordering::Release);
         Stage2::from_root(p.stage2_root).release(hw.tables());

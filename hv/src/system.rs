@@ -111,6 +111,10 @@ pub struct System {
     /// stored configuration (`lifecycle`, CONFIG_APPLIED).
     pub(crate) held: AtomicBool,
     pub version: &'static str,
+    /// The SMMUv3 in front of the host bridge, once programmed (`smmu`).
+    pub(crate) smmu: CountedLock<Option<crate::smmu::SmmuState>>,
+    /// `smmu` is Some: read without its lock.
+    pub(crate) smmu_on: AtomicBool,
 }
 
 /// What the platform hands to [`System::new`].
@@ -222,6 +226,8 @@ impl System {
             mgmt_line: AtomicBool::new(false),
             held: AtomicBool::new(false),
             version,
+            smmu: CountedLock::new(None, locks),
+            smmu_on: AtomicBool::new(false),
         };
         let mixed = sys.entropy.lock(LockPath::Management).seed64(boot_counter);
         sys.add_entropy(&mixed.to_le_bytes());
@@ -421,6 +427,20 @@ impl System {
             // RAM its images are about to be copied to.
             if let Some(bridge) = self.host.pcie.as_ref() {
                 let found = crate::pci::quiesce_bridge(hw, &p.name, bridge);
+                // Its functions' DMA goes through its stage 2 from here on
+                // (`smmu`); a stream that cannot be bound keeps aborting.
+                let bdfs: Vec<crate::pci::Bdf> = found.iter().map(|q| q.bdf).collect();
+                match self.smmu_bind(hw, p, &bdfs) {
+                    Ok(0) => {}
+                    Ok(n) => hw.log(format_args!(
+                        "partition {}: {n} PCI stream(s) translated by the SMMU (VMID {})",
+                        p.name, p.vmid
+                    )),
+                    Err(e) => hw.report(format_args!(
+                        "partition {}: SMMU stream binding failed, its DMA aborts: {e}",
+                        p.name
+                    )),
+                }
                 *p.pci_found.lock(LockPath::Management) = found
                     .iter()
                     .map(|q| pinfold_abi::PciFunction {
@@ -551,6 +571,12 @@ impl System {
             "stats hot_path_cross_cpu_locks={} exits={exits} injected={injected} dropped={dropped} shared_locks:{shared}",
             self.locks.hot_total(),
         ));
+        self.smmu_poll(hw);
+        if let Some((events, overflows, streams)) = self.smmu_stats() {
+            hw.report(format_args!(
+                "stats smmu streams={streams} events={events} overflows={overflows}"
+            ));
+        }
         for p in self.partitions() {
             let mut manager = String::new();
             if p.plan.management {

@@ -65,7 +65,7 @@ fn free(at: pinfold_hv::addr::PhysAddr, size: usize, align: usize) {
     }
 }
 
-fn alloc_zeroed(size: usize, align: usize) -> Option<pinfold_hv::addr::PhysAddr> {
+pub(crate) fn alloc_zeroed(size: usize, align: usize) -> Option<pinfold_hv::addr::PhysAddr> {
     let layout = core::alloc::Layout::from_size_align(size, align).ok()?;
     // SAFETY: non-zero size layout.
     let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) };

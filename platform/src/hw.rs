@@ -1,8 +1,9 @@
 //! The hardware the portable core drives (`pinfold_hv::exit::Hw`), over the
 //! real registers: this CPU's list registers and GIC CPU interface and
 //! redistributor (the GICv3 driver's per-CPU half), the shared distributor
-//! behind its counted lock, ID registers, the counter, the host UART and
-//! host memory through the EL2 identity map.
+//! behind its counted lock, ID registers, the counter, the host UART,
+//! host memory through the EL2 identity map, and the SMMUv3's registers and
+//! the heap memory of its stream table and queues (`SmmuMmio`, `SmmuDma`).
 
 use crate::{arch, log};
 use aarch64_cpu::registers::ICH_HCR_EL2;
@@ -35,6 +36,58 @@ pub struct PlatformHw {
     /// system register on the injection path).
     ich_hcr: u64,
     tables: crate::heap::HeapTables,
+    smmu: SmmuMmio,
+    dma: SmmuDma,
+}
+
+/// An SMMUv3's register frames (page 0 and 1) through the EL2 identity
+/// map, which maps everything outside RAM as device memory.
+pub struct SmmuMmio {
+    base: u64,
+}
+
+impl pinfold_hv::smmu::SmmuRegs for SmmuMmio {
+    fn read32(&mut self, offset: u32) -> u32 {
+        // SAFETY: `base` is the SMMU frame the host description names
+        // (hv `smmu_init` checked it against the arm,smmu-v3 node) and the
+        // core's offsets are its registers; device memory at EL2.
+        unsafe { ((self.base + u64::from(offset)) as *const u32).read_volatile() }
+    }
+    fn write32(&mut self, offset: u32, value: u32) {
+        // SAFETY: as in `read32`.
+        unsafe { ((self.base + u64::from(offset)) as *mut u32).write_volatile(value) }
+    }
+    fn write64(&mut self, offset: u32, value: u64) {
+        // SAFETY: as in `read32`; the 64-bit base registers take one
+        // 64-bit access.
+        unsafe { ((self.base + u64::from(offset)) as *mut u64).write_volatile(value) }
+    }
+}
+
+/// The SMMU's tables and queues: hypervisor heap, identity mapped, never
+/// freed (they live as long as the SMMU is enabled).
+pub struct SmmuDma;
+
+impl pinfold_hv::smmu::DmaMemory for SmmuDma {
+    fn alloc_zeroed(&mut self, size: u64, align: u64) -> Option<PhysAddr> {
+        let at = crate::heap::alloc_zeroed(size as usize, align as usize)?;
+        arch::clean_dcache_range(at.0, size);
+        Some(at)
+    }
+    fn read_u64(&self, at: PhysAddr) -> u64 {
+        // SAFETY: `at` is inside memory `alloc_zeroed` gave the core for
+        // the SMMU (its tables and queues), 8-byte aligned.
+        unsafe { (at.0 as *const u64).read_volatile() }
+    }
+    fn write_u64(&mut self, at: PhysAddr, value: u64) {
+        // SAFETY: as in `read_u64`.
+        unsafe { (at.0 as *mut u64).write_volatile(value) }
+    }
+    fn publish(&mut self, at: PhysAddr, len: u64) {
+        // A clean to the point of coherency (a non-coherent SMMU reads
+        // memory) and DSB SY before the register write that follows.
+        arch::clean_dcache_range(at.0, len);
+    }
 }
 
 impl PlatformHw {
@@ -44,6 +97,8 @@ impl PlatformHw {
             chip: None,
             ich_hcr: 0,
             tables: crate::heap::HeapTables,
+            smmu: SmmuMmio { base: 0 },
+            dma: SmmuDma,
         }
     }
 
@@ -213,6 +268,16 @@ impl Hw for PlatformHw {
                 _ => (pa as *const u32).read_volatile(),
             }
         }
+    }
+    fn smmu_io(
+        &mut self,
+        base: u64,
+    ) -> Option<(
+        &mut dyn pinfold_hv::smmu::SmmuRegs,
+        &mut dyn pinfold_hv::smmu::DmaMemory,
+    )> {
+        self.smmu.base = base;
+        Some((&mut self.smmu, &mut self.dma))
     }
     fn config_write(&mut self, pa: u64, width: u8, value: u32) {
         // SAFETY: as in `config_read`.

@@ -365,6 +365,18 @@ fn boot(handoff: BootHandoff) -> ! {
     #[cfg(feature = "ablate-irq-fnptr")]
     ablate::install_root_handler();
     sys.program_spis(&mut local.hw);
+    // Before any partition starts: streams nobody owns abort from here on
+    // (hv `smmu`); the owner's are bound when it starts.
+    let vtcr = pinfold_hv::stage2::vtcr_el2(vcpu::pa_range_bits());
+    match sys.smmu_init(&mut local.hw, vtcr) {
+        Ok(true) => hvlog!("smmu: SMMUv3 programmed: stage-2 stream table, unowned streams abort"),
+        Ok(false) => {
+            if sys.host.pcie.is_some() {
+                hvlog!("smmu: none in front of the PCIe host bridge: device DMA is not translated")
+            }
+        }
+        Err(e) => hvlog!("smmu: not enabled: {e}; device DMA is not translated"),
+    }
 
     // Host UART input, routed to this CPU.
     if let Some(intid) = sys.host.uart.as_ref().and_then(|u| u.intid) {

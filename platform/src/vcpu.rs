@@ -106,7 +106,7 @@ const _: () = assert!(SCTLR_EL1_RESET.value == 0x30d0_0800);
 const _: () = assert!(CNTHCTL_GUEST.value == 0b11);
 const _: () = assert!(CPTR_GUEST.value == 0x33ff);
 
-fn pa_range_bits() -> u8 {
+pub(crate) fn pa_range_bits() -> u8 {
     use ID_AA64MMFR0_EL1::PARange::Value as PARange;
     match regs::pa_range() {
         Some(PARange::Bits_32) => 32,

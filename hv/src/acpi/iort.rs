@@ -1,6 +1,8 @@
 //! IORT (Arm DEN 0049, IO Remapping Table, revision E.e): how PCIe
-//! requester IDs reach SMMUs and ITSes. Kept for the device work (SMMU
-//! stream tables, vITS); nothing uses it yet.
+//! requester IDs reach SMMUs and ITSes. The root complex's mappings to an
+//! SMMUv3 become the host bridge's `iommu_map` (`Iort::pci_iommu_map`,
+//! what `hv::smmu` programs stream table entries from); the ITS groups are
+//! kept for the vITS work.
 //!
 //! Nodes are kept by their offset in the table, which is how ID mappings
 //! name their output node (`IortIdMapping::output_ref`); every mapping's
@@ -9,6 +11,7 @@
 use alloc::vec::Vec;
 
 use super::{AcpiError, Bytes, Table};
+use crate::dtb::PciIommuMap;
 
 /// Node types (IORT table 4).
 const ITS_GROUP: u8 = 0;
@@ -161,6 +164,30 @@ pub(super) fn parse(table: Table<'_>) -> Result<Iort, AcpiError> {
         }
     }
     Ok(iort)
+}
+
+impl Iort {
+    /// The requester ID -> StreamID mappings of PCI segment `segment`'s
+    /// root complex into SMMUv3 nodes, as the DT's `iommu-map` gives them.
+    /// Single mappings (flag bit 0) and mappings to other nodes (an ITS
+    /// group: no SMMU on the path) are left out.
+    pub fn pci_iommu_map(&self, segment: u32) -> Vec<PciIommuMap> {
+        self.root_complexes
+            .iter()
+            .filter(|rc| rc.segment == segment)
+            .flat_map(|rc| &rc.id_mappings)
+            .filter(|m| m.flags & 1 == 0)
+            .filter_map(|m| {
+                let smmu = self.smmus.iter().find(|s| s.offset == m.output_ref)?;
+                Some(PciIommuMap {
+                    rid_base: m.input_base,
+                    iommu_base: smmu.base,
+                    sid_base: m.output_base,
+                    len: m.num_ids.checked_add(1)?,
+                })
+            })
+            .collect()
+    }
 }
 
 fn ids_overflow(node: Bytes<'_>) -> AcpiError {

@@ -1024,6 +1024,17 @@ fn iort_smmuv3_between_root_complex_and_its() {
     assert_eq!((rc.offset, rc.ats, rc.memory_address_limit), (160, 1, 48));
     assert_eq!(rc.id_mappings[0].output_ref, 72);
     assert_eq!(iort.its_groups[0].its_ids, [0]);
+    // The RC's mapping into the SMMU is the bridge's iommu-map.
+    assert_eq!(
+        iort.pci_iommu_map(0),
+        [crate::dtb::PciIommuMap {
+            rid_base: 0,
+            iommu_base: 0x905_0000,
+            sid_base: 0,
+            len: 0x1_0000
+        }]
+    );
+    assert!(iort.pci_iommu_map(1).is_empty());
 }
 
 #[test]

@@ -86,6 +86,13 @@ pub struct HostDevice {
 }
 
 impl HostInfo {
+    /// The enabled SMMUv3 nodes (`arm,smmu-v3`).
+    pub fn smmus_v3(&self) -> impl Iterator<Item = &HostDevice> {
+        self.devices
+            .iter()
+            .filter(|d| d.enabled && d.compatible.iter().any(|c| c == "arm,smmu-v3"))
+    }
+
     /// The device node at `path`; a component without a unit address
     /// matches the first node of that base name (devicetree spec 2.2.3).
     pub fn device(&self, path: &str) -> Option<&HostDevice> {
@@ -206,6 +213,20 @@ pub struct PcieInfo {
     pub interrupt_map: Vec<PciIntxMap>,
     pub interrupt_map_mask: [u32; 4],
     pub node_path: String,
+    /// `iommu-map` (bindings/pci/pci-iommu.txt): which SMMU each requester
+    /// ID reaches and as which StreamID; empty when DMA is not translated.
+    pub iommu_map: Vec<PciIommuMap>,
+}
+
+/// One `iommu-map` entry: `len` requester IDs from `rid_base` reach the
+/// IOMMU whose first `reg` is at `iommu_base` as StreamIDs from
+/// `sid_base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PciIommuMap {
+    pub rid_base: u32,
+    pub iommu_base: u64,
+    pub sid_base: u32,
+    pub len: u32,
 }
 
 /// PSCI_CPU_ON with the SMC64 calling convention (PSCI, ARM DEN 0022, 5.1.4).
@@ -300,8 +321,8 @@ const GIC_FRAME_COMPATIBLE: [&str; 2] = ["arm,gic-v3", "arm,gic-v3-its"];
 
 /// What the plan's isolation check (`pinfold_config::isolation`) needs to
 /// know about this host. `hypervisor` lists the hypervisor's own ranges
-/// (its image and payload, heap, the host DTB); the console UART is added
-/// here. The GIC frames are the distributor, the redistributor regions, the
+/// (its image and payload, heap, the host DTB); the console UART and the
+/// SMMUv3 frames are added here. The GIC frames are the distributor, the redistributor regions, the
 /// ITSes and every other `reg` window of the GIC node (GICC/GICH/GICV).
 pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResources {
     let mut gic = alloc::vec![info.gic.dist];
@@ -325,6 +346,9 @@ pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResourc
     }
     let mut hypervisor = hypervisor.to_vec();
     hypervisor.extend(info.uart.map(|u| (u.base, u.size)));
+    // The SMMU's frames: a partition that could program it could point any
+    // stream anywhere (hv `smmu`).
+    hypervisor.extend(info.smmus_v3().flat_map(|d| d.regs.iter().copied()));
     let pcie = info
         .pcie
         .iter()
@@ -624,7 +648,46 @@ fn parse_pcie(tree: &Tree, gic: usize) -> Result<Option<PcieInfo>, DtbError> {
         interrupt_map: parse_interrupt_map(tree, pcie, gic)?,
         interrupt_map_mask,
         node_path: tree.path(pcie),
+        iommu_map: parse_iommu_map(tree, pcie)?,
     }))
+}
+
+/// `iommu-map = <rid-base &iommu iommu-base length>...`, each IOMMU with
+/// `#iommu-cells = <1>` (an SMMUv3's StreamID). `iommu-map-mask` is not
+/// supported (refused: it would fold requester IDs together).
+fn parse_iommu_map(tree: &Tree, pcie: usize) -> Result<Vec<PciIommuMap>, DtbError> {
+    let Some(raw) = tree.cells_prop(pcie, "iommu-map")? else {
+        return Ok(Vec::new());
+    };
+    let bad = || tree.bad(pcie, "iommu-map");
+    if tree.prop(pcie, "iommu-map-mask").is_some() || raw.len() % 4 != 0 {
+        return Err(bad());
+    }
+    raw.chunks(4)
+        .map(|e| {
+            let iommu = tree.by_phandle(e.get(1)).ok_or_else(bad)?;
+            if tree.u32_prop(iommu, "#iommu-cells")? != Some(1) {
+                return Err(tree.bad(iommu, "#iommu-cells"));
+            }
+            let &(iommu_base, _) = tree
+                .reg(iommu)?
+                .first()
+                .ok_or_else(|| tree.bad(iommu, "reg"))?;
+            let (rid_base, sid_base, len) = (e.get(0), e.get(2), e.get(3));
+            if len == 0
+                || rid_base.checked_add(len - 1).is_none()
+                || sid_base.checked_add(len - 1).is_none()
+            {
+                return Err(bad());
+            }
+            Ok(PciIommuMap {
+                rid_base,
+                iommu_base,
+                sid_base,
+                len,
+            })
+        })
+        .collect()
 }
 
 fn parse_pci_ranges(tree: &Tree, pcie: usize) -> Result<Vec<PciRange>, DtbError> {
@@ -1483,6 +1546,55 @@ mod tests {
     use crate::dtb::FdtWriter;
 
     static QEMU_VIRT: &[u8] = include_bytes!("testdata/qemu-virt-gicv3.dtb");
+    /// QEMU 10.0.2 `-M virt,virtualization=on,gic-version=3,iommu=smmuv3`
+    /// (`-global arm-smmuv3.stage=2`), `-smp 4 -m 2048M`, dumpdtb.
+    static QEMU_10_SMMUV3: &[u8] = include_bytes!("testdata/qemu-10-virt-smmuv3.dtb");
+
+    #[test]
+    fn qemu_10_smmuv3_is_found_with_the_bridges_iommu_map() {
+        let host = parse_host_dtb(QEMU_10_SMMUV3).unwrap();
+        let smmus: Vec<_> = host.smmus_v3().collect();
+        assert_eq!(smmus.len(), 1);
+        assert_eq!(smmus[0].regs, [(0x905_0000, 0x2_0000)]);
+        // eventq, priq, cmdq-sync, gerror: SPIs 74-77.
+        assert_eq!(smmus[0].spis, [106, 107, 108, 109]);
+        let pcie = host.pcie.unwrap();
+        assert_eq!(
+            pcie.iommu_map,
+            [PciIommuMap {
+                rid_base: 0,
+                iommu_base: 0x905_0000,
+                sid_base: 0,
+                len: 0x1_0000
+            }]
+        );
+    }
+
+    #[test]
+    fn the_smmu_frame_is_the_hypervisors_and_cannot_be_passed_through() {
+        let host = parse_host_dtb(QEMU_10_SMMUV3).unwrap();
+        let res = host_resources(&host, &[]);
+        assert!(res.hypervisor.contains(&(0x905_0000, 0x2_0000)));
+        use pinfold_config::isolation::{check_isolation, HostKind, IsolationProblem};
+        let err = check_isolation(&plan_with_window(0x905_0000, 0x1000), &res).unwrap_err();
+        assert!(
+            matches!(
+                err.problem,
+                IsolationProblem::Over {
+                    kind: HostKind::Hypervisor,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn qemu_virt_without_an_smmu_has_no_iommu_map() {
+        let host = qemu();
+        assert_eq!(host.smmus_v3().count(), 0);
+        assert!(host.pcie.unwrap().iommu_map.is_empty());
+    }
 
     fn qemu() -> HostInfo {
         parse_host_dtb(QEMU_VIRT).unwrap()

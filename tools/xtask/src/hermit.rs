@@ -104,7 +104,14 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// (NOT_FOUND) it stays `None` and Hermit keeps its old fallback for
 /// HashMap keys; the manager never makes a credential from that (it calls
 /// ENTROPY itself and refuses without it).
-const KERNEL_PATCHES: [(&str, &str, &str); 23] = [
+///
+/// The last one lets the virtio-net driver accept VIRTIO_F_ACCESS_PLATFORM
+/// when the device offers it (QEMU `iommu_platform=on`: the device's DMA
+/// then goes through the SMMU instead of around it; docs/DEVICES.md). The
+/// manager's addresses are its IPAs, which its stage 2 maps 1:1, so the
+/// driver needs nothing else; a device that does not offer it is driven as
+/// before.
+const KERNEL_PATCHES: [(&str, &str, &str); 24] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -319,6 +326,14 @@ const KERNEL_PATCHES: [(&str, &str, &str); 23] = [
          \t\t\tcore::ptr::write_bytes(stack.as_mut_ptr::<u8>(), 0, 528);\n\
          \t\t\t// Set the task's stack pointer entry to the stack we have just crafted.\n\t\t\tself.last_stack_pointer = stack;",
     ),
+    (
+        "src/drivers/net/virtio/mod.rs",
+        "\t\tlet minimal_features = virtio::net::F::VERSION_1 | virtio::net::F::MAC;\n",
+        "\t\tlet minimal_features = virtio::net::F::VERSION_1\n\
+         \t\t\t| virtio::net::F::MAC\n\
+         \t\t\t| (virtio::net::F::from(self.com_cfg.dev_features())\n\
+         \t\t\t\t& virtio::net::F::ACCESS_PLATFORM);\n",
+    ),
 ];
 
 /// The FP/SIMD frame of a task switch (patches 18-23): every switch on
@@ -415,7 +430,7 @@ pub fn seed_entropy() -> Option<[u8; 32]> {
 }"#;
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 9;
+const KERNEL_PATCH_REVISION: u32 = 10;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";

@@ -331,6 +331,90 @@ impl Provisioner {
     }
 }
 
+/// The suite QEMU 10 comes from (docs/DEVICES.md, "SMMUv3").
+const QEMU_10_SUITE: &str = "bookworm-backports";
+
+/// QEMU 10 from bookworm-backports for the cases that need an SMMUv3 with
+/// stage 2 (`smmu-isolation`), unpacked into target/qemu-10 with `dpkg -x`
+/// and never installed: the system's QEMU 7.2 stays what the rest of the
+/// suite and the bench measure. A private apt configuration
+/// (target/qemu-10/apt) names the backports suite, so the system's sources
+/// and lists are not touched. Its shared libraries must all resolve on the
+/// host (`ldd`), else this says which do not.
+pub fn qemu_10(ws: &Workspace) -> Result<crate::qemu::Qemu10, XtaskError> {
+    let dir = ws.root.join("target/qemu-10");
+    let root = dir.join("root");
+    let q = crate::qemu::Qemu10 {
+        bin: root.join("usr/bin/qemu-system-aarch64"),
+        data: root.join("usr/share/qemu"),
+        modules: root.join("usr/lib/x86_64-linux-gnu/qemu"),
+    };
+    if q.bin.exists() {
+        return Ok(q);
+    }
+    let apt = dir.join("apt");
+    for sub in ["lists/partial", "cache/archives/partial", "debs"] {
+        let d = apt.join(sub);
+        fs::create_dir_all(&d).context(|| format!("creating {}", d.display()))?;
+    }
+    fs::write(
+        apt.join("sources.list"),
+        format!(
+            "deb http://deb.debian.org/debian {QEMU_10_SUITE} main\n\
+             deb http://deb.debian.org/debian bookworm main\n"
+        ),
+    )
+    .context(|| format!("writing {}", apt.join("sources.list").display()))?;
+    let conf = apt.join("apt.conf");
+    fs::write(
+        &conf,
+        format!(
+            "Dir::Etc::SourceList \"{0}/sources.list\";\n\
+             Dir::Etc::SourceParts \"/nonexistent\";\n\
+             Dir::State::Lists \"{0}/lists\";\n\
+             Dir::Cache \"{0}/cache\";\n",
+            apt.display()
+        ),
+    )
+    .context(|| format!("writing {}", conf.display()))?;
+    let private = |args: &[&str]| {
+        let mut c = apt_get();
+        c.env("APT_CONFIG", &conf).args(args);
+        c
+    };
+    eprintln!(
+        "xtask: fetching QEMU 10 from {QEMU_10_SUITE} into {}",
+        dir.display()
+    );
+    cmd::run(&mut private(&["update"]))?;
+    let packages: Vec<String> = ["qemu-system-arm", "qemu-system-common", "qemu-system-data"]
+        .iter()
+        .map(|p| format!("{p}/{QEMU_10_SUITE}"))
+        .collect();
+    let mut download = private(&["download"]);
+    download.args(&packages).current_dir(apt.join("debs"));
+    cmd::run(&mut download)?;
+    let debs = apt.join("debs");
+    for entry in fs::read_dir(&debs).context(|| format!("reading {}", debs.display()))? {
+        let deb = entry
+            .context(|| format!("reading {}", debs.display()))?
+            .path();
+        if deb.extension().is_some_and(|e| e == "deb") {
+            cmd::run(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
+        }
+    }
+    let ldd = cmd::stdout_of(Command::new("ldd").arg(&q.bin))?;
+    let missing: Vec<&str> = ldd.lines().filter(|l| l.contains("not found")).collect();
+    if !missing.is_empty() {
+        let _ = fs::remove_file(&q.bin);
+        return Err(XtaskError::Provision(format!(
+            "QEMU 10's libraries do not resolve on this host: {}",
+            missing.join("; ")
+        )));
+    }
+    Ok(q)
+}
+
 fn apt_get() -> Command {
     let mut apt = Command::new("apt-get");
     apt.env("DEBIAN_FRONTEND", "noninteractive");

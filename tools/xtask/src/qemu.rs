@@ -73,6 +73,20 @@ pub struct Extra {
     /// (with [`Extra::netboot`] for PXE, or a boot entry in its variable
     /// store for HTTP); the image argument of [`qemu_command`] is unused.
     pub uefi: Option<Uefi>,
+    /// Run on the private QEMU 10 (`provision::qemu_10`) with an SMMUv3 in
+    /// front of the PCIe host bridge doing stage 2 (`-M ...,iommu=smmuv3
+    /// -global arm-smmuv3.stage=2`): QEMU 7.2's SMMUv3 has stage 1 only.
+    pub smmu: Option<Qemu10>,
+}
+
+/// A QEMU 10 unpacked beside the system's 7.2 (never installed over it):
+/// the binary, its data directory (`-L`) and its modules
+/// (`QEMU_MODULE_DIR`: it must not load 7.2's).
+#[derive(Debug, Clone)]
+pub struct Qemu10 {
+    pub bin: std::path::PathBuf,
+    pub data: std::path::PathBuf,
+    pub modules: std::path::PathBuf,
 }
 
 /// What QEMU's user-network DHCP and TFTP server offer a netbooting
@@ -163,11 +177,22 @@ pub fn dumpdtb_command(board: &Board, out: &Path) -> Command {
 /// than killing QEMU. Ctrl-A therefore reaches the hypervisor's own monitor
 /// untouched. With stdin not a terminal (tests) the same device just pipes.
 pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
-    let mut qemu = Command::new("qemu-system-aarch64");
+    let mut qemu = match &extra.smmu {
+        None => Command::new("qemu-system-aarch64"),
+        Some(q) => {
+            let mut c = Command::new(&q.bin);
+            c.env("QEMU_MODULE_DIR", &q.modules).arg("-L").arg(&q.data);
+            c
+        }
+    };
     let mut machine_value = match &extra.uefi {
         Some(u) if !u.el2 => BARE_MACHINE.to_string(),
         _ => MACHINE.to_string(),
     };
+    if extra.smmu.is_some() {
+        machine_value.push_str(",iommu=smmuv3");
+        qemu.args(["-global", "arm-smmuv3.stage=2"]);
+    }
     if extra.uefi.as_ref().is_some_and(|u| !u.acpi) {
         machine_value.push_str(",acpi=off");
     }
@@ -273,6 +298,52 @@ pub fn bare_command(board: &Board, kernel: &Path, extra: &Extra) -> Command {
 /// 127.0.0.1 to the manager.
 fn netdev(host_port: u16) -> String {
     format!("user,id=mgmt0,hostfwd=tcp:127.0.0.1:{host_port}-:{GUEST_MANAGER_PORT}")
+}
+
+#[cfg(test)]
+mod smmu_tests {
+    use super::*;
+
+    #[test]
+    fn an_smmu_run_uses_qemu_10_with_a_stage_2_smmuv3() {
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: true,
+        };
+        let q = Qemu10 {
+            bin: "/q/usr/bin/qemu-system-aarch64".into(),
+            data: "/q/usr/share/qemu".into(),
+            modules: "/q/usr/lib/x86_64-linux-gnu/qemu".into(),
+        };
+        let extra = Extra {
+            smmu: Some(q),
+            ..Extra::default()
+        };
+        let cmd = qemu_command(&board, Path::new("/i.bin"), &extra);
+        assert_eq!(cmd.get_program(), "/q/usr/bin/qemu-system-aarch64");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let after = |k: &str| {
+            args.iter()
+                .position(|a| a == k)
+                .map(|i| args[i + 1].clone())
+        };
+        assert_eq!(
+            after("-M").as_deref(),
+            Some("virt,virtualization=on,gic-version=3,iommu=smmuv3")
+        );
+        assert_eq!(after("-global").as_deref(), Some("arm-smmuv3.stage=2"));
+        assert_eq!(after("-L").as_deref(), Some("/q/usr/share/qemu"));
+        assert!(cmd.get_envs().any(|(k, v)| k == "QEMU_MODULE_DIR"
+            && v.is_some_and(|v| v == "/q/usr/lib/x86_64-linux-gnu/qemu")));
+        // Without it: the system's QEMU, no SMMU.
+        let plain = qemu_command(&board, Path::new("/i.bin"), &Extra::default());
+        assert_eq!(plain.get_program(), "qemu-system-aarch64");
+        assert!(!plain.get_args().any(|a| a == "-global"));
+    }
 }
 
 #[cfg(test)]

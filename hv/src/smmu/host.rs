@@ -1,0 +1,225 @@
+//! The SMMU in the running system: found from the host description,
+//! programmed at boot before any partition starts, its streams bound to
+//! the partitions that own the functions behind them, released when a
+//! partition goes, and its event queue drained into the owning
+//! partition's fault count and the log (rate-limited like every fault).
+
+use super::{Binding, FunctionOwners, IdMap, Smmu, SmmuError};
+use crate::exit::Hw;
+use crate::lockstat::LockPath;
+use crate::partition::Partition;
+use crate::pci::Bdf;
+use crate::ratelimit::{FaultKind, FaultLog, Verdict};
+use crate::system::System;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+/// The programmed SMMU and how the host bridge's requester IDs reach it.
+pub struct SmmuState {
+    pub smmu: Smmu,
+    /// Its register frame.
+    pub base: u64,
+    /// The host bridge's `iommu-map` entries into it.
+    pub maps: Vec<IdMap>,
+    /// Rate limit of the lines about streams no partition owns.
+    unowned: FaultLog,
+}
+
+/// Today's ownership model: the partition that owns the host bridge owns
+/// every requester ID on its buses. Per-function assignment replaces this
+/// one query.
+impl FunctionOwners for System {
+    fn owner(&self, rid: u16) -> Option<Binding> {
+        let bridge = self.host.pcie.as_ref()?;
+        let bus = u32::from(rid >> 8);
+        if bus < bridge.bus_range.0 || bus > bridge.bus_range.1 {
+            return None;
+        }
+        self.partitions()
+            .iter()
+            .find(|p| p.pcie.is_some())
+            .map(|p| binding_of(p))
+    }
+}
+
+fn binding_of(p: &Partition) -> Binding {
+    Binding {
+        partition: p.index,
+        vmid: p.vmid,
+        stage2_root: p.stage2_root,
+    }
+}
+
+fn rid(bdf: Bdf) -> u16 {
+    u16::from(bdf.bus) << 8 | u16::from(bdf.dev) << 3 | u16::from(bdf.func)
+}
+
+impl System {
+    /// At boot, before any partition starts: the SMMU the host bridge's
+    /// `iommu-map` names, programmed with every stream aborting. Ok(false)
+    /// when the host has none (DMA is then untranslated: docs/DEVICES.md)
+    /// or the platform cannot reach it.
+    pub fn smmu_init(&self, hw: &mut impl Hw, vtcr: u64) -> Result<bool, SmmuError> {
+        let Some(bridge) = self.host.pcie.as_ref() else {
+            return Ok(false);
+        };
+        let Some(first) = bridge.iommu_map.first() else {
+            return Ok(false);
+        };
+        let base = first.iommu_base;
+        if !self
+            .host
+            .smmus_v3()
+            .any(|d| d.regs.first().map(|r| r.0) == Some(base))
+        {
+            return Ok(false);
+        }
+        let maps = bridge
+            .iommu_map
+            .iter()
+            .filter(|m| m.iommu_base == base)
+            .map(|m| IdMap {
+                rid_base: m.rid_base,
+                sid_base: m.sid_base,
+                len: m.len,
+            })
+            .collect();
+        let Some((regs, mem)) = hw.smmu_io(base) else {
+            return Ok(false);
+        };
+        let smmu = Smmu::init(regs, mem, vtcr)?;
+        *self.smmu.lock(LockPath::Management) = Some(SmmuState {
+            smmu,
+            base,
+            maps,
+            unowned: FaultLog::new(),
+        });
+        self.smmu_on.store(true, Ordering::Release);
+        Ok(true)
+    }
+
+    /// `p` (re)starts owning `functions` (found behind its host bridge,
+    /// quiesced): its old streams abort, then each function's stream
+    /// translates through the stage 2 the ownership query names. Returns
+    /// how many streams were bound.
+    pub fn smmu_bind(
+        &self,
+        hw: &mut impl Hw,
+        p: &Partition,
+        functions: &[Bdf],
+    ) -> Result<u32, SmmuError> {
+        if !self.smmu_on.load(Ordering::Acquire) {
+            return Ok(0);
+        }
+        let mut guard = self.smmu.lock(LockPath::Management);
+        let Some(st) = guard.as_mut() else {
+            return Ok(0);
+        };
+        let Some((regs, mem)) = hw.smmu_io(st.base) else {
+            return Ok(0);
+        };
+        st.smmu.release_partition(regs, mem, p.index)?;
+        st.smmu
+            .bind_functions(regs, mem, &st.maps, functions.iter().map(|&b| rid(b)), self)
+    }
+
+    /// Partition `index` is going (deleted, changed): its streams abort
+    /// and its VMID's walks are invalidated before its RAM and tables are
+    /// reused.
+    pub fn smmu_release(&self, hw: &mut impl Hw, index: usize) {
+        if !self.smmu_on.load(Ordering::Acquire) {
+            return;
+        }
+        let mut guard = self.smmu.lock(LockPath::Management);
+        let Some(st) = guard.as_mut() else { return };
+        let Some((regs, mem)) = hw.smmu_io(st.base) else {
+            return;
+        };
+        if let Err(e) = st.smmu.release_partition(regs, mem, index) {
+            hw.report(format_args!(
+                "smmu: releasing partition {index}'s streams: {e}"
+            ));
+        }
+    }
+
+    /// Drains the event queue (the management calls and the stats line
+    /// do; no SMMU interrupt is used): each fault is its partition's,
+    /// counted and logged (rate-limited), or the hypervisor's for a stream
+    /// nobody owns. Returns how many records were read.
+    pub fn smmu_poll(&self, hw: &mut impl Hw) -> u32 {
+        if !self.smmu_on.load(Ordering::Acquire) {
+            return 0;
+        }
+        // A management call on another CPU is draining: it will see ours.
+        let Some(mut guard) = self.smmu.try_lock(LockPath::Management) else {
+            return 0;
+        };
+        let Some(st) = guard.as_mut() else { return 0 };
+        let Some((regs, mem)) = hw.smmu_io(st.base) else {
+            return 0;
+        };
+        let mut faults = Vec::new();
+        let drained = st.smmu.poll_events(regs, mem, |f| faults.push(f));
+        let maps = st.maps.clone();
+        let (now, freq) = (hw.now(), hw.counter_frequency());
+        for f in faults {
+            let e = f.event;
+            let source = super::sid_to_rid(&maps, e.sid).map(|r| Bdf {
+                bus: (r >> 8) as u8,
+                dev: ((r >> 3) & 0x1f) as u8,
+                func: (r & 7) as u8,
+            });
+            let dir = if e.read { "read" } else { "write" };
+            match f.partition.and_then(|i| self.partition(i)) {
+                Some(p) => {
+                    if let Verdict::Print { suppressed } = p.fault(FaultKind::Dma, now, freq) {
+                        let line = alloc::format!(
+                            "DMA fault: {} stream {:#x}{} {dir} at IPA {:#x} stopped by the SMMU{}",
+                            e.kind.name(),
+                            e.sid,
+                            source.map(|b| alloc::format!(" ({b})")).unwrap_or_default(),
+                            e.addr,
+                            if suppressed > 0 {
+                                alloc::format!(" ({suppressed} more of this kind suppressed)")
+                            } else {
+                                alloc::string::String::new()
+                            }
+                        );
+                        hw.report(format_args!("partition {}: {line}", p.name));
+                        p.fault_event(hw, format_args!("{line}"));
+                    }
+                }
+                None => {
+                    if let Verdict::Print { .. } = st.unowned.check(FaultKind::Dma, now, freq) {
+                        hw.report(format_args!(
+                            "smmu: {} from stream {:#x} no partition owns: aborted",
+                            e.kind.name(),
+                            e.sid
+                        ));
+                    }
+                }
+            }
+        }
+        if drained.overflowed {
+            hw.report(format_args!(
+                "smmu: event queue overflowed: DMA faults were lost"
+            ));
+        }
+        drained.events
+    }
+
+    /// The SMMU's counters, for the stats line: (events, overflows,
+    /// bound streams).
+    pub fn smmu_stats(&self) -> Option<(u64, u64, usize)> {
+        if !self.smmu_on.load(Ordering::Acquire) {
+            return None;
+        }
+        let guard = self.smmu.lock(LockPath::Management);
+        let st = guard.as_ref()?;
+        Some((
+            st.smmu.stats.events,
+            st.smmu.stats.overflows,
+            st.smmu.bound_count(),
+        ))
+    }
+}
