@@ -1015,9 +1015,21 @@ fn app_cargo(paths: &Paths, subcommand: &str) -> Command {
         .args([subcommand, "--release", "--locked", "--target", APP_TARGET])
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")
-        .arg(paths.hermit.join("app"));
+        .arg(paths.hermit.join("app"))
+        // ring (rustls's crypto) compiles C and assembly through the cc
+        // crate, which knows no compiler for aarch64-unknown-hermit: the
+        // Debian cross gcc builds freestanding objects that link into the
+        // Hermit image (a `cargo check` never runs it, only a build does).
+        .env("CC_aarch64_unknown_hermit", CROSS_CC)
+        .env("AR_aarch64_unknown_hermit", CROSS_AR);
     cmd
 }
+
+/// The Debian cross compiler (package gcc-aarch64-linux-gnu) for ring's C
+/// and assembly in the Hermit application.
+pub const CROSS_CC: &str = "aarch64-linux-gnu-gcc";
+/// Its archiver (package binutils-aarch64-linux-gnu).
+pub const CROSS_AR: &str = "aarch64-linux-gnu-ar";
 
 /// Builds the Hermit application with the web UI embedded; returns its ELF.
 fn build_app(paths: &Paths, libhermit: &Path, web_ui: &Path) -> Result<PathBuf, String> {
