@@ -51,9 +51,23 @@ impl std::fmt::Display for HttpError {
                 tls::FINGERPRINT_ENV,
                 tls::CACERT_ENV
             ),
-            HttpError::Io(e) => write!(f, "{e}"),
+            HttpError::Io(e) => match pin_mismatch(e) {
+                Some(why) => write!(f, "{why}"),
+                None => write!(f, "{e}"),
+            },
             HttpError::BadResponse(why) => write!(f, "bad HTTP response: {why}"),
         }
+    }
+}
+
+/// The pinning verifier's own sentence when `e` is its refusal (rustls
+/// would show it as a Debug dump).
+fn pin_mismatch(e: &std::io::Error) -> Option<String> {
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
+            Some(other.0.to_string())
+        }
+        _ => None,
     }
 }
 

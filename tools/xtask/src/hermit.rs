@@ -1025,6 +1025,10 @@ fn app_cargo(paths: &Paths, subcommand: &str) -> Command {
     cmd
 }
 
+/// Read by manager/app/build.rs: the directory of the certificate and key
+/// (DER) the manager embeds.
+const TLS_DIR_ENV: &str = "PINFOLD_MANAGER_TLS_DIR";
+
 /// The Debian cross compiler (package gcc-aarch64-linux-gnu) for ring's C
 /// and assembly in the Hermit application.
 pub const CROSS_CC: &str = "aarch64-linux-gnu-gcc";
@@ -1034,9 +1038,22 @@ pub const CROSS_AR: &str = "aarch64-linux-gnu-ar";
 /// Builds the Hermit application with the web UI embedded; returns its ELF.
 fn build_app(paths: &Paths, libhermit: &Path, web_ui: &Path) -> Result<PathBuf, String> {
     let lib_dir = libhermit.parent().ok_or("libhermit.a has no directory")?;
+    let names: Vec<String> = std::env::var("PINFOLD_MANAGER_HOSTNAMES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let cert = crate::tls::ensure(&paths.root, &names)?;
+    println!(
+        "xtask: manager TLS certificate {} (SHA-256 fingerprint {})",
+        cert.dir.join("cert.pem").display(),
+        cert.fingerprint
+    );
     run(app_cargo(paths, "build")
         .env(LIBHERMIT_DIR_ENV, lib_dir)
-        .env(WEB_UI_DIST_ENV, web_ui))?;
+        .env(WEB_UI_DIST_ENV, web_ui)
+        .env(TLS_DIR_ENV, &cert.dir))?;
     Ok(paths
         .hermit
         .join("app")

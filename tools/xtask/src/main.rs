@@ -24,6 +24,7 @@ mod runtime_checks;
 mod signing;
 mod store;
 mod suite;
+mod tls;
 mod uefi;
 
 use std::path::{Path, PathBuf};
