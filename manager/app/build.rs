@@ -21,6 +21,8 @@ const CHECK_ONLY: &str = "PINFOLD_MANAGER_CHECK_ONLY";
 /// certificate (`cert.der`) and PKCS#8 key (`key.der`); unset: plain HTTP
 /// (the plan's `api_tls = false`, or a lint run).
 const TLS_DIR: &str = "PINFOLD_MANAGER_TLS_DIR";
+/// Set by the xtask to the directory of `libpinfold_ring_asm.a`.
+const RING_ASM_DIR: &str = "PINFOLD_RING_ASM_DIR";
 
 fn content_type(path: &Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
@@ -136,4 +138,14 @@ fn main() {
         Path::new(&dir).display()
     );
     println!("cargo:rustc-link-lib=static=hermit");
+    // ring's aarch64 assembly, which ring's own build leaves out for Hermit
+    // (tools/xtask/src/hermit.rs, `ring_asm`).
+    println!("cargo:rerun-if-env-changed={RING_ASM_DIR}");
+    let Some(asm) = env::var_os(RING_ASM_DIR) else {
+        eprintln!("{RING_ASM_DIR} is not set: build the manager with `cargo xtask`");
+        process::exit(1);
+    };
+    println!("cargo:rerun-if-changed={}", Path::new(&asm).join("libpinfold_ring_asm.a").display());
+    println!("cargo:rustc-link-search=native={}", Path::new(&asm).display());
+    println!("cargo:rustc-link-lib=static=pinfold_ring_asm");
 }

@@ -403,6 +403,32 @@ impl Wire {
     }
 }
 
+impl Wire {
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(s) => &s.sock,
+        }
+    }
+
+    pub fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+        self.socket().set_read_timeout(d)
+    }
+
+    pub fn set_write_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+        self.socket().set_write_timeout(d)
+    }
+
+    /// Ends our side (for TLS: close_notify first).
+    pub fn shutdown(&mut self, how: std::net::Shutdown) -> std::io::Result<()> {
+        if let Wire::Tls(s) = self {
+            s.conn.send_close_notify();
+            s.flush()?;
+        }
+        self.socket().shutdown(how)
+    }
+}
+
 impl Read for Wire {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
