@@ -87,7 +87,10 @@ fn embed_tls() {
     println!("cargo:rerun-if-env-changed={TLS_DIR}");
     let mut text = String::from("None");
     if let Some(dir) = env::var_os(TLS_DIR) {
-        let (cert, key) = (Path::new(&dir).join("cert.der"), Path::new(&dir).join("key.der"));
+        let (cert, key) = (
+            Path::new(&dir).join("cert.der"),
+            Path::new(&dir).join("key.der"),
+        );
         for file in [&cert, &key] {
             if !file.is_file() {
                 eprintln!("{TLS_DIR}: {} does not exist", file.display());
@@ -145,7 +148,13 @@ fn main() {
         eprintln!("{RING_ASM_DIR} is not set: build the manager with `cargo xtask`");
         process::exit(1);
     };
-    println!("cargo:rerun-if-changed={}", Path::new(&asm).join("libpinfold_ring_asm.a").display());
-    println!("cargo:rustc-link-search=native={}", Path::new(&asm).display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        Path::new(&asm).join("libpinfold_ring_asm.a").display()
+    );
+    println!(
+        "cargo:rustc-link-search=native={}",
+        Path::new(&asm).display()
+    );
     println!("cargo:rustc-link-lib=static=pinfold_ring_asm");
 }

@@ -1731,6 +1731,7 @@ mod tests {
             pmu: true,
             lifecycle: Default::default(),
             config_store: None,
+            api_tls: true,
         }]
     }
 

@@ -465,7 +465,17 @@ fn main() -> ExitCode {
             }
         }
     };
-    let tls = match tls::EMBEDDED {
+    // The plan's `api_tls = false` is the only way to plain HTTP.
+    let want_tls = router.lock().map_or(true, |mut r| r.api_tls());
+    let embedded = if want_tls { tls::EMBEDDED } else { None };
+    if want_tls && tls::EMBEDDED.is_none() {
+        println!("pinfold-manager: TLS: this image carries no certificate (built without one); the REST API is off");
+        report(ManagerStatus::Failed, "TLS: no certificate in the image");
+        loop {
+            thread::park();
+        }
+    }
+    let tls = match embedded {
         Some((cert, key)) => match tls::config(cert, key) {
             Ok(config) => {
                 println!(
@@ -486,7 +496,11 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    let scheme = if tls.is_some() { "https" } else { "http, plain: the plan's api_tls = false" };
+    let scheme = if tls.is_some() {
+        "https"
+    } else {
+        "http, plain: the plan's api_tls = false"
+    };
     println!(
         "pinfold-manager: listening on {LISTEN} ({scheme}; {} web UI files)",
         WEB_UI.len()

@@ -368,9 +368,10 @@ fn event_loop(
                         conns.iter().map(|(id, e)| {
                             // A handshake not over holds no request: it
                             // goes like an idle connection.
-                            let idle = e.stream.as_ref().is_some_and(|s| {
-                                e.conn.is_idle() || s.handshaking()
-                            });
+                            let idle = e
+                                .stream
+                                .as_ref()
+                                .is_some_and(|s| e.conn.is_idle() || s.handshaking());
                             (*id, idle, e.conn.since())
                         }),
                     );
@@ -616,12 +617,7 @@ fn internal(detail: &str) -> Response {
 
 /// One request: the router's answer written back; the connection if it
 /// stays open.
-fn handle(
-    job: Job,
-    router: &SharedRouter,
-    gate: &StreamGate,
-    dates: &DateCache,
-) -> Option<Link> {
+fn handle(job: Job, router: &SharedRouter, gate: &StreamGate, dates: &DateCache) -> Option<Link> {
     let Job {
         mut stream,
         head,

@@ -328,7 +328,10 @@ pub fn take_pin(
         return Err(UsageError("--fingerprint and --cacert: give one".into()));
     }
     let (fp, ca) = if fp.is_none() && ca.is_none() {
-        (env_fp.filter(|v| !v.is_empty()), env_ca.filter(|v| !v.is_empty()))
+        (
+            env_fp.filter(|v| !v.is_empty()),
+            env_ca.filter(|v| !v.is_empty()),
+        )
     } else {
         (fp, ca)
     };
@@ -338,8 +341,8 @@ pub fn take_pin(
             .map_err(|why| UsageError(format!("--fingerprint: {why}")));
     }
     if let Some(file) = ca {
-        let bytes = std::fs::read(&file)
-            .map_err(|e| UsageError(format!("--cacert {file}: {e}")))?;
+        let bytes =
+            std::fs::read(&file).map_err(|e| UsageError(format!("--cacert {file}: {e}")))?;
         return hvctl::tls::Pin::of_certificate(&bytes)
             .map(Some)
             .map_err(|why| UsageError(format!("--cacert {file}: {why}")));

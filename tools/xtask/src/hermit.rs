@@ -1057,7 +1057,12 @@ fn ring_asm(paths: &Paths) -> Result<PathBuf, String> {
         .flatten()
         .map(|d| d.path().join(format!("ring-{version}")))
         .find(|p| p.is_dir())
-        .ok_or_else(|| format!("ring-{version} is not unpacked under {}", registry.display()))?;
+        .ok_or_else(|| {
+            format!(
+                "ring-{version} is not unpacked under {}",
+                registry.display()
+            )
+        })?;
     let out = paths.hermit.join("ring-asm");
     fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let archive = out.join("libpinfold_ring_asm.a");
@@ -1090,7 +1095,10 @@ fn ring_asm(paths: &Paths) -> Result<PathBuf, String> {
             .arg(src))?;
         objects.push(obj);
     }
-    run(Command::new(CROSS_AR).arg("crs").arg(&archive).args(&objects))?;
+    run(Command::new(CROSS_AR)
+        .arg("crs")
+        .arg(&archive)
+        .args(&objects))?;
     Ok(out)
 }
 

@@ -158,7 +158,12 @@ mod tests {
             String::from_utf8_lossy(&seen).into_owned()
         });
 
-        let reply = send_over(false, &authority, &Request::get("/x"), Duration::from_secs(5));
+        let reply = send_over(
+            false,
+            &authority,
+            &Request::get("/x"),
+            Duration::from_secs(5),
+        );
 
         assert_eq!(
             reply.map(|r| (r.status, r.body)).ok(),

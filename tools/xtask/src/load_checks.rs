@@ -14,8 +14,8 @@
 //! status. Latencies are the client's, loopback through QEMU's user
 //! network, on whatever else the machine runs.
 
-use std::io::{Read, Write};
 use hvctl::http::Wire;
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

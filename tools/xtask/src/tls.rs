@@ -62,7 +62,11 @@ pub fn ensure(root: &Path, names: &[String]) -> Result<Cert, String> {
                 _ => generate(names)?,
             }
         }
-        _ => return Err(format!("{CERT_ENV} and {KEY_ENV} go together: set both or neither")),
+        _ => {
+            return Err(format!(
+                "{CERT_ENV} and {KEY_ENV} go together: set both or neither"
+            ))
+        }
     };
     let cert = check(&cert_pem, &key_pem)?;
     let key = KeyPair::from_pem(&key_pem).map_err(|e| format!("the TLS key: {e}"))?;
@@ -98,9 +102,10 @@ pub fn generate(names: &[String]) -> Result<(String, String), String> {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, "Pinfold management API");
     params.distinguished_name = dn;
-    let year = 1970 + SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 31_556_952) as i32;
+    let year = 1970
+        + SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() / 31_556_952) as i32;
     params.not_before = rcgen::date_time_ymd(year, 1, 1);
     params.not_after = rcgen::date_time_ymd(year + 20, 1, 1);
     let cert = params
@@ -134,7 +139,11 @@ fn base64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -232,8 +241,7 @@ mod tests {
                 let _ = tls.flush();
             }
         });
-        let ep =
-            hvctl::http::Endpoint::parse(&format!("https://127.0.0.1:{port}")).expect("url");
+        let ep = hvctl::http::Endpoint::parse(&format!("https://127.0.0.1:{port}")).expect("url");
         let right = hvctl::tls::Pin::parse(&cert.fingerprint).expect("pin");
         let mut wrong = right;
         wrong.0[0] ^= 1;

@@ -48,8 +48,12 @@ pub fn tls(ws: &Workspace, stack: &mut Stack) -> Outcome {
     notes.push(format!("the manager's console and the build agree: {ours}"));
 
     // 1. A pinned handshake.
-    let reply = http::send(&authority(), &Request::get("/api/v1/host"), Duration::from_secs(10))
-        .map_err(|e| format!("GET /api/v1/host over HTTPS: {e}"))?;
+    let reply = http::send(
+        &authority(),
+        &Request::get("/api/v1/host"),
+        Duration::from_secs(10),
+    )
+    .map_err(|e| format!("GET /api/v1/host over HTTPS: {e}"))?;
     if reply.status != 200 {
         return Err(format!("GET /api/v1/host over HTTPS: {}", reply.status));
     }
@@ -131,8 +135,12 @@ pub fn tls(ws: &Workspace, stack: &mut Stack) -> Outcome {
         .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
         .map_err(|e| format!("the stalled handshake: {e}"))?;
     // Meanwhile others are answered.
-    let during = http::send(&authority(), &Request::get("/api/v1/host"), Duration::from_secs(10))
-        .map_err(|e| format!("GET /api/v1/host beside a stalled handshake: {e}"))?;
+    let during = http::send(
+        &authority(),
+        &Request::get("/api/v1/host"),
+        Duration::from_secs(10),
+    )
+    .map_err(|e| format!("GET /api/v1/host beside a stalled handshake: {e}"))?;
     if during.status != 200 {
         return Err(format!(
             "GET /api/v1/host beside a stalled handshake: {}",
@@ -152,8 +160,12 @@ pub fn tls(ws: &Workspace, stack: &mut Stack) -> Outcome {
             closed.as_secs_f64()
         ));
     }
-    let after = http::send(&authority(), &Request::get("/api/v1/host"), Duration::from_secs(10))
-        .map_err(|e| format!("GET /api/v1/host after the stalled handshake: {e}"))?;
+    let after = http::send(
+        &authority(),
+        &Request::get("/api/v1/host"),
+        Duration::from_secs(10),
+    )
+    .map_err(|e| format!("GET /api/v1/host after the stalled handshake: {e}"))?;
     if after.status != 200 {
         return Err(format!("GET /api/v1/host afterwards: {}", after.status));
     }
