@@ -10,7 +10,9 @@
 //! - a client that stops mid-handshake (a TLS record header, then
 //!   nothing) is closed by the server within the read timeout (10 s) while
 //!   others are answered meanwhile;
-//! - the server still answers afterwards.
+//! - the server still answers afterwards;
+//! - a keep-alive TLS connection left open holds at most
+//!   `MAX_TLS_CONN_HEAP` of the manager's heap (measured, printed).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -173,5 +175,87 @@ pub fn tls(ws: &Workspace, stack: &mut Stack) -> Outcome {
         "a handshake stalled after 6 bytes: closed by the server after {:.1} s, others answered meanwhile and after",
         closed.as_secs_f64()
     ));
+
+    // 5. What an open TLS connection costs the manager's heap.
+    let token = stack.token(Instant::now() + Duration::from_secs(10))?;
+    let per = heap_per_connection(&token)?;
+    if per > MAX_TLS_CONN_HEAP {
+        return Err(format!(
+            "an open TLS connection holds {per} bytes of the manager's heap (the budget in docs/MANAGER.md is {MAX_TLS_CONN_HEAP})"
+        ));
+    }
+    notes.push(format!(
+        "{HELD} keep-alive TLS connections after one request each: {per} bytes of the manager's heap each (budget {MAX_TLS_CONN_HEAP})"
+    ));
     Ok(notes)
+}
+
+/// Connections [`heap_per_connection`] holds open.
+const HELD: usize = 32;
+/// The heap an idle TLS connection may hold (docs/MANAGER.md, "TLS").
+const MAX_TLS_CONN_HEAP: u64 = 48 * 1024;
+
+fn heap_bytes(token: &str) -> Result<u64, String> {
+    let reply = http::send(
+        &authority(),
+        &Request {
+            token: Some(token),
+            ..Request::get("/metrics")
+        },
+        Duration::from_secs(10),
+    )
+    .map_err(|e| format!("GET /metrics: {e}"))?;
+    reply
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("pinfold_manager_heap_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| "GET /metrics has no pinfold_manager_heap_bytes".to_string())
+}
+
+/// The manager's heap growth per keep-alive TLS connection left open after
+/// one request (handshake done, buffers as they stay between requests).
+fn heap_per_connection(token: &str) -> Result<u64, String> {
+    let before = heap_bytes(token)?;
+    let mut held = Vec::new();
+    for _ in 0..HELD {
+        let mut c = http::connect_raw(&authority(), Duration::from_secs(10))?;
+        write!(
+            c,
+            "GET /api/v1/host HTTP/1.1\r\nHost: {}\r\n\r\n",
+            authority()
+        )
+        .map_err(|e| format!("keep-alive GET: {e}"))?;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        // The head and its Content-Length of body.
+        loop {
+            let n = c
+                .read(&mut buf)
+                .map_err(|e| format!("keep-alive GET: reading: {e}"))?;
+            if n == 0 {
+                return Err("a keep-alive connection was closed after one request".into());
+            }
+            seen.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&seen);
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().to_string())
+                    })
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    break;
+                }
+            }
+        }
+        held.push(c);
+    }
+    let after = heap_bytes(token)?;
+    drop(held);
+    Ok(after.saturating_sub(before) / HELD as u64)
 }
