@@ -233,9 +233,11 @@ impl Write for Link {
 
 impl Drop for TlsLink {
     /// A close_notify, best effort (the socket's drop never waits: our
-    /// Hermit patch).
+    /// Hermit patch), once there is a session to close: a connection that
+    /// never finished its handshake (evicted while idle, timed out) just
+    /// gets the FIN, as a plain one does.
     fn drop(&mut self) {
-        if !self.plaintext {
+        if !self.plaintext && !self.conn.is_handshaking() {
             self.conn.send_close_notify();
             let _ = self.push();
         }
