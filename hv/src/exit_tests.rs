@@ -363,6 +363,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         pmu: true,
         lifecycle: Default::default(),
         config_store: None,
+        api_tls: true,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Links the post-processed Hermit kernel (`libhermit.a`) that the xtask
-//! built, and embeds the web UI's built files (`web-ui/dist`) as a table of
-//! `(url path, content type, bytes)`.
+//! built, embeds the web UI's built files (`web-ui/dist`) as a table of
+//! `(url path, content type, bytes)`, and embeds the API's TLS certificate
+//! and key (`cert.der`, `key.der` from the directory the xtask names; none:
+//! the manager serves plain HTTP and says so).
 
 use std::env;
 use std::fmt::Write as _;
@@ -15,6 +17,12 @@ const WEB_UI_DIST: &str = "PINFOLD_WEB_UI_DIST";
 /// Set by the xtask's lint step (`cargo clippy`, nothing is linked) when
 /// `libhermit.a` has not been built yet.
 const CHECK_ONLY: &str = "PINFOLD_MANAGER_CHECK_ONLY";
+/// Set by the xtask to the directory holding the management API's
+/// certificate (`cert.der`) and PKCS#8 key (`key.der`); unset: plain HTTP
+/// (the plan's `api_tls = false`, or a lint run).
+const TLS_DIR: &str = "PINFOLD_MANAGER_TLS_DIR";
+/// Set by the xtask to the directory of `libpinfold_ring_asm.a`.
+const RING_ASM_DIR: &str = "PINFOLD_RING_ASM_DIR";
 
 fn content_type(path: &Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
@@ -75,11 +83,40 @@ fn embed_web_ui() {
     }
 }
 
+fn embed_tls() {
+    println!("cargo:rerun-if-env-changed={TLS_DIR}");
+    let mut text = String::from("None");
+    if let Some(dir) = env::var_os(TLS_DIR) {
+        let (cert, key) = (
+            Path::new(&dir).join("cert.der"),
+            Path::new(&dir).join("key.der"),
+        );
+        for file in [&cert, &key] {
+            if !file.is_file() {
+                eprintln!("{TLS_DIR}: {} does not exist", file.display());
+                process::exit(1);
+            }
+            println!("cargo:rerun-if-changed={}", file.display());
+        }
+        text = format!(
+            "Some((include_bytes!({:?}).as_slice(), include_bytes!({:?}).as_slice()))",
+            cert.display(),
+            key.display()
+        );
+    }
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("tls.rs");
+    if let Err(err) = fs::write(&out, text) {
+        eprintln!("writing {}: {err}", out.display());
+        process::exit(1);
+    }
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed={LIBHERMIT_DIR}");
     println!("cargo:rerun-if-env-changed={CHECK_ONLY}");
     embed_web_ui();
+    embed_tls();
     // A host `cargo check` of this crate, or a lint run, has nothing to link.
     if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("hermit")
         || env::var_os(CHECK_ONLY).is_some()
@@ -104,4 +141,20 @@ fn main() {
         Path::new(&dir).display()
     );
     println!("cargo:rustc-link-lib=static=hermit");
+    // ring's aarch64 assembly, which ring's own build leaves out for Hermit
+    // (tools/xtask/src/hermit.rs, `ring_asm`).
+    println!("cargo:rerun-if-env-changed={RING_ASM_DIR}");
+    let Some(asm) = env::var_os(RING_ASM_DIR) else {
+        eprintln!("{RING_ASM_DIR} is not set: build the manager with `cargo xtask`");
+        process::exit(1);
+    };
+    println!(
+        "cargo:rerun-if-changed={}",
+        Path::new(&asm).join("libpinfold_ring_asm.a").display()
+    );
+    println!(
+        "cargo:rustc-link-search=native={}",
+        Path::new(&asm).display()
+    );
+    println!("cargo:rustc-link-lib=static=pinfold_ring_asm");
 }

@@ -264,6 +264,7 @@ impl PartitionConfig {
             pmu: self.pmu,
             lifecycle: self.lifecycle(),
             config_store: self.config_store.clone(),
+            api_tls: self.api_tls,
         }
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 6;
+pub const PLAN_REVISION: u32 = 7;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -124,6 +124,10 @@ pub struct PartitionPlan {
     /// configuration across reboots: an `http://` URL of a directory
     /// (`config.toml` and `images/<sha256>` under it; docs/DEPLOY.md).
     pub config_store: Option<String>,
+    /// (management partition only) The REST API speaks HTTPS with the
+    /// certificate built into the manager's image (the default); false:
+    /// plain HTTP, an opt-in (docs/CONFIG.md, `api_tls`).
+    pub api_tls: bool,
 }
 
 impl PartitionPlan {
@@ -146,6 +150,7 @@ impl PartitionPlan {
             pmu: true,
             lifecycle: LifecyclePlan::default(),
             config_store: None,
+            api_tls: true,
         }
     }
 }

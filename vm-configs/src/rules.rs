@@ -280,6 +280,13 @@ fn check_roles(
             ));
         }
     }
+    if !candidate.api_tls && !candidate.management {
+        return Err(Rejection::new(
+            candidate,
+            "api_tls",
+            Problem::ApiTlsWithoutManagement,
+        ));
+    }
     if candidate.pci_host_bridge {
         if let Some(other) = holder(|p| p.pci_host_bridge) {
             return Err(Rejection::new(
@@ -644,6 +651,9 @@ pub enum Problem {
     ConfigStoreWithoutManagement,
     /// A configuration store that is not an `http://` URL of a directory.
     ConfigStoreBad { url: String },
+    /// `api_tls = false` on a partition that is not the management
+    /// partition (only it serves the API).
+    ApiTlsWithoutManagement,
     /// A token that is too short or uses characters outside [A-Za-z0-9._~-].
     BadToken,
     /// Both `token` and `token_sha256` are set.
@@ -766,6 +776,9 @@ impl fmt::Display for Problem {
             }
             Problem::ConfigStoreWithoutManagement => {
                 f.write_str("only the management partition keeps the configuration")
+            }
+            Problem::ApiTlsWithoutManagement => {
+                f.write_str("only the management partition serves the API (api_tls is its setting)")
             }
             Problem::ConfigStoreBad { url } => write!(
                 f,

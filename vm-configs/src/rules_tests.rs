@@ -36,6 +36,7 @@ fn partition(name: &str, cpus: &[u32]) -> PartitionPlan {
         pmu: true,
         lifecycle: Default::default(),
         config_store: None,
+        api_tls: true,
     }
 }
 
@@ -849,4 +850,16 @@ fn a_config_store_is_the_management_partitions_and_an_http_directory_url() {
         (err.field.as_str(), err.problem),
         ("config_store", Problem::ConfigStoreWithoutManagement)
     );
+}
+
+#[test]
+fn api_tls_false_is_the_management_partitions_alone() {
+    let mut alpha = partition("alpha", &[1]);
+    alpha.api_tls = false;
+    let err = check_partition(&alpha, &[], &HOST).unwrap_err();
+    assert_eq!(
+        (err.field.as_str(), err.problem.clone()),
+        ("api_tls", Problem::ApiTlsWithoutManagement)
+    );
+    assert!(err.to_string().contains("api_tls"), "{err}");
 }

@@ -83,6 +83,11 @@ pub struct PartitionConfig {
     /// images it names, and reads them back at start (docs/DEPLOY.md).
     #[serde(default)]
     pub config_store: Option<String>,
+    /// (management partition only) HTTPS for the REST API (default true);
+    /// false serves plain HTTP, for a management network that is already
+    /// protected (docs/CONFIG.md).
+    #[serde(default = "default_api_tls")]
+    pub api_tls: bool,
     /// The partition gets its CPUs' PMU; false hides it (every PMU
     /// register access traps and is UNDEFINED to the guest).
     #[serde(default = "default_pmu")]
@@ -129,6 +134,10 @@ fn default_autostart() -> bool {
 }
 
 fn default_pmu() -> bool {
+    true
+}
+
+fn default_api_tls() -> bool {
     true
 }
 

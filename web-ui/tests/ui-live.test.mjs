@@ -112,7 +112,8 @@ mkdirSync(OUT, { recursive: true });
 const profile = mkdtempSync(join(tmpdir(), 'pinfold-ui-live-'));
 const context = await chromium.launchPersistentContext(profile, {
   executablePath: '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  // The manager's self-signed certificate, trusted by its SPKI hash.
+  args: [...(process.env.PINFOLD_SPKI ? [`--ignore-certificate-errors-spki-list=${process.env.PINFOLD_SPKI}`] : []), '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   viewport: { width: 1440, height: 960 },
 });
 page = context.pages()[0] ?? (await context.newPage());

@@ -16,7 +16,11 @@ import { createMock, MOCK_TOKEN } from './mock-server.mjs';
 
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 const OUT = resolve(process.env.PINFOLD_TEST_OUT ?? join(HERE, '..', 'test-output'));
+// The manager's self-signed certificate, trusted by its SPKI hash (the
+// xtask sets PINFOLD_SPKI; docs/DEPLOY.md, "Certificates").
+const SPKI = process.env.PINFOLD_SPKI ? [`--ignore-certificate-errors-spki-list=${process.env.PINFOLD_SPKI}`] : [];
 const CHROMIUM_ARGS = [
+  ...SPKI,
   '--headless',
   '--no-sandbox',
   '--disable-gpu',

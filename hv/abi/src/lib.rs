@@ -1385,6 +1385,7 @@ mod tests {
             pmu: true,
             lifecycle: Default::default(),
             config_store: None,
+            api_tls: true,
         }
     }
 

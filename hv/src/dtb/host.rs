@@ -1961,6 +1961,7 @@ mod tests {
             pmu: true,
             lifecycle: Default::default(),
             config_store: None,
+            api_tls: true,
         }]
     }
 

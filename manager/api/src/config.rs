@@ -17,7 +17,7 @@
 //! unchanged. It is checked whole before anything is applied: the TOML
 //! and every rule (400/409 naming the field), the images (400 naming
 //! `kernel`/`initrd`), the management partition and the boot-only fields
-//! `management`, `pci_host_bridge`, `token` and `config_store` (409
+//! `management`, `pci_host_bridge`, `token`, `config_store` and `api_tls` (409
 //! naming the field), and
 //! that every changed or deleted partition is stopped or crashed (409
 //! naming the partition: a running one is never stopped behind the
@@ -157,6 +157,9 @@ pub fn export(
         out.push_str(&format!("pmu = {}\n", plan.pmu));
         if let Some(url) = &plan.config_store {
             out.push_str(&format!("config_store = {}\n", quote(url)));
+        }
+        if !plan.api_tls {
+            out.push_str("api_tls = false\n");
         }
         let life = &plan.lifecycle;
         if !plan.management {
@@ -356,7 +359,7 @@ pub enum Step {
 
 /// The first field (as the TOML names it) in which `a` and `b` differ.
 pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static str> {
-    let fields: [(&'static str, bool); 19] = [
+    let fields: [(&'static str, bool); 20] = [
         ("name", a.name == b.name),
         ("cpus", a.cpus == b.cpus),
         ("memory", a.ram_size == b.ram_size),
@@ -385,6 +388,7 @@ pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static
         ),
         ("devices", a.devices == b.devices),
         ("config_store", a.config_store == b.config_store),
+        ("api_tls", a.api_tls == b.api_tls),
     ];
     fields
         .iter()
@@ -470,6 +474,7 @@ pub fn plan_diff_states(
             ),
             ("token", e.plan.token_sha256 == t.token_sha256),
             ("config_store", e.plan.config_store == t.config_store),
+            ("api_tls", e.plan.api_tls == t.api_tls),
         ] {
             if !same {
                 return Err(ApiError::conflict(format!(

@@ -383,6 +383,21 @@ fn image_refs(text: &str) -> Vec<(json::ImageKind, String)> {
 }
 
 impl<B: Backend> Router<B> {
+    /// Whether the API speaks HTTPS: the management partition's
+    /// `api_tls` (true unless its plan says false; true too when the plan
+    /// cannot be read, so an error never means plain HTTP).
+    pub fn api_tls(&mut self) -> bool {
+        let Ok(parts) = self.backend.partitions() else {
+            return true;
+        };
+        let Some(mgmt) = parts.iter().find(|p| p.management) else {
+            return true;
+        };
+        self.backend
+            .detail(mgmt.index)
+            .map_or(true, |d| d.plan.api_tls)
+    }
+
     /// Reads the management partition's `config_store` from its plan entry
     /// (PARTITION_INFO) into [`StoreStatus::url`]; the URL, if any.
     pub fn init_store(&mut self) -> Option<String> {

@@ -30,6 +30,7 @@
 //! (docs/MANAGER.md, "Memory").
 
 mod server;
+mod tls;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -464,8 +465,44 @@ fn main() -> ExitCode {
             }
         }
     };
+    // The plan's `api_tls = false` is the only way to plain HTTP.
+    let want_tls = router.lock().map_or(true, |mut r| r.api_tls());
+    let embedded = if want_tls { tls::EMBEDDED } else { None };
+    if want_tls && tls::EMBEDDED.is_none() {
+        println!("pinfold-manager: TLS: this image carries no certificate (built without one); the REST API is off");
+        report(ManagerStatus::Failed, "TLS: no certificate in the image");
+        loop {
+            thread::park();
+        }
+    }
+    let tls = match embedded {
+        Some((cert, key)) => match tls::config(cert, key) {
+            Ok(config) => {
+                println!(
+                    "pinfold-manager: TLS certificate SHA-256 fingerprint {}",
+                    tls::fingerprint(cert)
+                );
+                Some(config)
+            }
+            Err(why) => {
+                // Never plain HTTP in place of HTTPS: without its
+                // certificate the API stays off.
+                println!("pinfold-manager: TLS: {why}; the REST API is off");
+                report(ManagerStatus::Failed, &format!("TLS: {why}"));
+                loop {
+                    thread::park();
+                }
+            }
+        },
+        None => None,
+    };
+    let scheme = if tls.is_some() {
+        "https"
+    } else {
+        "http, plain: the plan's api_tls = false"
+    };
     println!(
-        "pinfold-manager: listening on {LISTEN} ({} web UI files)",
+        "pinfold-manager: listening on {LISTEN} ({scheme}; {} web UI files)",
         WEB_UI.len()
     );
     report(ManagerStatus::Serving, &format!("listening on {LISTEN}"));
@@ -487,5 +524,5 @@ fn main() -> ExitCode {
             eprintln!("pinfold-manager: cannot start the configuration store: {err}");
         }
     }
-    server::run(listener, router)
+    server::run(listener, router, tls)
 }

@@ -26,16 +26,25 @@
 //! is 32 MiB, plus Hermit's 128 listening sockets of the backlog (16 MiB)
 //! and at most 16 KiB of head + `MAX_BODY_BYTES` per connection (~10 MiB),
 //! inside the management partition's 256 MiB beside the 32 MiB of console
-//! history.
+//! history; a TLS connection adds about 8 KB of rustls state (measured by
+//! the `tls` boot case, asserted under 48 KiB).
 //!
 //! Closing never waits: our Hermit patch makes a socket's drop hand the
 //! close handshake to the network task (which aborts it after 3 s), where
 //! Hermit 0.11 blocked the dropping thread until the peer answered (the
 //! close stall).
+//!
+//! With TLS (the default), every connection is a [`Link`]: rustls fed from
+//! the non-blocking socket (`tls.rs`), so the loop, the workers and
+//! manager/http see plaintext only. The handshake runs in the loop as
+//! bytes come; its time counts against the read timeout (a client that
+//! stalls mid-handshake is closed after 10 s), and a connection still in
+//! its handshake is evicted by the cap like an idle one. Plain HTTP on the
+//! TLS port is answered 400 in plain HTTP and closed.
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -46,6 +55,9 @@ use pinfold_manager_api::events::{EventStream, StreamGate, StreamTicket};
 use pinfold_manager_api::{Request, Response, MAX_BODY_BYTES};
 use pinfold_manager_http::{self as http, Admit, Conn, Expiry, Head, HttpError, Limits, Step};
 
+use rustls::ServerConfig;
+
+use crate::tls::Link;
 use crate::SharedRouter;
 
 /// Most connections open at once (see the module's memory budget).
@@ -73,7 +85,7 @@ const TIMEOUTS: http::Timeouts = http::Timeouts::DEFAULT;
 /// A request the loop hands to a worker, with its connection.
 struct Job {
     id: u64,
-    stream: TcpStream,
+    stream: Link,
     head: Head,
     body: Body,
 }
@@ -89,12 +101,12 @@ enum Body {
 /// request, or `None` (closed).
 struct Back {
     id: u64,
-    stream: Option<TcpStream>,
+    stream: Option<Link>,
 }
 
 struct Entry {
     /// `None` while a worker has it.
-    stream: Option<TcpStream>,
+    stream: Option<Link>,
     conn: Conn,
 }
 
@@ -138,9 +150,9 @@ fn poll(fds: &mut [PollFd], timeout_ms: i32) -> i32 {
 /// Waits until `stream` may be read or written (`events`), at most
 /// `timeout_ms` (spinning: only an upload's worker waits this way, for
 /// its next body bytes).
-fn wait_for(stream: &TcpStream, events: i16, timeout_ms: i32) {
+fn wait_for(stream: &Link, events: i16, timeout_ms: i32) {
     let mut fd = [PollFd {
-        fd: stream.as_raw_fd(),
+        fd: stream.socket().as_raw_fd(),
         events,
         revents: 0,
     }];
@@ -151,7 +163,7 @@ fn wait_for(stream: &TcpStream, events: i16, timeout_ms: i32) {
 
 /// Writes all of `data` to a non-blocking socket, giving up when no byte
 /// went out for `WRITE_TIMEOUT`.
-fn write_all(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
+fn write_all(stream: &mut Link, data: &[u8]) -> io::Result<()> {
     write_within(stream, data, WRITE_TIMEOUT)
 }
 
@@ -160,10 +172,24 @@ fn write_all(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
 /// handshake cannot take them yet.
 const LOOP_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// [`write_all`] giving up after `timeout` without progress.
-fn write_within(stream: &mut TcpStream, mut data: &[u8], timeout: Duration) -> io::Result<()> {
+/// [`write_all`] giving up after `timeout` without progress (for TLS:
+/// until the last record is out of rustls too).
+fn write_within(stream: &mut Link, mut data: &[u8], timeout: Duration) -> io::Result<()> {
     let mut progress = Instant::now();
-    while !data.is_empty() {
+    while !data.is_empty() || stream.pending_out() {
+        if data.is_empty() {
+            if stream.push()? > 0 {
+                progress = Instant::now();
+            }
+            if !stream.pending_out() {
+                break;
+            }
+            if progress.elapsed() >= timeout {
+                return Err(ErrorKind::TimedOut.into());
+            }
+            thread::sleep(SLEEP);
+            continue;
+        }
         match stream.write(data) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
             Ok(n) => {
@@ -191,7 +217,7 @@ fn write_within(stream: &mut TcpStream, mut data: &[u8], timeout: Duration) -> i
 struct BodyReader<'s> {
     already: Vec<u8>,
     at: usize,
-    stream: &'s TcpStream,
+    stream: &'s mut Link,
     remaining: u64,
 }
 
@@ -212,7 +238,7 @@ impl Read for BodyReader<'_> {
         }
         let started = Instant::now();
         loop {
-            match (&mut &*self.stream).read(&mut out[..want]) {
+            match self.stream.read(&mut out[..want]) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         ErrorKind::UnexpectedEof,
@@ -243,8 +269,8 @@ impl Read for BodyReader<'_> {
 /// loop's own refusals (the loop never takes the router's lock).
 type DateCache = Arc<Mutex<Option<String>>>;
 
-/// Serves forever on `listener`.
-pub fn run(listener: TcpListener, router: SharedRouter) -> ! {
+/// Serves forever on `listener`, with TLS when `tls` is given.
+pub fn run(listener: TcpListener, router: SharedRouter, tls: Option<Arc<ServerConfig>>) -> ! {
     if let Err(err) = listener.set_nonblocking(true) {
         eprintln!("pinfold-manager: the listener cannot be non-blocking: {err}");
     }
@@ -269,7 +295,7 @@ pub fn run(listener: TcpListener, router: SharedRouter) -> ! {
             eprintln!("pinfold-manager: cannot start a worker: {err}");
         }
     }
-    event_loop(&listener, &job_tx, &back_rx, &dates)
+    event_loop(&listener, tls.as_ref(), &job_tx, &back_rx, &dates)
 }
 
 fn date_of(dates: &DateCache) -> Option<String> {
@@ -278,13 +304,27 @@ fn date_of(dates: &DateCache) -> Option<String> {
 
 /// Answers `err` on a connection the loop is about to close (best effort:
 /// a refusal is small and the socket's send buffer empty).
-fn refuse(mut stream: TcpStream, err: &HttpError, dates: &DateCache) {
+fn refuse(mut stream: Link, err: &HttpError, dates: &DateCache) {
     let bytes = http::error_response(err, date_of(dates).as_deref());
+    if stream.handshaking() {
+        // No HTTP can reach the client before the handshake is over.
+        return;
+    }
     let _ = write_within(&mut stream, &bytes, LOOP_WRITE_TIMEOUT);
+}
+
+/// The answer to plain HTTP on the TLS port, in plain HTTP.
+fn refuse_plaintext(mut stream: Link, dates: &DateCache) {
+    let err = HttpError::new(
+        400,
+        "this port speaks HTTPS (TLS): use https:// (the certificate's SHA-256 fingerprint is on the manager's console)".to_string(),
+    );
+    stream.write_raw(&http::error_response(&err, date_of(dates).as_deref()));
 }
 
 fn event_loop(
     listener: &TcpListener,
+    tls: Option<&Arc<ServerConfig>>,
     jobs: &Sender<Job>,
     back: &Receiver<Back>,
     dates: &DateCache,
@@ -292,12 +332,16 @@ fn event_loop(
     let mut conns: HashMap<u64, Entry> = HashMap::new();
     let mut next_id = 0u64;
     let mut ready: Vec<u64> = Vec::new();
+    // Connections with more to read than one round took (TLS may hold
+    // their plaintext, where poll cannot see it).
+    let mut again: Vec<u64> = Vec::new();
     let mut fds: Vec<PollFd> = Vec::new();
     let mut ids: Vec<u64> = Vec::new();
     let limits = Limits::DEFAULT;
     let max_body = MAX_BODY_BYTES as u64;
     loop {
         let now = Instant::now();
+        ready.append(&mut again);
         // Connections the workers are done with.
         while let Ok(Back { id, stream }) = back.try_recv() {
             match stream {
@@ -323,7 +367,13 @@ fn event_loop(
                         conns.len(),
                         MAX_CONNECTIONS,
                         conns.iter().map(|(id, e)| {
-                            (*id, e.stream.is_some() && e.conn.is_idle(), e.conn.since())
+                            // A handshake not over holds no request: it
+                            // goes like an idle connection.
+                            let idle = e
+                                .stream
+                                .as_ref()
+                                .is_some_and(|s| e.conn.is_idle() || s.handshaking());
+                            (*id, idle, e.conn.since())
                         }),
                     );
                     match verdict {
@@ -332,6 +382,14 @@ fn event_loop(
                             conns.remove(&old);
                         }
                         Admit::Refuse => {
+                            // A TLS client could not read a plain 503: it is
+                            // closed (and retries, like after an eviction).
+                            if tls.is_some() {
+                                continue;
+                            }
+                            let Ok(stream) = Link::new(stream, None) else {
+                                continue;
+                            };
                             refuse(
                                 stream,
                                 &HttpError::new(
@@ -345,6 +403,13 @@ fn event_loop(
                             continue;
                         }
                     }
+                    let stream = match Link::new(stream, tls) {
+                        Ok(link) => link,
+                        Err(err) => {
+                            eprintln!("pinfold-manager: TLS session: {err}");
+                            continue;
+                        }
+                    };
                     next_id += 1;
                     conns.insert(
                         next_id,
@@ -368,7 +433,7 @@ fn event_loop(
         for (id, e) in &conns {
             if let Some(s) = &e.stream {
                 fds.push(PollFd {
-                    fd: s.as_raw_fd(),
+                    fd: s.socket().as_raw_fd(),
                     events: POLLIN,
                     revents: 0,
                 });
@@ -404,8 +469,14 @@ fn event_loop(
             };
             match service(entry, now, &limits, max_body) {
                 Next::Keep => {}
+                Next::Again => again.push(id),
                 Next::Close => {
                     conns.remove(&id);
+                }
+                Next::Plaintext => {
+                    if let Some(s) = conns.remove(&id).and_then(|e| e.stream) {
+                        refuse_plaintext(s, dates);
+                    }
                 }
                 Next::Refuse(err) => {
                     if let Some(e) = conns.remove(&id) {
@@ -448,7 +519,11 @@ fn event_loop(
 
 enum Next {
     Keep,
+    /// More may be waiting: service it again next round.
+    Again,
     Close,
+    /// Plain HTTP on the TLS port.
+    Plaintext,
     Refuse(HttpError),
     Work(Head, Body),
 }
@@ -475,7 +550,19 @@ fn service(entry: &mut Entry, now: Instant, limits: &Limits, max_body: u64) -> N
             Step::Stream { head, already } => return Next::Work(head, Body::Streamed(already)),
             Step::Refuse(err) => return Next::Refuse(err),
         }
-        match stream.read(&mut buf) {
+        let (handshaking, raw) = (stream.handshaking(), stream.raw_in());
+        let read = stream.read(&mut buf);
+        if handshaking {
+            // The handshake's bytes start the read timeout; once it is over
+            // with no request yet, the connection is idle again.
+            if stream.raw_in() > raw {
+                entry.conn.transport_started(now);
+            }
+            if !stream.handshaking() {
+                entry.conn.transport_ready(now);
+            }
+        }
+        match read {
             // The client is done with it.
             Ok(0) => return Next::Close,
             Ok(n) => {
@@ -485,15 +572,16 @@ fn service(entry: &mut Entry, now: Instant, limits: &Limits, max_body: u64) -> N
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
             Err(e) if e.kind() == ErrorKind::Interrupted => step = Step::NeedMore,
+            Err(_) if stream.spoke_plaintext() => return Next::Plaintext,
             Err(_) => return Next::Close,
         }
     }
-    // More to read: the next round comes back at once (poll says so).
+    // More to read: the next round comes back to it at once.
     match step {
         Step::Request { head, body } => Next::Work(head, Body::Whole(body)),
         Step::Stream { head, already } => Next::Work(head, Body::Streamed(already)),
         Step::Refuse(err) => Next::Refuse(err),
-        Step::NeedMore | Step::SendContinue => Next::Keep,
+        Step::NeedMore | Step::SendContinue => Next::Again,
     }
 }
 
@@ -530,12 +618,7 @@ fn internal(detail: &str) -> Response {
 
 /// One request: the router's answer written back; the connection if it
 /// stays open.
-fn handle(
-    job: Job,
-    router: &SharedRouter,
-    gate: &StreamGate,
-    dates: &DateCache,
-) -> Option<TcpStream> {
+fn handle(job: Job, router: &SharedRouter, gate: &StreamGate, dates: &DateCache) -> Option<Link> {
     let Job {
         mut stream,
         head,
@@ -584,7 +667,7 @@ fn handle(
             let mut reader = BodyReader {
                 already,
                 at: 0,
-                stream: &stream,
+                stream: &mut stream,
                 remaining: head.content_length,
             };
             let response = pinfold_manager_api::serve(router, api, &mut reader);
@@ -598,12 +681,12 @@ fn handle(
 /// Writes `response` (its head only for HEAD); the connection back if it
 /// stays open: the client wants it and the request's body was read whole.
 fn respond(
-    mut stream: TcpStream,
+    mut stream: Link,
     head: &Head,
     response: Response,
     whole: bool,
     date: Option<&str>,
-) -> Option<TcpStream> {
+) -> Option<Link> {
     let keep = head.keep_alive && whole;
     let mut headers: Vec<(&str, &str)> = vec![("Content-Type", response.content_type)];
     for (name, value) in &response.headers {
@@ -649,7 +732,7 @@ fn open_stream(
 /// no progress for WRITE_TIMEOUT): the head, then what
 /// `EventStream::poll` gives every STREAM_POLL (events, heartbeats).
 fn stream_events(
-    mut out: TcpStream,
+    mut out: Link,
     router: SharedRouter,
     mut stream: EventStream,
     date: Option<String>,

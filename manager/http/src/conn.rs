@@ -102,6 +102,29 @@ impl Conn {
         self.since
     }
 
+    /// Transport bytes below HTTP came (a TLS handshake): from the first
+    /// of them the read timeout runs as if a request had begun, so a
+    /// client that stalls mid-handshake is timed out like one that stalls
+    /// mid-request (the server calls it only while the handshake runs).
+    /// Nothing changes once a request is under way.
+    pub fn transport_started(&mut self, now: Instant) {
+        if self.phase == Phase::Idle && self.buf.is_empty() {
+            self.phase = Phase::Reading;
+            self.since = now;
+        }
+    }
+
+    /// The transport is ready (the TLS handshake is over): with no request
+    /// byte yet the connection is idle again from `now` (the idle timeout,
+    /// and first in line for eviction); otherwise the request's clock,
+    /// running since the handshake began, goes on.
+    pub fn transport_ready(&mut self, now: Instant) {
+        if self.phase == Phase::Reading && self.buf.is_empty() {
+            self.phase = Phase::Idle;
+            self.since = now;
+        }
+    }
+
     /// Bytes received, then what they make.
     pub fn received(
         &mut self,

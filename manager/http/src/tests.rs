@@ -409,6 +409,40 @@ fn conn_timeouts() {
 }
 
 #[test]
+fn a_tls_handshake_counts_against_the_read_timeout() {
+    let t = Timeouts {
+        idle: Duration::from_secs(30),
+        read: Duration::from_secs(10),
+    };
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    // A handshake begun at 5 s and never finished: timed out at 15 s, like
+    // a request head that never ends (not at the idle 30 s).
+    let mut c = Conn::new(t0);
+    c.transport_started(t0 + s(5));
+    assert!(!c.is_idle());
+    assert_eq!(c.expired(t0 + s(14), &t), None);
+    assert_eq!(c.expired(t0 + s(15), &t), Some(Expiry::Read));
+    // More handshake bytes do not extend it.
+    c.transport_started(t0 + s(14));
+    assert_eq!(c.expired(t0 + s(15), &t), Some(Expiry::Read));
+    // A handshake over at 8 s with no request: idle again from then.
+    let mut c = Conn::new(t0);
+    c.transport_started(t0 + s(5));
+    c.transport_ready(t0 + s(8));
+    assert!(c.is_idle());
+    assert_eq!(c.expired(t0 + s(37), &t), None);
+    assert_eq!(c.expired(t0 + s(38), &t), Some(Expiry::Idle));
+    // The request's first bytes in the same round as the handshake's last:
+    // its clock started with the handshake.
+    let mut c = Conn::new(t0);
+    c.transport_started(t0 + s(5));
+    let _ = c.received(b"GET / HT", t0 + s(6), &Limits::DEFAULT, 100, &never);
+    c.transport_ready(t0 + s(6));
+    assert_eq!(c.expired(t0 + s(15), &t), Some(Expiry::Read));
+}
+
+#[test]
 fn admit_evicts_the_oldest_idle_then_refuses() {
     let t0 = Instant::now();
     let s = Duration::from_secs;

@@ -1,12 +1,12 @@
 //! hvctl's command line: global options and one command, parsed without a dependency.
 
 /// Where the API is when `--url` is not given.
-pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+pub const DEFAULT_URL: &str = "https://127.0.0.1:8080";
 /// Environment variable read for the token when `--token` is not given.
 pub const TOKEN_ENV: &str = "PINFOLD_TOKEN";
 
 pub const USAGE: &str = "\
-usage: hvctl [--url URL] [--token TOKEN] [--json] COMMAND
+usage: hvctl [--url URL] [--token TOKEN] [--fingerprint SHA256 | --cacert FILE] [--json] COMMAND
 
 commands:
   list                      partitions and their state
@@ -57,7 +57,14 @@ commands:
                             with --json one JSON event per line)
 
 options:
-  --url URL      API base URL (default http://127.0.0.1:8080)
+  --url URL      API base URL (default https://127.0.0.1:8080; http:// only
+                 where the plan says api_tls = false)
+  --fingerprint SHA256
+                 the manager's certificate's SHA-256 (as its console prints
+                 it; default: $PINFOLD_FINGERPRINT): https:// accepts that
+                 certificate and no other
+  --cacert FILE  pin the certificate in FILE (PEM or DER, e.g.
+                 target/pinfold/tls/cert.pem; default: $PINFOLD_CACERT)
   --token TOKEN  bearer token, sent with every request: a viewer's for
                  reads, an operator's for changes (default: $PINFOLD_TOKEN)
   --json         print the API's JSON instead of tables; errors too, as
@@ -284,6 +291,63 @@ pub struct Cli {
     pub token: Option<String>,
     pub json: bool,
     pub command: Command,
+}
+
+/// Takes `--fingerprint` / `--cacert` (anywhere on the line) out of
+/// `args`; the pin they name, else `$PINFOLD_FINGERPRINT` (`env_fp`), else
+/// the certificate in `$PINFOLD_CACERT` (`env_ca`), else none.
+pub fn take_pin(
+    args: &mut Vec<String>,
+    env_fp: Option<String>,
+    env_ca: Option<String>,
+) -> Result<Option<hvctl::tls::Pin>, UsageError> {
+    let (mut fp, mut ca) = (None, None);
+    let mut i = 0;
+    while i < args.len() {
+        let (flag, inline) = match args[i].split_once('=') {
+            Some((f, v)) => (f.to_string(), Some(v.to_string())),
+            None => (args[i].clone(), None),
+        };
+        if flag != "--fingerprint" && flag != "--cacert" {
+            i += 1;
+            continue;
+        }
+        args.remove(i);
+        let value = match inline {
+            Some(v) => v,
+            None if i < args.len() => args.remove(i),
+            None => return Err(UsageError(format!("{flag} needs a value"))),
+        };
+        if flag == "--fingerprint" {
+            fp = Some(value);
+        } else {
+            ca = Some(value);
+        }
+    }
+    if fp.is_some() && ca.is_some() {
+        return Err(UsageError("--fingerprint and --cacert: give one".into()));
+    }
+    let (fp, ca) = if fp.is_none() && ca.is_none() {
+        (
+            env_fp.filter(|v| !v.is_empty()),
+            env_ca.filter(|v| !v.is_empty()),
+        )
+    } else {
+        (fp, ca)
+    };
+    if let Some(fp) = fp {
+        return hvctl::tls::Pin::parse(&fp)
+            .map(Some)
+            .map_err(|why| UsageError(format!("--fingerprint: {why}")));
+    }
+    if let Some(file) = ca {
+        let bytes =
+            std::fs::read(&file).map_err(|e| UsageError(format!("--cacert {file}: {e}")))?;
+        return hvctl::tls::Pin::of_certificate(&bytes)
+            .map(Some)
+            .map_err(|why| UsageError(format!("--cacert {file}: {why}")));
+    }
+    Ok(None)
 }
 
 /// A command line that does not parse; the message says why.
@@ -588,6 +652,27 @@ mod tests {
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn pin_options_are_taken_out_of_the_line_and_beat_the_environment() {
+        let fp = "ab".repeat(32);
+        let mut a = args(&format!("list --fingerprint {fp} --json"));
+        let pin = take_pin(&mut a, Some("cd".repeat(32)), None).expect("parses");
+        assert_eq!(pin, hvctl::tls::Pin::parse(&fp).ok());
+        assert_eq!(a, args("list --json"));
+        let mut a = args("list");
+        let pin = take_pin(&mut a, Some("cd".repeat(32)), None).expect("parses");
+        assert_eq!(pin, hvctl::tls::Pin::parse(&"cd".repeat(32)).ok());
+        let mut a = args("list --fingerprint=xyz");
+        let err = take_pin(&mut a, None, None).expect_err("bad pin");
+        assert!(err.0.contains("--fingerprint"), "{err:?}");
+        let mut a = args("list --cacert /nonexistent/cert.pem");
+        let err = take_pin(&mut a, None, None).expect_err("no file");
+        assert!(err.0.contains("/nonexistent/cert.pem"), "{err:?}");
+        let mut a = args("list --cacert");
+        assert!(take_pin(&mut a, None, None).is_err());
+        assert_eq!(take_pin(&mut args("list"), None, None), Ok(None));
     }
 
     #[test]

@@ -1,8 +1,14 @@
-//! A minimal HTTP/1.1 client over `std::net::TcpStream`: one request per connection, `http://` only.
+//! A minimal HTTP/1.1 client over `std::net::TcpStream`: one request per
+//! connection, `http://` or `https://` (rustls, the server's certificate
+//! pinned: `crate::tls`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+
+use rustls::{ClientConnection, StreamOwned};
+
+use crate::tls;
 
 /// The token GETs carry when their caller gives none ([`set_default_token`]).
 static DEFAULT_TOKEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
@@ -23,8 +29,10 @@ fn default_token() -> Option<String> {
 /// Why a request produced no response.
 #[derive(Debug)]
 pub enum HttpError {
-    /// The URL is not `http://host[:port][/prefix]`.
+    /// The URL is not `http(s)://host[:port][/prefix]`.
     BadUrl(String),
+    /// `https://` with no certificate pinned (`--fingerprint`/`--cacert`).
+    NoPin,
     /// Connecting, sending or receiving failed.
     Io(std::io::Error),
     /// The server's reply is not HTTP/1.x as we understand it.
@@ -34,10 +42,32 @@ pub enum HttpError {
 impl std::fmt::Display for HttpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HttpError::BadUrl(u) => write!(f, "bad URL {u:?}: expected http://HOST[:PORT]"),
-            HttpError::Io(e) => write!(f, "{e}"),
+            HttpError::BadUrl(u) => {
+                write!(f, "bad URL {u:?}: expected http(s)://HOST[:PORT]")
+            }
+            HttpError::NoPin => write!(
+                f,
+                "https:// needs the manager's certificate pinned: --fingerprint SHA256 (${}) or --cacert FILE (${}); the manager prints its fingerprint on its console",
+                tls::FINGERPRINT_ENV,
+                tls::CACERT_ENV
+            ),
+            HttpError::Io(e) => match pin_mismatch(e) {
+                Some(why) => write!(f, "{why}"),
+                None => write!(f, "{e}"),
+            },
             HttpError::BadResponse(why) => write!(f, "bad HTTP response: {why}"),
         }
+    }
+}
+
+/// The pinning verifier's own sentence when `e` is its refusal (rustls
+/// would show it as a Debug dump).
+fn pin_mismatch(e: &std::io::Error) -> Option<String> {
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
+            Some(other.0.to_string())
+        }
+        _ => None,
     }
 }
 
@@ -61,13 +91,17 @@ pub struct Endpoint {
     pub authority: String,
     /// Path prefix without a trailing slash ("" for the root).
     pub prefix: String,
+    /// `https://`.
+    pub tls: bool,
 }
 
 impl Endpoint {
     pub fn parse(url: &str) -> Result<Endpoint, HttpError> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| HttpError::BadUrl(url.to_string()))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(HttpError::BadUrl(url.to_string())),
+        };
         let (authority, prefix) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
@@ -82,11 +116,12 @@ impl Endpoint {
         {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
         };
         Ok(Endpoint {
             authority,
             prefix: prefix.trim_end_matches('/').to_string(),
+            tls,
         })
     }
 }
@@ -267,15 +302,21 @@ fn exchange(
     progress: &mut dyn FnMut(u64),
     timeout: Duration,
 ) -> Result<FullReply, HttpError> {
+    let pin = if ep.tls {
+        Some(tls::pin().ok_or(HttpError::NoPin)?)
+    } else {
+        None
+    };
     let addr = ep.authority.to_socket_addrs()?.next().ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!("{} resolves to no address", ep.authority),
         )
     })?;
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
+    let socket = TcpStream::connect_timeout(&addr, timeout)?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket.set_write_timeout(Some(timeout))?;
+    let mut stream = Wire::new(socket, pin, &ep.authority)?;
     let mut text = format!(
         "{} {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: hvctl/{}\r\nAccept: application/json\r\nConnection: close\r\n",
         head.method,
@@ -316,7 +357,7 @@ fn exchange(
         };
         if let Err(e) = stream.write_all(&chunk[..n]) {
             // The server may have answered early (401, 413): read that.
-            let mut reader = BufReader::new(&stream);
+            let mut reader = BufReader::new(&mut stream);
             return match read_reply_full(&mut reader) {
                 Ok(reply) => Ok(reply),
                 Err(_) => Err(HttpError::Io(e)),
@@ -330,6 +371,87 @@ fn exchange(
     let reply = read_reply_full(&mut reader)?;
     drain_until_close(&mut reader);
     Ok(reply)
+}
+
+/// A connection: plain, or TLS with the pinned certificate.
+pub enum Wire {
+    Plain(TcpStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Wire {
+    /// `socket` as it is, or (with a pin) TLS over it to `authority`'s
+    /// host; the handshake happens with the first write.
+    pub fn new(
+        socket: TcpStream,
+        pin: Option<tls::Pin>,
+        authority: &str,
+    ) -> Result<Wire, HttpError> {
+        let Some(pin) = pin else {
+            return Ok(Wire::Plain(socket));
+        };
+        let host = authority
+            .rsplit_once(':')
+            .map_or(authority, |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|_| HttpError::BadUrl(authority.to_string()))?;
+        let conn = ClientConnection::new(tls::client_config(pin), name)
+            .map_err(|e| HttpError::Io(std::io::Error::other(e)))?;
+        Ok(Wire::Tls(Box::new(StreamOwned::new(conn, socket))))
+    }
+}
+
+impl Wire {
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(s) => &s.sock,
+        }
+    }
+
+    pub fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+        self.socket().set_read_timeout(d)
+    }
+
+    pub fn set_write_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+        self.socket().set_write_timeout(d)
+    }
+
+    /// Ends our side (for TLS: close_notify first).
+    pub fn shutdown(&mut self, how: std::net::Shutdown) -> std::io::Result<()> {
+        if let Wire::Tls(s) = self {
+            s.conn.send_close_notify();
+            s.flush()?;
+        }
+        self.socket().shutdown(how)
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.read(buf),
+            Wire::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Plain(s) => s.write(buf),
+            Wire::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Wire::Plain(s) => s.flush(),
+            Wire::Tls(s) => s.flush(),
+        }
+    }
 }
 
 /// At most this much is read (and dropped) after a complete reply while
@@ -446,7 +568,8 @@ mod tests {
             ep,
             Endpoint {
                 authority: "pinfold.local:80".into(),
-                prefix: String::new()
+                prefix: String::new(),
+                tls: false,
             }
         );
     }
@@ -459,17 +582,24 @@ mod tests {
             ep,
             Endpoint {
                 authority: "10.0.2.15:8080".into(),
-                prefix: "/mgmt".into()
+                prefix: "/mgmt".into(),
+                tls: false,
             }
         );
     }
 
     #[test]
-    fn https_url_is_refused() {
+    fn https_url_gets_port_443_and_needs_a_pin() {
+        let ep = Endpoint::parse("https://h").expect("parses");
+        assert_eq!((ep.authority.as_str(), ep.tls), ("h:443", true));
         assert!(matches!(
-            Endpoint::parse("https://h"),
+            Endpoint::parse("ftp://h"),
             Err(HttpError::BadUrl(_))
         ));
+        crate::tls::set_pin(None);
+        let err = request(&ep, "GET", "/", None, None).expect_err("no pin");
+        assert!(matches!(err, HttpError::NoPin), "{err}");
+        assert!(err.to_string().contains("--fingerprint"), "{err}");
     }
 
     #[test]

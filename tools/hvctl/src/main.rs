@@ -158,9 +158,17 @@ fn note(args: std::fmt::Arguments) {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let cli = match cli::parse_with(&args, std::env::var(cli::TOKEN_ENV).ok(), tty) {
+    let pin = cli::take_pin(
+        &mut args,
+        std::env::var(hvctl::tls::FINGERPRINT_ENV).ok(),
+        std::env::var(hvctl::tls::CACERT_ENV).ok(),
+    );
+    let cli = match pin.and_then(|pin| {
+        hvctl::tls::set_pin(pin);
+        cli::parse_with(&args, std::env::var(cli::TOKEN_ENV).ok(), tty)
+    }) {
         Ok(cli) => cli,
         Err(UsageError(why)) => {
             if args.iter().any(|a| a == "--json") {

@@ -452,7 +452,7 @@ const CLOCK_SLACK_SECS: i64 = 60;
 /// and edk2 follow it).
 pub fn check_clock() -> Result<String, String> {
     use std::io::{Read, Write};
-    let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+    let mut conn = crate::http::connect_raw(&authority(), REQUEST_TIMEOUT)?;
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
         .map_err(|e| format!("timeouts: {e}"))?;
@@ -1130,7 +1130,7 @@ pub fn console_paste(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let stdin = format!(
         "{text}EOF\necho PASTE2-SUM-$((40+2)) $(wc -c < /tmp/paste2) $(sha256sum < /tmp/paste2)\n"
     );
-    let url = format!("http://{}", authority());
+    let url = crate::http::base_url(&authority());
     let mut child = Command::new(&hvctl)
         .args([
             "--url", &url, "--token", &token, "console", "beta", "--input", "-",
@@ -1209,7 +1209,7 @@ pub fn hvctl_list(ws: &Workspace, stack: &mut Stack) -> Outcome {
     .map_err(|err| err.to_string())?;
     let hvctl = ws.root.join("target/debug/hvctl");
     stack.first_answer()?;
-    let url = format!("http://{}", authority());
+    let url = crate::http::base_url(&authority());
     let out = Command::new(&hvctl)
         .args(["--url", &url, "list"])
         .stdin(Stdio::null())
@@ -1275,7 +1275,7 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
         Command::new("node")
             .current_dir(&ui)
             .arg("tests/contract.mjs")
-            .arg(format!("http://{}", authority())),
+            .arg(crate::http::base_url(&authority())),
         &contract_log,
         BROWSER_LIMIT,
     )?;
@@ -1290,7 +1290,7 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
         Command::new("node")
             .current_dir(&ui)
             .arg("tests/ui.test.mjs")
-            .env("PINFOLD_URL", format!("http://{}", authority()))
+            .env("PINFOLD_URL", crate::http::base_url(&authority()))
             .env("PINFOLD_TOKEN", &token)
             .env("PINFOLD_TEST_OUT", &out_dir),
         &log,
@@ -1368,7 +1368,7 @@ pub fn web_ui_live(ws: &Workspace, stack: &mut Stack) -> Outcome {
         Command::new("node")
             .current_dir(&ui)
             .arg("tests/ui-live.test.mjs")
-            .env("PINFOLD_URL", format!("http://{}", authority()))
+            .env("PINFOLD_URL", crate::http::base_url(&authority()))
             .env("PINFOLD_TOKEN", &token)
             .env("PINFOLD_KERNEL", &kernel)
             .env("PINFOLD_INITRD", &initrd)

@@ -42,7 +42,7 @@ fn hvctl(ws: &Workspace, stack: &mut Stack) -> Result<Hvctl, String> {
     let token = stack.token(Instant::now() + LIMIT)?;
     Ok(Hvctl {
         bin: api_checks::build_hvctl(ws)?,
-        url: format!("http://127.0.0.1:{}", crate::qemu::manager_port()),
+        url: format!("https://127.0.0.1:{}", crate::qemu::manager_port()),
         token,
         root: ws.root.clone(),
     })
@@ -206,7 +206,7 @@ pub fn config(ws: &Workspace, builder: &mut Builder<'_>, log: &Path, log2: &Path
         }
         if Instant::now() > deadline {
             let status = crate::http::send(
-                hv.url.trim_start_matches("http://"),
+                hv.url.trim_start_matches("https://"),
                 &crate::http::Request {
                     token: Some(&hv.token),
                     ..crate::http::Request::get("/api/v1/config/store")
@@ -280,7 +280,7 @@ pub fn config(ws: &Workspace, builder: &mut Builder<'_>, log: &Path, log2: &Path
     notes.push("alpha: gone after the reboot and never ran (no console line)".into());
     let status: Value = serde_json::from_str(
         &crate::http::send(
-            hv.url.trim_start_matches("http://"),
+            hv.url.trim_start_matches("https://"),
             &crate::http::Request {
                 token: Some(&hv.token),
                 ..crate::http::Request::get("/api/v1/config/store")

@@ -4,7 +4,6 @@
 //! through a pseudo-terminal, and hvctl writing into a closed pipe.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -59,7 +58,7 @@ type RawReply = (u16, Vec<(String, String)>, String);
 
 /// A raw HTTP/1.1 GET (Connection: close) read to the server's close.
 fn raw_get(path: &str, timeout: Duration) -> Result<RawReply, String> {
-    let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+    let mut conn = crate::http::connect_raw(&authority(), Duration::from_secs(30))?;
     conn.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     write!(
@@ -95,7 +94,7 @@ fn follow_stream(
     since: u64,
     stop: Arc<AtomicBool>,
 ) -> Result<mpsc::Receiver<Result<Frame, String>>, String> {
-    let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+    let mut conn = crate::http::connect_raw(&authority(), Duration::from_secs(30))?;
     conn.set_read_timeout(Some(Duration::from_secs(1)))
         .map_err(|e| e.to_string())?;
     // Last-Event-ID, as a reconnecting EventSource sends it.
@@ -330,7 +329,7 @@ pub fn events_console(ws: &Workspace, stack: &mut Stack) -> Outcome {
     // 3. hvctl console through a pseudo-terminal: a line in, its echo out,
     // Ctrl-] q out with status 0.
     let hvctl = build_hvctl(ws)?;
-    let url = format!("http://{}", authority());
+    let url = crate::http::base_url(&authority());
     let out = Command::new("python3")
         .args(["-c", PTY_SCRIPT])
         .arg(&hvctl)
@@ -403,7 +402,7 @@ pub fn events_console(ws: &Workspace, stack: &mut Stack) -> Outcome {
 /// be open (one may still be the first check's, until its thread notices
 /// the client went). Then closes them and waits for a place to free up.
 fn check_stream_cap() -> Result<String, String> {
-    let open = |conn: &mut TcpStream| -> Result<String, String> {
+    let open = |conn: &mut hvctl::http::Wire| -> Result<String, String> {
         conn.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| e.to_string())?;
         write!(
@@ -414,7 +413,8 @@ fn check_stream_cap() -> Result<String, String> {
         )
         .map_err(|e| e.to_string())?;
         let mut line = String::new();
-        BufReader::new(conn.try_clone().map_err(|e| e.to_string())?)
+        // One byte at a time: the rest of the stream stays in `conn`.
+        BufReader::with_capacity(1, conn)
             .read_line(&mut line)
             .map_err(|e| format!("reading a stream's status line: {e}"))?;
         Ok(line.trim().to_string())
@@ -422,7 +422,7 @@ fn check_stream_cap() -> Result<String, String> {
     let mut held = Vec::new();
     let max = MAX_STREAMS;
     let refused = loop {
-        let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+        let mut conn = crate::http::connect_raw(&authority(), Duration::from_secs(30))?;
         let status = open(&mut conn)?;
         if status.starts_with("HTTP/1.1 503") {
             break held.len();
@@ -447,7 +447,7 @@ fn check_stream_cap() -> Result<String, String> {
     // may still succeed).
     let until = Instant::now() + Duration::from_secs(45);
     loop {
-        let mut conn = TcpStream::connect(authority()).map_err(|e| format!("connect: {e}"))?;
+        let mut conn = crate::http::connect_raw(&authority(), Duration::from_secs(30))?;
         if open(&mut conn)?.starts_with("HTTP/1.1 200") {
             break;
         }

@@ -1030,16 +1030,131 @@ fn app_cargo(paths: &Paths, subcommand: &str) -> Command {
         .args([subcommand, "--release", "--locked", "--target", APP_TARGET])
         .arg("-Zbuild-std=std,panic_abort")
         .arg("--target-dir")
-        .arg(paths.hermit.join("app"));
+        .arg(paths.hermit.join("app"))
+        // ring (rustls's crypto) compiles C and assembly through the cc
+        // crate, which knows no compiler for aarch64-unknown-hermit: the
+        // Debian cross gcc builds freestanding objects that link into the
+        // Hermit image (a `cargo check` never runs it, only a build does).
+        .env("CC_aarch64_unknown_hermit", CROSS_CC)
+        .env("AR_aarch64_unknown_hermit", CROSS_AR);
     cmd
 }
+
+/// Read by manager/app/build.rs: the directory of `libpinfold_ring_asm.a`.
+const RING_ASM_DIR_ENV: &str = "PINFOLD_RING_ASM_DIR";
+
+/// ring's aarch64 assembly, assembled for the Hermit application.
+///
+/// ring's build script assembles its pregenerated ELF assembly only for the
+/// operating systems it lists (Linux and the BSDs), not Hermit, while its
+/// Rust and C code for aarch64 call those routines all the same: the app
+/// then fails to link (`undefined symbol: ring_core_..._p256_point_double`;
+/// a `cargo check` never gets that far). Hermit's objects are ELF with the
+/// AAPCS64 ABI, so the Linux flavour (`*-linux64.S`, in ring's package)
+/// is the right one: each is assembled with the cross gcc into
+/// `target/hermit/ring-asm/libpinfold_ring_asm.a`.
+fn ring_asm(paths: &Paths) -> Result<PathBuf, String> {
+    let lock = fs::read_to_string(paths.app.join("Cargo.lock"))
+        .map_err(|e| format!("manager/app/Cargo.lock: {e}"))?;
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"ring\""))
+        .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+        .map(|v| v.trim_matches('"').to_string())
+        .ok_or("manager/app/Cargo.lock names no ring")?;
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let registry = home.join("registry/src");
+    let source = fs::read_dir(&registry)
+        .map_err(|e| format!("{}: {e}", registry.display()))?
+        .flatten()
+        .map(|d| d.path().join(format!("ring-{version}")))
+        .find(|p| p.is_dir())
+        .ok_or_else(|| {
+            format!(
+                "ring-{version} is not unpacked under {}",
+                registry.display()
+            )
+        })?;
+    let out = paths.hermit.join("ring-asm");
+    fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let archive = out.join("libpinfold_ring_asm.a");
+    let pregenerated = source.join("pregenerated");
+    let mut sources: Vec<PathBuf> = fs::read_dir(&pregenerated)
+        .map_err(|e| format!("{}: {e}", pregenerated.display()))?
+        .flatten()
+        .map(|d| d.path())
+        .filter(|p| p.to_string_lossy().ends_with("-linux64.S"))
+        .collect();
+    sources.sort();
+    if archive.is_file() {
+        return Ok(out);
+    }
+    let mut objects = Vec::new();
+    for src in &sources {
+        let obj = out.join(
+            src.file_name()
+                .map(|n| n.to_string_lossy().replace(".S", ".o"))
+                .unwrap_or_default(),
+        );
+        run(Command::new(CROSS_CC)
+            .arg("-c")
+            .arg("-I")
+            .arg(source.join("include"))
+            .arg("-I")
+            .arg(&pregenerated)
+            .arg("-o")
+            .arg(&obj)
+            .arg(src))?;
+        objects.push(obj);
+    }
+    run(Command::new(CROSS_AR)
+        .arg("crs")
+        .arg(&archive)
+        .args(&objects))?;
+    Ok(out)
+}
+
+/// Read by manager/app/build.rs: the directory of the certificate and key
+/// (DER) the manager embeds.
+const TLS_DIR_ENV: &str = "PINFOLD_MANAGER_TLS_DIR";
+
+/// The Debian cross compiler (package gcc-aarch64-linux-gnu) for ring's C
+/// and assembly in the Hermit application.
+pub const CROSS_CC: &str = "aarch64-linux-gnu-gcc";
+/// Its archiver (package binutils-aarch64-linux-gnu).
+pub const CROSS_AR: &str = "aarch64-linux-gnu-ar";
 
 /// Builds the Hermit application with the web UI embedded; returns its ELF.
 fn build_app(paths: &Paths, libhermit: &Path, web_ui: &Path) -> Result<PathBuf, String> {
     let lib_dir = libhermit.parent().ok_or("libhermit.a has no directory")?;
+    let names: Vec<String> = std::env::var("PINFOLD_MANAGER_HOSTNAMES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let cert = crate::tls::ensure(&paths.root, &names)?;
+    println!(
+        "xtask: manager TLS certificate {} (SHA-256 fingerprint {})",
+        cert.dir.join("cert.pem").display(),
+        cert.fingerprint
+    );
+    // What this process's clients trust from now on: hvctl
+    // (`$PINFOLD_CACERT`), node (`NODE_EXTRA_CA_CERTS`) and Chromium (the
+    // web UI tests pass `$PINFOLD_SPKI` as --ignore-certificate-errors-spki-list).
+    let pem = cert.dir.join("cert.pem");
+    std::env::set_var(hvctl::tls::CACERT_ENV, &pem);
+    std::env::set_var("NODE_EXTRA_CA_CERTS", &pem);
+    std::env::set_var("PINFOLD_SPKI", &cert.spki_sha256);
+    let ring_asm = ring_asm(paths)?;
     run(app_cargo(paths, "build")
         .env(LIBHERMIT_DIR_ENV, lib_dir)
-        .env(WEB_UI_DIST_ENV, web_ui))?;
+        .env(WEB_UI_DIST_ENV, web_ui)
+        .env(TLS_DIR_ENV, &cert.dir)
+        .env(RING_ASM_DIR_ENV, &ring_asm))?;
     Ok(paths
         .hermit
         .join("app")
@@ -1064,6 +1179,8 @@ pub fn lint_app(root: &Path) -> Result<(), String> {
     let mut clippy = app_cargo(&paths, "clippy");
     if paths.dist.join("libhermit.a").is_file() {
         clippy.env(LIBHERMIT_DIR_ENV, &paths.dist);
+        // Named, not needed: a lint run links nothing.
+        clippy.env(RING_ASM_DIR_ENV, paths.hermit.join("ring-asm"));
     } else {
         clippy.env(CHECK_ONLY_ENV, "1");
     }

@@ -1,5 +1,7 @@
 //! The boot tests' HTTP client: a thin wrapper over hvctl's
-//! (`hvctl::http`), one request per connection, `Connection: close`.
+//! (`hvctl::http`), one request per connection, `Connection: close`, over
+//! HTTPS with the manager's generated certificate pinned
+//! (target/pinfold/tls/cert.der: every boot check speaks HTTPS).
 
 use std::time::Duration;
 
@@ -70,10 +72,55 @@ impl<'a> Request<'a> {
     }
 }
 
-/// Sends `request` to `authority` ("host:port") and reads the reply; the
-/// connection, each read and each write give up after `timeout`.
+/// The manager's certificate as the build made it (tls.rs).
+pub fn cert_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pinfold/tls/cert.der")
+}
+
+/// Pins the manager's certificate (target/pinfold/tls/cert.der) for every
+/// later HTTPS request of this process, once.
+pub fn pin_manager_cert() {
+    if hvctl::tls::pin().is_none() {
+        if let Ok(der) = std::fs::read(cert_path()) {
+            hvctl::tls::set_pin(Some(hvctl::tls::Pin::of_der(&der)));
+        }
+    }
+}
+
+/// The manager's base URL on `authority` ("host:port"): HTTPS.
+pub fn base_url(authority: &str) -> String {
+    format!("https://{authority}")
+}
+
+/// A raw connection to the manager at `authority` over TLS with its
+/// certificate pinned (handshake on the first write), for the checks that
+/// write their own bytes; `timeout` for each read and write.
+pub fn connect_raw(authority: &str, timeout: Duration) -> Result<hvctl::http::Wire, String> {
+    pin_manager_cert();
+    let sock = std::net::TcpStream::connect(authority).map_err(|e| format!("connect: {e}"))?;
+    let _ = sock.set_read_timeout(Some(timeout));
+    let _ = sock.set_write_timeout(Some(timeout));
+    let _ = sock.set_nodelay(true);
+    hvctl::http::Wire::new(sock, hvctl::tls::pin(), authority).map_err(|e| e.to_string())
+}
+
+/// Sends `request` to `authority` ("host:port") over HTTPS and reads the
+/// reply; the connection, each read and each write give up after
+/// `timeout`.
 pub fn send(authority: &str, request: &Request<'_>, timeout: Duration) -> Result<Reply, HttpError> {
+    pin_manager_cert();
+    send_over(true, authority, request, timeout)
+}
+
+/// [`send`] over HTTPS (`tls`) or plain HTTP.
+pub fn send_over(
+    tls: bool,
+    authority: &str,
+    request: &Request<'_>,
+    timeout: Duration,
+) -> Result<Reply, HttpError> {
     let endpoint = hvctl::http::Endpoint::parse(&format!("http://{authority}"))?;
+    let endpoint = hvctl::http::Endpoint { tls, ..endpoint };
     let reply = hvctl::http::request_with_timeout(
         &endpoint,
         request.method,
@@ -111,7 +158,12 @@ mod tests {
             String::from_utf8_lossy(&seen).into_owned()
         });
 
-        let reply = send(&authority, &Request::get("/x"), Duration::from_secs(5));
+        let reply = send_over(
+            false,
+            &authority,
+            &Request::get("/x"),
+            Duration::from_secs(5),
+        );
 
         assert_eq!(
             reply.map(|r| (r.status, r.body)).ok(),

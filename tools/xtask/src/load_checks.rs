@@ -14,8 +14,8 @@
 //! status. Latencies are the client's, loopback through QEMU's user
 //! network, on whatever else the machine runs.
 
+use hvctl::http::Wire;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,26 +42,23 @@ struct Answer {
     body: Vec<u8>,
 }
 
-fn connect() -> Result<TcpStream, String> {
+fn connect() -> Result<Wire, String> {
     let mut last = String::new();
     for _ in 0..5 {
-        match TcpStream::connect(authority()) {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
+        match crate::http::connect_raw(&authority(), Duration::from_secs(90)) {
+            Ok(s) => return Ok(s),
             Err(e) => {
-                last = e.to_string();
+                last = e;
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
     }
-    Err(format!("connect: {last}"))
+    Err(last)
 }
 
 /// Reads one response: the head, then Content-Length bytes (none for
 /// HEAD). Stops right there: the connection may stay open.
-fn read_answer(s: &mut TcpStream, head_only: bool, limit: Duration) -> Result<Answer, String> {
+fn read_answer(s: &mut Wire, head_only: bool, limit: Duration) -> Result<Answer, String> {
     s.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     let mut byte = [0u8; 4096];
@@ -221,7 +218,7 @@ fn load(token: &str) -> Result<String, String> {
             let token = token.to_string();
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
-                let mut conn: Option<TcpStream> = None;
+                let mut conn: Option<Wire> = None;
                 let mut k = i;
                 while !stop.load(Ordering::Relaxed) {
                     let path = paths[k % paths.len()];
@@ -340,9 +337,10 @@ fn idle() -> Result<String, String> {
     // Which of ours the server closed to make room (EOF at once).
     let mut closed = 0;
     for h in &held {
-        let _ = h.set_nonblocking(true);
+        // The raw socket: these never began a TLS handshake.
+        let _ = h.socket().set_nonblocking(true);
         let mut b = [0u8; 1];
-        if matches!((&*h).read(&mut b), Ok(0)) {
+        if matches!(h.socket().read(&mut b), Ok(0)) {
             closed += 1;
         }
     }

@@ -24,6 +24,8 @@ mod runtime_checks;
 mod signing;
 mod store;
 mod suite;
+mod tls;
+mod tls_checks;
 mod uefi;
 
 use std::path::{Path, PathBuf};
@@ -258,9 +260,14 @@ fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), X
     );
     if built.board.nic {
         eprintln!(
-            "xtask: web UI and REST API: http://127.0.0.1:{}/ (mutating calls need the token the \
-             hypervisor prints as `pinfold: management token: ...`)",
-            qemu::manager_port()
+            "xtask: web UI and REST API: https://127.0.0.1:{}/ (its self-signed certificate: \
+             target/pinfold/tls/cert.pem, SHA-256 fingerprint {}; hvctl --cacert or \
+             --fingerprint pins it; every call needs the token the hypervisor prints as \
+             `pinfold: management token: ...`)",
+            qemu::manager_port(),
+            std::fs::read(crate::http::cert_path())
+                .map(|der| hvctl::tls::Pin::of_der(&der).to_string())
+                .unwrap_or_else(|_| "unknown".into())
         );
     }
     let program = cmd::describe(&qemu);

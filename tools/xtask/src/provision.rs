@@ -23,7 +23,7 @@ use crate::Workspace;
 /// QEMU's that holds the option ROMs (efi-virtio.rom) QEMU refuses to start a
 /// virtio-net-pci NIC without. Recommends are skipped otherwise: they pull in
 /// a GTK front end that a headless machine does not need.
-const HOST_PACKAGES: [&str; 7] = [
+const HOST_PACKAGES: [&str; 10] = [
     "qemu-system-arm",
     "device-tree-compiler",
     "ipxe-qemu",
@@ -39,6 +39,12 @@ const HOST_PACKAGES: [&str; 7] = [
     // The venv under target/ that holds virt-fw-vars (PyPI virt-firmware),
     // which writes the HTTP boot entry of the `uefi-http` test (uefi.rs).
     "python3-venv",
+    // The cross gcc, binutils and C headers (stdint.h) that compile ring's
+    // C and assembly (the manager's TLS) for aarch64-unknown-hermit
+    // (hermit.rs, CROSS_CC).
+    "gcc-aarch64-linux-gnu",
+    "binutils-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
 ];
 /// Debian packages only the web UI's browser test needs (`cargo xtask
 /// test`): the Chromium it drives through playwright-core, and a font with

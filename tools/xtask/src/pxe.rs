@@ -11,6 +11,7 @@
 //! DIR/pxelinux.cfg/01-<mac>, default   U-Boot pxe / pxelinux: image + bundle as initrd (booti)
 //! DIR/grub/grub.cfg-01-<mac>, grub.cfg GRUB: `linux` the image, `initrd` the bundle
 //! DIR/README.md                        how to point a DHCP server (dnsmasq) at it
+//! DIR/tls-cert.pem                     the management API's certificate (clients pin it)
 //! ```
 //!
 //! Each bundle's management token is made here, printed once, and only its
@@ -97,6 +98,8 @@ pub struct Tree {
 
 /// The generic image's name in the tree.
 pub const IMAGE_NAME: &str = "pinfold.efi";
+/// The management API's certificate in the tree (for clients to pin).
+pub const TLS_CERT_NAME: &str = "tls-cert.pem";
 /// U-Boot's `dhcp` boot target fetches this script by name.
 pub const UBOOT_SCRIPT: &str = "boot.scr.uimg";
 
@@ -145,11 +148,22 @@ pub fn write_tree(
             .arg(dir.join(UBOOT_SCRIPT)),
     )?;
     write(&dir.join("README.md"), &readme(&bundles))?;
+    // The management API's certificate (never its key, which is in the
+    // manager's image only): what clients pin (docs/DEPLOY.md,
+    // "Certificates").
+    let cert = ws.root.join("target/pinfold/tls/cert.pem");
+    copy(&cert, &dir.join(TLS_CERT_NAME))?;
     println!(
         "xtask: {} ({IMAGE_NAME} {image_size} bytes, {} bundle(s))",
         dir.display(),
         bundles.len()
     );
+    if let Ok(der) = fs::read(ws.root.join("target/pinfold/tls/cert.der")) {
+        println!(
+            "xtask: management API certificate {TLS_CERT_NAME}: SHA-256 fingerprint {} (every bundle of this tree)",
+            hvctl::tls::Pin::of_der(&der)
+        );
+    }
     for b in &bundles {
         let host = b.mac.map_or("default".into(), |m| m.colons());
         match &b.token {

@@ -103,7 +103,7 @@ impl Hvctl {
             body: None,
         };
         let reply = crate::http::send(
-            self.url.trim_start_matches("http://"),
+            self.url.trim_start_matches("https://"),
             &request,
             Duration::from_secs(10),
         )
@@ -204,7 +204,7 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let token = stack.token(Instant::now() + Duration::from_secs(60))?;
     let hv = Hvctl {
         bin,
-        url: format!("http://127.0.0.1:{}", crate::qemu::manager_port()),
+        url: format!("https://127.0.0.1:{}", crate::qemu::manager_port()),
         token,
         root: ws.root.clone(),
     };
@@ -585,8 +585,8 @@ fn invalid_requests(hv: &Hvctl, root: &Path, kernel: &str, initrd: &str) -> Resu
 /// Content-Length promised: the manager must not keep the image.
 fn cut_short_upload(url: &str, token: &str) -> Result<(), String> {
     use std::io::{Read, Write};
-    let authority = url.trim_start_matches("http://");
-    let mut tcp = std::net::TcpStream::connect(authority).map_err(|e| e.to_string())?;
+    let authority = url.trim_start_matches("https://");
+    let mut tcp = crate::http::connect_raw(authority, Duration::from_secs(30))?;
     tcp.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(|e| e.to_string())?;
     let head = format!(

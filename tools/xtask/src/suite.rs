@@ -117,6 +117,15 @@ const CASES: [Case; 32] = [
         },
     },
     Case {
+        name: "tls",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            crate::tls_checks::tls(ws, ctx.stack()?)
+        },
+    },
+    Case {
         name: "web-ui",
         tier: 2,
         shares_default: true,

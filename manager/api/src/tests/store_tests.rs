@@ -101,6 +101,19 @@ fn config_url() -> String {
 }
 
 #[test]
+fn the_api_speaks_https_unless_the_management_plan_says_api_tls_false() {
+    let mut r = config_router();
+    assert!(r.api_tls());
+    let mut plain = r.backend().plans.get(&MGMT).cloned().unwrap();
+    plain.api_tls = false;
+    r.backend_mut().plans.insert(MGMT, plain);
+    assert!(!r.api_tls());
+    // A plan that cannot be read never means plain HTTP.
+    r.backend_mut().plans.clear();
+    assert!(r.api_tls());
+}
+
+#[test]
 fn a_change_is_written_images_first_then_config_toml_with_if_match() {
     let router = shared(config_router());
     let mut fake = FakeStore::default();
