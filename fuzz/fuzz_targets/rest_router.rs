@@ -384,6 +384,8 @@ fuzz_target!(|data: &[u8]| {
             path: path.clone(),
             headers,
             body,
+            // One of 32 client addresses (the throttle counts per address).
+            peer: Some(std::net::IpAddr::from([10, 0, 0, record[2] >> 3])),
         };
         router.backend_mut().mutations.clear();
         let resp = router.handle(&req);

@@ -18,18 +18,26 @@
 //!   rotated (new token, same id and role) or revoked at run time; the
 //!   last operator credential cannot be revoked (nobody could make a new
 //!   one without a reboot).
-//! - **Failed attempts** are counted in a window ([`FAIL_LIMIT`] per
-//!   [`FAIL_WINDOW`]); past the limit every request that presents a
-//!   credential is answered 429 with `Retry-After` until the window ends,
-//!   right or wrong, so guessing runs at most that fast. The router does
-//!   not see the peer's address, so the count is the manager's, not a
-//!   client's.
+//! - **Failed attempts** are counted per client address (the server puts
+//!   the peer's address in [`Request::peer`](crate::Request)) in a window
+//!   ([`FAIL_LIMIT`] per [`FAIL_WINDOW`]); past the limit every request
+//!   from that address that presents a credential is answered 429 with
+//!   `Retry-After` until its window ends, right or wrong, so one guesser
+//!   runs at most that fast and the right token from another address still
+//!   works. The table keeps [`FAIL_CLIENTS`] addresses; a new one when it
+//!   is full takes the place of the one whose window ended, else of the
+//!   one that failed least recently (so a guesser cannot grow it). Over all
+//!   addresses at most [`FAIL_GLOBAL_LIMIT`] failures per window are
+//!   tolerated (a guesser with many addresses, or one that cycles the
+//!   table): past that every client is answered 429 until the window ends.
+//!   A request without a peer address (tests) counts as one client.
 //! - **Host and Origin.** A request's `Host` must be an IP literal
 //!   (v4 or bracketed v6, any port), `localhost`, or a configured name
 //!   ([`HostPolicy`]): a DNS-rebinding page reaches the manager under its
 //!   own name and is refused (421). A mutation that carries `Origin` must
 //!   come from the same host (403): another site's page cannot post.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -37,8 +45,12 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::{constant_time_eq, token_digest, Endpoint};
 
-/// Failed credential checks tolerated per window.
+/// Failed credential checks tolerated per window from one address.
 pub const FAIL_LIMIT: u32 = 10;
+/// Failed credential checks tolerated per window from all addresses.
+pub const FAIL_GLOBAL_LIMIT: u32 = 100;
+/// Client addresses whose failures are kept.
+pub const FAIL_CLIENTS: usize = 64;
 /// The window failed checks are counted in.
 pub const FAIL_WINDOW: Duration = Duration::from_secs(10);
 /// Most credentials kept (the boot one included).
@@ -142,7 +154,7 @@ pub struct Credentials {
     list: Vec<Credential>,
     rng: Option<ChaCha20Rng>,
     next_id: u32,
-    failures: FailureWindow,
+    failures: Throttle,
 }
 
 impl Credentials {
@@ -163,7 +175,7 @@ impl Credentials {
                 .collect(),
             rng: seed.map(ChaCha20Rng::from_seed),
             next_id: 1,
-            failures: FailureWindow::default(),
+            failures: Throttle::default(),
         }
     }
 
@@ -269,15 +281,106 @@ impl Credentials {
         Ok(self.list.remove(index))
     }
 
-    /// Whether checks are suspended at `now` (too many failures): the
-    /// seconds until they resume.
-    pub fn throttled(&self, now: Instant) -> Option<u64> {
-        self.failures.throttled(now)
+    /// Whether checks from `peer` are suspended at `now` (too many
+    /// failures from it, or from everyone): why, and the seconds until
+    /// they resume.
+    pub fn throttled(&self, peer: Option<IpAddr>, now: Instant) -> Option<Throttled> {
+        self.failures.throttled(peer, now)
     }
 
-    /// Count a failed check at `now`.
-    pub fn failed(&mut self, now: Instant) {
-        self.failures.fail(now);
+    /// Count a failed check from `peer` at `now`.
+    pub fn failed(&mut self, peer: Option<IpAddr>, now: Instant) {
+        self.failures.fail(peer, now);
+    }
+
+    /// How many client addresses the throttle holds (at most
+    /// [`FAIL_CLIENTS`]).
+    pub fn throttle_clients(&self) -> usize {
+        self.failures.clients.len()
+    }
+}
+
+/// Why checks are suspended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttled {
+    /// This address failed [`FAIL_LIMIT`] times in its window.
+    Client { retry_after: u64 },
+    /// All addresses together failed [`FAIL_GLOBAL_LIMIT`] times.
+    Global { retry_after: u64 },
+}
+
+impl Throttled {
+    pub fn retry_after(self) -> u64 {
+        match self {
+            Throttled::Client { retry_after } | Throttled::Global { retry_after } => retry_after,
+        }
+    }
+
+    /// The 429's sentence.
+    pub fn sentence(self, peer: Option<IpAddr>) -> String {
+        match self {
+            Throttled::Client { retry_after } => format!(
+                "more than {FAIL_LIMIT} failed credentials from {} in {} s: try again in {retry_after} s",
+                peer.map_or_else(|| "this client".to_string(), |p| p.to_string()),
+                FAIL_WINDOW.as_secs()
+            ),
+            Throttled::Global { retry_after } => format!(
+                "more than {FAIL_GLOBAL_LIMIT} failed credentials from all clients in {} s: \
+                 try again in {retry_after} s",
+                FAIL_WINDOW.as_secs()
+            ),
+        }
+    }
+}
+
+/// The failed checks per client address (a bounded table) and over all.
+#[derive(Debug, Default)]
+struct Throttle {
+    /// (address, its window, its last failure).
+    clients: Vec<(Option<IpAddr>, FailureWindow, Instant)>,
+    global: FailureWindow,
+}
+
+impl Throttle {
+    fn fail(&mut self, peer: Option<IpAddr>, now: Instant) {
+        self.global.fail(now);
+        if let Some(entry) = self.clients.iter_mut().find(|(p, _, _)| *p == peer) {
+            entry.1.fail(now);
+            entry.2 = now;
+            return;
+        }
+        if self.clients.len() >= FAIL_CLIENTS {
+            // An address whose window ended first, else the one that
+            // failed least recently.
+            let victim = self
+                .clients
+                .iter()
+                .position(|(_, w, _)| !w.current(now))
+                .or_else(|| {
+                    self.clients
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (_, _, last))| *last)
+                        .map(|(i, _)| i)
+                });
+            if let Some(i) = victim {
+                self.clients.swap_remove(i);
+            }
+        }
+        let mut window = FailureWindow::default();
+        window.fail(now);
+        self.clients.push((peer, window, now));
+    }
+
+    fn throttled(&self, peer: Option<IpAddr>, now: Instant) -> Option<Throttled> {
+        if let Some(retry_after) = self.global.throttled(now, FAIL_GLOBAL_LIMIT) {
+            return Some(Throttled::Global { retry_after });
+        }
+        self.clients
+            .iter()
+            .find(|(p, _, _)| *p == peer)
+            .and_then(|(_, w, _)| w.throttled(now, FAIL_LIMIT))
+            .map(|retry_after| Throttled::Client { retry_after })
     }
 }
 
@@ -299,10 +402,16 @@ impl FailureWindow {
         }
     }
 
-    fn throttled(&self, now: Instant) -> Option<u64> {
+    /// Whether its window is still running at `now`.
+    fn current(&self, now: Instant) -> bool {
+        self.start
+            .is_some_and(|s| now.duration_since(s) < FAIL_WINDOW)
+    }
+
+    fn throttled(&self, now: Instant, limit: u32) -> Option<u64> {
         let start = self.start?;
         let elapsed = now.duration_since(start);
-        (self.count >= FAIL_LIMIT && elapsed < FAIL_WINDOW)
+        (self.count >= limit && elapsed < FAIL_WINDOW)
             .then(|| (FAIL_WINDOW - elapsed).as_secs().max(1))
     }
 }
@@ -462,20 +571,95 @@ mod tests {
         );
     }
 
+    fn ip(n: u32) -> Option<IpAddr> {
+        Some(IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n)))
+    }
+
+    fn client(retry_after: u64) -> Option<Throttled> {
+        Some(Throttled::Client { retry_after })
+    }
+
     #[test]
     fn failures_past_the_limit_throttle_until_the_window_ends() {
         let mut c = Credentials::new(None, None);
         let t0 = Instant::now();
         for _ in 0..FAIL_LIMIT - 1 {
-            c.failed(t0);
+            c.failed(None, t0);
         }
-        assert_eq!(c.throttled(t0), None);
-        c.failed(t0);
-        assert_eq!(c.throttled(t0), Some(10));
-        assert_eq!(c.throttled(t0 + Duration::from_millis(9_500)), Some(1));
-        assert_eq!(c.throttled(t0 + FAIL_WINDOW), None);
-        c.failed(t0 + FAIL_WINDOW);
-        assert_eq!(c.throttled(t0 + FAIL_WINDOW), None);
+        assert_eq!(c.throttled(None, t0), None);
+        c.failed(None, t0);
+        assert_eq!(c.throttled(None, t0), client(10));
+        assert_eq!(
+            c.throttled(None, t0 + Duration::from_millis(9_500)),
+            client(1)
+        );
+        assert_eq!(c.throttled(None, t0 + FAIL_WINDOW), None);
+        c.failed(None, t0 + FAIL_WINDOW);
+        assert_eq!(c.throttled(None, t0 + FAIL_WINDOW), None);
+    }
+
+    #[test]
+    fn a_guesser_is_throttled_alone() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        for _ in 0..FAIL_LIMIT * 3 {
+            c.failed(ip(1), t0);
+        }
+        assert_eq!(c.throttled(ip(1), t0), client(10));
+        assert_eq!(c.throttled(ip(2), t0), None);
+        assert_eq!(c.throttled(None, t0), None);
+        assert!(c
+            .throttled(ip(1), t0)
+            .unwrap()
+            .sentence(ip(1))
+            .contains("from 10.0.0.1"));
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_keeps_the_guessers_it_holds() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        for _ in 0..FAIL_LIMIT {
+            c.failed(ip(0), t0);
+        }
+        // 63 more addresses fill the table, each failing once, later.
+        for n in 1..FAIL_CLIENTS as u32 {
+            c.failed(ip(n), t0 + Duration::from_millis(u64::from(n)));
+        }
+        assert_eq!(c.throttle_clients(), FAIL_CLIENTS);
+        // A new address takes the place of the one that failed least
+        // recently: the guesser's (its window is still running).
+        let t1 = t0 + Duration::from_secs(1);
+        c.failed(ip(1000), t1);
+        assert_eq!(c.throttle_clients(), FAIL_CLIENTS);
+        assert_eq!(c.throttled(ip(0), t1), None, "evicted: forgotten");
+        // Entries whose window ended go first.
+        let t2 = t0 + FAIL_WINDOW + Duration::from_millis(10);
+        for _ in 0..FAIL_LIMIT {
+            c.failed(ip(2000), t2);
+        }
+        assert_eq!(c.throttle_clients(), FAIL_CLIENTS);
+        assert_eq!(c.throttled(ip(2000), t2), client(10));
+        c.failed(ip(3000), t2);
+        assert_eq!(c.throttled(ip(2000), t2), client(10), "kept");
+    }
+
+    #[test]
+    fn many_addresses_together_reach_the_global_ceiling() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        // Each address stays under its own limit.
+        for n in 0..FAIL_GLOBAL_LIMIT {
+            c.failed(ip(n % 20), t0);
+        }
+        assert_eq!(
+            c.throttled(ip(500), t0),
+            Some(Throttled::Global { retry_after: 10 })
+        );
+        assert!(Throttled::Global { retry_after: 3 }
+            .sentence(None)
+            .contains("from all clients"));
+        assert_eq!(c.throttled(ip(500), t0 + FAIL_WINDOW), None);
     }
 
     #[test]

@@ -35,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -74,6 +74,8 @@ const TIMEOUTS: http::Timeouts = http::Timeouts::DEFAULT;
 struct Job {
     id: u64,
     stream: TcpStream,
+    /// The client's address (the failed-token throttle counts per address).
+    peer: Option<IpAddr>,
     head: Head,
     body: Body,
 }
@@ -96,6 +98,8 @@ struct Entry {
     /// `None` while a worker has it.
     stream: Option<TcpStream>,
     conn: Conn,
+    /// The address `accept` gave.
+    peer: Option<IpAddr>,
 }
 
 /// The requests whose body the router reads from the socket itself: an
@@ -316,7 +320,7 @@ fn event_loop(
         // New connections.
         loop {
             match listener.accept() {
-                Ok((stream, _)) => {
+                Ok((stream, addr)) => {
                     let _ = stream.set_nonblocking(true);
                     let _ = stream.set_nodelay(true);
                     let verdict = http::admit(
@@ -351,6 +355,7 @@ fn event_loop(
                         Entry {
                             stream: Some(stream),
                             conn: Conn::new(now),
+                            peer: Some(addr.ip()),
                         },
                     );
                     ready.push(next_id);
@@ -419,6 +424,7 @@ fn event_loop(
                         let job = Job {
                             id,
                             stream,
+                            peer: entry.peer,
                             head,
                             body,
                         };
@@ -540,6 +546,7 @@ fn handle(
         mut stream,
         head,
         body,
+        peer,
         ..
     } = job;
     let api = Request {
@@ -547,6 +554,7 @@ fn handle(
         path: head.target.clone(),
         headers: head.headers.clone(),
         body: Vec::new(),
+        peer,
     };
     let date = router.lock().ok().and_then(|mut r| r.date_header());
     if let Ok(mut d) = dates.lock() {
