@@ -18,6 +18,10 @@
 //!   rotated (new token, same id and role) or revoked at run time; the
 //!   last operator credential cannot be revoked (nobody could make a new
 //!   one without a reboot).
+//! - **Kept across restarts** with a configuration store: [`Credentials::export`]
+//!   (digests only) and [`Credentials::import`] (`store.rs`,
+//!   `credentials.json`); the hypervisor's boot digest is kept only once
+//!   rotated or revoked, so the next boot's own token works.
 //! - **Failed attempts** are counted per client address (the server puts
 //!   the peer's address in [`Request::peer`](crate::Request)) in a window
 //!   ([`FAIL_LIMIT`] per [`FAIL_WINDOW`]); past the limit every request
@@ -155,6 +159,13 @@ pub struct Credentials {
     rng: Option<ChaCha20Rng>,
     next_id: u32,
     failures: Throttle,
+    /// Bumped by every change of the list (made, rotated, revoked,
+    /// imported): what the configuration store compares to know it must
+    /// write `credentials.json` again.
+    generation: u64,
+    /// The boot credential was rotated here (so its digest is no longer
+    /// the hypervisor's and is kept with the others).
+    boot_rotated: bool,
 }
 
 impl Credentials {
@@ -176,6 +187,8 @@ impl Credentials {
             rng: seed.map(ChaCha20Rng::from_seed),
             next_id: 1,
             failures: Throttle::default(),
+            generation: 0,
+            boot_rotated: false,
         }
     }
 
@@ -241,6 +254,7 @@ impl Credentials {
             since_ms: now_ms,
         };
         self.list.push(c.clone());
+        self.generation += 1;
         Ok((c, token))
     }
 
@@ -260,7 +274,10 @@ impl Credentials {
         let c = &mut self.list[index];
         c.digest = token_digest(token.as_bytes());
         c.since_ms = now_ms;
-        Ok((c.clone(), token))
+        let c = c.clone();
+        self.boot_rotated |= c.id == "boot";
+        self.generation += 1;
+        Ok((c, token))
     }
 
     /// Remove credential `id`; its token stops working at once.
@@ -278,7 +295,150 @@ impl Credentials {
         if self.list[index].role == Role::Operator && operators == 1 {
             return Err(MakeError::LastOperator);
         }
+        self.generation += 1;
         Ok(self.list.remove(index))
+    }
+
+    /// Changes so far (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Every credential as `credentials.json` keeps them: ids, names,
+    /// roles, SHA-256 digests (hex) and times, never a token, and the next
+    /// id (so ids are never reused across restarts).
+    pub fn export(&self) -> String {
+        let boot = match self.list.iter().find(|c| c.id == "boot") {
+            None => "revoked",
+            Some(_) if self.boot_rotated => "stored",
+            Some(_) => "hypervisor",
+        };
+        let list: Vec<serde_json::Value> = self
+            .list
+            .iter()
+            // The hypervisor's own boot digest is not kept: the next boot
+            // may have another token (one generated at boot), and that
+            // one must work.
+            .filter(|c| c.id != "boot" || boot == "stored")
+            .map(|c| {
+                serde_json::json!({
+                    "id": c.id,
+                    "name": c.name,
+                    "role": c.role.name(),
+                    "sha256": crate::json::hex(&c.digest),
+                    "since_ms": c.since_ms,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "version": 1,
+            "boot": boot,
+            "next_id": self.next_id,
+            "credentials": list,
+        })
+        .to_string()
+    }
+
+    /// Replaces every credential with an [`export`](Self::export)ed list
+    /// (the boot one included: a rotated or revoked boot token stays so).
+    /// Refused, naming the field, unless it is well formed with at least
+    /// one operator, at most [`MAX_CREDENTIALS`] and unique ids; the list
+    /// is unchanged then.
+    pub fn import(&mut self, text: &str) -> Result<(), String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("credentials.json: {e}"))?;
+        if v["version"] != 1 {
+            return Err("credentials.json: version: must be 1".into());
+        }
+        let next_id = v["next_id"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or("credentials.json: next_id: must be a u32")?;
+        let items = v["credentials"]
+            .as_array()
+            .ok_or("credentials.json: credentials: must be an array")?;
+        if items.len() > MAX_CREDENTIALS {
+            return Err(format!(
+                "credentials.json: credentials: {} entries; at most {MAX_CREDENTIALS}",
+                items.len()
+            ));
+        }
+        let mut list = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let field = |name: &str| format!("credentials.json: credentials[{i}].{name}");
+            let text_of = |name: &str| {
+                item[name]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{}: must be a string", field(name)))
+            };
+            let id = text_of("id")?;
+            if id.is_empty()
+                || id.len() > MAX_NAME_LEN
+                || list.iter().any(|c: &Credential| c.id == id)
+            {
+                return Err(format!("{}: empty, too long or not unique", field("id")));
+            }
+            let name = text_of("name")?;
+            if name.chars().count() > MAX_NAME_LEN {
+                return Err(format!("{}: longer than {MAX_NAME_LEN}", field("name")));
+            }
+            let role = Role::parse(&text_of("role")?)
+                .ok_or_else(|| format!("{}: viewer or operator", field("role")))?;
+            let hex = text_of("sha256")?;
+            let mut digest = [0u8; 32];
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("{}: 64 hex digits", field("sha256")));
+            }
+            for (k, byte) in digest.iter_mut().enumerate() {
+                *byte = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16)
+                    .map_err(|_| format!("{}: 64 hex digits", field("sha256")))?;
+            }
+            let since_ms = match &item["since_ms"] {
+                serde_json::Value::Null => None,
+                n => Some(
+                    n.as_u64()
+                        .ok_or_else(|| format!("{}: a u64 or null", field("since_ms")))?,
+                ),
+            };
+            list.push(Credential {
+                id,
+                name,
+                role,
+                digest,
+                since_ms,
+            });
+        }
+        let boot = v["boot"].as_str().unwrap_or("");
+        match boot {
+            // The hypervisor's boot credential of this boot stands.
+            "hypervisor" => {
+                if list.iter().any(|c| c.id == "boot") {
+                    return Err(
+                        "credentials.json: boot: \"hypervisor\" with a stored boot entry".into(),
+                    );
+                }
+                if let Some(current) = self.list.iter().find(|c| c.id == "boot") {
+                    list.insert(0, current.clone());
+                }
+            }
+            "stored" | "revoked" => {
+                if list.iter().any(|c| c.id == "boot") != (boot == "stored") {
+                    return Err(format!(
+                        "credentials.json: boot: {boot:?} does not match the list"
+                    ));
+                }
+            }
+            _ => return Err("credentials.json: boot: hypervisor, stored or revoked".into()),
+        }
+        if !list.iter().any(|c| c.role == Role::Operator) {
+            return Err("credentials.json: credentials: no operator among them".into());
+        }
+        self.list = list;
+        self.boot_rotated = boot == "stored";
+        self.next_id = self.next_id.max(next_id);
+        self.generation += 1;
+        Ok(())
     }
 
     /// Whether checks from `peer` are suspended at `now` (too many
@@ -557,6 +717,88 @@ mod tests {
         assert_eq!(o.id, "c2");
         c.revoke("boot").unwrap();
         assert_eq!(c.check(&bt), None);
+    }
+
+    #[test]
+    fn exported_credentials_come_back_hashes_only_with_rotations_and_revocations() {
+        let boot = token_digest(b"boot-secret");
+        let mut a = Credentials::new(Some(boot), Some([5; 32]));
+        let (_, viewer) = a.create(Role::Viewer, "dash", Some(7)).unwrap();
+        let (_, gone) = a.create(Role::Viewer, "", None).unwrap();
+        let (_, op) = a.create(Role::Operator, "ops", None).unwrap();
+        let (_, rotated_boot) = a.rotate("boot", None).unwrap();
+        a.revoke("c2").unwrap();
+        let g = a.generation();
+        assert_eq!(g, 5);
+        let text = a.export();
+        for secret in [&viewer, &gone, &op, &rotated_boot] {
+            assert!(!text.contains(secret.as_str()), "a token in {text}");
+        }
+        // A restarted manager: the hypervisor's boot digest, a new seed.
+        let mut b = Credentials::new(Some(boot), Some([6; 32]));
+        b.import(&text).unwrap();
+        assert_eq!(b.check(&viewer).unwrap().id, "c1");
+        assert_eq!(b.check(&op).unwrap().role, Role::Operator);
+        assert_eq!(b.check(&rotated_boot).unwrap().id, "boot");
+        assert_eq!(b.check("boot-secret"), None, "the rotation holds");
+        assert_eq!(b.check(&gone), None, "the revocation holds");
+        assert_eq!(b.list()[0].since_ms, None);
+        assert_eq!(
+            b.list().iter().find(|c| c.id == "c1").unwrap().since_ms,
+            Some(7)
+        );
+        // Ids are not reused.
+        let (next, _) = b.create(Role::Viewer, "", None).unwrap();
+        assert_eq!(next.id, "c4");
+    }
+
+    #[test]
+    fn an_unrotated_boot_token_is_the_next_boots_own() {
+        let mut a = Credentials::new(Some(token_digest(b"first-boot")), Some([5; 32]));
+        let (_, viewer) = a.create(Role::Viewer, "", None).unwrap();
+        let text = a.export();
+        assert!(text.contains("\"boot\":\"hypervisor\""), "{text}");
+        // The next boot generated another token.
+        let mut b = Credentials::new(Some(token_digest(b"second-boot")), None);
+        b.import(&text).unwrap();
+        assert!(b.check("second-boot").is_some());
+        assert!(b.check("first-boot").is_none());
+        assert!(b.check(&viewer).is_some());
+        // A revoked boot credential stays revoked.
+        let (_, op) = a.create(Role::Operator, "", None).unwrap();
+        a.revoke("boot").unwrap();
+        let mut c = Credentials::new(Some(token_digest(b"second-boot")), None);
+        c.import(&a.export()).unwrap();
+        assert!(c.check("second-boot").is_none());
+        assert!(c.check(&op).is_some());
+    }
+
+    #[test]
+    fn a_bad_credentials_file_is_refused_naming_the_field_and_changes_nothing() {
+        let mut c = Credentials::new(Some(token_digest(b"t")), None);
+        let ok = c.export();
+        for (text, field) in [
+            ("{", "credentials.json"),
+            (r#"{"version":2}"#, "version"),
+            (r#"{"version":1,"next_id":-1,"credentials":[]}"#, "next_id"),
+            (
+                r#"{"version":1,"boot":"revoked","next_id":1,"credentials":[]}"#,
+                "no operator",
+            ),
+            (
+                r#"{"version":1,"boot":"revoked","next_id":1,"credentials":[{"id":"a","name":"","role":"root","sha256":"00","since_ms":null}]}"#,
+                "credentials[0].role",
+            ),
+            (
+                r#"{"version":1,"boot":"revoked","next_id":1,"credentials":[{"id":"a","name":"","role":"operator","sha256":"00","since_ms":null}]}"#,
+                "credentials[0].sha256",
+            ),
+        ] {
+            let e = c.import(text).unwrap_err();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+        assert_eq!(c.export(), ok);
+        assert!(c.check("t").is_some());
     }
 
     #[test]
