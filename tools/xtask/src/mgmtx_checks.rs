@@ -21,7 +21,7 @@ use crate::Workspace;
 /// target/ (Debian's Python refuses system-wide pip installs).
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 /// Examples per operation and phase.
-const MAX_EXAMPLES: u32 = 10;
+const MAX_EXAMPLES: u32 = 5;
 /// A whole schemathesis run's limit (each of the three), after which it is
 /// killed and the case fails: a hang.
 const RUN_LIMIT: Duration = Duration::from_secs(300);
@@ -202,7 +202,7 @@ fn run_schemathesis(
 
 /// Tier 2 (shared boot, after the cases that need a pristine state):
 /// schemathesis against the live API's OpenAPI document, three bounded
-/// runs (examples, coverage and fuzzing phases, 10 examples, seed 1, no
+/// runs (examples, coverage and fuzzing phases, 5 examples, seed 1, no
 /// stateful phase): without a credential over every operation (all must
 /// be refused, nothing changes), then as a viewer and as an operator over
 /// the GET operations only (an operator run over mutations would stop and
