@@ -18,18 +18,30 @@
 //!   rotated (new token, same id and role) or revoked at run time; the
 //!   last operator credential cannot be revoked (nobody could make a new
 //!   one without a reboot).
-//! - **Failed attempts** are counted in a window ([`FAIL_LIMIT`] per
-//!   [`FAIL_WINDOW`]); past the limit every request that presents a
-//!   credential is answered 429 with `Retry-After` until the window ends,
-//!   right or wrong, so guessing runs at most that fast. The router does
-//!   not see the peer's address, so the count is the manager's, not a
-//!   client's.
+//! - **Kept across restarts** with a configuration store: [`Credentials::export`]
+//!   (digests only) and [`Credentials::import`] (`store.rs`,
+//!   `credentials.json`); the hypervisor's boot digest is kept only once
+//!   rotated or revoked, so the next boot's own token works.
+//! - **Failed attempts** are counted per client address (the server puts
+//!   the peer's address in [`Request::peer`](crate::Request)) in a window
+//!   ([`FAIL_LIMIT`] per [`FAIL_WINDOW`]); past the limit every request
+//!   from that address that presents a credential is answered 429 with
+//!   `Retry-After` until its window ends, right or wrong, so one guesser
+//!   runs at most that fast and the right token from another address still
+//!   works. The table keeps [`FAIL_CLIENTS`] addresses; a new one when it
+//!   is full takes the place of the one whose window ended, else of the
+//!   one that failed least recently (so a guesser cannot grow it). Over all
+//!   addresses at most [`FAIL_GLOBAL_LIMIT`] failures per window are
+//!   tolerated (a guesser with many addresses, or one that cycles the
+//!   table): past that every client is answered 429 until the window ends.
+//!   A request without a peer address (tests) counts as one client.
 //! - **Host and Origin.** A request's `Host` must be an IP literal
 //!   (v4 or bracketed v6, any port), `localhost`, or a configured name
 //!   ([`HostPolicy`]): a DNS-rebinding page reaches the manager under its
 //!   own name and is refused (421). A mutation that carries `Origin` must
 //!   come from the same host (403): another site's page cannot post.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -37,8 +49,12 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::{constant_time_eq, token_digest, Endpoint};
 
-/// Failed credential checks tolerated per window.
+/// Failed credential checks tolerated per window from one address.
 pub const FAIL_LIMIT: u32 = 10;
+/// Failed credential checks tolerated per window from all addresses.
+pub const FAIL_GLOBAL_LIMIT: u32 = 100;
+/// Client addresses whose failures are kept.
+pub const FAIL_CLIENTS: usize = 64;
 /// The window failed checks are counted in.
 pub const FAIL_WINDOW: Duration = Duration::from_secs(10);
 /// Most credentials kept (the boot one included).
@@ -142,7 +158,14 @@ pub struct Credentials {
     list: Vec<Credential>,
     rng: Option<ChaCha20Rng>,
     next_id: u32,
-    failures: FailureWindow,
+    failures: Throttle,
+    /// Bumped by every change of the list (made, rotated, revoked,
+    /// imported): what the configuration store compares to know it must
+    /// write `credentials.json` again.
+    generation: u64,
+    /// The boot credential was rotated here (so its digest is no longer
+    /// the hypervisor's and is kept with the others).
+    boot_rotated: bool,
 }
 
 impl Credentials {
@@ -163,7 +186,9 @@ impl Credentials {
                 .collect(),
             rng: seed.map(ChaCha20Rng::from_seed),
             next_id: 1,
-            failures: FailureWindow::default(),
+            failures: Throttle::default(),
+            generation: 0,
+            boot_rotated: false,
         }
     }
 
@@ -229,6 +254,7 @@ impl Credentials {
             since_ms: now_ms,
         };
         self.list.push(c.clone());
+        self.generation += 1;
         Ok((c, token))
     }
 
@@ -248,7 +274,10 @@ impl Credentials {
         let c = &mut self.list[index];
         c.digest = token_digest(token.as_bytes());
         c.since_ms = now_ms;
-        Ok((c.clone(), token))
+        let c = c.clone();
+        self.boot_rotated |= c.id == "boot";
+        self.generation += 1;
+        Ok((c, token))
     }
 
     /// Remove credential `id`; its token stops working at once.
@@ -266,18 +295,252 @@ impl Credentials {
         if self.list[index].role == Role::Operator && operators == 1 {
             return Err(MakeError::LastOperator);
         }
+        self.generation += 1;
         Ok(self.list.remove(index))
     }
 
-    /// Whether checks are suspended at `now` (too many failures): the
-    /// seconds until they resume.
-    pub fn throttled(&self, now: Instant) -> Option<u64> {
-        self.failures.throttled(now)
+    /// Changes so far (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
-    /// Count a failed check at `now`.
-    pub fn failed(&mut self, now: Instant) {
-        self.failures.fail(now);
+    /// Every credential as `credentials.json` keeps them: ids, names,
+    /// roles, SHA-256 digests (hex) and times, never a token, and the next
+    /// id (so ids are never reused across restarts).
+    pub fn export(&self) -> String {
+        let boot = match self.list.iter().find(|c| c.id == "boot") {
+            None => "revoked",
+            Some(_) if self.boot_rotated => "stored",
+            Some(_) => "hypervisor",
+        };
+        let list: Vec<serde_json::Value> = self
+            .list
+            .iter()
+            // The hypervisor's own boot digest is not kept: the next boot
+            // may have another token (one generated at boot), and that
+            // one must work.
+            .filter(|c| c.id != "boot" || boot == "stored")
+            .map(|c| {
+                serde_json::json!({
+                    "id": c.id,
+                    "name": c.name,
+                    "role": c.role.name(),
+                    "sha256": crate::json::hex(&c.digest),
+                    "since_ms": c.since_ms,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "version": 1,
+            "boot": boot,
+            "next_id": self.next_id,
+            "credentials": list,
+        })
+        .to_string()
+    }
+
+    /// Replaces every credential with an [`export`](Self::export)ed list
+    /// (the boot one included: a rotated or revoked boot token stays so).
+    /// Refused, naming the field, unless it is well formed with at least
+    /// one operator, at most [`MAX_CREDENTIALS`] and unique ids; the list
+    /// is unchanged then.
+    pub fn import(&mut self, text: &str) -> Result<(), String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("credentials.json: {e}"))?;
+        if v["version"] != 1 {
+            return Err("credentials.json: version: must be 1".into());
+        }
+        let next_id = v["next_id"]
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or("credentials.json: next_id: must be a u32")?;
+        let items = v["credentials"]
+            .as_array()
+            .ok_or("credentials.json: credentials: must be an array")?;
+        if items.len() > MAX_CREDENTIALS {
+            return Err(format!(
+                "credentials.json: credentials: {} entries; at most {MAX_CREDENTIALS}",
+                items.len()
+            ));
+        }
+        let mut list = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let field = |name: &str| format!("credentials.json: credentials[{i}].{name}");
+            let text_of = |name: &str| {
+                item[name]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{}: must be a string", field(name)))
+            };
+            let id = text_of("id")?;
+            if id.is_empty()
+                || id.len() > MAX_NAME_LEN
+                || list.iter().any(|c: &Credential| c.id == id)
+            {
+                return Err(format!("{}: empty, too long or not unique", field("id")));
+            }
+            let name = text_of("name")?;
+            if name.chars().count() > MAX_NAME_LEN {
+                return Err(format!("{}: longer than {MAX_NAME_LEN}", field("name")));
+            }
+            let role = Role::parse(&text_of("role")?)
+                .ok_or_else(|| format!("{}: viewer or operator", field("role")))?;
+            let hex = text_of("sha256")?;
+            let mut digest = [0u8; 32];
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("{}: 64 hex digits", field("sha256")));
+            }
+            for (k, byte) in digest.iter_mut().enumerate() {
+                *byte = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16)
+                    .map_err(|_| format!("{}: 64 hex digits", field("sha256")))?;
+            }
+            let since_ms = match &item["since_ms"] {
+                serde_json::Value::Null => None,
+                n => Some(
+                    n.as_u64()
+                        .ok_or_else(|| format!("{}: a u64 or null", field("since_ms")))?,
+                ),
+            };
+            list.push(Credential {
+                id,
+                name,
+                role,
+                digest,
+                since_ms,
+            });
+        }
+        let boot = v["boot"].as_str().unwrap_or("");
+        match boot {
+            // The hypervisor's boot credential of this boot stands.
+            "hypervisor" => {
+                if list.iter().any(|c| c.id == "boot") {
+                    return Err(
+                        "credentials.json: boot: \"hypervisor\" with a stored boot entry".into(),
+                    );
+                }
+                if let Some(current) = self.list.iter().find(|c| c.id == "boot") {
+                    list.insert(0, current.clone());
+                }
+            }
+            "stored" | "revoked" => {
+                if list.iter().any(|c| c.id == "boot") != (boot == "stored") {
+                    return Err(format!(
+                        "credentials.json: boot: {boot:?} does not match the list"
+                    ));
+                }
+            }
+            _ => return Err("credentials.json: boot: hypervisor, stored or revoked".into()),
+        }
+        if !list.iter().any(|c| c.role == Role::Operator) {
+            return Err("credentials.json: credentials: no operator among them".into());
+        }
+        self.list = list;
+        self.boot_rotated = boot == "stored";
+        self.next_id = self.next_id.max(next_id);
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Whether checks from `peer` are suspended at `now` (too many
+    /// failures from it, or from everyone): why, and the seconds until
+    /// they resume.
+    pub fn throttled(&self, peer: Option<IpAddr>, now: Instant) -> Option<Throttled> {
+        self.failures.throttled(peer, now)
+    }
+
+    /// Count a failed check from `peer` at `now`.
+    pub fn failed(&mut self, peer: Option<IpAddr>, now: Instant) {
+        self.failures.fail(peer, now);
+    }
+
+    /// How many client addresses the throttle holds (at most
+    /// [`FAIL_CLIENTS`]).
+    pub fn throttle_clients(&self) -> usize {
+        self.failures.clients.len()
+    }
+}
+
+/// Why checks are suspended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Throttled {
+    /// This address failed [`FAIL_LIMIT`] times in its window.
+    Client { retry_after: u64 },
+    /// All addresses together failed [`FAIL_GLOBAL_LIMIT`] times.
+    Global { retry_after: u64 },
+}
+
+impl Throttled {
+    pub fn retry_after(self) -> u64 {
+        match self {
+            Throttled::Client { retry_after } | Throttled::Global { retry_after } => retry_after,
+        }
+    }
+
+    /// The 429's sentence.
+    pub fn sentence(self, peer: Option<IpAddr>) -> String {
+        match self {
+            Throttled::Client { retry_after } => format!(
+                "more than {FAIL_LIMIT} failed credentials from {} in {} s: try again in {retry_after} s",
+                peer.map_or_else(|| "this client".to_string(), |p| p.to_string()),
+                FAIL_WINDOW.as_secs()
+            ),
+            Throttled::Global { retry_after } => format!(
+                "more than {FAIL_GLOBAL_LIMIT} failed credentials from all clients in {} s: \
+                 try again in {retry_after} s",
+                FAIL_WINDOW.as_secs()
+            ),
+        }
+    }
+}
+
+/// The failed checks per client address (a bounded table) and over all.
+#[derive(Debug, Default)]
+struct Throttle {
+    /// (address, its window, its last failure).
+    clients: Vec<(Option<IpAddr>, FailureWindow, Instant)>,
+    global: FailureWindow,
+}
+
+impl Throttle {
+    fn fail(&mut self, peer: Option<IpAddr>, now: Instant) {
+        self.global.fail(now);
+        if let Some(entry) = self.clients.iter_mut().find(|(p, _, _)| *p == peer) {
+            entry.1.fail(now);
+            entry.2 = now;
+            return;
+        }
+        if self.clients.len() >= FAIL_CLIENTS {
+            // An address whose window ended first, else the one that
+            // failed least recently.
+            let victim = self
+                .clients
+                .iter()
+                .position(|(_, w, _)| !w.current(now))
+                .or_else(|| {
+                    self.clients
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (_, _, last))| *last)
+                        .map(|(i, _)| i)
+                });
+            if let Some(i) = victim {
+                self.clients.swap_remove(i);
+            }
+        }
+        let mut window = FailureWindow::default();
+        window.fail(now);
+        self.clients.push((peer, window, now));
+    }
+
+    fn throttled(&self, peer: Option<IpAddr>, now: Instant) -> Option<Throttled> {
+        if let Some(retry_after) = self.global.throttled(now, FAIL_GLOBAL_LIMIT) {
+            return Some(Throttled::Global { retry_after });
+        }
+        self.clients
+            .iter()
+            .find(|(p, _, _)| *p == peer)
+            .and_then(|(_, w, _)| w.throttled(now, FAIL_LIMIT))
+            .map(|retry_after| Throttled::Client { retry_after })
     }
 }
 
@@ -299,10 +562,16 @@ impl FailureWindow {
         }
     }
 
-    fn throttled(&self, now: Instant) -> Option<u64> {
+    /// Whether its window is still running at `now`.
+    fn current(&self, now: Instant) -> bool {
+        self.start
+            .is_some_and(|s| now.duration_since(s) < FAIL_WINDOW)
+    }
+
+    fn throttled(&self, now: Instant, limit: u32) -> Option<u64> {
         let start = self.start?;
         let elapsed = now.duration_since(start);
-        (self.count >= FAIL_LIMIT && elapsed < FAIL_WINDOW)
+        (self.count >= limit && elapsed < FAIL_WINDOW)
             .then(|| (FAIL_WINDOW - elapsed).as_secs().max(1))
     }
 }
@@ -451,6 +720,88 @@ mod tests {
     }
 
     #[test]
+    fn exported_credentials_come_back_hashes_only_with_rotations_and_revocations() {
+        let boot = token_digest(b"boot-secret");
+        let mut a = Credentials::new(Some(boot), Some([5; 32]));
+        let (_, viewer) = a.create(Role::Viewer, "dash", Some(7)).unwrap();
+        let (_, gone) = a.create(Role::Viewer, "", None).unwrap();
+        let (_, op) = a.create(Role::Operator, "ops", None).unwrap();
+        let (_, rotated_boot) = a.rotate("boot", None).unwrap();
+        a.revoke("c2").unwrap();
+        let g = a.generation();
+        assert_eq!(g, 5);
+        let text = a.export();
+        for secret in [&viewer, &gone, &op, &rotated_boot] {
+            assert!(!text.contains(secret.as_str()), "a token in {text}");
+        }
+        // A restarted manager: the hypervisor's boot digest, a new seed.
+        let mut b = Credentials::new(Some(boot), Some([6; 32]));
+        b.import(&text).unwrap();
+        assert_eq!(b.check(&viewer).unwrap().id, "c1");
+        assert_eq!(b.check(&op).unwrap().role, Role::Operator);
+        assert_eq!(b.check(&rotated_boot).unwrap().id, "boot");
+        assert_eq!(b.check("boot-secret"), None, "the rotation holds");
+        assert_eq!(b.check(&gone), None, "the revocation holds");
+        assert_eq!(b.list()[0].since_ms, None);
+        assert_eq!(
+            b.list().iter().find(|c| c.id == "c1").unwrap().since_ms,
+            Some(7)
+        );
+        // Ids are not reused.
+        let (next, _) = b.create(Role::Viewer, "", None).unwrap();
+        assert_eq!(next.id, "c4");
+    }
+
+    #[test]
+    fn an_unrotated_boot_token_is_the_next_boots_own() {
+        let mut a = Credentials::new(Some(token_digest(b"first-boot")), Some([5; 32]));
+        let (_, viewer) = a.create(Role::Viewer, "", None).unwrap();
+        let text = a.export();
+        assert!(text.contains("\"boot\":\"hypervisor\""), "{text}");
+        // The next boot generated another token.
+        let mut b = Credentials::new(Some(token_digest(b"second-boot")), None);
+        b.import(&text).unwrap();
+        assert!(b.check("second-boot").is_some());
+        assert!(b.check("first-boot").is_none());
+        assert!(b.check(&viewer).is_some());
+        // A revoked boot credential stays revoked.
+        let (_, op) = a.create(Role::Operator, "", None).unwrap();
+        a.revoke("boot").unwrap();
+        let mut c = Credentials::new(Some(token_digest(b"second-boot")), None);
+        c.import(&a.export()).unwrap();
+        assert!(c.check("second-boot").is_none());
+        assert!(c.check(&op).is_some());
+    }
+
+    #[test]
+    fn a_bad_credentials_file_is_refused_naming_the_field_and_changes_nothing() {
+        let mut c = Credentials::new(Some(token_digest(b"t")), None);
+        let ok = c.export();
+        for (text, field) in [
+            ("{", "credentials.json"),
+            (r#"{"version":2}"#, "version"),
+            (r#"{"version":1,"next_id":-1,"credentials":[]}"#, "next_id"),
+            (
+                r#"{"version":1,"boot":"revoked","next_id":1,"credentials":[]}"#,
+                "no operator",
+            ),
+            (
+                r#"{"version":1,"boot":"revoked","next_id":1,"credentials":[{"id":"a","name":"","role":"root","sha256":"00","since_ms":null}]}"#,
+                "credentials[0].role",
+            ),
+            (
+                r#"{"version":1,"boot":"revoked","next_id":1,"credentials":[{"id":"a","name":"","role":"operator","sha256":"00","since_ms":null}]}"#,
+                "credentials[0].sha256",
+            ),
+        ] {
+            let e = c.import(text).unwrap_err();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+        assert_eq!(c.export(), ok);
+        assert!(c.check("t").is_some());
+    }
+
+    #[test]
     fn the_list_is_bounded() {
         let mut c = Credentials::new(None, Some([4; 32]));
         for _ in 0..MAX_CREDENTIALS {
@@ -462,20 +813,95 @@ mod tests {
         );
     }
 
+    fn ip(n: u32) -> Option<IpAddr> {
+        Some(IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n)))
+    }
+
+    fn client(retry_after: u64) -> Option<Throttled> {
+        Some(Throttled::Client { retry_after })
+    }
+
     #[test]
     fn failures_past_the_limit_throttle_until_the_window_ends() {
         let mut c = Credentials::new(None, None);
         let t0 = Instant::now();
         for _ in 0..FAIL_LIMIT - 1 {
-            c.failed(t0);
+            c.failed(None, t0);
         }
-        assert_eq!(c.throttled(t0), None);
-        c.failed(t0);
-        assert_eq!(c.throttled(t0), Some(10));
-        assert_eq!(c.throttled(t0 + Duration::from_millis(9_500)), Some(1));
-        assert_eq!(c.throttled(t0 + FAIL_WINDOW), None);
-        c.failed(t0 + FAIL_WINDOW);
-        assert_eq!(c.throttled(t0 + FAIL_WINDOW), None);
+        assert_eq!(c.throttled(None, t0), None);
+        c.failed(None, t0);
+        assert_eq!(c.throttled(None, t0), client(10));
+        assert_eq!(
+            c.throttled(None, t0 + Duration::from_millis(9_500)),
+            client(1)
+        );
+        assert_eq!(c.throttled(None, t0 + FAIL_WINDOW), None);
+        c.failed(None, t0 + FAIL_WINDOW);
+        assert_eq!(c.throttled(None, t0 + FAIL_WINDOW), None);
+    }
+
+    #[test]
+    fn a_guesser_is_throttled_alone() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        for _ in 0..FAIL_LIMIT * 3 {
+            c.failed(ip(1), t0);
+        }
+        assert_eq!(c.throttled(ip(1), t0), client(10));
+        assert_eq!(c.throttled(ip(2), t0), None);
+        assert_eq!(c.throttled(None, t0), None);
+        assert!(c
+            .throttled(ip(1), t0)
+            .unwrap()
+            .sentence(ip(1))
+            .contains("from 10.0.0.1"));
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_keeps_the_guessers_it_holds() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        for _ in 0..FAIL_LIMIT {
+            c.failed(ip(0), t0);
+        }
+        // 63 more addresses fill the table, each failing once, later.
+        for n in 1..FAIL_CLIENTS as u32 {
+            c.failed(ip(n), t0 + Duration::from_millis(u64::from(n)));
+        }
+        assert_eq!(c.throttle_clients(), FAIL_CLIENTS);
+        // A new address takes the place of the one that failed least
+        // recently: the guesser's (its window is still running).
+        let t1 = t0 + Duration::from_secs(1);
+        c.failed(ip(1000), t1);
+        assert_eq!(c.throttle_clients(), FAIL_CLIENTS);
+        assert_eq!(c.throttled(ip(0), t1), None, "evicted: forgotten");
+        // Entries whose window ended go first.
+        let t2 = t0 + FAIL_WINDOW + Duration::from_millis(10);
+        for _ in 0..FAIL_LIMIT {
+            c.failed(ip(2000), t2);
+        }
+        assert_eq!(c.throttle_clients(), FAIL_CLIENTS);
+        assert_eq!(c.throttled(ip(2000), t2), client(10));
+        c.failed(ip(3000), t2);
+        assert_eq!(c.throttled(ip(2000), t2), client(10), "kept");
+    }
+
+    #[test]
+    fn many_addresses_together_reach_the_global_ceiling() {
+        let mut c = Credentials::new(None, None);
+        let t0 = Instant::now();
+        // Each address stays under its own limit.
+        for n in 0..FAIL_GLOBAL_LIMIT {
+            c.failed(ip(n % 20), t0);
+        }
+        assert_eq!(
+            c.throttled(ip(500), t0),
+            Some(Throttled::Global { retry_after: 10 })
+        );
+        assert!(Throttled::Global { retry_after: 3 }
+            .sentence(None)
+            .contains("from all clients"));
+        assert_eq!(c.throttled(ip(500), t0 + FAIL_WINDOW), None);
     }
 
     #[test]

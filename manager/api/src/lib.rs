@@ -87,6 +87,9 @@ pub struct Request {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The client's address, as the server accepted the connection (None:
+    /// not known). The failed-token throttle counts per address.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// An HTTP response to send.
@@ -975,7 +978,8 @@ impl<B: Backend> Router<B> {
             return;
         };
         let (path, _) = split_target(&req.path);
-        let mut message = format!("{} {path}: {why}", req.method);
+        let from = req.peer.map(|p| format!(" from {p}")).unwrap_or_default();
+        let mut message = format!("{} {path}{from}: {why}", req.method);
         if suppressed > 0 {
             message.push_str(&format!(" ({suppressed} more refused before, not listed)"));
         }
@@ -1019,17 +1023,9 @@ impl<B: Backend> Router<B> {
             return Ok(None);
         };
         let now = Instant::now();
-        if let Some(secs) = self.credentials.throttled(now) {
-            let mut e = ApiError::new(
-                429,
-                "too_many_requests",
-                format!(
-                    "more than {} failed credentials in {} s: try again in {secs} s",
-                    auth::FAIL_LIMIT,
-                    auth::FAIL_WINDOW.as_secs()
-                ),
-            );
-            e.retry_after = Some(secs);
+        if let Some(why) = self.credentials.throttled(req.peer, now) {
+            let mut e = ApiError::new(429, "too_many_requests", why.sentence(req.peer));
+            e.retry_after = Some(why.retry_after());
             self.login_refused(req, &e.detail);
             return Err(e);
         }
@@ -1041,7 +1037,7 @@ impl<B: Backend> Router<B> {
             }
         };
         let Some(actor) = self.credentials.check(token) else {
-            self.credentials.failed(now);
+            self.credentials.failed(req.peer, now);
             let e = ApiError::unauthorized("wrong token");
             self.login_refused(req, &e.detail);
             return Err(e);

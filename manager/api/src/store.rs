@@ -2,8 +2,12 @@
 //!
 //! Hermit 0.11 has no block driver, so the manager keeps the host's
 //! configuration where the boot bundle comes from. Layout under the URL:
-//! `config.toml` (the export, `GET /api/v1/config`) and `images/<sha256>`
-//! (every image a partition names that the boot bundle does not carry).
+//! `config.toml` (the export, `GET /api/v1/config`), `images/<sha256>`
+//! (every image a partition names that the boot bundle does not carry) and
+//! `credentials.json` (the credentials' digests, never a token:
+//! [`sync_credentials`] writes it when they changed, with `If-Match`;
+//! [`restore_credentials`] reads it back at start, after the
+//! configuration).
 //!
 //! [`sync_once`] (the app's follower thread, about once a second) exports
 //! the configuration; when it differs from the one last written it first
@@ -76,6 +80,12 @@ pub struct StoreStatus {
     /// Images known to be in the store (SHA-256 hex).
     #[serde(skip)]
     pub stored_images: BTreeSet<String>,
+    /// The ETag of `credentials.json` in the store as last read or written.
+    #[serde(skip)]
+    pub credentials_etag: Option<String>,
+    /// The credentials' generation last written or read.
+    #[serde(skip)]
+    pub credentials_synced: Option<u64>,
 }
 
 /// A GET's answer.
@@ -254,8 +264,131 @@ fn join(base: &str, rest: &str) -> String {
     format!("{}{rest}", base)
 }
 
-/// Writes the configuration to the store if it changed since last time.
+/// Writes `credentials.json` (the credentials' digests, never a token:
+/// `auth::Credentials::export`) if they changed since last time, with
+/// `If-Match` like `config.toml`; a 412 stops all writes the same way.
+pub fn sync_credentials<B: Backend, H: StoreHttp>(
+    router: &Mutex<Router<B>>,
+    http: &mut H,
+) -> Synced {
+    let (target, text, generation, condition) = {
+        let r = router.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(url) = r.store.url.clone() else {
+            return Synced::Nothing;
+        };
+        let generation = r.credentials.generation();
+        // Nothing made, rotated or revoked yet: nothing to keep (the
+        // hypervisor's boot credential is its own).
+        let untouched = generation == 0 && r.store.credentials_synced.is_none();
+        if untouched || r.store.conflict || r.store.credentials_synced == Some(generation) {
+            return Synced::Nothing;
+        }
+        let condition = match &r.store.credentials_etag {
+            Some(etag) => ("If-Match", etag.clone()),
+            None => ("If-None-Match", "*".to_string()),
+        };
+        (
+            join(&url, "credentials.json"),
+            r.credentials.export(),
+            generation,
+            condition,
+        )
+    };
+    let result = http.put(
+        &target,
+        &[(condition.0, condition.1.clone())],
+        text.len() as u64,
+        &mut text.as_bytes(),
+    );
+    let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
+    match result {
+        Ok((200..=299, etag)) => {
+            r.store.credentials_etag = etag;
+            r.store.credentials_synced = Some(generation);
+            r.store.last_result = Some(format!("credentials.json written ({} bytes)", text.len()));
+            Synced::Written { images: 0 }
+        }
+        Ok((412, _)) => {
+            let why = format!(
+                "{target}: another writer changed it ({} {} did not hold); not overwritten, no \
+                 more writes until the manager restarts",
+                condition.0, condition.1
+            );
+            r.store.conflict = true;
+            r.store.last_result = Some(why.clone());
+            r.record("config", None, &format!("configuration store: {why}"));
+            Synced::Conflict
+        }
+        Ok((status, _)) => {
+            let why = format!("PUT {target} answered {status}");
+            r.store.last_result = Some(why.clone());
+            Synced::Failed(why)
+        }
+        Err(e) => {
+            let why = format!("PUT {target}: {e}");
+            r.store.last_result = Some(why.clone());
+            Synced::Failed(why)
+        }
+    }
+}
+
+/// At manager start, after the configuration: the credentials kept in
+/// `credentials.json`, if any, replace the boot ones (so a token made,
+/// rotated or revoked through the API survives a manager restart and a
+/// host reboot). A sentence saying what happened.
+pub fn restore_credentials<B: Backend, H: StoreHttp>(
+    router: &Mutex<Router<B>>,
+    http: &mut H,
+) -> String {
+    let Some(url) = router
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .store
+        .url
+        .clone()
+    else {
+        return "no configuration store".into();
+    };
+    let target = join(&url, "credentials.json");
+    let got = match http.get(&target) {
+        Ok(got) => got,
+        Err(e) => return format!("GET {target}: {e}; the boot credential stands"),
+    };
+    if got.status == 404 {
+        return format!("{target}: nothing stored yet; the boot credential stands");
+    }
+    if got.status != 200 {
+        return format!(
+            "GET {target} answered {}; the boot credential stands",
+            got.status
+        );
+    }
+    let mut text = String::new();
+    if let Err(e) = got.body.take(64 * 1024).read_to_string(&mut text) {
+        return format!("GET {target}: {e}; the boot credential stands");
+    }
+    let mut r = router.lock().unwrap_or_else(|p| p.into_inner());
+    r.store.credentials_etag = got.etag;
+    let sentence = match r.credentials.import(&text) {
+        Ok(()) => format!(
+            "{} credential(s) restored from {target}",
+            r.credentials.list().len()
+        ),
+        Err(e) => format!("{e}; not restored, the boot credential stands"),
+    };
+    let generation = r.credentials.generation();
+    r.store.credentials_synced = Some(generation);
+    r.record("config", None, &format!("configuration store: {sentence}"));
+    sentence
+}
+
+/// Writes the configuration to the store if it changed since last time
+/// (the credentials first: [`sync_credentials`]).
 pub fn sync_once<B: Backend, H: StoreHttp>(router: &Mutex<Router<B>>, http: &mut H) -> Synced {
+    match sync_credentials(router, http) {
+        Synced::Nothing | Synced::Written { .. } => {}
+        other => return other,
+    }
     // Under the lock: what to write.
     let (url, text, tag, images, condition) = {
         let mut r = router.lock().unwrap_or_else(|p| p.into_inner());

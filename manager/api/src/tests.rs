@@ -730,6 +730,7 @@ fn post(path: &str, body: &str) -> Request {
         path: path.into(),
         headers: vec![("Authorization".into(), format!("Bearer {TOKEN}"))],
         body: body.as_bytes().to_vec(),
+        peer: None,
     }
 }
 
@@ -1186,6 +1187,7 @@ fn every_route_in_the_table_reaches_its_endpoint() {
             path,
             headers: vec![],
             body: body.as_bytes().to_vec(),
+            peer: None,
         };
 
         assert!(parse(&req).is_ok(), "{} {}", route.method, route.pattern);
@@ -1496,6 +1498,58 @@ fn a_credential_request_names_the_bad_field() {
         assert_eq!(resp.status, 400, "{body}");
         assert_eq!(body_json(&resp)["field"], field, "{body}");
     }
+}
+
+fn from(mut req: Request, peer: &str) -> Request {
+    req.peer = Some(peer.parse().expect("an address"));
+    req
+}
+
+#[test]
+fn a_guesser_is_throttled_by_its_address_and_the_right_token_elsewhere_works() {
+    let mut r = router();
+    for _ in 0..crate::auth::FAIL_LIMIT + 5 {
+        let resp = r.handle(&from(
+            with_token(get("/api/v1/partitions"), "guess"),
+            "10.0.2.2",
+        ));
+        assert!(matches!(resp.status, 401 | 429), "{}", resp.status);
+    }
+    // The guesser, even with the right token, waits out its window.
+    let resp = r.handle(&from(get("/api/v1/partitions"), "10.0.2.2"));
+    assert_eq!(resp.status, 429);
+    assert!(body_json(&resp)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("from 10.0.2.2"));
+    // Another address is not held back.
+    assert_eq!(
+        r.handle(&from(get("/api/v1/partitions"), "192.168.1.7"))
+            .status,
+        200
+    );
+    assert_eq!(
+        r.handle(&from(get("/api/v1/partitions"), "::1")).status,
+        200
+    );
+    // The refusals name the address in their events.
+    let events = body_json(&r.handle(&get("/api/v1/events")));
+    assert!(events.to_string().contains("from 10.0.2.2"), "{events}");
+}
+
+#[test]
+fn guessers_from_many_addresses_meet_the_global_ceiling() {
+    let mut r = router();
+    for n in 0..crate::auth::FAIL_GLOBAL_LIMIT {
+        let peer = format!("10.1.0.{}", n % 50);
+        r.handle(&from(with_token(get("/api/v1/partitions"), "guess"), &peer));
+    }
+    let resp = r.handle(&from(get("/api/v1/partitions"), "192.168.1.7"));
+    assert_eq!(resp.status, 429);
+    assert!(body_json(&resp)["detail"]
+        .as_str()
+        .unwrap()
+        .contains("from all clients"));
 }
 
 #[test]

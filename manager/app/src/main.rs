@@ -389,10 +389,13 @@ fn follow_loop(router: &SharedRouter) -> ! {
 }
 
 /// The configuration store (the management partition's `config_store`):
-/// the stored configuration applied once, then every change written about
-/// once a second (`pinfold_manager_api::store`).
+/// the stored configuration applied once and the stored credentials
+/// restored, then every change of either written about once a second
+/// (`pinfold_manager_api::store`).
 fn store_loop(router: &SharedRouter) -> ! {
     let sentence = store::restore(router, &mut store::TcpStore);
+    println!("pinfold-manager: {sentence}");
+    let sentence = store::restore_credentials(router, &mut store::TcpStore);
     println!("pinfold-manager: {sentence}");
     let mut last = None;
     loop {

@@ -44,7 +44,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::TcpListener;
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -86,6 +86,8 @@ const TIMEOUTS: http::Timeouts = http::Timeouts::DEFAULT;
 struct Job {
     id: u64,
     stream: Link,
+    /// The client's address (the failed-token throttle counts per address).
+    peer: Option<IpAddr>,
     head: Head,
     body: Body,
 }
@@ -108,6 +110,8 @@ struct Entry {
     /// `None` while a worker has it.
     stream: Option<Link>,
     conn: Conn,
+    /// The address `accept` gave.
+    peer: Option<IpAddr>,
 }
 
 /// The requests whose body the router reads from the socket itself: an
@@ -360,7 +364,7 @@ fn event_loop(
         // New connections.
         loop {
             match listener.accept() {
-                Ok((stream, _)) => {
+                Ok((stream, addr)) => {
                     let _ = stream.set_nonblocking(true);
                     let _ = stream.set_nodelay(true);
                     let verdict = http::admit(
@@ -416,6 +420,7 @@ fn event_loop(
                         Entry {
                             stream: Some(stream),
                             conn: Conn::new(now),
+                            peer: Some(addr.ip()),
                         },
                     );
                     ready.push(next_id);
@@ -490,6 +495,7 @@ fn event_loop(
                         let job = Job {
                             id,
                             stream,
+                            peer: entry.peer,
                             head,
                             body,
                         };
@@ -623,6 +629,7 @@ fn handle(job: Job, router: &SharedRouter, gate: &StreamGate, dates: &DateCache)
         mut stream,
         head,
         body,
+        peer,
         ..
     } = job;
     let api = Request {
@@ -630,6 +637,7 @@ fn handle(job: Job, router: &SharedRouter, gate: &StreamGate, dates: &DateCache)
         path: head.target.clone(),
         headers: head.headers.clone(),
         body: Vec::new(),
+        peer,
     };
     let date = router.lock().ok().and_then(|mut r| r.date_header());
     if let Ok(mut d) = dates.lock() {

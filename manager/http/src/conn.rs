@@ -97,6 +97,11 @@ impl Conn {
         self.phase == Phase::Working
     }
 
+    /// Bytes received and not yet handed out (what the connection holds).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// When its current phase began (for the oldest-idle choice).
     pub fn since(&self) -> Instant {
         self.since

@@ -129,7 +129,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Parsed, HttpError> {
 }
 
 /// Parses the request head at the start of `buf` (empty lines before it
-/// are skipped, as RFC 9112 2.2 allows).
+/// are skipped, as RFC 9112 2.2 allows, and count toward
+/// [`Limits::max_head`]).
 pub fn parse_request_with(buf: &[u8], limits: &Limits) -> Result<Parsed, HttpError> {
     let mut start = 0;
     while buf[start..].starts_with(b"\r\n") {
@@ -139,7 +140,9 @@ pub fn parse_request_with(buf: &[u8], limits: &Limits) -> Result<Parsed, HttpErr
     let mut line_start = start;
     let mut i = start;
     let end = loop {
-        if i - start >= limits.max_head {
+        // Empty lines before the request line count too: a client
+        // sending nothing but CRLFs is held to the same bound.
+        if i >= limits.max_head {
             return Err(HttpError::new(
                 431,
                 format!("request head exceeds {} bytes", limits.max_head),
@@ -161,6 +164,12 @@ pub fn parse_request_with(buf: &[u8], limits: &Limits) -> Result<Parsed, HttpErr
                     i += 2;
                     line_start = i;
                     if line.is_empty() {
+                        if i > limits.max_head {
+                            return Err(HttpError::new(
+                                431,
+                                format!("request head exceeds {} bytes", limits.max_head),
+                            ));
+                        }
                         break i;
                     }
                     if lines.is_empty() {

@@ -46,6 +46,45 @@ fn leading_empty_lines_are_skipped() {
     assert_eq!(n, 4 + 27);
 }
 
+/// Found by the `http_request` fuzz target: a client sending only CRLFs
+/// was `Incomplete` forever, its buffer growing without bound until the
+/// read timeout.
+#[test]
+fn leading_empty_lines_count_toward_the_head_limit() {
+    let limits = Limits {
+        max_head: 64,
+        max_headers: 3,
+    };
+    let flood = "\r\n".repeat(40);
+    assert_eq!(
+        parse_request_with(flood.as_bytes(), &limits)
+            .unwrap_err()
+            .status,
+        431
+    );
+    let late = format!("{}GET / HTTP/1.1\r\nHost: a\r\n\r\n", "\r\n".repeat(25));
+    assert_eq!(
+        parse_request_with(late.as_bytes(), &limits)
+            .unwrap_err()
+            .status,
+        431
+    );
+    // A head of exactly the limit parses; one byte more is refused.
+    let exact = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(64 - 27));
+    assert_eq!(exact.len(), 64);
+    assert!(matches!(
+        parse_request_with(exact.as_bytes(), &limits),
+        Ok(Parsed::Complete(_, 64))
+    ));
+    let over = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(64 - 26));
+    assert_eq!(
+        parse_request_with(over.as_bytes(), &limits)
+            .unwrap_err()
+            .status,
+        431
+    );
+}
+
 #[test]
 fn bare_lf_is_400_at_once() {
     let e = err(b"GET / HTTP/1.1\nHost: a\n\n");

@@ -9,10 +9,6 @@
 //! the committed corpus with `-merge=1`, minimised). A crash fails the run
 //! and leaves its input in `fuzz/artifacts/TARGET/`; every crash found is
 //! fixed with a host test reproducing it (docs/SECURITY.md, Fuzzing).
-//!
-//! The HTTP request parser and REST router get their target once their
-//! host crate exists: add a `[[bin]]` to fuzz/Cargo.toml and its name to
-//! [`TARGETS`] (docs/SECURITY.md says how).
 
 use std::path::Path;
 use std::process::Command;
@@ -23,7 +19,7 @@ use crate::error::XtaskError;
 use crate::Workspace;
 
 /// The targets, in the order they run.
-pub const TARGETS: [&str; 11] = [
+pub const TARGETS: [&str; 13] = [
     "trap_decode",
     "vgic_dist",
     "vgic_redist",
@@ -35,6 +31,8 @@ pub const TARGETS: [&str; 11] = [
     "plan_blob",
     "bundle_open",
     "vits",
+    "http_request",
+    "rest_router",
 ];
 
 /// Seconds each target fuzzes in `cargo xtask test`.

@@ -17,6 +17,7 @@ mod hostile_plans;
 mod http;
 mod image;
 mod load_checks;
+mod mgmtx_checks;
 mod provision;
 mod pxe;
 mod qemu;

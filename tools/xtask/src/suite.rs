@@ -52,10 +52,13 @@ const OPT_IN: [&str; 1] = ["load"];
 /// beta's UP line off the browser's screen; it waits for beta's shell after
 /// web-ui's restart), `runtime` deletes alpha and creates it again at its
 /// end, `web-ui-live` does the same through the UI (after the others, so a
-/// failure half-way cannot take alpha from them), `load` restarts beta
+/// failure half-way cannot take alpha from them), `throttle` holds every
+/// host client back for its 10 s window (it waits it out), `schemathesis`
+/// reads everything and changes nothing (a viewer it makes and revokes),
+/// `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 32] = [
+const CASES: [Case; 34] = [
     Case {
         name: "host",
         tier: 1,
@@ -159,6 +162,22 @@ const CASES: [Case; 32] = [
         run: |ctx| {
             let ws = ctx.ws;
             api_checks::web_ui_live(ws, ctx.stack()?)
+        },
+    },
+    Case {
+        name: "throttle",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| crate::mgmtx_checks::throttle(ctx.stack()?),
+    },
+    Case {
+        name: "schemathesis",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            let log = ctx.log_path();
+            crate::mgmtx_checks::schemathesis(ws, ctx.stack()?, &log)
         },
     },
     Case {

@@ -97,6 +97,7 @@ pub(super) fn put(body: &str, query: &str, if_match: Option<&str>) -> Request {
         path: format!("/api/v1/config{query}"),
         headers,
         body: body.as_bytes().to_vec(),
+        peer: None,
     }
 }
 

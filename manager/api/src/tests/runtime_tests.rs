@@ -10,6 +10,7 @@ fn with_auth(method: &str, path: &str, body: &[u8]) -> Request {
         path: path.into(),
         headers: vec![("Authorization".into(), format!("Bearer {TOKEN}"))],
         body: body.to_vec(),
+        peer: None,
     }
 }
 
@@ -811,6 +812,7 @@ fn serve_refuses_an_upload_without_a_token_before_reading_the_body() {
         path: "/api/v1/images?kind=kernel".into(),
         headers: vec![("Content-Length".into(), "10".into())],
         body: Vec::new(),
+        peer: None,
     };
     let mut body: &[u8] = b"0123456789";
 

@@ -317,3 +317,89 @@ fn changes_of(b: &FakeBackend) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+#[test]
+fn credentials_are_written_hashes_only_and_restored_after_a_restart() {
+    let a = shared(config_router());
+    a.lock().unwrap().seed_credentials([9; 32]);
+    let mut fake = FakeStore::default();
+    let (viewer, revoked) = {
+        let mut r = a.lock().unwrap();
+        let (_, v) = r
+            .credentials
+            .create(auth::Role::Viewer, "dash", None)
+            .unwrap();
+        let (_, g) = r.credentials.create(auth::Role::Viewer, "", None).unwrap();
+        r.credentials.revoke("c2").unwrap();
+        (v, g)
+    };
+    store::sync_once(&a, &mut fake);
+    let cred_url = format!("{URL}credentials.json");
+    let stored = String::from_utf8(fake.files[&cred_url].clone()).unwrap();
+    assert!(
+        !stored.contains(&viewer) && !stored.contains(&revoked),
+        "{stored}"
+    );
+    assert!(fake
+        .log
+        .iter()
+        .any(|l| l == &format!("PUT {cred_url} If-None-Match=*")));
+    // Unchanged: not written again; changed: written with If-Match.
+    let puts = |f: &FakeStore| {
+        f.log
+            .iter()
+            .filter(|l| l.starts_with(&format!("PUT {cred_url}")))
+            .count()
+    };
+    store::sync_once(&a, &mut fake);
+    assert_eq!(puts(&fake), 1);
+    a.lock().unwrap().credentials.rotate("c1", None).unwrap();
+    store::sync_once(&a, &mut fake);
+    assert_eq!(puts(&fake), 2);
+    assert!(fake
+        .log
+        .iter()
+        .any(|l| l.starts_with(&format!("PUT {cred_url} If-Match=\""))));
+    // A rotation since: the viewer's first token is gone, in the store too.
+    let rotated = {
+        let mut r = a.lock().unwrap();
+        let (_, t) = r.credentials.rotate("c1", None).unwrap();
+        t
+    };
+    store::sync_once(&a, &mut fake);
+
+    // The manager restarts: a new router, the boot digest only.
+    let b = shared(config_router());
+    assert!(b.lock().unwrap().credentials.check(&rotated).is_none());
+    let sentence = store::restore_credentials(&b, &mut fake);
+    assert!(sentence.contains("2 credential(s) restored"), "{sentence}");
+    let r = b.lock().unwrap();
+    assert_eq!(r.credentials.check(&rotated).unwrap().id, "c1");
+    assert!(r.credentials.check(&viewer).is_none());
+    assert!(r.credentials.check(&revoked).is_none());
+    assert!(r.credentials.check(TOKEN).is_some());
+    drop(r);
+    // Restored, so nothing to write back.
+    let before = puts(&fake);
+    store::sync_once(&b, &mut fake);
+    assert_eq!(puts(&fake), before);
+}
+
+#[test]
+fn a_broken_credentials_file_leaves_the_boot_credential() {
+    let b = shared(config_router());
+    let mut fake = FakeStore::default();
+    fake.files.insert(
+        format!("{URL}credentials.json"),
+        b"{\"version\":1}".to_vec(),
+    );
+    let sentence = store::restore_credentials(&b, &mut fake);
+    assert!(
+        sentence.contains("next_id") && sentence.contains("boot credential stands"),
+        "{sentence}"
+    );
+    assert!(b.lock().unwrap().credentials.check(TOKEN).is_some());
+    let empty = shared(config_router());
+    let sentence = store::restore_credentials(&empty, &mut FakeStore::default());
+    assert!(sentence.contains("nothing stored yet"), "{sentence}");
+}
