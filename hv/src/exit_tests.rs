@@ -341,6 +341,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         devices: Vec::new(),
         management,
         pci_host_bridge: false,
+        pci: Vec::new(),
         token_sha256: Some(pinfold_config::bundle::token_digest(b"secret")),
         autostart: true,
         pmu: true,

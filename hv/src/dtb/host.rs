@@ -1726,6 +1726,7 @@ mod tests {
             }],
             management: false,
             pci_host_bridge: false,
+            pci: Vec::new(),
             token_sha256: None,
             autostart: true,
             pmu: true,
