@@ -433,6 +433,7 @@ fn system_on(
                 ..Default::default()
             },
             version: "test",
+            pci_functions: Vec::new(),
         },
         &mut |_| {},
     );
@@ -521,6 +522,7 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
                 ..Default::default()
             },
             version: "test",
+            pci_functions: Vec::new(),
         },
         &mut |args| log.push(std::format!("{args}")),
     );

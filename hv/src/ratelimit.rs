@@ -39,10 +39,12 @@ pub enum FaultKind {
     Other = 8,
     /// A PSCI CPU_ON whose entry point is not in the partition's RAM.
     BadEntry = 9,
+    /// A PCI configuration write the virtual ECAM refused (`vpci`).
+    PciConfig = 10,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 }
 
 #[derive(Default)]

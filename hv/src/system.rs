@@ -111,6 +111,8 @@ pub struct System {
     /// stored configuration (`lifecycle`, CONFIG_APPLIED).
     pub(crate) held: AtomicBool,
     pub version: &'static str,
+    /// The functions behind the host bridge, found at boot (`vpci`).
+    pub pci_functions: Vec<crate::vpci::HostFunction>,
 }
 
 /// What the platform hands to [`System::new`].
@@ -130,6 +132,9 @@ pub struct BootInputs<'a, T: TableMemory> {
     /// What the platform read from the entropy sources at boot.
     pub entropy: EntropyInputs<'a>,
     pub version: &'static str,
+    /// The functions behind the host bridge (`vpci::boot_scan`), when a
+    /// partition of the plan assigns any; empty otherwise.
+    pub pci_functions: Vec<crate::vpci::HostFunction>,
 }
 
 impl System {
@@ -151,6 +156,7 @@ impl System {
             wall_clock,
             entropy,
             version,
+            pci_functions,
         } = inputs;
         let cpu_count = host.cpus.len().min(MAX_CPUS);
         if host.cpus.len() > MAX_CPUS {
@@ -169,7 +175,8 @@ impl System {
                 ));
                 continue;
             }
-            match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks) {
+            let held = crate::partition::pci_held(&pci_functions, partitions.iter());
+            match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
                     partitions.push(p);
@@ -222,6 +229,7 @@ impl System {
             mgmt_line: AtomicBool::new(false),
             held: AtomicBool::new(false),
             version,
+            pci_functions,
         };
         let mixed = sys.entropy.lock(LockPath::Management).seed64(boot_counter);
         sys.add_entropy(&mixed.to_le_bytes());
@@ -414,7 +422,17 @@ impl System {
         hw: &mut impl Hw,
         me: usize,
     ) -> Result<(), LoadError> {
-        if p.pcie.is_some() {
+        if p.vpci.is_some() {
+            // Its functions are reset (whatever its previous run left
+            // running stops before its RAM is written), their BARs put
+            // where they were placed, and its filter starts afresh.
+            self.reset_pci(p, hw, "start");
+            if let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) {
+                crate::vpci::program(&mut crate::pci::Ecam::new(hw, bridge), &v.assignment);
+                *v.ecam.lock(LockPath::Management) = v.fresh.clone();
+            }
+        }
+        if p.plan.pci_host_bridge {
             // Whatever firmware or the partition's previous run left
             // running behind its host bridge is stopped and reset first:
             // its drivers start from reset state, and no DMA runs into the
@@ -482,6 +500,30 @@ impl System {
         Ok(())
     }
 
+    /// Quiesce and reset `p`'s assigned PCI functions (`vpci`; before its
+    /// RAM is reused or scrubbed, and before it starts again), one log line
+    /// each; what was found is what PCI_FUNCTIONS reports.
+    pub fn reset_pci(&self, p: &Partition, hw: &mut impl Hw, why: &str) {
+        let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) else {
+            return;
+        };
+        let done = crate::vpci::reset_functions(&mut crate::pci::Ecam::new(hw, bridge), &v.bdfs());
+        for q in &done {
+            hw.log(format_args!("partition {} ({why}): {q}", p.name));
+        }
+        *p.pci_found.lock(LockPath::Management) = done
+            .iter()
+            .map(|q| pinfold_abi::PciFunction {
+                bus: q.bdf.bus,
+                device: q.bdf.dev,
+                function: q.bdf.func,
+                vendor_id: q.vendor,
+                device_id: q.device,
+                class: q.class,
+            })
+            .collect();
+    }
+
     /// Stop every vCPU of `p` (the caller puts its own, if it is one).
     pub fn stop_partition(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
         self.stop_partition_for(p, hw, me, "stopped");
@@ -498,6 +540,8 @@ impl System {
                 self.request(hw, me, s.pcpu, REQ_STOP);
             }
         }
+        // No DMA of its functions outlives it.
+        self.reset_pci(p, hw, "stop");
         p.set_state(State::Stopped, now);
     }
 

@@ -40,8 +40,9 @@
 //!   functions before its RAM is scrubbed or it starts again.
 
 use crate::dtb::{PciIntxMap, PciRange, PciSpace, PcieInfo};
+use crate::exit::Hw;
 use crate::pci::{
-    capabilities, present, quiesce_function, Bdf, ConfigSpace, Quiesced, CAP_EXP, CAP_MSI,
+    capabilities, present, quiesce_function, Bdf, ConfigSpace, Ecam, Quiesced, CAP_EXP, CAP_MSI,
     CAP_MSIX, CLASS_BRIDGE, CLASS_REV, COMMAND, HEADER_MULTI_FUNCTION, HEADER_TYPE, MSIX_ENABLE,
     MSI_ENABLE, VENDOR_ID,
 };
@@ -80,6 +81,8 @@ pub struct HostFunction {
     /// INTx pin, 1..=4 (INTA..INTD), 0 for none.
     pub pin: u8,
     pub bars: Vec<HostBar>,
+    /// Capabilities (ID, offset, length) the filter knows of.
+    pub caps: Vec<(u32, u16, u16)>,
 }
 
 const BAR0: u16 = 0x10;
@@ -133,6 +136,7 @@ fn describe(cfg: &mut impl ConfigSpace, bdf: Bdf) -> HostFunction {
         bridge,
         pin: (cfg.read(bdf, INTERRUPT_PIN, 1) as u8).min(4),
         bars: Vec::new(),
+        caps: capability_spans(cfg, bdf),
     };
     if bridge {
         return f;
@@ -215,14 +219,14 @@ impl Assignment {
 }
 
 /// Why `pci[index]` cannot be assigned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssignError {
     pub index: usize,
     pub bdf: Bdf,
     pub problem: AssignProblem,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AssignProblem {
     /// No such function behind the host bridge.
     Missing,
@@ -255,6 +259,31 @@ impl fmt::Display for AssignError {
             ),
             AssignProblem::NoHostBridge => f.write_str("the host has no PCIe host bridge"),
         }
+    }
+}
+
+/// What a partition's setup needs to place its functions: the host's
+/// functions, and what the partitions already there hold.
+#[derive(Debug, Clone, Default)]
+pub struct PciHost<'a> {
+    pub functions: &'a [HostFunction],
+    /// CPU ranges of other partitions' windows.
+    pub taken: Vec<(u64, u64)>,
+    /// SPIs other partitions own.
+    pub spis: Vec<u32>,
+}
+
+/// A partition's assigned functions: where they are and its filter.
+pub struct PartitionPci {
+    pub assignment: Assignment,
+    pub ecam: crate::lockstat::CountedLock<VirtualEcam>,
+    /// The filter as it starts (BAR shadows at the placed addresses).
+    pub fresh: VirtualEcam,
+}
+
+impl PartitionPci {
+    pub fn bdfs(&self) -> Vec<Bdf> {
+        self.assignment.functions.iter().map(|f| f.bdf).collect()
     }
 }
 
@@ -429,6 +458,16 @@ pub fn guest_bridge(host: &PcieInfo, a: &Assignment) -> PcieInfo {
     }
 }
 
+/// At boot: every function behind `bridge` quiesced (`pci::quiesce_all`,
+/// so firmware's DMA stops and sizing moves nothing that decodes), then
+/// enumerated with its BARs sized.
+pub fn boot_scan(hw: &mut impl Hw, bridge: &PcieInfo) -> Vec<HostFunction> {
+    let mut ecam = Ecam::new(hw, bridge);
+    let buses = ecam.buses();
+    let _ = crate::pci::quiesce_all(&mut ecam, buses);
+    enumerate(&mut ecam, buses)
+}
+
 /// Quiesces and resets `functions` (before reuse: stop, restart, delete,
 /// reassignment), in order.
 pub fn reset_functions(cfg: &mut impl ConfigSpace, functions: &[Bdf]) -> Vec<Quiesced> {
@@ -534,8 +573,8 @@ enum Byte {
 }
 
 impl VirtualEcam {
-    /// The filter for `a`'s functions, capabilities read from `cfg`.
-    pub fn new(cfg: &mut impl ConfigSpace, bridge: &PcieInfo, a: &Assignment) -> VirtualEcam {
+    /// The filter for `a`'s functions (capabilities as `host` found them).
+    pub fn new(bridge: &PcieInfo, a: &Assignment, host: &[HostFunction]) -> VirtualEcam {
         let functions = a
             .functions
             .iter()
@@ -551,7 +590,11 @@ impl VirtualEcam {
                         sizing_hi: false,
                     })
                     .collect(),
-                caps: capability_spans(cfg, f.bdf),
+                caps: host
+                    .iter()
+                    .find(|h| h.bdf == f.bdf)
+                    .map(|h| h.caps.clone())
+                    .unwrap_or_default(),
             })
             .collect();
         VirtualEcam {

@@ -187,7 +187,7 @@ fn setup(dev: u8) -> (Fake, Assignment, VirtualEcam) {
     let host = host(&mut fake);
     let a = assign(&[bdf(dev, 0)], &host, &host_bridge(), &[], |_| false).unwrap();
     program(&mut fake, &a);
-    let v = VirtualEcam::new(&mut fake, &host_bridge(), &a);
+    let v = VirtualEcam::new(&host_bridge(), &a, &host);
     fake.writes.clear();
     (fake, a, v)
 }
