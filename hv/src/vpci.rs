@@ -14,7 +14,8 @@
 //!   32-bit and 64-bit memory) one window of its own, cut from the host
 //!   bridge's window of that space where no other partition's window is,
 //!   each BAR at least a 4 KiB page (stage 2 maps pages) and aligned to its
-//!   size, largest first. [`program`] writes the addresses into the
+//!   size, largest first; a space none of its BARs uses still gets a page
+//!   (guests may expect every space the bridge has). [`program`] writes the addresses into the
 //!   functions; [`guest_bridge`] is the host bridge the guest's DT shows:
 //!   the same ECAM window and bus range (functions at their real BDF),
 //!   `ranges` only its windows, `interrupt-map` only its functions' pins.
@@ -368,6 +369,14 @@ pub fn assign(
             );
         }
         if bars.is_empty() {
+            // A page of every space the host bridge has, used or not: a
+            // guest may expect each (Hermit 0.11 asserts all three).
+            let window = bridge
+                .ranges
+                .iter()
+                .filter(|r| r.space == space)
+                .find_map(|r| carve(r, PAGE, PAGE, taken));
+            out.windows.extend(window);
             continue;
         }
         bars.sort_by_key(|&(slot, _, b)| (core::cmp::Reverse(b.size.max(PAGE)), slot, b.reg));

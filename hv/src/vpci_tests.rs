@@ -305,6 +305,12 @@ fn bars_are_placed_page_aligned_in_windows_of_their_own_clear_of_taken_ones() {
     }
     // One window per space, the 64-bit BAR in the 64-bit window.
     assert_eq!(a.windows.len(), 3);
+    // A function with memory BARs only still gets an I/O page.
+    let mut mem_only = host.clone();
+    mem_only[1].bars.retain(|b| b.space != BarSpace::Io);
+    let m = assign(&[bdf(1, 0)], &mem_only, &hb, &taken, |_| false).unwrap();
+    let io = m.windows.iter().find(|w| w.space == PciSpace::Io).unwrap();
+    assert_eq!(io.size, PAGE);
     assert!(bar_addr(&a, 2) >= 0x80_0000_0000);
     assert!(bar_addr(&a, 0) < 0x1_0000_0000);
     // Two functions' I/O BARs each take a page of the partition's window.

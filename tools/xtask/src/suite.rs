@@ -189,6 +189,15 @@ const CASES: [Case; 31] = [
         run: isolation,
     },
     Case {
+        name: "net-partitions",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| {
+            let log = ctx.log_path();
+            crate::net_checks::net_partitions(&mut ctx.builder, &log)
+        },
+    },
+    Case {
         name: "lifecycle",
         tier: 2,
         shares_default: false,
