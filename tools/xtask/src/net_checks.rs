@@ -27,15 +27,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What is typed into a partition's shell: a udhcpc script that sets the
 /// address it is offered and says so, then the lease, then a page naming
-/// the partition served by busybox httpd on port 80.
+/// the partition served by busybox httpd on port 80. The markers are
+/// typed with a quote inside (`PINFOLD-NET"-"BOUND`, `P''CI`) so that the shell's
+/// echo of the command line is not taken for its output.
 fn commands(name: &str) -> String {
     [
-        "printf '#!/bin/sh\\n[ \"$1\" = bound ] || exit 0\\nip addr add $ip/$mask dev $interface\\n[ -n \"$router\" ] && ip route add default via $router\\necho PINFOLD-NET-BOUND ip=$ip\\n' > /tmp/dhcp.sh".to_string(),
+        "printf '#!/bin/sh\\n[ \"$1\" = bound ] || exit 0\\nip addr add $ip/$mask dev $interface\\n[ -n \"$router\" ] && ip route add default via $router\\necho PINFOLD-NET\"-\"BOUND ip=$ip\\n' > /tmp/dhcp.sh".to_string(),
         "chmod +x /tmp/dhcp.sh; ip link set eth0 up".to_string(),
-        "udhcpc -i eth0 -n -q -t 10 -s /tmp/dhcp.sh || echo PINFOLD-NET-NO-LEASE".to_string(),
+        "udhcpc -i eth0 -n -q -t 10 -s /tmp/dhcp.sh || echo PINFOLD-NET\"-\"NO-LEASE".to_string(),
         format!("mkdir -p /www; echo PINFOLD-HTTP-{name} > /www/index.html"),
-        "httpd -p 80 -h /www && echo PINFOLD-NET-HTTPD".to_string(),
-        "grep -c . /proc/bus/pci/devices | sed 's/^/PINFOLD-NET-PCI count=/'".to_string(),
+        "httpd -p 80 -h /www && echo PINFOLD-NET\"-\"HTTPD".to_string(),
+        "grep -c . /proc/bus/pci/devices | sed 's/^/PINFOLD-NET-P''CI count=/'".to_string(),
     ]
     .join("\n")
         + "\n"
@@ -84,7 +86,8 @@ pub fn net_partitions(builder: &mut crate::build::Builder<'_>, log: &Path) -> Ou
             REQUEST_TIMEOUT,
         )
         .map_err(|e| format!("{path}: {e}"))?;
-        if reply.status != 200 {
+        // 202: taken into the console's input (docs/API.md).
+        if !matches!(reply.status, 200 | 202) {
             return Err(format!("{path}: {} {}", reply.status, reply.body));
         }
         let bound = follow_console_until(name, cursor, "PINFOLD-NET-BOUND ip=", deadline)
