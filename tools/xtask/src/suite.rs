@@ -55,7 +55,7 @@ const OPT_IN: [&str; 1] = ["load"];
 /// failure half-way cannot take alpha from them), `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 31] = [
+const CASES: [Case; 32] = [
     Case {
         name: "host",
         tier: 1,
