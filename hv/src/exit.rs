@@ -417,6 +417,20 @@ fn exit_of(
             ipa,
             access: Some(access),
             ..
+        } if p
+            .vpci
+            .as_ref()
+            .is_some_and(|v| v.fresh.decode(ipa.0, 1).is_some()) =>
+        {
+            counters.exit(ExitClass::Mmio);
+            pci_config(sys, hw, p, ipa.0, &access, regs);
+            regs.elr += 4;
+            Next::Resume
+        }
+        Exit::DataAbort {
+            ipa,
+            access: Some(access),
+            ..
         } => match emulated_device(ipa.0, p.vcpus.len()) {
             Some(device) => {
                 counters.exit(ExitClass::Mmio);
@@ -608,6 +622,51 @@ fn mmio(
         if let Some(r) = a.target_reg() {
             regs.set_reg(r, trap::mmio_load_value(a, result));
         }
+    }
+}
+
+/// A guest access to its virtual ECAM (`vpci`): filtered under the
+/// partition's lock, performed on the host's ECAM window. A 64-bit access
+/// (no configuration register is one) reads all-ones and writes nothing.
+#[cold]
+#[inline(never)]
+fn pci_config(
+    sys: &System,
+    hw: &mut impl Hw,
+    p: &Partition,
+    ipa: u64,
+    a: &MmioAccess,
+    regs: &mut GuestRegs,
+) {
+    let (Some(v), Some(bridge)) = (p.vpci.as_ref(), sys.host.pcie.as_ref()) else {
+        return;
+    };
+    let decoded = v.fresh.decode(ipa, a.width).filter(|_| a.width <= 4);
+    if a.write {
+        let Some((bdf, offset)) = decoded else {
+            return;
+        };
+        let value = trap::mmio_store_value(a, regs.reg(a.reg)) as u32;
+        let outcome = {
+            let mut ecam = v.ecam.lock(LockPath::PciConfigTrap);
+            let mut cfg = crate::pci::Ecam::new(hw, bridge);
+            ecam.write(&mut cfg, bdf, offset, a.width, value)
+        };
+        if let crate::vpci::WriteOutcome::Refused(why) = outcome {
+            fault(p, hw, FaultKind::PciConfig, format_args!("{why}"));
+        }
+        return;
+    }
+    let result = match decoded {
+        Some((bdf, offset)) => {
+            let mut ecam = v.ecam.lock(LockPath::PciConfigTrap);
+            let mut cfg = crate::pci::Ecam::new(hw, bridge);
+            u64::from(ecam.read(&mut cfg, bdf, offset, a.width))
+        }
+        None => u64::MAX,
+    };
+    if let Some(r) = a.target_reg() {
+        regs.set_reg(r, trap::mmio_load_value(a, result));
     }
 }
 

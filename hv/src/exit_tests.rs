@@ -358,6 +358,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         devices: Vec::new(),
         management,
         pci_host_bridge: false,
+        pci: Vec::new(),
         token_sha256: Some(pinfold_config::bundle::token_digest(b"secret")),
         autostart: true,
         pmu: true,
@@ -461,6 +462,7 @@ fn system_on_host(
                 ..Default::default()
             },
             version: "test",
+            pci_functions: Vec::new(),
         },
         &mut |_| {},
     );
@@ -676,6 +678,7 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
                 ..Default::default()
             },
             version: "test",
+            pci_functions: Vec::new(),
         },
         &mut |args| log.push(std::format!("{args}")),
     );

@@ -46,4 +46,5 @@ pub mod sysreg;
 pub mod system;
 pub mod trap;
 pub mod vgic;
+pub mod vpci;
 pub mod wdog;

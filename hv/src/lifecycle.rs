@@ -318,6 +318,7 @@ impl System {
                 self.request(hw, me, s.pcpu, REQ_STOP);
             }
         }
+        self.reset_pci(p, hw, "crash");
         p.set_state(State::Crashed, now);
         self.event(
             hw,

@@ -43,10 +43,13 @@ pub enum LockPath {
     /// A CPU's event ring (`events`): its own CPU recording, or the
     /// management partition's EVENTS_READ.
     Event = 12,
+    /// A guest access to its virtual ECAM (`vpci`: the partition's lock;
+    /// BAR shadows are per function, any of its vCPUs may write them).
+    PciConfigTrap = 13,
 }
 
 impl LockPath {
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
     /// The paths that must never take a lock shared between CPUs.
     pub const HOT: [LockPath; 4] = [
         LockPath::VcpuLoad,
@@ -68,6 +71,7 @@ impl LockPath {
         LockPath::LogLine,
         LockPath::Management,
         LockPath::Event,
+        LockPath::PciConfigTrap,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -85,6 +89,7 @@ impl LockPath {
             LockPath::LogLine => "log_line",
             LockPath::Management => "management",
             LockPath::Event => "event",
+            LockPath::PciConfigTrap => "pci_config_trap",
         }
     }
 }

@@ -126,8 +126,12 @@ pub struct Partition {
     /// itself for a partition owning DMA-capable devices (no IOMMU yet).
     pub ram_ipa: u64,
     pub ram_size: u64,
-    /// Cells of the passed-through PCIe host bridge node, if any.
+    /// Cells of the guest's PCIe host bridge node, if any: the whole host
+    /// bridge passed through, or its virtual one (`vpci`).
     pub pcie: Option<PcieCells>,
+    /// Its assigned PCI functions and their virtual ECAM (`pci` in the
+    /// plan).
+    pub vpci: Option<crate::vpci::PartitionPci>,
     pub vmid: u16,
     pub stage2_root: PhysAddr,
     pub vcpus: Vec<VcpuShared>,
@@ -176,6 +180,8 @@ pub enum SetupError {
     NoRam(u64),
     /// Stage-2 table construction failed.
     Stage2(Stage2Error),
+    /// Its `pci` list cannot be assigned.
+    Pci(crate::vpci::AssignError),
     /// The plan passes the PCIe host bridge but the host has none.
     NoPciHostBridge,
 }
@@ -186,6 +192,7 @@ impl fmt::Display for SetupError {
             SetupError::NoSuchCpu(c) => write!(f, "cpus: CPU {c} does not exist on this host"),
             SetupError::NoRam(size) => write!(f, "memory: no free block of {} MiB", size >> 20),
             SetupError::Stage2(e) => write!(f, "stage 2: {e}"),
+            SetupError::Pci(e) => write!(f, "{e}"),
             SetupError::NoPciHostBridge => {
                 write!(f, "pci_host_bridge: the host has no PCIe host bridge")
             }
@@ -216,6 +223,25 @@ impl fmt::Display for LoadError {
     }
 }
 
+/// What partitions already there hold that a new one's functions must
+/// keep clear of: their BAR windows (CPU ranges) and SPIs.
+pub fn pci_held<'a>(
+    functions: &'a [crate::vpci::HostFunction],
+    existing: impl Iterator<Item = &'a Partition>,
+) -> crate::vpci::PciHost<'a> {
+    let mut held = crate::vpci::PciHost {
+        functions,
+        ..Default::default()
+    };
+    for p in existing {
+        if let Some(v) = &p.vpci {
+            held.taken.extend(v.assignment.cpu_windows());
+        }
+        held.spis.extend_from_slice(&p.spis);
+    }
+    held
+}
+
 impl Partition {
     /// Plan partition `index` from its plan entry: RAM from the top of
     /// `free`, stage-2 tables holding only that RAM and its pass-through
@@ -228,16 +254,38 @@ impl Partition {
         free: &mut FreeMemory,
         tables: &mut (impl TableMemory + ?Sized),
         stat: &'static LockStat,
+        pci_host: &crate::vpci::PciHost,
     ) -> Result<Partition, SetupError> {
         for &c in &pp.cpus {
             if c as usize >= host.cpus.len() || c as usize >= crate::percpu::MAX_CPUS {
                 return Err(SetupError::NoSuchCpu(c));
             }
         }
+        // Functions first: a refusal takes no RAM.
+        let assignment = if pp.pci.is_empty() {
+            None
+        } else {
+            let bridge = host.pcie.as_ref().ok_or(SetupError::NoPciHostBridge)?;
+            let bdfs: Vec<crate::pci::Bdf> = pp
+                .pci
+                .iter()
+                .map(|a| crate::pci::Bdf {
+                    bus: a.bus,
+                    dev: a.device,
+                    func: a.function,
+                })
+                .collect();
+            let a =
+                crate::vpci::assign(&bdfs, pci_host.functions, bridge, &pci_host.taken, |spi| {
+                    pci_host.spis.contains(&spi)
+                })
+                .map_err(SetupError::Pci)?;
+            Some((bridge, a))
+        };
         let ram = free
             .take_top(pp.ram_size, RAM_ALIGN)
             .ok_or(SetupError::NoRam(pp.ram_size))?;
-        let ram_ipa = if pp.pci_host_bridge {
+        let ram_ipa = if pp.pci_host_bridge || assignment.is_some() {
             ram
         } else {
             GUEST_RAM_BASE
@@ -266,6 +314,24 @@ impl Partition {
             }
             spis.extend_from_slice(&cells.spis);
             pcie = Some(cells);
+        }
+        // Assigned functions: their windows mapped, the ECAM not (every
+        // access traps to the filter), their INTx SPIs owned.
+        let mut vpci = None;
+        if let Some((bridge, a)) = assignment {
+            for (base, size) in a.cpu_windows() {
+                map(&mut s2, base, base, size, MemType::Device)?;
+            }
+            spis.extend(a.spis());
+            pcie = Some(crate::dtb::pcie_cells(&crate::vpci::guest_bridge(
+                bridge, &a,
+            )));
+            let fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
+            vpci = Some(crate::vpci::PartitionPci {
+                assignment: a,
+                ecam: CountedLock::new(fresh.clone(), stat),
+                fresh,
+            });
         }
         let mut devices = Vec::new();
         for dev in &pp.devices {
@@ -316,6 +382,7 @@ impl Partition {
             ram_ipa,
             ram_size: pp.ram_size,
             pcie,
+            vpci,
             vmid: index as u16 + 1,
             stage2_root: s2.root(),
             vcpus,

@@ -68,31 +68,31 @@ pub trait ConfigSpace {
 }
 
 // Type 0/1 header registers (PCI Local Bus 3.0, 6.1).
-const VENDOR_ID: u16 = 0x00;
-const COMMAND: u16 = 0x04;
-const STATUS: u16 = 0x06;
-const CLASS_REV: u16 = 0x08;
-const HEADER_TYPE: u16 = 0x0e;
-const CAP_PTR: u16 = 0x34;
-const STATUS_CAP_LIST: u32 = 1 << 4;
-const HEADER_MULTI_FUNCTION: u32 = 0x80;
+pub(crate) const VENDOR_ID: u16 = 0x00;
+pub(crate) const COMMAND: u16 = 0x04;
+pub(crate) const STATUS: u16 = 0x06;
+pub(crate) const CLASS_REV: u16 = 0x08;
+pub(crate) const HEADER_TYPE: u16 = 0x0e;
+pub(crate) const CAP_PTR: u16 = 0x34;
+pub(crate) const STATUS_CAP_LIST: u32 = 1 << 4;
+pub(crate) const HEADER_MULTI_FUNCTION: u32 = 0x80;
 /// Class code 0x06: bridge devices (host, PCI-PCI, ...).
-const CLASS_BRIDGE: u32 = 0x06;
+pub(crate) const CLASS_BRIDGE: u32 = 0x06;
 
 // Capability IDs.
-const CAP_MSI: u32 = 0x05;
-const CAP_VENDOR: u32 = 0x09;
-const CAP_EXP: u32 = 0x10;
-const CAP_MSIX: u32 = 0x11;
+pub(crate) const CAP_MSI: u32 = 0x05;
+pub(crate) const CAP_VENDOR: u32 = 0x09;
+pub(crate) const CAP_EXP: u32 = 0x10;
+pub(crate) const CAP_MSIX: u32 = 0x11;
 /// MSI Message Control bit 0: MSI Enable.
-const MSI_ENABLE: u32 = 1 << 0;
+pub(crate) const MSI_ENABLE: u32 = 1 << 0;
 /// MSI-X Message Control bit 15: MSI-X Enable.
-const MSIX_ENABLE: u32 = 1 << 15;
+pub(crate) const MSIX_ENABLE: u32 = 1 << 15;
 /// PCIe capability: Device Capabilities (+4) bit 28, FLR capable.
 const EXP_DEVCAP: u16 = 4;
 const DEVCAP_FLR: u32 = 1 << 28;
 /// Device Control (+8) bit 15: Initiate Function Level Reset.
-const EXP_DEVCTL: u16 = 8;
+pub(crate) const EXP_DEVCTL: u16 = 8;
 const DEVCTL_FLR: u32 = 1 << 15;
 /// Device Status (+0xa) bit 5: Transactions Pending.
 const EXP_DEVSTA: u16 = 0xa;
@@ -229,7 +229,7 @@ pub fn quiesce_all(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Quiesced>
     done
 }
 
-fn present(cfg: &mut impl ConfigSpace, bdf: Bdf) -> bool {
+pub(crate) fn present(cfg: &mut impl ConfigSpace, bdf: Bdf) -> bool {
     let vendor = cfg.read(bdf, VENDOR_ID, 2) as u16;
     vendor != 0xffff && vendor != 0
 }
@@ -299,7 +299,7 @@ fn clear_bit(cfg: &mut impl ConfigSpace, bdf: Bdf, offset: u16, bit: u32) -> boo
 
 /// The capability list: (ID, offset), at most 48 entries (a malformed list
 /// that loops ends there).
-fn capabilities(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Vec<(u32, u16)> {
+pub(crate) fn capabilities(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Vec<(u32, u16)> {
     let mut caps = Vec::new();
     if cfg.read(bdf, STATUS, 2) & STATUS_CAP_LIST == 0 {
         return caps;

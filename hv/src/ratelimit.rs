@@ -41,10 +41,12 @@ pub enum FaultKind {
     BadEntry = 9,
     /// A device's DMA the SMMU stopped (outside the partition's stage 2).
     Dma = 10,
+    /// A PCI configuration write the virtual ECAM refused (`vpci`).
+    PciConfig = 11,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 }
 
 #[derive(Default)]

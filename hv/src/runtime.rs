@@ -244,9 +244,37 @@ impl System {
                 true,
             ));
         }
+        let existing = self.partitions();
+        let held = crate::partition::pci_held(
+            &self.pci_functions,
+            existing.iter().filter(|p| p.index != index).map(|p| &**p),
+        );
         let tables = hw.tables();
-        let mut p = Partition::build(index, plan, &self.host, &mut pool.free, tables, self.locks)
-            .map_err(|e| rejected(plan, "memory", e.to_string(), true))?;
+        let mut p = Partition::build(
+            index,
+            plan,
+            &self.host,
+            &mut pool.free,
+            tables,
+            self.locks,
+            &held,
+        )
+        .map_err(|e| match e {
+            crate::partition::SetupError::Pci(a) => {
+                let conflict = matches!(
+                    a.problem,
+                    crate::vpci::AssignProblem::IntxShared { .. }
+                        | crate::vpci::AssignProblem::NoRoom { .. }
+                );
+                let field = format!("pci[{}]", a.index);
+                let mut r = rejected(plan, &field, String::new(), conflict);
+                if let Refusal::Rejected(rej) = &mut r {
+                    rej.message = format!("partition \"{}\": {a}", plan.name);
+                }
+                r
+            }
+            e => rejected(plan, "memory", e.to_string(), true),
+        })?;
         p.events = Some(self.events.clone());
         Ok(Arc::new(p))
     }
@@ -387,6 +415,8 @@ impl System {
     /// wake its CPUs (idle now) to scrub. `p` is out of its slot and no CPU
     /// holds it.
     fn release(&self, pool: &mut Pool, p: &Partition, hw: &mut impl Hw) {
+        // Its functions reset before its RAM is scrubbed and reused.
+        self.reset_pci(p, hw, "delete");
         // No device DMA through its tables or into its RAM from here on.
         self.smmu_release(hw, p.index);
         pool.scrub.push(p.ram.0, p.ram_size);

@@ -115,6 +115,8 @@ pub struct System {
     pub(crate) smmu: CountedLock<Option<crate::smmu::SmmuState>>,
     /// `smmu` is Some: read without its lock.
     pub(crate) smmu_on: AtomicBool,
+    /// The functions behind the host bridge, found at boot (`vpci`).
+    pub pci_functions: Vec<crate::vpci::HostFunction>,
 }
 
 /// What the platform hands to [`System::new`].
@@ -134,6 +136,9 @@ pub struct BootInputs<'a, T: TableMemory> {
     /// What the platform read from the entropy sources at boot.
     pub entropy: EntropyInputs<'a>,
     pub version: &'static str,
+    /// The functions behind the host bridge (`vpci::boot_scan`), when a
+    /// partition of the plan assigns any; empty otherwise.
+    pub pci_functions: Vec<crate::vpci::HostFunction>,
 }
 
 impl System {
@@ -155,6 +160,7 @@ impl System {
             wall_clock,
             entropy,
             version,
+            pci_functions,
         } = inputs;
         let cpu_count = host.cpus.len().min(MAX_CPUS);
         if host.cpus.len() > MAX_CPUS {
@@ -173,7 +179,8 @@ impl System {
                 ));
                 continue;
             }
-            match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks) {
+            let held = crate::partition::pci_held(&pci_functions, partitions.iter());
+            match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
                     partitions.push(p);
@@ -228,6 +235,7 @@ impl System {
             version,
             smmu: CountedLock::new(None, locks),
             smmu_on: AtomicBool::new(false),
+            pci_functions,
         };
         let mixed = sys.entropy.lock(LockPath::Management).seed64(boot_counter);
         sys.add_entropy(&mixed.to_le_bytes());
@@ -420,7 +428,19 @@ impl System {
         hw: &mut impl Hw,
         me: usize,
     ) -> Result<(), LoadError> {
-        if p.pcie.is_some() {
+        if p.vpci.is_some() {
+            // Its functions are reset (whatever its previous run left
+            // running stops before its RAM is written), their BARs put
+            // where they were placed, and its filter starts afresh.
+            self.reset_pci(p, hw, "start");
+            if let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) {
+                crate::vpci::program(&mut crate::pci::Ecam::new(hw, bridge), &v.assignment);
+                *v.ecam.lock(LockPath::Management) = v.fresh.clone();
+                // Its functions' DMA goes through its stage 2 (`smmu`).
+                self.log_smmu_bind(hw, p, &v.bdfs());
+            }
+        }
+        if p.plan.pci_host_bridge {
             // Whatever firmware or the partition's previous run left
             // running behind its host bridge is stopped and reset first:
             // its drivers start from reset state, and no DMA runs into the
@@ -430,17 +450,7 @@ impl System {
                 // Its functions' DMA goes through its stage 2 from here on
                 // (`smmu`); a stream that cannot be bound keeps aborting.
                 let bdfs: Vec<crate::pci::Bdf> = found.iter().map(|q| q.bdf).collect();
-                match self.smmu_bind(hw, p, &bdfs) {
-                    Ok(0) => {}
-                    Ok(n) => hw.log(format_args!(
-                        "partition {}: {n} PCI stream(s) translated by the SMMU (VMID {})",
-                        p.name, p.vmid
-                    )),
-                    Err(e) => hw.report(format_args!(
-                        "partition {}: SMMU stream binding failed, its DMA aborts: {e}",
-                        p.name
-                    )),
-                }
+                self.log_smmu_bind(hw, p, &bdfs);
                 *p.pci_found.lock(LockPath::Management) = found
                     .iter()
                     .map(|q| pinfold_abi::PciFunction {
@@ -502,6 +512,46 @@ impl System {
         Ok(())
     }
 
+    /// Quiesce and reset `p`'s assigned PCI functions (`vpci`; before its
+    /// RAM is reused or scrubbed, and before it starts again), one log line
+    /// each; what was found is what PCI_FUNCTIONS reports.
+    /// `p`'s functions bound to its stage 2 in the SMMU, said on the log;
+    /// a stream that cannot be bound keeps aborting.
+    fn log_smmu_bind(&self, hw: &mut impl Hw, p: &Partition, bdfs: &[crate::pci::Bdf]) {
+        match self.smmu_bind(hw, p, bdfs) {
+            Ok(0) => {}
+            Ok(n) => hw.log(format_args!(
+                "partition {}: {n} PCI stream(s) translated by the SMMU (VMID {})",
+                p.name, p.vmid
+            )),
+            Err(e) => hw.report(format_args!(
+                "partition {}: SMMU stream binding failed, its DMA aborts: {e}",
+                p.name
+            )),
+        }
+    }
+
+    pub fn reset_pci(&self, p: &Partition, hw: &mut impl Hw, why: &str) {
+        let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) else {
+            return;
+        };
+        let done = crate::vpci::reset_functions(&mut crate::pci::Ecam::new(hw, bridge), &v.bdfs());
+        for q in &done {
+            hw.log(format_args!("partition {} ({why}): {q}", p.name));
+        }
+        *p.pci_found.lock(LockPath::Management) = done
+            .iter()
+            .map(|q| pinfold_abi::PciFunction {
+                bus: q.bdf.bus,
+                device: q.bdf.dev,
+                function: q.bdf.func,
+                vendor_id: q.vendor,
+                device_id: q.device,
+                class: q.class,
+            })
+            .collect();
+    }
+
     /// Stop every vCPU of `p` (the caller puts its own, if it is one).
     pub fn stop_partition(&self, p: &Partition, hw: &mut impl Hw, me: usize) {
         self.stop_partition_for(p, hw, me, "stopped");
@@ -518,6 +568,8 @@ impl System {
                 self.request(hw, me, s.pcpu, REQ_STOP);
             }
         }
+        // No DMA of its functions outlives it.
+        self.reset_pci(p, hw, "stop");
         p.set_state(State::Stopped, now);
     }
 

@@ -337,6 +337,26 @@ fn boot(handoff: BootHandoff) -> ! {
         rndr: &rndr,
         counter: boot_counter,
     };
+    // Per-function assignment: the functions behind the host bridge are
+    // quiesced and enumerated (BARs sized) once, before any is placed.
+    let pci_functions = match &host.pcie {
+        Some(bridge) if plan.partitions.iter().any(|p| !p.pci.is_empty()) => {
+            let found = pinfold_hv::vpci::boot_scan(&mut hw::PlatformHw::new(index), bridge);
+            for f in &found {
+                hvlog!(
+                    "pci {} {:04x}:{:04x} class {:06x}{}: {} BARs",
+                    f.bdf,
+                    f.vendor,
+                    f.device,
+                    f.class,
+                    if f.bridge { " (bridge)" } else { "" },
+                    f.bars.len()
+                );
+            }
+            found
+        }
+        _ => Vec::new(),
+    };
     let sys = System::new(
         BootInputs {
             host,
@@ -350,6 +370,7 @@ fn boot(handoff: BootHandoff) -> ! {
             wall_clock,
             entropy,
             version: VERSION,
+            pci_functions,
         },
         &mut |args| hvlog!("{}", args),
     );

@@ -415,6 +415,7 @@ mod tests {
                 .collect(),
             management: false,
             pci_host_bridge: false,
+            pci: Vec::new(),
             token_sha256: None,
             autostart: true,
             pmu: true,
@@ -427,6 +428,7 @@ mod tests {
     fn bridge_owner(name: &str) -> PartitionPlan {
         PartitionPlan {
             pci_host_bridge: true,
+            pci: Vec::new(),
             ..partition(name, &[])
         }
     }

@@ -259,6 +259,7 @@ impl PartitionConfig {
                 .collect(),
             management: self.management,
             pci_host_bridge: self.pci_host_bridge,
+            pci: self.pci.clone(),
             token_sha256: self.token_digest(),
             autostart: self.autostart,
             pmu: self.pmu,

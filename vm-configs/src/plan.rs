@@ -80,6 +80,49 @@ pub struct DevicePlan {
     pub host_node: Option<String>,
 }
 
+/// A PCI function by segment:bus:device.function, as a plan's `pci` list
+/// names it (`"0000:00:02.0"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PciAddress {
+    pub segment: u16,
+    pub bus: u8,
+    pub device: u8,
+    pub function: u8,
+}
+
+impl PciAddress {
+    /// Parses `SSSS:BB:DD.F` (hex; device 0..=0x1f, function 0..=7); None
+    /// for anything else.
+    pub fn parse(text: &str) -> Option<PciAddress> {
+        let (segment, rest) = text.split_once(':')?;
+        let (bus, rest) = rest.split_once(':')?;
+        let (device, function) = rest.split_once('.')?;
+        let hex = |s: &str, digits: usize| {
+            (s.len() == digits && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| u32::from_str_radix(s, 16).ok())
+                .flatten()
+        };
+        let (segment, bus) = (hex(segment, 4)?, hex(bus, 2)?);
+        let (device, function) = (hex(device, 2)?, hex(function, 1)?);
+        (device < 32 && function < 8).then_some(PciAddress {
+            segment: segment as u16,
+            bus: bus as u8,
+            device: device as u8,
+            function: function as u8,
+        })
+    }
+}
+
+impl core::fmt::Display for PciAddress {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{}",
+            self.segment, self.bus, self.device, self.function
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MmioRange {
     pub base: u64,
@@ -110,6 +153,9 @@ pub struct PartitionPlan {
     pub management: bool,
     /// Owns the host's PCIe host bridge; RAM is mapped at IPA == PA.
     pub pci_host_bridge: bool,
+    /// PCI functions assigned to it (behind a virtual host bridge of its
+    /// own, `hv::vpci`); RAM is then mapped at IPA == PA too.
+    pub pci: Vec<PciAddress>,
     /// SHA-256 of the management API's bearer token, if the plan sets one
     /// (the token itself never travels in a plan).
     pub token_sha256: Option<[u8; 32]>,
@@ -145,6 +191,7 @@ impl PartitionPlan {
             devices: Vec::new(),
             management: false,
             pci_host_bridge: false,
+            pci: Vec::new(),
             token_sha256: None,
             autostart: false,
             pmu: true,

@@ -21,7 +21,7 @@ use alloc::string::{String, ToString};
 use core::fmt;
 
 use crate::fit::FitError;
-use crate::plan::{PartitionPlan, RestartMode, NAME_MAX};
+use crate::plan::{PartitionPlan, PciAddress, RestartMode, NAME_MAX};
 use pinfold_vboard::{
     GICR_STRIDE, GUEST_EMULATED_SPIS, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE,
     GUEST_GICR_REGION_SIZE, GUEST_GPIO_BASE, GUEST_GPIO_SIZE, GUEST_RAM_BASE, GUEST_UART_BASE,
@@ -84,7 +84,9 @@ impl Rejection {
             | Problem::SpiShared { .. }
             | Problem::ConsoleInputTaken { .. }
             | Problem::ManagementTaken { .. }
-            | Problem::PciHostBridgeTaken { .. } => true,
+            | Problem::PciHostBridgeTaken { .. }
+            | Problem::PciTaken { .. }
+            | Problem::PciBesideHostBridge { .. } => true,
             Problem::MmioOverlap { other, .. } => *other != self.partition,
             // Two devices of one partition sharing a name is the
             // partition's own mistake.
@@ -296,12 +298,71 @@ fn check_roles(
             ));
         }
     }
+    check_pci(candidate, others)?;
     if candidate.management {
         if let Some(other) = holder(|p| p.management) {
             return Err(Rejection::new(
                 candidate,
                 "management",
                 Problem::ManagementTaken { other },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `pci` list: segment 0 (the one host bridge), no function twice, none
+/// another partition has, and none while another partition has the whole
+/// host bridge (or the whole bridge while another has functions).
+fn check_pci(candidate: &PartitionPlan, others: &[&PartitionPlan]) -> Result<(), Rejection> {
+    if candidate.pci_host_bridge && !candidate.pci.is_empty() {
+        return Err(Rejection::new(candidate, "pci", Problem::PciWithHostBridge));
+    }
+    let whole = if candidate.pci_host_bridge {
+        others.iter().find(|o| !o.pci.is_empty())
+    } else if !candidate.pci.is_empty() {
+        others.iter().find(|o| o.pci_host_bridge)
+    } else {
+        None
+    };
+    if let Some(other) = whole {
+        let field = if candidate.pci_host_bridge {
+            "pci_host_bridge"
+        } else {
+            "pci"
+        };
+        return Err(Rejection::new(
+            candidate,
+            field,
+            Problem::PciBesideHostBridge {
+                other: other.name.clone(),
+            },
+        ));
+    }
+    for (i, &address) in candidate.pci.iter().enumerate() {
+        let field = || format!("pci[{i}]");
+        if address.segment != 0 {
+            return Err(Rejection::new(
+                candidate,
+                field(),
+                Problem::PciSegment { address },
+            ));
+        }
+        if candidate.pci[..i].contains(&address) {
+            return Err(Rejection::new(
+                candidate,
+                field(),
+                Problem::PciRepeated { address },
+            ));
+        }
+        if let Some(other) = others.iter().find(|o| o.pci.contains(&address)) {
+            return Err(Rejection::new(
+                candidate,
+                field(),
+                Problem::PciTaken {
+                    address,
+                    other: other.name.clone(),
+                },
             ));
         }
     }
@@ -662,6 +723,17 @@ pub enum Problem {
     BadTokenDigest,
     /// A second partition asks for the PCIe host bridge.
     PciHostBridgeTaken { other: String },
+    /// A PCI function outside segment 0.
+    PciSegment { address: PciAddress },
+    /// A PCI function named twice in one partition's list.
+    PciRepeated { address: PciAddress },
+    /// A PCI function another partition has.
+    PciTaken { address: PciAddress, other: String },
+    /// Functions and the whole host bridge in one partition.
+    PciWithHostBridge,
+    /// Functions assigned while another partition has the whole host
+    /// bridge, or the reverse.
+    PciBesideHostBridge { other: String },
     /// An SPI INTID outside 32..=1019.
     SpiOutOfRange { spi: u32 },
     /// The INTID of an emulated device (PL011, SBSA watchdog, PL061 GPIO).
@@ -794,6 +866,23 @@ impl fmt::Display for Problem {
             Problem::PciHostBridgeTaken { other } => write!(
                 f,
                 "the PCIe host bridge is already passed to partition \"{other}\""
+            ),
+            Problem::PciSegment { address } => write!(
+                f,
+                "{address}: only segment 0000 (the host's one PCIe host bridge) is supported"
+            ),
+            Problem::PciRepeated { address } => write!(f, "{address} is named twice"),
+            Problem::PciTaken { address, other } => {
+                write!(f, "{address} is already assigned to partition \"{other}\"")
+            }
+            Problem::PciWithHostBridge => f.write_str(
+                "functions cannot be assigned one by one to a partition that has the whole \
+                 PCIe host bridge (pci_host_bridge = true)",
+            ),
+            Problem::PciBesideHostBridge { other } => write!(
+                f,
+                "partition \"{other}\" has the whole PCIe host bridge, or functions behind it: \
+                 the bridge is either one partition's or assigned function by function"
             ),
             Problem::SpiOutOfRange { spi } => {
                 write!(f, "INTID {spi} is not an SPI (SPIs are 32..=1019)")

@@ -2,6 +2,7 @@
 //! each rule, `Rejection::conflict`, and candidates checked against
 //! partitions that already exist (the run-time case).
 
+use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -31,6 +32,7 @@ fn partition(name: &str, cpus: &[u32]) -> PartitionPlan {
         devices: Vec::new(),
         management: false,
         pci_host_bridge: false,
+        pci: Vec::new(),
         token_sha256: None,
         autostart: true,
         pmu: true,
@@ -85,6 +87,7 @@ fn a_valid_partition_is_accepted_alone_and_beside_others() {
     let mgmt = PartitionPlan {
         management: true,
         pci_host_bridge: true,
+        pci: Vec::new(),
         token_sha256: Some([7; 32]),
         ..partition("mgmt", &[0])
     };
@@ -332,10 +335,12 @@ fn a_second_management_partition_is_a_conflict() {
 fn the_pci_host_bridge_an_existing_partition_has_is_a_conflict() {
     let mgmt = PartitionPlan {
         pci_host_bridge: true,
+        pci: Vec::new(),
         ..partition("mgmt", &[0])
     };
     let candidate = PartitionPlan {
         pci_host_bridge: true,
+        pci: Vec::new(),
         ..partition("gamma", &[3])
     };
 
@@ -862,4 +867,79 @@ fn api_tls_false_is_the_management_partitions_alone() {
         ("api_tls", Problem::ApiTlsWithoutManagement)
     );
     assert!(err.to_string().contains("api_tls"), "{err}");
+}
+
+fn function(device: u8) -> crate::plan::PciAddress {
+    crate::plan::PciAddress {
+        segment: 0,
+        bus: 0,
+        device,
+        function: 0,
+    }
+}
+
+#[test]
+fn pci_functions_are_checked_for_segment_repeats_and_other_owners() {
+    let alpha = PartitionPlan {
+        pci: vec![function(2)],
+        ..partition("alpha", &[1])
+    };
+    let mut other_segment = function(3);
+    other_segment.segment = 1;
+    let cases = [
+        (
+            vec![function(3), other_segment],
+            "pci[1]",
+            "0001:00:03.0: only segment 0000 (the host's one PCIe host bridge) is supported",
+            false,
+        ),
+        (
+            vec![function(3), function(3)],
+            "pci[1]",
+            "0000:00:03.0 is named twice",
+            false,
+        ),
+        (
+            vec![function(2)],
+            "pci[0]",
+            "0000:00:02.0 is already assigned to partition \"alpha\"",
+            true,
+        ),
+    ];
+    for (pci, field, message, conflict) in cases {
+        let candidate = PartitionPlan {
+            pci,
+            ..partition("beta", &[2])
+        };
+        let rejection = rejected_beside(&candidate, &[&alpha]);
+        assert_rejects(&rejection, field, message);
+        assert_eq!(rejection.conflict(), conflict, "{rejection}");
+    }
+    let fine = PartitionPlan {
+        pci: vec![function(3), function(4)],
+        ..partition("beta", &[2])
+    };
+    assert!(check_partition(&fine, &[&alpha], &HOST).is_ok());
+}
+
+#[test]
+fn functions_and_the_whole_host_bridge_exclude_each_other() {
+    let whole = PartitionPlan {
+        pci_host_bridge: true,
+        ..partition("mgmt", &[0])
+    };
+    let alpha = PartitionPlan {
+        pci: vec![function(2)],
+        ..partition("alpha", &[1])
+    };
+    let rejection = rejected_beside(&alpha, &[&whole]);
+    assert_eq!(rejection.field, "pci");
+    assert!(rejection.conflict());
+    let rejection = rejected_beside(&whole, &[&alpha]);
+    assert_eq!(rejection.field, "pci_host_bridge");
+    let both = PartitionPlan {
+        pci_host_bridge: true,
+        ..alpha.clone()
+    };
+    assert_eq!(rejected_beside(&both, &[]).field, "pci");
 }

@@ -12,7 +12,25 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+pub use crate::plan::PciAddress;
 pub use crate::rules::Size;
+
+/// `pci = ["0000:00:02.0", ...]`: each entry segment:bus:device.function.
+fn pci_list<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<PciAddress>, D::Error> {
+    let texts = Vec::<String>::deserialize(de)?;
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            PciAddress::parse(text).ok_or_else(|| {
+                de::Error::custom(format!(
+                    "pci[{i}]: {text:?} is not a PCI function \
+                     (segment:bus:device.function in hex, e.g. \"0000:00:02.0\")"
+                ))
+            })
+        })
+        .collect()
+}
 
 /// A whole config file: the board and the partitions carved out of it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -69,6 +87,9 @@ pub struct PartitionConfig {
     /// there is no IOMMU in the path.
     #[serde(default)]
     pub pci_host_bridge: bool,
+    /// PCI functions assigned to this partition, `"SSSS:BB:DD.F"` each.
+    #[serde(default, deserialize_with = "pci_list")]
+    pub pci: Vec<PciAddress>,
     /// The REST API's bearer token (management partition only). Only its
     /// SHA-256 goes into the plan blob. Without `token` or `token_sha256`
     /// the hypervisor generates one at boot and prints it.

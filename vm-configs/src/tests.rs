@@ -1440,3 +1440,70 @@ fn the_emulated_watchdog_spi_and_frames_are_rejected() {
         "{mmio}"
     );
 }
+
+// ---- pci ------------------------------------------------------------------
+
+#[test]
+fn pci_functions_parse_as_segment_bus_device_function() {
+    let config = config(&format!(
+        "{ALPHA}pci = [\"0000:00:02.0\", \"0000:1f:1e.7\"]\n"
+    ));
+    let pci = &config.partitions[0].pci;
+    assert_eq!(
+        pci,
+        &[
+            PciAddress {
+                segment: 0,
+                bus: 0,
+                device: 2,
+                function: 0
+            },
+            PciAddress {
+                segment: 0,
+                bus: 0x1f,
+                device: 0x1e,
+                function: 7
+            }
+        ]
+    );
+    assert_eq!(pci[1].to_string(), "0000:1f:1e.7");
+}
+
+#[test]
+fn a_malformed_pci_function_is_a_syntax_error_naming_the_entry() {
+    for bad in [
+        "00:02.0",
+        "0000:00:20.0",
+        "0000:00:02.8",
+        "0000:0:02.0",
+        "0000:00:02",
+        "x",
+    ] {
+        let error = parse(&format!(
+            "{BOARD}{ALPHA}pci = [\"0000:00:01.0\", \"{bad}\"]\n"
+        ))
+        .expect_err(bad);
+        let text = error.to_string();
+        assert!(text.contains("pci[1]") && text.contains(bad), "{text}");
+    }
+}
+
+#[test]
+fn a_pci_function_two_partitions_name_is_rejected_naming_the_entry() {
+    let root = Root::with_images();
+    let alpha = format!("{ALPHA}pci = [\"0000:00:02.0\"]\n");
+    let beta = format!(
+        "{}pci = [\"0000:00:03.0\", \"0000:00:02.0\"]\n",
+        ALPHA.replace("alpha", "beta").replace("[1]", "[2]")
+    );
+
+    let error = rejected(&root, &format!("{alpha}{beta}"));
+
+    assert_names(&error, "beta", "pci[1]");
+    assert!(
+        error
+            .to_string()
+            .ends_with("0000:00:02.0 is already assigned to partition \"alpha\""),
+        "{error}"
+    );
+}

@@ -1380,6 +1380,7 @@ mod tests {
             devices: vec![],
             management: false,
             pci_host_bridge: false,
+            pci: Vec::new(),
             token_sha256: None,
             autostart: true,
             pmu: true,

@@ -1956,6 +1956,7 @@ mod tests {
             }],
             management: false,
             pci_host_bridge: false,
+            pci: Vec::new(),
             token_sha256: None,
             autostart: true,
             pmu: true,

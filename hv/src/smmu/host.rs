@@ -29,15 +29,24 @@ pub struct SmmuState {
 /// every requester ID on its buses. Per-function assignment replaces this
 /// one query.
 impl FunctionOwners for System {
-    fn owner(&self, rid: u16) -> Option<Binding> {
+    fn owner(&self, stream: u16) -> Option<Binding> {
         let bridge = self.host.pcie.as_ref()?;
-        let bus = u32::from(rid >> 8);
+        let bus = u32::from(stream >> 8);
         if bus < bridge.bus_range.0 || bus > bridge.bus_range.1 {
             return None;
         }
-        self.partitions()
+        let partitions = self.partitions();
+        // A function assigned by a plan's `pci` list is that partition's
+        // (`vpci`); every other one behind the bridge is the whole
+        // bridge's owner's, if a partition has it.
+        partitions
             .iter()
-            .find(|p| p.pcie.is_some())
+            .find(|p| {
+                p.vpci
+                    .as_ref()
+                    .is_some_and(|v| v.bdfs().iter().any(|&b| rid(b) == stream))
+            })
+            .or_else(|| partitions.iter().find(|p| p.plan.pci_host_bridge))
             .map(|p| binding_of(p))
     }
 }

@@ -154,6 +154,10 @@ pub fn export(
         out.push_str(&format!("autostart = {}\n", plan.autostart));
         out.push_str(&format!("management = {}\n", plan.management));
         out.push_str(&format!("pci_host_bridge = {}\n", plan.pci_host_bridge));
+        if !plan.pci.is_empty() {
+            let functions: Vec<String> = plan.pci.iter().map(|a| quote(&a.to_string())).collect();
+            out.push_str(&format!("pci = [{}]\n", functions.join(", ")));
+        }
         out.push_str(&format!("pmu = {}\n", plan.pmu));
         if let Some(url) = &plan.config_store {
             out.push_str(&format!("config_store = {}\n", quote(url)));
@@ -342,6 +346,8 @@ pub struct Diff {
 
 /// One step of an import, in the order it is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// A few steps per import: the size of a Change (two plans) does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Step {
     Delete {
         index: u32,
@@ -371,6 +377,7 @@ pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static
         ("autostart", a.autostart == b.autostart),
         ("management", a.management == b.management),
         ("pci_host_bridge", a.pci_host_bridge == b.pci_host_bridge),
+        ("pci", a.pci == b.pci),
         ("token", a.token_sha256 == b.token_sha256),
         ("pmu", a.pmu == b.pmu),
         ("restart", a.lifecycle.restart == b.lifecycle.restart),

@@ -154,7 +154,7 @@ impl<'w> Builder<'w> {
         let board = Board {
             cpus: config.board.cpus,
             memory: config.board.memory.bytes(),
-            nic: config.partitions.iter().any(|p| p.pci_host_bridge),
+            nic: crate::qemu::plan_has_management_nic(config),
         };
         let key = self.key()?;
         Ok((pinfold_config::bundle::seal(&payload, &key.secret), board))
@@ -236,7 +236,7 @@ impl<'w> Builder<'w> {
         let board = Board {
             cpus: config.board.cpus,
             memory: config.board.memory.bytes(),
-            nic: config.partitions.iter().any(|p| p.pci_host_bridge),
+            nic: crate::qemu::plan_has_management_nic(config),
         };
         if config.board.name == "qemu-virt" {
             let dtb = self.board_dtb(&board)?;

@@ -18,6 +18,7 @@ mod http;
 mod image;
 mod load_checks;
 mod mgmtx_checks;
+mod net_checks;
 mod provision;
 mod pxe;
 mod qemu;
@@ -252,7 +253,17 @@ fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), X
         None => None,
     };
     let built = Builder::new(ws).build_loaded(&plan, &config_path, "pinfold.bin", &[])?;
-    let mut qemu = qemu_command(&built.board, &built.image, &Extra::default());
+    let extra = Extra {
+        partition_nics: qemu::partition_nics(&plan, qemu::manager_port()),
+        ..Extra::default()
+    };
+    for nic in &extra.partition_nics {
+        eprintln!(
+            "xtask: partition {}'s NIC 00:{:02x}.{}: port 80 at 127.0.0.1:{}",
+            nic.partition, nic.device, nic.function, nic.host_port
+        );
+    }
+    let mut qemu = qemu_command(&built.board, &built.image, &extra);
     eprintln!(
         "xtask: booting under QEMU ({} CPUs, {} MiB). Console keys: Ctrl-A s = hypervisor stats, \
          Ctrl-] x = quit QEMU, Ctrl-] c = QEMU monitor; Ctrl-C goes to the guest.",

@@ -77,6 +77,11 @@ pub const GUEST_MODULES: &[&str] = &["sbsa_gwdt"];
 /// (KEYBOARD_GPIO, which the cloud kernel lacks) and `evdev` (its
 /// /dev/input/event* device, which /init reads).
 pub const GENERIC_MODULES: &[&str] = &["evdev", "gpio_keys", "sbsa_gwdt"];
+/// The networked guest's initramfs (`initramfs-net.cpio.gz`, the
+/// `net-partitions` plan): the cloud kernel has virtio-pci and virtio-net
+/// as modules only. A file of its own, so the default initramfs (and its
+/// stamp, shared by every checkout) stays as it is.
+pub const NET_MODULES: &[&str] = &["sbsa_gwdt", "virtio_pci", "virtio_net"];
 
 /// Carries "apt-get update already ran" through one xtask invocation.
 #[derive(Debug, Default)]
@@ -129,18 +134,23 @@ impl Provisioner {
             &busybox,
         )?;
 
-        let modules = guest_modules(&kernel_deb, &cache, GUEST_MODULES)?;
-        let initramfs = guest.join("initramfs.cpio.gz");
         let init = ws.root.join("tools/guest-rootfs/init");
-        build_initramfs(
-            &InitramfsInputs {
-                init: &init,
-                busybox: &busybox,
-                workload,
-                modules: &modules,
-            },
-            &initramfs,
-        )
+        for (wanted, file) in [
+            (GUEST_MODULES, "initramfs.cpio.gz"),
+            (NET_MODULES, "initramfs-net.cpio.gz"),
+        ] {
+            let modules = guest_modules(&kernel_deb, &cache, wanted)?;
+            build_initramfs(
+                &InitramfsInputs {
+                    init: &init,
+                    busybox: &busybox,
+                    workload,
+                    modules: &modules,
+                },
+                &guest.join(file),
+            )?;
+        }
+        Ok(())
     }
 
     /// Provides target/guest/generic/Image (Debian's generic arm64 kernel,

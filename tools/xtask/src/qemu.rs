@@ -46,6 +46,51 @@ fn parse_manager_port(value: Option<&str>) -> u16 {
     }
 }
 
+/// Whether the plan's management partition has a NIC: the whole host
+/// bridge, or a function of it assigned (`pci`).
+pub fn plan_has_management_nic(config: &pinfold_config::Config) -> bool {
+    config
+        .partitions
+        .iter()
+        .any(|p| p.pci_host_bridge || (p.management && !p.pci.is_empty()))
+}
+
+/// A NIC of a partition other than the manager's: a virtio-net-pci
+/// function at the plan's device.function on the one host bridge, on a
+/// user network of its own that forwards 127.0.0.1:`host_port` to port 80
+/// of the guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionNic {
+    pub partition: String,
+    pub device: u8,
+    pub function: u8,
+    pub host_port: u16,
+}
+
+/// The host port forwarded to port 80 of the partition whose NIC is at
+/// device `device`: the manager's port + 10 + device (the store is + 2).
+pub fn partition_nic_port(manager_port: u16, device: u8) -> u16 {
+    manager_port.wrapping_add(10 + u16::from(device))
+}
+
+/// One NIC per function the plan assigns to a partition that is not the
+/// management partition (QEMU's virtio-net-pci at that address).
+pub fn partition_nics(config: &pinfold_config::Config, manager_port: u16) -> Vec<PartitionNic> {
+    config
+        .partitions
+        .iter()
+        .filter(|p| !p.management)
+        .flat_map(|p| {
+            p.pci.iter().map(|a| PartitionNic {
+                partition: p.name.clone(),
+                device: a.device,
+                function: a.function,
+                host_port: partition_nic_port(manager_port, a.device),
+            })
+        })
+        .collect()
+}
+
 /// Byte QEMU's console multiplexer reacts to: Ctrl-] (0x1d). QEMU's default,
 /// Ctrl-A, is the hypervisor monitor's prefix and must reach the UART.
 pub const QEMU_ESCAPE: u8 = 0x1d;
@@ -69,6 +114,8 @@ pub struct Extra {
     /// Network boot: the management NIC's user network serves this TFTP
     /// tree and names this boot file in its DHCP offers.
     pub netboot: Option<Netboot>,
+    /// NICs of partitions other than the manager's ([`partition_nics`]).
+    pub partition_nics: Vec<PartitionNic>,
     /// Boot through UEFI: edk2 starts the generic image from the network
     /// (with [`Extra::netboot`] for PXE, or a boot entry in its variable
     /// store for HTTP); the image argument of [`qemu_command`] is unused.
@@ -259,6 +306,19 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
                     boot.bootfile
                 ));
         }
+    }
+    for (i, nic) in extra.partition_nics.iter().enumerate() {
+        let id = format!("pnet{i}");
+        qemu.arg("-device")
+            .arg(format!(
+                "{DEFAULT_NIC_MODEL},netdev={id},addr={:#x}.{}",
+                nic.device, nic.function
+            ))
+            .arg("-netdev")
+            .arg(format!(
+                "user,id={id},hostfwd=tcp:127.0.0.1:{}-:80",
+                nic.host_port
+            ));
     }
     qemu.args(&extra.args);
     qemu

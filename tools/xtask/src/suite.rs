@@ -58,7 +58,7 @@ const OPT_IN: [&str; 1] = ["load"];
 /// `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 34] = [
+const CASES: [Case; 35] = [
     Case {
         name: "host",
         tier: 1,
@@ -215,6 +215,15 @@ const CASES: [Case; 34] = [
         tier: 2,
         shares_default: false,
         run: isolation,
+    },
+    Case {
+        name: "net-partitions",
+        tier: 2,
+        shares_default: false,
+        run: |ctx| {
+            let log = ctx.log_path();
+            crate::net_checks::net_partitions(&mut ctx.builder, &log)
+        },
     },
     Case {
         name: "lifecycle",

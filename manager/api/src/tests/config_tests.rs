@@ -463,6 +463,7 @@ fn random_host(rng: &mut Rng) -> (HostShape, Vec<Existing>, Vec<ImageInfo>) {
     let mut cpus: Vec<u32> = (0..16).collect();
     let count = 1 + rng.below(5) as usize;
     let mut parts = Vec::new();
+    let mut whole_bridge = false;
     for i in 0..count {
         let n = 1 + rng.below(3) as usize;
         let mine: Vec<u32> = (0..n)
@@ -500,9 +501,21 @@ fn random_host(rng: &mut Rng) -> (HostShape, Vec<Existing>, Vec<ImageInfo>) {
         plan.autostart = rng.below(2) == 0;
         plan.pmu = rng.below(2) == 0;
         plan.console.input = i == 1;
+        if i > 0 && !whole_bridge && rng.below(2) == 0 {
+            // Each partition its own functions (device = its index).
+            plan.pci = (0..=rng.below(2))
+                .map(|f| pinfold_config::PciAddress {
+                    segment: 0,
+                    bus: 0,
+                    device: i as u8,
+                    function: f as u8,
+                })
+                .collect();
+        }
         if i == 0 {
             plan.management = true;
             plan.pci_host_bridge = rng.below(2) == 0;
+            whole_bridge = plan.pci_host_bridge;
             plan.token_sha256 = Some([0x5a; 32]);
             if rng.below(2) == 0 {
                 plan.config_store =
@@ -597,6 +610,14 @@ fn first_difference_names_every_field() {
         Box::new(|p| p.autostart = !p.autostart),
         Box::new(|p| p.management = !p.management),
         Box::new(|p| p.pci_host_bridge = !p.pci_host_bridge),
+        Box::new(|p| {
+            p.pci.push(pinfold_config::PciAddress {
+                segment: 0,
+                bus: 0,
+                device: 2,
+                function: 0,
+            })
+        }),
         Box::new(|p| p.token_sha256 = None),
         Box::new(|p| p.pmu = !p.pmu),
         Box::new(|p| p.lifecycle.restart = RestartMode::Always),
@@ -625,6 +646,7 @@ fn first_difference_names_every_field() {
             "autostart",
             "management",
             "pci_host_bridge",
+            "pci",
             "token",
             "pmu",
             "restart",

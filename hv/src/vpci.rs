@@ -1,0 +1,962 @@
+//! Per-function PCIe assignment: which host functions a partition gets,
+//! where their BARs go, and the virtual ECAM each such partition sees.
+//!
+//! Decided here, host-tested against a fake configuration space
+//! (`vpci_tests.rs`); the platform only traps the guest's accesses to the
+//! ECAM window and performs the physical ones ([`ConfigSpace`]).
+//!
+//! - [`enumerate`]: every function behind the host bridge at boot (after
+//!   `pci::quiesce_all` turned decoding off), with its BARs sized (all-ones
+//!   written and the old value put back) and its INTx pin.
+//! - [`assign`]: a partition's `pci` list checked against that list (the
+//!   function exists, is not a bridge or root port, its INTx SPI is not
+//!   another partition's) and its BARs placed: per address space (I/O,
+//!   32-bit and 64-bit memory) one window of its own, cut from the host
+//!   bridge's window of that space where no other partition's window is,
+//!   each BAR at least a 4 KiB page (stage 2 maps pages) and aligned to its
+//!   size, largest first; a space none of its BARs uses still gets a page
+//!   (guests may expect every space the bridge has). [`program`] writes the addresses into the
+//!   functions; [`guest_bridge`] is the host bridge the guest's DT shows:
+//!   the same ECAM window and bus range (functions at their real BDF),
+//!   `ranges` only its windows, `interrupt-map` only its functions' pins.
+//! - [`VirtualEcam`]: the filter every guest configuration access goes
+//!   through. Functions not assigned (the root complex, other partitions'
+//!   functions, empty slots) read all-ones and take no writes. BARs are
+//!   shadowed: a sizing probe (all-ones) is answered from the size found at
+//!   boot without touching the device; a new address reaches the device
+//!   only when the whole BAR lies in one of the partition's windows (a
+//!   64-bit BAR when both halves are written), otherwise the write is
+//!   refused. Turning memory or I/O decoding on first writes every BAR's
+//!   shadow to the device and is refused while one lies outside. COMMAND
+//!   keeps only I/O, memory, bus master, parity, SERR and INTx disable.
+//!   MSI and MSI-X: enables and message writes are refused while the
+//!   partition has no MSI doorbell (`msi_doorbell`: the hook the virtual
+//!   ITS fills in); clearing enables is allowed. Of the other capabilities
+//!   only PCIe Device Control/Status/Control 2 and the power-management
+//!   PMCSR are written through; any other write (the expansion ROM, the
+//!   read-only header, extended configuration space, vendor capabilities)
+//!   is ignored and counted.
+//! - [`reset_functions`]: the quiesce and reset (`pci::quiesce_function`:
+//!   COMMAND off, MSI/MSI-X off, FLR or virtio reset) of a partition's
+//!   functions before its RAM is scrubbed or it starts again.
+
+use crate::dtb::{PciIntxMap, PciRange, PciSpace, PcieInfo};
+use crate::exit::Hw;
+use crate::pci::{
+    capabilities, present, quiesce_function, Bdf, ConfigSpace, Ecam, Quiesced, CAP_EXP, CAP_MSI,
+    CAP_MSIX, CLASS_BRIDGE, CLASS_REV, COMMAND, HEADER_MULTI_FUNCTION, HEADER_TYPE, MSIX_ENABLE,
+    MSI_ENABLE, VENDOR_ID,
+};
+use alloc::vec::Vec;
+use core::fmt;
+
+/// Where a BAR decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarSpace {
+    Io,
+    /// A 32-bit memory BAR (below 4 GiB).
+    Mem32,
+    /// A 64-bit memory BAR (two registers).
+    Mem64,
+}
+
+/// One implemented BAR as sized at boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostBar {
+    /// Register index 0..=5 (the low half of a 64-bit BAR).
+    pub reg: u8,
+    pub space: BarSpace,
+    pub prefetchable: bool,
+    pub size: u64,
+}
+
+/// A function found behind the host bridge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFunction {
+    pub bdf: Bdf,
+    pub vendor: u16,
+    pub device: u16,
+    pub class: u32,
+    /// A bridge or root port (class 0x06): never assignable.
+    pub bridge: bool,
+    /// INTx pin, 1..=4 (INTA..INTD), 0 for none.
+    pub pin: u8,
+    pub bars: Vec<HostBar>,
+    /// Capabilities (ID, offset, length) the filter knows of.
+    pub caps: Vec<(u32, u16, u16)>,
+}
+
+const BAR0: u16 = 0x10;
+const ROM_BAR: u16 = 0x30;
+const INTERRUPT_LINE: u16 = 0x3c;
+const INTERRUPT_PIN: u16 = 0x3d;
+const CACHE_LINE: u16 = 0x0c;
+const CAP_PM: u32 = 0x01;
+/// Stage 2 maps BAR windows in pages: no two partitions share one.
+const PAGE: u64 = 4096;
+
+/// COMMAND bits a guest may set: I/O space, memory space, bus master,
+/// parity error response, SERR#, INTx disable.
+pub const COMMAND_ALLOWED: u32 = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 6) | (1 << 8) | (1 << 10);
+const COMMAND_IO: u32 = 1 << 0;
+const COMMAND_MEM: u32 = 1 << 1;
+
+/// Every function on buses `buses`, BARs sized. Decoding must be off (the
+/// quiesce has just cleared COMMAND): sizing moves the BAR for a moment.
+pub fn enumerate(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<HostFunction> {
+    let mut found = Vec::new();
+    for bus in buses.0..=buses.1 {
+        for dev in 0..32 {
+            let f0 = Bdf { bus, dev, func: 0 };
+            let f0_here = present(cfg, f0);
+            let multi = f0_here && cfg.read(f0, HEADER_TYPE, 1) & HEADER_MULTI_FUNCTION != 0;
+            for func in 0..8 {
+                let bdf = Bdf { bus, dev, func };
+                if (func == 0 && !f0_here) || (func > 0 && !multi) {
+                    continue;
+                }
+                if present(cfg, bdf) {
+                    found.push(describe(cfg, bdf));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn describe(cfg: &mut impl ConfigSpace, bdf: Bdf) -> HostFunction {
+    let id = cfg.read(bdf, VENDOR_ID, 4);
+    let class = cfg.read(bdf, CLASS_REV, 4) >> 8;
+    let header = cfg.read(bdf, HEADER_TYPE, 1) & 0x7f;
+    let bridge = class >> 16 == CLASS_BRIDGE || header != 0;
+    let mut f = HostFunction {
+        bdf,
+        vendor: id as u16,
+        device: (id >> 16) as u16,
+        class,
+        bridge,
+        pin: (cfg.read(bdf, INTERRUPT_PIN, 1) as u8).min(4),
+        bars: Vec::new(),
+        caps: capability_spans(cfg, bdf),
+    };
+    if bridge {
+        return f;
+    }
+    let mut reg = 0u8;
+    while reg < 6 {
+        let at = BAR0 + 4 * u16::from(reg);
+        let old = cfg.read(bdf, at, 4);
+        cfg.write(bdf, at, 4, u32::MAX);
+        let lo = cfg.read(bdf, at, 4);
+        cfg.write(bdf, at, 4, old);
+        let io = old & 1 != 0;
+        let wide = !io && (old >> 1) & 3 == 2 && reg < 5;
+        let mut mask = u64::from(lo & if io { !3 } else { !0xf });
+        if wide {
+            let hi_at = at + 4;
+            let old_hi = cfg.read(bdf, hi_at, 4);
+            cfg.write(bdf, hi_at, 4, u32::MAX);
+            mask |= u64::from(cfg.read(bdf, hi_at, 4)) << 32;
+            cfg.write(bdf, hi_at, 4, old_hi);
+        } else if mask != 0 {
+            mask |= 0xffff_ffff_0000_0000;
+        }
+        if mask != 0 {
+            f.bars.push(HostBar {
+                reg,
+                space: if io {
+                    BarSpace::Io
+                } else if wide {
+                    BarSpace::Mem64
+                } else {
+                    BarSpace::Mem32
+                },
+                prefetchable: !io && old & 8 != 0,
+                size: (!mask).wrapping_add(1),
+            });
+        }
+        reg += if wide { 2 } else { 1 };
+    }
+    f
+}
+
+/// One assigned function and where its BARs went (PCI bus addresses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub bdf: Bdf,
+    pub bars: Vec<(HostBar, u64)>,
+    /// The SPI its INTx pin reaches through the host's `interrupt-map`.
+    pub spi: Option<u32>,
+    /// The `interrupt-map` row of that pin, for the guest's bridge node.
+    pub intx: Option<PciIntxMap>,
+}
+
+/// A partition's functions and its windows.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Assignment {
+    pub functions: Vec<Placed>,
+    /// Its windows, cut from the host bridge's (one per space used).
+    pub windows: Vec<PciRange>,
+}
+
+impl Assignment {
+    /// The SPIs its functions' INTx pins use (sorted, unique).
+    pub fn spis(&self) -> Vec<u32> {
+        let mut spis: Vec<u32> = self.functions.iter().filter_map(|f| f.spi).collect();
+        spis.sort_unstable();
+        spis.dedup();
+        spis
+    }
+
+    /// Its windows as CPU address ranges (base, size): mapped in its
+    /// stage 2, never given to anything else.
+    pub fn cpu_windows(&self) -> Vec<(u64, u64)> {
+        self.windows.iter().map(|w| (w.cpu_addr, w.size)).collect()
+    }
+
+    pub fn owns(&self, bdf: Bdf) -> bool {
+        self.functions.iter().any(|f| f.bdf == bdf)
+    }
+}
+
+/// Why `pci[index]` cannot be assigned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssignError {
+    pub index: usize,
+    pub bdf: Bdf,
+    pub problem: AssignProblem,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignProblem {
+    /// No such function behind the host bridge.
+    Missing,
+    /// A bridge or root port.
+    Bridge,
+    /// Named twice in the partition's list.
+    Repeated,
+    /// Its INTx pin's SPI is another partition's (or the hypervisor's).
+    IntxShared { spi: u32 },
+    /// The host bridge has no window of the space, or no free room of
+    /// `size` bytes left in it.
+    NoRoom { space: BarSpace, size: u64 },
+    /// No host bridge at all.
+    NoHostBridge,
+}
+
+impl fmt::Display for AssignError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pci[{}]: 0000:{}: ", self.index, self.bdf)?;
+        match &self.problem {
+            AssignProblem::Missing => f.write_str("no such function on the host"),
+            AssignProblem::Bridge => f.write_str("a bridge or root port cannot be assigned"),
+            AssignProblem::Repeated => f.write_str("named twice"),
+            AssignProblem::IntxShared { spi } => {
+                write!(f, "its INTx is SPI {spi}, which another partition owns")
+            }
+            AssignProblem::NoRoom { space, size } => write!(
+                f,
+                "no room for {size:#x} bytes of {space:?} BARs in the host bridge's windows"
+            ),
+            AssignProblem::NoHostBridge => f.write_str("the host has no PCIe host bridge"),
+        }
+    }
+}
+
+/// What a partition's setup needs to place its functions: the host's
+/// functions, and what the partitions already there hold.
+#[derive(Debug, Clone, Default)]
+pub struct PciHost<'a> {
+    pub functions: &'a [HostFunction],
+    /// CPU ranges of other partitions' windows.
+    pub taken: Vec<(u64, u64)>,
+    /// SPIs other partitions own.
+    pub spis: Vec<u32>,
+}
+
+/// A partition's assigned functions: where they are and its filter.
+pub struct PartitionPci {
+    pub assignment: Assignment,
+    pub ecam: crate::lockstat::CountedLock<VirtualEcam>,
+    /// The filter as it starts (BAR shadows at the placed addresses).
+    pub fresh: VirtualEcam,
+}
+
+impl PartitionPci {
+    pub fn bdfs(&self) -> Vec<Bdf> {
+        self.assignment.functions.iter().map(|f| f.bdf).collect()
+    }
+}
+
+/// The SPI and `interrupt-map` row of `bdf`'s INTx `pin` (1..=4).
+pub fn intx_route(bridge: &PcieInfo, bdf: Bdf, pin: u8) -> Option<PciIntxMap> {
+    if pin == 0 {
+        return None;
+    }
+    let hi = (u32::from(bdf.bus) << 16) | (u32::from(bdf.dev) << 11) | (u32::from(bdf.func) << 8);
+    let mask = bridge.interrupt_map_mask;
+    let (hi, pin) = (hi & mask[0], u32::from(pin) & mask[3]);
+    bridge
+        .interrupt_map
+        .iter()
+        .find(|m| m.child_addr[0] == hi && m.pin == pin)
+        .copied()
+}
+
+/// Checks and places a partition's `pci` list. `taken` are CPU address
+/// ranges other partitions' windows hold; `spi_taken` says whether an SPI
+/// is already someone else's.
+pub fn assign(
+    wanted: &[Bdf],
+    host: &[HostFunction],
+    bridge: &PcieInfo,
+    taken: &[(u64, u64)],
+    spi_taken: impl Fn(u32) -> bool,
+) -> Result<Assignment, AssignError> {
+    let mut out = Assignment::default();
+    let mut found = Vec::new();
+    for (index, &bdf) in wanted.iter().enumerate() {
+        let err = |problem| AssignError {
+            index,
+            bdf,
+            problem,
+        };
+        if wanted[..index].contains(&bdf) {
+            return Err(err(AssignProblem::Repeated));
+        }
+        let f = host
+            .iter()
+            .find(|f| f.bdf == bdf)
+            .ok_or_else(|| err(AssignProblem::Missing))?;
+        if f.bridge {
+            return Err(err(AssignProblem::Bridge));
+        }
+        let intx = intx_route(bridge, bdf, f.pin);
+        let spi = intx.map(|m| m.intid);
+        if let Some(spi) = spi.filter(|&s| spi_taken(s)) {
+            return Err(err(AssignProblem::IntxShared { spi }));
+        }
+        found.push((index, f));
+        out.functions.push(Placed {
+            bdf,
+            bars: Vec::new(),
+            spi,
+            intx,
+        });
+    }
+    let has_mem64 = bridge.ranges.iter().any(|r| r.space == PciSpace::Mem64);
+    for space in [PciSpace::Io, PciSpace::Mem32, PciSpace::Mem64] {
+        let goes_here = |b: &HostBar| match b.space {
+            BarSpace::Io => space == PciSpace::Io,
+            BarSpace::Mem32 => space == PciSpace::Mem32,
+            BarSpace::Mem64 => {
+                space
+                    == if has_mem64 {
+                        PciSpace::Mem64
+                    } else {
+                        PciSpace::Mem32
+                    }
+            }
+        };
+        // (slot in out.functions, index in the plan, the BAR)
+        let mut bars: Vec<(usize, usize, HostBar)> = Vec::new();
+        for (slot, &(index, f)) in found.iter().enumerate() {
+            bars.extend(
+                f.bars
+                    .iter()
+                    .filter(|b| goes_here(b))
+                    .map(|&b| (slot, index, b)),
+            );
+        }
+        if bars.is_empty() {
+            // A page of every space the host bridge has, used or not: a
+            // guest may expect each (Hermit 0.11 asserts all three).
+            let window = bridge
+                .ranges
+                .iter()
+                .filter(|r| r.space == space)
+                .find_map(|r| carve(r, PAGE, PAGE, taken));
+            out.windows.extend(window);
+            continue;
+        }
+        bars.sort_by_key(|&(slot, _, b)| (core::cmp::Reverse(b.size.max(PAGE)), slot, b.reg));
+        let align = bars[0].2.size.max(PAGE);
+        let total: u64 = bars.iter().map(|&(_, _, b)| b.size.max(PAGE)).sum();
+        let size = total.div_ceil(align) * align;
+        let (first_index, first_bdf) = (bars[0].1, out.functions[bars[0].0].bdf);
+        let no_room = || AssignError {
+            index: first_index,
+            bdf: first_bdf,
+            problem: AssignProblem::NoRoom {
+                space: bars[0].2.space,
+                size,
+            },
+        };
+        let window = bridge
+            .ranges
+            .iter()
+            .filter(|r| r.space == space)
+            .find_map(|r| carve(r, size, align, taken))
+            .ok_or_else(no_room)?;
+        let mut at = window.pci_addr;
+        for &(slot, _, b) in &bars {
+            out.functions[slot].bars.push((b, at));
+            at += b.size.max(PAGE);
+        }
+        out.windows.push(window);
+    }
+    for f in &mut out.functions {
+        f.bars.sort_by_key(|(b, _)| b.reg);
+    }
+    Ok(out)
+}
+
+/// The first `size` bytes of `range`, aligned to `align` on the bus and
+/// clear of every `taken` CPU range.
+fn carve(range: &PciRange, size: u64, align: u64, taken: &[(u64, u64)]) -> Option<PciRange> {
+    let end = range.pci_addr.checked_add(range.size)?;
+    let mut at = range.pci_addr.next_multiple_of(align);
+    while at.checked_add(size)? <= end {
+        let cpu = range.cpu_addr + (at - range.pci_addr);
+        match taken
+            .iter()
+            .find(|&&(b, s)| b < cpu + size && cpu < b.saturating_add(s))
+        {
+            None => {
+                return Some(PciRange {
+                    pci_addr: at,
+                    cpu_addr: cpu,
+                    size,
+                    ..*range
+                })
+            }
+            Some(&(b, s)) => {
+                let past = range.pci_addr + (b.saturating_add(s) - range.cpu_addr);
+                at = past.max(at + align).next_multiple_of(align);
+            }
+        }
+    }
+    None
+}
+
+/// Writes the placed BAR addresses into the functions (decoding off).
+pub fn program(cfg: &mut impl ConfigSpace, a: &Assignment) {
+    for f in &a.functions {
+        cfg.write(f.bdf, COMMAND, 2, 0);
+        for &(b, addr) in &f.bars {
+            write_bar(cfg, f.bdf, b, addr);
+        }
+    }
+}
+
+fn write_bar(cfg: &mut impl ConfigSpace, bdf: Bdf, b: HostBar, addr: u64) {
+    let at = BAR0 + 4 * u16::from(b.reg);
+    cfg.write(bdf, at, 4, addr as u32);
+    if b.space == BarSpace::Mem64 {
+        cfg.write(bdf, at + 4, 4, (addr >> 32) as u32);
+    }
+}
+
+/// The host bridge as the partition's DT shows it: same ECAM window and
+/// bus range, only its windows and its functions' INTx rows.
+pub fn guest_bridge(host: &PcieInfo, a: &Assignment) -> PcieInfo {
+    PcieInfo {
+        ranges: a.windows.clone(),
+        interrupt_map: a.functions.iter().filter_map(|f| f.intx).collect(),
+        ..host.clone()
+    }
+}
+
+/// At boot: every function behind `bridge` quiesced (`pci::quiesce_all`,
+/// so firmware's DMA stops and sizing moves nothing that decodes), then
+/// enumerated with its BARs sized.
+pub fn boot_scan(hw: &mut impl Hw, bridge: &PcieInfo) -> Vec<HostFunction> {
+    let mut ecam = Ecam::new(hw, bridge);
+    let buses = ecam.buses();
+    let _ = crate::pci::quiesce_all(&mut ecam, buses);
+    enumerate(&mut ecam, buses)
+}
+
+/// Quiesces and resets `functions` (before reuse: stop, restart, delete,
+/// reassignment), in order.
+pub fn reset_functions(cfg: &mut impl ConfigSpace, functions: &[Bdf]) -> Vec<Quiesced> {
+    let mut done = Vec::new();
+    for &bdf in functions {
+        if present(cfg, bdf) {
+            done.push(quiesce_function(cfg, bdf));
+        }
+    }
+    done
+}
+
+/// A shadowed BAR of an assigned function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct VBar {
+    bar: HostBar,
+    /// The address the guest last wrote (both halves for a 64-bit BAR).
+    addr: u64,
+    sizing_lo: bool,
+    sizing_hi: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct VFunction {
+    bdf: Bdf,
+    bars: Vec<VBar>,
+    /// Capabilities (ID, offset, length), as found at construction.
+    caps: Vec<(u32, u16, u16)>,
+}
+
+/// What became of a guest's configuration write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Written through (possibly masked), or taken into a BAR's shadow.
+    Done,
+    /// Dropped without consequence (read-only, unsafe but routine).
+    Ignored,
+    /// Refused: a fault of the partition's.
+    Refused(Refusal),
+}
+
+/// Why a write was refused (the partition's fault line says it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The function is not the partition's (or the root complex).
+    NotAssigned(Bdf),
+    /// The BAR would decode outside the partition's windows.
+    BarOutside { bdf: Bdf, reg: u8, addr: u64 },
+    /// Decoding on while a BAR's address lies outside its windows.
+    DecodeWithBarOutside { bdf: Bdf, reg: u8 },
+    /// MSI/MSI-X enabled or its message written with no MSI doorbell.
+    MsiWithoutDoorbell(Bdf),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Refusal::NotAssigned(bdf) => {
+                write!(f, "PCI config write to {bdf}, not its function: refused")
+            }
+            Refusal::BarOutside { bdf, reg, addr } => write!(
+                f,
+                "PCI {bdf} BAR{reg} to {addr:#x}, outside its windows: refused"
+            ),
+            Refusal::DecodeWithBarOutside { bdf, reg } => write!(
+                f,
+                "PCI {bdf} decoding on with BAR{reg} outside its windows: refused"
+            ),
+            Refusal::MsiWithoutDoorbell(bdf) => {
+                write!(f, "PCI {bdf} MSI/MSI-X without a virtual ITS: refused")
+            }
+        }
+    }
+}
+
+/// The virtual ECAM of one partition (module comment).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirtualEcam {
+    /// The window the guest accesses (the host's), and its first bus.
+    pub base: u64,
+    pub size: u64,
+    pub first_bus: u8,
+    functions: Vec<VFunction>,
+    windows: Vec<PciRange>,
+    /// The doorbell address MSI messages may carry (the virtual ITS's
+    /// GITS_TRANSLATER); None: MSI and MSI-X stay off.
+    pub msi_doorbell: Option<u64>,
+    /// Writes ignored and refused so far.
+    pub ignored: u64,
+    pub refused: u64,
+}
+
+/// How a byte of a function's configuration space is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Byte {
+    Forward,
+    Ignore,
+    Command,
+    /// MSI / MSI-X Message Control (its enable is checked).
+    MsiControl,
+    /// MSI address/data: a DMA target, so only towards the doorbell.
+    MsiMessage,
+}
+
+impl VirtualEcam {
+    /// The filter for `a`'s functions (capabilities as `host` found them).
+    pub fn new(bridge: &PcieInfo, a: &Assignment, host: &[HostFunction]) -> VirtualEcam {
+        let functions = a
+            .functions
+            .iter()
+            .map(|f| VFunction {
+                bdf: f.bdf,
+                bars: f
+                    .bars
+                    .iter()
+                    .map(|&(bar, addr)| VBar {
+                        bar,
+                        addr,
+                        sizing_lo: false,
+                        sizing_hi: false,
+                    })
+                    .collect(),
+                caps: host
+                    .iter()
+                    .find(|h| h.bdf == f.bdf)
+                    .map(|h| h.caps.clone())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        VirtualEcam {
+            base: bridge.ecam.0,
+            size: bridge.ecam.1,
+            first_bus: bridge.bus_range.0.min(255) as u8,
+            functions,
+            windows: a.windows.clone(),
+            msi_doorbell: None,
+            ignored: 0,
+            refused: 0,
+        }
+    }
+
+    /// The function and register an address in the window names; None
+    /// outside it or misaligned.
+    pub fn decode(&self, ipa: u64, width: u8) -> Option<(Bdf, u16)> {
+        let at = ipa.checked_sub(self.base).filter(|&at| at < self.size)?;
+        let bus = u64::from(self.first_bus) + (at >> 20);
+        let offset = (at & 0xfff) as u16;
+        (bus <= 255 && offset.is_multiple_of(u16::from(width))).then_some((
+            Bdf {
+                bus: bus as u8,
+                dev: ((at >> 15) & 0x1f) as u8,
+                func: ((at >> 12) & 7) as u8,
+            },
+            offset,
+        ))
+    }
+
+    fn function(&self, bdf: Bdf) -> Option<usize> {
+        self.functions.iter().position(|f| f.bdf == bdf)
+    }
+
+    /// A guest read: all-ones for what is not its own, the BAR shadows,
+    /// no expansion ROM, the rest as the device answers.
+    pub fn read(&mut self, cfg: &mut impl ConfigSpace, bdf: Bdf, offset: u16, width: u8) -> u32 {
+        let ones = ones(width);
+        let Some(i) = self.function(bdf) else {
+            return ones;
+        };
+        let dword = offset & !3;
+        let shift = 8 * u32::from(offset & 3);
+        if (BAR0..BAR0 + 24).contains(&dword) {
+            let reg = ((dword - BAR0) / 4) as u8;
+            return (bar_read(&self.functions[i], reg) >> shift) & ones;
+        }
+        if dword == ROM_BAR {
+            return 0;
+        }
+        cfg.read(bdf, offset, width)
+    }
+
+    /// A guest write, filtered (module comment).
+    pub fn write(
+        &mut self,
+        cfg: &mut impl ConfigSpace,
+        bdf: Bdf,
+        offset: u16,
+        width: u8,
+        value: u32,
+    ) -> WriteOutcome {
+        let outcome = self.write_inner(cfg, bdf, offset, width, value);
+        match outcome {
+            WriteOutcome::Done => {}
+            WriteOutcome::Ignored => self.ignored += 1,
+            WriteOutcome::Refused(_) => self.refused += 1,
+        }
+        outcome
+    }
+
+    fn write_inner(
+        &mut self,
+        cfg: &mut impl ConfigSpace,
+        bdf: Bdf,
+        offset: u16,
+        width: u8,
+        value: u32,
+    ) -> WriteOutcome {
+        let Some(i) = self.function(bdf) else {
+            return WriteOutcome::Refused(Refusal::NotAssigned(bdf));
+        };
+        let value = value & ones(width);
+        let dword = offset & !3;
+        if (BAR0..BAR0 + 24).contains(&dword) {
+            return self.bar_write(cfg, i, offset, width, value);
+        }
+        let kinds: Vec<Byte> = (0..u16::from(width))
+            .map(|b| self.byte_kind(i, offset + b))
+            .collect();
+        if kinds.iter().all(|&k| k == Byte::Ignore) {
+            return WriteOutcome::Ignored;
+        }
+        if kinds.contains(&Byte::Command) {
+            if let Some(r) = self.command_write(cfg, i, offset, width, value) {
+                return WriteOutcome::Refused(r);
+            }
+        }
+        if kinds.contains(&Byte::MsiMessage) && self.msi_doorbell.is_none() {
+            return WriteOutcome::Refused(Refusal::MsiWithoutDoorbell(bdf));
+        }
+        if self.msi_doorbell.is_none() {
+            for (b, _) in kinds
+                .iter()
+                .enumerate()
+                .filter(|(_, &k)| k == Byte::MsiControl)
+            {
+                let at = offset + b as u16;
+                let byte = (value >> (8 * b)) & 0xff;
+                if let Some(&(id, cap, _)) = self.functions[i]
+                    .caps
+                    .iter()
+                    .find(|&&(_, cap, len)| (cap..cap + len).contains(&at))
+                {
+                    let enable = if id == CAP_MSIX {
+                        MSIX_ENABLE
+                    } else {
+                        MSI_ENABLE
+                    };
+                    if (byte << (8 * u32::from(at - cap - 2))) & enable != 0 {
+                        return WriteOutcome::Refused(Refusal::MsiWithoutDoorbell(bdf));
+                    }
+                }
+            }
+        }
+        // Forward the bytes that may be written; a mixed write goes byte by
+        // byte so that nothing beside them is touched.
+        let forward = |k: Byte| matches!(k, Byte::Forward | Byte::MsiControl | Byte::MsiMessage);
+        if kinds.iter().all(|&k| forward(k)) {
+            cfg.write(bdf, offset, width, value);
+        } else {
+            for (b, &k) in kinds.iter().enumerate() {
+                if forward(k) {
+                    cfg.write(bdf, offset + b as u16, 1, (value >> (8 * b)) & 0xff);
+                }
+            }
+        }
+        WriteOutcome::Done
+    }
+
+    /// COMMAND's bytes of a write: masked to the allowed bits, BARs
+    /// written to the device before decoding goes on.
+    fn command_write(
+        &mut self,
+        cfg: &mut impl ConfigSpace,
+        i: usize,
+        offset: u16,
+        width: u8,
+        value: u32,
+    ) -> Option<Refusal> {
+        // The written bytes of COMMAND, over what the device has now.
+        let mut command = cfg.read(self.functions[i].bdf, COMMAND, 2);
+        for b in 0..u16::from(width) {
+            let at = offset + b;
+            if at == COMMAND || at == COMMAND + 1 {
+                let shift = 8 * u32::from(at - COMMAND);
+                command = (command & !(0xff << shift)) | (((value >> (8 * b)) & 0xff) << shift);
+            }
+        }
+        command &= COMMAND_ALLOWED;
+        let f = &self.functions[i];
+        for v in &f.bars {
+            let decodes = match v.bar.space {
+                BarSpace::Io => command & COMMAND_IO != 0,
+                _ => command & COMMAND_MEM != 0,
+            };
+            if decodes && !inside(&self.windows, v.bar, v.addr) {
+                return Some(Refusal::DecodeWithBarOutside {
+                    bdf: f.bdf,
+                    reg: v.bar.reg,
+                });
+            }
+        }
+        if command & (COMMAND_IO | COMMAND_MEM) != 0 {
+            for v in &f.bars {
+                write_bar(cfg, f.bdf, v.bar, v.addr);
+            }
+        }
+        cfg.write(f.bdf, COMMAND, 2, command);
+        None
+    }
+
+    fn byte_kind(&self, i: usize, at: u16) -> Byte {
+        match at {
+            0x04 | 0x05 => return Byte::Command,
+            0x06 | 0x07 => return Byte::Forward, // STATUS: write 1 to clear
+            CACHE_LINE | 0x0d => return Byte::Forward,
+            INTERRUPT_LINE => return Byte::Forward,
+            _ if !(0x40..0x100).contains(&at) => return Byte::Ignore,
+            _ => {}
+        }
+        for &(id, cap, len) in &self.functions[i].caps {
+            let rel = match at.checked_sub(cap) {
+                Some(rel) if rel < len => rel,
+                _ => continue,
+            };
+            return match (id, rel) {
+                (CAP_MSI, 2 | 3) | (CAP_MSIX, 2 | 3) => Byte::MsiControl,
+                (CAP_MSI, 4..) => Byte::MsiMessage,
+                // Device Control, Device Status, Device Control 2.
+                (CAP_EXP, 8..=0xb) | (CAP_EXP, 0x28 | 0x29) => Byte::Forward,
+                (CAP_PM, 4 | 5) => Byte::Forward,
+                _ => Byte::Ignore,
+            };
+        }
+        Byte::Ignore
+    }
+
+    fn bar_write(
+        &mut self,
+        cfg: &mut impl ConfigSpace,
+        i: usize,
+        offset: u16,
+        width: u8,
+        value: u32,
+    ) -> WriteOutcome {
+        let dword = offset & !3;
+        let reg = ((dword - BAR0) / 4) as u8;
+        let shift = 8 * u32::from(offset & 3);
+        let mask = ones(width) << shift;
+        let current = bar_read(&self.functions[i], reg);
+        let value = (current & !mask) | ((value << shift) & mask);
+        let f = &mut self.functions[i];
+        let bdf = f.bdf;
+        let Some(v) = f
+            .bars
+            .iter_mut()
+            .find(|v| v.bar.reg == reg || (v.bar.space == BarSpace::Mem64 && v.bar.reg + 1 == reg))
+        else {
+            return WriteOutcome::Ignored;
+        };
+        let hi = v.bar.reg != reg;
+        let low_mask: u32 = if v.bar.space == BarSpace::Io {
+            !3
+        } else {
+            !0xf
+        };
+        let size_mask = !(v.bar.size - 1);
+        if hi {
+            if value == u32::MAX {
+                v.sizing_hi = true;
+                return WriteOutcome::Done;
+            }
+            v.sizing_hi = false;
+            let addr = (u64::from(value) << 32 | (v.addr & 0xffff_ffff)) & size_mask;
+            v.addr = addr;
+            if inside(&self.windows, v.bar, addr) {
+                let bar = v.bar;
+                write_bar(cfg, bdf, bar, addr);
+                return WriteOutcome::Done;
+            }
+            return WriteOutcome::Refused(Refusal::BarOutside { bdf, reg, addr });
+        }
+        if value & low_mask == low_mask {
+            v.sizing_lo = true;
+            return WriteOutcome::Done;
+        }
+        v.sizing_lo = false;
+        let addr = ((v.addr & !0xffff_ffff) | u64::from(value & low_mask)) & size_mask;
+        if v.bar.space == BarSpace::Mem64 {
+            // The high half may follow: keep the shadow, apply when whole.
+            v.addr = addr;
+            if inside(&self.windows, v.bar, addr) {
+                let bar = v.bar;
+                write_bar(cfg, bdf, bar, addr);
+            }
+            return WriteOutcome::Done;
+        }
+        if !inside(&self.windows, v.bar, addr) {
+            return WriteOutcome::Refused(Refusal::BarOutside { bdf, reg, addr });
+        }
+        v.addr = addr;
+        let bar = v.bar;
+        write_bar(cfg, bdf, bar, addr);
+        WriteOutcome::Done
+    }
+}
+
+/// Bytes of a capability the filter knows (MSI: by its Message Control's
+/// 64-bit and per-vector masking bits; MSI-X: control and the table/PBA
+/// pointers; PCIe: version 2), cut at the next capability.
+fn capability_spans(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Vec<(u32, u16, u16)> {
+    let caps = capabilities(cfg, bdf);
+    caps.iter()
+        .map(|&(id, at)| {
+            let len = match id {
+                CAP_MSI => {
+                    let control = cfg.read(bdf, at + 2, 2);
+                    10 + if control & (1 << 7) != 0 { 4 } else { 0 }
+                        + if control & (1 << 8) != 0 { 10 } else { 0 }
+                }
+                CAP_MSIX => 12,
+                CAP_EXP => 0x3c,
+                CAP_PM => 8,
+                _ => 2,
+            };
+            let next = caps
+                .iter()
+                .map(|&(_, a)| a)
+                .filter(|&a| a > at)
+                .min()
+                .unwrap_or(0x100);
+            (id, at, len.min(next - at))
+        })
+        .collect()
+}
+
+fn ones(width: u8) -> u32 {
+    u32::MAX >> (32 - 8 * u32::from(width.clamp(1, 4)))
+}
+
+/// The value a guest reads from BAR register `reg` of `f`.
+fn bar_read(f: &VFunction, reg: u8) -> u32 {
+    for v in &f.bars {
+        let size_mask = !(v.bar.size - 1);
+        if v.bar.reg == reg {
+            let flags = match v.bar.space {
+                BarSpace::Io => 1,
+                BarSpace::Mem32 => u32::from(v.bar.prefetchable) << 3,
+                BarSpace::Mem64 => 4 | u32::from(v.bar.prefetchable) << 3,
+            };
+            let low_mask: u32 = if v.bar.space == BarSpace::Io {
+                !3
+            } else {
+                !0xf
+            };
+            let addr = if v.sizing_lo { size_mask } else { v.addr };
+            return (addr as u32 & low_mask) | flags;
+        }
+        if v.bar.space == BarSpace::Mem64 && v.bar.reg + 1 == reg {
+            let addr = if v.sizing_hi { size_mask } else { v.addr };
+            return (addr >> 32) as u32;
+        }
+    }
+    0
+}
+
+/// Whether `bar` at bus address `addr` lies wholly in one of `windows` of
+/// its space.
+fn inside(windows: &[PciRange], bar: HostBar, addr: u64) -> bool {
+    let Some(end) = addr.checked_add(bar.size) else {
+        return false;
+    };
+    windows.iter().any(|w| {
+        let space_ok = match bar.space {
+            BarSpace::Io => w.space == PciSpace::Io,
+            BarSpace::Mem32 => w.space == PciSpace::Mem32,
+            BarSpace::Mem64 => matches!(w.space, PciSpace::Mem32 | PciSpace::Mem64),
+        };
+        space_ok && addr >= w.pci_addr && end <= w.pci_addr + w.size
+    })
+}
+
+#[cfg(test)]
+#[path = "vpci_tests.rs"]
+mod tests;
