@@ -261,7 +261,7 @@ fn a_missing_a_bridge_and_a_repeated_function_are_refused_naming_the_index() {
     let err = |wanted: &[Bdf]| assign(wanted, &host, &hb, &[], |_| false).unwrap_err();
 
     let e = err(&[bdf(1, 0), bdf(9, 0)]);
-    assert_eq!((e.index, e.problem.clone()), (1, AssignProblem::Missing));
+    assert_eq!((e.index, e.problem), (1, AssignProblem::Missing));
     assert_eq!(
         alloc::format!("{e}"),
         "pci[1]: 0000:00:09.0: no such function on the host"

@@ -365,7 +365,7 @@ pub enum Step {
 
 /// The first field (as the TOML names it) in which `a` and `b` differ.
 pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static str> {
-    let fields: [(&'static str, bool); 20] = [
+    let fields: [(&'static str, bool); 21] = [
         ("name", a.name == b.name),
         ("cpus", a.cpus == b.cpus),
         ("memory", a.ram_size == b.ram_size),

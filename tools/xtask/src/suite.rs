@@ -58,7 +58,7 @@ const OPT_IN: [&str; 1] = ["load"];
 /// `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 35] = [
+const CASES: [Case; 36] = [
     Case {
         name: "host",
         tier: 1,
