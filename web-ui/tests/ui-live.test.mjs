@@ -37,7 +37,7 @@ const BOOTARGS = 'console=ttyAMA0 earlycon=pl011,0x09000000';
 const BOOT_MS = 150_000;
 /** The kernel's upload (~1 MB/s under TCG), at most. */
 const UPLOAD_MS = 180_000;
-/** A DELETE, at most: the hypervisor zeroes the RAM before it answers. */
+/** A DELETE, at most: it stops the partition and queues its RAM for scrubbing after the answer (hv::scrub), so only a loaded host makes it slow. */
 const DELETE_MS = 90_000;
 /** Whole-run limit: a hung browser must not hang CI. */
 const DEADLINE_MS = 900_000;
