@@ -94,6 +94,15 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// smoltcp turns back into a listener when a RST comes (the connection the
 /// server then holds is none).
 ///
+/// The last one keeps a full send queue from killing the manager: Hermit
+/// 0.11's `transmit` always hands smoltcp a token, and `send_packet`
+/// unwrapped the virtqueue's `dispatch`, so when QEMU had not yet taken
+/// the 128 frames the 256 descriptors hold (header and frame each), the
+/// next one panicked ("Virtqs memory pool is exhausted!", seen once in the
+/// `load` case with 100 clients at once). Now that frame is dropped (TCP
+/// retransmits it) and the first drop is logged. Every frame takes two
+/// descriptors, so a failed dispatch fails on its first and leaks none.
+///
 /// The next one seeds Hermit's entropy pool (`entropy::read`, behind
 /// getrandom, std's HashMap keys, `sys_secure_rand*`) from the hypervisor:
 /// Hermit 0.11's `seed_entropy` on aarch64 is `None`, so every read fell
@@ -104,7 +113,7 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// (NOT_FOUND) it stays `None` and Hermit keeps its old fallback for
 /// HashMap keys; the manager never makes a credential from that (it calls
 /// ENTROPY itself and refuses without it).
-const KERNEL_PATCHES: [(&str, &str, &str); 23] = [
+const KERNEL_PATCHES: [(&str, &str, &str); 24] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -319,6 +328,18 @@ const KERNEL_PATCHES: [(&str, &str, &str); 23] = [
          \t\t\tcore::ptr::write_bytes(stack.as_mut_ptr::<u8>(), 0, 528);\n\
          \t\t\t// Set the task's stack pointer entry to the stack we have just crafted.\n\t\t\tself.last_stack_pointer = stack;",
     ),
+    (
+        "src/drivers/net/virtio/mod.rs",
+        "\t\tself.send_vqs.vqs[0]\n\t\t\t.dispatch(buff_tkn, false, BufferType::Direct)\n\t\t\t.unwrap();\n\n\t\tresult",
+        "\t\t// Pinfold: a full send queue drops the frame (TCP sends it again), as a NIC would, instead of panicking.\n\
+         \t\tif self.send_vqs.vqs[0]\n\t\t\t.dispatch(buff_tkn, false, BufferType::Direct)\n\t\t\t.is_err()\n\
+         \t\t{\n\
+         \t\t\tstatic DROPPED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);\n\
+         \t\t\tif DROPPED.fetch_add(1, core::sync::atomic::Ordering::Relaxed) == 0 {\n\
+         \t\t\t\twarn!(\"virtio-net: send queue full, frame dropped (reported once)\");\n\
+         \t\t\t}\n\
+         \t\t}\n\n\t\tresult",
+    ),
 ];
 
 /// The FP/SIMD frame of a task switch (patches 18-23): every switch on
@@ -415,7 +436,7 @@ pub fn seed_entropy() -> Option<[u8; 32]> {
 }"#;
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 9;
+const KERNEL_PATCH_REVISION: u32 = 10;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";
