@@ -94,6 +94,15 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// smoltcp turns back into a listener when a RST comes (the connection the
 /// server then holds is none).
 ///
+/// The last one keeps a full send queue from killing the manager: Hermit
+/// 0.11's `transmit` always hands smoltcp a token, and `send_packet`
+/// unwrapped the virtqueue's `dispatch`, so when QEMU had not yet taken
+/// the 128 frames the 256 descriptors hold (header and frame each), the
+/// next one panicked ("Virtqs memory pool is exhausted!", seen once in the
+/// `load` case with 100 clients at once). Now that frame is dropped (TCP
+/// retransmits it) and the first drop is logged. Every frame takes two
+/// descriptors, so a failed dispatch fails on its first and leaks none.
+///
 /// The next one seeds Hermit's entropy pool (`entropy::read`, behind
 /// getrandom, std's HashMap keys, `sys_secure_rand*`) from the hypervisor:
 /// Hermit 0.11's `seed_entropy` on aarch64 is `None`, so every read fell
@@ -105,13 +114,16 @@ const KERNEL_SHA256: &str = "e5a914a929e843e539267f5f8d1b6b53add9587db6caa5547b7
 /// HashMap keys; the manager never makes a credential from that (it calls
 /// ENTROPY itself and refuses without it).
 ///
-/// The last one lets the virtio-net driver accept VIRTIO_F_ACCESS_PLATFORM
+/// Patch 24 lets the virtio-net driver accept VIRTIO_F_ACCESS_PLATFORM
 /// when the device offers it (QEMU `iommu_platform=on`: the device's DMA
 /// then goes through the SMMU instead of around it; docs/DEVICES.md). The
 /// manager's addresses are its IPAs, which its stage 2 maps 1:1, so the
 /// driver needs nothing else; a device that does not offer it is driven as
 /// before.
-const KERNEL_PATCHES: [(&str, &str, &str); 24] = [
+///
+/// The last one (25) drops a frame when the virtio-net send queue is
+/// full instead of panicking (see the send-queue paragraph above).
+const KERNEL_PATCHES: [(&str, &str, &str); 25] = [
     (
         "src/drivers/virtio/transport/pci.rs",
         "\tlet device_id = device.device_id();\n\n\tif device_id < 0x1040 {",
@@ -334,6 +346,18 @@ const KERNEL_PATCHES: [(&str, &str, &str); 24] = [
          \t\t\t| (virtio::net::F::from(self.com_cfg.dev_features())\n\
          \t\t\t\t& virtio::net::F::ACCESS_PLATFORM);\n",
     ),
+    (
+        "src/drivers/net/virtio/mod.rs",
+        "\t\tself.send_vqs.vqs[0]\n\t\t\t.dispatch(buff_tkn, false, BufferType::Direct)\n\t\t\t.unwrap();\n\n\t\tresult",
+        "\t\t// Pinfold: a full send queue drops the frame (TCP sends it again), as a NIC would, instead of panicking.\n\
+         \t\tif self.send_vqs.vqs[0]\n\t\t\t.dispatch(buff_tkn, false, BufferType::Direct)\n\t\t\t.is_err()\n\
+         \t\t{\n\
+         \t\t\tstatic DROPPED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);\n\
+         \t\t\tif DROPPED.fetch_add(1, core::sync::atomic::Ordering::Relaxed) == 0 {\n\
+         \t\t\t\twarn!(\"virtio-net: send queue full, frame dropped (reported once)\");\n\
+         \t\t\t}\n\
+         \t\t}\n\n\t\tresult",
+    ),
 ];
 
 /// The FP/SIMD frame of a task switch (patches 18-23): every switch on
@@ -430,7 +454,7 @@ pub fn seed_entropy() -> Option<[u8; 32]> {
 }"#;
 /// Bumped whenever [`KERNEL_PATCHES`] changes, so the source is unpacked
 /// and patched afresh.
-const KERNEL_PATCH_REVISION: u32 = 10;
+const KERNEL_PATCH_REVISION: u32 = 11;
 /// Only what the manager needs: virtio-net over PCI, TCP, DHCP. No `smp`:
 /// Hermit 0.11 on aarch64 runs on one CPU anyway.
 const KERNEL_FEATURES: &str = "pci,tcp,dhcpv4";

@@ -12,6 +12,7 @@ mod event_checks;
 mod fuzz;
 mod harness;
 mod hermit;
+mod hostfwd;
 mod hostile_checks;
 mod hostile_plans;
 mod http;

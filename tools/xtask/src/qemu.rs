@@ -1,10 +1,14 @@
 //! The one place that knows how QEMU is started for Pinfold, shared by
 //! `cargo xtask run`, the boot tests and the build's DTB dump so all three
 //! see the same machine, and the one place that reads `PINFOLD_MANAGER_PORT`
-//! (the host port forwarded to the manager).
+//! (the host port forwarded to the manager). The forwarder's listen
+//! backlog is raised by crate::hostfwd's preload library; `PINFOLD_NET_DUMP`
+//! records the management NIC into a pcap.
 
 use std::path::Path;
 use std::process::Command;
+
+use crate::hostfwd;
 
 /// The emulated machine as a config's `[board]` describes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +291,11 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
                 .arg(format!("{model},netdev=mgmt0"))
                 .arg("-netdev")
                 .arg(netdev(manager_port()));
+            forwarder_backlog(&mut qemu);
+            if let Some(file) = net_dump() {
+                qemu.arg("-object")
+                    .arg(format!("filter-dump,id=netdump,netdev=mgmt0,file={file}"));
+            }
         }
         None => {}
         Some(boot) => {
@@ -298,13 +307,14 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
                     "virtio-net-pci,netdev=mgmt0,mac={},disable-legacy=on",
                     boot.mac
                 ))
-                .arg("-netdev")
-                .arg(format!(
-                    "{},tftp={},bootfile={}",
-                    netdev(manager_port()),
-                    boot.tftp.display(),
-                    boot.bootfile
-                ));
+                .arg("-netdev");
+            forwarder_backlog(&mut qemu);
+            qemu.arg(format!(
+                "{},tftp={},bootfile={}",
+                netdev(manager_port()),
+                boot.tftp.display(),
+                boot.bootfile
+            ));
         }
     }
     for (i, nic) in extra.partition_nics.iter().enumerate() {
@@ -352,6 +362,27 @@ pub fn bare_command(board: &Board, kernel: &Path, extra: &Extra) -> Command {
     qemu.arg("-kernel").arg(kernel);
     qemu.args(&extra.args);
     qemu
+}
+
+/// QEMU's forwarder of the manager's port listens with a backlog of 1,
+/// which loses connections of a burst on the host: QEMU runs with
+/// [`hostfwd`]'s preload library that raises it.
+fn forwarder_backlog(qemu: &mut Command) {
+    if let Some(lib) = hostfwd::preload() {
+        qemu.env("LD_PRELOAD", hostfwd::ld_preload(lib));
+    }
+}
+
+/// Environment variable naming a pcap file: QEMU then records every frame
+/// of the management NIC's user network into it (`filter-dump`), the
+/// manager's side of every forwarded connection (tcpdump or tshark read
+/// it). Timestamps are QEMU's virtual clock.
+const NET_DUMP_ENV: &str = "PINFOLD_NET_DUMP";
+
+fn net_dump() -> Option<String> {
+    std::env::var(NET_DUMP_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
 }
 
 /// The management NIC's user-mode network, forwarding `host_port` on

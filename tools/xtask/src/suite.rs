@@ -38,12 +38,11 @@ struct Case {
 }
 
 /// Cases run only when `--only` names them, each with why it is not in the
-/// default run. `load` finds an open bug of the management server (issue
-/// 10): when 100 clients connect at once, a few of their first requests
-/// are never answered (6 of 5,645 in one run on 823a2cc; 1 to 23 in the
-/// runs before; docs/MANAGER.md, "The HTTP server"). It joins the default
-/// run once that is fixed; its assertions stay as they are.
-const OPT_IN: [&str; 1] = ["load"];
+/// default run. None today: `load` was here while a few first requests of
+/// its 100-client connect burst went unanswered, which QEMU's forwarder
+/// lost on the host (its listen backlog of 1; crate::hostfwd raises it;
+/// docs/MANAGER.md, "The HTTP server").
+const OPT_IN: [&str; 0] = [];
 
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `api-restart`,
