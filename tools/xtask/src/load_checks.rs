@@ -236,7 +236,7 @@ fn burst() -> Result<String, String> {
                 gate.wait();
                 let t = Instant::now();
                 let mut s = connect()?;
-                let port = s.local_addr().map(|a| a.port()).unwrap_or(0);
+                let port = s.socket().local_addr().map(|a| a.port()).unwrap_or(0);
                 s.write_all(open_get("/api/v1/host").as_bytes())
                     .map_err(|e| format!("port {port}: {e}"))?;
                 let a = read_answer(&mut s, false, BURST_LIMIT).map_err(|e| {
@@ -312,7 +312,7 @@ fn load(token: &str) -> Result<String, String> {
                             Some(s) => s,
                             None => conn.insert(connect()?),
                         };
-                        port = s.local_addr().map(|a| a.port()).unwrap_or(0);
+                        port = s.socket().local_addr().map(|a| a.port()).unwrap_or(0);
                         s.write_all(get(path, &token).as_bytes())
                             .map_err(|e| e.to_string())?;
                         let a = read_answer(s, false, LOAD_LIMIT)?;
