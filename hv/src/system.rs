@@ -451,17 +451,7 @@ impl System {
                 // (`smmu`); a stream that cannot be bound keeps aborting.
                 let bdfs: Vec<crate::pci::Bdf> = found.iter().map(|q| q.bdf).collect();
                 self.log_smmu_bind(hw, p, &bdfs);
-                *p.pci_found.lock(LockPath::Management) = found
-                    .iter()
-                    .map(|q| pinfold_abi::PciFunction {
-                        bus: q.bdf.bus,
-                        device: q.bdf.dev,
-                        function: q.bdf.func,
-                        vendor_id: q.vendor,
-                        device_id: q.device,
-                        class: q.class,
-                    })
-                    .collect();
+                *p.pci_found.lock(LockPath::Management) = pci_report(&found);
             }
         }
         *p.report.lock(LockPath::Management) =
@@ -539,17 +529,7 @@ impl System {
         for q in &done {
             hw.log(format_args!("partition {} ({why}): {q}", p.name));
         }
-        *p.pci_found.lock(LockPath::Management) = done
-            .iter()
-            .map(|q| pinfold_abi::PciFunction {
-                bus: q.bdf.bus,
-                device: q.bdf.dev,
-                function: q.bdf.func,
-                vendor_id: q.vendor,
-                device_id: q.device,
-                class: q.class,
-            })
-            .collect();
+        *p.pci_found.lock(LockPath::Management) = pci_report(&done);
     }
 
     /// Stop every vCPU of `p` (the caller puts its own, if it is one).
@@ -726,4 +706,19 @@ pub fn splitmix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The functions a quiesce or reset went through, as PCI_FUNCTIONS reports
+/// them to the manager.
+fn pci_report(done: &[crate::pci::Quiesced]) -> Vec<pinfold_abi::PciFunction> {
+    done.iter()
+        .map(|q| pinfold_abi::PciFunction {
+            bus: q.bdf.bus,
+            device: q.bdf.dev,
+            function: q.bdf.func,
+            vendor_id: q.vendor,
+            device_id: q.device,
+            class: q.class,
+        })
+        .collect()
 }
