@@ -426,6 +426,17 @@ fn system_on_host(
     resources: pinfold_config::isolation::HostResources,
     host: HostInfo,
 ) -> &'static System {
+    system_with_functions(change, wall_clock, resources, host, Vec::new())
+}
+
+/// [`system_on_host`] with `pci_functions` found behind its host bridge.
+fn system_with_functions(
+    change: impl FnOnce(&mut Plan),
+    wall_clock: Option<crate::clock::WallClock>,
+    resources: pinfold_config::isolation::HostResources,
+    host: HostInfo,
+    pci_functions: Vec<crate::vpci::HostFunction>,
+) -> &'static System {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
@@ -462,7 +473,7 @@ fn system_on_host(
                 ..Default::default()
             },
             version: "test",
-            pci_functions: Vec::new(),
+            pci_functions,
         },
         &mut |_| {},
     );
@@ -479,12 +490,50 @@ mod runtime;
 /// The host with a PCIe host bridge behind an SMMUv3 (as QEMU 10's
 /// `virt,iommu=smmuv3`), mgmt owning the bridge.
 fn smmu_system() -> (&'static System, FakeHw) {
-    use crate::dtb::{HostDevice, PciIommuMap, PcieInfo};
+    smmu_system_with(
+        |plan| {
+            for p in &mut plan.partitions {
+                p.pci_host_bridge = p.management;
+            }
+        },
+        Vec::new(),
+    )
+}
+
+/// [`smmu_system`] with the plan changed by `change` and `functions`
+/// found behind the bridge (one 32-bit memory window for their BARs).
+fn smmu_system_with(
+    change: impl FnOnce(&mut Plan),
+    functions: Vec<crate::vpci::HostFunction>,
+) -> (&'static System, FakeHw) {
+    use crate::dtb::{HostDevice, PciIommuMap, PciRange, PciSpace, PcieInfo};
     let mut h = host(4);
     h.pcie = Some(PcieInfo {
         ecam: (0x40_1000_0000, 0x1000_0000),
         bus_range: (0, 0xff),
-        ranges: Vec::new(),
+        ranges: vec![
+            PciRange {
+                space: PciSpace::Io,
+                prefetchable: false,
+                pci_addr: 0,
+                cpu_addr: 0x3eff_0000,
+                size: 0x1_0000,
+            },
+            PciRange {
+                space: PciSpace::Mem32,
+                prefetchable: false,
+                pci_addr: 0x1000_0000,
+                cpu_addr: 0x1000_0000,
+                size: 0x2eff_0000,
+            },
+            PciRange {
+                space: PciSpace::Mem64,
+                prefetchable: true,
+                pci_addr: 0x80_0000_0000,
+                cpu_addr: 0x80_0000_0000,
+                size: 0x80_0000_0000,
+            },
+        ],
         interrupt_map: Vec::new(),
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),
@@ -502,19 +551,75 @@ fn smmu_system() -> (&'static System, FakeHw) {
         spis: vec![106, 107, 108, 109],
         enabled: true,
     });
-    let sys = system_on_host(
-        |plan| {
-            for p in &mut plan.partitions {
-                p.pci_host_bridge = p.management;
-            }
-        },
-        None,
-        Default::default(),
-        h,
-    );
+    let sys = system_with_functions(change, None, Default::default(), h, functions);
     let mut hw = FakeHw::new();
     hw.smmu = Some(crate::smmu::tests::rig());
     (sys, hw)
+}
+
+#[test]
+fn a_pci_partitions_function_dmas_through_its_own_stage2_not_the_bridge_owners() {
+    use crate::pci::Bdf;
+    use crate::smmu::tests::Dma;
+    use crate::vpci::{BarSpace, HostBar, HostFunction};
+    let nic = Bdf {
+        bus: 0,
+        dev: 2,
+        func: 0,
+    };
+    let (sys, mut hw) = smmu_system_with(
+        |plan| {
+            plan.partitions[0].pci = alloc::vec![pinfold_config::plan::PciAddress {
+                segment: 0,
+                bus: 0,
+                device: 2,
+                function: 0,
+            }];
+        },
+        alloc::vec![HostFunction {
+            bdf: nic,
+            vendor: 0x1af4,
+            device: 0x1041,
+            class: 0x02_0000,
+            bridge: false,
+            pin: 0,
+            bars: alloc::vec![HostBar {
+                reg: 1,
+                space: BarSpace::Mem32,
+                prefetchable: false,
+                size: 0x1000,
+            }],
+            caps: Vec::new(),
+        }],
+    );
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    let parts = sys.partitions();
+    let alpha = parts.iter().find(|p| p.name == "alpha").unwrap();
+    assert!(alpha.vpci.is_some(), "alpha got its function");
+    assert_eq!(sys.smmu_bind(&mut hw, alpha, &[nic]).unwrap(), 1);
+    // 00:02.0 is stream 0x10: alpha's VMID and root, nobody else's.
+    let model = hw.smmu.as_ref().unwrap().model.clone();
+    model
+        .borrow_mut()
+        .ram
+        .insert(alpha.vmid, (alpha.ram_ipa, alpha.ram_size));
+    assert_eq!(
+        model.borrow_mut().dma(0x10, alpha.ram_ipa + 0x1000, false),
+        Dma::Done {
+            vmid: alpha.vmid,
+            root: alpha.stage2_root.0
+        }
+    );
+    // Another partition cannot bind alpha's function to its own tables.
+    let beta = parts.iter().find(|p| p.name == "beta").unwrap();
+    let _ = sys.smmu_bind(&mut hw, beta, &[nic]);
+    assert_eq!(
+        model.borrow_mut().dma(0x10, alpha.ram_ipa + 0x1000, false),
+        Dma::Done {
+            vmid: alpha.vmid,
+            root: alpha.stage2_root.0
+        }
+    );
 }
 
 #[test]
