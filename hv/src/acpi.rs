@@ -51,7 +51,7 @@ use core::fmt;
 
 use crate::dtb::{EarlyUart, HostInfo, NumaInfo};
 
-mod board;
+pub(crate) mod board;
 mod iort;
 mod madt;
 mod srat;

@@ -506,34 +506,12 @@ fn smmu_system_with(
     change: impl FnOnce(&mut Plan),
     functions: Vec<crate::vpci::HostFunction>,
 ) -> (&'static System, FakeHw) {
-    use crate::dtb::{HostDevice, PciIommuMap, PciRange, PciSpace, PcieInfo};
+    use crate::dtb::{HostDevice, PciIommuMap, PcieInfo};
     let mut h = host(4);
     h.pcie = Some(PcieInfo {
         ecam: (0x40_1000_0000, 0x1000_0000),
         bus_range: (0, 0xff),
-        ranges: vec![
-            PciRange {
-                space: PciSpace::Io,
-                prefetchable: false,
-                pci_addr: 0,
-                cpu_addr: 0x3eff_0000,
-                size: 0x1_0000,
-            },
-            PciRange {
-                space: PciSpace::Mem32,
-                prefetchable: false,
-                pci_addr: 0x1000_0000,
-                cpu_addr: 0x1000_0000,
-                size: 0x2eff_0000,
-            },
-            PciRange {
-                space: PciSpace::Mem64,
-                prefetchable: true,
-                pci_addr: 0x80_0000_0000,
-                cpu_addr: 0x80_0000_0000,
-                size: 0x80_0000_0000,
-            },
-        ],
+        ranges: crate::acpi::board::qemu_virt_pci_ranges(),
         interrupt_map: Vec::new(),
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),

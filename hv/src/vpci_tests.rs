@@ -1,7 +1,6 @@
 use super::*;
 use alloc::collections::BTreeMap;
 use alloc::string::String;
-use alloc::vec;
 
 /// A fake function: plain registers, BARs that keep only their address
 /// bits (as hardware does), and the writes that reached it.
@@ -148,29 +147,7 @@ fn host_bridge() -> PcieInfo {
     PcieInfo {
         ecam: (0x40_1000_0000, 0x1000_0000),
         bus_range: (0, 0xff),
-        ranges: vec![
-            PciRange {
-                space: PciSpace::Io,
-                prefetchable: false,
-                pci_addr: 0,
-                cpu_addr: 0x3eff_0000,
-                size: 0x1_0000,
-            },
-            PciRange {
-                space: PciSpace::Mem32,
-                prefetchable: false,
-                pci_addr: 0x1000_0000,
-                cpu_addr: 0x1000_0000,
-                size: 0x2eff_0000,
-            },
-            PciRange {
-                space: PciSpace::Mem64,
-                prefetchable: false,
-                pci_addr: 0x80_0000_0000,
-                cpu_addr: 0x80_0000_0000,
-                size: 0x80_0000_0000,
-            },
-        ],
+        ranges: crate::acpi::board::qemu_virt_pci_ranges(),
         interrupt_map,
         interrupt_map_mask: [0x1800, 0, 0, 7],
         iommu_map: Vec::new(),

@@ -72,29 +72,7 @@ fn qemu_virt(host: &mut HostInfo, ecam: Ecam) {
     host.pcie = Some(PcieInfo {
         ecam: ecam.window,
         bus_range: ecam.bus_range,
-        ranges: alloc::vec![
-            PciRange {
-                space: PciSpace::Io,
-                prefetchable: false,
-                pci_addr: 0,
-                cpu_addr: 0x3eff_0000,
-                size: 0x1_0000,
-            },
-            PciRange {
-                space: PciSpace::Mem32,
-                prefetchable: false,
-                pci_addr: 0x1000_0000,
-                cpu_addr: 0x1000_0000,
-                size: 0x2eff_0000,
-            },
-            PciRange {
-                space: PciSpace::Mem64,
-                prefetchable: false,
-                pci_addr: 0x80_0000_0000,
-                cpu_addr: 0x80_0000_0000,
-                size: 0x80_0000_0000,
-            },
-        ],
+        ranges: qemu_virt_pci_ranges(),
         interrupt_map,
         interrupt_map_mask: [0x1800, 0, 0, 7],
         node_path: "/pcie@10000000".to_string(),
@@ -168,4 +146,34 @@ fn qemu_virt(host: &mut HostInfo, ecam: Ecam) {
         Vec::new(),
     ));
     host.devices = devices;
+}
+
+/// QEMU virt's PCIe windows (MCFG names only the ECAM): I/O at
+/// 0x3eff_0000, 32-bit memory at 0x1000_0000, 64-bit memory at 512 GiB,
+/// each at the same address on the bus and for the CPU. Host tests that
+/// model a QEMU virt bridge use it too.
+pub(crate) fn qemu_virt_pci_ranges() -> Vec<PciRange> {
+    alloc::vec![
+        PciRange {
+            space: PciSpace::Io,
+            prefetchable: false,
+            pci_addr: 0,
+            cpu_addr: 0x3eff_0000,
+            size: 0x1_0000,
+        },
+        PciRange {
+            space: PciSpace::Mem32,
+            prefetchable: false,
+            pci_addr: 0x1000_0000,
+            cpu_addr: 0x1000_0000,
+            size: 0x2eff_0000,
+        },
+        PciRange {
+            space: PciSpace::Mem64,
+            prefetchable: false,
+            pci_addr: 0x80_0000_0000,
+            cpu_addr: 0x80_0000_0000,
+            size: 0x80_0000_0000,
+        },
+    ]
 }
