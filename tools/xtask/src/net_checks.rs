@@ -97,7 +97,10 @@ pub fn net_partitions(builder: &mut crate::build::Builder<'_>, log: &Path) -> Ou
         if !pci.ends_with("count=1") {
             return Err(format!("{name} sees other functions: `{pci}`"));
         }
-        let page = http::send(
+        // The guest's busybox httpd speaks plain HTTP (only the management
+        // API is HTTPS).
+        let page = http::send_over(
+            false,
             &format!("127.0.0.1:{}", nic.host_port),
             &Request::get("/"),
             REQUEST_TIMEOUT,
