@@ -308,27 +308,8 @@ pub fn sync_credentials<B: Backend, H: StoreHttp>(
             r.store.last_result = Some(format!("credentials.json written ({} bytes)", text.len()));
             Synced::Written { images: 0 }
         }
-        Ok((412, _)) => {
-            let why = format!(
-                "{target}: another writer changed it ({} {} did not hold); not overwritten, no \
-                 more writes until the manager restarts",
-                condition.0, condition.1
-            );
-            r.store.conflict = true;
-            r.store.last_result = Some(why.clone());
-            r.record("config", None, &format!("configuration store: {why}"));
-            Synced::Conflict
-        }
-        Ok((status, _)) => {
-            let why = format!("PUT {target} answered {status}");
-            r.store.last_result = Some(why.clone());
-            Synced::Failed(why)
-        }
-        Err(e) => {
-            let why = format!("PUT {target}: {e}");
-            r.store.last_result = Some(why.clone());
-            Synced::Failed(why)
-        }
+        Ok((status, _)) => put_refused(&mut r, &target, &condition, Ok(status)),
+        Err(e) => put_refused(&mut r, &target, &condition, Err(e)),
     }
 }
 
@@ -380,6 +361,33 @@ pub fn restore_credentials<B: Backend, H: StoreHttp>(
     r.store.credentials_synced = Some(generation);
     r.record("config", None, &format!("configuration store: {sentence}"));
     sentence
+}
+/// A conditional PUT of `target` that did not succeed: a 412 is another
+/// writer's change (no more writes until the manager restarts, recorded as
+/// an event), anything else a failure kept as the store's last result.
+fn put_refused<B: Backend>(
+    r: &mut Router<B>,
+    target: &str,
+    condition: &(&str, String),
+    outcome: std::io::Result<u16>,
+) -> Synced {
+    let why = match outcome {
+        Ok(412) => {
+            let why = format!(
+                "{target}: another writer changed it ({} {} did not hold); not overwritten, no \
+                 more writes until the manager restarts",
+                condition.0, condition.1
+            );
+            r.store.conflict = true;
+            r.store.last_result = Some(why.clone());
+            r.record("config", None, &format!("configuration store: {why}"));
+            return Synced::Conflict;
+        }
+        Ok(status) => format!("PUT {target} answered {status}"),
+        Err(e) => format!("PUT {target}: {e}"),
+    };
+    r.store.last_result = Some(why.clone());
+    Synced::Failed(why)
 }
 
 /// Writes the configuration to the store if it changed since last time
@@ -473,25 +481,8 @@ pub fn sync_once<B: Backend, H: StoreHttp>(router: &Mutex<Router<B>>, http: &mut
             ));
             Synced::Written { images: written }
         }
-        Ok((412, _)) => {
-            let why = format!(
-                "{target}: another writer changed it ({} {} did not hold); not overwritten, no \
-                 more writes until the manager restarts",
-                condition.0, condition.1
-            );
-            r.store.conflict = true;
-            r.store.last_result = Some(why.clone());
-            r.record("config", None, &format!("configuration store: {why}"));
-            Synced::Conflict
-        }
-        Ok((status, _)) => {
-            drop(r);
-            fail(router, format!("PUT {target} answered {status}"))
-        }
-        Err(e) => {
-            drop(r);
-            fail(router, format!("PUT {target}: {e}"))
-        }
+        Ok((status, _)) => put_refused(&mut r, &target, &condition, Ok(status)),
+        Err(e) => put_refused(&mut r, &target, &condition, Err(e)),
     }
 }
 
