@@ -1140,7 +1140,7 @@ fn default_config_path() -> PathBuf {
 fn default_images() -> Root {
     let root = Root::new();
     root.write("target/guest/linux/Image", &linux_image(32 * Size::MIB));
-    root.write("target/guest/initramfs.cpio.gz", b"fake initramfs");
+    root.write("target/guest/initramfs-net.cpio.gz", b"fake initramfs");
     root.write("target/pinfold/manager.bin", &linux_image(2 * Size::MIB));
     root
 }
@@ -1156,7 +1156,7 @@ fn default_config_validates_against_fake_images() {
 }
 
 #[test]
-fn default_config_gives_cpu_0_and_the_pci_bridge_to_mgmt_and_the_console_to_beta() {
+fn default_config_gives_cpu_0_and_a_nic_to_each_partition_and_the_console_to_beta() {
     let config = load(&default_config_path()).expect("default.toml parses");
 
     let cpus: Vec<u32> = config
@@ -1177,10 +1177,16 @@ fn default_config_gives_cpu_0_and_the_pci_bridge_to_mgmt_and_the_console_to_beta
         (mgmt.name.as_str(), mgmt.cpus.as_slice()),
         ("mgmt", &[0][..])
     );
-    assert!(mgmt.management && mgmt.pci_host_bridge);
-    assert!(config.partitions[1..]
+    assert!(mgmt.management);
+    // Per function: no partition has the whole bridge, each its own NIC.
+    assert!(config.partitions.iter().all(|p| !p.pci_host_bridge));
+    assert!(config.partitions[1..].iter().all(|p| !p.management));
+    let pci: Vec<Vec<String>> = config
+        .partitions
         .iter()
-        .all(|p| !p.management && !p.pci_host_bridge));
+        .map(|p| p.pci.iter().map(ToString::to_string).collect())
+        .collect();
+    assert_eq!(pci, [["0000:00:01.0"], ["0000:00:02.0"], ["0000:00:03.0"]]);
 }
 
 // ---- payload --------------------------------------------------------------
@@ -1198,7 +1204,7 @@ fn payload_plan_round_trips_through_decode() {
     assert_eq!(plan.partitions[2].cpus, [2, 3]);
     assert_eq!(plan.partitions[2].ram_size, 512 * Size::MIB);
     assert!(plan.partitions[2].console.input);
-    assert!(plan.partitions[0].management && plan.partitions[0].pci_host_bridge);
+    assert!(plan.partitions[0].management && !plan.partitions[0].pci_host_bridge);
     assert!(plan.partitions[1].autostart);
 }
 
