@@ -375,6 +375,17 @@ impl LpiRoutes {
     pub fn get(&self, lpi: u32) -> Option<LpiRoute> {
         LpiRoute::unpack(self.slot(lpi)?.load(Ordering::Acquire))
     }
+
+    /// A physical LPI taken on a CPU (after its EOI): the guest vINTID to
+    /// inject into the vCPU loaded there (`loaded`: its partition's slot
+    /// and vCPU index), or None: no route (discarded, stray), or the route
+    /// names another partition or vCPU (mapped away or restarted while it
+    /// was pending: dropped and counted by the caller, never injected
+    /// into the wrong guest).
+    pub fn deliver(&self, lpi: u32, loaded: Option<(u16, u16)>) -> Option<u32> {
+        let r = self.get(lpi)?;
+        (loaded? == (r.slot, r.vcpu)).then_some(r.vintid)
+    }
 }
 
 /// Why a partition's command could not be applied physically.

@@ -252,6 +252,29 @@ fn a_mapped_event_gets_a_physical_lpi_on_its_vcpus_cpu_and_a_route() {
 }
 
 #[test]
+fn an_lpi_is_delivered_only_to_the_vcpu_its_route_names() {
+    let routes = LpiRoutes::new(4);
+    routes.set(
+        LPI_BASE + 1,
+        Some(LpiRoute {
+            slot: 2,
+            vcpu: 1,
+            vintid: 8300,
+        }),
+    );
+    assert_eq!(routes.deliver(LPI_BASE + 1, Some((2, 1))), Some(8300));
+    // Another vCPU of the partition, another partition, an idle CPU.
+    assert_eq!(routes.deliver(LPI_BASE + 1, Some((2, 0))), None);
+    assert_eq!(routes.deliver(LPI_BASE + 1, Some((3, 1))), None);
+    assert_eq!(routes.deliver(LPI_BASE + 1, None), None);
+    // No route, or no LPI of the pool.
+    assert_eq!(routes.deliver(LPI_BASE, Some((2, 1))), None);
+    assert_eq!(routes.deliver(LPI_BASE + 4, Some((2, 1))), None);
+    routes.set(LPI_BASE + 1, None);
+    assert_eq!(routes.deliver(LPI_BASE + 1, Some((2, 1))), None);
+}
+
+#[test]
 fn movi_moves_the_collection_and_the_route_keeps_the_vintid() {
     let mut env = Env::new(64);
     let mut p = its(0);
