@@ -40,6 +40,9 @@ pub const LPI_BASE: u32 = 8192;
 /// A device's ITT covers at most 2^11 events (MSI-X has at most 2048
 /// vectors); a larger guest MAPD is refused.
 pub const MAX_EVENT_BITS: u8 = 11;
+/// Physical LPIs the hypervisor hands out (INTIDs 8192..16383: 14 ID
+/// bits, an 8 KiB property table).
+pub const LPI_COUNT: u32 = 8192;
 /// ITTs are 256-byte aligned (MAPD ITT_addr is [51:8]).
 pub const ITT_ALIGN: usize = 256;
 
