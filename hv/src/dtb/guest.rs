@@ -877,9 +877,11 @@ mod tests {
         assert_eq!(cells(prop(&fdt, its, "reg")), [0, 0x0808_0000, 0, 0x2_0000]);
         assert_eq!(cells(prop(&fdt, its, "phandle")), [GUEST_ITS_PHANDLE]);
         // It lies between the distributor and the redistributors.
-        assert!(GUEST_ITS_BASE >= GUEST_GICD_BASE + GUEST_GICD_SIZE);
-        assert!(GUEST_ITS_BASE + GUEST_ITS_SIZE <= GUEST_GICR_BASE);
-        assert!(GUEST_ITS_PHANDLE < GUEST_FIRST_FREE_PHANDLE);
+        const {
+            assert!(GUEST_ITS_BASE >= GUEST_GICD_BASE + GUEST_GICD_SIZE);
+            assert!(GUEST_ITS_BASE + GUEST_ITS_SIZE <= GUEST_GICR_BASE);
+            assert!(GUEST_ITS_PHANDLE < GUEST_FIRST_FREE_PHANDLE);
+        }
     }
 
     #[test]
