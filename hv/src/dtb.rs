@@ -13,8 +13,8 @@ mod writer;
 
 pub use guest::{
     build_guest_dtb, ExtraNode, GuestDevice, GuestDtbSpec, GuestSpi, PropValue, Trigger,
-    GUEST_APB_PCLK_PHANDLE, GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_MAX_VCPUS,
-    PARTITION_PROP,
+    GUEST_APB_PCLK_PHANDLE, GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_ITS_PHANDLE,
+    GUEST_MAX_VCPUS, PARTITION_PROP,
 };
 pub use host::{
     chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb, Conduit,

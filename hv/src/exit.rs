@@ -1414,7 +1414,14 @@ pub fn load(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, boot: &Boot) -> VcpuC
     cpu.vcpu = id.vcpu;
     cpu.loaded = Some(LoadedVcpu {
         id,
-        vredist: VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p)),
+        vredist: {
+            let r = VRedist::new(id.vcpu, mpidr, last, passthrough_ppis(p));
+            if p.has_vits() {
+                r.with_lpis()
+            } else {
+                r
+            }
+        },
         pmu: view,
     });
     cpu.hw_ppis = cpu
@@ -1469,6 +1476,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
             hw.deactivate(intid);
             drain_mailbox(cpu, hw);
         }
+        crate::vgic::pits::LPI_BASE.. => lpi(sys, cpu, hw, intid),
         _ => {
             let Cpu { resident, state } = cpu;
             other_irq(sys, state, hw, resident.as_deref(), intid)
@@ -1510,6 +1518,72 @@ fn drain_slots(
     public
         .mailbox
         .drain_slots(bell, |op| apply_op(cpu, hw, p, op));
+}
+
+/// The partition's RAM for the vLPI tables of its redistributors.
+struct PartitionRam<'a, H: Hw> {
+    p: &'a Partition,
+    hw: &'a mut H,
+}
+
+impl<H: Hw> GuestMemory for PartitionRam<'_, H> {
+    fn ram_range(&self) -> IpaRange {
+        IpaRange::new(self.p.ram_ipa, self.p.ram_size)
+    }
+    fn write(&mut self, ipa: Ipa, bytes: &[u8]) -> Result<(), GuestMemoryFault> {
+        let pa = self
+            .p
+            .host_addr(ipa.0, bytes.len() as u64)
+            .ok_or(GuestMemoryFault)?;
+        HostMemory::write(self.hw, pa, bytes);
+        Ok(())
+    }
+    fn read(&self, ipa: Ipa, out: &mut [u8]) -> Result<(), GuestMemoryFault> {
+        let pa = self
+            .p
+            .host_addr(ipa.0, out.len() as u64)
+            .ok_or(GuestMemoryFault)?;
+        HostMemory::read(&*self.hw, pa, out);
+        Ok(())
+    }
+}
+
+/// A physical LPI (a device's MSI through the physical ITS) taken on this
+/// CPU: LPIs have no active state, so the priority drop was its EOI. Its
+/// route (one atomic load) names the partition and vCPU; only the one
+/// loaded here gets it, as the vLPI its redistributor's tables in the
+/// guest's RAM say (injected, or kept pending there while disabled). No
+/// lock on this path.
+#[inline(never)]
+fn lpi(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
+    let (loaded, state) = cpu.split();
+    let here = loaded.map(|(p, v)| (p.index as u16, v as u16));
+    let Some(vintid) = sys.lpi_routes.deliver(intid, here) else {
+        // Discarded or moved while pending, or a stray: nothing to do.
+        return;
+    };
+    let Some((p, v)) = loaded else {
+        return;
+    };
+    let Some(l) = state.loaded.as_ref() else {
+        return;
+    };
+    let delivery = l
+        .vredist
+        .lpi_arrived(vintid, &mut PartitionRam { p, hw: &mut *hw });
+    match delivery {
+        crate::vgic::redist::LpiDelivery::Inject(irq) => {
+            state.public.counters.injected();
+            deliver(sys, state, hw, p, v, MailboxOp::Inject(irq));
+        }
+        crate::vgic::redist::LpiDelivery::Pended => {}
+        crate::vgic::redist::LpiDelivery::Dropped => fault(
+            p,
+            hw,
+            FaultKind::Dropped,
+            format_args!("LPI {vintid}: LPIs off or its tables outside RAM: dropped"),
+        ),
+    }
 }
 
 /// Maintenance and forwarded SPIs: out of line, so that the timer and

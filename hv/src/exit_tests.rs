@@ -1267,6 +1267,67 @@ fn the_timer_path_follows_the_guests_enable_and_forgets_it_on_put() {
 }
 
 #[test]
+fn a_physical_lpi_reaches_the_vcpu_its_route_names_as_its_guests_vlpi() {
+    use crate::vgic::pits::{LpiRoute, LPI_BASE};
+    let mut host = host(4);
+    host.gic.its = vec![(0x0808_0000, 0x2_0000)];
+    let sys = system_on_host(|_| {}, None, Default::default(), host);
+    let mut hw = FakeHw::new();
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let id = sys.assigned(1).unwrap();
+    let p = sys.partition(id.partition).unwrap();
+    // The guest's LPI tables (its redistributor with LPIs, as a partition
+    // with a vITS gets it): property table in its RAM, vLPI 8300 enabled
+    // at priority 0x60.
+    let l = cpu.state.loaded.as_mut().unwrap();
+    l.vredist = l.vredist.clone().with_lpis();
+    let prop = p.ram_ipa + 0x10_0000;
+    let pend = p.ram_ipa + 0x20_0000;
+    let mut regs = GuestRegs::default();
+    for (off, value) in [(0x70, prop | 15), (0x78, pend), (0x0, 1)] {
+        regs.x[2] = value;
+        let width = if off == 0 { 4 } else { 8 };
+        run(
+            sys,
+            &mut cpu,
+            &mut hw,
+            &mut regs,
+            mmio(
+                GUEST_GICR_BASE + id.vcpu as u64 * 0x2_0000 + off,
+                width,
+                true,
+                2,
+            ),
+        );
+    }
+    let l = cpu.state.loaded.as_ref().unwrap();
+    assert!(l.vredist.lpis_enabled(), "EnableLPIs written");
+    assert_eq!(l.vredist.read(0x70, 8), prop | 15);
+    let prop_pa = p.host_addr(prop + (8300 - 8192), 1).unwrap();
+    HostMemory::write(&mut hw, prop_pa, &[0x60 | 1]);
+    let lpi = LPI_BASE + 5;
+    let route = |vcpu| {
+        Some(LpiRoute {
+            slot: p.index as u16,
+            vcpu,
+            vintid: 8300,
+        })
+    };
+    // Routed to another vCPU of the partition: not injected here.
+    sys.lpi_routes.set(lpi, route(id.vcpu as u16 + 1));
+    dispatch_irq(sys, &mut cpu, &mut hw, lpi);
+    assert!(hw.injected().is_empty());
+    sys.lpi_routes.set(lpi, route(id.vcpu as u16));
+    dispatch_irq(sys, &mut cpu, &mut hw, lpi);
+    assert_eq!(hw.injected(), [8300]);
+    let lr = (0..4).map(|n| hw.read_lr(n)).find(|&v| v != 0).unwrap();
+    assert_eq!(decode_lr(lr).0.priority, 0x60, "the guest's priority");
+    // LPIs have no active state: nothing deactivated, no lock taken.
+    assert!(!hw.deactivated.contains(&lpi));
+    assert_eq!(sys.locks.hot_total(), 0);
+}
+
+#[test]
 fn a_chip_without_the_lockless_capability_is_counted_on_load_and_timer_paths() {
     let sys = system();
     let mut hw = FakeHw::new();

@@ -243,6 +243,14 @@ pub fn pci_held<'a>(
 }
 
 impl Partition {
+    /// The partition has a virtual ITS: its assigned functions may use
+    /// MSI/MSI-X towards the doorbell its ECAM filter names.
+    pub fn has_vits(&self) -> bool {
+        self.vpci
+            .as_ref()
+            .is_some_and(|v| v.fresh.msi_doorbell.is_some())
+    }
+
     /// Plan partition `index` from its plan entry: RAM from the top of
     /// `free`, stage-2 tables holding only that RAM and its pass-through
     /// MMIO, the vCPUs pinned to the plan's CPUs, its distributor with the
@@ -547,11 +555,15 @@ impl Partition {
             chunk.copy_from_slice(&crate::system::splitmix(s ^ i as u64).to_le_bytes());
         }
         let pcie_node;
-        let pcie_props;
+        let mut pcie_props;
         let pcie_name;
+        let its = self.has_vits();
+        // Every requester ID is its own DeviceID at the virtual ITS (the
+        // physical ITS sees the same ones).
+        let msi_map = [0, crate::dtb::GUEST_ITS_PHANDLE, 0, 0x1_0000];
         let extra: &[ExtraNode] = match &self.pcie {
             Some(c) => {
-                pcie_props = [
+                pcie_props = alloc::vec![
                     ("compatible", PropValue::String("pci-host-ecam-generic")),
                     ("device_type", PropValue::String("pci")),
                     ("reg", PropValue::Cells(&c.reg)),
@@ -567,6 +579,9 @@ impl Partition {
                     ("interrupt-map", PropValue::Cells(&c.interrupt_map)),
                     ("dma-coherent", PropValue::Empty),
                 ];
+                if its {
+                    pcie_props.push(("msi-map", PropValue::Cells(&msi_map)));
+                }
                 pcie_name = alloc::format!("pcie@{:x}", (c.reg[0] as u64) << 32 | c.reg[1] as u64);
                 pcie_node = [ExtraNode {
                     name: &pcie_name,
@@ -679,6 +694,7 @@ impl Partition {
             kaslr_seed: Some(crate::system::splitmix(s ^ 0xabcd)),
             extra,
             pmu: self.plan.pmu,
+            its,
             devices: &devices,
         };
         build_guest_dtb(&spec).map_err(|_| LoadError::DtbFailed)

@@ -70,6 +70,10 @@ pub struct Pool {
 
 pub struct System {
     pub host: HostInfo,
+    /// Each physical LPI's route to a partition's vCPU (`vgic::pits`):
+    /// the pool's size when the host has an ITS, else empty. Written on
+    /// the vITS's slow path, read with one load when an LPI is taken.
+    pub lpi_routes: crate::vgic::pits::LpiRoutes,
     slots: Vec<Slot>,
     /// One entry per host CPU the hypervisor drives (at most MAX_CPUS).
     pub cpus: Vec<PublicCpu>,
@@ -201,7 +205,13 @@ impl System {
         }
         let slot_count = cpu_count.clamp(1, MAX_PARTITIONS);
         let images = ImageStore::new(&plan, payload);
+        let lpis = if host.gic.its.is_empty() {
+            0
+        } else {
+            crate::vgic::pits::LPI_COUNT
+        };
         let mut sys = System {
+            lpi_routes: crate::vgic::pits::LpiRoutes::new(lpis),
             host,
             slots: (0..slot_count)
                 .map(|_| CountedLock::new(None, locks))

@@ -13,6 +13,7 @@
 pub mod dist;
 pub mod its_choice;
 pub mod lr;
+pub mod pits;
 pub mod redist;
 pub mod sgi;
 pub mod v41;

@@ -31,7 +31,10 @@
 //!   keeps only I/O, memory, bus master, parity, SERR and INTx disable.
 //!   MSI and MSI-X: enables and message writes are refused while the
 //!   partition has no MSI doorbell (`msi_doorbell`: the hook the virtual
-//!   ITS fills in); clearing enables is allowed. Of the other capabilities
+//!   ITS fills in); clearing enables is allowed. With a doorbell, an MSI
+//!   capability's Message Address may only become the doorbell or zero
+//!   (MSI-X tables live in the function's BAR, mapped to the guest: their
+//!   addresses are bounded by the SMMU's stage 2, not here). Of the other capabilities
 //!   only PCIe Device Control/Status/Control 2 and the power-management
 //!   PMCSR are written through; any other write (the expansion ROM, the
 //!   read-only header, extended configuration space, vendor capabilities)
@@ -529,6 +532,8 @@ pub enum Refusal {
     DecodeWithBarOutside { bdf: Bdf, reg: u8 },
     /// MSI/MSI-X enabled or its message written with no MSI doorbell.
     MsiWithoutDoorbell(Bdf),
+    /// An MSI address other than the partition's doorbell (or zero).
+    MsiAddress { bdf: Bdf, addr: u32 },
 }
 
 impl fmt::Display for Refusal {
@@ -548,6 +553,10 @@ impl fmt::Display for Refusal {
             Refusal::MsiWithoutDoorbell(bdf) => {
                 write!(f, "PCI {bdf} MSI/MSI-X without a virtual ITS: refused")
             }
+            Refusal::MsiAddress { bdf, addr } => write!(
+                f,
+                "PCI {bdf} MSI address half {addr:#x}, not its virtual ITS doorbell: refused"
+            ),
         }
     }
 }
@@ -702,8 +711,10 @@ impl VirtualEcam {
                 return WriteOutcome::Refused(r);
             }
         }
-        if kinds.contains(&Byte::MsiMessage) && self.msi_doorbell.is_none() {
-            return WriteOutcome::Refused(Refusal::MsiWithoutDoorbell(bdf));
+        if kinds.contains(&Byte::MsiMessage) {
+            if let Some(r) = self.msi_address_check(cfg, i, offset, width, value) {
+                return WriteOutcome::Refused(r);
+            }
         }
         if self.msi_doorbell.is_none() {
             for (b, _) in kinds
@@ -742,6 +753,56 @@ impl VirtualEcam {
             }
         }
         WriteOutcome::Done
+    }
+
+    /// An MSI message write: refused without a doorbell; with one, each
+    /// Message Address dword it touches must end up the doorbell's half or
+    /// zero (Linux clears the message on teardown), so the device's MSI
+    /// write can only ever reach the partition's GITS_TRANSLATER. The
+    /// Message Data (the EventID) and the mask bits are the guest's.
+    fn msi_address_check(
+        &self,
+        cfg: &mut impl ConfigSpace,
+        i: usize,
+        offset: u16,
+        width: u8,
+        value: u32,
+    ) -> Option<Refusal> {
+        let f = &self.functions[i];
+        let Some(doorbell) = self.msi_doorbell else {
+            return Some(Refusal::MsiWithoutDoorbell(f.bdf));
+        };
+        let &(_, cap, len) = f
+            .caps
+            .iter()
+            .find(|&&(id, cap, len)| id == CAP_MSI && (cap..cap + len).contains(&offset))?;
+        // 64-bit capable: 14 bytes, or 24 with per-vector masking.
+        let is64 = len == 14 || len >= 24;
+        let halves: &[(u16, u32)] = if is64 {
+            &[(4, doorbell as u32), (8, (doorbell >> 32) as u32)]
+        } else {
+            &[(4, doorbell as u32)]
+        };
+        for &(rel, want) in halves {
+            let at = cap + rel;
+            let (lo, hi) = (offset.max(at), (offset + u16::from(width)).min(at + 4));
+            if lo >= hi {
+                continue;
+            }
+            let mut dword = cfg.read(f.bdf, at, 4);
+            for b in lo..hi {
+                let byte = (value >> (8 * u32::from(b - offset))) & 0xff;
+                let shift = 8 * u32::from(b - at);
+                dword = (dword & !(0xff << shift)) | byte << shift;
+            }
+            if dword != 0 && dword != want {
+                return Some(Refusal::MsiAddress {
+                    bdf: f.bdf,
+                    addr: dword,
+                });
+            }
+        }
+        None
     }
 
     /// COMMAND's bytes of a write: masked to the allowed bits, BARs

@@ -540,6 +540,46 @@ fn msi_and_msix_stay_off_without_a_doorbell_and_may_be_cleared() {
 }
 
 #[test]
+fn with_a_doorbell_the_msi_address_may_only_be_the_doorbell_or_zero() {
+    let (mut fake, _, mut v) = setup(1);
+    let f = bdf(1, 0);
+    let doorbell = crate::layout::GUEST_ITS_DOORBELL;
+    v.msi_doorbell = Some(doorbell);
+    // Linux's message: the doorbell, then the data (the EventID).
+    assert_eq!(
+        v.write(&mut fake, f, MSI_AT + 4, 4, doorbell as u32),
+        WriteOutcome::Done
+    );
+    assert_eq!(fake.reg(f, MSI_AT + 4, 4), doorbell as u32);
+    assert_eq!(v.write(&mut fake, f, MSI_AT + 8, 2, 7), WriteOutcome::Done);
+    assert_eq!(fake.reg(f, MSI_AT + 8, 2), 7);
+    // Anywhere else is a DMA target: refused, nothing written.
+    let before = fake.writes.len();
+    assert_eq!(
+        v.write(&mut fake, f, MSI_AT + 4, 4, 0x4000_0000),
+        WriteOutcome::Refused(Refusal::MsiAddress {
+            bdf: f,
+            addr: 0x4000_0000
+        })
+    );
+    // Byte by byte towards the distributor (0x0800_0040): the dword it
+    // makes is checked, not the byte.
+    assert_eq!(
+        v.write(&mut fake, f, MSI_AT + 6, 1, 0x00),
+        WriteOutcome::Refused(Refusal::MsiAddress {
+            bdf: f,
+            addr: 0x0800_0040
+        })
+    );
+    assert_eq!(fake.writes.len(), before);
+    assert_eq!(fake.reg(f, MSI_AT + 4, 4), doorbell as u32);
+    // Zero (the message cleared on teardown) is allowed.
+    assert_eq!(v.write(&mut fake, f, MSI_AT + 4, 4, 0), WriteOutcome::Done);
+    // And then the MSI enable is written through.
+    assert_eq!(v.write(&mut fake, f, MSI_AT + 2, 2, 1), WriteOutcome::Done);
+}
+
+#[test]
 fn writes_outside_the_safe_registers_are_ignored_and_counted() {
     let (mut fake, _, mut v) = setup(1);
     let f = bdf(1, 0);

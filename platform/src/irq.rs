@@ -41,7 +41,8 @@ pub extern "C" fn pinfold_gic_root_irq_guest() {
 #[inline(always)]
 fn root_loop(local: &mut CpuLocal) {
     let intid = local.hw.ack();
-    if intid >= 1020 {
+    // 1020..1023: special (spurious); LPIs (8192 and up) are taken.
+    if (1020..pinfold_hv::vgic::pits::LPI_BASE).contains(&intid) {
         return;
     }
     local.hw.priority_drop(intid);

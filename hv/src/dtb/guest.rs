@@ -18,8 +18,8 @@ use super::writer::FdtWriter;
 use super::DtbError;
 use crate::layout::{
     GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICD_SIZE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE,
-    GUEST_SPI_COUNT, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE, PPI_HYP_TIMER, PPI_PMU,
-    PPI_PTIMER, PPI_SEC_PTIMER, PPI_VTIMER,
+    GUEST_ITS_BASE, GUEST_ITS_SIZE, GUEST_SPI_COUNT, GUEST_UART_BASE, GUEST_UART_INTID,
+    GUEST_UART_SIZE, PPI_HYP_TIMER, PPI_PMU, PPI_PTIMER, PPI_SEC_PTIMER, PPI_VTIMER,
 };
 
 /// Phandle of the guest's GIC node; pass-through nodes (e.g. a PCIe host
@@ -28,7 +28,9 @@ pub const GUEST_GIC_PHANDLE: u32 = 1;
 /// Phandle of the fixed 24 MHz `apb-pclk` clock the PL011 uses.
 pub const GUEST_APB_PCLK_PHANDLE: u32 = 2;
 /// The lowest phandle a pass-through node may claim for itself.
-pub const GUEST_FIRST_FREE_PHANDLE: u32 = 3;
+pub const GUEST_FIRST_FREE_PHANDLE: u32 = 4;
+/// The virtual ITS node (`msi-parent`/`msi-map` of the host bridge).
+pub const GUEST_ITS_PHANDLE: u32 = 3;
 /// vCPU N gets MPIDR Aff0 = N in one cluster. A GICv3 SGI names its targets
 /// by a 16-bit TargetList over Aff0 (ICC_SGI1R_EL1, GICv3 ARM IHI 0069
 /// 12.2.22); Aff0 beyond 15 would need the range selector (RSS), which Linux
@@ -155,6 +157,10 @@ pub struct GuestDtbSpec<'a> {
     /// policy of `crate::pmu`): a `pmu` node, `arm,armv8-pmuv3`, with the
     /// overflow interrupt PPI `PPI_PMU` level-high.
     pub pmu: bool,
+    /// The partition has a virtual ITS: an `arm,gic-v3-its` node under the
+    /// GIC at `GUEST_ITS_BASE`, `msi-controller`, phandle
+    /// [`GUEST_ITS_PHANDLE`].
+    pub its: bool,
     /// Pass-through MMIO devices, after the generated nodes.
     pub devices: &'a [GuestDevice<'a>],
     pub extra: &'a [ExtraNode<'a>],
@@ -178,7 +184,7 @@ pub fn build_guest_dtb(spec: &GuestDtbSpec) -> Result<Vec<u8>, DtbError> {
     write_cpus(&mut w, spec.vcpu_count)?;
     write_psci(&mut w)?;
     write_timer(&mut w)?;
-    write_gic(&mut w, spec.vcpu_count)?;
+    write_gic(&mut w, spec.vcpu_count, spec.its)?;
     write_apb_pclk(&mut w)?;
     write_pl011(&mut w)?;
     if spec.pmu {
@@ -289,7 +295,7 @@ fn write_timer(w: &mut FdtWriter) -> Result<(), DtbError> {
     w.end_node(timer)
 }
 
-fn write_gic(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
+fn write_gic(w: &mut FdtWriter, vcpu_count: usize, its: bool) -> Result<(), DtbError> {
     let gicr_size = vcpu_count as u64 * GICR_STRIDE;
     let mut reg = [0u32; 8];
     reg[..4].copy_from_slice(&reg_cells(GUEST_GICD_BASE, GUEST_GICD_SIZE));
@@ -305,6 +311,15 @@ fn write_gic(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
     w.prop_cells("reg", &reg)?;
     w.prop_u32("#redistributor-regions", 1)?;
     w.prop_u32("phandle", GUEST_GIC_PHANDLE)?;
+    if its {
+        let node = w.begin_node(&format!("its@{GUEST_ITS_BASE:x}"))?;
+        w.prop_string("compatible", "arm,gic-v3-its")?;
+        w.prop_null("msi-controller")?;
+        w.prop_u32("#msi-cells", 1)?;
+        w.prop_cells("reg", &reg_cells(GUEST_ITS_BASE, GUEST_ITS_SIZE))?;
+        w.prop_u32("phandle", GUEST_ITS_PHANDLE)?;
+        w.end_node(node)?;
+    }
     w.end_node(gic)
 }
 
@@ -453,6 +468,7 @@ mod tests {
             initrd: Some((0x4800_0000, 0x4810_0000)),
             rng_seed: Some(SEED),
             kaslr_seed: Some(0x0123_4567_89ab_cdef),
+            its: false,
             pmu: false,
             devices: &[],
             extra: &[],
@@ -839,6 +855,33 @@ mod tests {
         );
         assert_eq!(cells(prop(&fdt, gic, "#redistributor-regions")), [1]);
         assert_eq!(cells(prop(&fdt, gic, "phandle")), [GUEST_GIC_PHANDLE]);
+    }
+
+    #[test]
+    fn a_partition_with_a_vits_gets_an_its_node_under_its_gic_and_no_other_does() {
+        let fdt_blob = build_guest_dtb(&spec(1)).unwrap();
+        let fdt = Fdt::new(&fdt_blob).unwrap();
+        assert!(fdt.find_node("/intc@8000000/its@8080000").is_none());
+
+        let blob = build_guest_dtb(&GuestDtbSpec {
+            its: true,
+            ..spec(2)
+        })
+        .unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        let its = "/intc@8000000/its@8080000";
+        assert_eq!(strings(prop(&fdt, its, "compatible")), ["arm,gic-v3-its"]);
+        assert_eq!(prop(&fdt, its, "msi-controller"), b"");
+        assert_eq!(cells(prop(&fdt, its, "#msi-cells")), [1]);
+        // The control frame and the GITS_TRANSLATER page after it.
+        assert_eq!(cells(prop(&fdt, its, "reg")), [0, 0x0808_0000, 0, 0x2_0000]);
+        assert_eq!(cells(prop(&fdt, its, "phandle")), [GUEST_ITS_PHANDLE]);
+        // It lies between the distributor and the redistributors.
+        const {
+            assert!(GUEST_ITS_BASE >= GUEST_GICD_BASE + GUEST_GICD_SIZE);
+            assert!(GUEST_ITS_BASE + GUEST_ITS_SIZE <= GUEST_GICR_BASE);
+            assert!(GUEST_ITS_PHANDLE < GUEST_FIRST_FREE_PHANDLE);
+        }
     }
 
     #[test]

@@ -30,9 +30,16 @@ pub const MAX_LR_COUNT: usize = 16;
 /// with [`InjectError::QueueFull`] rather than allocating on the hot path.
 pub const QUEUE_CAPACITY: usize = 64;
 
-/// First INTID that is not an SGI, PPI or SPI (1020..1023 are special, 8192+
-/// are LPIs, which the emulation does not offer).
+/// First INTID that is not an SGI, PPI or SPI (1020..1023 are special).
 const INTID_LIMIT: u32 = 1020;
+/// vLPIs a partition's vITS may map (8192..2^16, `redist::LPI_ID_BITS`).
+const VLPI_RANGE: core::ops::Range<u32> = 8192..1 << super::redist::LPI_ID_BITS;
+
+/// An INTID a list register may carry as a vINTID.
+#[inline(always)]
+fn valid_vintid(intid: u32) -> bool {
+    intid < INTID_LIMIT || VLPI_RANGE.contains(&intid)
+}
 
 /// vINTID, ICH_LR<n>_EL2[31:0].
 const LR_VINTID_MASK: u64 = 0xFFFF_FFFF;
@@ -337,7 +344,7 @@ impl LrManager {
         // empty one) or the one that does has been completed and is empty
         // (reuse it). Same outcome as the general path below, without its
         // scans; UIE stays off because the queue stays empty.
-        if self.queue_len == 0 && irq.intid < INTID_LIMIT && irq.hw_intid.is_none() {
+        if self.queue_len == 0 && valid_vintid(irq.intid) && irq.hw_intid.is_none() {
             let count = self.cached_count(lrs);
             let empty = lrs.empty_lr_mask();
             let held = (0..count).find(|&n| {
@@ -366,7 +373,7 @@ impl LrManager {
         lrs: &mut impl ListRegisters,
         irq: VirtIrq,
     ) -> Result<(), InjectError> {
-        if irq.intid >= INTID_LIMIT {
+        if !valid_vintid(irq.intid) {
             return Err(InjectError::InvalidIntid(irq.intid));
         }
         if let Some(pintid) = irq.hw_intid {

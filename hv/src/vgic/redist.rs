@@ -12,6 +12,19 @@
 //! the distributor before it configures any SGI or PPI and never disables it.
 //! A caller that wants the architectural gate can check `VDist::enabled`.
 //!
+//! LPIs (a partition with a virtual ITS, [`VRedist::with_lpis`]):
+//! GICR_TYPER.PLPIS = 1, GICR_CTLR.EnableLPIs, GICR_PROPBASER and
+//! GICR_PENDBASER (writable while EnableLPIs = 0, as the architecture asks).
+//! The guest's LPI property table and pending table are its own RAM and
+//! are used as the architecture describes them: a vLPI that arrives
+//! ([`VRedist::lpi_arrived`]) is injected with the priority of its
+//! property byte when that byte's Enable bit is set, else its bit in the
+//! guest's pending table is set; the guest's INV/INVALL (its vITS hands
+//! them over) re-read the property byte and inject what was kept pending
+//! ([`VRedist::lpi_recheck`]). Each arrival reads one byte (and may write
+//! one): bounded by the IDbits the guest programmed, at most
+//! [`LPI_ID_BITS`], and by the partition's RAM.
+//!
 //! Offsets are relative to this vCPU's 128 KiB (RD_base at 0, SGI_base at
 //! 0x1_0000). Accesses that are not naturally aligned, or not of a width the
 //! register supports (32-bit everywhere; also 8-bit for GICR_IPRIORITYR<n>,
@@ -20,6 +33,8 @@
 
 use super::lr::VirtIrq;
 use super::{aligned, id_register, packed_affinity, read_bytes, IIDR, PRIORITY_MASK};
+use crate::addr::Ipa;
+use crate::hypercall::GuestMemory;
 
 /// Where the SGI_base frame starts within a vCPU's redistributor.
 pub const SGI_BASE: u64 = 0x1_0000;
@@ -61,6 +76,33 @@ const ICFGR_CONFIG_BITS: u32 = 0xAAAA_AAAA;
 /// INTIDs 16..31 (PPIs) as a bitmask of GICR_ISENABLER0.
 const PPI_BITS: u32 = 0xFFFF_0000;
 
+/// INTID bits of the LPIs a guest may use (its vITS's GITS_TYPER.ID_bits).
+pub const LPI_ID_BITS: u8 = 16;
+const LPI_BASE: u32 = 8192;
+/// GICR_TYPER.PLPIS (bit 0).
+const TYPER_PLPIS: u64 = 1 << 0;
+/// GICR_CTLR.EnableLPIs (bit 0).
+const CTLR_ENABLE_LPIS: u64 = 1 << 0;
+/// GICR_PROPBASER fields kept: OuterCache [58:56], Physical_Address
+/// [51:12], Shareability [11:10], InnerCache [9:7], IDbits [4:0].
+const PROPBASER_KEPT: u64 = 7 << 56 | 0x000F_FFFF_FFFF_F000 | 3 << 10 | 7 << 7 | 0x1F;
+/// GICR_PENDBASER fields kept: OuterCache, Physical_Address [51:16],
+/// Shareability, InnerCache (PTZ [62] reads as zero).
+const PENDBASER_KEPT: u64 = 7 << 56 | 0x000F_FFFF_FFFF_0000 | 3 << 10 | 7 << 7;
+
+/// What became of a vLPI that arrived for this vCPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LpiDelivery {
+    /// Inject it now.
+    Inject(VirtIrq),
+    /// Disabled in the guest's property table: its pending bit is set in
+    /// the guest's pending table, injected when an INV finds it enabled.
+    Pended,
+    /// Not deliverable: LPIs off in GICR_CTLR, the vINTID beyond the
+    /// guest's IDbits, or its tables not in its RAM. Counted by the caller.
+    Dropped,
+}
+
 /// What the caller must do after a redistributor access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RedistAction {
@@ -96,6 +138,11 @@ pub struct VRedist {
     /// GICR_ICFGR1 (PPI trigger modes), writable bits only.
     icfgr1: u32,
     processor_sleep: bool,
+    /// This partition has a virtual ITS: GICR_TYPER.PLPIS = 1.
+    lpis: bool,
+    enable_lpis: bool,
+    propbaser: u64,
+    pendbaser: u64,
 }
 
 impl VRedist {
@@ -114,7 +161,22 @@ impl VRedist {
             priority: [0; 32],
             icfgr1: 0,
             processor_sleep: true,
+            lpis: false,
+            enable_lpis: false,
+            propbaser: 0,
+            pendbaser: 0,
         }
+    }
+
+    /// The same redistributor reporting LPIs (the partition has a vITS).
+    pub fn with_lpis(mut self) -> Self {
+        self.lpis = true;
+        self
+    }
+
+    /// GICR_CTLR.EnableLPIs.
+    pub fn lpis_enabled(&self) -> bool {
+        self.enable_lpis
     }
 
     /// The pass-through PPIs, as given to [`VRedist::new`] (SGI bits cleared).
@@ -125,16 +187,20 @@ impl VRedist {
     /// Back to the reset state (the vCPU is reset). Pass-through PPIs become
     /// virtually disabled; the caller disables them physically as well.
     pub fn reset(&mut self) {
+        let lpis = self.lpis;
         *self = VRedist::new(self.vcpu_index, self.mpidr, self.last, self.passthrough);
+        self.lpis = lpis;
     }
 
     /// GICR_TYPER (GICv3 spec 12.11.34): Affinity_Value [63:32],
-    /// Processor_Number [23:8], Last [4]; PPInum = 0 (16 PPIs), no LPIs,
-    /// no VLPIs, so Linux steps two 64 KiB frames to the next redistributor.
+    /// Processor_Number [23:8], Last [4]; PPInum = 0 (16 PPIs), PLPIS [0]
+    /// when the partition has a vITS, no VLPIs, so Linux steps two 64 KiB
+    /// frames to the next redistributor.
     fn typer(&self) -> u64 {
         let processor_number = (self.vcpu_index as u64 & 0xFFFF) << 8;
         let last = if self.last { TYPER_LAST } else { 0 };
-        u64::from(packed_affinity(self.mpidr)) << 32 | processor_number | last
+        let plpis = if self.lpis { TYPER_PLPIS } else { 0 };
+        u64::from(packed_affinity(self.mpidr)) << 32 | processor_number | last | plpis
     }
 
     fn waker(&self) -> u32 {
@@ -156,14 +222,19 @@ impl VRedist {
             return self.read_sgi_frame(offset - SGI_BASE, width);
         }
         match (offset, width) {
-            (GICR_CTLR, 4) => 0, // EnableLPIs = 0, RWP = 0: writes take effect at once
+            // RWP = 0: writes take effect at once.
+            (GICR_CTLR, 4) => u64::from(self.enable_lpis) * CTLR_ENABLE_LPIS,
             (GICR_IIDR, 4) => u64::from(IIDR),
             (GICR_TYPER, 8) => self.typer(),
             (GICR_TYPER, 4) => self.typer() & 0xFFFF_FFFF,
             (GICR_TYPER_HIGH, 4) => self.typer() >> 32,
             (GICR_WAKER, 4) => u64::from(self.waker()),
             (GICR_STATUSR, 4) => 0,
-            (GICR_PROPBASER | GICR_PENDBASER, 4 | 8) => 0, // no LPIs (GICR_TYPER.PLPIS = 0)
+            (GICR_PROPBASER, 8) => self.propbaser,
+            (GICR_PROPBASER, 4) => self.propbaser & 0xFFFF_FFFF,
+            (GICR_PENDBASER, 8) => self.pendbaser,
+            (GICR_PENDBASER, 4) => self.pendbaser & 0xFFFF_FFFF,
+            (0x74 | 0x7C, 4) => self.read(offset - 4, 8) >> 32,
             (_, 4) => id_register(offset).map_or(0, u64::from),
             _ => 0,
         }
@@ -225,11 +296,91 @@ impl VRedist {
             self.write_sgi_frame(offset - SGI_BASE, width, value, out);
             return;
         }
-        if (offset, width) == (GICR_WAKER, 4) {
-            self.processor_sleep = value as u32 & WAKER_PROCESSOR_SLEEP != 0;
+        match (offset, width) {
+            (GICR_WAKER, 4) => self.processor_sleep = value as u32 & WAKER_PROCESSOR_SLEEP != 0,
+            // EnableLPIs: only with LPIs; once set it stays set (clearing
+            // it is IMPLEMENTATION DEFINED; this one does not allow it).
+            (GICR_CTLR, 4) if self.lpis && value & CTLR_ENABLE_LPIS != 0 => self.enable_lpis = true,
+            // The tables' registers while LPIs are off (UNPREDICTABLE
+            // after: ignored); 32-bit halves as Linux never uses, too.
+            (GICR_PROPBASER | GICR_PENDBASER | 0x74 | 0x7C, 4 | 8)
+                if self.lpis && !self.enable_lpis =>
+            {
+                let (reg, value) = match (offset, width) {
+                    (0x74 | 0x7C, _) => {
+                        let reg = offset - 4;
+                        (reg, self.read(reg, 8) & 0xFFFF_FFFF | value << 32)
+                    }
+                    (_, 4) => (
+                        offset,
+                        self.read(offset, 8) & !0xFFFF_FFFF | value & 0xFFFF_FFFF,
+                    ),
+                    _ => (offset, value),
+                };
+                if reg == GICR_PROPBASER {
+                    self.propbaser = value & PROPBASER_KEPT;
+                } else {
+                    self.pendbaser = value & PENDBASER_KEPT;
+                }
+            }
+            // GICR_STATUSR and the read-only ones ignore writes.
+            _ => {}
         }
-        // GICR_CTLR (no LPIs to enable), GICR_STATUSR, the LPI registers and
-        // the read-only ones ignore writes.
+    }
+
+    /// The guest's LPI INTID bits: PROPBASER.IDbits + 1, at most
+    /// [`LPI_ID_BITS`].
+    fn lpi_id_bits(&self) -> u8 {
+        ((self.propbaser & 0x1F) as u8 + 1).min(LPI_ID_BITS)
+    }
+
+    /// The guest addresses of `vintid`'s property byte and pending-table
+    /// byte, or None when it is no LPI the guest configured.
+    fn lpi_bytes(&self, vintid: u32) -> Option<(u64, u64, u8)> {
+        if !self.enable_lpis || vintid < LPI_BASE || vintid >> self.lpi_id_bits() != 0 {
+            return None;
+        }
+        let prop = (self.propbaser & 0x000F_FFFF_FFFF_F000) + u64::from(vintid - LPI_BASE);
+        let pend = (self.pendbaser & 0x000F_FFFF_FFFF_0000) + u64::from(vintid / 8);
+        Some((prop, pend, 1 << (vintid % 8)))
+    }
+
+    fn read_byte(mem: &impl GuestMemory, ipa: u64) -> Option<u8> {
+        let mut b = [0];
+        mem.read(Ipa(ipa), &mut b).ok().map(|()| b[0])
+    }
+
+    /// A vLPI arrived for this vCPU (its physical LPI was taken, or a
+    /// guest INT): inject it, keep it pending in the guest's pending
+    /// table, or drop it (module comment). `mem` is the partition's RAM.
+    pub fn lpi_arrived(&self, vintid: u32, mem: &mut impl GuestMemory) -> LpiDelivery {
+        let Some((prop, pend, bit)) = self.lpi_bytes(vintid) else {
+            return LpiDelivery::Dropped;
+        };
+        let Some(config) = Self::read_byte(mem, prop) else {
+            return LpiDelivery::Dropped;
+        };
+        if config & 1 != 0 {
+            return LpiDelivery::Inject(VirtIrq::soft(vintid, config & 0xFC & PRIORITY_MASK));
+        }
+        match Self::read_byte(mem, pend) {
+            Some(b) if mem.write(Ipa(pend), &[b | bit]).is_ok() => LpiDelivery::Pended,
+            _ => LpiDelivery::Dropped,
+        }
+    }
+
+    /// The guest invalidated `vintid`'s configuration (INV, or INVALL for
+    /// each of its vCPU's mapped vINTIDs): if it is now enabled and was
+    /// kept pending, its pending bit is cleared and it is to be injected.
+    pub fn lpi_recheck(&self, vintid: u32, mem: &mut impl GuestMemory) -> Option<VirtIrq> {
+        let (prop, pend, bit) = self.lpi_bytes(vintid)?;
+        let config = Self::read_byte(mem, prop)?;
+        let pending = Self::read_byte(mem, pend)?;
+        if config & 1 == 0 || pending & bit == 0 {
+            return None;
+        }
+        mem.write(Ipa(pend), &[pending & !bit]).ok()?;
+        Some(VirtIrq::soft(vintid, config & 0xFC & PRIORITY_MASK))
     }
 
     fn write_sgi_frame(
@@ -609,5 +760,144 @@ mod tests {
         assert_eq!(r.read(sgi(GICR_ISPENDR0), 4), 0);
         assert_eq!(r.read(GICR_WAKER, 4), 0b110);
         assert_eq!(r.passthrough_ppis(), TIMERS);
+    }
+
+    /// A partition's RAM: 1 MiB at 0x4000_0000.
+    struct Ram(Vec<u8>);
+    const RAM: u64 = 0x4000_0000;
+    impl GuestMemory for Ram {
+        fn ram_range(&self) -> crate::addr::IpaRange {
+            crate::addr::IpaRange {
+                base: Ipa(RAM),
+                size: self.0.len() as u64,
+            }
+        }
+        fn write(
+            &mut self,
+            ipa: Ipa,
+            bytes: &[u8],
+        ) -> Result<(), crate::hypercall::GuestMemoryFault> {
+            let at = ipa
+                .0
+                .checked_sub(RAM)
+                .ok_or(crate::hypercall::GuestMemoryFault)? as usize;
+            let dst = self
+                .0
+                .get_mut(at..at + bytes.len())
+                .ok_or(crate::hypercall::GuestMemoryFault)?;
+            dst.copy_from_slice(bytes);
+            Ok(())
+        }
+        fn read(&self, ipa: Ipa, out: &mut [u8]) -> Result<(), crate::hypercall::GuestMemoryFault> {
+            let at = ipa
+                .0
+                .checked_sub(RAM)
+                .ok_or(crate::hypercall::GuestMemoryFault)? as usize;
+            out.copy_from_slice(
+                self.0
+                    .get(at..at + out.len())
+                    .ok_or(crate::hypercall::GuestMemoryFault)?,
+            );
+            Ok(())
+        }
+    }
+
+    const PROP: u64 = RAM + 0x1_0000;
+    const PEND: u64 = RAM + 0x3_0000;
+
+    /// A redistributor with LPIs, set up as Linux does: 16 ID bits.
+    fn lpi_redist() -> VRedist {
+        let mut r = redist().with_lpis();
+        let mut out = |_| panic!("no action");
+        r.write(GICR_PROPBASER, 8, PROP | 1 << 10 | 15, &mut out);
+        r.write(GICR_PENDBASER, 8, PEND | 1 << 62, &mut out);
+        r.write(GICR_CTLR, 4, 1, &mut out);
+        r
+    }
+
+    #[test]
+    fn lpis_are_reported_and_their_registers_kept_only_with_a_vits() {
+        let mut plain = redist();
+        assert_eq!(plain.read(GICR_TYPER, 8) & 1, 0);
+        plain.write(GICR_PROPBASER, 8, PROP | 15, &mut |_| {});
+        plain.write(GICR_CTLR, 4, 1, &mut |_| {});
+        assert_eq!(plain.read(GICR_PROPBASER, 8), 0);
+        assert_eq!(plain.read(GICR_CTLR, 4), 0);
+
+        let r = lpi_redist();
+        assert_eq!(r.read(GICR_TYPER, 8) & 1, 1);
+        assert_eq!(r.read(GICR_CTLR, 4), 1);
+        assert_eq!(r.read(GICR_PROPBASER, 8), PROP | 1 << 10 | 15);
+        // PTZ reads as zero.
+        assert_eq!(r.read(GICR_PENDBASER, 8), PEND);
+        assert_eq!(r.read(GICR_PENDBASER + 4, 4), PEND >> 32);
+        // After EnableLPIs the tables cannot move, and LPIs stay on.
+        let mut r = r;
+        r.write(GICR_PROPBASER, 8, RAM, &mut |_| {});
+        r.write(GICR_CTLR, 4, 0, &mut |_| {});
+        assert_eq!(r.read(GICR_PROPBASER, 8), PROP | 1 << 10 | 15);
+        assert!(r.lpis_enabled());
+        // A reset keeps LPI support, clears the rest.
+        r.reset();
+        assert_eq!(r.read(GICR_TYPER, 8) & 1, 1);
+        assert_eq!(r.read(GICR_CTLR, 4), 0);
+    }
+
+    #[test]
+    fn an_enabled_vlpi_is_injected_with_the_guests_priority() {
+        let r = lpi_redist();
+        let mut ram = Ram(std::vec![0; 0x10_0000]);
+        ram.0[0x1_0000 + 300] = 0xA0 | 1;
+        assert_eq!(
+            r.lpi_arrived(8192 + 300, &mut ram),
+            LpiDelivery::Inject(VirtIrq::soft(8192 + 300, 0xA0))
+        );
+    }
+
+    #[test]
+    fn a_disabled_vlpi_waits_in_the_guests_pending_table_until_inv() {
+        let r = lpi_redist();
+        let mut ram = Ram(std::vec![0; 0x10_0000]);
+        let vintid = 8192 + 13;
+        assert_eq!(r.lpi_arrived(vintid, &mut ram), LpiDelivery::Pended);
+        let byte = 0x3_0000 + (vintid / 8) as usize;
+        assert_eq!(ram.0[byte], 1 << (vintid % 8));
+        // Still disabled: INV finds nothing to do.
+        assert_eq!(r.lpi_recheck(vintid, &mut ram), None);
+        ram.0[0x1_0000 + 13] = 0x80 | 1;
+        assert_eq!(
+            r.lpi_recheck(vintid, &mut ram),
+            Some(VirtIrq::soft(vintid, 0x80))
+        );
+        assert_eq!(ram.0[byte], 0);
+        // Once: it was taken from the pending table.
+        assert_eq!(r.lpi_recheck(vintid, &mut ram), None);
+    }
+
+    #[test]
+    fn vlpis_out_of_range_or_with_lpis_off_are_dropped() {
+        let mut ram = Ram(std::vec![0; 0x10_0000]);
+        // EnableLPIs not yet set.
+        let mut r = redist().with_lpis();
+        r.write(GICR_PROPBASER, 8, PROP | 15, &mut |_| {});
+        assert_eq!(r.lpi_arrived(8192, &mut ram), LpiDelivery::Dropped);
+        // Beyond the IDbits the guest programmed (14 bits: below 16384).
+        let mut r = redist().with_lpis();
+        r.write(GICR_PROPBASER, 8, PROP | 13, &mut |_| {});
+        r.write(GICR_PENDBASER, 8, PEND, &mut |_| {});
+        r.write(GICR_CTLR, 4, 1, &mut |_| {});
+        ram.0[0x1_0000..0x2_0000].fill(1);
+        assert!(matches!(
+            r.lpi_arrived(16383, &mut ram),
+            LpiDelivery::Inject(_)
+        ));
+        assert_eq!(r.lpi_arrived(16384, &mut ram), LpiDelivery::Dropped);
+        assert_eq!(r.lpi_arrived(8191, &mut ram), LpiDelivery::Dropped);
+        // A property table outside the partition's RAM.
+        let mut r = redist().with_lpis();
+        r.write(GICR_PROPBASER, 8, 0x8000_0000 | 15, &mut |_| {});
+        r.write(GICR_CTLR, 4, 1, &mut |_| {});
+        assert_eq!(r.lpi_arrived(8192, &mut ram), LpiDelivery::Dropped);
+        assert_eq!(r.lpi_recheck(8192, &mut ram), None);
     }
 }

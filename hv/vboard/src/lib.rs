@@ -12,6 +12,15 @@ pub const GUEST_RAM_BASE: u64 = 0x4000_0000;
 /// Emulated GICv3 distributor (64 KiB).
 pub const GUEST_GICD_BASE: u64 = 0x0800_0000;
 pub const GUEST_GICD_SIZE: u64 = 0x1_0000;
+/// A partition's virtual ITS (partitions with MSI-capable functions):
+/// the GITS control frame (64 KiB, trapped and emulated) at the IPA of
+/// the physical ITS's on QEMU virt, and the GITS_TRANSLATER page after it,
+/// never mapped for the CPU: a device's MSI to it is a bus write that
+/// reaches the physical ITS at the same address.
+pub const GUEST_ITS_BASE: u64 = 0x0808_0000;
+pub const GUEST_ITS_SIZE: u64 = 0x2_0000;
+/// The doorbell MSI messages carry (GITS_TRANSLATER).
+pub const GUEST_ITS_DOORBELL: u64 = GUEST_ITS_BASE + 0x1_0000 + 0x40;
 /// Emulated redistributors, one per vCPU, `GICR_STRIDE` apart.
 pub const GUEST_GICR_BASE: u64 = 0x080A_0000;
 /// RD_base frame + SGI_base frame (GICv3, 2 x 64 KiB).

@@ -130,6 +130,7 @@ impl LinuxGuest {
             rng_seed: Some(BARE_RNG_SEED),
             kaslr_seed: Some(BARE_KASLR_SEED),
             pmu: self.pmu,
+            its: false,
             devices: &[],
             extra: &[],
         })

@@ -439,6 +439,7 @@ fn bare_dtb(guest: &LinuxGuest, vcpus: u32) -> Result<Vec<u8>, String> {
         rng_seed: Some(BARE_RNG_SEED),
         kaslr_seed: Some(BARE_KASLR_SEED),
         pmu: guest.pmu,
+        its: false,
         devices: &[],
         extra: &[],
     })
