@@ -237,7 +237,8 @@ impl RfError {
             "NoValidSession",
             format!("There is no valid session established with the implementation: {why}."),
         );
-        e.extra.headers
+        e.extra
+            .headers
             .push(("WWW-Authenticate", "Basic realm=\"pinfold\"".to_string()));
         e
     }
@@ -1194,11 +1195,9 @@ fn system<B: Backend>(router: &mut Router<B>, name: &str) -> Result<Value, RfErr
         "ProcessorSummary": {
             "Count": p.cpus.len(),
             "LogicalProcessorCount": p.cpus.len(),
-            "Status": status(&p),
         },
         "MemorySummary": {
             "TotalSystemMemoryGiB": p.ram_bytes as f64 / (1u64 << 30) as f64,
-            "Status": status(&p),
         },
         "Processors": link(&format!("{uri}/Processors")),
         "Memory": link(&format!("{uri}/Memory")),
