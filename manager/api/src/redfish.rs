@@ -1166,8 +1166,11 @@ fn system<B: Backend>(router: &mut Router<B>, name: &str) -> Result<Value, RfErr
         .enumerate()
         .map(|(v, c)| json!({ "Vcpu": v, "Pcpu": c }))
         .collect();
+    // ProcessorSummary has no Oem property in the schema: the vCPU to
+    // physical CPU pinning is the system's Oem.Pinfold.VcpuToPcpu.
     let mut oem = json!({
         "Management": p.management,
+        "VcpuToPcpu": vcpus,
         "LifecycleState": crate::json::State::from(p.state).as_str(),
         "BootCount": p.boot_count,
         "Restarts": p.restarts,
@@ -1219,7 +1222,6 @@ fn system<B: Backend>(router: &mut Router<B>, name: &str) -> Result<Value, RfErr
         },
         "Oem": { "Pinfold": oem },
     });
-    body["ProcessorSummary"]["Oem"] = json!({ "Pinfold": { "VcpuToPcpu": vcpus } });
     if !p.management {
         body["Actions"] = json!({
             "#ComputerSystem.Reset": {

@@ -130,7 +130,8 @@ pub fn validator_counts(output: &str) -> Option<[u64; 4]> {
     numbers.try_into().ok()
 }
 
-/// The `WARN`/`FAIL` lines of the validator's text report.
+/// The `WARN` and `FAIL` findings of the validator's debug log (under
+/// `dir`, one per property), without their time stamps, deduplicated.
 fn findings(dir: &Path) -> (Vec<String>, Vec<String>) {
     let mut warns = Vec::new();
     let mut fails = Vec::new();
@@ -143,14 +144,12 @@ fn findings(dir: &Path) -> (Vec<String>, Vec<String>) {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "txt") {
+            } else if p.extension().is_some_and(|x| x == "log") {
                 for line in std::fs::read_to_string(&p).unwrap_or_default().lines() {
-                    let l = line.trim();
-                    if l.contains("WARN") && !l.contains("WARN |") && warns.len() < 200 {
-                        warns.push(l.to_string());
-                    }
-                    if l.contains("FAIL") && !l.contains("FAIL |") && fails.len() < 200 {
-                        fails.push(l.to_string());
+                    if let Some((_, what)) = line.split_once(" - WARN - ") {
+                        warns.push(what.to_string());
+                    } else if let Some((_, what)) = line.split_once(" - FAIL - ") {
+                        fails.push(what.to_string());
                     }
                 }
             }
