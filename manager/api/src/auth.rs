@@ -222,6 +222,18 @@ impl Credentials {
         found
     }
 
+    /// A Redfish session token (`redfish`): 32 bytes from the same DRBG
+    /// as credential tokens, as 64 hex digits; the caller keeps only its
+    /// digest.
+    pub fn session_token(&mut self) -> Result<String, MakeError> {
+        self.token()
+    }
+
+    /// Whether credential `id` still exists (a session ends with it).
+    pub fn has(&self, id: &str) -> bool {
+        self.list.iter().any(|c| c.id == id)
+    }
+
     fn token(&mut self) -> Result<String, MakeError> {
         let rng = self.rng.as_mut().ok_or(MakeError::NoEntropy)?;
         let mut bytes = [0u8; 32];

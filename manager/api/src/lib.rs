@@ -23,6 +23,7 @@ pub mod fetch;
 pub mod json;
 pub mod memory;
 pub mod metrics;
+pub mod redfish;
 mod runtime;
 pub mod store;
 #[cfg(test)]
@@ -824,6 +825,8 @@ pub struct Router<B: Backend> {
     pub heap: Option<&'static memory::HeapCounters>,
     /// The configuration store (`store`): its URL and what was last done.
     pub store: store::StoreStatus,
+    /// The Redfish service's sessions and pending two-step resets.
+    pub redfish: redfish::State,
 }
 
 impl<B: Backend> Router<B> {
@@ -848,6 +851,7 @@ impl<B: Backend> Router<B> {
             heap: None,
             logins: events::LoginLimiter::default(),
             store: store::StoreStatus::default(),
+            redfish: redfish::State::default(),
         }
     }
 
@@ -896,6 +900,7 @@ impl<B: Backend> Router<B> {
         for p in parts {
             self.follow_console(p.index, &p.name);
         }
+        redfish::finish_pending(self);
     }
 
     fn follow_console(&mut self, index: u32, name: &str) {
@@ -922,6 +927,9 @@ impl<B: Backend> Router<B> {
     /// caller then sends [`events::EventStream::poll`]'s frames on it.
     pub fn open_stream(&mut self, req: &Request) -> Result<events::EventStream, Response> {
         let (path, query) = split_target(&req.path);
+        if redfish::is_redfish(path) {
+            return redfish::open_stream(self, req);
+        }
         let result = match_route(&req.method, path).and_then(|m| {
             self.admit(req, &m)?;
             build_action(req, m, path, query)
@@ -961,6 +969,9 @@ impl<B: Backend> Router<B> {
 
     fn try_handle(&mut self, req: &Request) -> Result<Response, ApiError> {
         let (path, query) = split_target(&req.path);
+        if redfish::is_redfish(path) {
+            return Ok(redfish::handle(self, req));
+        }
         let matched = match_route(&req.method, path)?;
         self.actor = self.admit(req, &matched)?;
         let action = build_action(req, matched, path, query)?;
@@ -995,26 +1006,7 @@ impl<B: Backend> Router<B> {
         req: &Request,
         matched: &Matched<'_>,
     ) -> Result<Option<auth::Actor>, ApiError> {
-        // No Host at all is an HTTP/1.0 client, never a browser.
-        let host = req.header("host");
-        if let Some(host) = host {
-            if !self.hosts.allows(host) {
-                return Err(ApiError::new(
-                    421,
-                    "misdirected",
-                    format!("Host {host:?} is not one of this manager's names or addresses"),
-                ));
-            }
-        }
-        if req.method != "GET" && req.method != "HEAD" {
-            if let Some(origin) = req.header("origin") {
-                if !host.is_some_and(|h| auth::same_origin(origin, h)) {
-                    return Err(ApiError::forbidden(format!(
-                        "Origin {origin:?} is not this manager's: cross-site requests are refused"
-                    )));
-                }
-            }
-        }
+        self.check_host_origin(req)?;
         let endpoint = match matched {
             Matched::Api { endpoint, .. } => Some(*endpoint),
             Matched::Static => None,
@@ -1053,6 +1045,32 @@ impl<B: Backend> Router<B> {
             return Err(e);
         }
         Ok(Some(actor))
+    }
+
+    /// `Host` (421 unless ours) and, on a mutation, `Origin` (403 unless
+    /// the same host): the first checks of every request, REST or Redfish.
+    fn check_host_origin(&self, req: &Request) -> Result<(), ApiError> {
+        // No Host at all is an HTTP/1.0 client, never a browser.
+        let host = req.header("host");
+        if let Some(host) = host {
+            if !self.hosts.allows(host) {
+                return Err(ApiError::new(
+                    421,
+                    "misdirected",
+                    format!("Host {host:?} is not one of this manager's names or addresses"),
+                ));
+            }
+        }
+        if req.method != "GET" && req.method != "HEAD" {
+            if let Some(origin) = req.header("origin") {
+                if !host.is_some_and(|h| auth::same_origin(origin, h)) {
+                    return Err(ApiError::forbidden(format!(
+                        "Origin {origin:?} is not this manager's: cross-site requests are refused"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// [`Router::admit`] for a request routed elsewhere (an upload, a

@@ -8,6 +8,7 @@ use pinfold_abi::{
 use serde_json::{json, Value};
 
 mod config_tests;
+mod redfish_tests;
 mod runtime_tests;
 mod store_tests;
 

@@ -643,7 +643,11 @@ fn handle(job: Job, router: &SharedRouter, gate: &StreamGate, dates: &DateCache)
     if let Ok(mut d) = dates.lock() {
         d.clone_from(&date);
     }
-    if head.method == "GET" && head.path() == "/api/v1/events/stream" {
+    // The REST event stream, and Redfish's EventService one (same frames).
+    let path = head.path();
+    if head.method == "GET"
+        && (path == "/api/v1/events/stream" || path == pinfold_manager_api::redfish::SSE_URI)
+    {
         match open_stream(&api, router, gate) {
             Ok((events, ticket)) => {
                 let router = router.clone();

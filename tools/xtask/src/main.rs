@@ -23,6 +23,7 @@ mod net_checks;
 mod provision;
 mod pxe;
 mod qemu;
+mod redfish_checks;
 mod runtime_checks;
 mod signing;
 mod store;

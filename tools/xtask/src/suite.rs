@@ -56,10 +56,11 @@ const OPT_IN: [&str; 0] = [];
 /// failure half-way cannot take alpha from them), `throttle` holds every
 /// host client back for its 10 s window (it waits it out), `schemathesis`
 /// reads everything and changes nothing (a viewer it makes and revokes),
-/// `load` restarts beta
+/// `redfish` powers beta off and on and restarts it through Redfish
+/// clients (running again at its end), `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 36] = [
+const CASES: [Case; 37] = [
     Case {
         name: "host",
         tier: 1,
@@ -185,6 +186,16 @@ const CASES: [Case; 36] = [
             let ws = ctx.ws;
             let log = ctx.log_path();
             crate::mgmtx_checks::schemathesis(ws, ctx.stack()?, &log)
+        },
+    },
+    Case {
+        name: "redfish",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| {
+            let ws = ctx.ws;
+            let log = ctx.log_path();
+            crate::redfish_checks::redfish(ws, ctx.stack()?, &log)
         },
     },
     Case {

@@ -1,0 +1,776 @@
+//! Host tests of the Redfish service (`redfish`) through the FakeBackend: every resource, the auth mapping and sessions, every Reset mapping, and every error in the Redfish format with its Base message id, leaving nothing changed.
+
+use super::*;
+
+fn rf(method: &str, path: &str, body: &str) -> Request {
+    Request {
+        method: method.into(),
+        path: path.into(),
+        headers: vec![("X-Auth-Token".into(), TOKEN.into())],
+        body: body.as_bytes().to_vec(),
+        peer: None,
+    }
+}
+
+fn rf_get(path: &str) -> Request {
+    rf("GET", path, "")
+}
+
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+fn without_auth(mut req: Request) -> Request {
+    req.headers.retain(|(k, _)| {
+        !k.eq_ignore_ascii_case("x-auth-token") && !k.eq_ignore_ascii_case("authorization")
+    });
+    req
+}
+
+/// The Redfish error's first MessageId, checked to be well formed.
+fn message_id(resp: &Response) -> String {
+    let v = body_json(resp);
+    let code = v["error"]["code"].as_str().expect("error.code").to_string();
+    assert!(v["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    let first = &v["error"]["@Message.ExtendedInfo"][0];
+    assert_eq!(first["MessageId"], json!(code), "{v}");
+    assert!(first["Message"].as_str().is_some(), "{v}");
+    code
+}
+
+fn state_of(r: &mut Router<FakeBackend>, index: u32) -> (PartitionState, u32) {
+    let p = r
+        .backend()
+        .partitions
+        .iter()
+        .find(|p| p.index == index)
+        .unwrap()
+        .clone();
+    (p.state, p.boot_count)
+}
+
+#[test]
+fn service_root_and_versions_are_open_and_link_every_service() {
+    let mut r = router();
+    let resp = r.handle(&anon_get("/redfish"));
+    assert_eq!(resp.status, 200);
+    assert_eq!(body_json(&resp), json!({"v1": "/redfish/v1/"}));
+    for path in ["/redfish/v1", "/redfish/v1/"] {
+        let resp = r.handle(&anon_get(path));
+        assert_eq!(resp.status, 200, "{path}");
+        assert_eq!(resp.header("OData-Version"), Some("4.0"));
+        assert!(resp.header("ETag").is_some_and(|t| t.starts_with("W/\"")));
+        let v = body_json(&resp);
+        assert_eq!(v["@odata.type"], "#ServiceRoot.v1_16_0.ServiceRoot");
+        assert_eq!(v["@odata.id"], "/redfish/v1");
+        assert_eq!(
+            v["@odata.context"],
+            "/redfish/v1/$metadata#ServiceRoot.ServiceRoot"
+        );
+        assert_eq!(v["RedfishVersion"], redfish::REDFISH_VERSION);
+        for svc in [
+            "Systems",
+            "Chassis",
+            "Managers",
+            "SessionService",
+            "AccountService",
+            "EventService",
+        ] {
+            let link = v[svc]["@odata.id"].as_str().unwrap().to_string();
+            let got = r.handle(&rf_get(&link));
+            assert_eq!(got.status, 200, "{link}: {}", text(&got));
+        }
+        assert_eq!(
+            v["Links"]["Sessions"]["@odata.id"],
+            "/redfish/v1/SessionService/Sessions"
+        );
+    }
+}
+
+#[test]
+fn odata_document_and_metadata_name_every_schema_used() {
+    let mut r = router();
+    let resp = r.handle(&anon_get("/redfish/v1/odata"));
+    assert_eq!(resp.status, 200);
+    let v = body_json(&resp);
+    assert_eq!(v["@odata.context"], "/redfish/v1/$metadata");
+    assert!(v["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "Systems" && e["url"] == "/redfish/v1/Systems"));
+
+    let resp = r.handle(&anon_get("/redfish/v1/$metadata"));
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.content_type, "application/xml");
+    let xml = text(&resp);
+    assert!(xml.contains("Extends=\"ServiceRoot.v1_16_0.ServiceContainer\""));
+    // Every @odata.type served must be in a referenced namespace.
+    let mut types = Vec::new();
+    let mut stack = vec!["/redfish/v1".to_string()];
+    let mut seen = std::collections::BTreeSet::new();
+    r.handle(&rf(
+        "POST",
+        "/redfish/v1/SessionService/Sessions",
+        &format!(r#"{{"UserName":"boot","Password":"{TOKEN}"}}"#),
+    ));
+    while let Some(uri) = stack.pop() {
+        if !seen.insert(uri.clone()) {
+            continue;
+        }
+        let resp = r.handle(&rf_get(&uri));
+        assert_eq!(resp.status, 200, "{uri}: {}", text(&resp));
+        let v = body_json(&resp);
+        types.push(v["@odata.type"].as_str().unwrap().to_string());
+        collect_links(&v, &mut stack);
+    }
+    assert!(seen.len() > 20, "walked {seen:?}");
+    for t in types {
+        let t = t.trim_start_matches('#');
+        let ns = &t[..t.rfind('.').unwrap()];
+        assert!(
+            xml.contains(&format!("Namespace=\"{ns}\"")),
+            "{ns} is not referenced by $metadata"
+        );
+    }
+}
+
+/// Every `@odata.id` under /redfish/v1 in `v` (but the action targets and
+/// the event stream, which are not GET resources of a type).
+fn collect_links(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                if k == "@odata.id" {
+                    if let Some(s) = x.as_str() {
+                        out.push(s.to_string());
+                    }
+                } else {
+                    collect_links(x, out);
+                }
+            }
+        }
+        Value::Array(list) => list.iter().for_each(|x| collect_links(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn systems_list_every_partition_and_mark_the_management_one() {
+    let mut r = router();
+    let v = body_json(&r.handle(&rf_get("/redfish/v1/Systems")));
+    assert_eq!(v["Members@odata.count"], 3);
+    let ids: Vec<&str> = v["Members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["@odata.id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "/redfish/v1/Systems/mgmt",
+            "/redfish/v1/Systems/alpha",
+            "/redfish/v1/Systems/beta"
+        ]
+    );
+    let mgmt = body_json(&r.handle(&rf_get("/redfish/v1/Systems/mgmt")));
+    assert_eq!(mgmt["Oem"]["Pinfold"]["Management"], true);
+    assert!(mgmt.get("Actions").is_none(), "no Reset offered: {mgmt}");
+    let alpha = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha")));
+    assert_eq!(alpha["Oem"]["Pinfold"]["Management"], false);
+}
+
+#[test]
+fn a_system_reports_power_status_cpus_memory_boot_and_reset() {
+    let mut r = router();
+    r.backend_mut().partitions[1].cpus = vec![1, 3];
+    let v = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha")));
+    assert_eq!(v["@odata.type"], "#ComputerSystem.v1_20_0.ComputerSystem");
+    assert_eq!(v["Id"], "alpha");
+    assert_eq!(v["PowerState"], "On");
+    assert_eq!(v["Status"], json!({"State": "Enabled", "Health": "OK"}));
+    assert_eq!(v["ProcessorSummary"]["Count"], 2);
+    // The schema's ProcessorSummary has no Oem (the validator refuses one).
+    assert!(v["ProcessorSummary"].get("Oem").is_none());
+    assert_eq!(
+        v["Oem"]["Pinfold"]["VcpuToPcpu"],
+        json!([{"Vcpu": 0, "Pcpu": 1}, {"Vcpu": 1, "Pcpu": 3}])
+    );
+    assert_eq!(v["MemorySummary"]["TotalSystemMemoryGiB"], json!(0.25));
+    assert_eq!(v["Boot"]["BootSourceOverrideTarget"], "None");
+    assert_eq!(
+        v["Boot"]["BootSourceOverrideTarget@Redfish.AllowableValues"],
+        json!(["None"])
+    );
+    assert_eq!(v["SerialConsole"]["SSH"]["ServiceEnabled"], false);
+    assert_eq!(
+        v["Oem"]["Pinfold"]["ConsoleUri"],
+        "/api/v1/partitions/alpha/console"
+    );
+    let reset = &v["Actions"]["#ComputerSystem.Reset"];
+    assert_eq!(
+        reset["target"],
+        "/redfish/v1/Systems/alpha/Actions/ComputerSystem.Reset"
+    );
+    assert_eq!(
+        reset["ResetType@Redfish.AllowableValues"],
+        json!([
+            "On",
+            "ForceOff",
+            "GracefulShutdown",
+            "ForceRestart",
+            "GracefulRestart",
+            "PowerCycle"
+        ])
+    );
+    let info = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/ResetActionInfo")));
+    assert_eq!(
+        info["Parameters"][0]["AllowableValues"],
+        reset["ResetType@Redfish.AllowableValues"]
+    );
+
+    let procs = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/Processors")));
+    assert_eq!(procs["Members@odata.count"], 2);
+    let p1 = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/Processors/1")));
+    assert_eq!(p1["Oem"]["Pinfold"], json!({"Vcpu": 1, "Pcpu": 3}));
+    assert_eq!(p1["InstructionSet"], "ARM-A64");
+    let resp = r.handle(&rf_get("/redfish/v1/Systems/alpha/Processors/2"));
+    assert_eq!(resp.status, 404);
+    assert_eq!(message_id(&resp), "Base.1.15.0.ResourceNotFound");
+
+    let mem = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/Memory/ram")));
+    assert_eq!(mem["CapacityMiB"], 256);
+    let nics = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/EthernetInterfaces")));
+    assert_eq!(nics["Members@odata.count"], 0);
+}
+
+#[test]
+fn power_state_and_status_follow_the_lifecycle() {
+    use PartitionState as S;
+    let cases = [
+        (S::Running, "On", "Enabled", "OK"),
+        (S::Starting, "PoweringOn", "Starting", "OK"),
+        (S::Stopping, "PoweringOff", "Enabled", "OK"),
+        (S::ShuttingDown, "PoweringOff", "Enabled", "OK"),
+        (S::Stopped, "Off", "StandbyOffline", "OK"),
+        (S::Crashed, "Off", "StandbyOffline", "Critical"),
+    ];
+    for (state, power, st, health) in cases {
+        let mut r = router();
+        r.backend_mut().partitions[2].state = state;
+        let v = body_json(&r.handle(&rf_get("/redfish/v1/Systems/beta")));
+        assert_eq!(v["PowerState"], power, "{state:?}");
+        assert_eq!(v["Status"]["State"], st, "{state:?}");
+        assert_eq!(v["Status"]["Health"], health, "{state:?}");
+    }
+    let mut r = router();
+    r.backend_mut().partitions[2].last_crash = Some(pinfold_abi::CrashInfo {
+        unix_ms: None,
+        reason: "watchdog".into(),
+    });
+    r.backend_mut().partitions[2].state = S::Running;
+    let v = body_json(&r.handle(&rf_get("/redfish/v1/Systems/beta")));
+    assert_eq!(v["Status"]["Health"], "Warning");
+    assert_eq!(v["Oem"]["Pinfold"]["LastCrash"], "watchdog");
+}
+
+#[test]
+fn chassis_manager_accounts_roles_and_event_service() {
+    let (mut r, _viewer) = router_with_viewer();
+    let c = body_json(&r.handle(&rf_get("/redfish/v1/Chassis/host")));
+    assert_eq!(c["Links"]["ComputerSystems"].as_array().unwrap().len(), 3);
+    let m = body_json(&r.handle(&rf_get("/redfish/v1/Managers/manager")));
+    assert_eq!(m["Oem"]["Pinfold"]["Partition"], "mgmt");
+    assert_eq!(m["FirmwareVersion"], "0.1.0");
+    let accounts = body_json(&r.handle(&rf_get("/redfish/v1/AccountService/Accounts")));
+    assert_eq!(accounts["Members@odata.count"], 2);
+    let boot = r.handle(&rf_get("/redfish/v1/AccountService/Accounts/boot"));
+    let v = body_json(&boot);
+    assert_eq!(v["RoleId"], "Administrator");
+    assert_eq!(v["Password"], Value::Null);
+    assert!(!text(&boot).contains(TOKEN));
+    let c1 = body_json(&r.handle(&rf_get("/redfish/v1/AccountService/Accounts/c1")));
+    assert_eq!(c1["RoleId"], "ReadOnly");
+    assert_eq!(c1["Name"], "dash");
+    let ro = body_json(&r.handle(&rf_get("/redfish/v1/AccountService/Roles/ReadOnly")));
+    assert_eq!(ro["IsPredefined"], true);
+    let es = body_json(&r.handle(&rf_get("/redfish/v1/EventService")));
+    assert_eq!(es["ServerSentEventUri"], "/redfish/v1/EventService/SSE");
+}
+
+#[test]
+fn etag_on_every_get_and_if_none_match_answers_304() {
+    let mut r = router();
+    let first = r.handle(&rf_get("/redfish/v1/Systems/beta"));
+    let tag = first.header("ETag").unwrap().to_string();
+    let again = r.handle(&with_header(
+        rf_get("/redfish/v1/Systems/beta"),
+        "If-None-Match",
+        &tag,
+    ));
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+    r.backend_mut().partitions[2].state = PartitionState::Running;
+    let changed = r.handle(&with_header(
+        rf_get("/redfish/v1/Systems/beta"),
+        "If-None-Match",
+        &tag,
+    ));
+    assert_eq!(changed.status, 200);
+    assert_ne!(changed.header("ETag").unwrap(), tag);
+}
+
+#[test]
+fn sessions_log_in_list_authenticate_and_log_out() {
+    let mut r = router();
+    r.seed_credentials([3; 32]);
+    let login = without_auth(rf(
+        "POST",
+        "/redfish/v1/SessionService/Sessions",
+        &format!(r#"{{"UserName":"boot","Password":"{TOKEN}"}}"#),
+    ));
+    let resp = r.handle(&login);
+    assert_eq!(resp.status, 201, "{}", text(&resp));
+    let token = resp.header("X-Auth-Token").unwrap().to_string();
+    assert_eq!(token.len(), 64);
+    let location = resp.header("Location").unwrap().to_string();
+    assert_eq!(location, "/redfish/v1/SessionService/Sessions/1");
+    assert_eq!(body_json(&resp)["UserName"], "boot");
+
+    let with = |method: &str, path: &str| {
+        let mut q = without_auth(rf(method, path, ""));
+        q.headers.push(("X-Auth-Token".into(), token.clone()));
+        q
+    };
+    let list = body_json(&r.handle(&with("GET", "/redfish/v1/SessionService/Sessions")));
+    assert_eq!(list["Members"][0]["@odata.id"], json!(location));
+    assert_eq!(r.handle(&with("GET", &location)).status, 200);
+    let resp = r.handle(&with("DELETE", &location));
+    assert_eq!(resp.status, 204);
+    let resp = r.handle(&with("GET", "/redfish/v1/Systems"));
+    assert_eq!(resp.status, 401);
+    assert_eq!(message_id(&resp), "Base.1.15.0.NoValidSession");
+    assert_eq!(r.redfish.sessions(), 0);
+}
+
+#[test]
+fn a_session_ends_with_its_credential() {
+    let (mut r, viewer) = router_with_viewer();
+    let resp = r.handle(&without_auth(rf(
+        "POST",
+        "/redfish/v1/SessionService/Sessions",
+        &format!(r#"{{"UserName":"c1","Password":"{viewer}"}}"#),
+    )));
+    assert_eq!(resp.status, 201);
+    let token = resp.header("X-Auth-Token").unwrap().to_string();
+    let mut q = without_auth(rf_get("/redfish/v1/Systems"));
+    q.headers.push(("X-Auth-Token".into(), token));
+    assert_eq!(r.handle(&q).status, 200);
+    let resp = r.handle(&Request {
+        method: "DELETE".into(),
+        path: "/api/v1/auth/credentials/c1".into(),
+        headers: vec![("Authorization".into(), format!("Bearer {TOKEN}"))],
+        ..Request::default()
+    });
+    assert_eq!(resp.status, 200);
+    assert_eq!(r.handle(&q).status, 401);
+}
+
+#[test]
+fn login_refusals_name_the_field_or_the_credentials() {
+    let mut r = router();
+    r.seed_credentials([3; 32]);
+    let post = |body: &str| without_auth(rf("POST", "/redfish/v1/SessionService/Sessions", body));
+    let resp = r.handle(&post(r#"{"UserName":"boot"}"#));
+    assert_eq!(resp.status, 400);
+    assert_eq!(message_id(&resp), "Base.1.15.0.PropertyMissing");
+    assert!(text(&resp).contains("Password"));
+    let resp = r.handle(&post("{"));
+    assert_eq!(resp.status, 400);
+    assert_eq!(message_id(&resp), "Base.1.15.0.MalformedJSON");
+    // The right token under another credential's id is not a login.
+    let resp = r.handle(&post(&format!(
+        r#"{{"UserName":"c9","Password":"{TOKEN}"}}"#
+    )));
+    assert_eq!(resp.status, 401);
+    assert_eq!(message_id(&resp), "Base.1.15.0.NoValidSession");
+    let resp = r.handle(&post(r#"{"UserName":"boot","Password":"nope"}"#));
+    assert_eq!(resp.status, 401);
+    assert_eq!(r.redfish.sessions(), 0);
+    let kinds: Vec<String> = r
+        .events
+        .since(0, 100)
+        .events
+        .iter()
+        .map(|e| e.kind.clone())
+        .collect();
+    assert!(
+        kinds.iter().filter(|k| *k == "login_refused").count() >= 2,
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn basic_auth_maps_credential_id_and_token() {
+    let (mut r, viewer) = router_with_viewer();
+    let q = |auth: String| Request {
+        method: "GET".into(),
+        path: "/redfish/v1/Systems".into(),
+        headers: vec![("Authorization".into(), auth)],
+        ..Request::default()
+    };
+    assert_eq!(r.handle(&q(basic("boot", TOKEN))).status, 200);
+    assert_eq!(r.handle(&q(basic("c1", &viewer))).status, 200);
+    let resp = r.handle(&q(basic("boot", &viewer)));
+    assert_eq!(resp.status, 401);
+    assert_eq!(
+        resp.header("WWW-Authenticate"),
+        Some("Basic realm=\"pinfold\"")
+    );
+    assert_eq!(r.handle(&q("Basic !!!".into())).status, 401);
+    assert_eq!(r.handle(&q(format!("Bearer {TOKEN}"))).status, 200);
+    let resp = r.handle(&without_auth(rf_get("/redfish/v1/Systems")));
+    assert_eq!(resp.status, 401);
+    assert_eq!(message_id(&resp), "Base.1.15.0.NoValidSession");
+}
+
+#[test]
+fn base64_decodes_padded_unpadded_and_refuses_garbage() {
+    assert_eq!(redfish::base64_decode("Ym9vdDp4").unwrap(), b"boot:x");
+    assert_eq!(redfish::base64_decode("YQ==").unwrap(), b"a");
+    assert_eq!(redfish::base64_decode("YWI").unwrap(), b"ab");
+    assert!(redfish::base64_decode("Y").is_none());
+    assert!(redfish::base64_decode("Y===").is_none());
+    assert!(redfish::base64_decode("a*bc").is_none());
+}
+
+#[test]
+fn a_wrong_session_token_is_refused_and_throttled() {
+    let mut r = router();
+    let mut q = without_auth(rf_get("/redfish/v1/Systems/beta"));
+    q.headers.push(("X-Auth-Token".into(), "wrong".into()));
+    let resp = r.handle(&q);
+    assert_eq!(resp.status, 401);
+    assert_eq!(message_id(&resp), "Base.1.15.0.NoValidSession");
+    for _ in 0..auth::FAIL_LIMIT {
+        r.handle(&q);
+    }
+    let resp = r.handle(&rf_get("/redfish/v1/Systems/beta"));
+    assert_eq!(resp.status, 429, "the right token too, past the limit");
+    assert!(resp.header("Retry-After").is_some());
+}
+
+#[test]
+fn a_viewer_reads_but_may_not_reset_or_list_accounts() {
+    let (mut r, viewer) = router_with_viewer();
+    let as_viewer = |mut q: Request| {
+        q = without_auth(q);
+        q.headers.push(("X-Auth-Token".into(), viewer.clone()));
+        q
+    };
+    assert_eq!(
+        r.handle(&as_viewer(rf_get("/redfish/v1/Systems/beta")))
+            .status,
+        200
+    );
+    let resp = r.handle(&as_viewer(rf(
+        "POST",
+        "/redfish/v1/Systems/beta/Actions/ComputerSystem.Reset",
+        r#"{"ResetType":"On"}"#,
+    )));
+    assert_eq!(resp.status, 403);
+    assert_eq!(message_id(&resp), "Base.1.15.0.InsufficientPrivilege");
+    assert_eq!(state_of(&mut r, BETA).0, PartitionState::Stopped);
+    let resp = r.handle(&as_viewer(rf_get("/redfish/v1/AccountService/Accounts")));
+    assert_eq!(resp.status, 403);
+}
+
+fn reset(r: &mut Router<FakeBackend>, name: &str, reset_type: &str) -> Response {
+    r.handle(&rf(
+        "POST",
+        &format!("/redfish/v1/Systems/{name}/Actions/ComputerSystem.Reset"),
+        &format!(r#"{{"ResetType":"{reset_type}"}}"#),
+    ))
+}
+
+#[test]
+fn each_reset_type_maps_onto_the_lifecycle() {
+    use PartitionState as S;
+    // (from, reset type, the call made (None: nothing), state after)
+    let cases: [(S, &str, Option<&str>, S); 14] = [
+        (S::Stopped, "On", Some("start"), S::Running),
+        (S::Running, "On", None, S::Running),
+        (S::Running, "ForceOff", Some("stop"), S::Stopping),
+        (S::Stopped, "ForceOff", None, S::Stopped),
+        (
+            S::Running,
+            "GracefulShutdown",
+            Some("shutdown"),
+            S::ShuttingDown,
+        ),
+        (S::Crashed, "GracefulShutdown", None, S::Crashed),
+        (S::Running, "ForceRestart", Some("restart"), S::Running),
+        (S::Stopped, "ForceRestart", Some("start"), S::Running),
+        (S::Running, "PowerCycle", Some("restart"), S::Running),
+        (S::Crashed, "PowerCycle", Some("start"), S::Running),
+        (
+            S::Running,
+            "GracefulRestart",
+            Some("shutdown"),
+            S::ShuttingDown,
+        ),
+        (S::Stopped, "GracefulRestart", Some("start"), S::Running),
+        (S::ShuttingDown, "ForceOff", Some("stop"), S::Stopping),
+        (S::Starting, "On", None, S::Starting),
+    ];
+    for (from, kind, call, to) in cases {
+        let mut r = router();
+        r.backend_mut().partitions[2].state = from;
+        let resp = reset(&mut r, "beta", kind);
+        assert_eq!(resp.status, 204, "{from:?} {kind}: {}", text(&resp));
+        let calls = r.backend().calls.clone();
+        match call {
+            Some(c) => assert_eq!(calls, [format!("{c} {BETA}")], "{from:?} {kind}"),
+            None => assert!(calls.is_empty(), "{from:?} {kind}: {calls:?}"),
+        }
+        assert_eq!(state_of(&mut r, BETA).0, to, "{from:?} {kind}");
+    }
+}
+
+#[test]
+fn graceful_restart_starts_the_partition_once_it_is_off() {
+    let mut r = router();
+    r.backend_mut().partitions[2].state = PartitionState::Running;
+    assert_eq!(reset(&mut r, "beta", "GracefulRestart").status, 204);
+    assert_eq!(r.redfish.pending_starts(), [BETA]);
+    // Still shutting down: nothing yet.
+    r.follow_consoles();
+    assert_eq!(r.backend().calls, [format!("shutdown {BETA}")]);
+    // The guest powered off: the follower starts it.
+    r.backend_mut().partitions[2].state = PartitionState::Stopped;
+    r.follow_consoles();
+    assert_eq!(
+        r.backend().calls,
+        [format!("shutdown {BETA}"), format!("start {BETA}")]
+    );
+    assert_eq!(state_of(&mut r, BETA).0, PartitionState::Running);
+    assert!(r.redfish.pending_starts().is_empty());
+}
+
+#[test]
+fn a_force_off_cancels_a_graceful_restart() {
+    let mut r = router();
+    r.backend_mut().partitions[2].state = PartitionState::Running;
+    assert_eq!(reset(&mut r, "beta", "GracefulRestart").status, 204);
+    assert_eq!(reset(&mut r, "beta", "ForceOff").status, 204);
+    assert!(r.redfish.pending_starts().is_empty());
+    r.backend_mut().partitions[2].state = PartitionState::Stopped;
+    r.follow_consoles();
+    assert_eq!(state_of(&mut r, BETA).0, PartitionState::Stopped);
+}
+
+#[test]
+fn bad_resets_are_redfish_errors_and_change_nothing() {
+    let mut r = router();
+    let before = (state_of(&mut r, BETA), state_of(&mut r, MGMT));
+    let resp = reset(&mut r, "beta", "Nmi");
+    assert_eq!(resp.status, 400);
+    assert_eq!(
+        message_id(&resp),
+        "Base.1.15.0.ActionParameterValueNotInList"
+    );
+    let v = body_json(&resp);
+    assert_eq!(
+        v["error"]["@Message.ExtendedInfo"][0]["MessageArgs"],
+        json!(["Nmi", "ResetType", "ComputerSystem.Reset"])
+    );
+    let resp = r.handle(&rf(
+        "POST",
+        "/redfish/v1/Systems/beta/Actions/ComputerSystem.Reset",
+        r#"{"ResetType":7}"#,
+    ));
+    assert_eq!(
+        message_id(&resp),
+        "Base.1.15.0.ActionParameterValueNotInList"
+    );
+    let resp = r.handle(&rf(
+        "POST",
+        "/redfish/v1/Systems/beta/Actions/ComputerSystem.Reset",
+        "{}",
+    ));
+    assert_eq!(resp.status, 400);
+    assert_eq!(message_id(&resp), "Base.1.15.0.ActionParameterMissing");
+    let resp = reset(&mut r, "mgmt", "ForceRestart");
+    assert_eq!(resp.status, 400);
+    assert_eq!(message_id(&resp), "Base.1.15.0.ActionNotSupported");
+    let resp = reset(&mut r, "gamma", "On");
+    assert_eq!(resp.status, 404);
+    assert_eq!(message_id(&resp), "Base.1.15.0.ResourceNotFound");
+    // Stopping: a graceful shutdown is not possible.
+    r.backend_mut().partitions[1].state = PartitionState::Stopping;
+    let resp = reset(&mut r, "alpha", "GracefulShutdown");
+    assert_eq!(resp.status, 409);
+    assert_eq!(message_id(&resp), "Base.1.15.0.GeneralError");
+    r.backend_mut().partitions[1].state = PartitionState::Running;
+    assert!(r.backend().calls.is_empty(), "{:?}", r.backend().calls);
+    assert_eq!((state_of(&mut r, BETA), state_of(&mut r, MGMT)), before);
+}
+
+#[test]
+fn a_failed_lifecycle_call_is_a_redfish_error() {
+    let mut r = router();
+    r.backend_mut().fail_transitions = Some(CallError::Refused(AbiError::Conflict));
+    let resp = reset(&mut r, "beta", "On");
+    assert_eq!(resp.status, 409);
+    assert_eq!(message_id(&resp), "Base.1.15.0.GeneralError");
+}
+
+#[test]
+fn patch_of_a_read_only_property_is_property_not_writable() {
+    let mut r = router();
+    let before = text(&r.handle(&rf_get("/redfish/v1/Systems/beta")));
+    let resp = r.handle(&rf(
+        "PATCH",
+        "/redfish/v1/Systems/beta",
+        r#"{"AssetTag":"x","Boot":{"BootSourceOverrideTarget":"Pxe"}}"#,
+    ));
+    assert_eq!(resp.status, 400);
+    assert_eq!(message_id(&resp), "Base.1.15.0.PropertyNotWritable");
+    let v = body_json(&resp);
+    let info = v["error"]["@Message.ExtendedInfo"].as_array().unwrap();
+    assert_eq!(info.len(), 2);
+    assert_eq!(info[0]["RelatedProperties"], json!(["/AssetTag"]));
+    assert_eq!(
+        info[1]["RelatedProperties"],
+        json!(["/Boot/BootSourceOverrideTarget"])
+    );
+    assert_eq!(text(&r.handle(&rf_get("/redfish/v1/Systems/beta"))), before);
+    assert!(r.backend().calls.is_empty());
+    let resp = r.handle(&rf("PATCH", "/redfish/v1/Systems/beta", "[1]"));
+    assert_eq!(message_id(&resp), "Base.1.15.0.MalformedJSON");
+}
+
+#[test]
+fn unknown_resources_and_methods_are_404_and_405() {
+    let mut r = router();
+    for path in [
+        "/redfish/v2",
+        "/redfish/v1/Nothing",
+        "/redfish/v1/Systems/gamma",
+        "/redfish/v1/Systems/beta/Memory/rom",
+        "/redfish/v1/Systems/beta/EthernetInterfaces/eth0",
+        "/redfish/v1/Chassis/other",
+        "/redfish/v1/Managers/bmc",
+        "/redfish/v1/SessionService/Sessions/99",
+        "/redfish/v1/AccountService/Accounts/c77",
+        "/redfish/v1/AccountService/Roles/Operator",
+        "/redfish/v1/Systems/mgmt/ResetActionInfo",
+    ] {
+        let resp = r.handle(&rf_get(path));
+        assert_eq!(resp.status, 404, "{path}");
+        assert_eq!(message_id(&resp), "Base.1.15.0.ResourceNotFound", "{path}");
+    }
+    let resp = r.handle(&rf("DELETE", "/redfish/v1/Systems/beta", ""));
+    assert_eq!(resp.status, 405);
+    assert_eq!(message_id(&resp), "Base.1.15.0.OperationNotAllowed");
+    assert_eq!(resp.header("Allow"), Some("GET, HEAD, PATCH"));
+    let resp = r.handle(&rf("PATCH", "/redfish/v1/Chassis/host", "{}"));
+    assert_eq!(resp.status, 405);
+    let resp = r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/Actions/ComputerSystem.Reset",
+    ));
+    assert_eq!(resp.status, 405);
+    assert_eq!(resp.header("Allow"), Some("POST"));
+}
+
+#[test]
+fn host_and_origin_checks_apply_to_redfish() {
+    let mut r = router();
+    let resp = r.handle(&with_header(
+        rf_get("/redfish/v1/Systems"),
+        "Host",
+        "evil.example",
+    ));
+    assert_eq!(resp.status, 421);
+    assert!(body_json(&resp)["error"]["code"]
+        .as_str()
+        .unwrap()
+        .starts_with("Base."));
+    let q = with_header(
+        with_header(
+            rf(
+                "POST",
+                "/redfish/v1/Systems/beta/Actions/ComputerSystem.Reset",
+                r#"{"ResetType":"On"}"#,
+            ),
+            "Host",
+            "127.0.0.1:8443",
+        ),
+        "Origin",
+        "https://evil.example",
+    );
+    let resp = r.handle(&q);
+    assert_eq!(resp.status, 403);
+    assert_eq!(state_of(&mut r, BETA).0, PartitionState::Stopped);
+}
+
+#[test]
+fn the_event_service_stream_is_the_event_log() {
+    let mut r = router();
+    r.record("config", Some("beta"), "hello");
+    let resp = r.handle(&rf_get("/redfish/v1/EventService/SSE"));
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.content_type, EVENT_STREAM);
+    assert!(text(&resp).contains("hello"));
+    let stream = r.open_stream(&rf_get("/redfish/v1/EventService/SSE"));
+    assert!(stream.is_ok());
+    let refused = r.open_stream(&without_auth(rf_get("/redfish/v1/EventService/SSE")));
+    let resp = refused.expect_err("no credential");
+    assert_eq!(resp.status, 401);
+    assert_eq!(message_id(&resp), "Base.1.15.0.NoValidSession");
+}
+
+#[test]
+fn a_reset_is_an_event_naming_who_asked() {
+    let mut r = router();
+    assert_eq!(reset(&mut r, "beta", "On").status, 204);
+    let list = r.events.since(0, 100);
+    assert!(
+        list.events.iter().any(|e| e
+            .message
+            .contains("operator boot Redfish ComputerSystem.Reset On")),
+        "{:?}",
+        list.events
+    );
+}
+
+#[test]
+fn redfish_paths_are_not_in_the_openapi_document() {
+    let doc: Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+    assert!(doc["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .all(|k| !k.starts_with("/redfish")));
+}

@@ -1,0 +1,333 @@
+//! Boot check `redfish` (shared default boot): fleet tools from PyPI, unchanged, against the manager's Redfish service: DMTF's validator, OpenStack's sushy, Ansible's community.general Redfish modules, and the bad inputs.
+//!
+//! The clients live in a venv, target/redfish-venv, made once (pinned
+//! versions, [`PINS`]; installed again only when the pins change); their
+//! scripts are `redfish_clients.py` (sushy, then the bad inputs, each step
+//! compared with the REST API) and `redfish_playbook.yml` (Ansible), both
+//! beside this file. The validator needs DMTF's CSDL schemas (DSP8010),
+//! which it downloads from the DMTF site unless told `--skipschema`; that
+//! site is not reachable here and no PyPI package ships them, so it reads
+//! the directory [`SCHEMAS_ENV`] names (default target/redfish-schemas,
+//! a copy of DSP8010's `csdl/`). Without them it is not run, and the case
+//! says so (docs/REDFISH.md, "Testing").
+//!
+//! beta ends as it began: running (force-restarted by sushy, powered off
+//! and on by Ansible), with its boot count 3 higher.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::api_checks::{authority, Outcome, Stack};
+use crate::http::{self, Request};
+use crate::Workspace;
+
+/// The clients, from PyPI, pinned (Python 3.11 on Debian bookworm).
+pub const PINS: [&str; 3] = [
+    "redfish-service-validator==3.1.8",
+    "sushy==5.14.0",
+    "ansible==12.3.0",
+];
+/// Where the validator's CSDL schemas are, if not target/redfish-schemas.
+pub const SCHEMAS_ENV: &str = "PINFOLD_REDFISH_SCHEMAS";
+const CLIENTS_PY: &str = include_str!("redfish_clients.py");
+const PLAYBOOK: &str = include_str!("redfish_playbook.yml");
+/// Longest any one client may run.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// The venv with [`PINS`], made when missing or pinned otherwise; the
+/// seconds the install took when it was made now.
+fn venv(root: &Path) -> Result<(PathBuf, Option<f64>), String> {
+    let venv = root.join("target/redfish-venv");
+    let pinned = venv.join(".pinned");
+    let want = PINS.join("\n");
+    if venv.join("bin/rf_service_validator").exists()
+        && venv.join("bin/ansible-playbook").exists()
+        && std::fs::read_to_string(&pinned).ok().as_deref() == Some(want.as_str())
+    {
+        return Ok((venv, None));
+    }
+    let start = Instant::now();
+    let run = |c: &mut Command| -> Result<(), String> {
+        let out = c.output().map_err(|e| format!("{c:?}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{c:?}: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    };
+    run(Command::new("python3").arg("-m").arg("venv").arg(&venv)).map_err(|e| {
+        format!(
+            "making target/redfish-venv (needs python3-venv: apt-get install python3-venv): {e}"
+        )
+    })?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet"])
+        .args(PINS))?;
+    std::fs::write(&pinned, &want).map_err(|e| e.to_string())?;
+    Ok((venv, Some(start.elapsed().as_secs_f64())))
+}
+
+/// Runs `c` to its end (at most [`RUN_LIMIT`]), its output into `out`:
+/// whether it succeeded, the output, and the seconds it took.
+fn run_logged(mut c: Command, out: &Path) -> Result<(bool, String, f64), String> {
+    let start = Instant::now();
+    let file = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("{c:?}: {e}"))?;
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break s;
+        }
+        if start.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "{c:?} did not finish within {} s (log: {})",
+                RUN_LIMIT.as_secs(),
+                out.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    Ok((status.success(), text, start.elapsed().as_secs_f64()))
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The validator's summary table: PASS, WARN, FAIL, NOT TESTED counts.
+pub fn validator_counts(output: &str) -> Option<[u64; 4]> {
+    let lines: Vec<&str> = output.lines().collect();
+    let header = lines.iter().position(|l| l.contains("NOT TESTED"))?;
+    let values = lines.get(header + 2)?;
+    // Strip colour escapes, then the four numbers between the bars.
+    let mut clean = String::new();
+    let mut in_escape = false;
+    for c in values.chars() {
+        match (in_escape, c) {
+            (false, '\u{1b}') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, c) => clean.push(c),
+        }
+    }
+    let numbers: Vec<u64> = clean
+        .split('|')
+        .filter_map(|cell| cell.trim().parse().ok())
+        .collect();
+    numbers.try_into().ok()
+}
+
+/// The `WARN` and `FAIL` findings of the validator's debug log (under
+/// `dir`, one per property), without their time stamps, deduplicated.
+fn findings(dir: &Path) -> (Vec<String>, Vec<String>) {
+    let mut warns = Vec::new();
+    let mut fails = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "log") {
+                for line in std::fs::read_to_string(&p).unwrap_or_default().lines() {
+                    if let Some((_, what)) = line.split_once(" - WARN - ") {
+                        warns.push(what.to_string());
+                    } else if let Some((_, what)) = line.split_once(" - FAIL - ") {
+                        fails.push(what.to_string());
+                    }
+                }
+            }
+        }
+    }
+    warns.sort();
+    warns.dedup();
+    fails.sort();
+    fails.dedup();
+    (warns, fails)
+}
+
+fn beta_rest(token: &str) -> Result<(String, u64), String> {
+    let reply = http::send(
+        &authority(),
+        &Request {
+            token: Some(token),
+            ..Request::get("/api/v1/partitions/beta")
+        },
+        Duration::from_secs(30),
+    )
+    .map_err(|e| e.to_string())?;
+    if reply.status != 200 {
+        return Err(format!("GET beta answered {}", reply.status));
+    }
+    let v: serde_json::Value = serde_json::from_str(&reply.body).map_err(|e| e.to_string())?;
+    Ok((
+        v["state"].as_str().unwrap_or("").to_string(),
+        v["boot_count"].as_u64().unwrap_or(0),
+    ))
+}
+
+/// Tier 2 (shared boot): the validator (no errors, warnings listed),
+/// sushy (systems, power states, beta ForceOff/On/ForceRestart, each
+/// matched by the REST API's state and boot count), the bad inputs (each
+/// a Redfish error, nothing changed), Ansible (inventory, PowerForceOff,
+/// PowerOn of beta); beta running again at the end, 4 boots on.
+pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
+    let token = stack.token(Instant::now() + Duration::from_secs(240))?;
+    stack.first_answer()?;
+    stack.guests_up(Instant::now() + Duration::from_secs(240))?;
+    let mut notes = Vec::new();
+    let (venv, installed) = venv(&ws.root)?;
+    notes.push(match installed {
+        Some(secs) => format!(
+            "target/redfish-venv installed in {secs:.0} s ({})",
+            PINS.join(", ")
+        ),
+        None => format!("target/redfish-venv cached ({})", PINS.join(", ")),
+    });
+    let dir = log.with_file_name("redfish");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let base = format!("https://{}", authority());
+    let (_, boots_before) = beta_rest(&token)?;
+
+    // 1. DMTF's validator, over sessions, every resource from the root.
+    let schemas = std::env::var_os(SCHEMAS_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ws.root.join("target/redfish-schemas"));
+    if schemas.join("ComputerSystem_v1.xml").exists() {
+        let mut c = Command::new(venv.join("bin/rf_service_validator"));
+        c.arg("--ip")
+            .arg(&base)
+            .args([
+                "--user",
+                "boot",
+                "--password",
+                &token,
+                "--authtype",
+                "Session",
+            ])
+            .arg("--logdir")
+            .arg(dir.join("validator"))
+            .arg("--schema_directory")
+            .arg(&schemas)
+            .arg("--skipschema")
+            .current_dir(&dir);
+        let (_, out, secs) = run_logged(c, &dir.join("validator.log"))?;
+        let counts = validator_counts(&out)
+            .ok_or_else(|| format!("no summary from the validator:\n{}", tail(&out, 30)))?;
+        let (warns, fails) = findings(&dir.join("validator"));
+        let [pass, warn, fail, skip] = counts;
+        if fail > 0 {
+            return Err(format!(
+                "the validator found {fail} errors ({pass} passed, {warn} warnings):\n{}\n(logs: {})",
+                fails.join("\n"),
+                dir.display()
+            ));
+        }
+        notes.push(format!(
+            "validator (schemas from {}): {pass} pass, {warn} warn, 0 fail, {skip} not tested, \
+             {secs:.0} s",
+            schemas.display()
+        ));
+        for w in warns.iter().take(20) {
+            notes.push(format!("  warning: {w}"));
+        }
+    } else {
+        notes.push(format!(
+            "validator NOT RUN: no DSP8010 CSDL in {} (set {SCHEMAS_ENV}; docs/REDFISH.md)",
+            schemas.display()
+        ));
+    }
+
+    // 2. sushy and the bad inputs.
+    let script = dir.join("redfish_clients.py");
+    std::fs::write(&script, CLIENTS_PY).map_err(|e| e.to_string())?;
+    let mut c = Command::new(venv.join("bin/python"));
+    c.arg(&script).args([&base, "boot", &token]);
+    let (ok, out, secs) = run_logged(c, &dir.join("clients.log"))?;
+    if !ok {
+        return Err(format!("sushy / bad inputs:\n{}", tail(&out, 25)));
+    }
+    for line in out.lines().filter(|l| l.starts_with("ok ")) {
+        notes.push(format!("  {}", &line[3..]));
+    }
+    notes.push(format!("sushy and bad inputs: {secs:.0} s"));
+    let (state, boots) = beta_rest(&token)?;
+    if state != "running" || boots != boots_before + 2 {
+        return Err(format!(
+            "after sushy beta is {state} with boot_count {boots}; want running {}",
+            boots_before + 2
+        ));
+    }
+
+    // 3. Ansible.
+    let playbook = dir.join("redfish_playbook.yml");
+    std::fs::write(&playbook, PLAYBOOK).map_err(|e| e.to_string())?;
+    let mut c = Command::new(venv.join("bin/ansible-playbook"));
+    c.arg("-i")
+        .arg("localhost,")
+        .arg(&playbook)
+        .env("RF_BASEURI", authority())
+        .env("RF_USER", "boot")
+        .env("RF_PASSWORD", &token)
+        .env("ANSIBLE_NOCOLOR", "1")
+        .env("ANSIBLE_LOCALHOST_WARNING", "false")
+        .env("ANSIBLE_INVENTORY_UNPARSED_WARNING", "false")
+        .env("ANSIBLE_HOME", dir.join("ansible"));
+    let (ok, out, secs) = run_logged(c, &dir.join("ansible.log"))?;
+    if !ok {
+        return Err(format!("ansible-playbook:\n{}", tail(&out, 30)));
+    }
+    let recap = out
+        .lines()
+        .find(|l| l.starts_with("localhost") && l.contains("ok="))
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    notes.push(format!(
+        "ansible: redfish_info GetSystemInventory, redfish_command PowerForceOff + PowerOn on \
+         beta: {recap} ({secs:.0} s)"
+    ));
+    let (state, boots) = beta_rest(&token)?;
+    if state != "running" || boots != boots_before + 3 {
+        return Err(format!(
+            "after Ansible beta is {state} with boot_count {boots}; want running {}",
+            boots_before + 3
+        ));
+    }
+    notes.push(format!(
+        "REST: beta running, boot_count {boots_before} -> {boots}"
+    ));
+    Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validator_counts_read_the_summary_table() {
+        let out = "x\n+----+\n|      PASS     |     WARN     |     FAIL     |  NOT TESTED  |\n\
+                   +----+\n| \u{1b}[32m 812 \u{1b}[0m | \u{1b}[33m 3 \u{1b}[0m | 0 | 12 |\n+---+\n";
+        assert_eq!(validator_counts(out), Some([812, 3, 0, 12]));
+        assert_eq!(validator_counts("no table"), None);
+    }
+}
