@@ -485,6 +485,10 @@ impl IntState {
     fn pending(&self) -> bool {
         self.latch || (self.level && self.line)
     }
+    /// Pending: the latch, or the line of a level interrupt.
+    pub fn pending_now(&self) -> bool {
+        self.pending()
+    }
 }
 
 /// ICH_HFGRTR/HFGWTR_EL2 bit per ICC register class (bit 20 = the
