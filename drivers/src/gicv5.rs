@@ -682,7 +682,8 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
         self.regs.gic(insn::GSB_ACK, 0);
         let id = (ia & 0xff_ffff) as u32;
         match (ia >> 29) & 7 {
-            TYPE_PPI if id < 32 => id,
+            // GICv5 PPIs 0..15 are real PPIs, not the core's SGI numbers.
+            TYPE_PPI if (16..32).contains(&id) => id,
             TYPE_SPI => 32 + id,
             TYPE_LPI if self.ipi_range().contains(&id) => id - self.ipi_range().start,
             // Not something the core numbers (a PPI above 31, a stray LPI):
@@ -762,7 +763,12 @@ pub mod hw {
                 insn::GIC_CDEN => gic_sys!(xt, 1, 1),
                 insn::GIC_CDPRI => gic_sys!(xt, 1, 2),
                 insn::GIC_CDAFF => gic_sys!(xt, 1, 3),
-                insn::GIC_CDPEND => gic_sys!(xt, 1, 4),
+                insn::GIC_CDPEND => {
+                    // SAFETY: orders earlier memory writes (a mailbox
+                    // post) before the IPI the CDPEND raises.
+                    unsafe { asm!("dsb ishst", options(nostack)) };
+                    gic_sys!(xt, 1, 4)
+                }
                 insn::GIC_CDEOI => gic_sys!(xt, 1, 7),
                 insn::GIC_CDDI => gic_sys!(xt, 2, 0),
                 insn::GIC_CDHM => gic_sys!(xt, 2, 1),

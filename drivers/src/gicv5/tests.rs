@@ -505,3 +505,17 @@ fn hvir_hides_ppis_and_a_guest_write_to_a_hidden_ppi_does_nothing() {
     assert_eq!(misuse.len(), 1);
     r.no_misuse();
 }
+
+#[test]
+fn a_ppi_below_16_is_ended_at_el2_not_reported_as_an_sgi() {
+    let mut r = rig();
+    r.cpus[0].regs().gic(insn::GIC_CDEN, operand(TYPE_PPI, 5));
+    r.m.borrow_mut().set_ppi_line(0, 5, true);
+    assert_eq!(r.cpus[0].ack(), 1023);
+    assert!(!r.m.borrow().ppi(0, 5).active);
+    assert_eq!(
+        r.m.borrow_mut().read(0, El::El2, enc(reg::ICC_APR_EL1)),
+        Access::Value(0)
+    );
+    r.no_misuse();
+}
