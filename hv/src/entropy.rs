@@ -2,7 +2,9 @@
 //! /chosen/rng-seed, EFI_RNG_PROTOCOL bytes read before ExitBootServices,
 //! RNDR words where the CPU has FEAT_RNG), mixed with SHA-256 into the seed
 //! of a ChaCha20 DRBG (`rand_chacha`), which answers the management
-//! partition's ENTROPY call and makes the management token.
+//! partition's ENTROPY call and makes the management token. The guests' DT
+//! seeds (rng-seed, kaslr-seed) start from a SHA-256 of that seed under a
+//! label of their own ([`Entropy::guest_seed`]), not from DRBG output.
 //!
 //! The core decides and the platform reads: [`rndr_implemented`] says from
 //! ID_AA64ISAR0_EL1 whether the platform may execute RNDR at all, and
@@ -93,6 +95,9 @@ pub struct NoEntropy;
 pub struct Entropy {
     rng: Option<ChaCha20Rng>,
     sources: Sources,
+    /// SHA-256 of a label and the DRBG's seed, first 8 bytes: the guests'
+    /// DT seeds start from it (None without a source).
+    guest_seed: Option<u64>,
 }
 
 impl Entropy {
@@ -117,9 +122,17 @@ impl Entropy {
         sources.rndr = counted(inputs.rndr.len() * 8);
         mix(&mut h, b'c', &inputs.counter.to_le_bytes());
         let seed: [u8; 32] = h.finalize().into();
+        let guest_seed = sources.any().then(|| {
+            let mut g = Sha256::new();
+            g.update(b"pinfold guest seeds v1");
+            g.update(seed);
+            let d: [u8; 32] = g.finalize().into();
+            u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+        });
         Entropy {
             rng: sources.any().then(|| ChaCha20Rng::from_seed(seed)),
             sources,
+            guest_seed,
         }
     }
 
@@ -135,15 +148,14 @@ impl Entropy {
         Ok(())
     }
 
-    /// 64 bits for the guests' DT seeds: from the DRBG, or from the
-    /// counter alone when there is no source (a guest's KASLR is not a
-    /// credential).
-    pub fn seed64(&mut self, fallback: u64) -> u64 {
-        let mut b = [0u8; 8];
-        match self.fill(&mut b) {
-            Ok(()) => u64::from_le_bytes(b),
-            Err(NoEntropy) => fallback,
-        }
+    /// 64 bits for the guests' DT seeds: a one-way function of the DRBG's
+    /// seed (one SHA-256 block), not DRBG output, so the boot needs no
+    /// ChaCha20 blocks (four, about 8,300 instructions) before the first
+    /// guest runs; the DRBG's first block is made when the token or the
+    /// ENTROPY call first asks. The counter alone when there is no source
+    /// (a guest's KASLR is not a credential).
+    pub fn guest_seed(&self, fallback: u64) -> u64 {
+        self.guest_seed.unwrap_or(fallback)
     }
 }
 
@@ -162,6 +174,43 @@ mod tests {
         let mut e = Entropy::gather(inputs);
         let mut b = [0u8; 32];
         e.fill(&mut b).map(|()| b)
+    }
+
+    #[test]
+    fn guest_seed_is_not_drbg_output_and_depends_on_every_input() {
+        let seed = [7u8; 32];
+        let inputs = EntropyInputs {
+            dt_rng_seed: Some(&seed),
+            counter: 1,
+            ..Default::default()
+        };
+        let e = Entropy::gather(&inputs);
+        let g = e.guest_seed(0);
+        let first = out(&inputs).unwrap();
+        assert_ne!(
+            g.to_le_bytes(),
+            first[..8],
+            "guest seeds are not the DRBG's output"
+        );
+        assert_eq!(
+            Entropy::gather(&inputs).guest_seed(0),
+            g,
+            "a function of the inputs"
+        );
+        let other = EntropyInputs {
+            counter: 2,
+            ..inputs
+        };
+        assert_ne!(Entropy::gather(&other).guest_seed(0), g);
+        let none = EntropyInputs {
+            counter: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            Entropy::gather(&none).guest_seed(99),
+            99,
+            "no source: the fallback"
+        );
     }
 
     #[test]

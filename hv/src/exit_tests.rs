@@ -51,6 +51,8 @@ struct FakeHw {
     pages: Option<alloc::collections::BTreeMap<u64, Vec<u8>>>,
     /// A fake SMMUv3 (`smmu::tests`), for the tests that program one.
     smmu: Option<crate::smmu::tests::Rig>,
+    /// A second fake SMMUv3, at [`SECOND_SMMU`] (the two-SMMU tests).
+    smmu2: Option<crate::smmu::tests::Rig>,
 }
 
 impl FakeHw {
@@ -82,6 +84,7 @@ impl FakeHw {
             wakeup: None,
             pages: None,
             smmu: None,
+            smmu2: None,
         }
     }
 
@@ -295,11 +298,11 @@ impl Hw for FakeHw {
         &mut dyn crate::smmu::SmmuRegs,
         &mut dyn crate::smmu::DmaMemory,
     )> {
-        assert_eq!(
-            base, 0x905_0000,
-            "the SMMU the host bridge's iommu-map names"
-        );
-        let rig = self.smmu.as_mut()?;
+        let rig = match base {
+            0x905_0000 => self.smmu.as_mut()?,
+            SECOND_SMMU => self.smmu2.as_mut()?,
+            other => panic!("{other:#x} is not an SMMU the host bridge's iommu-map names"),
+        };
         Some((&mut rig.regs, &mut rig.mem))
     }
 }
@@ -662,6 +665,216 @@ fn the_bridge_owners_functions_dma_through_its_stage2_and_nobody_elses() {
         Dma::Aborted
     );
     assert_eq!(sys.smmu_stats(), Some((1, 0, 0)));
+}
+
+/// The frame of the second SMMU of the two-SMMU tests.
+const SECOND_SMMU: u64 = 0x90a_0000;
+
+/// A virtio-net function at `bdf` with one 4 KiB 32-bit BAR.
+fn nic_function(bdf: crate::pci::Bdf) -> crate::vpci::HostFunction {
+    use crate::vpci::{BarSpace, HostBar, HostFunction};
+    HostFunction {
+        bdf,
+        vendor: 0x1af4,
+        device: 0x1041,
+        class: 0x02_0000,
+        bridge: false,
+        pin: 0,
+        bars: alloc::vec![HostBar {
+            reg: 1,
+            space: BarSpace::Mem32,
+            prefetchable: false,
+            size: 0x1000,
+        }],
+        caps: Vec::new(),
+    }
+}
+
+#[test]
+fn with_two_smmus_each_functions_stream_goes_to_the_smmu_its_requester_id_maps_to() {
+    use crate::dtb::{HostDevice, PciIommuMap, PcieInfo};
+    use crate::pci::Bdf;
+    use crate::smmu::tests::Dma;
+    let bdf = |dev| Bdf {
+        bus: 0,
+        dev,
+        func: 0,
+    };
+    let address = |device| pinfold_config::plan::PciAddress {
+        segment: 0,
+        bus: 0,
+        device,
+        function: 0,
+    };
+    let mut h = host(4);
+    // Requester IDs 0-0xf (00:00.0-00:01.7) go to the SMMU at 0x905_0000
+    // as streams 0-0xf; the rest of the bus range to SECOND_SMMU, stream
+    // 0x100 + (RID - 0x10).
+    h.pcie = Some(PcieInfo {
+        ecam: (0x40_1000_0000, 0x1000_0000),
+        bus_range: (0, 0xff),
+        ranges: crate::acpi::board::qemu_virt_pci_ranges(),
+        interrupt_map: Vec::new(),
+        interrupt_map_mask: [0; 4],
+        node_path: "/pcie@10000000".into(),
+        iommu_map: vec![
+            PciIommuMap {
+                rid_base: 0,
+                iommu_base: 0x905_0000,
+                sid_base: 0,
+                len: 0x10,
+            },
+            PciIommuMap {
+                rid_base: 0x10,
+                iommu_base: SECOND_SMMU,
+                sid_base: 0x100,
+                len: 0xfff0,
+            },
+        ],
+    });
+    for (path, base) in [
+        ("/smmuv3@9050000", 0x905_0000),
+        ("/smmuv3@90a0000", SECOND_SMMU),
+    ] {
+        h.devices.push(HostDevice {
+            path: path.into(),
+            compatible: vec!["arm,smmu-v3".into()],
+            regs: vec![(base, 0x2_0000)],
+            spis: vec![],
+            enabled: true,
+        });
+    }
+    let sys = system_with_functions(
+        |plan| {
+            plan.partitions[0].pci = alloc::vec![address(2)];
+            plan.partitions[1].pci = alloc::vec![address(1)];
+        },
+        None,
+        Default::default(),
+        h,
+        alloc::vec![nic_function(bdf(1)), nic_function(bdf(2))],
+    );
+    let mut hw = FakeHw::new();
+    hw.smmu = Some(crate::smmu::tests::rig());
+    hw.smmu2 = Some(crate::smmu::tests::rig());
+
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    assert_eq!(sys.smmu_frames(), [0x905_0000, SECOND_SMMU]);
+    let first = hw.smmu.as_ref().unwrap().model.clone();
+    let second = hw.smmu2.as_ref().unwrap().model.clone();
+    assert_ne!(first.borrow().cr0ack, 0, "the first SMMU is enabled");
+    assert_ne!(second.borrow().cr0ack, 0, "the second SMMU is enabled");
+    let parts = sys.partitions();
+    let alpha = parts.iter().find(|p| p.name == "alpha").unwrap();
+    let beta = parts.iter().find(|p| p.name == "beta").unwrap();
+    for p in [alpha, beta] {
+        for m in [&first, &second] {
+            m.borrow_mut().ram.insert(p.vmid, (p.ram_ipa, p.ram_size));
+        }
+    }
+
+    // alpha's 00:02.0 (RID 0x10) is stream 0x100 of the second SMMU only.
+    assert_eq!(sys.smmu_bind(&mut hw, alpha, &[bdf(2)]).unwrap(), 1);
+    let alpha_done = Dma::Done {
+        vmid: alpha.vmid,
+        root: alpha.stage2_root.0,
+    };
+    assert_eq!(
+        second
+            .borrow_mut()
+            .dma(0x100, alpha.ram_ipa + 0x1000, false),
+        alpha_done
+    );
+    assert_eq!(
+        first.borrow_mut().dma(0x10, alpha.ram_ipa + 0x1000, false),
+        Dma::Aborted,
+        "not bound on the first SMMU"
+    );
+    // beta's 00:01.0 (RID 8) is stream 8 of the first SMMU only.
+    assert_eq!(sys.smmu_bind(&mut hw, beta, &[bdf(1)]).unwrap(), 1);
+    assert_eq!(
+        first.borrow_mut().dma(8, beta.ram_ipa + 0x1000, false),
+        Dma::Done {
+            vmid: beta.vmid,
+            root: beta.stage2_root.0
+        }
+    );
+    assert_eq!(
+        second.borrow_mut().dma(8, beta.ram_ipa, false),
+        Dma::Aborted
+    );
+
+    // The two probes of unbound streams above were aborted and recorded
+    // (one event on each SMMU), no partition's fault.
+    assert_eq!(sys.smmu_poll(&mut hw), 2);
+    assert_eq!(alpha.faults.load(core::sync::atomic::Ordering::Relaxed), 0);
+    // alpha's device aims at beta's RAM: stopped by the second SMMU and
+    // counted as alpha's fault.
+    let before = alpha.faults.load(core::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        second.borrow_mut().dma(0x100, beta.ram_ipa + 0x1000, true),
+        Dma::Aborted
+    );
+    assert_eq!(sys.smmu_poll(&mut hw), 1);
+    assert_eq!(
+        alpha.faults.load(core::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+    assert!(hw.log_has("partition alpha: DMA fault: F_TRANSLATION stream 0x100 (00:02.0) read"));
+    assert_eq!(
+        sys.smmu_stats(),
+        Some((3, 0, 2)),
+        "events and streams summed"
+    );
+
+    // Deleting alpha releases its stream on the second SMMU; beta keeps its.
+    sys.smmu_release(&mut hw, alpha.index);
+    assert_eq!(
+        second
+            .borrow_mut()
+            .dma(0x100, alpha.ram_ipa + 0x1000, false),
+        Dma::Aborted
+    );
+    assert!(matches!(
+        first.borrow_mut().dma(8, beta.ram_ipa, false),
+        Dma::Done { .. }
+    ));
+    assert_eq!(sys.smmu_stats(), Some((3, 0, 1)));
+}
+
+#[test]
+fn an_iommu_map_naming_an_smmu_the_host_lacks_programs_the_others_and_says_so() {
+    use crate::dtb::PciIommuMap;
+    let (sys, mut hw) = smmu_system_with(
+        |plan| {
+            for p in &mut plan.partitions {
+                p.pci_host_bridge = p.management;
+            }
+        },
+        Vec::new(),
+    );
+    // The same host with a second map entry into a frame no node describes.
+    let mut host = sys.host.clone();
+    host.pcie.as_mut().unwrap().iommu_map.push(PciIommuMap {
+        rid_base: 0x100,
+        iommu_base: SECOND_SMMU,
+        sid_base: 0,
+        len: 0x100,
+    });
+    let sys = system_with_functions(
+        |plan| {
+            for p in &mut plan.partitions {
+                p.pci_host_bridge = p.management;
+            }
+        },
+        None,
+        Default::default(),
+        host,
+        Vec::new(),
+    );
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    assert_eq!(sys.smmu_frames(), [0x905_0000]);
+    assert!(hw.log_has("names 0x90a0000, which is not an arm,smmu-v3 of the host"));
 }
 
 #[test]

@@ -41,6 +41,7 @@ pub mod rtconst;
 pub mod runtime;
 pub mod scrub;
 pub mod smmu;
+pub mod sriov;
 pub mod stage2;
 pub mod sysreg;
 pub mod system;

@@ -711,3 +711,70 @@ fn devices_the_hypervisor_keeps_or_a_partition_holds_are_not_free() {
         ]
     );
 }
+
+#[test]
+fn a_pci_function_moves_to_a_run_time_partition_only_once_its_holder_is_gone() {
+    use crate::pci::Bdf;
+    use crate::vpci::{BarSpace, HostBar, HostFunction};
+    let nic = pinfold_config::plan::PciAddress {
+        segment: 0,
+        bus: 0,
+        device: 2,
+        function: 0,
+    };
+    let (sys, mut hw) = smmu_system_with(
+        |plan| {
+            // CPU 3 free for the new partitions.
+            plan.partitions.retain(|p| p.name != "beta");
+            plan.partitions[0].pci = alloc::vec![nic];
+        },
+        alloc::vec![HostFunction {
+            bdf: Bdf {
+                bus: 0,
+                dev: 2,
+                func: 0,
+            },
+            vendor: 0x1af4,
+            device: 0x1041,
+            class: 0x02_0000,
+            bridge: false,
+            pin: 0,
+            bars: alloc::vec![HostBar {
+                reg: 1,
+                space: BarSpace::Mem32,
+                prefetchable: false,
+                size: 0x1000,
+            }],
+            caps: Vec::new(),
+        }],
+    );
+    for p in sys.partitions() {
+        p.set_state(State::Stopped, 0);
+    }
+    let alpha = sys.partitions().into_iter().find(|p| p.name == "alpha");
+    let alpha = alpha.expect("alpha").index;
+    let mut gamma = plan("gamma", &[3], 64);
+    gamma.pci = alloc::vec![nic];
+
+    let r = rejection(sys.create_partition(gamma.clone(), &mut hw, 0));
+    assert_eq!(r.field, "pci[0]");
+    assert_eq!(
+        r.message,
+        "partition \"gamma\": pci[0]: 0000:00:02.0 is already assigned to partition \"alpha\""
+    );
+    assert!(r.conflict);
+
+    sys.destroy_partition(alpha, &mut hw).unwrap();
+    let index = sys.create_partition(gamma, &mut hw, 0).unwrap() as usize;
+    let p = sys.partition(index).unwrap();
+    assert!(p.vpci.is_some(), "gamma got 00:02.0");
+    assert_eq!(p.ram_ipa, p.ram.0, "IPA == PA with a function");
+
+    let mut delta = plan("delta", &[1], 64);
+    delta.pci = alloc::vec![nic];
+    let r = rejection(sys.create_partition(delta, &mut hw, 0));
+    assert_eq!((r.field.as_str(), r.conflict), ("pci[0]", true));
+    assert!(r
+        .message
+        .ends_with("is already assigned to partition \"gamma\""));
+}

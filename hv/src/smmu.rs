@@ -51,7 +51,7 @@ mod host;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use host::SmmuState;
+pub use host::{smmu_bases, SmmuState, SmmuUnit};
 
 // Register offsets (IHI 0070, 6.2 and 6.3). Page 1 aliases live 64 KiB up.
 pub const IDR0: u32 = 0x00;

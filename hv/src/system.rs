@@ -237,7 +237,10 @@ impl System {
             smmu_on: AtomicBool::new(false),
             pci_functions,
         };
-        let mixed = sys.entropy.lock(LockPath::Management).seed64(boot_counter);
+        let mixed = sys
+            .entropy
+            .lock(LockPath::Management)
+            .guest_seed(boot_counter);
         sys.add_entropy(&mixed.to_le_bytes());
         let managed = partitions.iter().any(|p| p.plan.management);
         let digest = partitions.iter().find_map(|p| p.plan.token_sha256);

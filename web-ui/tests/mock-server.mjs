@@ -129,6 +129,7 @@ function defaultConfig(cpus, memoryMib, kernel, initrd) {
     watchdog_s: 0,
     shutdown_timeout_s: 30,
     devices: [],
+    pci: [],
   };
 }
 
@@ -598,6 +599,14 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
       if (!Number.isInteger(cpu) || cpu < 0 || cpu >= HOST_CPUS) throw bad(name, 'cpus', `CPU ${cpu} is not on the board (it has ${HOST_CPUS})`);
     }
     if (new Set(c.cpus).size !== c.cpus.length) throw bad(name, 'cpus', 'a CPU is listed twice');
+    // The manager's and the plan check's pci[i] errors (docs/API.md).
+    for (const [i, f] of (c.pci ?? []).entries()) {
+      if (typeof f !== 'string' || !/^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$/i.test(f)) {
+        throw bad(name, `pci[${i}]`, `${JSON.stringify(f)} is not a PCI function "SSSS:BB:DD.F" (hex, e.g. "0000:00:02.0")`);
+      }
+      const holder = others.find((o) => (o.config?.pci ?? []).includes(f));
+      if (holder) throw clash(name, `pci[${i}]`, `${f} is already assigned to partition "${holder.name}"`);
+    }
     for (const o of others) {
       const cpu = c.cpus.find((x) => o.config.cpus.includes(x));
       if (cpu !== undefined) throw clash(name, 'cpus', `CPU ${cpu} is also used by partition "${o.name}"`);

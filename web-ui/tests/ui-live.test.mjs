@@ -339,6 +339,8 @@ try {
       if (c.restart !== 'never') await page.locator('#f-restart_limit').fill(String(c.restart_limit));
       await page.locator('#f-watchdog_s').fill(String(c.watchdog_s));
       await page.locator('#f-shutdown_timeout_s').fill(String(c.shutdown_timeout_s));
+      // Its PCI functions (the default plan gives alpha its NIC, 00:02.0).
+      await page.locator('#f-pci').fill((c.pci ?? []).join(', '));
       await page.locator('#f-autostart').setChecked(alphaBefore.state === 'running' || c.autostart);
       await page.locator('[data-testid="form-submit"]').click();
       await page.locator('[data-page="partition"][data-name="alpha"]').waitFor({ timeout: 15_000 });

@@ -1193,8 +1193,12 @@ impl<'a> Tree<'a> {
                 let name = self.nodes[c].name.as_bytes();
                 let base = component.as_bytes();
                 // "name" also matches "name@unit" when it has no unit itself.
-                name.strip_prefix(base)
-                    .is_some_and(|rest| rest.is_empty() || (!with_unit && rest[0] == b'@'))
+                // The first byte before the prefix compare (a memcmp call):
+                // QEMU virt's root has some 50 children.
+                name.first() == base.first()
+                    && name
+                        .strip_prefix(base)
+                        .is_some_and(|rest| rest.is_empty() || (!with_unit && rest[0] == b'@'))
             })?;
         }
         Some(current)
@@ -1249,11 +1253,26 @@ impl<'a> Tree<'a> {
     }
 
     fn is_compatible(&self, i: usize, any: &[&str]) -> bool {
-        self.prop(i, Known::Compatible).is_some_and(|value| {
-            value
-                .split(|&b| b == 0)
-                .any(|c| any.iter().any(|want| want.as_bytes() == c))
-        })
+        // Each NUL-separated entry against each wanted string, length and
+        // first byte before the bytes: `find_compatible` asks this of every
+        // node before the one it wants (QEMU virt's timer comes after 32
+        // virtio-mmio nodes).
+        let Some(value) = self.prop(i, Known::Compatible) else {
+            return false;
+        };
+        let mut rest = value;
+        while !rest.is_empty() {
+            let len = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+            let (entry, tail) = rest.split_at(len);
+            if any.iter().any(|want| {
+                let want = want.as_bytes();
+                want.len() == len && want.first() == entry.first() && want == entry
+            }) {
+                return true;
+            }
+            rest = tail.get(1..).unwrap_or_default();
+        }
+        false
     }
 
     fn enabled(&self, i: usize) -> bool {

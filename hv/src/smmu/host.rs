@@ -1,8 +1,14 @@
-//! The SMMU in the running system: found from the host description,
-//! programmed at boot before any partition starts, its streams bound to
+//! The SMMUs in the running system: found from the host description,
+//! programmed at boot before any partition starts, their streams bound to
 //! the partitions that own the functions behind them, released when a
-//! partition goes, and its event queue drained into the owning
+//! partition goes, and their event queues drained into the owning
 //! partition's fault count and the log (rate-limited like every fault).
+//!
+//! Several SMMUv3s: the host bridge's `iommu-map` (or the IORT root
+//! complex's ID mappings) may send ranges of requester IDs to different
+//! SMMUs. Each SMMU it names is programmed on its own ([`SmmuUnit`], its
+//! `iommu-map` entries only), and a function's stream is bound on the SMMU
+//! whose entries cover its requester ID, nowhere else.
 
 use super::{Binding, FunctionOwners, IdMap, Smmu, SmmuError};
 use crate::exit::Hw;
@@ -14,15 +20,31 @@ use crate::system::System;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-/// The programmed SMMU and how the host bridge's requester IDs reach it.
-pub struct SmmuState {
+/// One programmed SMMU and how the host bridge's requester IDs reach it.
+pub struct SmmuUnit {
     pub smmu: Smmu,
     /// Its register frame.
     pub base: u64,
     /// The host bridge's `iommu-map` entries into it.
     pub maps: Vec<IdMap>,
+}
+
+/// The programmed SMMUs, in the order the `iommu-map` first names them.
+pub struct SmmuState {
+    pub units: Vec<SmmuUnit>,
     /// Rate limit of the lines about streams no partition owns.
     unowned: FaultLog,
+}
+
+/// The distinct SMMU frames `maps` names, in order of first mention.
+pub fn smmu_bases(maps: &[crate::dtb::PciIommuMap]) -> Vec<u64> {
+    let mut bases: Vec<u64> = Vec::new();
+    for m in maps {
+        if !bases.contains(&m.iommu_base) {
+            bases.push(m.iommu_base);
+        }
+    }
+    bases
 }
 
 /// Today's ownership model: the partition that owns the host bridge owns
@@ -64,47 +86,69 @@ fn rid(bdf: Bdf) -> u16 {
 }
 
 impl System {
-    /// At boot, before any partition starts: the SMMU the host bridge's
-    /// `iommu-map` names, programmed with every stream aborting. Ok(false)
-    /// when the host has none (DMA is then untranslated: docs/DEVICES.md)
-    /// or the platform cannot reach it.
+    /// At boot, before any partition starts: every SMMU the host bridge's
+    /// `iommu-map` names, each programmed with every stream aborting.
+    /// Ok(false) when the host has none (DMA is then untranslated:
+    /// docs/DEVICES.md) or the platform cannot reach any. An SMMU the map
+    /// names but the host does not describe as `arm,smmu-v3` (or the
+    /// platform cannot reach) is skipped and reported: the requester IDs
+    /// behind it are not translated. One that refuses to be programmed
+    /// fails the whole call (the ones already programmed keep aborting
+    /// every stream: fail safe).
     pub fn smmu_init(&self, hw: &mut impl Hw, vtcr: u64) -> Result<bool, SmmuError> {
         let Some(bridge) = self.host.pcie.as_ref() else {
             return Ok(false);
         };
-        let Some(first) = bridge.iommu_map.first() else {
-            return Ok(false);
-        };
-        let base = first.iommu_base;
-        if !self
-            .host
-            .smmus_v3()
-            .any(|d| d.regs.first().map(|r| r.0) == Some(base))
-        {
+        let mut units = Vec::new();
+        for base in smmu_bases(&bridge.iommu_map) {
+            if !self
+                .host
+                .smmus_v3()
+                .any(|d| d.regs.first().map(|r| r.0) == Some(base))
+            {
+                hw.report(format_args!(
+                    "smmu: the host bridge's iommu-map names {base:#x}, which is not an \
+                     arm,smmu-v3 of the host: its requester IDs are not translated"
+                ));
+                continue;
+            }
+            let maps = bridge
+                .iommu_map
+                .iter()
+                .filter(|m| m.iommu_base == base)
+                .map(|m| IdMap {
+                    rid_base: m.rid_base,
+                    sid_base: m.sid_base,
+                    len: m.len,
+                })
+                .collect();
+            let Some((regs, mem)) = hw.smmu_io(base) else {
+                continue;
+            };
+            let smmu = Smmu::init(regs, mem, vtcr)?;
+            units.push(SmmuUnit { smmu, base, maps });
+        }
+        if units.is_empty() {
             return Ok(false);
         }
-        let maps = bridge
-            .iommu_map
-            .iter()
-            .filter(|m| m.iommu_base == base)
-            .map(|m| IdMap {
-                rid_base: m.rid_base,
-                sid_base: m.sid_base,
-                len: m.len,
-            })
-            .collect();
-        let Some((regs, mem)) = hw.smmu_io(base) else {
-            return Ok(false);
-        };
-        let smmu = Smmu::init(regs, mem, vtcr)?;
         *self.smmu.lock(LockPath::Management) = Some(SmmuState {
-            smmu,
-            base,
-            maps,
+            units,
             unowned: FaultLog::new(),
         });
         self.smmu_on.store(true, Ordering::Release);
         Ok(true)
+    }
+
+    /// The frames of the programmed SMMUs (empty without one).
+    pub fn smmu_frames(&self) -> Vec<u64> {
+        if !self.smmu_on.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let guard = self.smmu.lock(LockPath::Management);
+        guard
+            .as_ref()
+            .map(|st| st.units.iter().map(|u| u.base).collect())
+            .unwrap_or_default()
     }
 
     /// `p` (re)starts owning `functions` (found behind its host bridge,
@@ -124,12 +168,22 @@ impl System {
         let Some(st) = guard.as_mut() else {
             return Ok(0);
         };
-        let Some((regs, mem)) = hw.smmu_io(st.base) else {
-            return Ok(0);
-        };
-        st.smmu.release_partition(regs, mem, p.index)?;
-        st.smmu
-            .bind_functions(regs, mem, &st.maps, functions.iter().map(|&b| rid(b)), self)
+        let mut bound = 0;
+        for unit in &mut st.units {
+            let Some((regs, mem)) = hw.smmu_io(unit.base) else {
+                continue;
+            };
+            unit.smmu.release_partition(regs, mem, p.index)?;
+            // Only the functions whose requester IDs this SMMU's map covers.
+            bound += unit.smmu.bind_functions(
+                regs,
+                mem,
+                &unit.maps,
+                functions.iter().map(|&b| rid(b)),
+                self,
+            )?;
+        }
+        Ok(bound)
     }
 
     /// Partition `index` is going (deleted, changed): its streams abort
@@ -141,13 +195,16 @@ impl System {
         }
         let mut guard = self.smmu.lock(LockPath::Management);
         let Some(st) = guard.as_mut() else { return };
-        let Some((regs, mem)) = hw.smmu_io(st.base) else {
-            return;
-        };
-        if let Err(e) = st.smmu.release_partition(regs, mem, index) {
-            hw.report(format_args!(
-                "smmu: releasing partition {index}'s streams: {e}"
-            ));
+        for unit in &mut st.units {
+            let Some((regs, mem)) = hw.smmu_io(unit.base) else {
+                continue;
+            };
+            if let Err(e) = unit.smmu.release_partition(regs, mem, index) {
+                hw.report(format_args!(
+                    "smmu {:#x}: releasing partition {index}'s streams: {e}",
+                    unit.base
+                ));
+            }
         }
     }
 
@@ -164,12 +221,23 @@ impl System {
             return 0;
         };
         let Some(st) = guard.as_mut() else { return 0 };
-        let Some((regs, mem)) = hw.smmu_io(st.base) else {
+        let mut events = 0;
+        for i in 0..st.units.len() {
+            events += self.smmu_poll_unit(hw, st, i);
+        }
+        events
+    }
+
+    /// [`System::smmu_poll`] of one SMMU.
+    fn smmu_poll_unit(&self, hw: &mut impl Hw, st: &mut SmmuState, i: usize) -> u32 {
+        let unit = &mut st.units[i];
+        let Some((regs, mem)) = hw.smmu_io(unit.base) else {
             return 0;
         };
         let mut faults = Vec::new();
-        let drained = st.smmu.poll_events(regs, mem, |f| faults.push(f));
-        let maps = st.maps.clone();
+        let drained = unit.smmu.poll_events(regs, mem, |f| faults.push(f));
+        let maps = unit.maps.clone();
+        let base = unit.base;
         let (now, freq) = (hw.now(), hw.counter_frequency());
         for f in faults {
             let e = f.event;
@@ -201,7 +269,7 @@ impl System {
                 None => {
                     if let Verdict::Print { .. } = st.unowned.check(FaultKind::Dma, now, freq) {
                         hw.report(format_args!(
-                            "smmu: {} from stream {:#x} no partition owns: aborted",
+                            "smmu {base:#x}: {} from stream {:#x} no partition owns: aborted",
                             e.kind.name(),
                             e.sid
                         ));
@@ -211,13 +279,13 @@ impl System {
         }
         if drained.overflowed {
             hw.report(format_args!(
-                "smmu: event queue overflowed: DMA faults were lost"
+                "smmu {base:#x}: event queue overflowed: DMA faults were lost"
             ));
         }
         drained.events
     }
 
-    /// The SMMU's counters, for the stats line: (events, overflows,
+    /// The SMMUs' counters summed, for the stats line: (events, overflows,
     /// bound streams).
     pub fn smmu_stats(&self) -> Option<(u64, u64, usize)> {
         if !self.smmu_on.load(Ordering::Acquire) {
@@ -225,10 +293,12 @@ impl System {
         }
         let guard = self.smmu.lock(LockPath::Management);
         let st = guard.as_ref()?;
-        Some((
-            st.smmu.stats.events,
-            st.smmu.stats.overflows,
-            st.smmu.bound_count(),
-        ))
+        Some(st.units.iter().fold((0, 0, 0), |(e, o, b), u| {
+            (
+                e + u.smmu.stats.events,
+                o + u.smmu.stats.overflows,
+                b + u.smmu.bound_count(),
+            )
+        }))
     }
 }

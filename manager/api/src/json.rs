@@ -374,6 +374,9 @@ pub struct Config {
     pub watchdog_s: u32,
     pub shutdown_timeout_s: u32,
     pub devices: Vec<Device>,
+    /// PCI functions assigned to it (`"0000:00:02.0"`), as the plan's `pci`.
+    #[serde(default)]
+    pub pci: Vec<String>,
 }
 
 /// `GET /api/v1/resources`.
@@ -593,6 +596,7 @@ impl Config {
                     host_node: d.host_node.clone(),
                 })
                 .collect(),
+            pci: plan.pci.iter().map(ToString::to_string).collect(),
         }
     }
 }

@@ -65,6 +65,9 @@ pub struct ConfigPatch {
     pub watchdog_s: Option<u32>,
     pub shutdown_timeout_s: Option<u32>,
     pub devices: Option<Vec<json::Device>>,
+    /// PCI functions (`"SSSS:BB:DD.F"`), checked by the hypervisor against
+    /// every partition's functions and windows.
+    pub pci: Option<Vec<pinfold_config::PciAddress>>,
 }
 
 /// The JSON keys a config request may have, in the contract's order.
@@ -82,6 +85,7 @@ const CONFIG_KEYS: &[&str] = &[
     "watchdog_s",
     "shutdown_timeout_s",
     "devices",
+    "pci",
 ];
 
 /// The plan field (as the TOML check names it) a JSON key sets.
@@ -183,6 +187,25 @@ impl ConfigPatch {
                         "a list of {name, mmio, spis, compatible, host_node}",
                     )?)
                 }
+                "pci" => {
+                    let list: Vec<Value> = typed(value, bad, "a list of \"SSSS:BB:DD.F\" strings")?;
+                    let mut functions = Vec::with_capacity(list.len());
+                    for (i, entry) in list.iter().enumerate() {
+                        let address = entry
+                            .as_str()
+                            .and_then(pinfold_config::PciAddress::parse)
+                            .ok_or_else(|| {
+                                ApiError::bad_request(format!(
+                                    "{}pci[{i}]: {entry} is not a PCI function \"SSSS:BB:DD.F\" \
+                                     (hex, e.g. \"0000:00:02.0\")",
+                                    about(who)
+                                ))
+                                .with_field(format!("pci[{i}]"))
+                            })?;
+                        functions.push(address);
+                    }
+                    patch.pci = Some(functions);
+                }
                 _ => {
                     return Err(ApiError::bad_request(format!(
                         "unknown field {key:?}; known: {}",
@@ -265,6 +288,9 @@ impl ConfigPatch {
                     host_node: d.host_node,
                 })
                 .collect();
+        }
+        if let Some(pci) = self.pci {
+            plan.pci = pci;
         }
         Ok(plan)
     }

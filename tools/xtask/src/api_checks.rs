@@ -605,8 +605,12 @@ fn kill_manager(stack: &mut Stack, token: &str) -> Result<(Line, Duration, Strin
         .map_err(|err| err.to_string())?;
     let stopped = stack.expect(MGMT_STOPPED, from, deadline)?;
     let restarting = stack.expect("partition mgmt: restarting", stopped.index, deadline)?;
+    // Its NIC (00:01.0, assigned per function) is reset as the manager
+    // stops (hv::system::System::reset_pci, "(stop)"), before its RAM or
+    // the function is used again; the reset on the restart's start then
+    // finds it idle.
     let quiesced = stack
-        .expect("partition mgmt: pci 00:01.0 ", restarting.index, deadline)?
+        .expect("partition mgmt (stop): pci 00:01.0 ", from, deadline)?
         .text;
     stack.expect(
         "[mgmt] pinfold-manager: listening",

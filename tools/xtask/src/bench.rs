@@ -877,6 +877,7 @@ fn linux_runs(ws: &Workspace, built: &Built, logs: &Path) -> Result<Runs<LinuxRu
         cpus: 1,
         memory: guest.memory,
         nic: false,
+        partition_nics: crate::qemu::NicSlots::NONE,
     };
     let prefix = format!("[{}] ", guest.name);
     let mut runs = Runs::default();

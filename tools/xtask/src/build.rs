@@ -155,6 +155,7 @@ impl<'w> Builder<'w> {
             cpus: config.board.cpus,
             memory: config.board.memory.bytes(),
             nic: crate::qemu::plan_has_management_nic(config),
+            partition_nics: crate::qemu::NicSlots::of_plan(config),
         };
         let key = self.key()?;
         Ok((pinfold_config::bundle::seal(&payload, &key.secret), board))
@@ -237,6 +238,7 @@ impl<'w> Builder<'w> {
             cpus: config.board.cpus,
             memory: config.board.memory.bytes(),
             nic: crate::qemu::plan_has_management_nic(config),
+            partition_nics: crate::qemu::NicSlots::of_plan(config),
         };
         if config.board.name == "qemu-virt" {
             let dtb = self.board_dtb(&board)?;
@@ -522,6 +524,7 @@ mod tests {
             cpus: 4,
             memory: 2 << 30,
             nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
 
         cmd::run(&mut crate::qemu::dumpdtb_command(&board, &out)).unwrap();

@@ -254,11 +254,9 @@ fn run(ws: &Workspace, config: &Path, timeout: Option<Duration>) -> Result<(), X
         None => None,
     };
     let built = Builder::new(ws).build_loaded(&plan, &config_path, "pinfold.bin", &[])?;
-    let extra = Extra {
-        partition_nics: qemu::partition_nics(&plan, qemu::manager_port()),
-        ..Extra::default()
-    };
-    for nic in &extra.partition_nics {
+    let extra = Extra::default();
+    // qemu_command puts each at its address (Board::partition_nics).
+    for nic in qemu::partition_nics(&plan, qemu::manager_port()) {
         eprintln!(
             "xtask: partition {}'s NIC 00:{:02x}.{}: port 80 at 127.0.0.1:{}",
             nic.partition, nic.device, nic.function, nic.host_port

@@ -1,9 +1,9 @@
-//! The `net-partitions` boot case: per-function PCIe assignment
-//! (`hv::vpci`) on QEMU's one host bridge. The plan
-//! (`vm-configs/qemu-virt/net-partitions.toml`) gives the manager 00:01.0,
-//! alpha 00:02.0 and beta 00:03.0, each a virtio-net-pci on a QEMU user
-//! network of its own; port 80 of alpha and beta is forwarded from
-//! 127.0.0.1:(manager port + 10 + device) (`qemu::partition_nics`).
+//! The `net-partitions` boot case, on the shared boot of the default plan:
+//! per-function PCIe assignment (`hv::vpci`) on QEMU's one host bridge.
+//! The default plan gives the manager 00:01.0, alpha 00:02.0 and beta
+//! 00:03.0, each a virtio-net-pci on a QEMU user network of its own
+//! (`qemu::Board::partition_nics`); port 80 of alpha and beta is forwarded
+//! from 127.0.0.1:(manager port + 10 + device) (`qemu::partition_nics`).
 //!
 //! What it shows: the management API answers on its own NIC; in alpha and
 //! beta Linux binds virtio-net to its function (INTx: no MSI domain without
@@ -16,12 +16,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::api_checks::{authority, follow_console_until, Outcome, Stack, UP_MARKER};
-use crate::harness::QemuRun;
+use crate::build::DEFAULT_CONFIG;
 use crate::http::{self, Request};
-use crate::qemu::{manager_port, partition_nics, qemu_command, Extra};
-
-/// The plan the case boots.
-pub const CONFIG: &str = "vm-configs/qemu-virt/net-partitions.toml";
+use crate::qemu::{manager_port, partition_nics};
 const TIMEOUT: Duration = Duration::from_secs(420);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -47,19 +44,15 @@ fn json_string(text: &str) -> String {
     serde_json::Value::String(text.to_string()).to_string()
 }
 
-pub fn net_partitions(builder: &mut crate::build::Builder<'_>, log: &Path) -> Outcome {
-    let plan = pinfold_config::load(Path::new(CONFIG)).map_err(|e| e.to_string())?;
-    let built = builder
-        .build(Path::new(CONFIG), "test-net-partitions.bin")
-        .map_err(|err| format!("build failed: {err}"))?;
-    let extra = Extra {
-        partition_nics: partition_nics(&plan, manager_port()),
-        ..Extra::default()
-    };
-    crate::api_checks::port_is_free()?;
-    let cmd = qemu_command(&built.board, &built.image, &extra);
-    let qemu = QemuRun::spawn(cmd, log).map_err(|err| err.to_string())?;
-    let mut stack = Stack::new(qemu);
+pub fn net_partitions(stack: &mut Stack) -> Outcome {
+    let plan = pinfold_config::load(Path::new(DEFAULT_CONFIG)).map_err(|e| e.to_string())?;
+    let nics = partition_nics(&plan, manager_port());
+    if nics.len() < 2 {
+        return Err(format!(
+            "{DEFAULT_CONFIG} gives {} partition NICs, not alpha's and beta's",
+            nics.len()
+        ));
+    }
     let deadline = Instant::now() + TIMEOUT;
     let first = stack.first_answer()?;
     let token = stack.token(deadline)?;
@@ -75,7 +68,7 @@ pub fn net_partitions(builder: &mut crate::build::Builder<'_>, log: &Path) -> Ou
             })
             .map_err(|err| err.to_string())?;
     }
-    for nic in &extra.partition_nics {
+    for nic in &nics {
         let name = nic.partition.as_str();
         let cursor = crate::api_checks::console_end(name)?;
         let body = format!("{{\"data\":{}}}", json_string(&commands(name)));

@@ -380,6 +380,7 @@ mod tests {
                 cpus: 4,
                 memory: 2 << 30,
                 nic: true,
+                partition_nics: crate::qemu::NicSlots::NONE,
             },
         }
     }

@@ -20,6 +20,43 @@ pub struct Board {
     /// (virtio-net-pci on user networking, the REST API forwarded to
     /// 127.0.0.1:[`manager_port`]).
     pub nic: bool,
+    /// The functions the plan assigns to partitions other than the
+    /// manager: each gets a virtio-net-pci at that address on a user
+    /// network of its own ([`PartitionNic`]), so every boot of the plan
+    /// (run, tests, netboots) has the devices its partitions were given.
+    pub partition_nics: NicSlots,
+}
+
+/// At most this many partition NICs on one board.
+pub const MAX_PARTITION_NICS: usize = 8;
+
+/// The (device, function) addresses on bus 0 of the partition NICs of a
+/// board, in plan order (a fixed array so [`Board`] stays `Copy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NicSlots([Option<(u8, u8)>; MAX_PARTITION_NICS]);
+
+impl NicSlots {
+    /// None: a board whose partitions have no functions of their own.
+    pub const NONE: NicSlots = NicSlots([None; MAX_PARTITION_NICS]);
+
+    /// The slots of [`partition_nics`] of `config` (the first
+    /// [`MAX_PARTITION_NICS`]; the plan check refuses more functions
+    /// than QEMU's bus 0 can hold long before).
+    pub fn of_plan(config: &pinfold_config::Config) -> NicSlots {
+        let mut slots = NicSlots::NONE;
+        for (slot, nic) in slots
+            .0
+            .iter_mut()
+            .zip(partition_nics(config, DEFAULT_MANAGER_PORT))
+        {
+            *slot = Some((nic.device, nic.function));
+        }
+        slots
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u8, u8)> + '_ {
+        self.0.iter().flatten().copied()
+    }
 }
 
 /// Host port forwarded to the manager's REST API and web UI unless
@@ -118,8 +155,6 @@ pub struct Extra {
     /// Network boot: the management NIC's user network serves this TFTP
     /// tree and names this boot file in its DHCP offers.
     pub netboot: Option<Netboot>,
-    /// NICs of partitions other than the manager's ([`partition_nics`]).
-    pub partition_nics: Vec<PartitionNic>,
     /// Boot through UEFI: edk2 starts the generic image from the network
     /// (with [`Extra::netboot`] for PXE, or a boot entry in its variable
     /// store for HTTP); the image argument of [`qemu_command`] is unused.
@@ -317,17 +352,16 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
             ));
         }
     }
-    for (i, nic) in extra.partition_nics.iter().enumerate() {
+    for (i, (device, function)) in board.partition_nics.iter().enumerate() {
         let id = format!("pnet{i}");
         qemu.arg("-device")
             .arg(format!(
-                "{DEFAULT_NIC_MODEL},netdev={id},addr={:#x}.{}",
-                nic.device, nic.function
+                "{DEFAULT_NIC_MODEL},netdev={id},addr={device:#x}.{function}"
             ))
             .arg("-netdev")
             .arg(format!(
                 "user,id={id},hostfwd=tcp:127.0.0.1:{}-:80",
-                nic.host_port
+                partition_nic_port(manager_port(), device)
             ));
     }
     qemu.args(&extra.args);
@@ -396,11 +430,58 @@ mod smmu_tests {
     use super::*;
 
     #[test]
+    fn the_default_plan_gives_alpha_and_beta_a_nic_each_on_every_boot() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let plan = pinfold_config::load(&root.join(crate::build::DEFAULT_CONFIG)).unwrap();
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: plan_has_management_nic(&plan),
+            partition_nics: NicSlots::of_plan(&plan),
+        };
+        assert_eq!(
+            board.partition_nics.iter().collect::<Vec<_>>(),
+            [(2, 0), (3, 0)]
+        );
+        let names: Vec<_> = partition_nics(&plan, 8080)
+            .into_iter()
+            .map(|n| (n.partition, n.host_port))
+            .collect();
+        assert_eq!(names, [("alpha".into(), 8092), ("beta".into(), 8093)]);
+        let args: Vec<String> = qemu_command(&board, Path::new("x"), &Extra::default())
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let devices: Vec<&str> = args
+            .windows(2)
+            .filter(|w| w[0] == "-device")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            devices,
+            [
+                "virtio-net-pci,disable-legacy=on,netdev=mgmt0",
+                "virtio-net-pci,disable-legacy=on,netdev=pnet0,addr=0x2.0",
+                "virtio-net-pci,disable-legacy=on,netdev=pnet1,addr=0x3.0",
+            ]
+        );
+        let port = manager_port();
+        for (id, device) in [("pnet0", 2), ("pnet1", 3)] {
+            let want = format!(
+                "user,id={id},hostfwd=tcp:127.0.0.1:{}-:80",
+                partition_nic_port(port, device)
+            );
+            assert!(args.contains(&want), "{want} in {args:?}");
+        }
+    }
+
+    #[test]
     fn an_smmu_run_uses_qemu_10_with_a_stage_2_smmuv3() {
         let board = Board {
             cpus: 4,
             memory: 2 << 30,
             nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let q = Qemu10 {
             bin: "/q/usr/bin/qemu-system-aarch64".into(),
@@ -447,6 +528,7 @@ mod tests {
             cpus: 4,
             memory: 2 << 30,
             nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
 
         let cmd = qemu_command(&board, Path::new("x.bin"), &Extra::default());
@@ -471,6 +553,7 @@ mod tests {
             cpus: 4,
             memory: 2 << 30,
             nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let extra = Extra {
             uefi: Some(Uefi {
@@ -507,6 +590,7 @@ mod tests {
             cpus: 1,
             memory: 1 << 30,
             nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let extra = Extra {
             uefi: Some(Uefi {
@@ -547,6 +631,7 @@ mod tests {
             cpus: 4,
             memory: 2 << 30,
             nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let extra = Extra {
             nic_model: Some("e1000".into()),
@@ -604,6 +689,7 @@ mod tests {
             cpus: 4,
             memory: 2 << 30,
             nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
 
         let cmd = qemu_command(&board, Path::new("pinfold.bin"), &Extra::default());
@@ -619,6 +705,7 @@ mod tests {
             cpus: 1,
             memory: 1 << 30,
             nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
 
         let cmd = qemu_command(&board, Path::new("x"), &Extra::default());
@@ -634,6 +721,7 @@ mod tests {
             cpus: 3,
             memory: 1 << 30,
             nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
 
         let dump = args(&dumpdtb_command(&board, Path::new("/tmp/x.dtb")));
@@ -654,6 +742,7 @@ mod tests {
             cpus: 4,
             memory: 2 << 30,
             nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let extra = Extra {
             args: vec!["-icount".into(), "shift=0".into()],
@@ -687,6 +776,7 @@ mod tests {
                 cpus: 1,
                 memory: 1 << 30,
                 nic: false,
+                partition_nics: crate::qemu::NicSlots::NONE,
             },
             Path::new("x"),
             &Extra::default(),
@@ -707,6 +797,7 @@ mod tests {
                 cpus: 1,
                 memory: 1 << 30,
                 nic: false,
+                partition_nics: crate::qemu::NicSlots::NONE,
             },
             Path::new("x"),
             &extra,
@@ -721,6 +812,7 @@ mod tests {
             cpus: 1,
             memory: 1 << 30,
             nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let single = Extra {
             accel: Some("tcg,thread=single".into()),

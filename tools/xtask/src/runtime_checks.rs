@@ -6,8 +6,10 @@
 //! every word of it as zero (the hypervisor scrubbed it); then a Linux partition is created from
 //! a kernel and initrd uploaded through the API, boots, is changed while
 //! stopped (bootargs and memory) and boots again with them, and is deleted,
-//! leaving the CPU free. Last, alpha is created again from its own exported
-//! settings so that the shared boot ends as it began.
+//! leaving the CPU free; it is given alpha's NIC (`pci`, free once alpha is
+//! deleted), and a create naming beta's NIC is refused (409 `pci[0]`).
+//! Last, alpha is created again from its own exported settings, its NIC
+//! included, so that the shared boot ends as it began.
 //!
 //! Notes: DELETE's answer time and when the freed RAM was free, the upload
 //! throughput, the time from the create request to the new partition's
@@ -216,6 +218,8 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let mut notes = Vec::new();
     let alpha = hv.json(&["show", "alpha"])?;
     let alpha_config = alpha["config"].clone();
+    // The default plan gives alpha its NIC (00:02.0): gamma borrows it.
+    let alpha_pci = strings(&alpha_config["pci"]);
 
     // The probe's image first: image blocks come from the free pool too,
     // and alpha's block must be the highest free one when the probe's RAM
@@ -332,6 +336,7 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
     notes.push(invalid_requests(&hv, &ws.root, &kernel_id, &initrd_id)?);
     let cursor = stack.qemu.lines().len();
     let asked = Instant::now();
+    // gamma takes the NIC alpha had (free since alpha's delete).
     hv.json(&[
         "create",
         "gamma",
@@ -345,8 +350,17 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
         &initrd_id,
         "--bootargs",
         bootargs,
+        "--pci",
+        &alpha_pci.join(","),
         "--autostart",
     ])?;
+    let gamma = hv.json(&["show", "gamma"])?;
+    if strings(&gamma["config"]["pci"]) != alpha_pci {
+        return Err(format!(
+            "gamma does not show alpha's functions {alpha_pci:?}: {}",
+            gamma["config"]
+        ));
+    }
     let first = stack
         .qemu
         .wait_for(
@@ -370,6 +384,21 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
             |l| l.contains(&format!("[gamma] {UP_MARKER}gamma")),
         )
         .map_err(|e| e.to_string())?;
+    if let Some(nic) = alpha_pci.first() {
+        // The hypervisor resets the function before gamma starts with it.
+        let short = nic.trim_start_matches("0000:");
+        let reset = stack
+            .qemu
+            .lines()
+            .iter()
+            .skip(cursor)
+            .find(|l| l.text.contains(&format!("partition gamma: pci {short} ")))
+            .map(|l| l.text.clone());
+        notes.push(match reset {
+            Some(line) => format!("gamma got alpha's NIC {nic}: `{line}`"),
+            None => format!("gamma got alpha's NIC {nic} (config shows it)"),
+        });
+    }
 
     // 4. Changed while stopped: bootargs and memory; it boots with them.
     hv.json(&["stop", "gamma"])?;
@@ -442,11 +471,33 @@ pub fn runtime(ws: &Workspace, stack: &mut Stack) -> Outcome {
         &initrd,
         "--bootargs",
         &args,
+        "--pci",
+        &alpha_pci.join(","),
         "--autostart",
     ])?;
     hv.wait_state("alpha", "running")?;
-    notes.push("alpha created again from its exported settings, running".into());
+    let shown = hv.json(&["show", "alpha"])?;
+    if strings(&shown["config"]["pci"]) != alpha_pci {
+        return Err(format!(
+            "alpha came back without its functions {alpha_pci:?}: {}",
+            shown["config"]
+        ));
+    }
+    notes.push(format!(
+        "alpha created again from its exported settings (PCI {alpha_pci:?} back from gamma), running"
+    ));
     Ok(notes)
+}
+
+/// The strings of a JSON array (empty for anything else).
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Each bad request is a 4xx naming the field, and leaves the partitions,
@@ -502,6 +553,40 @@ fn invalid_requests(hv: &Hvctl, root: &Path, kernel: &str, initrd: &str) -> Resu
         create("beta", "1", "256M", kernel, "linux")?,
         "conflict",
         "name",
+    )?;
+    expect(
+        "beta's NIC 0000:00:03.0",
+        hv.refused(&[
+            "create",
+            "bad",
+            "--cpus",
+            "1",
+            "--memory",
+            "256M",
+            "--kernel",
+            kernel,
+            "--pci",
+            "0000:00:03.0",
+        ])?,
+        "conflict",
+        "pci[0]",
+    )?;
+    expect(
+        "a PCI function that is not SSSS:BB:DD.F",
+        hv.refused(&[
+            "create",
+            "bad",
+            "--cpus",
+            "1",
+            "--memory",
+            "256M",
+            "--kernel",
+            kernel,
+            "--pci",
+            "0000:00:02.0,00:05",
+        ])?,
+        "bad_request",
+        "pci[1]",
     )?;
     expect(
         "an initrd as kernel",

@@ -45,7 +45,9 @@ struct Case {
 const OPT_IN: [&str; 0] = [];
 
 /// The tests, in the order they run. The cases sharing the default boot
-/// come one after another and in this order: `api-restart`,
+/// come one after another and in this order: `net-partitions` right after
+/// `boot-default` (alpha's and beta's first boots: it leaves a DHCP lease
+/// and an httpd in each, which later restarts drop), `api-restart`,
 /// `events-console` and `web-ui` each restart beta, `api-errors` checks that refused calls changed nothing,
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
@@ -75,6 +77,12 @@ const CASES: [Case; 36] = [
         tier: 2,
         shares_default: true,
         run: boot_default,
+    },
+    Case {
+        name: "net-partitions",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| crate::net_checks::net_partitions(ctx.stack()?),
     },
     Case {
         name: "api-list",
@@ -214,15 +222,6 @@ const CASES: [Case; 36] = [
         tier: 2,
         shares_default: false,
         run: isolation,
-    },
-    Case {
-        name: "net-partitions",
-        tier: 2,
-        shares_default: false,
-        run: |ctx| {
-            let log = ctx.log_path();
-            crate::net_checks::net_partitions(&mut ctx.builder, &log)
-        },
     },
     Case {
         name: "lifecycle",

@@ -28,7 +28,19 @@ const FIELD_INPUT: Record<string, string> = {
   watchdog_s: 'watchdog_s',
   shutdown_timeout: 'shutdown_timeout_s',
   shutdown_timeout_s: 'shutdown_timeout_s',
+  pci: 'pci',
 };
+
+/** The form's input for a manager field: `pci[1]` is the PCI functions input. */
+function inputFor(fieldName: string): string | undefined {
+  if (/^pci\[\d+\]$/.test(fieldName)) return 'pci';
+  return FIELD_INPUT[fieldName];
+}
+
+/** "0000:00:02.0, 0000:00:03.0" -> the list (the manager checks each entry). */
+export function parsePci(text: string): string[] {
+  return text.split(/[,\s]+/).filter((x) => x !== '');
+}
 
 /** "1, 3-5" -> [1, 3, 4, 5]; null when it is not a CPU list. */
 export function parseCpus(text: string): number[] | null {
@@ -138,6 +150,7 @@ export function partitionForm(editing: string | null): View {
     field('restart_limit', 'Restart limit', num(), 'restarts at most (with a policy that restarts)'),
     field('watchdog_s', 'Watchdog (s)', num(), '0 = off'),
     field('shutdown_timeout_s', 'Shutdown timeout (s)', num(), 'then a hard stop'),
+    field('pci', 'PCI functions', text({ placeholder: '0000:00:03.0' }), 'segment:bus:device.function, comma-separated; empty = none', undefined, 'field field-wide'),
     field('autostart', 'Start now and at boot', h('input', { type: 'checkbox' }), undefined, undefined, 'field field-check'),
     formError,
     h(
@@ -160,7 +173,7 @@ export function partitionForm(editing: string | null): View {
 
   /** Show `detail` beside the input for the manager's `field`; at the top when no input matches. */
   function showError(fieldName: string | null, detail: string): void {
-    const key = fieldName === null ? undefined : (FIELD_INPUT[fieldName] ?? (fieldName.startsWith('device') ? undefined : fieldName));
+    const key = fieldName === null ? undefined : (inputFor(fieldName) ?? (fieldName.startsWith('device') ? undefined : fieldName));
     const input = key ? inputs.get(key) : undefined;
     const err = key ? errors.get(key) : undefined;
     if (input && err) {
@@ -212,6 +225,7 @@ export function partitionForm(editing: string | null): View {
       restart_limit: get('restart').value === 'never' ? 0 : int('restart_limit'),
       watchdog_s: int('watchdog_s'),
       shutdown_timeout_s: int('shutdown_timeout_s'),
+      pci: parsePci(get('pci').value),
     };
   }
 
@@ -229,6 +243,7 @@ export function partitionForm(editing: string | null): View {
     limitFollowsPolicy();
     get('watchdog_s').value = String(c.watchdog_s);
     get('shutdown_timeout_s').value = String(c.shutdown_timeout_s);
+    get('pci').value = (c.pci ?? []).join(', ');
   }
 
   form.addEventListener('submit', async (ev) => {
@@ -277,7 +292,7 @@ export function partitionForm(editing: string | null): View {
 
   // Defaults, then what is there: images, free CPUs, and the partition being edited.
   // The manager's defaults for a new partition (LifecyclePlan::default).
-  load('', { cpus: [], memory_mib: 256, kernel: null, kernel_format: 'linux', initrd: null, bootargs: 'console=ttyAMA0', autostart: false, restart: 'never', restart_limit: 0, watchdog_s: 0, shutdown_timeout_s: 30, devices: [] });
+  load('', { cpus: [], memory_mib: 256, kernel: null, kernel_format: 'linux', initrd: null, bootargs: 'console=ttyAMA0', autostart: false, restart: 'never', restart_limit: 0, watchdog_s: 0, shutdown_timeout_s: 30, devices: [], pci: [] });
   get('cpus').value = '';
   void (async () => {
     try {

@@ -107,12 +107,127 @@ fn create_is_201_stopped_with_location_config_and_etag() {
         body["config"],
         json!({"cpus":[1,3],"memory_mib":256,"kernel":k,"kernel_format":"linux","initrd":i,
                "bootargs":"console=ttyAMA0","autostart":false,"restart":"on-crash",
-               "restart_limit":3,"watchdog_s":5,"shutdown_timeout_s":10,"devices":[]})
+               "restart_limit":3,"watchdog_s":5,"shutdown_timeout_s":10,"devices":[],"pci":[]})
     );
     let plan = r.backend().plans.values().next().expect("a plan").clone();
     assert_eq!(plan.ram_size, 256 << 20);
     assert_eq!(plan.lifecycle.watchdog_s, 5);
     assert_eq!(resp.header("ETag"), Some(runtime::etag(&plan).as_str()));
+}
+
+fn create_with_pci(name: &str, cpus: &str, kernel: &str, pci: &str) -> String {
+    format!(r#"{{"name":"{name}","cpus":{cpus},"memory_mib":256,"kernel":"{kernel}","pci":{pci}}}"#)
+}
+
+#[test]
+fn create_with_pci_functions_puts_them_in_the_plan_and_shows_them() {
+    let (mut r, k, _) = with_images();
+
+    let resp = r.handle(&post(
+        "/api/v1/partitions",
+        &create_with_pci("gamma", "[3]", &k, r#"["0000:00:02.0","0000:00:03.1"]"#),
+    ));
+
+    assert_eq!(resp.status, 201, "{}", text(&resp));
+    assert_eq!(
+        body_json(&resp)["config"]["pci"],
+        json!(["0000:00:02.0", "0000:00:03.1"])
+    );
+    let plan = r.backend().plans.values().next().expect("a plan").clone();
+    let functions: Vec<String> = plan.pci.iter().map(ToString::to_string).collect();
+    assert_eq!(functions, ["0000:00:02.0", "0000:00:03.1"]);
+    let listed = body_json(&r.handle(&get("/api/v1/partitions/gamma")));
+    assert_eq!(
+        listed["config"]["pci"],
+        json!(["0000:00:02.0", "0000:00:03.1"])
+    );
+}
+
+#[test]
+fn create_with_a_malformed_pci_entry_is_400_naming_its_index_and_leaves_nothing() {
+    let (mut r, k, _) = with_images();
+    let before = partition_count(&r);
+
+    for (list, index, shown) in [
+        (r#"["0000:00:02.0","00:03.0"]"#, 1, r#""00:03.0""#),
+        (r#"["0000:00:20.0"]"#, 0, r#""0000:00:20.0""#),
+        (r#"[2]"#, 0, "2"),
+    ] {
+        let resp = r.handle(&post(
+            "/api/v1/partitions",
+            &create_with_pci("gamma", "[3]", &k, list),
+        ));
+
+        assert_eq!(
+            (resp.status, field(&resp)),
+            (400, format!("pci[{index}]")),
+            "{list}: {}",
+            text(&resp)
+        );
+        assert_eq!(
+            detail(&resp),
+            format!(
+                "partition \"gamma\": pci[{index}]: {shown} is not a PCI function \
+                 \"SSSS:BB:DD.F\" (hex, e.g. \"0000:00:02.0\")"
+            )
+        );
+    }
+    let resp = r.handle(&post(
+        "/api/v1/partitions",
+        &create_with_pci("gamma", "[3]", &k, r#""0000:00:02.0""#),
+    ));
+    assert_eq!((resp.status, field(&resp).as_str()), (400, "pci"));
+    assert_eq!(partition_count(&r), before);
+    assert!(r.backend().plans.is_empty());
+}
+
+#[test]
+fn a_pci_function_another_partition_has_is_409_naming_it_until_moved_by_patch() {
+    let (mut r, k, _) = with_images();
+    let gamma = r.handle(&post(
+        "/api/v1/partitions",
+        &create_with_pci("gamma", "[3]", &k, r#"["0000:00:02.0"]"#),
+    ));
+    assert_eq!(gamma.status, 201, "{}", text(&gamma));
+
+    let resp = r.handle(&post(
+        "/api/v1/partitions",
+        &create_with_pci("delta", "[4]", &k, r#"["0000:00:04.0","0000:00:02.0"]"#),
+    ));
+    assert_eq!(
+        (
+            resp.status,
+            error_code(&resp).as_str(),
+            field(&resp).as_str()
+        ),
+        (409, "conflict", "pci[1]"),
+        "{}",
+        text(&resp)
+    );
+    assert_eq!(
+        detail(&resp),
+        r#"partition "delta": pci[1]: 0000:00:02.0 is already assigned to partition "gamma""#
+    );
+
+    // gamma gives 00:02.0 up (a PATCH of the stopped partition): delta can
+    // have it.
+    let moved = r.handle(&patch(
+        "/api/v1/partitions/gamma",
+        r#"{"pci":["0000:00:05.0"]}"#,
+    ));
+    assert_eq!(moved.status, 200, "{}", text(&moved));
+    assert_eq!(body_json(&moved)["config"]["pci"], json!(["0000:00:05.0"]));
+    let resp = r.handle(&post(
+        "/api/v1/partitions",
+        &create_with_pci("delta", "[4]", &k, r#"["0000:00:02.0"]"#),
+    ));
+    assert_eq!(resp.status, 201, "{}", text(&resp));
+    // And back: gamma cannot take it while delta has it.
+    let back = r.handle(&patch(
+        "/api/v1/partitions/gamma",
+        r#"{"pci":["0000:00:02.0"]}"#,
+    ));
+    assert_eq!((back.status, field(&back).as_str()), (409, "pci[0]"));
 }
 
 #[test]

@@ -494,6 +494,7 @@ pub fn run(
             cpus: setup.vcpus,
             memory: guest.memory,
             nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
         };
         let mut runs = Runs::default();
         for n in 1..=ICOUNT_RUNS {
