@@ -17,9 +17,9 @@ pub use guest::{
     GUEST_MAX_VCPUS, PARTITION_PROP,
 };
 pub use host::{
-    chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb, Conduit,
-    EarlyUart, GicInfo, HostDevice, HostInfo, NumaInfo, PciIntxMap, PciIommuMap, PciRange,
-    PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
+    chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb,
+    parse_host_gicv5, Conduit, EarlyUart, GicInfo, Gicv5Info, Gicv5Irs, HostDevice, HostInfo,
+    NumaInfo, PciIntxMap, PciIommuMap, PciRange, PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
 };
 pub use pcie::{pcie_cells, PcieCells};
 pub use writer::{FdtWriter, NodeToken};
@@ -93,6 +93,10 @@ pub enum DtbError {
     BadProperty { node: String, prop: &'static str },
     /// The interrupt controller is not one this hypervisor drives.
     UnsupportedGic(String),
+    /// A GICv5 host (`dtb::host::parse_host_gicv5` has its description):
+    /// the GICv5 driver is built in and host-tested, but the platform does
+    /// not run partitions on a GICv5 yet.
+    Gicv5Host { irs: usize, cpus: usize },
     /// An interrupt specifier is not in the GIC's form.
     BadInterrupt { node: String },
     /// A `reg` address cannot be translated to a CPU physical address
@@ -143,6 +147,11 @@ impl fmt::Display for DtbError {
             DtbError::UnsupportedGic(c) => write!(
                 f,
                 "unsupported interrupt controller {c:?} (Pinfold drives \"arm,gic-v3\": GICv3/v4)"
+            ),
+            DtbError::Gicv5Host { irs, cpus } => write!(
+                f,
+                "GICv5 host ({irs} IRS, {cpus} CPUs with IAFFIDs): the GICv5 driver is built in \
+                 but this platform does not run partitions on a GICv5 yet (docs/GICV5.md)"
             ),
             DtbError::BadInterrupt { node } => write!(f, "{node} has a non-GIC interrupt"),
             DtbError::Untranslatable { node } => {

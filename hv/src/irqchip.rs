@@ -5,8 +5,9 @@
 //! shared between CPUs (the seed's IRQCHIP_PERCPU_STATE_LOCKLESS, an
 //! explicit opt-in, never an assumption); [`change_percpu_state`] is the one
 //! place that decides between that lockless path and the chip-wide lock.
-//! `pinfold_drivers::gicv3` implements both halves; the GICv5 driver will
-//! plug in here.
+//! `pinfold_drivers::gicv3` implements both halves; so does
+//! `pinfold_drivers::gicv5` for GICv5 (PPIs in per-CPU system registers:
+//! lockless too), host-tested against `pinfold-gicv5model` (docs/GICV5.md).
 
 use crate::lockstat::{CountedLock, LockPath};
 

@@ -47,5 +47,6 @@ pub mod sysreg;
 pub mod system;
 pub mod trap;
 pub mod vgic;
+pub mod vgic5;
 pub mod vpci;
 pub mod wdog;

@@ -23,6 +23,9 @@ use pinfold_config::isolation::{DeviceRegion, HostResources};
 
 use super::DtbError;
 
+mod gicv5;
+pub use gicv5::{Gicv5Info, Gicv5Irs};
+
 /// Everything the hypervisor needs to know about the machine it runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostInfo {
@@ -235,6 +238,12 @@ const PSCI_CPU_ON_64: u32 = 0xC400_0003;
 /// Parses the firmware's DTB.
 pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
     let tree = Tree::index(blob)?;
+    if let Some(v5) = parse_gicv5_at(&tree)? {
+        return Err(DtbError::Gicv5Host {
+            irs: v5.irs.len(),
+            cpus: v5.cpus().count(),
+        });
+    }
     let gic = tree.primary_gic()?;
     let chosen = tree.find_path("/chosen");
 
@@ -314,6 +323,19 @@ fn parse_devices(tree: &Tree, gic: usize) -> Vec<HostDevice> {
             })
         })
         .collect()
+}
+
+/// The host's GICv5 (an "arm,gic-v5" primary interrupt controller), or
+/// None when the primary GIC is something else.
+pub fn parse_host_gicv5(blob: &[u8]) -> Result<Option<Gicv5Info>, DtbError> {
+    parse_gicv5_at(&Tree::index(blob)?)
+}
+
+fn parse_gicv5_at(tree: &Tree) -> Result<Option<Gicv5Info>, DtbError> {
+    match tree.primary_gic_any() {
+        Some(gic) if tree.is_compatible(gic, &["arm,gic-v5"]) => gicv5::parse(tree, gic).map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// GIC compatibles whose frames belong to the hypervisor.
@@ -1307,6 +1329,16 @@ impl<'a> Tree<'a> {
             Some(&(p, node)) if p == phandle => Some(node as usize),
             _ => None,
         }
+    }
+
+    /// The node the root's `interrupt-parent` names, else the first
+    /// "arm,gic-v3" or "arm,gic-v5" node, whatever its kind.
+    fn primary_gic_any(&self) -> Option<usize> {
+        let named = match self.u32_prop(0, Known::InterruptParent) {
+            Ok(Some(phandle)) => self.by_phandle(phandle),
+            _ => None,
+        };
+        named.or_else(|| self.find_compatible(&["arm,gic-v3", "arm,gic-v5"]))
     }
 
     /// The GIC that the root's `interrupt-parent` names, else the first
@@ -2531,9 +2563,10 @@ mod tests {
         }
         .build();
 
+        // No "arm,gic-v5-irs" child: a GICv5 without what Pinfold needs.
         assert_eq!(
             parse_host_dtb(&blob),
-            Err(DtbError::UnsupportedGic("arm,gic-v5".into()))
+            Err(DtbError::MissingNode("arm,gic-v5-irs"))
         );
         assert_eq!(early_uart(&blob).map(|u| u.base), Some(0x11c2_7000));
     }

@@ -1,0 +1,521 @@
+//! The GICv5 driver against the register-level model `pinfold-gicv5model`:
+//! every register access and GIC instruction the driver makes goes to the
+//! model by its raw encoding, the model decides what it does (and records
+//! misuse), and the tests check the architectural effect.
+
+extern crate std;
+
+use super::*;
+use pinfold_gicv5model::{Access, Config, El, Enc, IntId, Misuse, Model, GICR_CDIA as MODEL_CDIA};
+use pinfold_hv::lockstat::LockStat;
+use pinfold_hv::vgic5::{check_host, PpiPlan, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU};
+use std::boxed::Box;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::vec::Vec;
+
+fn enc(v: u32) -> Enc {
+    let (op0, op1, crn, crm, op2) = fields(v);
+    Enc {
+        op0,
+        op1,
+        crn,
+        crm,
+        op2,
+    }
+}
+
+type Shared = Rc<RefCell<Model>>;
+
+/// One PE's system registers and instructions, at EL2, in the model.
+struct ModelPe {
+    m: Shared,
+    pe: usize,
+    /// System register accesses and GIC instructions issued.
+    ops: Rc<Cell<u64>>,
+}
+
+impl CpuRegs for ModelPe {
+    fn read(&mut self, reg: u32) -> u64 {
+        self.ops.set(self.ops.get() + 1);
+        match self.m.borrow_mut().read(self.pe, El::El2, enc(reg)) {
+            Access::Value(v) => v,
+            a => panic!("mrs {reg:#x}: {a:?}"),
+        }
+    }
+    fn write(&mut self, reg: u32, value: u64) {
+        self.ops.set(self.ops.get() + 1);
+        let a = self.m.borrow_mut().write(self.pe, El::El2, enc(reg), value);
+        assert_eq!(a, Access::Value(0), "msr {reg:#x}");
+    }
+    fn gic(&mut self, op: u32, xt: u64) {
+        self.ops.set(self.ops.get() + 1);
+        let a = self.m.borrow_mut().sys(self.pe, El::El2, enc(op), xt);
+        assert_eq!(a, Access::Value(0), "sys {op:#x}");
+    }
+    fn cdia(&mut self) -> u64 {
+        self.ops.set(self.ops.get() + 1);
+        match self
+            .m
+            .borrow_mut()
+            .sysl(self.pe, El::El2, enc(insn::GICR_CDIA))
+        {
+            Access::Value(v) => v,
+            a => panic!("cdia: {a:?}"),
+        }
+    }
+}
+
+struct ModelIrs(Shared);
+
+impl IrsMmio for ModelIrs {
+    fn read32(&mut self, offset: usize) -> u32 {
+        self.0.borrow_mut().irs_read(offset as u64) as u32
+    }
+    fn write32(&mut self, offset: usize, value: u32) {
+        self.0
+            .borrow_mut()
+            .irs_write(offset as u64, u64::from(value))
+    }
+    fn write64(&mut self, offset: usize, value: u64) {
+        self.0.borrow_mut().irs_write(offset as u64, value)
+    }
+}
+
+/// MPIDR and IAFFID of the two CPUs.
+static CPUS: [(u64, u16); 2] = [(0x8000_0000, 0), (0x8000_0001, 1)];
+const IPI_BASE: u32 = 8192;
+
+struct Rig {
+    m: Shared,
+    irs: Gicv5Irs<ModelIrs, ModelPe>,
+    cpus: Vec<Gicv5Cpu<ModelPe>>,
+    ops: Vec<Rc<Cell<u64>>>,
+    stat: &'static LockStat,
+    lock: CountedLock<()>,
+}
+
+fn pe(m: &Shared, pe: usize) -> (ModelPe, Rc<Cell<u64>>) {
+    let ops = Rc::new(Cell::new(0));
+    (
+        ModelPe {
+            m: m.clone(),
+            pe,
+            ops: ops.clone(),
+        },
+        ops,
+    )
+}
+
+fn rig_with(caps: IrqChipCaps) -> Rig {
+    let m: Shared = Rc::new(RefCell::new(Model::new(Config::default())));
+    let (irs_cpu, _) = pe(&m, 0);
+    let mut irs =
+        Gicv5Irs::init(ModelIrs(m.clone()), irs_cpu, &CPUS, 0x8000_0000, 14).expect("IRS init");
+    let mut cpus = Vec::new();
+    let mut ops = Vec::new();
+    for i in 0..2 {
+        let (regs, o) = pe(&m, i);
+        let mut cpu = Gicv5Cpu::init_this_cpu(regs, i as u32, IPI_BASE, &CPUS, caps);
+        cpu.probe(&mut irs.host);
+        cpus.push(cpu);
+        ops.push(o);
+    }
+    let stat: &'static LockStat = Box::leak(Box::new(LockStat::new()));
+    Rig {
+        m,
+        irs,
+        cpus,
+        ops,
+        stat,
+        lock: CountedLock::new((), stat),
+    }
+}
+
+fn rig() -> Rig {
+    rig_with(GICV5_CAPS)
+}
+
+impl Rig {
+    fn no_misuse(&self) {
+        assert_eq!(self.m.borrow().misuse(), &[] as &[Misuse]);
+    }
+    fn guest_cdia(&self, pe: usize) -> u64 {
+        match self.m.borrow_mut().sysl(pe, El::El1, MODEL_CDIA) {
+            Access::Value(v) => v,
+            a => panic!("{a:?}"),
+        }
+    }
+    fn guest_sys(&self, pe: usize, op: u32, xt: u64) {
+        assert_eq!(
+            self.m.borrow_mut().sys(pe, El::El1, enc(op), xt),
+            Access::Value(0)
+        );
+    }
+    fn guest_read(&self, pe: usize, reg: u32) -> Access {
+        self.m.borrow_mut().read(pe, El::El1, enc(reg))
+    }
+    fn guest_write(&self, pe: usize, reg: u32, v: u64) -> Access {
+        self.m.borrow_mut().write(pe, El::El1, enc(reg), v)
+    }
+}
+
+#[test]
+fn every_driver_encoding_is_a_register_the_model_knows() {
+    for &r in reg::ALL {
+        assert!(
+            pinfold_gicv5model::Reg::decode(enc(r)).is_some(),
+            "{r:#x} {:?}",
+            fields(r)
+        );
+    }
+    for op in [
+        insn::GSB_SYS,
+        insn::GSB_ACK,
+        insn::GIC_CDDIS,
+        insn::GIC_CDEN,
+        insn::GIC_CDPRI,
+        insn::GIC_CDAFF,
+        insn::GIC_CDPEND,
+        insn::GIC_CDEOI,
+        insn::GIC_CDDI,
+        insn::GIC_CDHM,
+    ] {
+        assert!(
+            pinfold_gicv5model::Insn::decode(enc(op)).is_some(),
+            "{op:#x}"
+        );
+    }
+    assert_eq!(enc(insn::GICR_CDIA), MODEL_CDIA);
+}
+
+#[test]
+fn init_brings_up_irs_and_both_cpus_with_no_misuse() {
+    let r = rig();
+    r.no_misuse();
+    assert_eq!(check_host(&r.irs.host), Ok(()));
+    assert_eq!(r.irs.host.ppis, PpiSet([0xffff_ffff, 0]));
+    assert!(r.irs.host.gcie_legacy);
+    assert!(r.irs.host.ppis.contains(PPI_CNTV));
+    let mut m = r.m.borrow_mut();
+    for p in 0..2 {
+        assert_eq!(
+            m.read(p, El::El2, enc(reg::ICC_CR0_EL1)),
+            Access::Value(CR0_EN)
+        );
+        assert_eq!(
+            m.read(p, El::El2, enc(reg::ICC_PCR_EL1)),
+            Access::Value(PCR_ALL)
+        );
+        // Each CPU's 16 IPI LPIs are enabled and targeted at it.
+        for sgi in 0..16 {
+            let l = m.lpi(ipi_lpi(IPI_BASE, p as u32, sgi)).expect("ipi lpi");
+            assert!(l.enabled && !l.level);
+            assert_eq!(l.iaffid, p as u16);
+        }
+    }
+}
+
+#[test]
+fn an_irs_without_enough_lpi_bits_is_refused() {
+    let m: Shared = Rc::new(RefCell::new(Model::new(Config {
+        lpi_id_bits: 10,
+        ..Config::default()
+    })));
+    let (regs, _) = pe(&m, 0);
+    let e = Gicv5Irs::init(ModelIrs(m.clone()), regs, &CPUS, 0x8000_0000, 14).err();
+    assert_eq!(e, Some(IrsError::TooFewLpiBits { need: 14, have: 10 }));
+}
+
+#[test]
+fn host_ppi_acknowledge_priority_drop_deactivate() {
+    let mut r = rig();
+    let (lock, stat) = (&r.lock, r.stat);
+    change_percpu_state(
+        &mut r.cpus[0],
+        lock,
+        LockPath::TimerPpiState,
+        PpiStateChange::Enable(PPI_CNTHP, true),
+    );
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTHP, true);
+    assert!(r.m.borrow().irq_signalled(0));
+    assert!(!r.m.borrow().irq_signalled(1));
+    assert_eq!(r.cpus[0].ack(), PPI_CNTHP);
+    assert!(r.m.borrow().ppi(0, PPI_CNTHP).active);
+    // Active: not acknowledged again, even with the line still high.
+    assert_eq!(r.cpus[0].ack(), 1023);
+    r.cpus[0].priority_drop(PPI_CNTHP);
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTHP, false);
+    r.cpus[0].deactivate(PPI_CNTHP);
+    assert!(!r.m.borrow().ppi(0, PPI_CNTHP).active);
+    assert_eq!(r.cpus[0].ack(), 1023);
+    assert_eq!(stat.total(), 0);
+    r.no_misuse();
+}
+
+#[test]
+fn ppi_enable_pending_active_are_per_cpu() {
+    let mut r = rig();
+    r.cpus[0].apply_ppi(PpiStateChange::Pending(28, true));
+    r.cpus[0].apply_ppi(PpiStateChange::Active(29, true));
+    r.cpus[1].apply_ppi(PpiStateChange::Enable(30, true));
+    assert_eq!(
+        r.cpus[0].ppi_bits(),
+        PpiBits {
+            pending: 1 << 28,
+            active: 1 << 29
+        }
+    );
+    assert_eq!(r.cpus[1].ppi_bits(), PpiBits::default());
+    assert!(r.m.borrow().ppi(1, 30).enabled);
+    assert!(!r.m.borrow().ppi(0, 30).enabled);
+    r.cpus[0].apply_ppi(PpiStateChange::Pending(28, false));
+    r.cpus[0].apply_ppi(PpiStateChange::Active(29, false));
+    assert_eq!(r.cpus[0].ppi_bits(), PpiBits::default());
+    r.no_misuse();
+}
+
+#[test]
+fn spi_routed_through_the_irs_and_rerouted() {
+    let mut r = rig();
+    let spi = 32 + 5;
+    r.irs.spi_set_edge(spi, false);
+    r.irs.spi_route(spi, CPUS[1].0);
+    r.irs.spi_enable(spi, true);
+    assert!(r.m.borrow().spi(5).level);
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert!(!r.m.borrow().irq_signalled(0));
+    assert!(r.m.borrow().irq_signalled(1));
+    assert_eq!(r.cpus[1].ack(), spi);
+    r.cpus[1].priority_drop(spi);
+    r.cpus[1].deactivate(spi);
+    // Affinity change: the still-asserted level SPI now goes to CPU 0.
+    r.irs.spi_route(spi, CPUS[0].0);
+    assert!(r.m.borrow().irq_signalled(0));
+    assert_eq!(r.cpus[0].ack(), spi);
+    assert_eq!(r.irs.spi_count(), 64);
+    r.no_misuse();
+}
+
+#[test]
+fn ipi_is_an_lpi_from_one_cpu_to_the_other() {
+    let mut r = rig();
+    r.cpus[0].send_sgi(CPUS[1].0, 3);
+    assert!(r.m.borrow().irq_signalled(1));
+    assert!(!r.m.borrow().irq_signalled(0));
+    assert_eq!(r.cpus[1].ack(), 3);
+    r.cpus[1].priority_drop(3);
+    r.cpus[1].deactivate(3);
+    assert_eq!(r.cpus[1].ack(), 1023);
+    // And back.
+    r.cpus[1].send_sgi(CPUS[0].0, 15);
+    assert_eq!(r.cpus[0].ack(), 15);
+    r.no_misuse();
+}
+
+fn guest_ready_ctx() -> VPpiContext {
+    let mut ctx = VPpiContext::default();
+    // The guest has enabled its timers and PMU at priority 8, its
+    // interface on, priority mask open (VMCR EN [0], VPMR [5:1]).
+    ctx.enabler[0] = (1 << PPI_CNTV) | (1 << PPI_CNTP) | (1 << PPI_PMU);
+    for n in [PPI_CNTV, PPI_CNTP, PPI_PMU] {
+        ctx.priorityr[(n / 8) as usize] |= 8 << ((n % 8) * 8);
+    }
+    ctx.vmcr = 1 | (0x1f << 1);
+    ctx
+}
+
+#[test]
+fn vcpu_load_and_put_save_and_restore_ppi_state_with_no_shared_lock() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, true);
+    let imp = r.irs.host.ppis;
+    let ctx = guest_ready_ctx();
+    let before = r.ops[0].get();
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    let load_ops = r.ops[0].get() - before;
+    // The guest changes its state: CNTP priority, a software-pending
+    // non-DVI... none visible; it disables its PMU interrupt.
+    r.m.borrow_mut().enter_guest(0);
+    assert_eq!(
+        r.guest_write(
+            0,
+            reg::ICC_PPI_ENABLER0_EL1,
+            (1 << PPI_CNTV) | (1 << PPI_CNTP)
+        ),
+        Access::Value(0)
+    );
+    r.m.borrow_mut().exit_guest(0);
+    let mut saved = VPpiContext::default();
+    let before = r.ops[0].get();
+    r.cpus[0].vcpu_put(&r.lock, &mut saved, &plan, false);
+    let put_ops = r.ops[0].get() - before;
+    let mut want = ctx;
+    want.enabler[0] &= !(1 << PPI_PMU);
+    assert_eq!(saved, want);
+    // Load again: the state is back.
+    r.cpus[0].vcpu_load(&r.lock, &saved, &plan, imp, 1, 7);
+    assert_eq!(
+        r.m.borrow_mut()
+            .read(0, El::El2, enc(reg::ICH_PPI_ENABLER0_EL2)),
+        Access::Value(want.enabler[0])
+    );
+    assert_eq!(r.stat.total(), 0, "vCPU load/put took a shared lock");
+    assert_eq!(r.stat.hot_total(), 0);
+    // The numbers docs/PERFORMANCE.md quotes (system register accesses and
+    // GIC instructions; each is one instruction).
+    assert_eq!((load_ops, put_ops), (35, 28));
+    r.no_misuse();
+}
+
+#[test]
+fn a_chip_without_the_lockless_capability_shows_in_the_count() {
+    let no_caps = IrqChipCaps {
+        percpu_state_lockless: false,
+    };
+    let mut r = rig_with(no_caps);
+    let plan = PpiPlan::for_vcpu(true, true);
+    let imp = r.irs.host.ppis;
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    assert_eq!(r.stat.count(LockPath::VcpuLoad), 3);
+    assert_eq!(r.stat.hot_total(), 3);
+}
+
+#[test]
+fn dvi_timer_reaches_a_resident_vcpu_with_no_exit() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, true);
+    let imp = r.irs.host.ppis;
+    // The host had the vtimer's physical copy enabled; load masks it.
+    r.cpus[0].apply_ppi(PpiStateChange::Enable(PPI_CNTV, true));
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    assert!(!r.m.borrow().ppi(0, PPI_CNTV).enabled);
+    r.m.borrow_mut().enter_guest(0);
+    let exits = r.m.borrow().el2_irqs(0);
+    let ops = r.ops[0].get();
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
+    assert!(r.m.borrow().virq_signalled(0));
+    assert_eq!(r.m.borrow().el2_irqs(0), exits, "the timer exited to EL2");
+    // The guest's handler: acknowledge, drop, deactivate, in the virtual
+    // domain.
+    let ia = r.guest_cdia(0);
+    assert_eq!(ia, CDIA_VALID | IntId::ppi(PPI_CNTV).raw());
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, false); // CVAL moved on
+    r.guest_sys(0, insn::GIC_CDEOI, 0);
+    r.guest_sys(0, insn::GIC_CDDI, operand(TYPE_PPI, PPI_CNTV));
+    assert!(
+        !r.m.borrow().ppi(0, PPI_CNTV).active,
+        "physical active kept"
+    );
+    assert!(!r.m.borrow().virq_signalled(0));
+    // Nothing ran at EL2 for it.
+    assert_eq!(r.ops[0].get(), ops);
+    assert_eq!(r.m.borrow().el2_irqs(0), exits);
+    assert_eq!(r.m.borrow().virqs_acked(0), 1);
+    r.no_misuse();
+}
+
+#[test]
+fn a_dvi_ppi_left_enabled_in_the_physical_domain_is_misuse() {
+    // The model catches the driver forgetting to mask the host copy: this
+    // is what `vcpu_load` prevents.
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, false);
+    let imp = r.irs.host.ppis;
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    r.cpus[0].apply_ppi(PpiStateChange::Enable(PPI_CNTV, true));
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
+    assert!(r
+        .m
+        .borrow()
+        .misuse()
+        .contains(&Misuse::DviPhysicalEnabled(PPI_CNTV)));
+}
+
+#[test]
+fn dvi_timer_of_a_non_resident_vcpu_is_kept_and_delivered_on_load() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, false);
+    let imp = r.irs.host.ppis;
+    let mut ctx = guest_ready_ctx();
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_put(&r.lock, &mut ctx, &plan, false);
+    // Fires while the vCPU is out: no host interrupt (copy masked), not
+    // visible to anyone, but pending in the physical PPI.
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTP, true);
+    assert!(!r.m.borrow().irq_signalled(0));
+    assert!(r.m.borrow().ppi(0, PPI_CNTP).pending_now());
+    // Load: the pending state is the vCPU's again, delivered at once.
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.m.borrow_mut().enter_guest(0);
+    assert!(r.m.borrow().virq_signalled(0));
+    assert_eq!(r.guest_cdia(0), CDIA_VALID | IntId::ppi(PPI_CNTP).raw());
+    assert_eq!(r.stat.total(), 0);
+    r.no_misuse();
+}
+
+#[test]
+fn dvi_timer_wakes_a_blocked_vcpu_through_the_host_copy() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, false);
+    let imp = r.irs.host.ppis;
+    let mut ctx = guest_ready_ctx();
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_put(&r.lock, &mut ctx, &plan, true);
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
+    assert!(r.m.borrow().irq_signalled(0), "no wake-up");
+    assert_eq!(r.cpus[0].ack(), PPI_CNTV);
+    r.cpus[0].end_dvi_wakeup(PPI_CNTV);
+    assert!(!r.m.borrow().irq_signalled(0));
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.m.borrow_mut().enter_guest(0);
+    assert_eq!(r.guest_cdia(0), CDIA_VALID | IntId::ppi(PPI_CNTV).raw());
+    assert_eq!(r.stat.total(), 0);
+    r.no_misuse();
+}
+
+#[test]
+fn hvir_hides_ppis_and_a_guest_write_to_a_hidden_ppi_does_nothing() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, false);
+    let imp = r.irs.host.ppis;
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    r.m.borrow_mut().enter_guest(0);
+    // The guest reads only its timers (the PMU's enable bit from the
+    // context is hidden: this partition has no PMU).
+    assert_eq!(
+        r.guest_read(0, reg::ICC_PPI_ENABLER0_EL1),
+        Access::Value((1 << PPI_CNTV) | (1 << PPI_CNTP))
+    );
+    // A write to the hypervisor's own timer PPI (26) and to the PMU's:
+    // ignored, counted, no trap, and the physical CNTHP untouched.
+    let hidden = (1 << PPI_CNTHP) | (1 << PPI_PMU);
+    assert_eq!(
+        r.guest_write(0, reg::ICC_PPI_SPENDR0_EL1, hidden),
+        Access::Value(0)
+    );
+    r.guest_sys(0, insn::GIC_CDEN, operand(TYPE_PPI, PPI_CNTHP));
+    assert_eq!(r.m.borrow().hidden_writes(), 2);
+    assert_eq!(r.guest_read(0, reg::ICC_PPI_SPENDR0_EL1), Access::Value(0));
+    assert!(!r.m.borrow().ppi(0, PPI_CNTHP).enabled);
+    assert!(!r.m.borrow().ppi(0, PPI_CNTHP).pending_now());
+    // EL2's registers stay UNDEFINED to the guest.
+    assert_eq!(r.guest_read(0, reg::ICH_PPI_DVIR0_EL2), Access::Undefined);
+    let misuse = r.m.borrow_mut().take_misuse();
+    assert_eq!(misuse.len(), 1);
+    r.no_misuse();
+}
+
+#[test]
+fn a_ppi_below_16_is_ended_at_el2_not_reported_as_an_sgi() {
+    let mut r = rig();
+    r.cpus[0].regs().gic(insn::GIC_CDEN, operand(TYPE_PPI, 5));
+    r.m.borrow_mut().set_ppi_line(0, 5, true);
+    assert_eq!(r.cpus[0].ack(), 1023);
+    assert!(!r.m.borrow().ppi(0, 5).active);
+    assert_eq!(
+        r.m.borrow_mut().read(0, El::El2, enc(reg::ICC_APR_EL1)),
+        Access::Value(0)
+    );
+    r.no_misuse();
+}

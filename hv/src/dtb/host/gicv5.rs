@@ -1,0 +1,203 @@
+//! A host GICv5 as the devicetree describes it (the binding Linux 6.17+
+//! uses, bindings/interrupt-controller/arm,gic-v5.yaml): an "arm,gic-v5"
+//! node (`#interrupt-cells` = 3: type, ID, flags; type 1 = PPI, 3 = SPI)
+//! with one "arm,gic-v5-irs" child per IRS, whose first `reg` window is its
+//! config frame, whose `cpus` names the CPUs it serves and whose
+//! `arm,iaffids` (16-bit cells) gives each of them its interrupt affinity
+//! ID, and whose "arm,gic-v5-its" children are its ITSes.
+//!
+//! `parse_host_dtb` recognises a GICv5 host through this module and reports
+//! what it found (`DtbError::Gicv5Host`): the driver (`drivers::gicv5`) is
+//! host-tested against a model, but the platform does not yet run
+//! partitions on a GICv5 (docs/GICV5.md).
+
+use super::{DtbError, Known, Tree};
+use alloc::vec::Vec;
+
+/// One IRS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gicv5Irs {
+    /// The config frame (base, size): the first `reg` window.
+    pub config: (u64, u64),
+    /// MPIDR of each CPU this IRS serves (from `cpus`), with its IAFFID.
+    pub cpus: Vec<(u64, u16)>,
+    /// (base, size) of each enabled ITS child's first frame.
+    pub its: Vec<(u64, u64)>,
+}
+
+/// A host GICv5.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gicv5Info {
+    pub irs: Vec<Gicv5Irs>,
+    /// The virtual interface maintenance PPI (the node's `interrupts`).
+    pub maintenance_ppi: Option<u32>,
+}
+
+impl Gicv5Info {
+    /// Every CPU's (MPIDR, IAFFID), over all IRSes.
+    pub fn cpus(&self) -> impl Iterator<Item = (u64, u16)> + '_ {
+        self.irs.iter().flat_map(|i| i.cpus.iter().copied())
+    }
+}
+
+pub(super) fn parse(tree: &Tree, gic: usize) -> Result<Gicv5Info, DtbError> {
+    let mut irs = Vec::new();
+    for i in tree
+        .children(gic)
+        .filter(|&i| tree.is_compatible(i, &["arm,gic-v5-irs"]) && tree.enabled(i))
+    {
+        let config = *tree.reg(i)?.first().ok_or_else(|| tree.bad(i, "reg"))?;
+        let phandles = tree
+            .cells_prop(i, "cpus")?
+            .ok_or_else(|| tree.missing(i, "cpus"))?;
+        let iaffids = tree
+            .prop(i, "arm,iaffids")
+            .ok_or_else(|| tree.missing(i, "arm,iaffids"))?;
+        if iaffids.len() != 2 * phandles.len() {
+            return Err(tree.bad(i, "arm,iaffids"));
+        }
+        let mut cpus = Vec::with_capacity(phandles.len());
+        for n in 0..phandles.len() {
+            let cpu = tree
+                .by_phandle(phandles.get(n))
+                .ok_or_else(|| tree.bad(i, "cpus"))?;
+            let reg = tree
+                .cells_prop(cpu, Known::Reg)?
+                .ok_or_else(|| tree.missing(cpu, "reg"))?;
+            let cells = reg.len().min(2);
+            if cells == 0 {
+                return Err(tree.bad(cpu, "reg"));
+            }
+            let iaffid = u16::from_be_bytes([iaffids[2 * n], iaffids[2 * n + 1]]);
+            cpus.push((reg.read(0, cells), iaffid));
+        }
+        let its = tree
+            .children(i)
+            .filter(|&c| tree.is_compatible(c, &["arm,gic-v5-its"]) && tree.enabled(c))
+            .filter_map(|c| tree.reg(c).ok()?.first().copied())
+            .collect();
+        irs.push(Gicv5Irs { config, cpus, its });
+    }
+    if irs.is_empty() {
+        return Err(DtbError::MissingNode("arm,gic-v5-irs"));
+    }
+    let maintenance_ppi = match tree.cells_prop(gic, Known::Interrupts)? {
+        Some(c) if c.len() >= 3 && c.get(0) == 1 => Some(c.get(1)),
+        Some(_) => return Err(tree.bad(gic, "interrupts")),
+        None => None,
+    };
+    Ok(Gicv5Info {
+        irs,
+        maintenance_ppi,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_host_dtb;
+    use super::*;
+    use crate::dtb::FdtWriter;
+    use alloc::string::ToString;
+
+    fn node(w: &mut FdtWriter, name: &str, body: impl FnOnce(&mut FdtWriter)) {
+        let t = w.begin_node(name).unwrap();
+        body(w);
+        w.end_node(t).unwrap();
+    }
+
+    /// A two-CPU GICv5 host in the Linux 6.17 binding's shape (the
+    /// binding's example with the IAFFIDs swapped, so order matters).
+    pub(crate) fn gicv5_dtb(iaffids: &[u16]) -> Vec<u8> {
+        let mut w = FdtWriter::new();
+        node(&mut w, "", |w| {
+            w.prop_u32("#address-cells", 2).unwrap();
+            w.prop_u32("#size-cells", 2).unwrap();
+            w.prop_u32("interrupt-parent", 1).unwrap();
+            node(w, "memory@80000000", |w| {
+                w.prop_string("device_type", "memory").unwrap();
+                w.prop_cells("reg", &[0, 0x8000_0000, 0, 0x4000_0000])
+                    .unwrap();
+            });
+            node(w, "cpus", |w| {
+                w.prop_u32("#address-cells", 1).unwrap();
+                w.prop_u32("#size-cells", 0).unwrap();
+                for (n, mpidr) in [0u32, 0x100].into_iter().enumerate() {
+                    node(w, &alloc::format!("cpu@{mpidr:x}"), |w| {
+                        w.prop_string("device_type", "cpu").unwrap();
+                        w.prop_u32("reg", mpidr).unwrap();
+                        w.prop_u32("phandle", 10 + n as u32).unwrap();
+                    });
+                }
+            });
+            node(w, "interrupt-controller", |w| {
+                w.prop_string("compatible", "arm,gic-v5").unwrap();
+                w.prop_u32("#interrupt-cells", 3).unwrap();
+                w.prop_u32("#address-cells", 2).unwrap();
+                w.prop_u32("#size-cells", 2).unwrap();
+                w.prop_null("ranges").unwrap();
+                w.prop_null("interrupt-controller").unwrap();
+                w.prop_cells("interrupts", &[1, 25, 4]).unwrap();
+                w.prop_u32("phandle", 1).unwrap();
+                node(w, "irs@2f1a0000", |w| {
+                    w.prop_string("compatible", "arm,gic-v5-irs").unwrap();
+                    w.prop_u32("#address-cells", 2).unwrap();
+                    w.prop_u32("#size-cells", 2).unwrap();
+                    w.prop_null("ranges").unwrap();
+                    w.prop_cells("reg", &[0, 0x2f1a_0000, 0, 0x1_0000]).unwrap();
+                    w.prop_string("reg-names", "ns-config").unwrap();
+                    w.prop_cells("cpus", &[10, 11]).unwrap();
+                    let bytes: Vec<u8> = iaffids.iter().flat_map(|i| i.to_be_bytes()).collect();
+                    w.prop("arm,iaffids", &bytes).unwrap();
+                    node(w, "its@2f120000", |w| {
+                        w.prop_string("compatible", "arm,gic-v5-its").unwrap();
+                        w.prop_cells("reg", &[0, 0x2f12_0000, 0, 0x1_0000]).unwrap();
+                        w.prop_null("msi-controller").unwrap();
+                    });
+                });
+            });
+        });
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn gicv5_host_dt_is_parsed_into_irs_cpus_and_iaffids() {
+        let blob = gicv5_dtb(&[1, 0]);
+        let tree = Tree::index(&blob).unwrap();
+        let gic = tree.primary_gic_any().unwrap();
+        let info = parse(&tree, gic).unwrap();
+        assert_eq!(
+            info,
+            Gicv5Info {
+                irs: alloc::vec![Gicv5Irs {
+                    config: (0x2f1a_0000, 0x1_0000),
+                    cpus: alloc::vec![(0, 1), (0x100, 0)],
+                    its: alloc::vec![(0x2f12_0000, 0x1_0000)],
+                }],
+                maintenance_ppi: Some(25),
+            }
+        );
+    }
+
+    #[test]
+    fn a_gicv5_host_is_recognised_not_called_unsupported() {
+        let e = parse_host_dtb(&gicv5_dtb(&[0, 1])).unwrap_err();
+        assert_eq!(e, DtbError::Gicv5Host { irs: 1, cpus: 2 });
+        let msg = e.to_string();
+        assert!(msg.contains("GICv5 host"), "{msg}");
+        assert!(!msg.contains("unsupported"), "{msg}");
+    }
+
+    #[test]
+    fn iaffids_must_match_the_cpus() {
+        let blob = gicv5_dtb(&[0]);
+        let tree = Tree::index(&blob).unwrap();
+        let gic = tree.primary_gic_any().unwrap();
+        assert_eq!(
+            parse(&tree, gic),
+            Err(DtbError::BadProperty {
+                node: "/interrupt-controller/irs@2f1a0000".into(),
+                prop: "arm,iaffids"
+            })
+        );
+    }
+}
