@@ -1,6 +1,7 @@
 //! Running external programs with errors that name the program.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::error::XtaskError;
 
@@ -56,4 +57,21 @@ pub fn stdout_of(cmd: &mut Command) -> Result<String, XtaskError> {
 /// The `cargo` that started us (so nested builds use the same toolchain).
 pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Waits for `child` at most `limit` (polling every 200 ms): its status,
+/// or None when the limit passed, the child then killed and reaped.
+pub fn wait_within(child: &mut Child, limit: Duration) -> Result<Option<ExitStatus>, String> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(Some(s));
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

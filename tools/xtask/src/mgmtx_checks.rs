@@ -169,20 +169,12 @@ fn run_schemathesis(
     c.stdout(out).stderr(err);
     let start = Instant::now();
     let mut child = c.spawn().map_err(|e| format!("schemathesis: {e}"))?;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break s;
-        }
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "schemathesis ({label}) did not finish within {} s: a hang? {}",
-                RUN_LIMIT.as_secs(),
-                out_path.display()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let Some(status) = crate::cmd::wait_within(&mut child, RUN_LIMIT)? else {
+        return Err(format!(
+            "schemathesis ({label}) did not finish within {} s: a hang? {}",
+            RUN_LIMIT.as_secs(),
+            out_path.display()
+        ));
     };
     let text = std::fs::read_to_string(&out_path).unwrap_or_default();
     let tail: Vec<&str> = text.lines().rev().take(40).collect();

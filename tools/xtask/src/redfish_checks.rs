@@ -83,20 +83,12 @@ fn run_logged(mut c: Command, out: &Path) -> Result<(bool, String, f64), String>
         .stderr(err)
         .spawn()
         .map_err(|e| format!("{c:?}: {e}"))?;
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break s;
-        }
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "{c:?} did not finish within {} s (log: {})",
-                RUN_LIMIT.as_secs(),
-                out.display()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let Some(status) = crate::cmd::wait_within(&mut child, RUN_LIMIT)? else {
+        return Err(format!(
+            "{c:?} did not finish within {} s (log: {})",
+            RUN_LIMIT.as_secs(),
+            out.display()
+        ));
     };
     let text = std::fs::read_to_string(out).unwrap_or_default();
     Ok((status.success(), text, start.elapsed().as_secs_f64()))
