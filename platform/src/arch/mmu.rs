@@ -29,7 +29,7 @@ pub fn build(ram: &[(u64, u64)]) {
     // pass over the 512 entries and one per range (checking every range
     // for every entry cost about 12,000 instructions of the boot).
     for (i, entry) in table.0.iter_mut().enumerate() {
-        *entry = i as u64 * GIB | BLOCK | AF | ATTR_DEVICE | XN;
+        *entry = (i as u64 * GIB) | BLOCK | AF | ATTR_DEVICE | XN;
     }
     for &(b, s) in ram {
         if s == 0 {
@@ -38,7 +38,7 @@ pub fn build(ram: &[(u64, u64)]) {
         let first = (b / GIB) as usize;
         let last = (b.saturating_add(s - 1) / GIB) as usize;
         for i in first..=last.min(table.0.len() - 1) {
-            table.0[i] = i as u64 * GIB | BLOCK | AF | SH_INNER | ATTR_NORMAL;
+            table.0[i] = (i as u64 * GIB) | BLOCK | AF | SH_INNER | ATTR_NORMAL;
         }
     }
     let start = table as *const Table as u64;
