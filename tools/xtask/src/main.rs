@@ -7,6 +7,7 @@ mod cmd;
 mod config_checks;
 mod cpio;
 mod deploy_checks;
+mod dma_checks;
 mod error;
 mod event_checks;
 mod fuzz;
