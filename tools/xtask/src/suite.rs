@@ -527,7 +527,7 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
     // Its faults may hold a refused BAR write (Hermit sizes BAR5's high
     // half with all-ones and writes the result back: a `PciConfig` fault
     // under a `pci` list), never a DMA fault.
-    if mgmt.text.contains(" state=1 ").then_some(()).is_none()
+    if !mgmt.text.contains(" state=1 ")
         || stack
             .qemu
             .lines()
