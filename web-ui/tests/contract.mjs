@@ -17,15 +17,16 @@ import { resolve } from 'node:path';
 import { loadContract } from './contract-lib.mjs';
 
 /** Check `base`'s GET endpoints; returns { passed, failed, pending, lines }. */
-export async function checkLive(base, { log = console.log, live = true } = {}) {
+export async function checkLive(base, { log = console.log, live = true, token = process.env.PINFOLD_TOKEN } = {}) {
   const contract = loadContract({ live });
   const root = base.replace(/\/+$/, '');
   const out = { passed: 0, failed: 0, pending: 0, problems: [] };
 
   async function get(path) {
-    // Reads need a credential (a viewer's will do): $PINFOLD_TOKEN when set.
+    // Reads need a credential (a viewer's will do): `token`, by default
+    // $PINFOLD_TOKEN; without one every read is a documented 401.
     const headers = { Accept: '*/*' };
-    if (process.env.PINFOLD_TOKEN) headers.Authorization = `Bearer ${process.env.PINFOLD_TOKEN}`;
+    if (token) headers.Authorization = `Bearer ${token}`;
     const res = await fetch(`${root}${path}`, { headers });
     // The event stream never ends: read nothing from it.
     const body = res.headers.get('content-type')?.startsWith('text/event-stream') ? '' : await res.text();

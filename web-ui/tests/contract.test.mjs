@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { generate } from '../scripts/gen-api.mjs';
 import { loadContract } from './contract-lib.mjs';
 import { checkLive } from './contract.mjs';
-import { createMock } from './mock-server.mjs';
+import { createMock, MOCK_TOKEN } from './mock-server.mjs';
 
 async function withMock(options, fn) {
   const mock = createMock(options);
@@ -23,7 +23,7 @@ async function withMock(options, fn) {
 
 test('every GET endpoint of the mock keeps the contract (strict: pending properties required)', async () => {
   await withMock({}, async (base, mock) => {
-    const r = await checkLive(base, { live: false, log: () => {} });
+    const r = await checkLive(base, { live: false, log: () => {}, token: MOCK_TOKEN });
     assert.deepEqual(r.problems, []);
     assert.equal(r.pending, 0, 'the mock serves every route');
     assert.ok(r.passed >= 15, `only ${r.passed} checks ran`);
@@ -37,7 +37,7 @@ test('a response with a field of the wrong type fails the live check, naming the
     return body;
   };
   await withMock({ mutate }, async (base) => {
-    const r = await checkLive(base, { log: () => {} });
+    const r = await checkLive(base, { log: () => {}, token: MOCK_TOKEN });
     assert.equal(r.failed, 1);
     assert.match(r.problems.join('\n'), /GET \/api\/v1\/host -> 200: \/cpu_count must be integer/);
   });

@@ -1248,8 +1248,10 @@ pub fn browser_summary(output: &str) -> Option<(u64, u64)> {
     Some((passed, failed))
 }
 
-/// Check 5: the REST contract against the real manager (web-ui/tests/contract.mjs:
-/// every GET endpoint's answer checked against manager/api/openapi.json),
+/// Check 5: the contract machinery's own tests (web-ui/tests/contract.test.mjs,
+/// against the mock), then the REST contract against the real manager
+/// (web-ui/tests/contract.mjs with the token: every GET endpoint's answer
+/// checked against manager/api/openapi.json),
 /// then the web UI's browser test (web-ui/tests/ui.test.mjs) in Chromium
 /// against it; it leaves `ui.png` behind.
 pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
@@ -1274,12 +1276,33 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
     let token = stack.token(deadline)?;
     stack.first_answer()?;
 
+    // The contract machinery itself first (the mock keeps the contract, a
+    // broken answer is caught, the generator refuses what it cannot type).
+    let machinery_log = ws.root.join("target/pinfold/test-logs/web-ui-contract-tests.log");
+    let machinery = run_logged(
+        Command::new("node")
+            .current_dir(&ui)
+            .args(["--test", "tests/contract.test.mjs"]),
+        &machinery_log,
+        BROWSER_LIMIT,
+    )?;
+    if !machinery.status_ok || !machinery.text.contains("# fail 0") {
+        return Err(format!(
+            "the contract machinery's own tests (node --test tests/contract.test.mjs) fail ({}): see {}",
+            machinery.status,
+            ws.relative(&machinery_log)
+        ));
+    }
+
+    // With the token: every read answers 200 and its body is checked (without
+    // one, each would be a documented 401 and nothing of the bodies).
     let contract_log = ws.root.join("target/pinfold/test-logs/web-ui-contract.log");
     let contract = run_logged(
         Command::new("node")
             .current_dir(&ui)
             .arg("tests/contract.mjs")
-            .arg(crate::http::base_url(&authority())),
+            .arg(crate::http::base_url(&authority()))
+            .env("PINFOLD_TOKEN", &token),
         &contract_log,
         BROWSER_LIMIT,
     )?;
