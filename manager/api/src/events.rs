@@ -1,7 +1,9 @@
 //! The manager's event log and console history: the hypervisor's events
 //! (EVENTS_READ) merged with the manager's own (`login_refused`, `config`)
 //! in one sequence, the Server-Sent Events framing of `GET
-//! /api/v1/events/stream`, and the per-partition console history behind
+//! /api/v1/events/stream` (an [`EventStream`] takes the framing it is
+//! given: the Redfish EventService's is `redfish::event_frame`), and the
+//! per-partition console history behind
 //! `GET /api/v1/partitions/{name}/console/history`.
 //!
 //! # Sequence numbers
