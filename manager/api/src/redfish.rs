@@ -10,8 +10,9 @@
 //!   service document, `$metadata`; `Systems` (one ComputerSystem per
 //!   partition, by name; the management partition is marked in
 //!   `Oem.Pinfold` and its resets are refused), each with `Processors`
-//!   (one per vCPU), `Memory` (one region), `EthernetInterfaces` (empty:
-//!   the hypervisor's partition data names no NICs), the
+//!   (one per vCPU), `Memory` (one region), `EthernetInterfaces` (one
+//!   per owned PCI function of class 02xxxx, from PARTITION_INFO's `pci`,
+//!   Id = its BDF; no MACAddress: the hypervisor does not read it), the
 //!   `ComputerSystem.Reset` action and its ActionInfo; `Chassis/host`;
 //!   `Managers/manager` (the management partition); `SessionService` and
 //!   its `Sessions`; `AccountService` (read only: the credential list, no
@@ -81,6 +82,7 @@ const T_PROCESSOR: &str = "#Processor.v1_18_0.Processor";
 const T_MEMORIES: &str = "#MemoryCollection.MemoryCollection";
 const T_MEMORY: &str = "#Memory.v1_17_0.Memory";
 const T_NICS: &str = "#EthernetInterfaceCollection.EthernetInterfaceCollection";
+const T_NIC: &str = "#EthernetInterface.v1_9_0.EthernetInterface";
 const T_ACTION_INFO: &str = "#ActionInfo.v1_4_0.ActionInfo";
 const T_CHASSIS_C: &str = "#ChassisCollection.ChassisCollection";
 const T_CHASSIS: &str = "#Chassis.v1_23_0.Chassis";
@@ -121,6 +123,10 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     (
         "EthernetInterfaceCollection_v1",
         &["EthernetInterfaceCollection"],
+    ),
+    (
+        "EthernetInterface_v1",
+        &["EthernetInterface", "EthernetInterface.v1_9_0"],
     ),
     ("ActionInfo_v1", &["ActionInfo", "ActionInfo.v1_4_0"]),
     ("ChassisCollection_v1", &["ChassisCollection"]),
@@ -471,6 +477,54 @@ fn status(p: &PartitionSummary) -> Value {
         _ => "OK",
     };
     json!({ "State": state, "Health": health })
+}
+
+/// The Ethernet controllers (PCI class 02xxxx) partition `p` owns, as
+/// its PARTITION_INFO (ABI 3.2) lists them; none when the call fails.
+fn nics<B: Backend>(router: &mut Router<B>, p: &PartitionSummary) -> Vec<pinfold_abi::PciFunction> {
+    router
+        .backend
+        .detail(p.index)
+        .map(|d| {
+            d.pci
+                .into_iter()
+                .filter(|f| f.class >> 16 == 0x02)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One EthernetInterface: an assigned NIC function. No `MACAddress`: the
+/// MAC is in the device (virtio-net's config space, set on QEMU's command
+/// line), which the hypervisor does not read; it only reports the config
+/// header's IDs and class.
+fn nic(p: &PartitionSummary, f: &pinfold_abi::PciFunction) -> Value {
+    let bdf = crate::json::pci_bdf(f);
+    let on = matches!(
+        p.state,
+        PartitionState::Running | PartitionState::Stopping | PartitionState::ShuttingDown
+    );
+    resource(
+        &format!("{}/EthernetInterfaces/{bdf}", system_uri(&p.name)),
+        T_NIC,
+        json!({
+            "Id": bdf,
+            "Name": format!("{} NIC {bdf}", p.name),
+            "Description": "A host PCI Ethernet function assigned to the partition (its \
+                            guest drives it); the MAC address is the device's, not known \
+                            to the hypervisor",
+            "InterfaceEnabled": on,
+            "Status": {
+                "State": if on { "Enabled" } else { "StandbyOffline" },
+                "Health": "OK",
+            },
+            "Oem": { "Pinfold": {
+                "PciAddress": bdf,
+                "VendorDevice": format!("{:04x}:{:04x}", f.vendor_id, f.device_id),
+                "Class": format!("{:06x}", f.class & 0x00ff_ffff),
+            } },
+        }),
+    )
 }
 
 const OK_STATUS: fn() -> Value = || json!({"State": "Enabled", "Health": "OK"});
@@ -882,11 +936,20 @@ fn get<B: Backend>(
         Target::Nics(name) => {
             let p = find(router, name)?;
             let base = format!("{}/EthernetInterfaces", system_uri(&p.name));
-            collection(&base, T_NICS, "Ethernet Interface Collection", &[])
+            let members: Vec<String> = nics(router, &p)
+                .iter()
+                .map(|f| format!("{base}/{}", crate::json::pci_bdf(f)))
+                .collect();
+            collection(&base, T_NICS, "Ethernet Interface Collection", &members)
         }
         Target::Nic(name, id) => {
-            find(router, name)?;
-            return Err(RfError::not_found("EthernetInterface", id));
+            let p = find(router, name)?;
+            let id = crate::percent_decode(id).unwrap_or_else(|| id.to_string());
+            let f = nics(router, &p)
+                .into_iter()
+                .find(|f| crate::json::pci_bdf(f) == id)
+                .ok_or_else(|| RfError::not_found("EthernetInterface", &id))?;
+            nic(&p, &f)
         }
         Target::ResetInfo(name) => {
             let p = find(router, name)?;

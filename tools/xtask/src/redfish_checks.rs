@@ -272,6 +272,9 @@ pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
         ));
     }
 
+    // EthernetInterfaces from the assigned NICs, and the REST host PCI list.
+    notes.push(nics_check(&token)?);
+
     // 3. Ansible (the event log's end first: step 4 reads from there).
     let cursor = event_end(&token)?;
     let playbook = dir.join("redfish_playbook.yml");
@@ -319,6 +322,75 @@ pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
     Ok(notes)
 }
 
+fn get_json(token: &str, path: &str) -> Result<serde_json::Value, String> {
+    let reply = http::send(
+        &authority(),
+        &Request {
+            token: Some(token),
+            ..Request::get(path)
+        },
+        Duration::from_secs(30),
+    )
+    .map_err(|e| format!("GET {path}: {e}"))?;
+    if reply.status != 200 {
+        return Err(format!(
+            "GET {path} answered {}: {}",
+            reply.status, reply.body
+        ));
+    }
+    serde_json::from_str(&reply.body).map_err(|e| format!("GET {path}: {e}"))
+}
+
+/// beta's EthernetInterfaces is its one NIC, 0000:00:03.0 (a
+/// virtio-net-pci: class 020000), and `GET /api/v1/host/pci` names the
+/// three NICs of the default plan with their owners.
+fn nics_check(token: &str) -> Result<String, String> {
+    let base = "/redfish/v1/Systems/beta/EthernetInterfaces";
+    let nics = get_json(token, base)?;
+    let want = serde_json::json!([{"@odata.id": format!("{base}/0000:00:03.0")}]);
+    if nics["Members"] != want {
+        return Err(format!("beta's EthernetInterfaces: {nics}, want {want}"));
+    }
+    let nic = get_json(token, &format!("{base}/0000:00:03.0"))?;
+    if nic["Id"] != "0000:00:03.0"
+        || nic["InterfaceEnabled"] != true
+        || nic["Oem"]["Pinfold"]["PciAddress"] != "0000:00:03.0"
+        || !nic["Oem"]["Pinfold"]["Class"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("02"))
+    {
+        return Err(format!("beta's NIC 0000:00:03.0: {nic}"));
+    }
+    let pci = get_json(token, "/api/v1/host/pci")?;
+    let functions = pci["functions"].as_array().cloned().unwrap_or_default();
+    let owned: Vec<String> = functions
+        .iter()
+        .filter(|f| f["class"].as_str().is_some_and(|c| c.starts_with("02")))
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["bdf"].as_str().unwrap_or("?"),
+                f["owner"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    for want in [
+        "0000:00:01.0 mgmt",
+        "0000:00:02.0 alpha",
+        "0000:00:03.0 beta",
+    ] {
+        if !owned.iter().any(|o| o == want) {
+            return Err(format!("GET /api/v1/host/pci lacks {want}: {pci}"));
+        }
+    }
+    Ok(format!(
+        "EthernetInterfaces: beta's one member 0000:00:03.0 ({}); /api/v1/host/pci: {} functions, NICs {}",
+        nic["Oem"]["Pinfold"]["VendorDevice"].as_str().unwrap_or("?"),
+        functions.len(),
+        owned.join(", ")
+    ))
+}
+
 /// One past the event log's last sequence number (`next` of a read
 /// from beyond the end).
 fn event_end(token: &str) -> Result<u64, String> {
@@ -341,6 +413,7 @@ fn event_end(token: &str) -> Result<u64, String> {
 /// well-formed Redfish Event, if it is not.
 pub fn event_shape(id: u64, e: &serde_json::Value) -> Result<(), String> {
     let rec = &e["Events"][0];
+    let want = id.to_string();
     let checks = [
         (
             e["@odata.type"]
@@ -348,9 +421,9 @@ pub fn event_shape(id: u64, e: &serde_json::Value) -> Result<(), String> {
                 .is_some_and(|t| t.starts_with("#Event.v1_")),
             "@odata.type",
         ),
-        (e["Id"] == id.to_string(), "Id = the id: line"),
+        (e["Id"] == want.as_str(), "Id = the id: line"),
         (e["Context"].is_string(), "Context"),
-        (rec["EventId"] == id.to_string(), "EventId = the id: line"),
+        (rec["EventId"] == want.as_str(), "EventId = the id: line"),
         (rec["EventType"].is_string(), "EventType"),
         (
             rec["EventTimestamp"]

@@ -262,7 +262,59 @@ fn a_system_reports_power_status_cpus_memory_boot_and_reset() {
     let mem = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/Memory/ram")));
     assert_eq!(mem["CapacityMiB"], 256);
     let nics = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/EthernetInterfaces")));
-    assert_eq!(nics["Members@odata.count"], 0);
+    assert_eq!(nics["Members@odata.count"], 1);
+}
+
+#[test]
+fn ethernet_interfaces_are_the_owned_functions_of_class_02() {
+    let mut r = router();
+    let nics = body_json(&r.handle(&rf_get("/redfish/v1/Systems/beta/EthernetInterfaces")));
+    // beta's NVMe controller (00:04.0, class 010802) is not a NIC.
+    assert_eq!(nics["Members@odata.count"], 1);
+    assert_eq!(
+        nics["Members"],
+        json!([{"@odata.id": "/redfish/v1/Systems/beta/EthernetInterfaces/0000:00:03.0"}])
+    );
+    let resp = r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/EthernetInterfaces/0000:00:03.0",
+    ));
+    assert_eq!(resp.status, 200);
+    let nic = body_json(&resp);
+    assert_eq!(
+        nic["@odata.type"],
+        "#EthernetInterface.v1_9_0.EthernetInterface"
+    );
+    assert_eq!(nic["Id"], "0000:00:03.0");
+    assert_eq!(
+        nic["InterfaceEnabled"], false,
+        "beta is stopped in the fake"
+    );
+    assert_eq!(
+        nic["Status"],
+        json!({"State": "StandbyOffline", "Health": "OK"})
+    );
+    assert_eq!(nic["Oem"]["Pinfold"]["PciAddress"], "0000:00:03.0");
+    assert_eq!(nic["Oem"]["Pinfold"]["VendorDevice"], "1af4:1041");
+    assert!(nic.get("MACAddress").is_none(), "the MAC is not known");
+    // Percent-encoded colons name the same interface.
+    let enc = r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/EthernetInterfaces/0000%3A00%3A03.0",
+    ));
+    assert_eq!(enc.status, 200);
+    for other in ["0000:00:04.0", "0000:00:02.0"] {
+        let resp = r.handle(&rf_get(&format!(
+            "/redfish/v1/Systems/beta/EthernetInterfaces/{other}"
+        )));
+        assert_eq!(resp.status, 404, "{other}");
+        assert_eq!(message_id(&resp), "Base.1.15.0.ResourceNotFound");
+    }
+    // A running partition's interface is enabled.
+    assert_eq!(reset(&mut r, "beta", "On").status, 204);
+    let nic = body_json(&r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/EthernetInterfaces/0000:00:03.0",
+    )));
+    assert_eq!(nic["InterfaceEnabled"], true);
+    assert_eq!(nic["Status"]["State"], "Enabled");
 }
 
 #[test]
