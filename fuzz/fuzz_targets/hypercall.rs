@@ -100,6 +100,7 @@ impl Manage for Hv {
                     format: pinfold_config::KernelFormat::Raw,
                 },
             ),
+            pci: Vec::new(),
         })
     }
     fn start(&mut self, index: u32) -> Result<(), AbiError> {

@@ -96,6 +96,7 @@ impl Backend for Fake {
             faults: 0,
             vcpus: Vec::new(),
             plan,
+            pci: Vec::new(),
         })
     }
     fn start(&mut self, index: u32) -> Result<(), CallError> {

@@ -2864,3 +2864,34 @@ fn a_due_restart_does_not_rearm_the_el2_timer_in_the_past() {
     );
     assert_eq!(hw.wakeup, Some(hw.now + HALF_S), "then the checks again");
 }
+
+#[test]
+fn partition_info_lists_every_partitions_own_pci_functions() {
+    use crate::hypercall::Manage;
+    let sys = system();
+    let mut hw = FakeHw::new();
+    let nic = pinfold_abi::PciFunction {
+        bus: 0,
+        device: 3,
+        function: 0,
+        vendor_id: 0x1af4,
+        device_id: 0x1041,
+        class: 0x02_00_00,
+    };
+    *sys.partition(1)
+        .unwrap()
+        .pci_found
+        .lock(crate::lockstat::LockPath::Management) = alloc::vec![nic];
+    // The manager (mgmt, on CPU 0) reads beta's (index 1) and alpha's.
+    let mut cpu = CpuState::new(sys, 0);
+    let cell = core::cell::RefCell::new(&mut hw);
+    let mgr = crate::manage::Manager {
+        sys,
+        cpu: &mut cpu,
+        hw: &cell,
+    };
+    assert_eq!(mgr.detail(1).expect("beta").pci, [nic]);
+    assert_eq!(mgr.detail(0).expect("alpha").pci, []);
+    // PCI_FUNCTIONS still gives the caller only its own (mgmt has none).
+    assert_eq!(mgr.pci_functions(), []);
+}

@@ -649,6 +649,7 @@ mod tests {
                         format: pinfold_config::KernelFormat::Raw,
                     },
                 ),
+                pci: Vec::new(),
             })
         }
 
@@ -810,7 +811,7 @@ mod tests {
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0003_0001, 0, 0]);
+        assert_eq!(x, [0, 0x0003_0002, 0, 0]);
     }
 
     #[test]

@@ -146,11 +146,13 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
                 }
             })
             .collect();
+        let pci = p.pci_found.lock(LockPath::Management).clone();
         Some(PartitionDetail {
             summary: self.summary(&p),
             faults: p.faults.load(Ordering::Relaxed),
             vcpus,
             plan: p.plan.clone(),
+            pci,
         })
     }
 

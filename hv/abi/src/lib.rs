@@ -95,7 +95,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 1 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 2 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -1078,6 +1078,10 @@ pub struct PartitionDetail {
     /// (3.0) Its plan entry as the hypervisor holds it (image indices name
     /// LIST_IMAGES entries).
     pub plan: PartitionPlan,
+    /// (3.2) The host PCI functions it owns, as its last start or stop
+    /// found them (PCI_FUNCTIONS gives a partition its own; this lets the
+    /// manager see every partition's, e.g. which are NICs).
+    pub pci: Vec<PciFunction>,
 }
 
 /// (3.0) What an image is for.
@@ -1424,13 +1428,21 @@ mod tests {
                 injected: 480,
             }],
             plan: sample_plan(),
+            pci: vec![PciFunction {
+                bus: 0,
+                device: 3,
+                function: 0,
+                vendor_id: 0x1af4,
+                device_id: 0x1041,
+                class: 0x02_00_00,
+            }],
         }
     }
 
     #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0001);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0002);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The manager's event log and console history: the hypervisor's events
 //! (EVENTS_READ) merged with the manager's own (`login_refused`, `config`)
 //! in one sequence, the Server-Sent Events framing of `GET
-//! /api/v1/events/stream`, and the per-partition console history behind
+//! /api/v1/events/stream` (an [`EventStream`] takes the framing it is
+//! given: the Redfish EventService's is `redfish::event_frame`), and the
+//! per-partition console history behind
 //! `GET /api/v1/partitions/{name}/console/history`.
 //!
 //! # Sequence numbers
@@ -233,19 +235,28 @@ pub fn sse_frame(e: &ApiEvent) -> String {
 /// The heartbeat comment a quiet stream sends.
 pub const SSE_HEARTBEAT: &str = ": heartbeat\n\n";
 
-/// One open event stream: where it is and when it last wrote.
+/// One open event stream: where it is, when it last wrote, and how it
+/// frames an event ([`sse_frame`] for the REST stream, the Redfish
+/// `Event` frame for the EventService one).
 #[derive(Debug, Clone)]
 pub struct EventStream {
     pub next: u64,
     last_write: Instant,
+    frame: fn(&ApiEvent) -> String,
 }
 
 impl EventStream {
-    /// A stream from sequence number `since` on; `retry` hint first.
+    /// A REST stream from sequence number `since` on; `retry` hint first.
     pub fn new(since: u64, now: Instant) -> Self {
+        Self::framed(since, now, sse_frame)
+    }
+
+    /// A stream from `since` on whose events `frame` writes.
+    pub fn framed(since: u64, now: Instant, frame: fn(&ApiEvent) -> String) -> Self {
         EventStream {
             next: since,
             last_write: now,
+            frame,
         }
     }
 
@@ -256,7 +267,7 @@ impl EventStream {
         self.next = list.next;
         if !list.events.is_empty() {
             self.last_write = now;
-            return Some(list.events.iter().map(sse_frame).collect());
+            return Some(list.events.iter().map(self.frame).collect());
         }
         if now.duration_since(self.last_write) >= HEARTBEAT {
             self.last_write = now;

@@ -700,3 +700,39 @@ impl ImportResult {
         }
     }
 }
+
+/// `GET /api/v1/host/pci`: the host PCI functions the partitions own
+/// (PARTITION_INFO's `pci`, ABI 3.2), by BDF.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPci {
+    pub functions: Vec<PciFunction>,
+}
+
+/// One host PCI function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciFunction {
+    /// `0000:BB:DD.F` (segment 0: the one host bridge).
+    pub bdf: String,
+    /// `vvvv:dddd`, hex.
+    pub vendor_device: String,
+    /// Base class, subclass, programming interface: six hex digits.
+    pub class: String,
+    /// The partition that owns it; null for none.
+    pub owner: Option<String>,
+}
+
+impl PciFunction {
+    pub fn new(f: &pinfold_abi::PciFunction, owner: Option<&str>) -> Self {
+        PciFunction {
+            bdf: pci_bdf(f),
+            vendor_device: format!("{:04x}:{:04x}", f.vendor_id, f.device_id),
+            class: format!("{:06x}", f.class & 0x00ff_ffff),
+            owner: owner.map(str::to_string),
+        }
+    }
+}
+
+/// A function's address as `0000:BB:DD.F`.
+pub fn pci_bdf(f: &pinfold_abi::PciFunction) -> String {
+    format!("0000:{:02x}:{:02x}.{}", f.bus, f.device, f.function)
+}

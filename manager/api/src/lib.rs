@@ -140,6 +140,8 @@ pub type StaticFile = (&'static str, &'static str, &'static [u8]);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     GetHost,
+    /// `GET /api/v1/host/pci`.
+    GetHostPci,
     ListPartitions,
     GetPartition {
         name: String,
@@ -236,6 +238,7 @@ pub enum Action {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Host,
+    HostPci,
     Partitions,
     Partition,
     Start,
@@ -286,6 +289,7 @@ const fn route(method: &'static str, pattern: &'static str, endpoint: Endpoint) 
 /// outside `/api/` and `/metrics` are the web UI's static files.
 pub const ROUTES: &[Route] = &[
     route("GET", "/api/v1/host", Endpoint::Host),
+    route("GET", "/api/v1/host/pci", Endpoint::HostPci),
     route("GET", "/api/v1/partitions", Endpoint::Partitions),
     route("POST", "/api/v1/partitions", Endpoint::Partitions),
     route("GET", "/api/v1/partitions/{name}", Endpoint::Partition),
@@ -650,6 +654,7 @@ fn build_action(
     };
     Ok(match endpoint {
         Endpoint::Host => Action::GetHost,
+        Endpoint::HostPci => Action::GetHostPci,
         Endpoint::Partitions if req.method == "POST" => Action::CreatePartition {
             patch: runtime::ConfigPatch::parse(&req.body, None)?,
         },
@@ -1099,6 +1104,22 @@ impl<B: Backend> Router<B> {
                 // A hypervisor without the call (ABI < 2.2) or a clock: null.
                 host.time = self.backend.wall_clock_ms().ok().map(time::rfc3339);
                 Ok(json_response(200, &host))
+            }
+            Action::GetHostPci => {
+                let mut functions = Vec::new();
+                for p in self.partitions()? {
+                    let d = self
+                        .backend
+                        .detail(p.index)
+                        .map_err(|e| ApiError::from_call(e, &p.name))?;
+                    functions.extend(
+                        d.pci
+                            .iter()
+                            .map(|f| json::PciFunction::new(f, Some(&p.name))),
+                    );
+                }
+                functions.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+                Ok(json_response(200, &json::HostPci { functions }))
             }
             Action::ListPartitions => {
                 let mut partitions = Vec::new();

@@ -10,13 +10,16 @@
 //!   service document, `$metadata`; `Systems` (one ComputerSystem per
 //!   partition, by name; the management partition is marked in
 //!   `Oem.Pinfold` and its resets are refused), each with `Processors`
-//!   (one per vCPU), `Memory` (one region), `EthernetInterfaces` (empty:
-//!   the hypervisor's partition data names no NICs), the
+//!   (one per vCPU), `Memory` (one region), `EthernetInterfaces` (one
+//!   per owned PCI function of class 02xxxx, from PARTITION_INFO's `pci`,
+//!   Id = its BDF; no MACAddress: the hypervisor does not read it), the
 //!   `ComputerSystem.Reset` action and its ActionInfo; `Chassis/host`;
 //!   `Managers/manager` (the management partition); `SessionService` and
 //!   its `Sessions`; `AccountService` (read only: the credential list, no
 //!   secrets) with `Accounts` and `Roles`; `EventService` whose
-//!   `ServerSentEventUri` streams the REST API's event log (same frames).
+//!   `ServerSentEventUri` streams the REST API's event log as Redfish
+//!   `Event` resources ([`event_resource`]; `id:` = the event's sequence
+//!   number, so `Last-Event-ID` resumes; `$filter` is not supported).
 //! - **Auth.** Open: `/redfish`, `/redfish/v1`, `odata`, `$metadata`, and
 //!   POST `Sessions` (the login). Else one of: `X-Auth-Token` (a session
 //!   token, or any REST API bearer token), `Authorization: Basic`
@@ -79,6 +82,7 @@ const T_PROCESSOR: &str = "#Processor.v1_18_0.Processor";
 const T_MEMORIES: &str = "#MemoryCollection.MemoryCollection";
 const T_MEMORY: &str = "#Memory.v1_17_0.Memory";
 const T_NICS: &str = "#EthernetInterfaceCollection.EthernetInterfaceCollection";
+const T_NIC: &str = "#EthernetInterface.v1_9_0.EthernetInterface";
 const T_ACTION_INFO: &str = "#ActionInfo.v1_4_0.ActionInfo";
 const T_CHASSIS_C: &str = "#ChassisCollection.ChassisCollection";
 const T_CHASSIS: &str = "#Chassis.v1_23_0.Chassis";
@@ -93,6 +97,14 @@ const T_ACCOUNT: &str = "#ManagerAccount.v1_10_0.ManagerAccount";
 const T_ROLES: &str = "#RoleCollection.RoleCollection";
 const T_ROLE: &str = "#Role.v1_3_1.Role";
 const T_EVENT_SERVICE: &str = "#EventService.v1_10_0.EventService";
+/// What the EventService stream sends (Event 1.3: `EventType` per record
+/// is deprecated there but still stated, for older clients).
+pub const T_EVENT: &str = "#Event.v1_3_0.Event";
+/// The registry the stream's event `MessageId`s come from.
+pub const EVENT_REGISTRY: &str = "ResourceEvent.1.4.2";
+/// The `Context` of every streamed Event (there are no subscriptions to
+/// name one).
+pub const EVENT_CONTEXT: &str = "pinfold-sse";
 
 /// Every schema `$metadata` references: (namespace file, namespaces).
 const SCHEMAS: &[(&str, &[&str])] = &[
@@ -111,6 +123,10 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     (
         "EthernetInterfaceCollection_v1",
         &["EthernetInterfaceCollection"],
+    ),
+    (
+        "EthernetInterface_v1",
+        &["EthernetInterface", "EthernetInterface.v1_9_0"],
     ),
     ("ActionInfo_v1", &["ActionInfo", "ActionInfo.v1_4_0"]),
     ("ChassisCollection_v1", &["ChassisCollection"]),
@@ -461,6 +477,54 @@ fn status(p: &PartitionSummary) -> Value {
         _ => "OK",
     };
     json!({ "State": state, "Health": health })
+}
+
+/// The Ethernet controllers (PCI class 02xxxx) partition `p` owns, as
+/// its PARTITION_INFO (ABI 3.2) lists them; none when the call fails.
+fn nics<B: Backend>(router: &mut Router<B>, p: &PartitionSummary) -> Vec<pinfold_abi::PciFunction> {
+    router
+        .backend
+        .detail(p.index)
+        .map(|d| {
+            d.pci
+                .into_iter()
+                .filter(|f| f.class >> 16 == 0x02)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One EthernetInterface: an assigned NIC function. No `MACAddress`: the
+/// MAC is in the device (virtio-net's config space, set on QEMU's command
+/// line), which the hypervisor does not read; it only reports the config
+/// header's IDs and class.
+fn nic(p: &PartitionSummary, f: &pinfold_abi::PciFunction) -> Value {
+    let bdf = crate::json::pci_bdf(f);
+    let on = matches!(
+        p.state,
+        PartitionState::Running | PartitionState::Stopping | PartitionState::ShuttingDown
+    );
+    resource(
+        &format!("{}/EthernetInterfaces/{bdf}", system_uri(&p.name)),
+        T_NIC,
+        json!({
+            "Id": bdf,
+            "Name": format!("{} NIC {bdf}", p.name),
+            "Description": "A host PCI Ethernet function assigned to the partition (its \
+                            guest drives it); the MAC address is the device's, not known \
+                            to the hypervisor",
+            "InterfaceEnabled": on,
+            "Status": {
+                "State": if on { "Enabled" } else { "StandbyOffline" },
+                "Health": "OK",
+            },
+            "Oem": { "Pinfold": {
+                "PciAddress": bdf,
+                "VendorDevice": format!("{:04x}:{:04x}", f.vendor_id, f.device_id),
+                "Class": format!("{:06x}", f.class & 0x00ff_ffff),
+            } },
+        }),
+    )
 }
 
 const OK_STATUS: fn() -> Value = || json!({"State": "Enabled", "Health": "OK"});
@@ -872,11 +936,20 @@ fn get<B: Backend>(
         Target::Nics(name) => {
             let p = find(router, name)?;
             let base = format!("{}/EthernetInterfaces", system_uri(&p.name));
-            collection(&base, T_NICS, "Ethernet Interface Collection", &[])
+            let members: Vec<String> = nics(router, &p)
+                .iter()
+                .map(|f| format!("{base}/{}", crate::json::pci_bdf(f)))
+                .collect();
+            collection(&base, T_NICS, "Ethernet Interface Collection", &members)
         }
         Target::Nic(name, id) => {
-            find(router, name)?;
-            return Err(RfError::not_found("EthernetInterface", id));
+            let p = find(router, name)?;
+            let id = crate::percent_decode(id).unwrap_or_else(|| id.to_string());
+            let f = nics(router, &p)
+                .into_iter()
+                .find(|f| crate::json::pci_bdf(f) == id)
+                .ok_or_else(|| RfError::not_found("EthernetInterface", &id))?;
+            nic(&p, &f)
         }
         Target::ResetInfo(name) => {
             let p = find(router, name)?;
@@ -1057,9 +1130,9 @@ fn get<B: Backend>(
             json!({
                 "Id": "EventService",
                 "Name": "Event Service",
-                "Description": "Server-Sent Events of the management API's event log (the \
-                                same frames as GET /api/v1/events/stream); no push \
-                                subscriptions",
+                "Description": "Server-Sent Events of the management API's event log, \
+                                each a Redfish Event (ResourceEvent registry); no push \
+                                subscriptions, no $filter",
                 "ServiceEnabled": true,
                 "ServerSentEventUri": SSE_URI,
                 "Status": OK_STATUS(),
@@ -1325,16 +1398,153 @@ fn session_json(s: &Session) -> Value {
 }
 
 /// The SSE URI asked through [`handle`] (not the server's open stream):
-/// what is kept, whole, as the REST event stream does.
+/// what is kept, whole, as Redfish Event frames.
 fn event_stream_whole<B: Backend>(
     router: &mut Router<B>,
     req: &Request,
     query: &str,
 ) -> Result<Response, RfError> {
     let since = crate::stream_cursor(req, query).map_err(RfError::from_api)?;
-    router
-        .execute(crate::Action::EventStream { since })
-        .map_err(RfError::from_api)
+    router.poll_events();
+    let list = router.events.since(since, crate::events::EVENTS_KEPT);
+    let body: String = list.events.iter().map(event_frame).collect();
+    let mut resp = Response::new(200, crate::EVENT_STREAM, body.into_bytes());
+    resp.headers.push(("Cache-Control", "no-cache".to_string()));
+    Ok(resp)
+}
+
+/// One event log entry as a Redfish `Event` resource ([`T_EVENT`]): its
+/// `Id` and `EventId` the event's sequence number, `MessageId` from
+/// [`EVENT_REGISTRY`] (or Base for a refused login) chosen by the kind
+/// and, for `state`, by how the hypervisor's text begins; the manager's
+/// own text is kept in `Oem.Pinfold`.
+pub fn event_resource(e: &crate::events::ApiEvent) -> Value {
+    let name = e.partition.as_deref();
+    let who = name.unwrap_or("manager");
+    let m = &e.message;
+    // (EventType, MessageId key, args, Severity, Message)
+    let (event_type, key, args, severity, message): (&str, &str, Vec<String>, &str, String) =
+        match e.kind.as_str() {
+            "state" if m.starts_with("running") => (
+                "StatusChange",
+                "ResourcePoweredOn",
+                vec![who.into()],
+                "OK",
+                format!("The resource '{who}' has powered on."),
+            ),
+            "state" if m.starts_with("stopped") => (
+                "StatusChange",
+                "ResourcePoweredOff",
+                vec![who.into()],
+                "OK",
+                format!("The resource '{who}' has powered off."),
+            ),
+            "state" if m.starts_with("shutting down") => (
+                "StatusChange",
+                "ResourcePoweringOff",
+                vec![who.into()],
+                "OK",
+                format!("The resource '{who}' is powering off."),
+            ),
+            "state" if m.starts_with("crashed") => (
+                "StatusChange",
+                "ResourceStatusChangedCritical",
+                vec![who.into(), "Critical".into()],
+                "Critical",
+                format!("The health of resource '{who}' has changed to Critical."),
+            ),
+            "state" => (
+                "StatusChange",
+                "ResourceStateChanged",
+                vec![who.into(), m.clone()],
+                "OK",
+                format!("The state of resource '{who}' has changed to {m}."),
+            ),
+            "fault" => (
+                "Alert",
+                "ResourceErrorsDetected",
+                vec!["Status".into(), m.clone()],
+                "Warning",
+                format!("The resource property Status has detected errors of type '{m}'."),
+            ),
+            "login_refused" => {
+                // "METHOD PATH[ from PEER]: why" (Router::login_refused).
+                let (what, why) = m.split_once(": ").unwrap_or((m.as_str(), ""));
+                let uri = what.split(' ').nth(1).unwrap_or(what);
+                return event_json(
+                    e,
+                    "Alert",
+                    &format!("{REGISTRY}.ResourceAtUriUnauthorized"),
+                    vec![uri.into(), why.into()],
+                    "Critical",
+                    format!(
+                        "While accessing the resource at {uri}, the service received an \
+                         authorization error {why}."
+                    ),
+                    "/redfish/v1/SessionService",
+                );
+            }
+            _ => (
+                "ResourceUpdated",
+                "ResourceChanged",
+                Vec::new(),
+                "OK",
+                "One or more resource properties have changed.".into(),
+            ),
+        };
+    let origin = name.map_or_else(|| MANAGER_URI.to_string(), system_uri);
+    event_json(
+        e,
+        event_type,
+        &format!("{EVENT_REGISTRY}.{key}"),
+        args,
+        severity,
+        message,
+        &origin,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn event_json(
+    e: &crate::events::ApiEvent,
+    event_type: &str,
+    message_id: &str,
+    args: Vec<String>,
+    severity: &str,
+    message: String,
+    origin: &str,
+) -> Value {
+    let mut record = json!({
+        "MemberId": "0",
+        "EventType": event_type,
+        "EventId": e.seq.to_string(),
+        "Severity": severity,
+        "Message": message,
+        "MessageId": message_id,
+        "MessageArgs": args,
+        "OriginOfCondition": { "@odata.id": origin },
+        "Oem": { "Pinfold": {
+            "Kind": e.kind,
+            "Partition": e.partition,
+            "Detail": e.message,
+        } },
+    });
+    if let Some(t) = &e.time {
+        record["EventTimestamp"] = json!(t);
+    }
+    json!({
+        "@odata.type": T_EVENT,
+        "Id": e.seq.to_string(),
+        "Name": "Pinfold event",
+        "Context": EVENT_CONTEXT,
+        "Events": [record],
+    })
+}
+
+/// One event as an EventService SSE frame: `id:` the sequence number (so
+/// `Last-Event-ID` resumes), `data:` the [`event_resource`] on one line.
+pub fn event_frame(e: &crate::events::ApiEvent) -> String {
+    format!("id: {}\ndata: {}\n\n", e.seq, event_resource(e))
 }
 
 /// Opens the EventService stream for the server (like
@@ -1353,7 +1563,11 @@ pub fn open_stream<B: Backend>(
     authenticate(router, req).map_err(|e| e.to_response())?;
     let since = crate::stream_cursor(req, query).map_err(|e| RfError::from_api(e).to_response())?;
     router.poll_events();
-    Ok(crate::events::EventStream::new(since, Instant::now()))
+    Ok(crate::events::EventStream::framed(
+        since,
+        Instant::now(),
+        event_frame,
+    ))
 }
 
 // ---------------------------------------------------------------------------

@@ -310,6 +310,7 @@ impl Backend for FakeBackend {
                 injected: 480,
             }],
             plan,
+            pci: fake_pci(index),
         })
     }
 
@@ -663,6 +664,26 @@ impl Backend for FakeBackend {
     }
 }
 
+/// The fake's PCI functions, as the default plan has them: a
+/// virtio-net-pci each (mgmt 00:01.0, alpha 00:02.0, beta 00:03.0), and
+/// beta also an NVMe controller (00:04.0, not a NIC).
+fn fake_pci(index: u32) -> Vec<pinfold_abi::PciFunction> {
+    let f = |device, device_id, class| pinfold_abi::PciFunction {
+        bus: 0,
+        device,
+        function: 0,
+        vendor_id: if class == 0x02_00_00 { 0x1af4 } else { 0x1b36 },
+        device_id,
+        class,
+    };
+    match index {
+        MGMT => vec![f(1, 0x1041, 0x02_00_00)],
+        ALPHA => vec![f(2, 0x1041, 0x02_00_00)],
+        BETA => vec![f(3, 0x1041, 0x02_00_00), f(4, 0x0010, 0x01_08_02)],
+        _ => Vec::new(),
+    }
+}
+
 fn hv_event(seq: u64, partition: &str, message: &str) -> pinfold_abi::Event {
     pinfold_abi::Event {
         seq,
@@ -764,7 +785,7 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
     assert_eq!(resp.content_type, "application/json");
     assert_eq!(
         body_json(&resp),
-        json!({"version":"0.1.0","abi_version":"3.1","gic_version":3,"cpu_count":4,
+        json!({"version":"0.1.0","abi_version":"3.2","gic_version":3,"cpu_count":4,
                "ram_bytes":2147483648u64,"uptime_ms":12345,"time":"2026-12-01T13:45:00Z",
                "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
                        {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
@@ -2421,7 +2442,7 @@ mod hvc {
 
         let resp = r.handle(&get("/api/v1/host"));
 
-        assert_eq!(body_json(&resp)["abi_version"], "3.1");
+        assert_eq!(body_json(&resp)["abi_version"], "3.2");
         assert_eq!(body_json(&resp)["time"], "2026-12-01T13:45:00Z");
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
     }
@@ -2781,4 +2802,24 @@ fn the_console_history_is_a_text_download_with_everything_kept() {
     assert_eq!(text(&again), text(&resp), "nothing read twice");
     let missing = r.handle(&get("/api/v1/partitions/nope/console/history"));
     assert_eq!(missing.status, 404);
+}
+
+#[test]
+fn host_pci_lists_every_partitions_functions_with_class_and_owner() {
+    let (mut r, viewer) = router_with_viewer();
+    let resp = r.handle(&with_token(get("/api/v1/host/pci"), &viewer));
+    assert_eq!(resp.status, 200);
+    let body = body_json(&resp);
+    assert_eq!(
+        body,
+        json!({"functions": [
+            {"bdf": "0000:00:01.0", "vendor_device": "1af4:1041", "class": "020000", "owner": "mgmt"},
+            {"bdf": "0000:00:02.0", "vendor_device": "1af4:1041", "class": "020000", "owner": "alpha"},
+            {"bdf": "0000:00:03.0", "vendor_device": "1af4:1041", "class": "020000", "owner": "beta"},
+            {"bdf": "0000:00:04.0", "vendor_device": "1b36:0010", "class": "010802", "owner": "beta"},
+        ]})
+    );
+    let mut anon = get("/api/v1/host/pci");
+    anon.headers.clear();
+    assert_eq!(r.handle(&anon).status, 401);
 }

@@ -11,6 +11,10 @@
 //! a copy of DSP8010's `csdl/`). Without them it is not run, and the case
 //! says so (docs/REDFISH.md, "Testing").
 //!
+//! Last, the EventService stream is opened from before Ansible's resets
+//! (`Last-Event-ID`) and must deliver beta's ResourcePoweredOff and
+//! ResourcePoweredOn as well-formed Redfish Events within 20 s.
+//!
 //! beta ends as it began: running (force-restarted by sushy, powered off
 //! and on by Ansible), with its boot count 3 higher.
 
@@ -268,7 +272,11 @@ pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
         ));
     }
 
-    // 3. Ansible.
+    // EthernetInterfaces from the assigned NICs, and the REST host PCI list.
+    notes.push(nics_check(&token)?);
+
+    // 3. Ansible (the event log's end first: step 4 reads from there).
+    let cursor = event_end(&token)?;
     let playbook = dir.join("redfish_playbook.yml");
     std::fs::write(&playbook, PLAYBOOK).map_err(|e| e.to_string())?;
     let mut c = Command::new(venv.join("bin/ansible-playbook"));
@@ -308,7 +316,228 @@ pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
     notes.push(format!(
         "REST: beta running, boot_count {boots_before} -> {boots}"
     ));
+
+    // 4. The EventService stream: Ansible's resets as Redfish Events.
+    notes.push(sse_after(&token, cursor)?);
     Ok(notes)
+}
+
+fn get_json(token: &str, path: &str) -> Result<serde_json::Value, String> {
+    let reply = http::send(
+        &authority(),
+        &Request {
+            token: Some(token),
+            ..Request::get(path)
+        },
+        Duration::from_secs(30),
+    )
+    .map_err(|e| format!("GET {path}: {e}"))?;
+    if reply.status != 200 {
+        return Err(format!(
+            "GET {path} answered {}: {}",
+            reply.status, reply.body
+        ));
+    }
+    serde_json::from_str(&reply.body).map_err(|e| format!("GET {path}: {e}"))
+}
+
+/// beta's EthernetInterfaces is its one NIC, 0000:00:03.0 (a
+/// virtio-net-pci: class 020000), and `GET /api/v1/host/pci` names the
+/// three NICs of the default plan with their owners.
+fn nics_check(token: &str) -> Result<String, String> {
+    let base = "/redfish/v1/Systems/beta/EthernetInterfaces";
+    let nics = get_json(token, base)?;
+    let want = serde_json::json!([{"@odata.id": format!("{base}/0000:00:03.0")}]);
+    if nics["Members"] != want {
+        return Err(format!("beta's EthernetInterfaces: {nics}, want {want}"));
+    }
+    let nic = get_json(token, &format!("{base}/0000:00:03.0"))?;
+    if nic["Id"] != "0000:00:03.0"
+        || nic["InterfaceEnabled"] != true
+        || nic["Oem"]["Pinfold"]["PciAddress"] != "0000:00:03.0"
+        || !nic["Oem"]["Pinfold"]["Class"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("02"))
+    {
+        return Err(format!("beta's NIC 0000:00:03.0: {nic}"));
+    }
+    let pci = get_json(token, "/api/v1/host/pci")?;
+    let functions = pci["functions"].as_array().cloned().unwrap_or_default();
+    let owned: Vec<String> = functions
+        .iter()
+        .filter(|f| f["class"].as_str().is_some_and(|c| c.starts_with("02")))
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["bdf"].as_str().unwrap_or("?"),
+                f["owner"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    for want in [
+        "0000:00:01.0 mgmt",
+        "0000:00:02.0 alpha",
+        "0000:00:03.0 beta",
+    ] {
+        if !owned.iter().any(|o| o == want) {
+            return Err(format!("GET /api/v1/host/pci lacks {want}: {pci}"));
+        }
+    }
+    Ok(format!(
+        "EthernetInterfaces: beta's one member 0000:00:03.0 ({}); /api/v1/host/pci: {} functions, NICs {}",
+        nic["Oem"]["Pinfold"]["VendorDevice"].as_str().unwrap_or("?"),
+        functions.len(),
+        owned.join(", ")
+    ))
+}
+
+/// One past the event log's last sequence number (`next` of a read
+/// from beyond the end).
+fn event_end(token: &str) -> Result<u64, String> {
+    let reply = http::send(
+        &authority(),
+        &Request {
+            token: Some(token),
+            ..Request::get("/api/v1/events?since=999999999999")
+        },
+        Duration::from_secs(30),
+    )
+    .map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&reply.body).map_err(|e| e.to_string())?;
+    v["next"]
+        .as_u64()
+        .ok_or_else(|| format!("GET /api/v1/events: no next in {}", reply.body))
+}
+
+/// Why one EventService frame (`id:`, the `data:` JSON) is not a
+/// well-formed Redfish Event, if it is not.
+pub fn event_shape(id: u64, e: &serde_json::Value) -> Result<(), String> {
+    let rec = &e["Events"][0];
+    let want = id.to_string();
+    let checks = [
+        (
+            e["@odata.type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("#Event.v1_")),
+            "@odata.type",
+        ),
+        (e["Id"] == want.as_str(), "Id = the id: line"),
+        (e["Context"].is_string(), "Context"),
+        (rec["EventId"] == want.as_str(), "EventId = the id: line"),
+        (rec["EventType"].is_string(), "EventType"),
+        (
+            rec["EventTimestamp"]
+                .as_str()
+                .is_some_and(|t| t.len() >= 20 && t.as_bytes()[10] == b'T'),
+            "EventTimestamp (ISO 8601)",
+        ),
+        (
+            matches!(
+                rec["Severity"].as_str(),
+                Some("OK" | "Warning" | "Critical")
+            ),
+            "Severity",
+        ),
+        (rec["Message"].is_string(), "Message"),
+        (
+            rec["MessageId"]
+                .as_str()
+                .is_some_and(|m| m.split('.').count() == 5),
+            "MessageId",
+        ),
+        (
+            rec["OriginOfCondition"]["@odata.id"]
+                .as_str()
+                .is_some_and(|o| o.starts_with("/redfish/v1/")),
+            "OriginOfCondition",
+        ),
+    ];
+    match checks.iter().find(|(ok, _)| !ok) {
+        Some((_, what)) => Err(format!("event {id}: bad {what}: {e}")),
+        None => Ok(()),
+    }
+}
+
+/// Opens the live EventService stream from `cursor` (as `Last-Event-ID`)
+/// and reads, within 20 s, beta's ResourcePoweredOff and then
+/// ResourcePoweredOn (Ansible's PowerForceOff and PowerOn), every frame
+/// checked by [`event_shape`].
+fn sse_after(token: &str, cursor: u64) -> Result<String, String> {
+    use std::io::{BufRead, BufReader, Write};
+    const WANT: [&str; 2] = [
+        "ResourceEvent.1.4.2.ResourcePoweredOff",
+        "ResourceEvent.1.4.2.ResourcePoweredOn",
+    ];
+    let start = Instant::now();
+    let mut conn = http::connect_raw(&authority(), Duration::from_secs(30))?;
+    conn.set_read_timeout(Some(Duration::from_secs(1)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        conn,
+        "GET /redfish/v1/EventService/SSE HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\
+         X-Auth-Token: {token}\r\nLast-Event-ID: {}\r\n\r\n",
+        authority(),
+        cursor.saturating_sub(1)
+    )
+    .map_err(|e| format!("GET the SSE URI: {e}"))?;
+    let mut reader = BufReader::new(conn);
+    let (mut line, mut id, mut head, mut seen, mut frames) = (String::new(), None, true, 0, 0);
+    while start.elapsed() < Duration::from_secs(20) {
+        if line.ends_with('\n') {
+            line.clear();
+        }
+        match reader.read_line(&mut line) {
+            Ok(0) => return Err("the EventService stream ended".into()),
+            Ok(_) if !line.ends_with('\n') => continue,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(format!("reading the EventService stream: {e}")),
+        }
+        if head {
+            if line.starts_with("HTTP/1.1 ") && !line.starts_with("HTTP/1.1 200") {
+                return Err(format!("the EventService stream answered {}", line.trim()));
+            }
+            head = line != "\r\n";
+            continue;
+        }
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = v.trim().parse::<u64>().ok();
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            let n = id.take().ok_or("a data: line without an id: line")?;
+            if n < cursor {
+                return Err(format!("event {n} is before Last-Event-ID {}", cursor - 1));
+            }
+            let e: serde_json::Value =
+                serde_json::from_str(data.trim()).map_err(|e| e.to_string())?;
+            event_shape(n, &e)?;
+            frames += 1;
+            let rec = &e["Events"][0];
+            if rec["OriginOfCondition"]["@odata.id"] == "/redfish/v1/Systems/beta"
+                && rec["MessageId"] == WANT[seen]
+            {
+                seen += 1;
+                if seen == WANT.len() {
+                    return Ok(format!(
+                        "EventService SSE from Last-Event-ID {}: {frames} Redfish Events, beta \
+                         ResourcePoweredOff then ResourcePoweredOn, in {:.1} s",
+                        cursor - 1,
+                        start.elapsed().as_secs_f64()
+                    ));
+                }
+            }
+        }
+    }
+    Err(format!(
+        "EventService stream: {frames} events in 20 s, not beta's {}",
+        WANT[seen..].join(" and ")
+    ))
 }
 
 #[cfg(test)]
@@ -321,5 +550,27 @@ mod tests {
                    +----+\n| \u{1b}[32m 812 \u{1b}[0m | \u{1b}[33m 3 \u{1b}[0m | 0 | 12 |\n+---+\n";
         assert_eq!(validator_counts(out), Some([812, 3, 0, 12]));
         assert_eq!(validator_counts("no table"), None);
+    }
+
+    #[test]
+    fn event_shape_wants_every_field_of_a_redfish_event() {
+        let mut e = serde_json::json!({
+            "@odata.type": "#Event.v1_3_0.Event", "Id": "7000", "Name": "Pinfold event",
+            "Context": "pinfold-sse",
+            "Events": [{"EventId": "7000", "EventType": "StatusChange",
+                        "EventTimestamp": "2026-12-02T02:10:00Z", "Severity": "OK",
+                        "Message": "The resource 'beta' has powered on.",
+                        "MessageId": "ResourceEvent.1.4.2.ResourcePoweredOn",
+                        "OriginOfCondition": {"@odata.id": "/redfish/v1/Systems/beta"}}]
+        });
+        assert_eq!(event_shape(7000, &e), Ok(()));
+        assert!(event_shape(7001, &e).unwrap_err().contains("Id"));
+        e["Events"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("EventTimestamp");
+        assert!(event_shape(7000, &e)
+            .unwrap_err()
+            .contains("EventTimestamp"));
     }
 }

@@ -262,7 +262,59 @@ fn a_system_reports_power_status_cpus_memory_boot_and_reset() {
     let mem = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/Memory/ram")));
     assert_eq!(mem["CapacityMiB"], 256);
     let nics = body_json(&r.handle(&rf_get("/redfish/v1/Systems/alpha/EthernetInterfaces")));
-    assert_eq!(nics["Members@odata.count"], 0);
+    assert_eq!(nics["Members@odata.count"], 1);
+}
+
+#[test]
+fn ethernet_interfaces_are_the_owned_functions_of_class_02() {
+    let mut r = router();
+    let nics = body_json(&r.handle(&rf_get("/redfish/v1/Systems/beta/EthernetInterfaces")));
+    // beta's NVMe controller (00:04.0, class 010802) is not a NIC.
+    assert_eq!(nics["Members@odata.count"], 1);
+    assert_eq!(
+        nics["Members"],
+        json!([{"@odata.id": "/redfish/v1/Systems/beta/EthernetInterfaces/0000:00:03.0"}])
+    );
+    let resp = r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/EthernetInterfaces/0000:00:03.0",
+    ));
+    assert_eq!(resp.status, 200);
+    let nic = body_json(&resp);
+    assert_eq!(
+        nic["@odata.type"],
+        "#EthernetInterface.v1_9_0.EthernetInterface"
+    );
+    assert_eq!(nic["Id"], "0000:00:03.0");
+    assert_eq!(
+        nic["InterfaceEnabled"], false,
+        "beta is stopped in the fake"
+    );
+    assert_eq!(
+        nic["Status"],
+        json!({"State": "StandbyOffline", "Health": "OK"})
+    );
+    assert_eq!(nic["Oem"]["Pinfold"]["PciAddress"], "0000:00:03.0");
+    assert_eq!(nic["Oem"]["Pinfold"]["VendorDevice"], "1af4:1041");
+    assert!(nic.get("MACAddress").is_none(), "the MAC is not known");
+    // Percent-encoded colons name the same interface.
+    let enc = r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/EthernetInterfaces/0000%3A00%3A03.0",
+    ));
+    assert_eq!(enc.status, 200);
+    for other in ["0000:00:04.0", "0000:00:02.0"] {
+        let resp = r.handle(&rf_get(&format!(
+            "/redfish/v1/Systems/beta/EthernetInterfaces/{other}"
+        )));
+        assert_eq!(resp.status, 404, "{other}");
+        assert_eq!(message_id(&resp), "Base.1.15.0.ResourceNotFound");
+    }
+    // A running partition's interface is enabled.
+    assert_eq!(reset(&mut r, "beta", "On").status, 204);
+    let nic = body_json(&r.handle(&rf_get(
+        "/redfish/v1/Systems/beta/EthernetInterfaces/0000:00:03.0",
+    )));
+    assert_eq!(nic["InterfaceEnabled"], true);
+    assert_eq!(nic["Status"]["State"], "Enabled");
 }
 
 #[test]
@@ -735,16 +787,147 @@ fn host_and_origin_checks_apply_to_redfish() {
     assert_eq!(state_of(&mut r, BETA).0, PartitionState::Stopped);
 }
 
+/// The frames of an SSE body: (`id:`, the `data:` JSON).
+fn sse_events(body: &str) -> Vec<(u64, Value)> {
+    body.split("\n\n")
+        .filter(|f| !f.trim().is_empty() && !f.starts_with(':') && !f.starts_with("retry"))
+        .map(|f| {
+            let id = f
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .expect("an id line")
+                .parse()
+                .unwrap();
+            let data = f
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .expect("a data line");
+            (id, serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+fn hv_fault(seq: u64, message: &str) -> pinfold_abi::Event {
+    pinfold_abi::Event {
+        kind: pinfold_abi::EventKind::Fault,
+        ..hv_event(seq, "beta", message)
+    }
+}
+
 #[test]
-fn the_event_service_stream_is_the_event_log() {
+fn the_event_service_stream_is_the_event_log_as_redfish_events() {
     let mut r = router();
-    r.record("config", Some("beta"), "hello");
+    r.backend_mut().hv_events = vec![
+        hv_event(0, "beta", "running (boot 2)"),
+        hv_event(1, "beta", "stopped by the manager"),
+        hv_fault(2, "data abort at 0x9000000 (contained)"),
+        hv_event(3, "beta", "crashed (watchdog)"),
+    ];
     let resp = r.handle(&rf_get("/redfish/v1/EventService/SSE"));
     assert_eq!(resp.status, 200);
     assert_eq!(resp.content_type, EVENT_STREAM);
-    assert!(text(&resp).contains("hello"));
-    let stream = r.open_stream(&rf_get("/redfish/v1/EventService/SSE"));
-    assert!(stream.is_ok());
+    let events = sse_events(&text(&resp));
+    let ids: Vec<u64> = events.iter().map(|e| e.0).collect();
+    assert_eq!(ids, [1000, 2000, 3000, 4000]);
+    // A state change: beta powered off, at the event's time.
+    let (_, off) = &events[1];
+    assert_eq!(off["@odata.type"], "#Event.v1_3_0.Event");
+    assert_eq!(off["Id"], "2000");
+    assert_eq!(off["Context"], "pinfold-sse");
+    let rec = &off["Events"][0];
+    assert_eq!(rec["EventType"], "StatusChange");
+    assert_eq!(rec["EventId"], "2000");
+    assert_eq!(rec["EventTimestamp"], "2026-12-01T13:45:01Z");
+    assert_eq!(rec["Severity"], "OK");
+    assert_eq!(rec["MessageId"], "ResourceEvent.1.4.2.ResourcePoweredOff");
+    assert_eq!(rec["MessageArgs"], json!(["beta"]));
+    assert_eq!(rec["Message"], "The resource 'beta' has powered off.");
+    assert_eq!(
+        rec["OriginOfCondition"]["@odata.id"],
+        "/redfish/v1/Systems/beta"
+    );
+    assert_eq!(rec["Oem"]["Pinfold"]["Detail"], "stopped by the manager");
+    assert_eq!(
+        events[0].1["Events"][0]["MessageId"],
+        "ResourceEvent.1.4.2.ResourcePoweredOn"
+    );
+    // A contained fault: an alert naming the error.
+    let rec = &events[2].1["Events"][0];
+    assert_eq!(rec["EventType"], "Alert");
+    assert_eq!(rec["Severity"], "Warning");
+    assert_eq!(
+        rec["MessageId"],
+        "ResourceEvent.1.4.2.ResourceErrorsDetected"
+    );
+    assert_eq!(
+        rec["MessageArgs"],
+        json!(["Status", "data abort at 0x9000000 (contained)"])
+    );
+    assert_eq!(
+        rec["OriginOfCondition"]["@odata.id"],
+        "/redfish/v1/Systems/beta"
+    );
+    // A crash: health Critical.
+    let rec = &events[3].1["Events"][0];
+    assert_eq!(
+        rec["MessageId"],
+        "ResourceEvent.1.4.2.ResourceStatusChangedCritical"
+    );
+    assert_eq!(rec["Severity"], "Critical");
+}
+
+#[test]
+fn the_event_service_stream_resumes_after_last_event_id() {
+    let mut r = router();
+    r.backend_mut().hv_events = (0..3).map(|s| hv_event(s, "beta", "stopped")).collect();
+    let mut q = rf_get("/redfish/v1/EventService/SSE");
+    q.headers.push(("Last-Event-ID".into(), "2000".into()));
+    let ids: Vec<u64> = sse_events(&text(&r.handle(&q)))
+        .iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(ids, [3000]);
+    // The server's open stream frames the same way.
+    let mut stream = r.open_stream(&q).expect("a stream");
+    let chunk = stream.poll(&r.events, Instant::now()).expect("an event");
+    let got = sse_events(&chunk);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, 3000);
+    assert_eq!(
+        got[0].1["Events"][0]["MessageId"],
+        "ResourceEvent.1.4.2.ResourcePoweredOff"
+    );
+    // The REST stream keeps its own frames.
+    let mut rest = get("/api/v1/events/stream");
+    rest.headers.push(("Last-Event-ID".into(), "2000".into()));
+    let resp = r.handle(&rest);
+    assert_eq!(sse_events(&text(&resp))[0].1["kind"], "state");
+}
+
+#[test]
+fn a_refused_login_streams_as_an_unauthorized_uri() {
+    let mut r = router();
+    let mut bad = post("/api/v1/partitions/beta/start", "");
+    bad.headers.clear();
+    assert_eq!(r.handle(&bad).status, 401);
+    let events = sse_events(&text(&r.handle(&rf_get("/redfish/v1/EventService/SSE"))));
+    let rec = &events.last().expect("the refusal").1["Events"][0];
+    assert_eq!(rec["MessageId"], "Base.1.15.0.ResourceAtUriUnauthorized");
+    assert_eq!(rec["MessageArgs"][0], "/api/v1/partitions/beta/start");
+    assert_eq!(
+        rec["OriginOfCondition"]["@odata.id"],
+        "/redfish/v1/SessionService"
+    );
+}
+
+#[test]
+fn the_event_service_stream_needs_a_credential() {
+    let mut r = router();
+    r.record("config", Some("beta"), "hello");
+    let events = sse_events(&text(&r.handle(&rf_get("/redfish/v1/EventService/SSE"))));
+    let rec = &events[0].1["Events"][0];
+    assert_eq!(rec["MessageId"], "ResourceEvent.1.4.2.ResourceChanged");
+    assert_eq!(rec["Oem"]["Pinfold"]["Detail"], "hello");
     let refused = r.open_stream(&without_auth(rf_get("/redfish/v1/EventService/SSE")));
     let resp = refused.expect_err("no credential");
     assert_eq!(resp.status, 401);
