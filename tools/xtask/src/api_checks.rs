@@ -1278,7 +1278,9 @@ pub fn web_ui(ws: &Workspace, stack: &mut Stack) -> Outcome {
 
     // The contract machinery itself first (the mock keeps the contract, a
     // broken answer is caught, the generator refuses what it cannot type).
-    let machinery_log = ws.root.join("target/pinfold/test-logs/web-ui-contract-tests.log");
+    let machinery_log = ws
+        .root
+        .join("target/pinfold/test-logs/web-ui-contract-tests.log");
     let machinery = run_logged(
         Command::new("node")
             .current_dir(&ui)
