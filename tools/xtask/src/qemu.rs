@@ -285,9 +285,12 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
     machine(&mut qemu, board, machine_value);
     accel_and_console(&mut qemu, extra);
     // edk2 offers EFI_RNG_PROTOCOL only with an entropy device: every UEFI
-    // boot has one, so the hypervisor's boot entropy includes it.
+    // boot has one, so the hypervisor's boot entropy includes it. At the
+    // bus's last slot: first on the command line it would take slot 1, the
+    // management NIC's 00:01.0 in the per-function plans, and push that NIC
+    // onto a partition NIC's slot.
     if extra.uefi.is_some() {
-        qemu.args(["-device", "virtio-rng-pci"]);
+        qemu.args(["-device", "virtio-rng-pci,addr=0x1f.0"]);
     }
     match (&extra.firmware, &extra.uefi) {
         (_, Some(uefi)) => match &uefi.firmware {
