@@ -522,6 +522,12 @@ fn invalid_requests(hv: &Hvctl, root: &Path, kernel: &str, initrd: &str) -> Resu
             format,
         ])
     };
+    // A one-vCPU partition naming `pci`, refused for its PCI list alone.
+    let create_pci = |pci: &str| {
+        hv.refused(&[
+            "create", "bad", "--cpus", "1", "--memory", "256M", "--kernel", kernel, "--pci", pci,
+        ])
+    };
     let mut seen = Vec::new();
     let mut expect =
         |what: &str, got: (String, Option<String>, String), error: &str, field: &str| {
@@ -556,35 +562,13 @@ fn invalid_requests(hv: &Hvctl, root: &Path, kernel: &str, initrd: &str) -> Resu
     )?;
     expect(
         "beta's NIC 0000:00:03.0",
-        hv.refused(&[
-            "create",
-            "bad",
-            "--cpus",
-            "1",
-            "--memory",
-            "256M",
-            "--kernel",
-            kernel,
-            "--pci",
-            "0000:00:03.0",
-        ])?,
+        create_pci("0000:00:03.0")?,
         "conflict",
         "pci[0]",
     )?;
     expect(
         "a PCI function that is not SSSS:BB:DD.F",
-        hv.refused(&[
-            "create",
-            "bad",
-            "--cpus",
-            "1",
-            "--memory",
-            "256M",
-            "--kernel",
-            kernel,
-            "--pci",
-            "0000:00:02.0,00:05",
-        ])?,
+        create_pci("0000:00:02.0,00:05")?,
         "bad_request",
         "pci[1]",
     )?;
