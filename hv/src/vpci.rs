@@ -23,11 +23,13 @@
 //!   through. Functions not assigned (the root complex, other partitions'
 //!   functions, empty slots) read all-ones and take no writes. BARs are
 //!   shadowed: a sizing probe (all-ones) is answered from the size found at
-//!   boot without touching the device; a new address reaches the device
-//!   only when the whole BAR lies in one of the partition's windows (a
-//!   64-bit BAR when both halves are written), otherwise the write is
-//!   refused. Turning memory or I/O decoding on first writes every BAR's
-//!   shadow to the device and is refused while one lies outside. COMMAND
+//!   boot without touching the device. While the BAR's space does not
+//!   decode (COMMAND memory or I/O off), any write only moves the shadow.
+//!   While it decodes, a new address reaches the device only when the
+//!   whole BAR lies in one of the partition's windows (a 64-bit BAR when
+//!   both halves are written), otherwise the write is refused. Turning
+//!   memory or I/O decoding on first writes every BAR's shadow to the
+//!   device and is refused while one lies outside. COMMAND
 //!   keeps only I/O, memory, bus master, parity, SERR and INTx disable.
 //!   MSI and MSI-X: enables and message writes are refused while the
 //!   partition has no MSI doorbell (`msi_doorbell`: the hook the virtual
@@ -903,6 +905,30 @@ impl VirtualEcam {
             !0xf
         };
         let size_mask = !(v.bar.size - 1);
+        let command = cfg.read(bdf, COMMAND, 2);
+        let decodes = match v.bar.space {
+            BarSpace::Io => command & COMMAND_IO != 0,
+            _ => command & COMMAND_MEM != 0,
+        };
+        if !decodes {
+            // The BAR does not decode: a new address (or a sizing probe,
+            // whatever bits it sets, such as Hermit's 0xfffffff0 to the
+            // high half) only moves the shadow. The device gets it when
+            // decoding goes on, which `command_write` refuses while any
+            // shadow lies outside the windows.
+            if hi {
+                v.sizing_hi = value == u32::MAX;
+                if !v.sizing_hi {
+                    v.addr = (u64::from(value) << 32 | (v.addr & 0xffff_ffff)) & size_mask;
+                }
+            } else {
+                v.sizing_lo = value & low_mask == low_mask;
+                if !v.sizing_lo {
+                    v.addr = ((v.addr & !0xffff_ffff) | u64::from(value & low_mask)) & size_mask;
+                }
+            }
+            return WriteOutcome::Done;
+        }
         if hi {
             if value == u32::MAX {
                 v.sizing_hi = true;

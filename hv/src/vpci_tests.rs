@@ -393,6 +393,8 @@ fn a_bar_moves_inside_its_windows_and_is_refused_outside_them() {
         .iter()
         .find(|w| w.space == PciSpace::Mem32)
         .unwrap();
+    // Decoding on (every BAR inside): from now on a move is checked.
+    assert_eq!(v.write(&mut fake, f, COMMAND, 2, 0x3), WriteOutcome::Done);
     // Inside: same window, another page (the window is one page: move the
     // I/O BAR within its page instead).
     let io = bar_addr(&a, 1);
@@ -424,6 +426,7 @@ fn a_sub_word_bar_write_is_merged_into_the_shadow_first() {
     let (mut fake, a, mut v) = setup(1);
     let f = bdf(1, 0);
     let base = bar_addr(&a, 0);
+    assert_eq!(v.write(&mut fake, f, COMMAND, 2, 0x2), WriteOutcome::Done);
     // Byte 3 of BAR0 to 0x7f: the whole BAR lands far outside.
     let expect = (base & 0x00ff_ffff) | 0x7f00_0000;
     assert_eq!(
@@ -442,23 +445,16 @@ fn a_64_bit_bar_reaches_the_device_only_when_both_halves_are_inside() {
     let (mut fake, a, mut v) = setup(1);
     let f = bdf(1, 0);
     let base = bar_addr(&a, 2);
-    // Low half first, as Linux writes it: the shadow takes it, the device
-    // keeps its address until the whole is inside.
+    // Decoding off (as after quiesce): low half first, as Linux writes it,
+    // then the high half making it 0x80_4000_0000, outside the 16 KiB
+    // window: only the shadow moves, the device keeps its address.
     assert_eq!(
         v.write(&mut fake, f, 0x18, 4, 0x4000_0000),
         WriteOutcome::Done
     );
-    assert!(fake.writes.is_empty());
     assert_eq!(v.read(&mut fake, f, 0x18, 4), 0x4000_000c);
-    // The high half makes it 0x80_4000_0000, outside the 16 KiB window.
-    assert_eq!(
-        v.write(&mut fake, f, 0x1c, 4, 0x80),
-        WriteOutcome::Refused(Refusal::BarOutside {
-            bdf: f,
-            reg: 3,
-            addr: 0x80_4000_0000
-        })
-    );
+    assert_eq!(v.write(&mut fake, f, 0x1c, 4, 0x80), WriteOutcome::Done);
+    assert_eq!(v.read(&mut fake, f, 0x1c, 4), 0x80);
     assert!(fake.writes.is_empty());
     // Decoding cannot go on with it there.
     assert_eq!(
@@ -722,4 +718,28 @@ fn reset_functions_quiesces_each_present_function_of_the_list() {
     assert_eq!((done[0].bdf, done[0].command), (bdf(1, 0), 0x7));
     assert_eq!(fake.reg(bdf(1, 0), COMMAND, 2), 0);
     assert_eq!(fake.writes_to(bdf(2, 0)), 0);
+}
+
+#[test]
+fn a_decoding_64_bit_bar_refuses_an_outside_high_half_and_hermits_probe_is_taken_while_off() {
+    let (mut fake, a, mut v) = setup(1);
+    let f = bdf(1, 0);
+    let base = bar_addr(&a, 2);
+    // Off: Hermit 0.11 writes 0xfffffff0 to the high half to size it.
+    assert_eq!(
+        v.write(&mut fake, f, 0x1c, 4, 0xffff_fff0),
+        WriteOutcome::Done
+    );
+    assert!(fake.writes.is_empty());
+    v.write(&mut fake, f, 0x1c, 4, (base >> 32) as u32);
+    assert_eq!(v.write(&mut fake, f, COMMAND, 2, 0x2), WriteOutcome::Done);
+    fake.writes.clear();
+    // On: the high half completing an address outside is refused and the
+    // device keeps decoding where it was.
+    assert!(matches!(
+        v.write(&mut fake, f, 0x1c, 4, (base >> 32) as u32 + 1),
+        WriteOutcome::Refused(Refusal::BarOutside { reg: 3, addr, .. }) if addr >> 32 == (base >> 32) + 1
+    ));
+    let hi = u64::from(fake.reg(f, 0x1c, 4));
+    assert_eq!(hi << 32 | u64::from(fake.reg(f, 0x18, 4) & !0xf), base);
 }

@@ -865,7 +865,9 @@ const BARE_METAL_CRATES: [&str; 4] = [
     "manager/loader",
 ];
 
-/// Tier 1: `cargo test` of the workspace's default members, then what the
+/// Tier 1: the host tools installed when missing (`Provisioner::host_tools`:
+/// packages, the bare-metal target, clippy/rustfmt/llvm-tools), then
+/// `cargo test` of the workspace's default members, then what the
 /// house declares: `cargo fmt --check` over the workspace and `cargo clippy
 /// -D warnings` for the host crates and for the bare-metal crates on their
 /// target (the EL2 image also with the bench's ablation features), and both
@@ -874,6 +876,11 @@ const BARE_METAL_CRATES: [&str; 4] = [
 fn host_tests(ctx: &mut Context<'_>) -> Outcome {
     let root = &ctx.ws.root;
     let fail = |what: &str, err: XtaskError| format!("{what}: {err}");
+    // The bare-metal lints below need the aarch64 target and clippy before
+    // any boot case has built an image (a fresh machine has neither).
+    crate::provision::Provisioner::new()
+        .host_tools()
+        .map_err(|e| fail("installing the host tools", e))?;
     cmd::run(
         cmd::cargo()
             .current_dir(root)
