@@ -1422,52 +1422,47 @@ pub fn event_resource(e: &crate::events::ApiEvent) -> Value {
     let name = e.partition.as_deref();
     let who = name.unwrap_or("manager");
     let m = &e.message;
+    // A power change: (state prefix, MessageId key, the message's verb).
+    const POWER: [(&str, &str, &str); 3] = [
+        ("running", "ResourcePoweredOn", "has powered on"),
+        ("stopped", "ResourcePoweredOff", "has powered off"),
+        ("shutting down", "ResourcePoweringOff", "is powering off"),
+    ];
+    let power = POWER
+        .iter()
+        .find(|(prefix, _, _)| e.kind == "state" && m.starts_with(prefix));
     // (EventType, MessageId key, args, Severity, Message)
     let (event_type, key, args, severity, message): (&str, &str, Vec<String>, &str, String) =
-        match e.kind.as_str() {
-            "state" if m.starts_with("running") => (
+        match (e.kind.as_str(), power) {
+            (_, Some(&(_, key, verb))) => (
                 "StatusChange",
-                "ResourcePoweredOn",
+                key,
                 vec![who.into()],
                 "OK",
-                format!("The resource '{who}' has powered on."),
+                format!("The resource '{who}' {verb}."),
             ),
-            "state" if m.starts_with("stopped") => (
-                "StatusChange",
-                "ResourcePoweredOff",
-                vec![who.into()],
-                "OK",
-                format!("The resource '{who}' has powered off."),
-            ),
-            "state" if m.starts_with("shutting down") => (
-                "StatusChange",
-                "ResourcePoweringOff",
-                vec![who.into()],
-                "OK",
-                format!("The resource '{who}' is powering off."),
-            ),
-            "state" if m.starts_with("crashed") => (
+            ("state", _) if m.starts_with("crashed") => (
                 "StatusChange",
                 "ResourceStatusChangedCritical",
                 vec![who.into(), "Critical".into()],
                 "Critical",
                 format!("The health of resource '{who}' has changed to Critical."),
             ),
-            "state" => (
+            ("state", _) => (
                 "StatusChange",
                 "ResourceStateChanged",
                 vec![who.into(), m.clone()],
                 "OK",
                 format!("The state of resource '{who}' has changed to {m}."),
             ),
-            "fault" => (
+            ("fault", _) => (
                 "Alert",
                 "ResourceErrorsDetected",
                 vec!["Status".into(), m.clone()],
                 "Warning",
                 format!("The resource property Status has detected errors of type '{m}'."),
             ),
-            "login_refused" => {
+            ("login_refused", _) => {
                 // "METHOD PATH[ from PEER]: why" (Router::login_refused).
                 let (what, why) = m.split_once(": ").unwrap_or((m.as_str(), ""));
                 let uri = what.split(' ').nth(1).unwrap_or(what);

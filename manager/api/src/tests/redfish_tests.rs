@@ -957,3 +957,60 @@ fn redfish_paths_are_not_in_the_openapi_document() {
         .keys()
         .all(|k| !k.starts_with("/redfish")));
 }
+
+#[test]
+fn state_events_become_the_resource_event_registrys_messages() {
+    let event = |kind: &str, message: &str| crate::events::ApiEvent {
+        seq: 7,
+        time: None,
+        kind: kind.into(),
+        partition: Some("beta".into()),
+        message: message.into(),
+    };
+    for (state, id, text, severity) in [
+        (
+            "running",
+            "ResourcePoweredOn",
+            "The resource 'beta' has powered on.",
+            "OK",
+        ),
+        (
+            "stopped (asked)",
+            "ResourcePoweredOff",
+            "The resource 'beta' has powered off.",
+            "OK",
+        ),
+        (
+            "shutting down",
+            "ResourcePoweringOff",
+            "The resource 'beta' is powering off.",
+            "OK",
+        ),
+        (
+            "crashed: watchdog",
+            "ResourceStatusChangedCritical",
+            "The health of resource 'beta' has changed to Critical.",
+            "Critical",
+        ),
+    ] {
+        let v = crate::redfish::event_resource(&event("state", state));
+        let record = &v["Events"][0];
+        assert_eq!(
+            record["MessageId"],
+            format!("ResourceEvent.1.4.2.{id}"),
+            "{state}"
+        );
+        assert_eq!(record["Message"], text, "{state}");
+        assert_eq!(record["Severity"], severity, "{state}");
+        assert_eq!(
+            record["OriginOfCondition"]["@odata.id"],
+            "/redfish/v1/Systems/beta"
+        );
+    }
+    // A fault is not a power change even if its text starts like one.
+    let v = crate::redfish::event_resource(&event("fault", "running out of budget"));
+    assert_eq!(
+        v["Events"][0]["MessageId"],
+        "ResourceEvent.1.4.2.ResourceErrorsDetected"
+    );
+}
