@@ -1234,6 +1234,28 @@ fn every_openapi_schema_reference_resolves() {
 }
 
 #[test]
+fn every_get_that_refuses_an_anonymous_caller_documents_401_and_its_security() {
+    let doc = openapi();
+    let mut r = router();
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        let Some(op) = ops.get("get") else { continue };
+        let concrete = path.replace("{name}", "beta").replace("{id}", "0");
+        let resp = r.handle(&anon_get(&concrete));
+        if resp.status != 401 {
+            continue;
+        }
+        assert!(
+            op["responses"].get("401").is_some(),
+            "GET {path} answers an anonymous caller 401 but openapi.json does not document it"
+        );
+        assert!(
+            op.get("security").is_some(),
+            "GET {path} needs a credential but openapi.json names no security for it"
+        );
+    }
+}
+
+#[test]
 fn openapi_documents_every_error_code_the_router_emits() {
     let doc = openapi();
     let codes: Vec<&str> = doc["components"]["schemas"]["Error"]["properties"]["error"]["enum"]
