@@ -571,6 +571,7 @@ fn a_pci_partitions_function_dmas_through_its_own_stage2_not_the_bridge_owners()
                 size: 0x1000,
             }],
             caps: Vec::new(),
+            vf: None,
         }],
     );
     assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
@@ -687,6 +688,7 @@ fn nic_function(bdf: crate::pci::Bdf) -> crate::vpci::HostFunction {
             size: 0x1000,
         }],
         caps: Vec::new(),
+        vf: None,
     }
 }
 

@@ -283,11 +283,15 @@ impl Partition {
                     func: a.function,
                 })
                 .collect();
-            let a =
-                crate::vpci::assign(&bdfs, pci_host.functions, bridge, &pci_host.taken, |spi| {
-                    pci_host.spis.contains(&spi)
-                })
-                .map_err(SetupError::Pci)?;
+            let a = crate::vpci::assign(
+                &bdfs,
+                pci_host.functions,
+                bridge,
+                &pci_host.taken,
+                &crate::vpci::vf_apertures(pci_host.functions, bridge),
+                |spi| pci_host.spis.contains(&spi),
+            )
+            .map_err(SetupError::Pci)?;
             Some((bridge, a))
         };
         let ram = free
@@ -695,6 +699,7 @@ impl Partition {
             extra,
             pmu: self.plan.pmu,
             its,
+            pci_probe_only: self.vpci.as_ref().is_some_and(|v| v.assignment.has_vf()),
             devices: &devices,
         };
         build_guest_dtb(&spec).map_err(|_| LoadError::DtbFailed)

@@ -229,9 +229,12 @@ pub fn quiesce_all(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Quiesced>
     done
 }
 
+/// A function answers at `bdf`. An SR-IOV VF's vendor and device ID read
+/// 0xffff (PCIe 9.3.4.1.1-2); its class code does not, where nothing at
+/// all answers with all-ones.
 pub(crate) fn present(cfg: &mut impl ConfigSpace, bdf: Bdf) -> bool {
     let vendor = cfg.read(bdf, VENDOR_ID, 2) as u16;
-    vendor != 0xffff && vendor != 0
+    vendor != 0 && (vendor != 0xffff || cfg.read(bdf, CLASS_REV, 4) != u32::MAX)
 }
 
 /// Quiesce and reset one present function (steps 1-4 of the module's
@@ -352,9 +355,11 @@ fn function_level_reset(cfg: &mut impl ConfigSpace, bdf: Bdf, exp: u16) -> bool 
     wait_for(
         cfg,
         FLR_READY_MS,
+        // As `present`: a VF's IDs read 0xffff even when it is ready, its
+        // class code does not.
         |read| {
             let vendor = read(VENDOR_ID, 2);
-            vendor != 0xffff && vendor != 0
+            vendor != 0 && (vendor != 0xffff || read(CLASS_REV, 4) != u32::MAX)
         },
         bdf,
     )

@@ -381,6 +381,25 @@ fn flr_is_preferred_and_the_function_is_left_alone_for_100_ms() {
 }
 
 #[test]
+fn an_sriov_vf_whose_ids_read_ffff_is_present_and_ready_after_its_flr() {
+    let vf = Bdf {
+        bus: 0,
+        dev: 0x13,
+        func: 0,
+    };
+    // A VF's Vendor and Device ID read 0xffff (PCIe 9.3.4.1.1-2).
+    let mut f = flr_function(0x0006);
+    f.put(VENDOR_ID, 4, u32::MAX);
+    let mut fake = Fake::with(vec![(vf, f)]);
+    assert!(present(&mut fake, vf));
+
+    let done = quiesce_function(&mut fake, vf);
+
+    assert_eq!(done.reset, ResetDone::Flr { ready: true });
+    assert_eq!(fake.command(vf), 0);
+}
+
+#[test]
 fn a_nic_without_any_reset_method_still_loses_bus_mastering() {
     let e1000 = Bdf {
         bus: 0,

@@ -746,6 +746,7 @@ fn a_pci_function_moves_to_a_run_time_partition_only_once_its_holder_is_gone() {
                 size: 0x1000,
             }],
             caps: Vec::new(),
+            vf: None,
         }],
     );
     for p in sys.partitions() {

@@ -89,6 +89,26 @@ pub struct HostFunction {
     pub bars: Vec<HostBar>,
     /// Capabilities (ID, offset, length) the filter knows of.
     pub caps: Vec<(u32, u16, u16)>,
+    /// An SR-IOV virtual function (`sriov::enable`): its PF and where its
+    /// BARs are; None for every other function.
+    pub vf: Option<VfOf>,
+}
+
+/// What makes a function a VF: its BARs cannot move (a VF's BAR registers
+/// are read-only zero; the PF's VF BARs placed its apertures at boot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfOf {
+    pub pf: Bdf,
+    /// (BAR register, bus address) of each of its BARs.
+    pub bars: Vec<(u8, u64)>,
+}
+
+impl HostFunction {
+    /// Where VF BAR `reg` is fixed, for a VF.
+    fn fixed_bar(&self, reg: u8) -> Option<u64> {
+        let vf = self.vf.as_ref()?;
+        vf.bars.iter().find(|&&(r, _)| r == reg).map(|&(_, a)| a)
+    }
 }
 
 const BAR0: u16 = 0x10;
@@ -143,6 +163,7 @@ fn describe(cfg: &mut impl ConfigSpace, bdf: Bdf) -> HostFunction {
         pin: (cfg.read(bdf, INTERRUPT_PIN, 1) as u8).min(4),
         bars: Vec::new(),
         caps: capability_spans(cfg, bdf),
+        vf: None,
     };
     if bridge {
         return f;
@@ -194,6 +215,8 @@ pub struct Placed {
     pub spi: Option<u32>,
     /// The `interrupt-map` row of that pin, for the guest's bridge node.
     pub intx: Option<PciIntxMap>,
+    /// An SR-IOV VF: its BARs are fixed where they are.
+    pub vf: bool,
 }
 
 /// A partition's functions and its windows.
@@ -217,6 +240,12 @@ impl Assignment {
     /// stage 2, never given to anything else.
     pub fn cpu_windows(&self) -> Vec<(u64, u64)> {
         self.windows.iter().map(|w| (w.cpu_addr, w.size)).collect()
+    }
+
+    /// Some function is an SR-IOV VF (the guest must keep BARs where
+    /// they are: `linux,pci-probe-only`).
+    pub fn has_vf(&self) -> bool {
+        self.functions.iter().any(|f| f.vf)
     }
 
     pub fn owns(&self, bdf: Bdf) -> bool {
@@ -247,6 +276,11 @@ pub enum AssignProblem {
     NoRoom { space: BarSpace, size: u64 },
     /// No host bridge at all.
     NoHostBridge,
+    /// A PF whose VFs are enabled: it stays the hypervisor's.
+    PfWithVfs,
+    /// A VF whose BARs another partition's windows already hold (it is
+    /// that partition's).
+    VfHeld,
 }
 
 impl fmt::Display for AssignError {
@@ -264,6 +298,10 @@ impl fmt::Display for AssignError {
                 "no room for {size:#x} bytes of {space:?} BARs in the host bridge's windows"
             ),
             AssignProblem::NoHostBridge => f.write_str("the host has no PCIe host bridge"),
+            AssignProblem::PfWithVfs => f.write_str(
+                "a physical function with SR-IOV VFs enabled stays the hypervisor's (assign its VFs)",
+            ),
+            AssignProblem::VfHeld => f.write_str("this VF is another partition's"),
         }
     }
 }
@@ -275,6 +313,7 @@ pub struct PciHost<'a> {
     pub functions: &'a [HostFunction],
     /// CPU ranges of other partitions' windows.
     pub taken: Vec<(u64, u64)>,
+
     /// SPIs other partitions own.
     pub spis: Vec<u32>,
 }
@@ -309,13 +348,16 @@ pub fn intx_route(bridge: &PcieInfo, bdf: Bdf, pin: u8) -> Option<PciIntxMap> {
 }
 
 /// Checks and places a partition's `pci` list. `taken` are CPU address
-/// ranges other partitions' windows hold; `spi_taken` says whether an SPI
-/// is already someone else's.
+/// ranges other partitions' windows hold, `reserved` those of every
+/// enabled VF's BARs (no carved window goes there; a VF's own windows are
+/// its BARs' pages, refused when `taken` holds them); `spi_taken` says
+/// whether an SPI is already someone else's.
 pub fn assign(
     wanted: &[Bdf],
     host: &[HostFunction],
     bridge: &PcieInfo,
     taken: &[(u64, u64)],
+    reserved: &[(u64, u64)],
     spi_taken: impl Fn(u32) -> bool,
 ) -> Result<Assignment, AssignError> {
     let mut out = Assignment::default();
@@ -336,19 +378,64 @@ pub fn assign(
         if f.bridge {
             return Err(err(AssignProblem::Bridge));
         }
+        if host
+            .iter()
+            .any(|v| v.vf.as_ref().is_some_and(|v| v.pf == bdf))
+        {
+            return Err(err(AssignProblem::PfWithVfs));
+        }
         let intx = intx_route(bridge, bdf, f.pin);
         let spi = intx.map(|m| m.intid);
         if let Some(spi) = spi.filter(|&s| spi_taken(s)) {
             return Err(err(AssignProblem::IntxShared { spi }));
         }
-        found.push((index, f));
-        out.functions.push(Placed {
+        let mut placed = Placed {
             bdf,
             bars: Vec::new(),
             spi,
             intx,
-        });
+            vf: f.vf.is_some(),
+        };
+        if f.vf.is_some() {
+            // A VF's BARs are where its PF's VF BARs put them: its windows
+            // are those pages, unless another partition holds them.
+            for b in &f.bars {
+                let addr = f.fixed_bar(b.reg).unwrap_or(0);
+                let size = b.size.max(PAGE);
+                let window = bridge
+                    .ranges
+                    .iter()
+                    .find(|r| addr >= r.pci_addr && addr + size <= r.pci_addr + r.size)
+                    .map(|r| PciRange {
+                        pci_addr: addr,
+                        cpu_addr: r.cpu_addr + (addr - r.pci_addr),
+                        size,
+                        ..*r
+                    })
+                    .ok_or_else(|| {
+                        err(AssignProblem::NoRoom {
+                            space: b.space,
+                            size,
+                        })
+                    })?;
+                let cpu = window.cpu_addr;
+                if taken
+                    .iter()
+                    .any(|&(t, ts)| t < cpu + size && cpu < t.saturating_add(ts))
+                {
+                    return Err(err(AssignProblem::VfHeld));
+                }
+                placed.bars.push((*b, addr));
+                out.windows.push(window);
+            }
+        } else {
+            found.push((index, out.functions.len(), f));
+        }
+        out.functions.push(placed);
     }
+    // Carved windows keep clear of other partitions' and of every VF's.
+    let taken: Vec<(u64, u64)> = taken.iter().chain(reserved).copied().collect();
+    let taken = &taken[..];
     let has_mem64 = bridge.ranges.iter().any(|r| r.space == PciSpace::Mem64);
     for space in [PciSpace::Io, PciSpace::Mem32, PciSpace::Mem64] {
         let goes_here = |b: &HostBar| match b.space {
@@ -365,7 +452,7 @@ pub fn assign(
         };
         // (slot in out.functions, index in the plan, the BAR)
         let mut bars: Vec<(usize, usize, HostBar)> = Vec::new();
-        for (slot, &(index, f)) in found.iter().enumerate() {
+        for &(index, slot, f) in &found {
             bars.extend(
                 f.bars
                     .iter()
@@ -418,7 +505,12 @@ pub fn assign(
 
 /// The first `size` bytes of `range`, aligned to `align` on the bus and
 /// clear of every `taken` CPU range.
-fn carve(range: &PciRange, size: u64, align: u64, taken: &[(u64, u64)]) -> Option<PciRange> {
+pub(crate) fn carve(
+    range: &PciRange,
+    size: u64,
+    align: u64,
+    taken: &[(u64, u64)],
+) -> Option<PciRange> {
     let end = range.pci_addr.checked_add(range.size)?;
     let mut at = range.pci_addr.next_multiple_of(align);
     while at.checked_add(size)? <= end {
@@ -474,12 +566,92 @@ pub fn guest_bridge(host: &PcieInfo, a: &Assignment) -> PcieInfo {
 
 /// At boot: every function behind `bridge` quiesced (`pci::quiesce_all`,
 /// so firmware's DMA stops and sizing moves nothing that decodes), then
-/// enumerated with its BARs sized.
-pub fn boot_scan(hw: &mut impl Hw, bridge: &PcieInfo) -> Vec<HostFunction> {
+/// enumerated with its BARs sized; then, for each PF with SR-IOV whose
+/// VFs `wanted` names (the plan's `pci` lists), as many VFs enabled as the
+/// highest named one needs (`sriov::enable`), each a function of the
+/// list. `log` hears each PF's VFs enabled, or why not.
+pub fn boot_scan(
+    hw: &mut impl Hw,
+    bridge: &PcieInfo,
+    wanted: &[Bdf],
+    log: &mut dyn FnMut(fmt::Arguments<'_>),
+) -> Vec<HostFunction> {
     let mut ecam = Ecam::new(hw, bridge);
     let buses = ecam.buses();
     let _ = crate::pci::quiesce_all(&mut ecam, buses);
-    enumerate(&mut ecam, buses)
+    let mut found = enumerate(&mut ecam, buses);
+    add_vfs(&mut ecam, bridge, wanted, &mut found, log);
+    found
+}
+
+/// The VFs `wanted` names, enabled and appended to `found`.
+pub fn add_vfs(
+    cfg: &mut impl ConfigSpace,
+    bridge: &PcieInfo,
+    wanted: &[Bdf],
+    found: &mut Vec<HostFunction>,
+    log: &mut dyn FnMut(fmt::Arguments<'_>),
+) {
+    // Apertures keep clear of the BARs as they are now: the functions
+    // keep them until a partition's placement moves them, and the VFs'
+    // must not overlap another partition's window either way.
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let real: Vec<Bdf> = found.iter().map(|f| f.bdf).collect();
+    for i in 0..found.len() {
+        if found[i].bridge {
+            continue;
+        }
+        let pf = found[i].bdf;
+        let s = match crate::sriov::probe(cfg, pf) {
+            Ok(Some(s)) => s,
+            Ok(None) => continue,
+            Err(e) => {
+                log(format_args!("sriov {pf}: not probed: {e:?}"));
+                continue;
+            }
+        };
+        let num = crate::sriov::vfs_wanted(&s, pf, wanted, |b| real.contains(&b));
+        if num == 0 {
+            continue;
+        }
+        match crate::sriov::enable(cfg, &found[i].clone(), &s, num, bridge, &mut taken) {
+            Ok(vfs) => {
+                let first = &vfs[0];
+                let mut bars = alloc::string::String::new();
+                for &(reg, at) in first.vf.as_ref().map_or(&[][..], |v| &v.bars[..]) {
+                    let _ = fmt::Write::write_fmt(&mut bars, format_args!(" BAR{reg} {at:#x}"));
+                }
+                log(format_args!(
+                    "sriov {pf}: {num} of {} VFs enabled ({}..{}), VF 0 at{bars}",
+                    s.total_vfs,
+                    first.bdf,
+                    vfs[vfs.len() - 1].bdf
+                ));
+                found.extend(vfs);
+            }
+            Err(e) => log(format_args!("sriov {pf}: VFs not enabled: {e}")),
+        }
+    }
+}
+
+/// The CPU ranges of every VF's BARs in `host` (each a page at least).
+pub fn vf_apertures(host: &[HostFunction], bridge: &PcieInfo) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for f in host {
+        for b in &f.bars {
+            let Some(addr) = f.fixed_bar(b.reg) else {
+                continue;
+            };
+            if let Some(r) = bridge
+                .ranges
+                .iter()
+                .find(|r| addr >= r.pci_addr && addr < r.pci_addr + r.size)
+            {
+                out.push((r.cpu_addr + (addr - r.pci_addr), b.size.max(PAGE)));
+            }
+        }
+    }
+    out
 }
 
 /// Quiesces and resets `functions` (before reuse: stop, restart, delete,
@@ -502,12 +674,16 @@ struct VBar {
     addr: u64,
     sizing_lo: bool,
     sizing_hi: bool,
+    /// A VF's BAR: where it really is (it cannot move).
+    fixed: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct VFunction {
     bdf: Bdf,
     bars: Vec<VBar>,
+    /// A VF's vendor and device ID (its own registers read 0xffff).
+    vf_ids: Option<u32>,
     /// Capabilities (ID, offset, length), as found at construction.
     caps: Vec<(u32, u16, u16)>,
 }
@@ -598,23 +774,25 @@ impl VirtualEcam {
         let functions = a
             .functions
             .iter()
-            .map(|f| VFunction {
-                bdf: f.bdf,
-                bars: f
-                    .bars
-                    .iter()
-                    .map(|&(bar, addr)| VBar {
-                        bar,
-                        addr,
-                        sizing_lo: false,
-                        sizing_hi: false,
-                    })
-                    .collect(),
-                caps: host
-                    .iter()
-                    .find(|h| h.bdf == f.bdf)
-                    .map(|h| h.caps.clone())
-                    .unwrap_or_default(),
+            .map(|f| {
+                let h = host.iter().find(|h| h.bdf == f.bdf);
+                let vf = h.filter(|h| h.vf.is_some());
+                VFunction {
+                    bdf: f.bdf,
+                    bars: f
+                        .bars
+                        .iter()
+                        .map(|&(bar, addr)| VBar {
+                            bar,
+                            addr,
+                            sizing_lo: false,
+                            sizing_hi: false,
+                            fixed: vf.and_then(|h| h.fixed_bar(bar.reg)),
+                        })
+                        .collect(),
+                    vf_ids: vf.map(|h| u32::from(h.vendor) | u32::from(h.device) << 16),
+                    caps: h.map(|h| h.caps.clone()).unwrap_or_default(),
+                }
             })
             .collect();
         VirtualEcam {
@@ -664,6 +842,9 @@ impl VirtualEcam {
         }
         if dword == ROM_BAR {
             return 0;
+        }
+        if let (VENDOR_ID, Some(ids)) = (dword, self.functions[i].vf_ids) {
+            return (ids >> shift) & ones;
         }
         cfg.read(bdf, offset, width)
     }
@@ -833,7 +1014,11 @@ impl VirtualEcam {
                 BarSpace::Io => command & COMMAND_IO != 0,
                 _ => command & COMMAND_MEM != 0,
             };
-            if decodes && !inside(&self.windows, v.bar, v.addr) {
+            let outside = match v.fixed {
+                Some(at) => v.addr != at,
+                None => !inside(&self.windows, v.bar, v.addr),
+            };
+            if decodes && outside {
                 return Some(Refusal::DecodeWithBarOutside {
                     bdf: f.bdf,
                     reg: v.bar.reg,
@@ -972,7 +1157,7 @@ impl VirtualEcam {
 /// Bytes of a capability the filter knows (MSI: by its Message Control's
 /// 64-bit and per-vector masking bits; MSI-X: control and the table/PBA
 /// pointers; PCIe: version 2), cut at the next capability.
-fn capability_spans(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Vec<(u32, u16, u16)> {
+pub(crate) fn capability_spans(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Vec<(u32, u16, u16)> {
     let caps = capabilities(cfg, bdf);
     caps.iter()
         .map(|&(id, at)| {

@@ -163,7 +163,7 @@ fn host(fake: &mut Fake) -> Vec<HostFunction> {
 fn setup(dev: u8) -> (Fake, Assignment, VirtualEcam) {
     let mut fake = Fake::qemu();
     let host = host(&mut fake);
-    let a = assign(&[bdf(dev, 0)], &host, &host_bridge(), &[], |_| false).unwrap();
+    let a = assign(&[bdf(dev, 0)], &host, &host_bridge(), &[], &[], |_| false).unwrap();
     program(&mut fake, &a);
     let v = VirtualEcam::new(&host_bridge(), &a, &host);
     fake.writes.clear();
@@ -235,7 +235,7 @@ fn a_missing_a_bridge_and_a_repeated_function_are_refused_naming_the_index() {
     let mut fake = Fake::qemu();
     let host = host(&mut fake);
     let hb = host_bridge();
-    let err = |wanted: &[Bdf]| assign(wanted, &host, &hb, &[], |_| false).unwrap_err();
+    let err = |wanted: &[Bdf]| assign(wanted, &host, &hb, &[], &[], |_| false).unwrap_err();
 
     let e = err(&[bdf(1, 0), bdf(9, 0)]);
     assert_eq!((e.index, e.problem), (1, AssignProblem::Missing));
@@ -253,9 +253,9 @@ fn an_intx_spi_another_partition_owns_is_refused() {
     let mut fake = Fake::qemu();
     let host = host(&mut fake);
     // 00:02.0 INTA swizzles to SPI 35 + (2 + 0) % 4 = 37.
-    let e = assign(&[bdf(2, 0)], &host, &host_bridge(), &[], |s| s == 37).unwrap_err();
+    let e = assign(&[bdf(2, 0)], &host, &host_bridge(), &[], &[], |s| s == 37).unwrap_err();
     assert_eq!(e.problem, AssignProblem::IntxShared { spi: 37 });
-    let a = assign(&[bdf(2, 0)], &host, &host_bridge(), &[], |s| s == 36).unwrap();
+    let a = assign(&[bdf(2, 0)], &host, &host_bridge(), &[], &[], |s| s == 36).unwrap();
     assert_eq!(a.spis(), [37]);
 }
 
@@ -264,9 +264,9 @@ fn bars_are_placed_page_aligned_in_windows_of_their_own_clear_of_taken_ones() {
     let mut fake = Fake::qemu();
     let host = host(&mut fake);
     let hb = host_bridge();
-    let a = assign(&[bdf(1, 0)], &host, &hb, &[], |_| false).unwrap();
+    let a = assign(&[bdf(1, 0)], &host, &hb, &[], &[], |_| false).unwrap();
     let taken = a.cpu_windows();
-    let b = assign(&[bdf(2, 0), bdf(3, 0)], &host, &hb, &taken, |_| false).unwrap();
+    let b = assign(&[bdf(2, 0), bdf(3, 0)], &host, &hb, &taken, &[], |_| false).unwrap();
 
     for w in &b.windows {
         for &(base, size) in &taken {
@@ -286,7 +286,7 @@ fn bars_are_placed_page_aligned_in_windows_of_their_own_clear_of_taken_ones() {
     // A function with memory BARs only still gets an I/O page.
     let mut mem_only = host.clone();
     mem_only[1].bars.retain(|b| b.space != BarSpace::Io);
-    let m = assign(&[bdf(1, 0)], &mem_only, &hb, &taken, |_| false).unwrap();
+    let m = assign(&[bdf(1, 0)], &mem_only, &hb, &taken, &[], |_| false).unwrap();
     let io = m.windows.iter().find(|w| w.space == PciSpace::Io).unwrap();
     assert_eq!(io.size, PAGE);
     assert!(bar_addr(&a, 2) >= 0x80_0000_0000);
@@ -302,8 +302,8 @@ fn a_full_window_is_no_room() {
     let host = host(&mut fake);
     let mut hb = host_bridge();
     hb.ranges[0].size = PAGE;
-    let a = assign(&[bdf(1, 0)], &host, &hb, &[], |_| false).unwrap();
-    let e = assign(&[bdf(2, 0)], &host, &hb, &a.cpu_windows(), |_| false).unwrap_err();
+    let a = assign(&[bdf(1, 0)], &host, &hb, &[], &[], |_| false).unwrap();
+    let e = assign(&[bdf(2, 0)], &host, &hb, &a.cpu_windows(), &[], |_| false).unwrap_err();
     assert_eq!(
         e.problem,
         AssignProblem::NoRoom {
@@ -742,4 +742,115 @@ fn a_decoding_64_bit_bar_refuses_an_outside_high_half_and_hermits_probe_is_taken
     ));
     let hi = u64::from(fake.reg(f, 0x1c, 4));
     assert_eq!(hi << 32 | u64::from(fake.reg(f, 0x18, 4) & !0xf), base);
+}
+
+/// A VF of the endpoint at 00:01.0 at 00:12.0: two 16 KiB 64-bit BARs
+/// fixed at 0x80_0001_0000 and 0x80_0001_c000 (as `sriov::enable` places
+/// them), its ID registers 0xffff and BAR registers read-only zero.
+fn with_vf(fake: &mut Fake) -> (Vec<HostFunction>, Bdf) {
+    let vf = bdf(0x12, 0);
+    let mut f = FakeFn {
+        regs: [0; 4096],
+        bars: [(0, 0); 6],
+    };
+    f.put(0, 4, u32::MAX);
+    f.put(0x08, 4, 0x0200_0001);
+    // Enumerated before the PF's VFs are enabled, as at boot.
+    let mut host = host(fake);
+    fake.functions.insert(vf, f);
+    let bar = |reg| HostBar {
+        reg,
+        space: BarSpace::Mem64,
+        prefetchable: true,
+        size: 0x4000,
+    };
+    host.push(HostFunction {
+        bdf: vf,
+        vendor: 0x8086,
+        device: 0x10ca,
+        class: 0x02_0000,
+        bridge: false,
+        pin: 0,
+        bars: alloc::vec![bar(0), bar(3)],
+        caps: Vec::new(),
+        vf: Some(VfOf {
+            pf: bdf(1, 0),
+            bars: alloc::vec![(0, 0x80_0001_0000), (3, 0x80_0001_c000)],
+        }),
+    });
+    (host, vf)
+}
+
+#[test]
+fn a_vf_gets_its_fixed_bars_as_windows_and_its_pf_stays_the_hypervisors() {
+    let mut fake = Fake::qemu();
+    let (host, vf) = with_vf(&mut fake);
+    let hb = host_bridge();
+    let a = assign(&[vf], &host, &hb, &[], &[], |_| false).unwrap();
+    assert_eq!(
+        a.functions[0]
+            .bars
+            .iter()
+            .map(|&(b, at)| (b.reg, at))
+            .collect::<Vec<_>>(),
+        [(0, 0x80_0001_0000), (3, 0x80_0001_c000)]
+    );
+    for at in [0x80_0001_0000, 0x80_0001_c000] {
+        assert!(a
+            .windows
+            .iter()
+            .any(|w| w.pci_addr == at && w.cpu_addr == at && w.size == 0x4000));
+    }
+    assert_eq!(a.functions[0].spi, None, "a VF has no INTx");
+    // The PF, with its VFs enabled, is refused.
+    let e = assign(&[bdf(1, 0)], &host, &hb, &[], &[], |_| false).unwrap_err();
+    assert_eq!(e.problem, AssignProblem::PfWithVfs);
+    // The VF once another partition holds it.
+    let e = assign(&[vf], &host, &hb, &a.cpu_windows(), &[], |_| false).unwrap_err();
+    assert_eq!(e.problem, AssignProblem::VfHeld);
+    // Another function's carved windows keep clear of every VF aperture.
+    let reserved = vf_apertures(&host, &hb);
+    assert_eq!(
+        reserved,
+        [(0x80_0001_0000, 0x4000), (0x80_0001_c000, 0x4000)]
+    );
+    let other = assign(&[bdf(2, 0)], &host, &hb, &[], &reserved, |_| false).unwrap();
+    for w in &other.windows {
+        for &(r, rs) in &reserved {
+            assert!(
+                w.cpu_addr + w.size <= r || r + rs <= w.cpu_addr,
+                "{w:?} over a VF aperture"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_vf_shows_its_ids_and_cannot_decode_with_its_bars_moved() {
+    let mut fake = Fake::qemu();
+    let (host, vf) = with_vf(&mut fake);
+    let hb = host_bridge();
+    let a = assign(&[vf], &host, &hb, &[], &[], |_| false).unwrap();
+    let mut v = VirtualEcam::new(&hb, &a, &host);
+    assert_eq!(v.read(&mut fake, vf, 0, 4), 0x10ca_8086);
+    assert_eq!(v.read(&mut fake, vf, 2, 2), 0x10ca);
+    assert_eq!(v.read(&mut fake, vf, 0x10, 4), 0x0001_000c);
+    assert_eq!(v.read(&mut fake, vf, 0x14, 4), 0x80);
+    // Sizing is answered from the shadow.
+    v.write(&mut fake, vf, 0x10, 4, u32::MAX);
+    assert_eq!(v.read(&mut fake, vf, 0x10, 4), 0xffff_c00c);
+    // Moved within the shadow (the VF's BAR registers ignore it) ...
+    assert_eq!(
+        v.write(&mut fake, vf, 0x10, 4, 0x0002_0000),
+        WriteOutcome::Done
+    );
+    // ... it cannot decode there.
+    assert_eq!(
+        v.write(&mut fake, vf, COMMAND, 2, 0x6),
+        WriteOutcome::Refused(Refusal::DecodeWithBarOutside { bdf: vf, reg: 0 })
+    );
+    // Back where it is: memory and bus master on.
+    v.write(&mut fake, vf, 0x10, 4, 0x0001_0000);
+    assert_eq!(v.write(&mut fake, vf, COMMAND, 2, 0x6), WriteOutcome::Done);
+    assert_eq!(fake.reg(vf, COMMAND, 2), 0x6);
 }

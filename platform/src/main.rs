@@ -338,18 +338,35 @@ fn boot(handoff: BootHandoff) -> ! {
         counter: boot_counter,
     };
     // Per-function assignment: the functions behind the host bridge are
-    // quiesced and enumerated (BARs sized) once, before any is placed.
+    // quiesced and enumerated (BARs sized) once, before any is placed, and
+    // the SR-IOV VFs the plan names enabled.
     let pci_functions = match &host.pcie {
         Some(bridge) if plan.partitions.iter().any(|p| !p.pci.is_empty()) => {
-            let found = pinfold_hv::vpci::boot_scan(&mut hw::PlatformHw::new(index), bridge);
+            let wanted: Vec<pinfold_hv::pci::Bdf> = plan
+                .partitions
+                .iter()
+                .flat_map(|p| &p.pci)
+                .map(|a| pinfold_hv::pci::Bdf {
+                    bus: a.bus,
+                    dev: a.device,
+                    func: a.function,
+                })
+                .collect();
+            let found = pinfold_hv::vpci::boot_scan(
+                &mut hw::PlatformHw::new(index),
+                bridge,
+                &wanted,
+                &mut |args| hvlog!("{}", args),
+            );
             for f in &found {
                 hvlog!(
-                    "pci {} {:04x}:{:04x} class {:06x}{}: {} BARs",
+                    "pci {} {:04x}:{:04x} class {:06x}{}{}: {} BARs",
                     f.bdf,
                     f.vendor,
                     f.device,
                     f.class,
                     if f.bridge { " (bridge)" } else { "" },
+                    if f.vf.is_some() { " (SR-IOV VF)" } else { "" },
                     f.bars.len()
                 );
             }

@@ -161,6 +161,10 @@ pub struct GuestDtbSpec<'a> {
     /// GIC at `GUEST_ITS_BASE`, `msi-controller`, phandle
     /// [`GUEST_ITS_PHANDLE`].
     pub its: bool,
+    /// `/chosen/linux,pci-probe-only`: Linux keeps the BARs as the
+    /// hypervisor placed them instead of assigning its own (a partition
+    /// owning an SR-IOV VF, whose BARs cannot move).
+    pub pci_probe_only: bool,
     /// Pass-through MMIO devices, after the generated nodes.
     pub devices: &'a [GuestDevice<'a>],
     pub extra: &'a [ExtraNode<'a>],
@@ -240,6 +244,9 @@ fn write_chosen(w: &mut FdtWriter, spec: &GuestDtbSpec, uart_path: &str) -> Resu
     }
     if let Some(seed) = spec.kaslr_seed {
         w.prop_u64("kaslr-seed", seed)?;
+    }
+    if spec.pci_probe_only {
+        w.prop_u32("linux,pci-probe-only", 1)?;
     }
     w.end_node(chosen)
 }
@@ -469,6 +476,7 @@ mod tests {
             rng_seed: Some(SEED),
             kaslr_seed: Some(0x0123_4567_89ab_cdef),
             its: false,
+            pci_probe_only: false,
             pmu: false,
             devices: &[],
             extra: &[],
@@ -556,6 +564,21 @@ mod tests {
 
         let fdt = Fdt::new(&blob).unwrap();
         assert!(fdt.find_node("/pmu").is_none());
+    }
+
+    #[test]
+    fn pci_probe_only_is_in_chosen_only_when_asked() {
+        let blob = build_guest_dtb(&spec(1)).unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        let chosen = fdt.find_node("/chosen").unwrap();
+        assert!(chosen.property("linux,pci-probe-only").is_none());
+        let blob = build_guest_dtb(&GuestDtbSpec {
+            pci_probe_only: true,
+            ..spec(1)
+        })
+        .unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(cells(prop(&fdt, "/chosen", "linux,pci-probe-only")), [1]);
     }
 
     #[test]

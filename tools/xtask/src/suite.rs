@@ -470,6 +470,9 @@ const SMMU_NIC: &str = "virtio-net-pci,disable-legacy=on,iommu_platform=on";
 /// `dma`'s DMA engine in `smmu-isolation`: QEMU's edu, whose default
 /// `dma_mask` (28 bits) would fold the foreign addresses into low memory.
 const SMMU_DMA_DEVICE: &str = "edu,addr=0x2,dma_mask=0xffffffffffffffff";
+/// The SR-IOV PF of `smmu-isolation` (QEMU 10's igb: 8 VFs, First VF
+/// Offset 0x80, Stride 2): `dma` owns its VF 0, 00:13.0.
+const SMMU_SRIOV_PF: &str = "igb,addr=0x3";
 
 fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
     api_checks::port_is_free()?;
@@ -484,7 +487,12 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
     let extra = Extra {
         smmu: Some(q10),
         nic_model: Some(SMMU_NIC.into()),
-        args: vec!["-device".into(), SMMU_DMA_DEVICE.into()],
+        args: vec![
+            "-device".into(),
+            SMMU_DMA_DEVICE.into(),
+            "-device".into(),
+            SMMU_SRIOV_PF.into(),
+        ],
         ..Extra::default()
     };
     // 00:02.0 is `dma`'s edu, not a partition NIC.

@@ -131,6 +131,7 @@ impl LinuxGuest {
             kaslr_seed: Some(BARE_KASLR_SEED),
             pmu: self.pmu,
             its: false,
+            pci_probe_only: false,
             devices: &[],
             extra: &[],
         })

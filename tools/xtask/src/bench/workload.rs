@@ -440,6 +440,7 @@ fn bare_dtb(guest: &LinuxGuest, vcpus: u32) -> Result<Vec<u8>, String> {
         kaslr_seed: Some(BARE_KASLR_SEED),
         pmu: guest.pmu,
         its: false,
+        pci_probe_only: false,
         devices: &[],
         extra: &[],
     })
