@@ -237,6 +237,11 @@ pub const CR0_EN: u64 = 1;
 /// ICH_VCTLR_EL2.En / .V3.
 pub const VCTLR_EN: u64 = 1;
 pub const VCTLR_V3: u64 = 1 << 1;
+/// ICH_VMCR_EL2, GCIE layout (Linux arch/arm64/tools/sysreg, the FEAT_GCIE
+/// prefix): EN [0] is the guest's ICC_CR0_EL1.EN, VPMR [31:27] its
+/// ICC_PCR_EL1.PRIORITY.
+pub const VMCR_EN: u64 = 1;
+pub const VMCR_VPMR_SHIFT: u32 = 27;
 /// ICH_CONTEXTR_EL2.V (a vPE is resident).
 pub const CONTEXTR_V: u64 = 1 << 63;
 /// ICH_HFGRTR/HFGWTR_EL2: every ICC register class the guest may access

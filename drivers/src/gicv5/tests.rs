@@ -316,12 +316,12 @@ fn ipi_is_an_lpi_from_one_cpu_to_the_other() {
 fn guest_ready_ctx() -> VPpiContext {
     let mut ctx = VPpiContext::default();
     // The guest has enabled its timers and PMU at priority 8, its
-    // interface on, priority mask open (VMCR EN [0], VPMR [5:1]).
+    // interface on, priority mask open (VMCR EN [0], VPMR [31:27]).
     ctx.enabler[0] = (1 << PPI_CNTV) | (1 << PPI_CNTP) | (1 << PPI_PMU);
     for n in [PPI_CNTV, PPI_CNTP, PPI_PMU] {
         ctx.priorityr[(n / 8) as usize] |= 8 << ((n % 8) * 8);
     }
-    ctx.vmcr = 1 | (0x1f << 1);
+    ctx.vmcr = VMCR_EN | (0x1f << VMCR_VPMR_SHIFT);
     ctx
 }
 

@@ -101,6 +101,12 @@ const fn e(op0: u8, op1: u8, crn: u8, crm: u8, op2: u8) -> Enc {
     }
 }
 
+/// ICH_VMCR_EL2 in the GCIE layout: EN [0] (the guest's ICC_CR0_EL1.EN),
+/// VPMR [31:27] (its ICC_PCR_EL1.PRIORITY).
+pub const VMCR_EN: u64 = 1;
+pub const VMCR_VPMR_SHIFT: u32 = 27;
+pub const VMCR_VPMR_MASK: u64 = 0x1f << VMCR_VPMR_SHIFT;
+
 /// The registers the model implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reg {
@@ -259,8 +265,9 @@ impl Reg {
             // V [63], F [62], IRICHPPIDIS [61], DB [60], DBPM [59:55],
             // VPE [47:32], VM [15:0].
             Reg::IchContextr => (0x1ff << 55) | (0xffff << 32) | 0xffff,
-            // UNCONFIRMED layout: EN [0], VPMR [5:1] in this model.
-            Reg::IchVmcr => 0x3f,
+            // GCIE layout (Linux arch/arm64/tools/sysreg, FEAT_GCIE prefix
+            // of ICH_VMCR_EL2): EN [0], VPMR [31:27].
+            Reg::IchVmcr => VMCR_EN | VMCR_VPMR_MASK,
             // Bits [20:0] (one per ICC register class, see `Hfg`).
             Reg::IchHfgrtr | Reg::IchHfgwtr => 0x1f_ffff,
             // GICCDEN [0], GICCDDIS [1], ... up to [9] in this model.
@@ -885,7 +892,7 @@ impl Model {
         if !v.resident() || v.vmcr & 1 == 0 {
             return None;
         }
-        let vpmr = ((v.vmcr >> 1) & 0x1f) as u8;
+        let vpmr = ((v.vmcr & VMCR_VPMR_MASK) >> VMCR_VPMR_SHIFT) as u8;
         let limit = vpmr.min(Self::running_priority(v.apr));
         let mut best: Option<(IntId, u8)> = None;
         for n in 0..128 {
@@ -1129,8 +1136,8 @@ impl Model {
         let hppi = self.virt_hppi(pe);
         let v = &self.pes[pe].virt;
         match reg {
-            Reg::IccCr0 => v.vmcr & 1,
-            Reg::IccPcr => (v.vmcr >> 1) & 0x1f,
+            Reg::IccCr0 => v.vmcr & VMCR_EN,
+            Reg::IccPcr => (v.vmcr & VMCR_VPMR_MASK) >> VMCR_VPMR_SHIFT,
             Reg::IccApr => v.apr,
             Reg::IccHppir => hppi.map_or(0, |(id, _)| (1 << 32) | id.raw()),
             Reg::IccIaffidr => (v.contextr >> 32) & 0xffff,
@@ -1184,8 +1191,10 @@ impl Model {
         let vis = [self.visible(pe, 0), self.visible(pe, 1)];
         let v = &mut self.pes[pe].virt;
         match reg {
-            Reg::IccCr0 => v.vmcr = (v.vmcr & !1) | (value & 1),
-            Reg::IccPcr => v.vmcr = (v.vmcr & 1) | ((value & 0x1f) << 1),
+            Reg::IccCr0 => v.vmcr = (v.vmcr & !VMCR_EN) | (value & VMCR_EN),
+            Reg::IccPcr => {
+                v.vmcr = (v.vmcr & !VMCR_VPMR_MASK) | ((value & 0x1f) << VMCR_VPMR_SHIFT)
+            }
             Reg::IccApr => v.apr = value,
             Reg::IccPpiEnabler(w) => {
                 let m = vis[w as usize];
