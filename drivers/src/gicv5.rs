@@ -7,7 +7,16 @@
 //! (GICv5 has no SGIs), and the EL2 virtual CPU interface of a vCPU
 //! (ICH_VCTLR/CONTEXTR/VMCR/APR, ICH_PPI_DVIR/HVIR and the ICH_PPI_* state)
 //! loaded and put with the PPIs the core's `vgic5::PpiPlan` chose as
-//! direct virtual interrupts.
+//! direct virtual interrupts, and the vIRS: the VM table given to the IRS
+//! (`Gicv5Irs::init_virs`) and the core's `vgic5::plan_virs` applied
+//! (`Gicv5Irs::apply_virs`: VM and vPE table entries written through
+//! [`TableMem`], VMs, virtual ISTs and vPEs made valid, doorbells armed,
+//! the partitions' own SPIs assigned to their VMs), doorbell LPIs taken in
+//! `ack` (`Gicv5Cpu::take_doorbell`), IRS software errors drained
+//! (`Gicv5Irs::take_swerr`) for the core to count.
+//!
+//! None of this is on the boot path yet: the platform brings up only the
+//! GICv3 and stops on a GICv5 host (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system
 //! registers and instructions, by encoding) and [`IrsMmio`] (the IRS
