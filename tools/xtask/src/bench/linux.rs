@@ -133,6 +133,7 @@ impl LinuxGuest {
             its: false,
             devices: &[],
             extra: &[],
+            gic: pinfold_hv::vgic5::GicInterface::V3,
         })
         .map_err(|e| format!("the bare DTB: {e:?}"))
     }
