@@ -2254,4 +2254,78 @@ mod tests {
         assert_eq!(rd(&mut m, 0, El::El2, Reg::IchVctlr), 1);
         assert_eq!(m.misuse().len(), 1);
     }
+
+    /// The vIRS's own rules, written from the register descriptions: a VM
+    /// is made valid only from a VM table entry with its addresses, only
+    /// inside the VM table; a vPE only inside its VM's VPE_ID_BITS and from
+    /// a vPE table entry; an SPI only assigned to a valid VM; the doorbell
+    /// rings once.
+    #[test]
+    fn virs_tables_are_checked_and_the_doorbell_is_one_shot() {
+        let mut m = model();
+        m.irs_write(irs::CR0, 1);
+        m.irs_write(irs::IST_CFGR, 14);
+        m.irs_write(irs::IST_BASER, 0x8000_0000 | 1);
+        // No VM table yet.
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 2);
+        assert_eq!(m.take_misuse(), [Misuse::NoVmTable(2)]);
+        m.irs_write(irs::VMT_CFGR, 2);
+        m.irs_write(irs::VMT_BASER, 0x9000_0000 | 1);
+        // Beyond the 2-bit table; then an entry with no addresses.
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 4);
+        assert_eq!(m.take_misuse(), [Misuse::NoVmTable(4)]);
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 1);
+        assert!(matches!(
+            m.take_misuse()[..],
+            [Misuse::BadTableEntry { .. }]
+        ));
+        // A good entry: VMD, vPE table with 1 vPE ID bit, an SPI IST of 6.
+        let e = 0x9000_0000 + 32;
+        m.mem_write64(e, 0xa000_0000);
+        m.mem_write64(e + 8, 0xa000_1000 | (1 << irs::ID_BITS_SHIFT));
+        m.mem_write64(e + 24, 0xa000_4000 | (6 << irs::ID_BITS_SHIFT));
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 1);
+        m.irs_write(irs::VMAP_VISTR, irs::VMAP_M | (1 << 32) | (3 << 29));
+        assert!(m.misuse().is_empty());
+        assert_eq!(m.mem_read64(e) & 1, 1, "the IRS marks the entry valid");
+        // vPE 2 is beyond 1 bit; vPE 1 has no descriptor yet.
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32) | 2);
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32) | 1);
+        let mis = m.take_misuse();
+        assert_eq!(mis[0], Misuse::NoSuchVpe { vm: 1, vpe: 2 });
+        assert!(matches!(mis[1], Misuse::BadTableEntry { .. }));
+        m.mem_write64(0xa000_1000 + 8, 0xa000_2020);
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32) | 1);
+        assert!(m.vpe_valid(1, 1));
+        // An SPI goes only to a valid VM.
+        m.irs_write(irs::SPI_SELR, 9);
+        m.irs_write(irs::SPI_VMR, irs::SPI_VMR_VIRT | 3);
+        assert_eq!(m.take_misuse(), [Misuse::NoSuchVm(3)]);
+        m.irs_write(irs::SPI_VMR, irs::SPI_VMR_VIRT | 1);
+        assert_eq!(m.irs_read(irs::SPI_VMR), irs::SPI_VMR_VIRT | 1);
+        // Doorbell LPI 100 at PE 1; vSPI 9 enabled at vPE 1, not resident.
+        let db = IntId::lpi(100).raw();
+        m.sys(0, El::El2, Insn::Cdaff.enc(), db | (1 << 32));
+        m.sys(0, El::El2, Insn::Cden.enc(), db);
+        m.irs_write(irs::VPE_SELR, irs::VPE_SELR_S | (1 << 32) | 1);
+        m.irs_write(irs::VPE_DBR, irs::VPE_DBR_DBV | 100);
+        {
+            let s = m.vint_mut(1, IntType::Spi, 9).unwrap();
+            s.enabled = true;
+            s.iaffid = 1;
+        }
+        wr(&mut m, 1, Reg::IccCr0, 1);
+        wr(&mut m, 1, Reg::IccPcr, 0x1f);
+        m.set_spi_line(9, true);
+        assert_eq!(m.doorbells(), 1);
+        assert!(m.irq_signalled(1));
+        assert_eq!(m.irs_read(irs::VPE_DBR) & irs::VPE_DBR_DBV, 0);
+        // The physical SPI itself is not a physical interrupt any more.
+        assert!(!m.spi(9).pending_now());
+        // Rings once: another edge of the wire does not ring again.
+        m.set_spi_line(9, false);
+        m.set_spi_line(9, true);
+        assert_eq!(m.doorbells(), 1);
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+    }
 }
