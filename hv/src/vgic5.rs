@@ -8,6 +8,18 @@
 //! not resident ([`VPpiContext`]: plain data, owned by the vCPU, touched
 //! only on its own CPU, so load and put take no lock shared between CPUs).
 //!
+//! Beyond PPIs, the vIRS ([`plan_virs`]): every GICv5 partition is a VM of
+//! the IRS (partition i = VM i, its vCPU n = vPE n), its own SPIs are
+//! assigned to its VM as virtual SPIs (refused, naming them, when two
+//! partitions claim one or it is out of range), its guest's IPIs are
+//! virtual LPIs it routes and raises itself with no exit, each vCPU has a
+//! doorbell LPI at its CPU for interrupts that arrive while it is not
+//! resident ([`doorbell_owner`]). The plan is a list of [`VirsOp`]s the
+//! driver applies. A guest's GIC commands reach only the VM the hypervisor
+//! loads into ICH_CONTEXTR_EL2.VM; one naming a vPE or an ID its VM lacks
+//! does nothing and leaves an IRS software error, counted against the
+//! guest's partition ([`VirsFault`], [`VirsFaults`]).
+//!
 //! The INTID mapping between the core's GICv3-style numbers and GICv5's
 //! typed IDs ([`CoreIntid`]) lets `exit::dispatch_irq` and the rest of the
 //! core run unchanged on a GICv5: PPIs 16..31 keep their numbers (the timers
