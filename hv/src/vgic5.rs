@@ -369,6 +369,10 @@ pub enum VirsError {
         partition: String,
         vcpu: u16,
     },
+    /// Two vCPUs given the same doorbell LPI (a doorbell must name one).
+    DoorbellTwice {
+        lpi: u32,
+    },
 }
 
 impl fmt::Display for VirsError {
@@ -396,6 +400,9 @@ impl fmt::Display for VirsError {
             }
             VirsError::NoDoorbell { partition, vcpu } => {
                 write!(f, "partition {partition}: vCPU {vcpu} has no doorbell LPI")
+            }
+            VirsError::DoorbellTwice { lpi } => {
+                write!(f, "doorbell LPI {lpi} is given to two vCPUs")
             }
         }
     }
@@ -435,6 +442,7 @@ pub fn plan_virs(caps: &VirsCaps, vms: &[VmSpec]) -> Result<Vec<VirsOp>, VirsErr
         });
     }
     let mut owner: BTreeMap<u32, &str> = BTreeMap::new();
+    let mut doorbells: BTreeMap<u32, ()> = BTreeMap::new();
     let mut ops = Vec::new();
     for (i, spec) in vms.iter().enumerate() {
         let vm = i as u16;
@@ -491,6 +499,9 @@ pub fn plan_virs(caps: &VirsCaps, vms: &[VmSpec]) -> Result<Vec<VirsOp>, VirsErr
                     vcpu: vpe,
                 });
             };
+            if doorbells.insert(db.lpi, ()).is_some() {
+                return Err(VirsError::DoorbellTwice { lpi: db.lpi });
+            }
             ops.push(VirsOp::ArmDoorbell { vm, vpe, db });
         }
         for &intid in spec.spis {
@@ -749,6 +760,8 @@ mod tests {
         assert!(e.to_string().contains("17 vCPUs"));
         let e = plan_virs(&CAPS, &[vm("alpha", 2, &[], &d1)]).unwrap_err();
         assert_eq!(e.to_string(), "partition alpha: vCPU 1 has no doorbell LPI");
+        let e = plan_virs(&CAPS, &[vm("alpha", 1, &[], &d1), vm("beta", 1, &[], &d1)]);
+        assert_eq!(e.unwrap_err(), VirsError::DoorbellTwice { lpi: 1 });
     }
 
     #[test]
