@@ -718,3 +718,33 @@ fn a_hostile_guest_cannot_raise_another_partitions_interrupts_and_is_counted() {
     assert_eq!(faults.by_vm.get(&0), None);
     r.no_misuse();
 }
+
+#[test]
+fn a_doorbell_rings_once_until_the_put_rearms_it() {
+    let mut r = virs_rig();
+    load_guest(&mut r, 0, 0, 0);
+    guest_route(&r, 0, VSPI5, 1);
+    // First interrupt for the non-resident vCPU 1: the doorbell rings.
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert_eq!(r.cpus[1].ack(), 1023);
+    assert_eq!(r.cpus[1].take_doorbell(), Some(9001));
+    // vCPU 1 runs, takes and ends it, and is put again.
+    load_guest(&mut r, 1, 0, 1);
+    assert_eq!(r.guest_cdia(1), CDIA_VALID | VSPI5);
+    r.guest_sys(1, insn::GIC_CDEOI, 0);
+    r.m.borrow_mut().set_spi_line(5, false);
+    r.guest_sys(1, insn::GIC_CDDI, VSPI5);
+    r.m.borrow_mut().exit_guest(1);
+    let mut ctx = guest_ready_ctx();
+    r.cpus[1].vcpu_put(&r.lock, &mut ctx, &PpiPlan::for_vcpu(true, false), false);
+    // The next interrupt finds the doorbell spent: nothing reaches CPU 1 ...
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert_eq!(r.m.borrow().doorbells(), 1);
+    assert!(!r.m.borrow().irq_signalled(1));
+    // ... until the put re-arms it, which rings for what is already pending.
+    r.irs.rearm_doorbell(0, 1, 9001).expect("rearm");
+    assert_eq!(r.m.borrow().doorbells(), 2);
+    assert_eq!(r.cpus[1].ack(), 1023);
+    assert_eq!(r.cpus[1].take_doorbell(), Some(9001));
+    r.no_misuse();
+}
