@@ -7,7 +7,16 @@
 //! (GICv5 has no SGIs), and the EL2 virtual CPU interface of a vCPU
 //! (ICH_VCTLR/CONTEXTR/VMCR/APR, ICH_PPI_DVIR/HVIR and the ICH_PPI_* state)
 //! loaded and put with the PPIs the core's `vgic5::PpiPlan` chose as
-//! direct virtual interrupts.
+//! direct virtual interrupts, and the vIRS: the VM table given to the IRS
+//! (`Gicv5Irs::init_virs`) and the core's `vgic5::plan_virs` applied
+//! (`Gicv5Irs::apply_virs`: VM and vPE table entries written through
+//! [`TableMem`], VMs, virtual ISTs and vPEs made valid, doorbells armed,
+//! the partitions' own SPIs assigned to their VMs), doorbell LPIs taken in
+//! `ack` (`Gicv5Cpu::take_doorbell`), IRS software errors drained
+//! (`Gicv5Irs::take_swerr`) for the core to count.
+//!
+//! None of this is on the boot path yet: the platform brings up only the
+//! GICv3 and stops on a GICv5 host (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system
 //! registers and instructions, by encoding) and [`IrsMmio`] (the IRS
@@ -25,7 +34,9 @@ use pinfold_hv::irqchip::{
     change_percpu_state, IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip,
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
-use pinfold_hv::vgic5::{ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext};
+use pinfold_hv::vgic5::{
+    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp,
+};
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
 /// registers.
@@ -237,6 +248,11 @@ pub const CR0_EN: u64 = 1;
 /// ICH_VCTLR_EL2.En / .V3.
 pub const VCTLR_EN: u64 = 1;
 pub const VCTLR_V3: u64 = 1 << 1;
+/// ICH_VMCR_EL2, GCIE layout (Linux arch/arm64/tools/sysreg, the FEAT_GCIE
+/// prefix): EN [0] is the guest's ICC_CR0_EL1.EN, VPMR [31:27] its
+/// ICC_PCR_EL1.PRIORITY.
+pub const VMCR_EN: u64 = 1;
+pub const VMCR_VPMR_SHIFT: u32 = 27;
 /// ICH_CONTEXTR_EL2.V (a vPE is resident).
 pub const CONTEXTR_V: u64 = 1 << 63;
 /// ICH_HFGRTR/HFGWTR_EL2: every ICC register class the guest may access
@@ -260,6 +276,13 @@ pub trait IrsMmio {
     fn read32(&mut self, offset: usize) -> u32;
     fn write32(&mut self, offset: usize, value: u32);
     fn write64(&mut self, offset: usize, value: u64);
+    fn read64(&mut self, offset: usize) -> u64;
+}
+
+/// Physical memory the IRS reads its VM and vPE tables from (the
+/// platform: the EL2 identity map; the host tests: the model's memory).
+pub trait TableMem {
+    fn write64(&mut self, pa: u64, value: u64);
 }
 
 /// IRS config frame registers (offsets) and fields.
@@ -285,6 +308,49 @@ pub mod irs {
     pub const IST_BASER_VALID: u64 = 1;
     /// IRS_SPI_CFGR.TM: 1 = level.
     pub const SPI_CFGR_LEVEL: u32 = 1;
+
+    // The vIRS (offsets and fields in docs/GICV5.md, "Encodings").
+    pub const IDR3: usize = 0x000c;
+    pub const IDR4: usize = 0x0010;
+    pub const SPI_VMR: usize = 0x0100;
+    pub const VMT_BASER: usize = 0x0200;
+    pub const VMT_CFGR: usize = 0x0210;
+    pub const VMT_STATUSR: usize = 0x0214;
+    pub const VPE_SELR: usize = 0x0240;
+    pub const VPE_DBR: usize = 0x0248;
+    pub const VPE_CR0: usize = 0x0258;
+    pub const VPE_STATUSR: usize = 0x025c;
+    pub const VMAP_VMR: usize = 0x02c8;
+    pub const VMAP_VISTR: usize = 0x02d0;
+    pub const VMAP_VPER: usize = 0x02e0;
+    pub const SWERR_STATUSR: usize = 0x03c0;
+    pub const SWERR_SYNDROMER0: usize = 0x03c8;
+    /// IRS_IDR3.VM_ID_BITS [9:5], IRS_IDR4.VPE_ID_BITS [9:6].
+    pub const fn idr3_vm_id_bits(v: u32) -> u8 {
+        (v >> 5 & 0x1f) as u8
+    }
+    pub const fn idr4_vpe_id_bits(v: u32) -> u8 {
+        (v >> 6 & 0xf) as u8
+    }
+    pub const SPI_VMR_VIRT: u64 = 1 << 63;
+    pub const VMT_BASER_VALID: u64 = 1;
+    pub const VMT_STATUSR_IDLE: u32 = 1;
+    pub const VPE_SELR_S: u64 = 1 << 63;
+    pub const VPE_STATUSR_IDLE: u32 = 1;
+    pub const VPE_STATUSR_V: u32 = 1 << 1;
+    pub const VPE_CR0_DPS: u32 = 1;
+    pub const VPE_DBR_DBV: u64 = 1 << 63;
+    pub const VMAP_M: u64 = 1 << 63;
+    pub const SWERR_V: u32 = 1;
+    /// Table entries: a VMTE is four words (VM descriptor, vPE table +
+    /// VPE_ID_BITS [63:59], LPI IST, SPI IST; the ISTs' ID_BITS [63:59]);
+    /// a vPE table entry is one word (the vPE descriptor address).
+    pub const VMTE_SIZE: u64 = 32;
+    pub const VPETE_SIZE: u64 = 8;
+    pub const ADDR_MASK_3: u64 = 0x00ff_ffff_ffff_fff8;
+    pub const ADDR_MASK_5: u64 = 0x00ff_ffff_ffff_ffe0;
+    pub const ADDR_MASK_6: u64 = 0x00ff_ffff_ffff_ffc0;
+    pub const ID_BITS_SHIFT: u32 = 59;
 }
 
 /// How long to poll an IDLE bit before giving up.
@@ -307,6 +373,13 @@ pub enum IrsError {
     TooFewLpiBits { need: u32, have: u32 },
     /// An IDLE bit never came up.
     Timeout(&'static str),
+    /// The IRS has no virtualisation (IRS_IDR0.VIRT = 0), or fewer VM ID
+    /// bits than asked.
+    NoVirt { need: u8, have: u8 },
+    /// A vPE the IRS did not report valid after IRS_VMAP_VPER.
+    VpeNotValid { vm: u16, vpe: u16 },
+    /// An SPI IRS_SPI_SELR did not accept.
+    SpiNotValid(u32),
 }
 
 /// The shared half: the IRS config frame, plus the CDxx instructions any
@@ -382,6 +455,205 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     }
 }
 
+/// The vIRS half of the IRS (virtual SPIs and LPIs of the partitions'
+/// VMs). Like the rest of `Gicv5Irs` it runs on the slow path only: once
+/// when the partitions are set up, and when an IRS software error is
+/// drained. NOT on the boot path yet (docs/GICV5.md, "What is not done").
+impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
+    /// Give the IRS a linear VM table of 2^`vm_id_bits` 32-byte entries at
+    /// `vmt` (zeroed, 32-byte aligned) and return what the vIRS offers.
+    pub fn init_virs(&mut self, vmt: u64, vm_id_bits: u8) -> Result<VirsCaps, IrsError> {
+        let have = irs::idr3_vm_id_bits(self.mmio.read32(irs::IDR3));
+        if !self.host.virt || vm_id_bits > have {
+            return Err(IrsError::NoVirt {
+                need: vm_id_bits,
+                have: if self.host.virt { have } else { 0 },
+            });
+        }
+        self.wait(
+            irs::VMT_STATUSR,
+            irs::VMT_STATUSR_IDLE,
+            "IRS_VMT_STATUSR.IDLE",
+        )?;
+        self.mmio.write32(irs::VMT_CFGR, u32::from(vm_id_bits));
+        self.mmio.write64(
+            irs::VMT_BASER,
+            (vmt & irs::ADDR_MASK_3) | irs::VMT_BASER_VALID,
+        );
+        self.wait(
+            irs::VMT_STATUSR,
+            irs::VMT_STATUSR_IDLE,
+            "IRS_VMT_STATUSR.IDLE",
+        )?;
+        Ok(VirsCaps {
+            vm_id_bits,
+            vpe_id_bits: irs::idr4_vpe_id_bits(self.mmio.read32(irs::IDR4)),
+            spis: self.spi_count(),
+        })
+    }
+
+    fn wait(&mut self, reg: usize, bit: u32, what: &'static str) -> Result<(), IrsError> {
+        let mmio = &mut self.mmio;
+        if poll(|| mmio.read32(reg) & bit != 0) {
+            Ok(())
+        } else {
+            Err(IrsError::Timeout(what))
+        }
+    }
+
+    /// Apply the core's vIRS plan (`vgic5::plan_virs`): table entries
+    /// written to memory, then the IRS told through its VMAP/VPE/SPI_VMR
+    /// registers, waiting for each to go idle. (On hardware whose IRS is
+    /// not coherent, the table writes need a cache clean first; the
+    /// platform's `TableMem` does that.)
+    pub fn apply_virs(&mut self, mem: &mut impl TableMem, ops: &[VirsOp]) -> Result<(), IrsError> {
+        let vmt = self.mmio.read64(irs::VMT_BASER) & irs::ADDR_MASK_3;
+        for op in ops {
+            match *op {
+                VirsOp::WriteVmte {
+                    vm,
+                    tables,
+                    vpe_id_bits,
+                    lpi_id_bits,
+                    spi_id_bits,
+                } => {
+                    let e = vmt + u64::from(vm) * irs::VMTE_SIZE;
+                    let bits = |b: u8| u64::from(b) << irs::ID_BITS_SHIFT;
+                    mem.write64(e, tables.vmd & irs::ADDR_MASK_3);
+                    mem.write64(e + 8, (tables.vpet & irs::ADDR_MASK_3) | bits(vpe_id_bits));
+                    mem.write64(
+                        e + 16,
+                        (tables.lpi_ist & irs::ADDR_MASK_6) | bits(lpi_id_bits),
+                    );
+                    mem.write64(
+                        e + 24,
+                        (tables.spi_ist & irs::ADDR_MASK_6) | bits(spi_id_bits),
+                    );
+                }
+                VirsOp::WriteVpete {
+                    vpe, vpet, vped, ..
+                } => {
+                    mem.write64(
+                        vpet + u64::from(vpe) * irs::VPETE_SIZE,
+                        vped & irs::ADDR_MASK_5,
+                    );
+                }
+                VirsOp::MapVm { vm } => self.vm_op(irs::VMAP_VMR, irs::VMAP_M | u64::from(vm))?,
+                VirsOp::MapVist { vm, spi } => {
+                    let ty = if spi { TYPE_SPI } else { TYPE_LPI };
+                    self.vm_op(
+                        irs::VMAP_VISTR,
+                        irs::VMAP_M | (u64::from(vm) << 32) | (ty << 29),
+                    )?
+                }
+                VirsOp::MapVpe { vm, vpe } => self.vm_op(
+                    irs::VMAP_VPER,
+                    irs::VMAP_M | (u64::from(vm) << 32) | u64::from(vpe),
+                )?,
+                VirsOp::ArmDoorbell { vm, vpe, db } => {
+                    // The doorbell is a physical LPI, edge, at the CPU the
+                    // vCPU is pinned to.
+                    let lpi = operand(TYPE_LPI, db.lpi);
+                    let iaffid = self.iaffid(db.mpidr).unwrap_or(0);
+                    self.cpu
+                        .gic(insn::GIC_CDPRI, lpi | (DEFAULT_PRIORITY << 35));
+                    self.cpu.gic(insn::GIC_CDHM, lpi);
+                    self.cpu
+                        .gic(insn::GIC_CDAFF, lpi | (u64::from(iaffid) << 32));
+                    self.cpu.gic(insn::GIC_CDEN, lpi);
+                    self.cpu.gic(insn::GSB_SYS, 0);
+                    self.select_vpe(vm, vpe)?;
+                    self.mmio.write32(irs::VPE_CR0, irs::VPE_CR0_DPS);
+                    self.wait(
+                        irs::VPE_STATUSR,
+                        irs::VPE_STATUSR_IDLE,
+                        "IRS_VPE_STATUSR.IDLE",
+                    )?;
+                    self.mmio
+                        .write64(irs::VPE_DBR, irs::VPE_DBR_DBV | u64::from(db.lpi));
+                    self.wait(
+                        irs::VPE_STATUSR,
+                        irs::VPE_STATUSR_IDLE,
+                        "IRS_VPE_STATUSR.IDLE",
+                    )?;
+                }
+                VirsOp::AssignSpi { spi, vm } => {
+                    self.mmio.write32(irs::SPI_SELR, spi);
+                    self.wait(
+                        irs::SPI_STATUSR,
+                        irs::SPI_STATUSR_IDLE,
+                        "IRS_SPI_STATUSR.IDLE",
+                    )?;
+                    if self.mmio.read32(irs::SPI_STATUSR) & irs::SPI_STATUSR_V == 0 {
+                        return Err(IrsError::SpiNotValid(spi));
+                    }
+                    self.mmio
+                        .write64(irs::SPI_VMR, irs::SPI_VMR_VIRT | u64::from(vm));
+                    self.wait(
+                        irs::SPI_STATUSR,
+                        irs::SPI_STATUSR_IDLE,
+                        "IRS_SPI_STATUSR.IDLE",
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn vm_op(&mut self, reg: usize, value: u64) -> Result<(), IrsError> {
+        self.wait(
+            irs::VMT_STATUSR,
+            irs::VMT_STATUSR_IDLE,
+            "IRS_VMT_STATUSR.IDLE",
+        )?;
+        self.mmio.write64(reg, value);
+        self.wait(
+            irs::VMT_STATUSR,
+            irs::VMT_STATUSR_IDLE,
+            "IRS_VMT_STATUSR.IDLE",
+        )
+    }
+
+    fn select_vpe(&mut self, vm: u16, vpe: u16) -> Result<(), IrsError> {
+        self.mmio.write64(
+            irs::VPE_SELR,
+            irs::VPE_SELR_S | (u64::from(vpe) << 32) | u64::from(vm),
+        );
+        self.wait(
+            irs::VPE_STATUSR,
+            irs::VPE_STATUSR_IDLE,
+            "IRS_VPE_STATUSR.IDLE",
+        )?;
+        if self.mmio.read32(irs::VPE_STATUSR) & irs::VPE_STATUSR_V == 0 {
+            return Err(IrsError::VpeNotValid { vm, vpe });
+        }
+        Ok(())
+    }
+
+    /// Re-arm a vPE's doorbell (the vCPU was put to wait for an interrupt).
+    pub fn rearm_doorbell(&mut self, vm: u16, vpe: u16, lpi: u32) -> Result<(), IrsError> {
+        self.select_vpe(vm, vpe)?;
+        self.mmio
+            .write64(irs::VPE_DBR, irs::VPE_DBR_DBV | u64::from(lpi));
+        self.wait(
+            irs::VPE_STATUSR,
+            irs::VPE_STATUSR_IDLE,
+            "IRS_VPE_STATUSR.IDLE",
+        )
+    }
+
+    /// The oldest IRS software error record's syndrome (IRS_SWERR_
+    /// SYNDROMER0, for `vgic5::VirsFault::from_syndrome`), cleared.
+    pub fn take_swerr(&mut self) -> Option<u64> {
+        if self.mmio.read32(irs::SWERR_STATUSR) & irs::SWERR_V == 0 {
+            return None;
+        }
+        let s = self.mmio.read64(irs::SWERR_SYNDROMER0);
+        self.mmio.write32(irs::SWERR_STATUSR, irs::SWERR_V);
+        Some(s)
+    }
+}
+
 impl<M: IrsMmio, R: CpuRegs> SharedIrqChip for Gicv5Irs<M, R> {
     fn spi_enable(&mut self, intid: u32, enable: bool) {
         let CoreIntid::Spi(n) = CoreIntid::from_core(intid) else {
@@ -435,6 +707,9 @@ pub struct Gicv5Cpu<R: CpuRegs> {
     ipi_base: u32,
     /// MPIDR of each CPU by index, to address an IPI.
     cpus: &'static [(u64, u16)],
+    /// The physical LPIs that are vPE doorbells, and the last one taken.
+    doorbells: core::ops::Range<u32>,
+    doorbell: Option<u32>,
 }
 
 impl<R: CpuRegs> Gicv5Cpu<R> {
@@ -491,6 +766,8 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
             index,
             ipi_base,
             cpus,
+            doorbells: 0..0,
+            doorbell: None,
         }
     }
 
@@ -509,6 +786,18 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
         self.regs.write(reg::ICH_PPI_ENABLER0_EL2, 0);
         self.regs.write(reg::ICH_PPI_ENABLER1_EL2, 0);
         host.gcie_legacy = self.regs.read(reg::ICC_IDR0_EL1) & IDR0_GCIE_LEGACY != 0;
+    }
+
+    /// The LPIs that are vPE doorbells (`vgic5::Doorbell`): `ack` ends
+    /// them at EL2 and keeps the last for [`Self::take_doorbell`].
+    pub fn set_doorbells(&mut self, lpis: core::ops::Range<u32>) {
+        self.doorbells = lpis;
+    }
+
+    /// The doorbell LPI the last `ack` took, if any (the platform wakes
+    /// the vCPU `vgic5::doorbell_owner` names).
+    pub fn take_doorbell(&mut self) -> Option<u32> {
+        self.doorbell.take()
     }
 
     /// The register access, for tests and the platform's diagnostics.
@@ -686,6 +975,12 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
             TYPE_PPI if (16..32).contains(&id) => id,
             TYPE_SPI => 32 + id,
             TYPE_LPI if self.ipi_range().contains(&id) => id - self.ipi_range().start,
+            TYPE_LPI if self.doorbells.contains(&id) => {
+                self.regs.gic(insn::GIC_CDEOI, 0);
+                self.regs.gic(insn::GIC_CDDI, operand(TYPE_LPI, id));
+                self.doorbell = Some(id);
+                1023
+            }
             // Not something the core numbers (a PPI above 31, a stray LPI):
             // end it here and report none.
             ty => {
@@ -728,7 +1023,7 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
 /// The real instructions, for the platform.
 #[cfg(target_arch = "aarch64")]
 pub mod hw {
-    use super::{hw_read, hw_write, insn, CpuRegs, IrsMmio};
+    use super::{hw_read, hw_write, insn, CpuRegs, IrsMmio, TableMem};
     use core::arch::asm;
 
     /// This CPU's GICv5 system registers and instructions.
@@ -784,6 +1079,22 @@ pub mod hw {
         }
     }
 
+    /// Table memory through the EL2 identity map, cleaned to the point of
+    /// coherency after each write so a non-coherent IRS reads it.
+    pub struct PhysMem;
+
+    impl TableMem for PhysMem {
+        fn write64(&mut self, pa: u64, value: u64) {
+            // SAFETY: `pa` is in a table the platform allocated for the
+            // IRS (identity mapped, normal memory, owned by the
+            // hypervisor); the cache clean only affects that line.
+            unsafe {
+                (pa as *mut u64).write_volatile(value);
+                asm!("dc cvac, {}", "dsb sy", in(reg) pa, options(nostack));
+            }
+        }
+    }
+
     /// The IRS config frame through the EL2 identity map (device memory).
     pub struct IrsFrame(pub usize);
 
@@ -800,6 +1111,11 @@ pub mod hw {
         fn write64(&mut self, offset: usize, value: u64) {
             // SAFETY: as `read32`; IRS_IST_BASER is a 64-bit register.
             unsafe { ((self.0 + offset) as *mut u64).write_volatile(value) }
+        }
+        fn read64(&mut self, offset: usize) -> u64 {
+            // SAFETY: as `read32`, a 64-bit register (IRS_VMT_BASER,
+            // IRS_SWERR_SYNDROMER0).
+            unsafe { ((self.0 + offset) as *const u64).read_volatile() }
         }
     }
 }

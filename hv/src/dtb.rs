@@ -21,7 +21,7 @@ pub use host::{
     parse_host_gicv5, Conduit, EarlyUart, GicInfo, Gicv5Info, Gicv5Irs, HostDevice, HostInfo,
     NumaInfo, PciIntxMap, PciIommuMap, PciRange, PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
 };
-pub use pcie::{pcie_cells, PcieCells};
+pub use pcie::{pcie_cells, pcie_cells_for, PcieCells};
 pub use writer::{FdtWriter, NodeToken};
 
 /// Why a device tree could not be written, generated or parsed.
@@ -75,6 +75,8 @@ pub enum DtbError {
     /// A raw property copied to a pass-through device repeats one the
     /// generator writes, or names an interrupt parent other than the GIC.
     GeneratedProperty { node: String, prop: String },
+    /// A GICv5 partition was asked for the (GICv3) virtual ITS.
+    Gicv3ItsOnGicv5,
 
     // --- host DTB ---
     /// The blob is shorter than its header or than the header's totalsize.
@@ -135,6 +137,10 @@ impl fmt::Display for DtbError {
             DtbError::GeneratedProperty { node, prop } => {
                 write!(f, "{node}: property {prop:?} is generated, not copied")
             }
+            DtbError::Gicv3ItsOnGicv5 => write!(
+                f,
+                "its: a GICv5 partition cannot have the (GICv3) virtual ITS"
+            ),
             DtbError::Truncated => write!(f, "device tree blob is truncated"),
             DtbError::BadMagic => write!(f, "bad device tree magic"),
             DtbError::UnsupportedVersion(v) => write!(f, "unsupported device tree version {v}"),

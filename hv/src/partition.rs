@@ -701,6 +701,8 @@ impl Partition {
             its,
             pci_probe_only: self.vpci.as_ref().is_some_and(|v| v.assignment.has_vf()),
             devices: &devices,
+            // The plan's `gic` choice is not wired yet (docs/GICV5.md).
+            gic: crate::vgic5::GicInterface::V3,
         };
         build_guest_dtb(&spec).map_err(|_| LoadError::DtbFailed)
     }

@@ -8,6 +8,18 @@
 //! not resident ([`VPpiContext`]: plain data, owned by the vCPU, touched
 //! only on its own CPU, so load and put take no lock shared between CPUs).
 //!
+//! Beyond PPIs, the vIRS ([`plan_virs`]): every GICv5 partition is a VM of
+//! the IRS (partition i = VM i, its vCPU n = vPE n), its own SPIs are
+//! assigned to its VM as virtual SPIs (refused, naming them, when two
+//! partitions claim one or it is out of range), its guest's IPIs are
+//! virtual LPIs it routes and raises itself with no exit, each vCPU has a
+//! doorbell LPI at its CPU for interrupts that arrive while it is not
+//! resident ([`doorbell_owner`]). The plan is a list of [`VirsOp`]s the
+//! driver applies. A guest's GIC commands reach only the VM the hypervisor
+//! loads into ICH_CONTEXTR_EL2.VM; one naming a vPE or an ID its VM lacks
+//! does nothing and leaves an IRS software error, counted against the
+//! guest's partition ([`VirsFault`], [`VirsFaults`]).
+//!
 //! The INTID mapping between the core's GICv3-style numbers and GICv5's
 //! typed IDs ([`CoreIntid`]) lets `exit::dispatch_irq` and the rest of the
 //! core run unchanged on a GICv5: PPIs 16..31 keep their numbers (the timers
@@ -17,6 +29,9 @@
 //! Everything here is host-tested; the register effects are tested in
 //! `pinfold_drivers::gicv5` against the `pinfold-gicv5model` model.
 
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt;
 
 /// The architected PPIs a guest may own.
@@ -249,6 +264,318 @@ pub const fn ipi_lpi(ipi_base: u32, cpu: u32, sgi: u32) -> u32 {
     ipi_base + cpu * 16 + sgi
 }
 
+// ---- the vIRS: virtual SPIs and IPIs ----------------------------------------
+
+/// Where one GICv5 partition's vIRS tables live (physical addresses the
+/// platform allocated, zeroed): the VM descriptor, the vPE table (8 bytes a
+/// vPE), the vPE descriptors (32 bytes each, consecutive), and the virtual
+/// LPI and SPI ISTs (4 bytes an interrupt, linear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmTables {
+    pub vmd: u64,
+    pub vpet: u64,
+    pub vpeds: u64,
+    pub lpi_ist: u64,
+    pub spi_ist: u64,
+}
+
+/// A partition whose interface is GICv5, as the vIRS sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct VmSpec<'a> {
+    pub partition: &'a str,
+    pub vcpus: u16,
+    /// The partition's own SPIs (core INTIDs, 32 + SPI ID), from its plan:
+    /// each becomes a virtual SPI of its VM with the same SPI ID.
+    pub spis: &'a [u32],
+    /// Virtual LPI ID bits (the guest's IPIs and MSIs are virtual LPIs).
+    pub lpi_id_bits: u8,
+    /// Virtual SPI ID bits: the VM's SPI IDs are 0..2^bits.
+    pub spi_id_bits: u8,
+    /// Each vCPU's doorbell, by vCPU index.
+    pub doorbells: &'a [Doorbell],
+    pub tables: VmTables,
+}
+
+/// A vCPU's doorbell: the physical LPI the vIRS makes pending when an
+/// interrupt arrives for the vCPU while it is not resident, targeted at
+/// the CPU the vCPU is pinned to (MPIDR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doorbell {
+    pub lpi: u32,
+    pub mpidr: u64,
+}
+
+/// One step of vIRS programming, decided here and applied by the driver
+/// (`pinfold_drivers::gicv5::Gicv5Irs::apply_virs`), which knows the
+/// register offsets and table encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VirsOp {
+    /// Fill VM `vm`'s VM table entry (not yet valid).
+    WriteVmte {
+        vm: u16,
+        tables: VmTables,
+        vpe_id_bits: u8,
+        lpi_id_bits: u8,
+        spi_id_bits: u8,
+    },
+    /// Fill vPE `vpe`'s entry of the vPE table at `vpet` with its
+    /// descriptor address.
+    WriteVpete {
+        vm: u16,
+        vpe: u16,
+        vpet: u64,
+        vped: u64,
+    },
+    /// IRS_VMAP_VMR: the VM becomes valid.
+    MapVm { vm: u16 },
+    /// IRS_VMAP_VISTR: its virtual LPI (`spi` false) or SPI IST is valid.
+    MapVist { vm: u16, spi: bool },
+    /// IRS_VMAP_VPER: the vPE becomes valid.
+    MapVpe { vm: u16, vpe: u16 },
+    /// IRS_VPE_SELR + IRS_VPE_CR0.DPS (targeted routing only) +
+    /// IRS_VPE_DBR: the vPE's doorbell is `db`, armed.
+    ArmDoorbell { vm: u16, vpe: u16, db: Doorbell },
+    /// IRS_SPI_SELR + IRS_SPI_VMR: physical SPI `spi` is the VM's virtual
+    /// SPI `spi`.
+    AssignSpi { spi: u32, vm: u16 },
+}
+
+/// Why the vIRS plan was refused; every variant names what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VirsError {
+    TooManyVms {
+        count: usize,
+        max: usize,
+    },
+    TooManyVcpus {
+        partition: String,
+        vcpus: u16,
+        max: u32,
+    },
+    /// An SPI the plan gives to two partitions.
+    SpiTwice {
+        spi: u32,
+        first: String,
+        second: String,
+    },
+    /// Not an SPI (core INTID below 32), beyond the host's SPIs, or beyond
+    /// the VM's virtual SPI range.
+    BadSpi {
+        partition: String,
+        intid: u32,
+    },
+    /// A vCPU without a doorbell LPI.
+    NoDoorbell {
+        partition: String,
+        vcpu: u16,
+    },
+    /// Two vCPUs given the same doorbell LPI (a doorbell must name one).
+    DoorbellTwice {
+        lpi: u32,
+    },
+}
+
+impl fmt::Display for VirsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VirsError::TooManyVms { count, max } => {
+                write!(f, "{count} GICv5 partitions, the IRS has VM IDs for {max}")
+            }
+            VirsError::TooManyVcpus {
+                partition,
+                vcpus,
+                max,
+            } => write!(
+                f,
+                "partition {partition}: {vcpus} vCPUs, the IRS has vPE IDs for {max}"
+            ),
+            VirsError::SpiTwice { spi, first, second } => {
+                write!(f, "SPI {spi} is given to both {first} and {second}")
+            }
+            VirsError::BadSpi { partition, intid } => {
+                write!(
+                    f,
+                    "partition {partition}: interrupt {intid} is not an SPI it can have"
+                )
+            }
+            VirsError::NoDoorbell { partition, vcpu } => {
+                write!(f, "partition {partition}: vCPU {vcpu} has no doorbell LPI")
+            }
+            VirsError::DoorbellTwice { lpi } => {
+                write!(f, "doorbell LPI {lpi} is given to two vCPUs")
+            }
+        }
+    }
+}
+
+/// What the host IRS offers the vIRS (IRS_IDR3.VM_ID_BITS,
+/// IRS_IDR4.VPE_ID_BITS, IRS_IDR5 SPI count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VirsCaps {
+    pub vm_id_bits: u8,
+    pub vpe_id_bits: u8,
+    pub spis: u32,
+}
+
+/// The smallest ID width that covers `n` IDs (at least 1 bit).
+const fn id_bits(n: u32) -> u8 {
+    let mut b = 1;
+    while (1u64 << b) < n as u64 {
+        b += 1;
+    }
+    b
+}
+
+/// Plan the vIRS for every GICv5 partition: partition i is VM i; its vPE
+/// n is vCPU n (the guest reads it as its ICC_IAFFIDR_EL1 and targets it
+/// with GIC CDAFF); its own SPIs are assigned to it and no other; each
+/// vCPU's doorbell armed so an interrupt for a vCPU that is not resident
+/// wakes it. The VM ID the hypervisor puts in ICH_CONTEXTR_EL2.VM on
+/// load is what confines a guest's GIC CDxx to its own VM: a guest cannot
+/// name another VM at all.
+pub fn plan_virs(caps: &VirsCaps, vms: &[VmSpec]) -> Result<Vec<VirsOp>, VirsError> {
+    let max_vms = 1usize << caps.vm_id_bits;
+    if vms.len() > max_vms {
+        return Err(VirsError::TooManyVms {
+            count: vms.len(),
+            max: max_vms,
+        });
+    }
+    let mut owner: BTreeMap<u32, &str> = BTreeMap::new();
+    let mut doorbells: BTreeMap<u32, ()> = BTreeMap::new();
+    let mut ops = Vec::new();
+    for (i, spec) in vms.iter().enumerate() {
+        let vm = i as u16;
+        let max_vpes = 1u32 << caps.vpe_id_bits;
+        if spec.vcpus == 0 || u32::from(spec.vcpus) > max_vpes {
+            return Err(VirsError::TooManyVcpus {
+                partition: spec.partition.into(),
+                vcpus: spec.vcpus,
+                max: max_vpes,
+            });
+        }
+        for &intid in spec.spis {
+            let bad = || VirsError::BadSpi {
+                partition: spec.partition.into(),
+                intid,
+            };
+            let CoreIntid::Spi(n) = CoreIntid::from_core(intid) else {
+                return Err(bad());
+            };
+            if n >= caps.spis || u64::from(n) >= 1u64 << spec.spi_id_bits {
+                return Err(bad());
+            }
+            if let Some(first) = owner.insert(n, spec.partition) {
+                return Err(VirsError::SpiTwice {
+                    spi: n,
+                    first: first.into(),
+                    second: spec.partition.into(),
+                });
+            }
+        }
+        ops.push(VirsOp::WriteVmte {
+            vm,
+            tables: spec.tables,
+            vpe_id_bits: id_bits(u32::from(spec.vcpus)),
+            lpi_id_bits: spec.lpi_id_bits,
+            spi_id_bits: spec.spi_id_bits,
+        });
+        for vpe in 0..spec.vcpus {
+            ops.push(VirsOp::WriteVpete {
+                vm,
+                vpe,
+                vpet: spec.tables.vpet,
+                vped: spec.tables.vpeds + u64::from(vpe) * 32,
+            });
+        }
+        ops.push(VirsOp::MapVm { vm });
+        ops.push(VirsOp::MapVist { vm, spi: false });
+        ops.push(VirsOp::MapVist { vm, spi: true });
+        for vpe in 0..spec.vcpus {
+            ops.push(VirsOp::MapVpe { vm, vpe });
+            let Some(&db) = spec.doorbells.get(vpe as usize) else {
+                return Err(VirsError::NoDoorbell {
+                    partition: spec.partition.into(),
+                    vcpu: vpe,
+                });
+            };
+            if doorbells.insert(db.lpi, ()).is_some() {
+                return Err(VirsError::DoorbellTwice { lpi: db.lpi });
+            }
+            ops.push(VirsOp::ArmDoorbell { vm, vpe, db });
+        }
+        for &intid in spec.spis {
+            ops.push(VirsOp::AssignSpi {
+                spi: intid - 32,
+                vm,
+            });
+        }
+    }
+    Ok(ops)
+}
+
+/// Which vCPU a doorbell LPI wakes: (VM = partition index, vPE = vCPU).
+pub fn doorbell_owner(vms: &[VmSpec], lpi: u32) -> Option<(u16, u16)> {
+    vms.iter().enumerate().find_map(|(i, v)| {
+        v.doorbells
+            .iter()
+            .position(|d| d.lpi == lpi)
+            .map(|n| (i as u16, n as u16))
+    })
+}
+
+/// An IRS software error record (IRS_SWERR_SYNDROMER0: VM_ID [15:0], ID
+/// [55:32], TYPE [62:60], VIRTUAL [63]): a guest's command named a vPE,
+/// virtual SPI or virtual LPI its VM does not have. The IRS did nothing;
+/// the core counts it as that partition's fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VirsFault {
+    pub vm: u16,
+    /// The INTID TYPE (2 = LPI, 3 = SPI) and ID the guest named.
+    pub ty: u8,
+    pub id: u32,
+}
+
+impl VirsFault {
+    /// Decode a syndrome; `None` for a record about the physical domain
+    /// (VIRTUAL = 0), which is the hypervisor's own error, not a guest's.
+    pub const fn from_syndrome(s: u64) -> Option<VirsFault> {
+        if s >> 63 == 0 {
+            return None;
+        }
+        Some(VirsFault {
+            vm: (s & 0xffff) as u16,
+            ty: (s >> 60 & 7) as u8,
+            id: (s >> 32 & 0xff_ffff) as u32,
+        })
+    }
+}
+
+/// Per-partition counts of refused virtual-interrupt commands (by VM ID =
+/// partition index). Touched only on the IRS error path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VirsFaults {
+    pub by_vm: BTreeMap<u16, u64>,
+    /// Records for a VM no partition has (the hypervisor's own bug).
+    pub unattributed: u64,
+}
+
+impl VirsFaults {
+    /// Count `f` against its partition; returns the partition's name.
+    pub fn record<'a>(&mut self, vms: &[VmSpec<'a>], f: VirsFault) -> Option<&'a str> {
+        match vms.get(f.vm as usize) {
+            Some(v) => {
+                *self.by_vm.entry(f.vm).or_default() += 1;
+                Some(v.partition)
+            }
+            None => {
+                self.unattributed += 1;
+                None
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,5 +663,139 @@ mod tests {
         assert_eq!(CoreIntid::from_core(27), CoreIntid::Ppi(27));
         assert_eq!(CoreIntid::from_core(40), CoreIntid::Spi(8));
         assert_eq!(ipi_lpi(8192, 1, 2), 8192 + 18);
+    }
+
+    const CAPS: VirsCaps = VirsCaps {
+        vm_id_bits: 4,
+        vpe_id_bits: 4,
+        spis: 64,
+    };
+
+    const fn db(lpi: u32) -> Doorbell {
+        Doorbell { lpi, mpidr: 0 }
+    }
+
+    fn tables(base: u64) -> VmTables {
+        VmTables {
+            vmd: base,
+            vpet: base + 0x1000,
+            vpeds: base + 0x2000,
+            lpi_ist: base + 0x3000,
+            spi_ist: base + 0x4000,
+        }
+    }
+
+    fn vm<'a>(name: &'a str, vcpus: u16, spis: &'a [u32], dbs: &'a [Doorbell]) -> VmSpec<'a> {
+        VmSpec {
+            partition: name,
+            vcpus,
+            spis,
+            lpi_id_bits: 8,
+            spi_id_bits: 6,
+            doorbells: dbs,
+            tables: tables(0x9000_0000),
+        }
+    }
+
+    #[test]
+    fn virs_plan_gives_each_partition_its_vm_vpes_and_own_spis() {
+        let (a, b) = ([db(100)], [db(101), db(102)]);
+        let vms = [vm("alpha", 1, &[40], &a), vm("beta", 2, &[41, 42], &b)];
+        let ops = plan_virs(&CAPS, &vms).unwrap();
+        let assigned: std::vec::Vec<_> = ops
+            .iter()
+            .filter_map(|o| match o {
+                VirsOp::AssignSpi { spi, vm } => Some((*spi, *vm)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(assigned, [(8, 0), (9, 1), (10, 1)]);
+        assert!(ops.contains(&VirsOp::MapVpe { vm: 1, vpe: 1 }));
+        assert!(!ops.contains(&VirsOp::MapVpe { vm: 0, vpe: 1 }));
+        assert!(ops.contains(&VirsOp::ArmDoorbell {
+            vm: 1,
+            vpe: 1,
+            db: db(102)
+        }));
+        // The VM must be valid before its vPEs, and its vPEs before their
+        // doorbells.
+        let at = |op: VirsOp| ops.iter().position(|o| *o == op).unwrap();
+        assert!(at(VirsOp::MapVm { vm: 1 }) < at(VirsOp::MapVpe { vm: 1, vpe: 0 }));
+        assert!(
+            at(VirsOp::MapVpe { vm: 1, vpe: 1 })
+                < at(VirsOp::ArmDoorbell {
+                    vm: 1,
+                    vpe: 1,
+                    db: db(102)
+                })
+        );
+        assert_eq!(doorbell_owner(&vms, 102), Some((1, 1)));
+        assert_eq!(doorbell_owner(&vms, 7), None);
+    }
+
+    #[test]
+    fn virs_plan_refuses_shared_foreign_and_out_of_range_spis_naming_them() {
+        let (d1, d2) = ([db(1)], [db(2)]);
+        let e = plan_virs(
+            &CAPS,
+            &[vm("alpha", 1, &[40], &d1), vm("beta", 1, &[40], &d2)],
+        );
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "SPI 8 is given to both alpha and beta"
+        );
+        // A PPI is nobody's SPI; SPIs 64 and 70 are beyond the host's 64
+        // (and the VM's 6-bit range).
+        for bad in [27, 32 + 64, 32 + 70] {
+            let e = plan_virs(&CAPS, &[vm("alpha", 1, &[bad], &d1)]).unwrap_err();
+            assert_eq!(
+                e,
+                VirsError::BadSpi {
+                    partition: "alpha".into(),
+                    intid: bad
+                }
+            );
+        }
+        let e = plan_virs(&CAPS, &[vm("alpha", 17, &[], &d1)]).unwrap_err();
+        assert!(e.to_string().contains("17 vCPUs"));
+        let e = plan_virs(&CAPS, &[vm("alpha", 2, &[], &d1)]).unwrap_err();
+        assert_eq!(e.to_string(), "partition alpha: vCPU 1 has no doorbell LPI");
+        let e = plan_virs(&CAPS, &[vm("alpha", 1, &[], &d1), vm("beta", 1, &[], &d1)]);
+        assert_eq!(e.unwrap_err(), VirsError::DoorbellTwice { lpi: 1 });
+    }
+
+    #[test]
+    fn a_virtual_command_error_is_counted_against_its_partition() {
+        let (d1, d2) = ([db(1)], [db(2)]);
+        let vms = [vm("alpha", 1, &[], &d1), vm("beta", 1, &[], &d2)];
+        let mut faults = VirsFaults::default();
+        // VIRTUAL, TYPE = LPI, ID 5, VM 1.
+        let s = (1 << 63) | (2 << 60) | (5 << 32) | 1;
+        let f = VirsFault::from_syndrome(s).unwrap();
+        assert_eq!(
+            f,
+            VirsFault {
+                vm: 1,
+                ty: 2,
+                id: 5
+            }
+        );
+        assert_eq!(faults.record(&vms, f), Some("beta"));
+        assert_eq!(faults.by_vm.get(&1), Some(&1));
+        assert_eq!(faults.by_vm.get(&0), None);
+        // A physical-domain record is not a guest's.
+        assert_eq!(VirsFault::from_syndrome(s & !(1 << 63)), None);
+        assert_eq!(
+            faults.record(
+                &vms,
+                VirsFault {
+                    vm: 9,
+                    ty: 2,
+                    id: 0
+                }
+            ),
+            None
+        );
+        assert_eq!(faults.unattributed, 1);
     }
 }

@@ -8,7 +8,10 @@ extern crate std;
 use super::*;
 use pinfold_gicv5model::{Access, Config, El, Enc, IntId, Misuse, Model, GICR_CDIA as MODEL_CDIA};
 use pinfold_hv::lockstat::LockStat;
-use pinfold_hv::vgic5::{check_host, PpiPlan, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU};
+use pinfold_hv::vgic5::{
+    check_host, doorbell_owner, plan_virs, Doorbell, PpiPlan, VirsFault, VirsFaults, VmSpec,
+    VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
+};
 use std::boxed::Box;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -79,6 +82,17 @@ impl IrsMmio for ModelIrs {
     }
     fn write64(&mut self, offset: usize, value: u64) {
         self.0.borrow_mut().irs_write(offset as u64, value)
+    }
+    fn read64(&mut self, offset: usize) -> u64 {
+        self.0.borrow_mut().irs_read(offset as u64)
+    }
+}
+
+struct ModelMem(Shared);
+
+impl TableMem for ModelMem {
+    fn write64(&mut self, pa: u64, value: u64) {
+        self.0.borrow_mut().mem_write64(pa, value)
     }
 }
 
@@ -316,12 +330,12 @@ fn ipi_is_an_lpi_from_one_cpu_to_the_other() {
 fn guest_ready_ctx() -> VPpiContext {
     let mut ctx = VPpiContext::default();
     // The guest has enabled its timers and PMU at priority 8, its
-    // interface on, priority mask open (VMCR EN [0], VPMR [5:1]).
+    // interface on, priority mask open (VMCR EN [0], VPMR [31:27]).
     ctx.enabler[0] = (1 << PPI_CNTV) | (1 << PPI_CNTP) | (1 << PPI_PMU);
     for n in [PPI_CNTV, PPI_CNTP, PPI_PMU] {
         ctx.priorityr[(n / 8) as usize] |= 8 << ((n % 8) * 8);
     }
-    ctx.vmcr = 1 | (0x1f << 1);
+    ctx.vmcr = VMCR_EN | (0x1f << VMCR_VPMR_SHIFT);
     ctx
 }
 
@@ -517,5 +531,220 @@ fn a_ppi_below_16_is_ended_at_el2_not_reported_as_an_sgi() {
         r.m.borrow_mut().read(0, El::El2, enc(reg::ICC_APR_EL1)),
         Access::Value(0)
     );
+    r.no_misuse();
+}
+
+// ---- the vIRS: virtual SPIs and IPIs (the core's plan, applied here) -----
+
+const VMT: u64 = 0x9000_0000;
+static DB_ALPHA: [Doorbell; 2] = [
+    Doorbell {
+        lpi: 9000,
+        mpidr: 0x8000_0000,
+    },
+    Doorbell {
+        lpi: 9001,
+        mpidr: 0x8000_0001,
+    },
+];
+static DB_BETA: [Doorbell; 1] = [Doorbell {
+    lpi: 9002,
+    mpidr: 0x8000_0001,
+}];
+/// alpha owns SPI 5, beta SPI 6.
+static SPIS_ALPHA: [u32; 1] = [32 + 5];
+static SPIS_BETA: [u32; 1] = [32 + 6];
+
+fn vm_tables(base: u64) -> VmTables {
+    VmTables {
+        vmd: base,
+        vpet: base + 0x1000,
+        vpeds: base + 0x2000,
+        lpi_ist: base + 0x4000,
+        spi_ist: base + 0x8000,
+    }
+}
+
+/// alpha (VM 0, two vCPUs pinned to CPUs 0 and 1) and beta (VM 1, one
+/// vCPU), planned by the core and applied by the driver.
+fn vms() -> [VmSpec<'static>; 2] {
+    [
+        VmSpec {
+            partition: "alpha",
+            vcpus: 2,
+            spis: &SPIS_ALPHA,
+            lpi_id_bits: 8,
+            spi_id_bits: 6,
+            doorbells: &DB_ALPHA,
+            tables: vm_tables(0xa000_0000),
+        },
+        VmSpec {
+            partition: "beta",
+            vcpus: 1,
+            spis: &SPIS_BETA,
+            lpi_id_bits: 8,
+            spi_id_bits: 6,
+            doorbells: &DB_BETA,
+            tables: vm_tables(0xb000_0000),
+        },
+    ]
+}
+
+fn virs_rig() -> Rig {
+    let mut r = rig();
+    let caps = r.irs.init_virs(VMT, 4).expect("vIRS init");
+    let ops = plan_virs(&caps, &vms()).expect("plan");
+    r.irs
+        .apply_virs(&mut ModelMem(r.m.clone()), &ops)
+        .expect("apply");
+    for c in &mut r.cpus {
+        c.set_doorbells(9000..9003);
+    }
+    r.no_misuse();
+    r
+}
+
+const VSPI5: u64 = (TYPE_SPI << 29) | 5;
+const VLPI3: u64 = (TYPE_LPI << 29) | 3;
+
+/// Load vCPU `vpe` of VM `vm` on `pe` with its interface on, and enter it.
+fn load_guest(r: &mut Rig, pe: usize, vm: u16, vpe: u16) {
+    let plan = PpiPlan::for_vcpu(true, false);
+    let imp = r.irs.host.ppis;
+    r.cpus[pe].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, vpe, vm);
+    r.m.borrow_mut().enter_guest(pe);
+}
+
+/// The guest on `pe` sets up a virtual interrupt at priority 8 targeted
+/// at its vPE `to`, enabled, with its own GIC CDxx (no exit: nothing of
+/// it traps).
+fn guest_route(r: &Rig, pe: usize, int: u64, to: u16) {
+    r.guest_sys(pe, insn::GIC_CDPRI, int | (8 << 35));
+    r.guest_sys(pe, insn::GIC_CDAFF, int | (u64::from(to) << 32));
+    r.guest_sys(pe, insn::GIC_CDEN, int);
+}
+
+#[test]
+fn a_virtual_spi_reaches_a_resident_vpe_with_no_exit() {
+    let mut r = virs_rig();
+    load_guest(&mut r, 0, 0, 0);
+    guest_route(&r, 0, VSPI5, 0);
+    let el2 = r.m.borrow().el2_irqs(0);
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert!(r.m.borrow().virq_signalled(0));
+    assert_eq!(
+        r.m.borrow().el2_irqs(0),
+        el2,
+        "no physical interrupt, no exit"
+    );
+    assert_eq!(r.guest_cdia(0), CDIA_VALID | VSPI5);
+    r.guest_sys(0, insn::GIC_CDEOI, 0);
+    r.m.borrow_mut().set_spi_line(5, false);
+    r.guest_sys(0, insn::GIC_CDDI, VSPI5);
+    assert!(!r.m.borrow().virq_signalled(0));
+    r.no_misuse();
+}
+
+#[test]
+fn a_virtual_spi_for_a_non_resident_vpe_rings_its_doorbell_and_waits_for_the_load() {
+    let mut r = virs_rig();
+    // alpha's vCPU 0 routes SPI 5 to vCPU 1, which is not resident.
+    load_guest(&mut r, 0, 0, 0);
+    guest_route(&r, 0, VSPI5, 1);
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert!(!r.m.borrow().virq_signalled(0), "not vCPU 0's");
+    assert_eq!(r.m.borrow().doorbells(), 1);
+    // The doorbell is a physical LPI at CPU 1, where vCPU 1 is pinned.
+    assert!(r.m.borrow().irq_signalled(1));
+    assert_eq!(r.cpus[1].ack(), 1023);
+    let db = r.cpus[1].take_doorbell().expect("doorbell");
+    assert_eq!(doorbell_owner(&vms(), db), Some((0, 1)));
+    // Loading vCPU 1 delivers what was kept.
+    load_guest(&mut r, 1, 0, 1);
+    assert!(r.m.borrow().virq_signalled(1));
+    assert_eq!(r.guest_cdia(1), CDIA_VALID | VSPI5);
+    r.no_misuse();
+}
+
+#[test]
+fn an_ipi_between_two_vcpus_of_a_partition_is_a_virtual_lpi_with_no_exit() {
+    let mut r = virs_rig();
+    load_guest(&mut r, 0, 0, 0);
+    load_guest(&mut r, 1, 0, 1);
+    guest_route(&r, 0, VLPI3, 1);
+    let el2 = [r.m.borrow().el2_irqs(0), r.m.borrow().el2_irqs(1)];
+    r.guest_sys(0, insn::GIC_CDPEND, VLPI3 | (1 << 32));
+    assert!(r.m.borrow().virq_signalled(1));
+    assert!(!r.m.borrow().virq_signalled(0));
+    assert_eq!(
+        [r.m.borrow().el2_irqs(0), r.m.borrow().el2_irqs(1)],
+        el2,
+        "neither side exits"
+    );
+    assert_eq!(r.guest_cdia(1), CDIA_VALID | VLPI3);
+    r.no_misuse();
+}
+
+#[test]
+fn a_hostile_guest_cannot_raise_another_partitions_interrupts_and_is_counted() {
+    let mut r = virs_rig();
+    // alpha's vCPU 0 on CPU 0 has its LPI 3 and SPI 5 enabled, idle.
+    load_guest(&mut r, 0, 0, 0);
+    guest_route(&r, 0, VLPI3, 0);
+    guest_route(&r, 0, VSPI5, 0);
+    // beta on CPU 1 tries to raise them: the same numbers reach only
+    // beta's own VM (ICH_CONTEXTR_EL2.VM = 1 is what the hypervisor loaded).
+    load_guest(&mut r, 1, 1, 0);
+    r.guest_sys(1, insn::GIC_CDPEND, VLPI3 | (1 << 32));
+    r.guest_sys(1, insn::GIC_CDPEND, VSPI5 | (1 << 32));
+    // ... and names a vPE and an SPI its VM does not have.
+    r.guest_sys(1, insn::GIC_CDAFF, VLPI3 | (1 << 32));
+    r.guest_sys(1, insn::GIC_CDPEND, (TYPE_SPI << 29) | 100 | (1 << 32));
+    {
+        let m = r.m.borrow();
+        assert!(!m.vint(0, IntId::lpi(3)).unwrap().latch);
+        assert!(!m.vint(0, IntId::spi(5)).unwrap().latch);
+        assert!(!m.virq_signalled(0), "alpha saw nothing");
+    }
+    // The two refusals are beta's faults.
+    let v = vms();
+    let mut faults = VirsFaults::default();
+    let mut who = Vec::new();
+    while let Some(s) = r.irs.take_swerr() {
+        let f = VirsFault::from_syndrome(s).expect("a guest's record");
+        who.push(faults.record(&v, f));
+    }
+    assert_eq!(who, [Some("beta"), Some("beta")]);
+    assert_eq!(faults.by_vm.get(&0), None);
+    r.no_misuse();
+}
+
+#[test]
+fn a_doorbell_rings_once_until_the_put_rearms_it() {
+    let mut r = virs_rig();
+    load_guest(&mut r, 0, 0, 0);
+    guest_route(&r, 0, VSPI5, 1);
+    // First interrupt for the non-resident vCPU 1: the doorbell rings.
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert_eq!(r.cpus[1].ack(), 1023);
+    assert_eq!(r.cpus[1].take_doorbell(), Some(9001));
+    // vCPU 1 runs, takes and ends it, and is put again.
+    load_guest(&mut r, 1, 0, 1);
+    assert_eq!(r.guest_cdia(1), CDIA_VALID | VSPI5);
+    r.guest_sys(1, insn::GIC_CDEOI, 0);
+    r.m.borrow_mut().set_spi_line(5, false);
+    r.guest_sys(1, insn::GIC_CDDI, VSPI5);
+    r.m.borrow_mut().exit_guest(1);
+    let mut ctx = guest_ready_ctx();
+    r.cpus[1].vcpu_put(&r.lock, &mut ctx, &PpiPlan::for_vcpu(true, false), false);
+    // The next interrupt finds the doorbell spent: nothing reaches CPU 1 ...
+    r.m.borrow_mut().set_spi_line(5, true);
+    assert_eq!(r.m.borrow().doorbells(), 1);
+    assert!(!r.m.borrow().irq_signalled(1));
+    // ... until the put re-arms it, which rings for what is already pending.
+    r.irs.rearm_doorbell(0, 1, 9001).expect("rearm");
+    assert_eq!(r.m.borrow().doorbells(), 2);
+    assert_eq!(r.cpus[1].ack(), 1023);
+    assert_eq!(r.cpus[1].take_doorbell(), Some(9001));
     r.no_misuse();
 }

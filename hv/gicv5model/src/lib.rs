@@ -61,9 +61,27 @@
 //! IST registers works, a CDxx to an SPI or LPI while IRSEN = 0 is
 //! [`Misuse::IrsDisabled`].
 //!
+//! The vIRS: a linear VM table (IRS_VMT_BASER/CFGR) of 32-byte entries in
+//! the model's own physical memory ([`Model::mem_write64`]), each naming a
+//! VM descriptor, a vPE table and the VM's virtual LPI and SPI ISTs;
+//! IRS_VMAP_VMR / IRS_VMAP_VISTR / IRS_VMAP_VPER make a VM, its ISTs and
+//! its vPEs valid from those entries (an entry without its addresses, a VM
+//! ID beyond the table, a vPE beyond the VM's VPE_ID_BITS are misuse);
+//! IRS_VPE_SELR selects a vPE for IRS_VPE_DBR (its doorbell LPI, DBV) and
+//! IRS_VPE_CR0; IRS_SPI_VMR assigns the selected physical SPI to a VM, whose
+//! virtual SPI of the same ID its wire then drives. A guest's GIC CDxx to an
+//! SPI or LPI reaches the VM in ICH_CONTEXTR_EL2.VM only; a command naming
+//! a vPE or an ID its VM lacks does nothing and leaves an IRS_SWERR record
+//! ([`Model::swerrs`]). A VM's virtual interrupts are delivered to the PE
+//! where their target vPE is resident (the virtual HPPI, GICR CDIA in the
+//! guest); for a vPE resident nowhere the doorbell rings once (DBV clears)
+//! when one becomes deliverable.
+//!
 //! Not modelled: the ITS and IWB (MSIs), interrupt routing modes other than
 //! targeted (IRM = 1, 1-of-N), NMIs (GICR CDNMIA), the logical/secure/realm
-//! domains, virtual LPIs through a VM table (the vIRS), wake-up and power
+//! domains, the two-level VM table and ISTs, the vIRS's own use of the VM
+//! and vPE descriptors (their contents), DBPM and ICH_CONTEXTR_EL2.DB,
+//! IRS_SAVE_VMR, wake-up and power
 //! management, and timing (every effect is immediate; the real IRS needs a
 //! GSB SYS / IRS_SYNCR for some and the model does not check those).
 //!
@@ -100,6 +118,12 @@ const fn e(op0: u8, op1: u8, crn: u8, crm: u8, op2: u8) -> Enc {
         op2,
     }
 }
+
+/// ICH_VMCR_EL2 in the GCIE layout: EN [0] (the guest's ICC_CR0_EL1.EN),
+/// VPMR [31:27] (its ICC_PCR_EL1.PRIORITY).
+pub const VMCR_EN: u64 = 1;
+pub const VMCR_VPMR_SHIFT: u32 = 27;
+pub const VMCR_VPMR_MASK: u64 = 0x1f << VMCR_VPMR_SHIFT;
 
 /// The registers the model implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -259,8 +283,9 @@ impl Reg {
             // V [63], F [62], IRICHPPIDIS [61], DB [60], DBPM [59:55],
             // VPE [47:32], VM [15:0].
             Reg::IchContextr => (0x1ff << 55) | (0xffff << 32) | 0xffff,
-            // UNCONFIRMED layout: EN [0], VPMR [5:1] in this model.
-            Reg::IchVmcr => 0x3f,
+            // GCIE layout (Linux arch/arm64/tools/sysreg, FEAT_GCIE prefix
+            // of ICH_VMCR_EL2): EN [0], VPMR [31:27].
+            Reg::IchVmcr => VMCR_EN | VMCR_VPMR_MASK,
             // Bits [20:0] (one per ICC register class, see `Hfg`).
             Reg::IchHfgrtr | Reg::IchHfgwtr => 0x1f_ffff,
             // GICCDEN [0], GICCDDIS [1], ... up to [9] in this model.
@@ -411,6 +436,23 @@ pub enum Misuse {
     IrsUnknownOffset(u64),
     /// A target IAFFID no PE has.
     NoSuchPe(u16),
+    /// A vIRS operation while IRS_VMT_BASER is not valid, or to a VM ID
+    /// beyond IRS_VMT_CFGR.VM_ID_BITS.
+    NoVmTable(u64),
+    /// A VM/vPE/virtual IST operation naming a VM that is not valid.
+    NoSuchVm(u16),
+    /// A vPE ID beyond its VM's VPE_ID_BITS, or not valid where it must be.
+    NoSuchVpe {
+        vm: u16,
+        vpe: u16,
+    },
+    /// A table entry in memory without the addresses it must have.
+    BadTableEntry {
+        addr: u64,
+        word: u64,
+    },
+    /// A doorbell LPI outside the physical IST.
+    BadDoorbell(u64),
 }
 
 /// Result of a register access.
@@ -441,6 +483,10 @@ pub struct Config {
     pub gcie_legacy: bool,
     /// PRI_BITS - 1 in ICC_IDR0_EL1 (5 priority bits: 4).
     pub pri_bits_minus1: u8,
+    /// IRS_IDR3.VM_ID_BITS / IRS_IDR4.VPE_ID_BITS: how many VMs and vPEs
+    /// per VM the vIRS supports.
+    pub vm_id_bits: u8,
+    pub vpe_id_bits: u8,
 }
 
 /// The architected PPIs Pinfold cares about.
@@ -462,6 +508,8 @@ impl Default for Config {
             lpi_id_bits: 16,
             gcie_legacy: true,
             pri_bits_minus1: 4,
+            vm_id_bits: 4,
+            vpe_id_bits: 4,
         }
     }
 }
@@ -580,6 +628,70 @@ pub mod irs {
     pub const IST_CFGR: u64 = 0x0190;
     pub const IST_STATUSR: u64 = 0x0194;
 
+    // The virtualisation registers (the vIRS). Offsets and fields as
+    // Linux's KVM vGICv5 series, QEMU's GICv5 IRS model and FreeBSD's
+    // GICv5 header agree on them (docs/GICV5.md), except VMT_STATUSR:
+    // 0x214 in FreeBSD's header (next to VMT_CFGR, as IST_STATUSR is next
+    // to IST_CFGR), 0x124 in QEMU's; the model uses 0x214.
+    /// VM_ID_BITS [9:5].
+    pub const IDR3: u64 = 0x000c;
+    /// VPE_ID_BITS [9:6].
+    pub const IDR4: u64 = 0x0010;
+    /// VM_ID [15:0], VIRT [63]: the SPI IRS_SPI_SELR selects is a virtual
+    /// SPI of that VM.
+    pub const SPI_VMR: u64 = 0x0100;
+    /// VALID [0], ADDR [55:3].
+    pub const VMT_BASER: u64 = 0x0200;
+    /// VM_ID_BITS [4:0], STRUCTURE [16] (1 = two-level; not modelled).
+    pub const VMT_CFGR: u64 = 0x0210;
+    /// IDLE [0].
+    pub const VMT_STATUSR: u64 = 0x0214;
+    /// VM_ID [15:0], VPE_ID [47:32], S [63].
+    pub const VPE_SELR: u64 = 0x0240;
+    /// INTID [23:0] (a physical LPI), DBPM [36:32], REQ_DB [62], DBV [63].
+    pub const VPE_DBR: u64 = 0x0248;
+    /// DPS [0].
+    pub const VPE_CR0: u64 = 0x0258;
+    /// IDLE [0], V [1].
+    pub const VPE_STATUSR: u64 = 0x025c;
+    /// VM_ID [15:0], U [62] (unmap), M [63].
+    pub const VMAP_VMR: u64 = 0x02c8;
+    /// TYPE [31:29] (2 = LPI, 3 = SPI), VM_ID [47:32], U [62], M [63].
+    pub const VMAP_VISTR: u64 = 0x02d0;
+    /// VPE_ID [15:0], VM_ID [47:32], M [63].
+    pub const VMAP_VPER: u64 = 0x02e0;
+    /// V [0] (write 1 to clear the oldest record), EC [23:16].
+    pub const SWERR_STATUSR: u64 = 0x03c0;
+    /// VM_ID [15:0], ID [55:32], TYPE [62:60], VIRTUAL [63].
+    pub const SWERR_SYNDROMER0: u64 = 0x03c8;
+
+    pub const SPI_VMR_VIRT: u64 = 1 << 63;
+    pub const VMT_BASER_VALID: u64 = 1;
+    pub const VMT_STATUSR_IDLE: u32 = 1;
+    pub const VPE_SELR_S: u64 = 1 << 63;
+    pub const VPE_STATUSR_IDLE: u32 = 1;
+    pub const VPE_STATUSR_V: u32 = 1 << 1;
+    pub const VPE_DBR_DBV: u64 = 1 << 63;
+    pub const VMAP_M: u64 = 1 << 63;
+    pub const VMAP_U: u64 = 1 << 62;
+    pub const SWERR_V: u64 = 1;
+    /// The software error codes the model reports (its own numbering:
+    /// the sources read give the field, not the codes).
+    pub const EC_NO_VPE: u64 = 0x10;
+    pub const EC_OUT_OF_RANGE: u64 = 0x11;
+
+    /// A VM table entry is 32 bytes: word 0 VALID [0] and the VM
+    /// descriptor address [55:3]; word 1 the vPE table address [55:3] and
+    /// VPE_ID_BITS [63:59]; word 2 the LPI IST and word 3 the SPI IST, each
+    /// VALID [0], ADDR [55:6], ID_BITS [63:59].
+    pub const VMTE_SIZE: u64 = 32;
+    /// A vPE table entry: VALID [0], vPE descriptor address [55:5].
+    pub const VPETE_SIZE: u64 = 8;
+    pub const ADDR_MASK_3: u64 = 0x00ff_ffff_ffff_fff8;
+    pub const ADDR_MASK_5: u64 = 0x00ff_ffff_ffff_ffe0;
+    pub const ADDR_MASK_6: u64 = 0x00ff_ffff_ffff_ffc0;
+    pub const ID_BITS_SHIFT: u32 = 59;
+
     /// IRS_CR0.IRSEN.
     pub const CR0_IRSEN: u32 = 1;
     /// IRS_CR0.IDLE (read-only).
@@ -607,6 +719,46 @@ struct Irs {
     /// LPI state, keyed by ID; valid only below the IST size.
     lpis: BTreeMap<u32, IntState>,
     syncs: u64,
+    // ---- the vIRS ----
+    /// The VM each physical SPI is assigned to (IRS_SPI_VMR).
+    spi_vm: Vec<Option<u16>>,
+    vmt_baser: u64,
+    vmt_cfgr: u32,
+    vpe_selr: u64,
+    /// The VMs made valid with IRS_VMAP_VMR.
+    vms: BTreeMap<u16, Vm>,
+    /// Software error records not yet cleared (IRS_SWERR_*).
+    swerr: Vec<Swerr>,
+}
+
+/// A virtual interrupt software error: a guest's command named a vPE, a
+/// virtual SPI or LPI its VM does not have. It has no effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Swerr {
+    pub vm: u16,
+    pub id: IntId,
+    pub ec: u64,
+}
+
+/// A VM the IRS knows: its vPEs (made valid with IRS_VMAP_VPER), its
+/// virtual ISTs (IRS_VMAP_VISTR) and the state of its virtual SPIs and
+/// LPIs. A virtual interrupt's `iaffid` is the vPE ID it targets.
+#[derive(Debug, Clone, Default)]
+struct Vm {
+    vpet: u64,
+    vpe_id_bits: u8,
+    vpes: BTreeMap<u16, Vpe>,
+    spi_bits: Option<u8>,
+    lpi_bits: Option<u8>,
+    vspis: BTreeMap<u32, IntState>,
+    vlpis: BTreeMap<u32, IntState>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Vpe {
+    /// IRS_VPE_DBR as last written (DBV cleared when it rang).
+    dbr: u64,
+    cr0: u32,
 }
 
 /// The model.
@@ -616,6 +768,10 @@ pub struct Model {
     irs: Irs,
     misuse: Vec<Misuse>,
     hidden_writes: u64,
+    /// Physical memory the IRS reads its VM and vPE tables from, by
+    /// 8-byte word.
+    mem: BTreeMap<u64, u64>,
+    doorbells: u64,
 }
 
 fn ppi_default() -> [IntState; 128] {
@@ -663,6 +819,12 @@ impl Model {
             spis: vec![IntState::default(); cfg.spis as usize],
             lpis: BTreeMap::new(),
             syncs: 0,
+            spi_vm: vec![None; cfg.spis as usize],
+            vmt_baser: 0,
+            vmt_cfgr: 0,
+            vpe_selr: 0,
+            vms: BTreeMap::new(),
+            swerr: Vec::new(),
         };
         Model {
             cfg,
@@ -670,6 +832,8 @@ impl Model {
             irs,
             misuse: Vec::new(),
             hidden_writes: 0,
+            mem: BTreeMap::new(),
+            doorbells: 0,
         }
     }
 
@@ -717,6 +881,22 @@ impl Model {
 
     /// Drive SPI `id`'s wire (level) or pulse it (edge).
     pub fn set_spi_line(&mut self, id: u32, level: bool) {
+        if let Some(&Some(vm)) = self.irs.spi_vm.get(id as usize) {
+            // Assigned to a VM: the wire drives that VM's virtual SPI of
+            // the same ID, and only it.
+            let Some(s) = self.vint_mut(vm, IntType::Spi, id) else {
+                self.swerr(vm, IntId::spi(id), irs::EC_OUT_OF_RANGE);
+                return;
+            };
+            if s.level {
+                s.line = level;
+            } else if level {
+                s.latch = true;
+            }
+            let vpe = s.iaffid;
+            self.vint_changed(vm, vpe);
+            return;
+        }
         let Some(s) = self.irs.spis.get_mut(id as usize) else {
             return;
         };
@@ -792,6 +972,117 @@ impl Model {
         self.irs.syncs
     }
 
+    /// Write a word of physical memory (software building the VM and vPE
+    /// tables the IRS reads).
+    pub fn mem_write64(&mut self, pa: u64, value: u64) {
+        self.mem.insert(pa & !7, value);
+    }
+
+    pub fn mem_read64(&self, pa: u64) -> u64 {
+        self.mem.get(&(pa & !7)).copied().unwrap_or(0)
+    }
+
+    /// Doorbells the vIRS rang (a virtual interrupt became pending for a
+    /// vPE no PE had resident, with IRS_VPE_DBR.DBV set).
+    pub fn doorbells(&self) -> u64 {
+        self.doorbells
+    }
+
+    /// A VM's virtual SPI or LPI, if the VM and its virtual IST exist.
+    pub fn vint(&self, vm: u16, id: IntId) -> Option<IntState> {
+        let v = self.irs.vms.get(&vm)?;
+        let (bits, map) = match id.ty {
+            IntType::Spi => (v.spi_bits?, &v.vspis),
+            IntType::Lpi => (v.lpi_bits?, &v.vlpis),
+            IntType::Ppi => return None,
+        };
+        if u64::from(id.id) >= 1u64 << bits {
+            return None;
+        }
+        Some(map.get(&id.id).copied().unwrap_or_default())
+    }
+
+    /// Whether the vIRS holds VM `vm` valid, and its vPE `vpe`.
+    pub fn vpe_valid(&self, vm: u16, vpe: u16) -> bool {
+        self.irs
+            .vms
+            .get(&vm)
+            .is_some_and(|v| v.vpes.contains_key(&vpe))
+    }
+
+    /// The software error records not yet cleared.
+    pub fn swerrs(&self) -> &[Swerr] {
+        &self.irs.swerr
+    }
+
+    fn swerr(&mut self, vm: u16, id: IntId, ec: u64) {
+        self.irs.swerr.push(Swerr { vm, id, ec });
+    }
+
+    fn vint_mut(&mut self, vm: u16, ty: IntType, id: u32) -> Option<&mut IntState> {
+        let v = self.irs.vms.get_mut(&vm)?;
+        let (bits, map) = match ty {
+            IntType::Spi => (v.spi_bits?, &mut v.vspis),
+            IntType::Lpi => (v.lpi_bits?, &mut v.vlpis),
+            IntType::Ppi => return None,
+        };
+        if u64::from(id) >= 1u64 << bits {
+            return None;
+        }
+        Some(map.entry(id).or_default())
+    }
+
+    /// The PE on which vPE `vpe` of VM `vm` is resident, if any.
+    fn resident_pe(&self, vm: u16, vpe: u16) -> Option<usize> {
+        self.pes.iter().position(|p| {
+            p.virt.resident()
+                && (p.virt.contextr & 0xffff) as u16 == vm
+                && (p.virt.contextr >> 32 & 0xffff) as u16 == vpe
+        })
+    }
+
+    /// A virtual interrupt of `vm` targeted at `vpe` changed: signal the PE
+    /// it is resident on, or ring its doorbell if one of its interrupts is
+    /// now deliverable (enabled, pending, inactive) and DBV is set. The
+    /// doorbell is one-shot: DBV clears when it rings (the hypervisor
+    /// re-arms it when it puts the vPE again). DBPM is not modelled (every
+    /// priority rings it, as with DBPM = 0).
+    fn vint_changed(&mut self, vm: u16, vpe: u16) {
+        if let Some(pe) = self.resident_pe(vm, vpe) {
+            self.signal(pe);
+            return;
+        }
+        let Some(v) = self.irs.vms.get(&vm) else {
+            return;
+        };
+        let Some(&vp) = v.vpes.get(&vpe) else {
+            return;
+        };
+        let deliverable = v
+            .vspis
+            .values()
+            .chain(v.vlpis.values())
+            .any(|s| s.iaffid == vpe && s.enabled && s.pending() && !s.active);
+        if !deliverable || vp.dbr & irs::VPE_DBR_DBV == 0 {
+            return;
+        }
+        let db = (vp.dbr & 0xff_ffff) as u32;
+        if !self.lpi_in_ist(db) {
+            self.bad(Misuse::BadDoorbell(vp.dbr));
+            return;
+        }
+        if let Some(p) = self.irs.vms.get_mut(&vm).and_then(|v| v.vpes.get_mut(&vpe)) {
+            p.dbr &= !irs::VPE_DBR_DBV;
+        }
+        self.doorbells += 1;
+        let s = self.irs.lpis.entry(db).or_default();
+        s.latch = true;
+        let target = s.iaffid;
+        if let Some(pe) = self.pe_of(target) {
+            self.signal(pe);
+        }
+    }
+
     fn pe_of(&self, iaffid: u16) -> Option<usize> {
         self.pes.iter().position(|p| p.iaffid == iaffid)
     }
@@ -856,7 +1147,7 @@ impl Model {
         }
         if self.irs.cr0 & irs::CR0_IRSEN != 0 {
             for (i, s) in self.irs.spis.iter().enumerate() {
-                if s.iaffid == p.iaffid {
+                if s.iaffid == p.iaffid && self.irs.spi_vm[i].is_none() {
                     consider(IntId::spi(i as u32), s);
                 }
             }
@@ -885,7 +1176,7 @@ impl Model {
         if !v.resident() || v.vmcr & 1 == 0 {
             return None;
         }
-        let vpmr = ((v.vmcr >> 1) & 0x1f) as u8;
+        let vpmr = ((v.vmcr & VMCR_VPMR_MASK) >> VMCR_VPMR_SHIFT) as u8;
         let limit = vpmr.min(Self::running_priority(v.apr));
         let mut best: Option<(IntId, u8)> = None;
         for n in 0..128 {
@@ -900,6 +1191,28 @@ impl Model {
                 && best.is_none_or(|(_, bp)| s.priority < bp)
             {
                 best = Some((IntId::ppi(n as u32), s.priority));
+            }
+        }
+        // The resident vPE's virtual SPIs and LPIs (the vIRS), only while
+        // the IRS is enabled.
+        if self.irs.cr0 & irs::CR0_IRSEN == 0 {
+            return best;
+        }
+        let vm = (v.contextr & 0xffff) as u16;
+        let vpe = (v.contextr >> 32 & 0xffff) as u16;
+        if let Some(vmst) = self.irs.vms.get(&vm) {
+            let spis = vmst.vspis.iter().map(|(&i, s)| (IntId::spi(i), s));
+            let lpis = vmst.vlpis.iter().map(|(&i, s)| (IntId::lpi(i), s));
+            for (id, s) in spis.chain(lpis) {
+                if s.iaffid == vpe
+                    && s.enabled
+                    && s.pending()
+                    && !s.active
+                    && s.priority < limit
+                    && best.is_none_or(|(_, bp)| s.priority < bp)
+                {
+                    best = Some((id, s.priority));
+                }
             }
         }
         best
@@ -1129,8 +1442,8 @@ impl Model {
         let hppi = self.virt_hppi(pe);
         let v = &self.pes[pe].virt;
         match reg {
-            Reg::IccCr0 => v.vmcr & 1,
-            Reg::IccPcr => (v.vmcr >> 1) & 0x1f,
+            Reg::IccCr0 => v.vmcr & VMCR_EN,
+            Reg::IccPcr => (v.vmcr & VMCR_VPMR_MASK) >> VMCR_VPMR_SHIFT,
             Reg::IccApr => v.apr,
             Reg::IccHppir => hppi.map_or(0, |(id, _)| (1 << 32) | id.raw()),
             Reg::IccIaffidr => (v.contextr >> 32) & 0xffff,
@@ -1184,8 +1497,10 @@ impl Model {
         let vis = [self.visible(pe, 0), self.visible(pe, 1)];
         let v = &mut self.pes[pe].virt;
         match reg {
-            Reg::IccCr0 => v.vmcr = (v.vmcr & !1) | (value & 1),
-            Reg::IccPcr => v.vmcr = (v.vmcr & 1) | ((value & 0x1f) << 1),
+            Reg::IccCr0 => v.vmcr = (v.vmcr & !VMCR_EN) | (value & VMCR_EN),
+            Reg::IccPcr => {
+                v.vmcr = (v.vmcr & !VMCR_VPMR_MASK) | ((value & 0x1f) << VMCR_VPMR_SHIFT)
+            }
             Reg::IccApr => v.apr = value,
             Reg::IccPpiEnabler(w) => {
                 let m = vis[w as usize];
@@ -1261,10 +1576,9 @@ impl Model {
             self.bad(Misuse::BadOperand { insn, value: xt });
         }
         if guest {
-            // Only PPIs in the virtual domain in this model; a guest's
-            // CDxx to anything else is trapped (no vIRS modelled).
             if id.ty != IntType::Ppi {
-                return Access::Trapped;
+                self.virt_cd(pe, insn, id, xt);
+                return Access::Value(0);
             }
             let n = id.id as usize;
             if n >= 128 || !self.ppi_implemented(n) {
@@ -1361,6 +1675,44 @@ impl Model {
         Access::Value(0)
     }
 
+    /// A guest's GIC CDxx to a virtual SPI or LPI: it reaches the VM in
+    /// ICH_CONTEXTR_EL2.VM and nothing else (a guest cannot name another
+    /// VM). With no resident vPE it does nothing; an ID beyond the VM's
+    /// virtual IST, or an affinity to a vPE the VM does not have, is a
+    /// software error record ([`Model::swerrs`]) and has no effect.
+    fn virt_cd(&mut self, pe: usize, insn: Insn, id: IntId, xt: u64) {
+        let v = &self.pes[pe].virt;
+        if !v.resident() || self.irs.cr0 & irs::CR0_IRSEN == 0 {
+            return;
+        }
+        let vm = (v.contextr & 0xffff) as u16;
+        let new_vpe = (xt >> 32) as u16;
+        if insn == Insn::Cdaff && !self.vpe_valid(vm, new_vpe) {
+            self.swerr(vm, id, irs::EC_NO_VPE);
+            return;
+        }
+        let Some(s) = self.vint_mut(vm, id.ty, id.id) else {
+            self.swerr(vm, id, irs::EC_OUT_OF_RANGE);
+            return;
+        };
+        let old_vpe = s.iaffid;
+        match insn {
+            Insn::Cden => s.enabled = true,
+            Insn::Cddis => s.enabled = false,
+            Insn::Cdpri => s.priority = (xt >> 35) as u8 & 0x1f,
+            Insn::Cdpend => s.latch = xt >> 32 & 1 != 0,
+            Insn::Cddi => s.active = false,
+            Insn::Cdhm => s.level = xt >> 32 & 1 != 0,
+            Insn::Cdaff => s.iaffid = new_vpe,
+            _ => {}
+        }
+        let target = s.iaffid;
+        self.vint_changed(vm, target);
+        if old_vpe != target {
+            self.vint_changed(vm, old_vpe);
+        }
+    }
+
     /// `sysl` GICR CDIA on `pe` at `el`: acknowledge.
     pub fn sysl(&mut self, pe: usize, el: El, enc: Enc) -> Access {
         if enc != GICR_CDIA {
@@ -1372,6 +1724,17 @@ impl Model {
             let Some((id, prio)) = self.virt_hppi(pe) else {
                 return Access::Value(0);
             };
+            if id.ty != IntType::Ppi {
+                let vm = (self.pes[pe].virt.contextr & 0xffff) as u16;
+                if let Some(s) = self.vint_mut(vm, id.ty, id.id) {
+                    s.active = true;
+                    s.latch = false;
+                }
+                let p = &mut self.pes[pe];
+                p.virt.apr |= 1 << prio;
+                p.virqs_acked += 1;
+                return Access::Value((1 << 32) | id.raw());
+            }
             let n = id.id as usize;
             let dvi = self.pes[pe].virt.dvir[n / 64] >> (n % 64) & 1 != 0;
             let p = &mut self.pes[pe];
@@ -1442,6 +1805,30 @@ impl Model {
             irs::IST_BASER => self.irs.ist_baser,
             irs::IST_CFGR => u64::from(self.irs.ist_cfgr),
             irs::IST_STATUSR => u64::from(irs::IST_STATUSR_IDLE),
+            irs::IDR3 => u64::from(self.cfg.vm_id_bits) << 5,
+            irs::IDR4 => u64::from(self.cfg.vpe_id_bits) << 6,
+            irs::SPI_VMR => match self.irs.spi_vm.get(self.irs.spi_selr as usize) {
+                Some(&Some(vm)) if spi_v => irs::SPI_VMR_VIRT | u64::from(vm),
+                _ => 0,
+            },
+            irs::VMT_BASER => self.irs.vmt_baser,
+            irs::VMT_CFGR => u64::from(self.irs.vmt_cfgr),
+            irs::VMT_STATUSR => u64::from(irs::VMT_STATUSR_IDLE),
+            irs::VPE_SELR => self.irs.vpe_selr,
+            irs::VPE_DBR => self.selected_vpe().map_or(0, |v| v.dbr),
+            irs::VPE_CR0 => self.selected_vpe().map_or(0, |v| u64::from(v.cr0)),
+            irs::VPE_STATUSR => {
+                let v = if self.selected_vpe().is_some() {
+                    irs::VPE_STATUSR_V
+                } else {
+                    0
+                };
+                u64::from(irs::VPE_STATUSR_IDLE | v)
+            }
+            irs::SWERR_STATUSR => u64::from(!self.irs.swerr.is_empty()),
+            irs::SWERR_SYNDROMER0 => self.irs.swerr.first().map_or(0, |e| {
+                (1 << 63) | ((e.id.ty as u64) << 60) | (u64::from(e.id.id) << 32) | u64::from(e.vm)
+            }),
             _ => {
                 self.bad(Misuse::IrsUnknownOffset(offset));
                 0
@@ -1487,8 +1874,208 @@ impl Model {
                 }
                 self.irs.ist_cfgr = value as u32;
             }
+            irs::SPI_VMR => {
+                if !self.irs.spi_selr_valid {
+                    self.bad(Misuse::NoSuchInterrupt(IntId::spi(self.irs.spi_selr)));
+                    return;
+                }
+                let vm = (value & 0xffff) as u16;
+                let assign = if value & irs::SPI_VMR_VIRT != 0 {
+                    if !self.irs.vms.contains_key(&vm) {
+                        self.bad(Misuse::NoSuchVm(vm));
+                        return;
+                    }
+                    Some(vm)
+                } else {
+                    None
+                };
+                self.irs.spi_vm[self.irs.spi_selr as usize] = assign;
+            }
+            irs::VMT_BASER => {
+                if self.irs.vmt_baser & irs::VMT_BASER_VALID != 0 && value & 1 != 0 {
+                    self.bad(Misuse::IrsUnknownOffset(offset));
+                }
+                self.irs.vmt_baser = value;
+            }
+            irs::VMT_CFGR => {
+                if (value & 0x1f) as u8 > self.cfg.vm_id_bits || value & (1 << 16) != 0 {
+                    // More VM ID bits than IRS_IDR3 offers, or the
+                    // two-level structure the model does not have.
+                    self.bad(Misuse::NoVmTable(value));
+                }
+                self.irs.vmt_cfgr = value as u32;
+            }
+            irs::VPE_SELR => self.irs.vpe_selr = value,
+            irs::VPE_DBR => {
+                let (vm, vpe) = self.selected();
+                let Some(v) = self.irs.vms.get_mut(&vm).and_then(|m| m.vpes.get_mut(&vpe)) else {
+                    self.bad(Misuse::NoSuchVpe { vm, vpe });
+                    return;
+                };
+                v.dbr = value;
+                // Something already deliverable rings the new doorbell.
+                self.vint_changed(vm, vpe);
+            }
+            irs::VPE_CR0 => {
+                let (vm, vpe) = self.selected();
+                match self.irs.vms.get_mut(&vm).and_then(|m| m.vpes.get_mut(&vpe)) {
+                    Some(v) => v.cr0 = value as u32,
+                    None => self.bad(Misuse::NoSuchVpe { vm, vpe }),
+                }
+            }
+            irs::VMAP_VMR => self.vmap_vm(value),
+            irs::VMAP_VISTR => self.vmap_vist(value),
+            irs::VMAP_VPER => self.vmap_vpe(value),
+            irs::SWERR_STATUSR => {
+                if value & irs::SWERR_V != 0 && !self.irs.swerr.is_empty() {
+                    self.irs.swerr.remove(0);
+                }
+            }
             _ => self.bad(Misuse::IrsUnknownOffset(offset)),
         }
+    }
+
+    // ---- the vIRS's table operations ---------------------------------------
+
+    fn selected(&self) -> (u16, u16) {
+        let v = self.irs.vpe_selr;
+        ((v & 0xffff) as u16, (v >> 32 & 0xffff) as u16)
+    }
+
+    fn selected_vpe(&self) -> Option<&Vpe> {
+        if self.irs.vpe_selr & irs::VPE_SELR_S == 0 {
+            return None;
+        }
+        let (vm, vpe) = self.selected();
+        self.irs.vms.get(&vm)?.vpes.get(&vpe)
+    }
+
+    /// The address of VM `vm`'s VM table entry, if the VM table is valid
+    /// and covers it.
+    fn vmte(&mut self, vm: u16) -> Option<u64> {
+        let bits = self.irs.vmt_cfgr & 0x1f;
+        if self.irs.vmt_baser & irs::VMT_BASER_VALID == 0 || u32::from(vm) >= 1 << bits {
+            self.bad(Misuse::NoVmTable(u64::from(vm)));
+            return None;
+        }
+        Some((self.irs.vmt_baser & irs::ADDR_MASK_3) + u64::from(vm) * irs::VMTE_SIZE)
+    }
+
+    /// IRS_VMAP_VMR: make VM `vm` valid from its VM table entry (which
+    /// must name a VM descriptor and a vPE table), or invalid (U = 1).
+    fn vmap_vm(&mut self, value: u64) {
+        if value & irs::VMAP_M == 0 {
+            return;
+        }
+        let vm = (value & 0xffff) as u16;
+        let Some(addr) = self.vmte(vm) else {
+            return;
+        };
+        let w0 = self.mem_read64(addr);
+        if value & irs::VMAP_U != 0 {
+            self.irs.vms.remove(&vm);
+            for a in self.irs.spi_vm.iter_mut() {
+                if *a == Some(vm) {
+                    *a = None;
+                }
+            }
+            self.mem_write64(addr, w0 & !1);
+            return;
+        }
+        let w1 = self.mem_read64(addr + 8);
+        let vpe_id_bits = (w1 >> irs::ID_BITS_SHIFT) as u8;
+        if w0 & irs::ADDR_MASK_3 == 0
+            || w1 & irs::ADDR_MASK_3 == 0
+            || vpe_id_bits > self.cfg.vpe_id_bits
+        {
+            self.bad(Misuse::BadTableEntry { addr, word: w0 });
+            return;
+        }
+        self.irs.vms.insert(
+            vm,
+            Vm {
+                vpet: w1 & irs::ADDR_MASK_3,
+                vpe_id_bits,
+                ..Vm::default()
+            },
+        );
+        self.mem_write64(addr, w0 | 1);
+    }
+
+    /// IRS_VMAP_VISTR: make a valid VM's virtual LPI (TYPE 2) or SPI
+    /// (TYPE 3) IST valid from word 2 / 3 of its VM table entry.
+    fn vmap_vist(&mut self, value: u64) {
+        if value & irs::VMAP_M == 0 {
+            return;
+        }
+        let vm = (value >> 32 & 0xffff) as u16;
+        let ty = value >> 29 & 7;
+        if !self.irs.vms.contains_key(&vm) {
+            self.bad(Misuse::NoSuchVm(vm));
+            return;
+        }
+        let Some(addr) = self.vmte(vm) else {
+            return;
+        };
+        let word = match ty {
+            2 => addr + 16,
+            3 => addr + 24,
+            _ => {
+                self.bad(Misuse::BadTableEntry { addr, word: value });
+                return;
+            }
+        };
+        let w = self.mem_read64(word);
+        let bits = (w >> irs::ID_BITS_SHIFT) as u8;
+        let unmap = value & irs::VMAP_U != 0;
+        if !unmap && (w & irs::ADDR_MASK_6 == 0 || bits == 0 || bits > 24) {
+            self.bad(Misuse::BadTableEntry {
+                addr: word,
+                word: w,
+            });
+            return;
+        }
+        let v = self.irs.vms.get_mut(&vm).expect("checked");
+        let set = if unmap { None } else { Some(bits) };
+        if ty == 2 {
+            v.lpi_bits = set;
+            v.vlpis.clear();
+        } else {
+            v.spi_bits = set;
+            v.vspis.clear();
+        }
+        self.mem_write64(word, if unmap { w & !1 } else { w | 1 });
+    }
+
+    /// IRS_VMAP_VPER: make vPE `vpe` of a valid VM valid from its vPE
+    /// table entry (which must name a vPE descriptor).
+    fn vmap_vpe(&mut self, value: u64) {
+        if value & irs::VMAP_M == 0 {
+            return;
+        }
+        let vpe = (value & 0xffff) as u16;
+        let vm = (value >> 32 & 0xffff) as u16;
+        let Some(v) = self.irs.vms.get(&vm) else {
+            self.bad(Misuse::NoSuchVm(vm));
+            return;
+        };
+        if u32::from(vpe) >= 1 << v.vpe_id_bits {
+            self.bad(Misuse::NoSuchVpe { vm, vpe });
+            return;
+        }
+        let addr = v.vpet + u64::from(vpe) * irs::VPETE_SIZE;
+        let w = self.mem_read64(addr);
+        if w & irs::ADDR_MASK_5 == 0 {
+            self.bad(Misuse::BadTableEntry { addr, word: w });
+            return;
+        }
+        self.irs
+            .vms
+            .get_mut(&vm)
+            .expect("checked")
+            .vpes
+            .insert(vpe, Vpe::default());
+        self.mem_write64(addr, w | 1);
     }
 }
 
@@ -1666,5 +2253,79 @@ mod tests {
         wr(&mut m, 0, Reg::IchVctlr, 0b11);
         assert_eq!(rd(&mut m, 0, El::El2, Reg::IchVctlr), 1);
         assert_eq!(m.misuse().len(), 1);
+    }
+
+    /// The vIRS's own rules, written from the register descriptions: a VM
+    /// is made valid only from a VM table entry with its addresses, only
+    /// inside the VM table; a vPE only inside its VM's VPE_ID_BITS and from
+    /// a vPE table entry; an SPI only assigned to a valid VM; the doorbell
+    /// rings once.
+    #[test]
+    fn virs_tables_are_checked_and_the_doorbell_is_one_shot() {
+        let mut m = model();
+        m.irs_write(irs::CR0, 1);
+        m.irs_write(irs::IST_CFGR, 14);
+        m.irs_write(irs::IST_BASER, 0x8000_0000 | 1);
+        // No VM table yet.
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 2);
+        assert_eq!(m.take_misuse(), [Misuse::NoVmTable(2)]);
+        m.irs_write(irs::VMT_CFGR, 2);
+        m.irs_write(irs::VMT_BASER, 0x9000_0000 | 1);
+        // Beyond the 2-bit table; then an entry with no addresses.
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 4);
+        assert_eq!(m.take_misuse(), [Misuse::NoVmTable(4)]);
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 1);
+        assert!(matches!(
+            m.take_misuse()[..],
+            [Misuse::BadTableEntry { .. }]
+        ));
+        // A good entry: VMD, vPE table with 1 vPE ID bit, an SPI IST of 6.
+        let e = 0x9000_0000 + 32;
+        m.mem_write64(e, 0xa000_0000);
+        m.mem_write64(e + 8, 0xa000_1000 | (1 << irs::ID_BITS_SHIFT));
+        m.mem_write64(e + 24, 0xa000_4000 | (6 << irs::ID_BITS_SHIFT));
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 1);
+        m.irs_write(irs::VMAP_VISTR, irs::VMAP_M | (1 << 32) | (3 << 29));
+        assert!(m.misuse().is_empty());
+        assert_eq!(m.mem_read64(e) & 1, 1, "the IRS marks the entry valid");
+        // vPE 2 is beyond 1 bit; vPE 1 has no descriptor yet.
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32) | 2);
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32) | 1);
+        let mis = m.take_misuse();
+        assert_eq!(mis[0], Misuse::NoSuchVpe { vm: 1, vpe: 2 });
+        assert!(matches!(mis[1], Misuse::BadTableEntry { .. }));
+        m.mem_write64(0xa000_1000 + 8, 0xa000_2020);
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32) | 1);
+        assert!(m.vpe_valid(1, 1));
+        // An SPI goes only to a valid VM.
+        m.irs_write(irs::SPI_SELR, 9);
+        m.irs_write(irs::SPI_VMR, irs::SPI_VMR_VIRT | 3);
+        assert_eq!(m.take_misuse(), [Misuse::NoSuchVm(3)]);
+        m.irs_write(irs::SPI_VMR, irs::SPI_VMR_VIRT | 1);
+        assert_eq!(m.irs_read(irs::SPI_VMR), irs::SPI_VMR_VIRT | 1);
+        // Doorbell LPI 100 at PE 1; vSPI 9 enabled at vPE 1, not resident.
+        let db = IntId::lpi(100).raw();
+        m.sys(0, El::El2, Insn::Cdaff.enc(), db | (1 << 32));
+        m.sys(0, El::El2, Insn::Cden.enc(), db);
+        m.irs_write(irs::VPE_SELR, irs::VPE_SELR_S | (1 << 32) | 1);
+        m.irs_write(irs::VPE_DBR, irs::VPE_DBR_DBV | 100);
+        {
+            let s = m.vint_mut(1, IntType::Spi, 9).unwrap();
+            s.enabled = true;
+            s.iaffid = 1;
+        }
+        wr(&mut m, 1, Reg::IccCr0, 1);
+        wr(&mut m, 1, Reg::IccPcr, 0x1f);
+        m.set_spi_line(9, true);
+        assert_eq!(m.doorbells(), 1);
+        assert!(m.irq_signalled(1));
+        assert_eq!(m.irs_read(irs::VPE_DBR) & irs::VPE_DBR_DBV, 0);
+        // The physical SPI itself is not a physical interrupt any more.
+        assert!(!m.spi(9).pending_now());
+        // Rings once: another edge of the wire does not ring again.
+        m.set_spi_line(9, false);
+        m.set_spi_line(9, true);
+        assert_eq!(m.doorbells(), 1);
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
     }
 }

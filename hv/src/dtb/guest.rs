@@ -10,6 +10,19 @@
 //! copied from QEMU virt's own DTB (`-M virt,gic-version=3,dumpdtb=...`):
 //! with a GICv3 its PPI specifiers carry no CPU mask in the flags cell (the
 //! mask is a GICv2-only field of the binding), so neither do ours.
+//!
+//! A partition whose interface is GICv5 ([`GuestDtbSpec::gic`] =
+//! `GicInterface::V5`; GICv3 is the default) gets the binding Linux 6.17+
+//! uses instead (bindings/interrupt-controller/arm,gic-v5.yaml): an
+//! `arm,gic-v5` node with one `arm,gic-v5-irs` child whose config frame is
+//! at `GUEST_GICD_BASE`, whose `cpus` are every vCPU and whose
+//! `arm,iaffids` are their vPE IDs (vCPU n = vPE n = IAFFID n, as
+//! `vgic5::plan_virs` numbers them), and every interrupt specifier in the
+//! GICv5 encoding: type 1 = PPI with the architected PPI number (the timer
+//! <1 29>, <1 30>, <1 27>, <1 26>; the PMU <1 23>), type 3 = SPI with the
+//! SPI ID (core INTID - 32). The CPU nodes then carry phandles from
+//! [`GUEST_CPU_PHANDLE_BASE`]. What is not built yet: the emulation of
+//! the guest's IRS config frame (docs/GICV5.md), so no GICv5 guest boots.
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -21,6 +34,7 @@ use crate::layout::{
     GUEST_ITS_BASE, GUEST_ITS_SIZE, GUEST_SPI_COUNT, GUEST_UART_BASE, GUEST_UART_INTID,
     GUEST_UART_SIZE, PPI_HYP_TIMER, PPI_PMU, PPI_PTIMER, PPI_SEC_PTIMER, PPI_VTIMER,
 };
+use crate::vgic5::GicInterface;
 
 /// Phandle of the guest's GIC node; pass-through nodes (e.g. a PCIe host
 /// bridge's `interrupt-map`) reference it.
@@ -29,6 +43,11 @@ pub const GUEST_GIC_PHANDLE: u32 = 1;
 pub const GUEST_APB_PCLK_PHANDLE: u32 = 2;
 /// The lowest phandle a pass-through node may claim for itself.
 pub const GUEST_FIRST_FREE_PHANDLE: u32 = 4;
+/// With a GICv5, cpu@N has phandle `GUEST_CPU_PHANDLE_BASE + N` (the IRS's
+/// `cpus` names them); a pass-through node may not claim one.
+pub const GUEST_CPU_PHANDLE_BASE: u32 = 0xfff0_0000;
+/// The GICv5 guest IRS config frame's size (one 64 KiB frame).
+pub const GUEST_IRS_CONFIG_SIZE: u64 = 0x1_0000;
 /// The virtual ITS node (`msi-parent`/`msi-map` of the host bridge).
 pub const GUEST_ITS_PHANDLE: u32 = 3;
 /// vCPU N gets MPIDR Aff0 = N in one cluster. A GICv3 SGI names its targets
@@ -41,6 +60,9 @@ pub const GUEST_MAX_VCPUS: usize = 16;
 /// type cell for shared and private peripheral interrupts.
 const GIC_SPI: u32 = 0;
 const GIC_PPI: u32 = 1;
+/// The GICv5 binding's type cell: INTID.TYPE (1 = PPI, 3 = SPI).
+const GICV5_PPI: u32 = 1;
+const GICV5_SPI: u32 = 3;
 /// Flags cell: level-sensitive, active high.
 const IRQ_LEVEL_HIGH: u32 = 4;
 /// Flags cell: edge-triggered, rising edge.
@@ -168,6 +190,9 @@ pub struct GuestDtbSpec<'a> {
     /// Pass-through MMIO devices, after the generated nodes.
     pub devices: &'a [GuestDevice<'a>],
     pub extra: &'a [ExtraNode<'a>],
+    /// The partition's interrupt controller (`vgic5::choose_interface`):
+    /// `V3` (the emulated GICv3, the default) or `V5`.
+    pub gic: GicInterface,
 }
 
 /// Builds the DTB a partition's Linux is entered with (x0 = its IPA).
@@ -185,20 +210,24 @@ pub fn build_guest_dtb(spec: &GuestDtbSpec) -> Result<Vec<u8>, DtbError> {
 
     write_chosen(&mut w, spec, &uart_path)?;
     write_memory(&mut w, spec)?;
-    write_cpus(&mut w, spec.vcpu_count)?;
+    let gic = spec.gic;
+    write_cpus(&mut w, spec.vcpu_count, gic)?;
     write_psci(&mut w)?;
-    write_timer(&mut w)?;
-    write_gic(&mut w, spec.vcpu_count, spec.its)?;
+    write_timer(&mut w, gic)?;
+    match gic {
+        GicInterface::V3 => write_gic(&mut w, spec.vcpu_count, spec.its)?,
+        GicInterface::V5 => write_gicv5(&mut w, spec.vcpu_count)?,
+    }
     write_apb_pclk(&mut w)?;
-    write_pl011(&mut w)?;
+    write_pl011(&mut w, gic)?;
     if spec.pmu {
-        write_pmu(&mut w)?;
+        write_pmu(&mut w, gic)?;
     }
     for device in spec.devices {
-        write_device(&mut w, device)?;
+        write_device(&mut w, device, gic)?;
     }
     for node in spec.extra {
-        write_extra(&mut w, node)?;
+        write_extra(&mut w, node, gic)?;
     }
 
     w.end_node(root)?;
@@ -208,6 +237,11 @@ pub fn build_guest_dtb(spec: &GuestDtbSpec) -> Result<Vec<u8>, DtbError> {
 fn check_spec(spec: &GuestDtbSpec) -> Result<(), DtbError> {
     if spec.vcpu_count == 0 {
         return Err(DtbError::NoVcpus);
+    }
+    if spec.its && spec.gic == GicInterface::V5 {
+        // A GICv5 ITS (`arm,gic-v5-its`) is a different device; the
+        // virtual ITS Pinfold emulates is a GICv3 one.
+        return Err(DtbError::Gicv3ItsOnGicv5);
     }
     // The redistributor frames must also fit the IPA window reserved for them.
     let max = GUEST_MAX_VCPUS.min((GUEST_GICR_REGION_SIZE / GICR_STRIDE) as usize);
@@ -258,7 +292,7 @@ fn write_memory(w: &mut FdtWriter, spec: &GuestDtbSpec) -> Result<(), DtbError> 
     w.end_node(memory)
 }
 
-fn write_cpus(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
+fn write_cpus(w: &mut FdtWriter, vcpu_count: usize, gic: GicInterface) -> Result<(), DtbError> {
     let cpus = w.begin_node("cpus")?;
     w.prop_u32("#address-cells", 1)?;
     w.prop_u32("#size-cells", 0)?;
@@ -269,6 +303,9 @@ fn write_cpus(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
         // check_spec bounds vcpu_count to 16, so the cast cannot truncate.
         w.prop_u32("reg", n as u32)?;
         w.prop_string("enable-method", "psci")?;
+        if gic == GicInterface::V5 {
+            w.prop_u32("phandle", GUEST_CPU_PHANDLE_BASE + n as u32)?;
+        }
         w.end_node(cpu)?;
     }
     w.end_node(cpus)
@@ -284,7 +321,7 @@ fn write_psci(w: &mut FdtWriter) -> Result<(), DtbError> {
     w.end_node(psci)
 }
 
-fn write_timer(w: &mut FdtWriter) -> Result<(), DtbError> {
+fn write_timer(w: &mut FdtWriter, gic: GicInterface) -> Result<(), DtbError> {
     // Order fixed by the arm,arch_timer binding: secure phys, non-secure
     // phys, virtual, hypervisor phys.
     let mut cells = [0u32; 12];
@@ -292,7 +329,7 @@ fn write_timer(w: &mut FdtWriter) -> Result<(), DtbError> {
         .iter()
         .enumerate()
     {
-        cells[slot * 3..slot * 3 + 3].copy_from_slice(&ppi(*intid));
+        cells[slot * 3..slot * 3 + 3].copy_from_slice(&ppi(*intid, gic));
     }
     let timer = w.begin_node("timer")?;
     w.prop_string("compatible", "arm,armv8-timer")?;
@@ -330,6 +367,35 @@ fn write_gic(w: &mut FdtWriter, vcpu_count: usize, its: bool) -> Result<(), DtbE
     w.end_node(gic)
 }
 
+/// The GICv5: no `reg` of its own (its frames are the IRS's), one IRS
+/// whose config frame is where a GICv3 guest's distributor would be.
+fn write_gicv5(w: &mut FdtWriter, vcpu_count: usize) -> Result<(), DtbError> {
+    let gic = w.begin_node("intc")?;
+    w.prop_string("compatible", "arm,gic-v5")?;
+    w.prop_u32("#interrupt-cells", 3)?;
+    w.prop_u32("#address-cells", 2)?;
+    w.prop_u32("#size-cells", 2)?;
+    w.prop_null("ranges")?;
+    w.prop_null("interrupt-controller")?;
+    w.prop_u32("phandle", GUEST_GIC_PHANDLE)?;
+    let irs = w.begin_node(&format!("irs@{GUEST_GICD_BASE:x}"))?;
+    w.prop_string("compatible", "arm,gic-v5-irs")?;
+    w.prop_u32("#address-cells", 2)?;
+    w.prop_u32("#size-cells", 2)?;
+    w.prop_null("ranges")?;
+    w.prop_cells("reg", &reg_cells(GUEST_GICD_BASE, GUEST_IRS_CONFIG_SIZE))?;
+    w.prop_string("reg-names", "ns-config")?;
+    let cpus: Vec<u32> = (0..vcpu_count as u32)
+        .map(|n| GUEST_CPU_PHANDLE_BASE + n)
+        .collect();
+    w.prop_cells("cpus", &cpus)?;
+    // 16-bit cells (the binding's `/bits/ 16`): vCPU n has IAFFID n.
+    let iaffids: Vec<u8> = (0..vcpu_count as u16).flat_map(u16::to_be_bytes).collect();
+    w.prop("arm,iaffids", &iaffids)?;
+    w.end_node(irs)?;
+    w.end_node(gic)
+}
+
 fn write_apb_pclk(w: &mut FdtWriter) -> Result<(), DtbError> {
     // Without a clock the AMBA bus code cannot enable the PL011 and its
     // driver fails to probe.
@@ -342,29 +408,33 @@ fn write_apb_pclk(w: &mut FdtWriter) -> Result<(), DtbError> {
     w.end_node(clk)
 }
 
-fn write_pl011(w: &mut FdtWriter) -> Result<(), DtbError> {
+fn write_pl011(w: &mut FdtWriter, gic: GicInterface) -> Result<(), DtbError> {
     let uart = w.begin_node(&format!("pl011@{GUEST_UART_BASE:x}"))?;
     w.prop_strings("compatible", &["arm,pl011", "arm,primecell"])?;
     w.prop_cells("reg", &reg_cells(GUEST_UART_BASE, GUEST_UART_SIZE))?;
     w.prop_cells(
         "interrupts",
-        &[GIC_SPI, GUEST_UART_INTID - 32, IRQ_LEVEL_HIGH],
+        &spi_cells(GUEST_UART_INTID, IRQ_LEVEL_HIGH, gic),
     )?;
     w.prop_cells("clocks", &[GUEST_APB_PCLK_PHANDLE, GUEST_APB_PCLK_PHANDLE])?;
     w.prop_strings("clock-names", &["uartclk", "apb_pclk"])?;
     w.end_node(uart)
 }
 
-fn write_pmu(w: &mut FdtWriter) -> Result<(), DtbError> {
+fn write_pmu(w: &mut FdtWriter, gic: GicInterface) -> Result<(), DtbError> {
     // QEMU virt's shape with a GICv3: compatible after interrupts does not
     // matter, the specifier does: <PPI 7 level-high>, no CPU mask.
     let pmu = w.begin_node("pmu")?;
     w.prop_string("compatible", "arm,armv8-pmuv3")?;
-    w.prop_cells("interrupts", &ppi(PPI_PMU))?;
+    w.prop_cells("interrupts", &ppi(PPI_PMU, gic))?;
     w.end_node(pmu)
 }
 
-fn write_device(w: &mut FdtWriter, device: &GuestDevice) -> Result<(), DtbError> {
+fn write_device(
+    w: &mut FdtWriter,
+    device: &GuestDevice,
+    gic: GicInterface,
+) -> Result<(), DtbError> {
     let mut reg = Vec::with_capacity(device.reg.len() * 4);
     for &(ipa, size) in device.reg {
         reg.extend_from_slice(&reg_cells(ipa, size));
@@ -377,7 +447,7 @@ fn write_device(w: &mut FdtWriter, device: &GuestDevice) -> Result<(), DtbError>
                 intid: spi.intid,
             });
         }
-        interrupts.extend_from_slice(&[GIC_SPI, spi.intid - FIRST_SPI_INTID, spi.trigger.flags()]);
+        interrupts.extend_from_slice(&spi_cells(spi.intid, spi.trigger.flags(), gic));
     }
 
     let node = w.begin_node(device.name)?;
@@ -398,7 +468,7 @@ fn write_device(w: &mut FdtWriter, device: &GuestDevice) -> Result<(), DtbError>
             });
         }
         if let Some(claimed) = claimed_phandle(name, &PropValue::Bytes(value)) {
-            if claimed < GUEST_FIRST_FREE_PHANDLE {
+            if reserved_phandle(claimed, gic) {
                 return Err(DtbError::ReservedPhandle(claimed));
             }
         }
@@ -407,11 +477,11 @@ fn write_device(w: &mut FdtWriter, device: &GuestDevice) -> Result<(), DtbError>
     w.end_node(node)
 }
 
-fn write_extra(w: &mut FdtWriter, node: &ExtraNode) -> Result<(), DtbError> {
+fn write_extra(w: &mut FdtWriter, node: &ExtraNode, gic: GicInterface) -> Result<(), DtbError> {
     let token = w.begin_node(node.name)?;
     for (name, value) in node.props {
         if let Some(claimed) = claimed_phandle(name, value) {
-            if claimed < GUEST_FIRST_FREE_PHANDLE {
+            if reserved_phandle(claimed, gic) {
                 return Err(DtbError::ReservedPhandle(claimed));
             }
         }
@@ -426,9 +496,15 @@ fn write_extra(w: &mut FdtWriter, node: &ExtraNode) -> Result<(), DtbError> {
         }
     }
     for child in node.children {
-        write_extra(w, child)?;
+        write_extra(w, child, gic)?;
     }
     w.end_node(token)
+}
+
+/// A phandle the generated nodes use: below [`GUEST_FIRST_FREE_PHANDLE`],
+/// and with a GICv5 the CPU nodes' from [`GUEST_CPU_PHANDLE_BASE`].
+fn reserved_phandle(p: u32, gic: GicInterface) -> bool {
+    p < GUEST_FIRST_FREE_PHANDLE || (gic == GicInterface::V5 && p >= GUEST_CPU_PHANDLE_BASE)
 }
 
 /// The phandle a pass-through property assigns, in whichever form it is written.
@@ -453,9 +529,24 @@ fn reg_cells(base: u64, size: u64) -> [u32; 4] {
     ]
 }
 
-/// The 3-cell GIC specifier of a level-high PPI given by INTID.
-fn ppi(intid: u32) -> [u32; 3] {
-    [GIC_PPI, intid - 16, IRQ_LEVEL_HIGH]
+/// The 3-cell specifier of a level-high PPI given by INTID: GICv3 <1
+/// (INTID - 16) 4>; GICv5 <1 PPI 4>, the architected PPI numbers being the
+/// GICv3 INTIDs (the timers 26..30, the PMU 23).
+fn ppi(intid: u32, gic: GicInterface) -> [u32; 3] {
+    match gic {
+        GicInterface::V3 => [GIC_PPI, intid - 16, IRQ_LEVEL_HIGH],
+        GicInterface::V5 => [GICV5_PPI, intid, IRQ_LEVEL_HIGH],
+    }
+}
+
+/// The 3-cell specifier of the SPI with core INTID `intid` (32 + SPI ID):
+/// GICv3 <0 ID flags>, GICv5 <3 ID flags>.
+pub fn spi_cells(intid: u32, flags: u32, gic: GicInterface) -> [u32; 3] {
+    let ty = match gic {
+        GicInterface::V3 => GIC_SPI,
+        GicInterface::V5 => GICV5_SPI,
+    };
+    [ty, intid - FIRST_SPI_INTID, flags]
 }
 
 #[cfg(test)]
@@ -480,6 +571,7 @@ mod tests {
             pmu: false,
             devices: &[],
             extra: &[],
+            gic: GicInterface::V3,
         }
     }
 
@@ -878,6 +970,114 @@ mod tests {
         );
         assert_eq!(cells(prop(&fdt, gic, "#redistributor-regions")), [1]);
         assert_eq!(cells(prop(&fdt, gic, "phandle")), [GUEST_GIC_PHANDLE]);
+    }
+
+    #[test]
+    fn a_gicv5_partition_gets_the_gicv5_binding_and_gicv5_specifiers() {
+        const DEV_SPIS: [GuestSpi; 1] = [GuestSpi {
+            intid: 32 + 16,
+            trigger: Trigger::EdgeRising,
+        }];
+        let device = GuestDevice {
+            name: "virtio_mmio@a000000",
+            compatible: &["virtio,mmio"],
+            reg: &[(0x0a00_0000, 0x200)],
+            spis: &DEV_SPIS,
+            props: &[],
+        };
+        let devices = [device];
+        let blob = build_guest_dtb(&GuestDtbSpec {
+            gic: GicInterface::V5,
+            pmu: true,
+            devices: &devices,
+            ..spec(2)
+        })
+        .unwrap();
+
+        // The crate's own host-DT parser reads it back as a GICv5 with one
+        // IRS at the guest frame serving both vCPUs, vCPU n = IAFFID n.
+        let info = crate::dtb::parse_host_gicv5(&blob)
+            .unwrap()
+            .expect("a GICv5");
+        assert_eq!(info.irs.len(), 1);
+        assert_eq!(info.irs[0].config, (GUEST_GICD_BASE, GUEST_IRS_CONFIG_SIZE));
+        assert_eq!(info.irs[0].cpus, [(0, 0), (1, 1)]);
+        assert!(info.irs[0].its.is_empty());
+
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(strings(prop(&fdt, "/intc", "compatible")), ["arm,gic-v5"]);
+        assert_eq!(cells(prop(&fdt, "/intc", "#interrupt-cells")), [3]);
+        assert_eq!(prop(&fdt, "/intc", "interrupt-controller"), b"");
+        assert_eq!(cells(prop(&fdt, "/intc", "phandle")), [GUEST_GIC_PHANDLE]);
+        let irs = "/intc/irs@8000000";
+        assert_eq!(strings(prop(&fdt, irs, "compatible")), ["arm,gic-v5-irs"]);
+        assert_eq!(strings(prop(&fdt, irs, "reg-names")), ["ns-config"]);
+        assert_eq!(
+            cells(prop(&fdt, irs, "cpus")),
+            [GUEST_CPU_PHANDLE_BASE, GUEST_CPU_PHANDLE_BASE + 1]
+        );
+        assert_eq!(prop(&fdt, irs, "arm,iaffids"), [0, 0, 0, 1]);
+        // Type 1 = PPI with the architected number, type 3 = SPI with the
+        // SPI ID: secure phys 29, phys 30, virt 27, hyp 26; PMU 23.
+        assert_eq!(
+            cells(prop(&fdt, "/timer", "interrupts")),
+            [1, 29, 4, 1, 30, 4, 1, 27, 4, 1, 26, 4]
+        );
+        assert_eq!(cells(prop(&fdt, "/pmu", "interrupts")), [1, 23, 4]);
+        assert_eq!(
+            cells(prop(&fdt, "/pl011@9000000", "interrupts")),
+            [3, GUEST_UART_INTID - 32, 4]
+        );
+        assert_eq!(
+            cells(prop(&fdt, "/virtio_mmio@a000000", "interrupts")),
+            [3, 16, 1]
+        );
+        assert!(fdt.find_node("/intc@8000000").is_none(), "no GICv3 node");
+
+        // dtc, the reference parser, accepts it (when installed).
+        if let Some(dts) = crate::dtb::writer::tests::dtc_decompile(&blob) {
+            assert!(dts.contains("compatible = \"arm,gic-v5-irs\";"), "{dts}");
+        }
+
+        // A GICv3 partition is unchanged: no CPU phandles, no IRS.
+        let v3 = build_guest_dtb(&spec(2)).unwrap();
+        let fdt = Fdt::new(&v3).unwrap();
+        assert!(fdt
+            .find_node("/cpus/cpu@0")
+            .unwrap()
+            .property("phandle")
+            .is_none());
+        assert_eq!(crate::dtb::parse_host_gicv5(&v3).unwrap(), None);
+    }
+
+    #[test]
+    fn a_gicv5_partition_refuses_the_gicv3_its_and_reserves_its_cpu_phandles() {
+        let e = build_guest_dtb(&GuestDtbSpec {
+            gic: GicInterface::V5,
+            its: true,
+            ..spec(1)
+        })
+        .unwrap_err();
+        assert_eq!(e, DtbError::Gicv3ItsOnGicv5);
+        let props = [("phandle", PropValue::U32(GUEST_CPU_PHANDLE_BASE))];
+        let extra = [ExtraNode {
+            name: "thing",
+            props: &props,
+            children: &[],
+        }];
+        let e = build_guest_dtb(&GuestDtbSpec {
+            gic: GicInterface::V5,
+            extra: &extra,
+            ..spec(1)
+        })
+        .unwrap_err();
+        assert_eq!(e, DtbError::ReservedPhandle(GUEST_CPU_PHANDLE_BASE));
+        // A GICv3 partition's pass-through node may still use it.
+        assert!(build_guest_dtb(&GuestDtbSpec {
+            extra: &extra,
+            ..spec(1)
+        })
+        .is_ok());
     }
 
     #[test]

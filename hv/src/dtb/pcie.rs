@@ -2,8 +2,9 @@
 //! node regenerated from what the host DTB said, with interrupts pointing at
 //! the partition's emulated GIC.
 
-use super::guest::GUEST_GIC_PHANDLE;
+use super::guest::{spi_cells, GUEST_GIC_PHANDLE};
 use super::host::{PciSpace, PcieInfo};
+use crate::vgic5::GicInterface;
 use alloc::vec::Vec;
 
 /// Property cells of a `pci-host-ecam-generic` node, ready to be borrowed
@@ -28,8 +29,15 @@ fn push_u64(v: &mut Vec<u32>, x: u64) {
     v.push(x as u32);
 }
 
-/// Builds the guest node's cells from the host bridge description.
+/// Builds the guest node's cells from the host bridge description, for a
+/// guest GICv3.
 pub fn pcie_cells(info: &PcieInfo) -> PcieCells {
+    pcie_cells_for(info, GicInterface::V3)
+}
+
+/// As [`pcie_cells`], with the `interrupt-map`'s parent specifiers in the
+/// encoding of the guest's interrupt controller (GICv5: type 3 = SPI).
+pub fn pcie_cells_for(info: &PcieInfo, gic: GicInterface) -> PcieCells {
     let mut reg = Vec::new();
     push_u64(&mut reg, info.ecam.0);
     push_u64(&mut reg, info.ecam.1);
@@ -53,7 +61,7 @@ pub fn pcie_cells(info: &PcieInfo) -> PcieCells {
         interrupt_map.push(m.pin);
         interrupt_map.push(GUEST_GIC_PHANDLE);
         interrupt_map.extend_from_slice(&[0, 0]);
-        interrupt_map.extend_from_slice(&[0, m.intid.saturating_sub(32), m.flags]);
+        interrupt_map.extend_from_slice(&spi_cells(m.intid.max(32), m.flags, gic));
         spis.push(m.intid);
     }
     spis.sort_unstable();
@@ -145,5 +153,14 @@ mod tests {
         );
         assert_eq!(cells.spis, vec![35, 36]);
         assert_eq!(cells.reg, vec![0x40, 0x1000_0000, 0, 0x1000_0000]);
+    }
+
+    #[test]
+    fn a_gicv5_guests_interrupt_map_uses_the_gicv5_spi_type() {
+        let cells = pcie_cells_for(&bridge(), GicInterface::V5);
+        assert_eq!(
+            &cells.interrupt_map[..10],
+            &[0, 0, 0, 1, GUEST_GIC_PHANDLE, 0, 0, 3, 3, 4]
+        );
     }
 }

@@ -134,6 +134,7 @@ impl LinuxGuest {
             pci_probe_only: false,
             devices: &[],
             extra: &[],
+            gic: pinfold_hv::vgic5::GicInterface::V3,
         })
         .map_err(|e| format!("the bare DTB: {e:?}"))
     }

@@ -443,6 +443,7 @@ fn bare_dtb(guest: &LinuxGuest, vcpus: u32) -> Result<Vec<u8>, String> {
         pci_probe_only: false,
         devices: &[],
         extra: &[],
+        gic: pinfold_hv::vgic5::GicInterface::V3,
     })
     .map_err(|e| format!("the bare DTB: {e:?}"))
 }
