@@ -30,8 +30,8 @@ const GITS_CBASER: usize = 0x0080;
 const GITS_CWRITER: usize = 0x0088;
 const GITS_CREADR: usize = 0x0090;
 const GITS_BASER0: usize = 0x0100;
-const CTLR_ENABLED: u64 = 1 << 0;
-const CTLR_QUIESCENT: u64 = 1 << 31;
+const CTLR_ENABLED: u32 = 1 << 0;
+const CTLR_QUIESCENT: u32 = 1 << 31;
 /// Shareability [11:10] of GITS_BASER/CBASER and GICR_PROPBASER/PENDBASER.
 const SHAREABILITY: u64 = 3 << 10;
 /// Command queue: 16 pages of 4 KiB = 2048 commands.
@@ -87,6 +87,18 @@ fn write64(at: usize, value: u64) {
     unsafe { (at as *mut u64).write_volatile(value) }
 }
 
+/// GITS_CTLR is a 32-bit register: a 64-bit access to it is not one the
+/// architecture defines (QEMU's ITS refuses it and ignores the write).
+fn read_ctlr(base: usize) -> u32 {
+    // SAFETY: as read64; GITS_CTLR at offset 0 of the control frame.
+    unsafe { ((base + GITS_CTLR) as *const u32).read_volatile() }
+}
+
+fn write_ctlr(base: usize, value: u32) {
+    // SAFETY: as read_ctlr.
+    unsafe { ((base + GITS_CTLR) as *mut u32).write_volatile(value) }
+}
+
 impl GicV3Its {
     /// # Safety
     /// `base` must be the ITS's 64 KiB control frame, mapped as device
@@ -116,9 +128,9 @@ impl GicV3Its {
         alloc: &mut impl FnMut(usize, usize) -> Option<usize>,
     ) -> Result<(), ItsInitError> {
         let b = self.base;
-        write64(b + GITS_CTLR, read64(b + GITS_CTLR) & !CTLR_ENABLED);
+        write_ctlr(b, read_ctlr(b) & !CTLR_ENABLED);
         for _ in 0..SPIN_LIMIT {
-            if read64(b + GITS_CTLR) & CTLR_QUIESCENT != 0 {
+            if read_ctlr(b) & CTLR_QUIESCENT != 0 {
                 break;
             }
         }
@@ -161,7 +173,7 @@ impl GicV3Its {
         write64(b + GITS_CWRITER, 0);
         self.cmdq = q;
         self.cwriter = 0;
-        write64(b + GITS_CTLR, read64(b + GITS_CTLR) | CTLR_ENABLED);
+        write_ctlr(b, read_ctlr(b) | CTLR_ENABLED);
         Ok(())
     }
 

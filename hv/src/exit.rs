@@ -323,6 +323,8 @@ pub fn handle_sync(
             let offset = ipa.0.wrapping_sub(pinfold_vboard::GUEST_GICD_BASE);
             if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE {
                 if let Some(value) = crate::vgic::dist::constant_register(offset, a.width) {
+                    let value =
+                        crate::vgic::dist::partition_constant(offset, value, p.vits.is_some());
                     cpu.public.counters.exit(ExitClass::Mmio);
                     // Constant registers are 32-bit: a plain LDR of one
                     // zero-extends into W or X alike; other forms (LDRSW)
@@ -424,6 +426,20 @@ fn exit_of(
         {
             counters.exit(ExitClass::Mmio);
             pci_config(sys, hw, p, ipa.0, &access, regs);
+            regs.elr += 4;
+            Next::Resume
+        }
+        Exit::DataAbort {
+            ipa,
+            access: Some(access),
+            ..
+        } if p.vits.is_some()
+            && (pinfold_vboard::GUEST_ITS_BASE
+                ..pinfold_vboard::GUEST_ITS_BASE + pinfold_vboard::GUEST_ITS_SIZE)
+                .contains(&ipa.0) =>
+        {
+            counters.exit(ExitClass::Mmio);
+            its_access(sys, cpu, hw, p, v, ipa.0, &access, regs);
             regs.elr += 4;
             Next::Resume
         }
@@ -598,7 +614,7 @@ fn mmio(
     let result = match device {
         EmulatedDevice::Gicd { offset } if !a.write => {
             match crate::vgic::dist::constant_register(offset, a.width) {
-                Some(v) => v,
+                Some(v) => crate::vgic::dist::partition_constant(offset, v, p.vits.is_some()),
                 None => gicd_read(p, offset, a.width),
             }
         }
@@ -670,6 +686,58 @@ fn pci_config(
     }
 }
 
+/// A guest access to its virtual ITS (`its`): its command queue run under
+/// the partition's lock, accepted commands applied on the physical ITS,
+/// INV/INVALL re-checked on the target vCPU's redistributor.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn its_access(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    v: usize,
+    ipa: u64,
+    a: &MmioAccess,
+    regs: &mut GuestRegs,
+) {
+    let value = a.write.then(|| trap::mmio_store_value(a, regs.reg(a.reg)));
+    let owner = |device: u32| {
+        p.vpci.as_ref().is_some_and(|v| {
+            v.assignment.functions.iter().any(|f| {
+                let b = f.bdf;
+                u32::from(b.bus) << 8 | u32::from(b.dev) << 3 | u32::from(b.func) == device
+            })
+        })
+    };
+    let out = crate::its::access(
+        &sys.its,
+        &sys.lpi_routes,
+        p,
+        &owner,
+        &*hw,
+        ipa - pinfold_vboard::GUEST_ITS_BASE,
+        a.width,
+        value,
+    );
+    for f in &out.faults {
+        fault(p, hw, FaultKind::Its, format_args!("{f}"));
+    }
+    for m in &out.mapped {
+        hw.log(format_args!("partition {}: {m}", p.name));
+    }
+    for r in out.rechecks {
+        deliver(sys, cpu, hw, p, r.vcpu, MailboxOp::LpiRecheck(r.vintid));
+    }
+    let _ = v;
+    if !a.write {
+        if let Some(r) = a.target_reg() {
+            regs.set_reg(r, trap::mmio_load_value(a, out.value));
+        }
+    }
+}
+
 /// A GICD register whose value is state: under the partition's lock.
 #[inline(never)]
 fn gicd_read(p: &Partition, offset: u64, width: u8) -> u64 {
@@ -715,7 +783,8 @@ fn foreign_redist(
         0
     } else {
         let last = vcpu + 1 == p.vcpus.len();
-        VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, passthrough_ppis(p)).read(offset, a.width)
+        let r = VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, passthrough_ppis(p));
+        if p.has_vits() { r.with_lpis() } else { r }.read(offset, a.width)
     }
 }
 
@@ -980,6 +1049,14 @@ fn apply_op(cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition, op: MailboxOp) 
         MailboxOp::Retract(intid) => lrs.retract(&mut Lrs(hw), intid),
         MailboxOp::Sgi(intid) => {
             if let Some(irq) = loaded.vredist.raise_sgi(intid) {
+                inject_into(public, p, lrs, hw, irq);
+            }
+        }
+        MailboxOp::LpiRecheck(vintid) => {
+            let again = loaded
+                .vredist
+                .lpi_recheck(vintid, &mut PartitionRam { p, hw: &mut *hw });
+            if let Some(irq) = again {
                 inject_into(public, p, lrs, hw, irq);
             }
         }

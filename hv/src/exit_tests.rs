@@ -440,6 +440,18 @@ fn system_with_functions(
     host: HostInfo,
     pci_functions: Vec<crate::vpci::HostFunction>,
 ) -> &'static System {
+    system_with_functions_its(change, wall_clock, resources, host, pci_functions, None)
+}
+
+/// [`system_with_functions`] with the physical ITS the platform set up.
+fn system_with_functions_its(
+    change: impl FnOnce(&mut Plan),
+    wall_clock: Option<crate::clock::WallClock>,
+    resources: pinfold_config::isolation::HostResources,
+    host: HostInfo,
+    pci_functions: Vec<crate::vpci::HostFunction>,
+    its: Option<crate::its::HostIts>,
+) -> &'static System {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
@@ -477,6 +489,7 @@ fn system_with_functions(
             },
             version: "test",
             pci_functions,
+            its,
         },
         &mut |_| {},
     );
@@ -489,6 +502,9 @@ fn system_with_functions(
 
 #[path = "runtime_tests.rs"]
 mod runtime;
+
+#[path = "its_exit_tests.rs"]
+mod its_exit;
 
 /// The host with a PCIe host bridge behind an SMMUv3 (as QEMU 10's
 /// `virt,iommu=smmuv3`), mgmt owning the bridge.
@@ -977,6 +993,7 @@ fn cpus_beyond_max_cpus_are_reported_and_left_out() {
             },
             version: "test",
             pci_functions: Vec::new(),
+            its: None,
         },
         &mut |args| log.push(std::format!("{args}")),
     );
@@ -1273,7 +1290,19 @@ fn a_physical_lpi_reaches_the_vcpu_its_route_names_as_its_guests_vlpi() {
     use crate::vgic::pits::{LpiRoute, LPI_BASE};
     let mut host = host(4);
     host.gic.its = vec![(0x0808_0000, 0x2_0000)];
-    let sys = system_on_host(|_| {}, None, Default::default(), host);
+    let its = crate::its::HostIts::new(
+        crate::vgic::pits::ItsTyper::decode(its_exit::QEMU_TYPER),
+        Box::new(its_exit::FakeQueue::default()),
+        4,
+    );
+    let sys = system_with_functions_its(
+        |_| {},
+        None,
+        Default::default(),
+        host,
+        Vec::new(),
+        Some(its),
+    );
     let mut hw = FakeHw::new();
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
     let id = sys.assigned(1).unwrap();

@@ -24,6 +24,7 @@ pub mod gpio;
 pub mod hypercall;
 pub mod images;
 pub mod irqchip;
+pub mod its;
 pub mod layout;
 pub mod lifecycle;
 pub mod lockstat;

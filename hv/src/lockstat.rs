@@ -46,10 +46,17 @@ pub enum LockPath {
     /// A guest access to its virtual ECAM (`vpci`: the partition's lock;
     /// BAR shadows are per function, any of its vCPUs may write them).
     PciConfigTrap = 13,
+    /// A guest access to its virtual ITS (`its`: the partition's lock; any
+    /// of its vCPUs may program its one command queue).
+    ItsTrap = 14,
+    /// The physical ITS's command queue and LPI pool (`its::HostIts`: one
+    /// queue for the machine): a guest's accepted ITS command, a
+    /// partition's reset, a CPU mapping its collection.
+    PhysIts = 15,
 }
 
 impl LockPath {
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 16;
     /// The paths that must never take a lock shared between CPUs.
     pub const HOT: [LockPath; 4] = [
         LockPath::VcpuLoad,
@@ -72,6 +79,8 @@ impl LockPath {
         LockPath::Management,
         LockPath::Event,
         LockPath::PciConfigTrap,
+        LockPath::ItsTrap,
+        LockPath::PhysIts,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -90,6 +99,8 @@ impl LockPath {
             LockPath::Management => "management",
             LockPath::Event => "event",
             LockPath::PciConfigTrap => "pci_config_trap",
+            LockPath::ItsTrap => "its_trap",
+            LockPath::PhysIts => "phys_its",
         }
     }
 }

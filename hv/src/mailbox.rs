@@ -22,11 +22,15 @@ pub enum MailboxOp {
     /// An SGI from a sibling vCPU: the receiver applies its own
     /// redistributor's enable and priority.
     Sgi(u32),
+    /// The guest invalidated this vLPI's configuration (ITS INV/INVALL):
+    /// the receiver re-checks it on its redistributor (`lpi_recheck`).
+    LpiRecheck(u32),
 }
 
 const OP_INJECT: u64 = 1;
 const OP_RETRACT: u64 = 2;
 const OP_SGI: u64 = 3;
+const OP_LPI_RECHECK: u64 = 4;
 const INTID_MASK: u64 = 0x1fff;
 const HW_VALID: u64 = 1 << 48;
 const EOI_MAINTENANCE: u64 = 1 << 49;
@@ -51,6 +55,8 @@ impl MailboxOp {
             }
             MailboxOp::Retract(intid) => OP_RETRACT | (intid as u64 & INTID_MASK) << 8,
             MailboxOp::Sgi(intid) => OP_SGI | (intid as u64 & INTID_MASK) << 8,
+            // vLPIs go beyond INTID_MASK: the whole 32 bits.
+            MailboxOp::LpiRecheck(vintid) => OP_LPI_RECHECK | (vintid as u64) << 8,
         }
     }
 
@@ -66,6 +72,7 @@ impl MailboxOp {
             })),
             OP_RETRACT => Some(MailboxOp::Retract(intid)),
             OP_SGI => Some(MailboxOp::Sgi(intid)),
+            OP_LPI_RECHECK => Some(MailboxOp::LpiRecheck((v >> 8) as u32)),
             _ => None,
         }
     }
@@ -220,6 +227,8 @@ mod tests {
             }),
             MailboxOp::Retract(33),
             MailboxOp::Sgi(15),
+            // A vLPI beyond the 13 bits the other ops keep.
+            MailboxOp::LpiRecheck(65535),
         ];
 
         for op in ops {

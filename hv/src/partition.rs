@@ -165,6 +165,9 @@ pub struct Partition {
     pub report: CountedLock<(ManagerStatus, String)>,
     /// The PCI functions found behind its host bridge at its last start.
     pub pci_found: CountedLock<Vec<PciFunction>>,
+    /// Its virtual ITS (`its`), when its functions may use MSI/MSI-X
+    /// (`its::vits_wanted`): the guest's GITS frame under this lock.
+    pub vits: Option<CountedLock<crate::its::PartitionVits>>,
     /// The system's event log, for the faults its vCPUs record
     /// ([`fault_event`](Self::fault_event)); set by whoever adds the
     /// partition to a `System` (`System::new`).
@@ -246,9 +249,7 @@ impl Partition {
     /// The partition has a virtual ITS: its assigned functions may use
     /// MSI/MSI-X towards the doorbell its ECAM filter names.
     pub fn has_vits(&self) -> bool {
-        self.vpci
-            .as_ref()
-            .is_some_and(|v| v.fresh.msi_doorbell.is_some())
+        self.vits.is_some()
     }
 
     /// Plan partition `index` from its plan entry: RAM from the top of
@@ -330,6 +331,7 @@ impl Partition {
         // Assigned functions: their windows mapped, the ECAM not (every
         // access traps to the filter), their INTx SPIs owned.
         let mut vpci = None;
+        let mut vits = None;
         if let Some((bridge, a)) = assignment {
             for (base, size) in a.cpu_windows() {
                 map(&mut s2, base, base, size, MemType::Device)?;
@@ -338,7 +340,17 @@ impl Partition {
             pcie = Some(crate::dtb::pcie_cells(&crate::vpci::guest_bridge(
                 bridge, &a,
             )));
-            let fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
+            let mut fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
+            let smmu = !bridge.iommu_map.is_empty();
+            if let Some(typer) = pci_host.its {
+                if crate::its::vits_wanted(true, true, pp.management, smmu) {
+                    fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
+                    vits = Some(CountedLock::new(
+                        crate::its::PartitionVits::new(index as u16, pp.cpus.len() as u16, typer),
+                        stat,
+                    ));
+                }
+            }
             vpci = Some(crate::vpci::PartitionPci {
                 assignment: a,
                 ecam: CountedLock::new(fresh.clone(), stat),
@@ -421,6 +433,7 @@ impl Partition {
             fault_log: FaultLog::new(),
             report: CountedLock::new((ManagerStatus::Starting, String::new()), stat),
             pci_found: CountedLock::new(Vec::new(), stat),
+            vits,
             events: None,
         })
     }

@@ -43,10 +43,12 @@ pub enum FaultKind {
     Dma = 10,
     /// A PCI configuration write the virtual ECAM refused (`vpci`).
     PciConfig = 11,
+    /// A virtual ITS command or register write refused (`its`).
+    Its = 12,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 }
 
 #[derive(Default)]

@@ -245,10 +245,11 @@ impl System {
             ));
         }
         let existing = self.partitions();
-        let held = crate::partition::pci_held(
+        let mut held = crate::partition::pci_held(
             &self.pci_functions,
             existing.iter().filter(|p| p.index != index).map(|p| &**p),
         );
+        held.its = self.its_typer;
         let tables = hw.tables();
         let mut p = Partition::build(
             index,

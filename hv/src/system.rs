@@ -121,6 +121,11 @@ pub struct System {
     pub(crate) smmu_on: AtomicBool,
     /// The functions behind the host bridge, found at boot (`vpci`).
     pub pci_functions: Vec<crate::vpci::HostFunction>,
+    /// The physical ITS, once initialised (`its`): its command queue and
+    /// LPI pool behind the `phys_its` lock.
+    pub its: CountedLock<Option<crate::its::HostIts>>,
+    /// Its GITS_TYPER (read without the lock: which partitions get a vITS).
+    pub its_typer: Option<crate::vgic::pits::ItsTyper>,
 }
 
 /// What the platform hands to [`System::new`].
@@ -143,6 +148,9 @@ pub struct BootInputs<'a, T: TableMemory> {
     /// The functions behind the host bridge (`vpci::boot_scan`), when a
     /// partition of the plan assigns any; empty otherwise.
     pub pci_functions: Vec<crate::vpci::HostFunction>,
+    /// The physical ITS the platform initialised, if the host has one and
+    /// it came up (`its`).
+    pub its: Option<crate::its::HostIts>,
 }
 
 impl System {
@@ -165,7 +173,9 @@ impl System {
             entropy,
             version,
             pci_functions,
+            its,
         } = inputs;
+        let its_typer = its.as_ref().map(|i| i.typer);
         let cpu_count = host.cpus.len().min(MAX_CPUS);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
@@ -183,7 +193,8 @@ impl System {
                 ));
                 continue;
             }
-            let held = crate::partition::pci_held(&pci_functions, partitions.iter());
+            let mut held = crate::partition::pci_held(&pci_functions, partitions.iter());
+            held.its = its_typer;
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
@@ -205,10 +216,10 @@ impl System {
         }
         let slot_count = cpu_count.clamp(1, MAX_PARTITIONS);
         let images = ImageStore::new(&plan, payload);
-        let lpis = if host.gic.its.is_empty() {
-            0
-        } else {
+        let lpis = if its.is_some() {
             crate::vgic::pits::LPI_COUNT
+        } else {
+            0
         };
         let mut sys = System {
             lpi_routes: crate::vgic::pits::LpiRoutes::new(lpis),
@@ -246,6 +257,8 @@ impl System {
             smmu: CountedLock::new(None, locks),
             smmu_on: AtomicBool::new(false),
             pci_functions,
+            its: CountedLock::new(its, locks),
+            its_typer,
         };
         let mixed = sys
             .entropy
@@ -534,6 +547,14 @@ impl System {
         }
     }
 
+    /// CPU `cpu` has enabled LPIs on its redistributor (the platform, from
+    /// that CPU's bring-up): its collection is mapped on the physical ITS.
+    pub fn its_cpu_online(&self, cpu: usize, processor_number: u16, redist_pa: u64) {
+        if let Some(its) = self.its.lock(LockPath::PhysIts).as_mut() {
+            its.cpu_online(cpu, processor_number, redist_pa);
+        }
+    }
+
     pub fn reset_pci(&self, p: &Partition, hw: &mut impl Hw, why: &str) {
         let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) else {
             return;
@@ -542,6 +563,8 @@ impl System {
         for q in &done {
             hw.log(format_args!("partition {} ({why}): {q}", p.name));
         }
+        // Its functions are quiet: their MSIs' physical state goes too.
+        crate::its::reset(&self.its, &self.lpi_routes, p);
         *p.pci_found.lock(LockPath::Management) = pci_report(&done);
     }
 

@@ -32,8 +32,9 @@
 //!   device and is refused while one lies outside. COMMAND
 //!   keeps only I/O, memory, bus master, parity, SERR and INTx disable.
 //!   MSI and MSI-X: enables and message writes are refused while the
-//!   partition has no MSI doorbell (`msi_doorbell`: the hook the virtual
-//!   ITS fills in); clearing enables is allowed. With a doorbell, an MSI
+//!   partition has no MSI doorbell (`msi_doorbell`: set by
+//!   `Partition::build` when it gets a virtual ITS, `its::vits_wanted`);
+//!   clearing enables is allowed. With a doorbell, an MSI
 //!   capability's Message Address may only become the doorbell or zero
 //!   (MSI-X tables live in the function's BAR, mapped to the guest: their
 //!   addresses are bounded by the SMMU's stage 2, not here). Of the other capabilities
@@ -316,6 +317,9 @@ pub struct PciHost<'a> {
 
     /// SPIs other partitions own.
     pub spis: Vec<u32>,
+    /// The physical ITS, when it came up: partitions that may use MSI get
+    /// a virtual ITS in front of it (`its::vits_wanted`).
+    pub its: Option<crate::vgic::pits::ItsTyper>,
 }
 
 /// A partition's assigned functions: where they are and its filter.

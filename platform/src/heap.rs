@@ -56,7 +56,7 @@ impl pinfold_hv::stage2::TableMemory for HeapTables {
 }
 
 /// Give back what `alloc_zeroed(size, align)` returned.
-fn free(at: pinfold_hv::addr::PhysAddr, size: usize, align: usize) {
+pub(crate) fn free(at: pinfold_hv::addr::PhysAddr, size: usize, align: usize) {
     if let Ok(layout) = core::alloc::Layout::from_size_align(size, align) {
         // SAFETY: `at` came from `alloc_zeroed` with this layout (the core
         // frees a destroyed partition's tables once, after no CPU runs on

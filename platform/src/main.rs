@@ -19,6 +19,7 @@ mod efi;
 mod heap;
 mod hw;
 mod irq;
+mod its;
 mod log;
 mod percpu;
 mod vcpu;
@@ -374,6 +375,9 @@ fn boot(handoff: BootHandoff) -> ! {
         }
         _ => Vec::new(),
     };
+    // The ITS's tables before any partition takes RAM: which partitions
+    // get a virtual ITS depends on whether it came up.
+    let its = its::init(&host, &mut free, cpu_count);
     let sys = System::new(
         BootInputs {
             host,
@@ -388,6 +392,7 @@ fn boot(handoff: BootHandoff) -> ! {
             entropy,
             version: VERSION,
             pci_functions,
+            its,
         },
         &mut |args| hvlog!("{}", args),
     );
@@ -397,6 +402,7 @@ fn boot(handoff: BootHandoff) -> ! {
     // SAFETY: the boot CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
+    its::init_cpu(sys, index, me);
     ablate::log_ablations();
     #[cfg(not(feature = "ablate-irq-fnptr"))]
     irq::install_root_handler();
@@ -508,6 +514,7 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     // SAFETY: this CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
+    its::init_cpu(sys, index, local.state.state.mpidr);
     sys.cpus[index]
         .online
         .store(true, core::sync::atomic::Ordering::Release);

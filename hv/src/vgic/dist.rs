@@ -161,6 +161,22 @@ pub const fn constant_register(offset: u64, width: u8) -> Option<u64> {
     }
 }
 
+/// GICD_TYPER of a partition with a virtual ITS: LPIS [17] = 1 and
+/// IDbits = 15 (16 INTID bits, its vITS's and redistributors' LPI range).
+const TYPER_LPIS: u32 = (TYPER & !(0x1F << 19)) | 15 << 19 | 1 << 17;
+
+/// A constant register's value as a partition sees it: GICD_TYPER reports
+/// LPIs when it has a virtual ITS (`lpis`); the others are the same for
+/// every partition.
+#[inline]
+pub const fn partition_constant(offset: u64, value: u64, lpis: bool) -> u64 {
+    if lpis && offset == GICD_TYPER {
+        TYPER_LPIS as u64
+    } else {
+        value
+    }
+}
+
 /// The emulated distributor of one partition.
 pub struct VDist {
     vcpu_mpidrs: Vec<u64>,
@@ -725,6 +741,19 @@ mod tests {
             ));
         }
         a
+    }
+
+    #[test]
+    fn typer_of_a_partition_with_a_vits_reports_lpis_and_sixteen_id_bits() {
+        let typer = partition_constant(GICD_TYPER, TYPER as u64, true);
+        assert_eq!(typer & (1 << 17), 1 << 17, "LPIS");
+        assert_eq!((typer >> 19) & 0x1F, 15, "IDbits");
+        assert_eq!(typer & 0x1F, TYPER as u64 & 0x1F, "ITLinesNumber unchanged");
+        assert_eq!(
+            partition_constant(GICD_TYPER, TYPER as u64, false),
+            TYPER as u64
+        );
+        assert_eq!(partition_constant(GICD_IIDR, 7, true), 7);
     }
 
     #[test]

@@ -467,6 +467,22 @@ impl PartitionIts {
         Some(self.devices.get(&device)?.events.get(&event)?.lpi)
     }
 
+    /// Where a guest event goes: its vCPU and vINTID, if mapped.
+    pub fn route_of(&self, device: u32, event: u32) -> Option<(u16, u32)> {
+        let e = self.devices.get(&device)?.events.get(&event)?;
+        Some((e.vcpu, e.vintid))
+    }
+
+    /// The vINTIDs of every event mapped to `vcpu` (what a guest INVALL on
+    /// its collection re-checks).
+    pub fn vintids_of(&self, vcpu: u16) -> impl Iterator<Item = u32> + '_ {
+        self.devices
+            .values()
+            .flat_map(|d| d.events.values())
+            .filter(move |e| e.vcpu == vcpu)
+            .map(|e| e.vintid)
+    }
+
     fn cpu(env: &impl PitsEnv, vcpu: u16) -> Result<u16, PitsError> {
         env.cpu_of(vcpu).ok_or(PitsError::NoSuchVcpu(vcpu))
     }

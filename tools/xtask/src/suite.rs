@@ -47,7 +47,8 @@ const OPT_IN: [&str; 0] = [];
 /// The tests, in the order they run. The cases sharing the default boot
 /// come one after another and in this order: `net-partitions` right after
 /// `boot-default` (alpha's and beta's first boots: it leaves a DHCP lease
-/// and an httpd in each, which later restarts drop), `api-restart`,
+/// and an httpd in each, which later restarts drop), `msi` right after it
+/// (alpha's httpd is its traffic), `api-restart`,
 /// `events-console` and `web-ui` each restart beta, `api-errors` checks that refused calls changed nothing,
 /// `console-paste` comes after `web-ui` (its 8 KiB of echo would push
 /// beta's UP line off the browser's screen; it waits for beta's shell after
@@ -60,7 +61,7 @@ const OPT_IN: [&str; 0] = [];
 /// clients (running again at its end), `load` restarts beta
 /// every 5 s under load, `mgmt-restart` kills the manager twice and so
 /// comes last.
-const CASES: [Case; 37] = [
+const CASES: [Case; 38] = [
     Case {
         name: "host",
         tier: 1,
@@ -84,6 +85,12 @@ const CASES: [Case; 37] = [
         tier: 2,
         shares_default: true,
         run: |ctx| crate::net_checks::net_partitions(ctx.stack()?),
+    },
+    Case {
+        name: "msi",
+        tier: 2,
+        shares_default: true,
+        run: |ctx| crate::net_checks::msi(ctx.stack()?),
     },
     Case {
         name: "api-list",

@@ -1,0 +1,337 @@
+//! A partition's virtual ITS wired to the physical one (GICv3 host): the
+//! guest's GITS frame accesses go to its [`Vits`] under the partition's
+//! lock, the commands it accepts are applied on the physical ITS through
+//! the partition's [`PartitionIts`] under the physical ITS's lock, and the
+//! guest's INV/INVALL become a re-check of the vLPI on the redistributor
+//! of the vCPU the event targets (`VRedist::lpi_recheck`, through the
+//! mailbox when that vCPU runs on another CPU).
+//!
+//! Two locks, taken in this order, both counted:
+//! - the partition's vITS (`its_trap`): its command queue is one device
+//!   that every vCPU of the partition may program, like its distributor;
+//! - the physical ITS (`phys_its`, [`HostIts`]): one command queue for the
+//!   whole machine, with the LPI pool its commands allocate from. No
+//!   per-CPU design works: the ITS has one GITS_CWRITER, and an LPI freed
+//!   by one partition is reused by another. Taken only on this slow path
+//!   (a guest's ITS command, a partition's reset, a CPU coming online),
+//!   never when an LPI is delivered (`LpiRoutes` is read lock-free).
+//!
+//! Which partitions get a vITS (their ECAM filter's `msi_doorbell` and the
+//! DT's ITS node and `msi-map`) is [`vits_wanted`].
+
+use crate::exit::Hw;
+use crate::lockstat::{CountedLock, LockPath};
+use crate::partition::{HostMemory, Partition};
+use crate::vgic::pits::{
+    ItsCmd, ItsTyper, LpiPool, LpiRoute, LpiRoutes, PartitionIts, PitsEnv, PitsError, LPI_COUNT,
+};
+use crate::vgic::vits::{PhysCmd, QueueMemory, Vits, VitsError, VitsLimits, VitsSink};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+/// The physical ITS's command queue and the memory ITTs come from, as the
+/// platform drives them (`drivers::gicv3_its`); a fake in the tests.
+pub trait ItsQueue: Send {
+    /// Queues one command and waits until the ITS has read it.
+    fn send(&mut self, cmd: &ItsCmd);
+    /// Zeroed, 256-byte aligned memory no guest can reach, for an ITT.
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64>;
+    fn free_itt(&mut self, pa: u64, bytes: usize);
+}
+
+/// The physical ITS as the core keeps it, behind `System::its`.
+pub struct HostIts {
+    pub typer: ItsTyper,
+    queue: Box<dyn ItsQueue>,
+    pool: LpiPool,
+    /// Each CPU's RDbase once its collection (ICID = CPU index) is mapped.
+    rdbase: Vec<Option<u64>>,
+}
+
+impl HostIts {
+    /// An initialised ITS (tables and command queue set up, enabled) for
+    /// `cpus` CPUs; no collection is mapped yet ([`HostIts::cpu_online`]).
+    pub fn new(typer: ItsTyper, queue: Box<dyn ItsQueue>, cpus: usize) -> HostIts {
+        HostIts {
+            typer,
+            queue,
+            pool: LpiPool::new(LPI_COUNT),
+            rdbase: alloc::vec![None; cpus],
+        }
+    }
+
+    /// CPU `cpu` has enabled LPIs on its redistributor: its collection is
+    /// mapped to it (MAPC ICID = cpu, then SYNC).
+    pub fn cpu_online(&mut self, cpu: usize, processor_number: u16, redist_pa: u64) {
+        let Some(slot) = self.rdbase.get_mut(cpu) else {
+            return;
+        };
+        let rdbase = self.typer.rdbase(processor_number, redist_pa);
+        *slot = Some(rdbase);
+        self.queue.send(&ItsCmd::Mapc {
+            icid: cpu as u16,
+            rdbase,
+            valid: true,
+        });
+        self.queue.send(&ItsCmd::Sync { rdbase });
+    }
+
+    pub fn lpis_in_use(&self) -> u32 {
+        self.pool.in_use()
+    }
+}
+
+/// One partition's virtual ITS and its share of the physical one.
+pub struct PartitionVits {
+    pub vits: Vits,
+    pub pits: PartitionIts,
+    limits: VitsLimits,
+}
+
+impl PartitionVits {
+    pub fn new(slot: u16, vcpus: u16, typer: ItsTyper) -> PartitionVits {
+        let limits = VitsLimits::for_vcpus(vcpus);
+        PartitionVits {
+            vits: Vits::new(limits),
+            pits: PartitionIts::new(slot, typer),
+            limits,
+        }
+    }
+}
+
+/// Whether a partition gets a virtual ITS: it has assigned PCI functions,
+/// the host's ITS came up, it is not the management partition (Hermit
+/// 0.11 drives a GICv3 without an ITS; it keeps INTx), and no SMMU
+/// translates the host bridge's DMA (an MSI is a DMA write to the
+/// physical GITS_TRANSLATER, which the partition's stage 2 does not map:
+/// it would abort there).
+pub fn vits_wanted(has_pci: bool, host_its: bool, management: bool, smmu: bool) -> bool {
+    has_pci && host_its && !management && !smmu
+}
+
+/// The partition's RAM, where its command queue is.
+struct Queue<'a, H: Hw> {
+    p: &'a Partition,
+    hw: &'a H,
+}
+
+impl<H: Hw> QueueMemory for Queue<'_, H> {
+    fn read_command(&self, ipa: u64) -> Option<[u64; 4]> {
+        let pa = self.p.host_addr(ipa, 32)?;
+        let mut bytes = [0u8; 32];
+        HostMemory::read(self.hw, pa, &mut bytes);
+        let mut cmd = [0u64; 4];
+        for (i, w) in cmd.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            *w = u64::from_le_bytes(b);
+        }
+        Some(cmd)
+    }
+}
+
+/// What one GITS_CWRITER (or GITS_CTLR) write let run, in order.
+#[derive(Default)]
+struct Collected {
+    cmds: Vec<PhysCmd>,
+    faults: Vec<(VitsError, u64)>,
+}
+
+impl VitsSink for Collected {
+    fn apply(&mut self, cmd: PhysCmd) {
+        self.cmds.push(cmd);
+    }
+    fn fault(&mut self, error: VitsError, offset: u64) {
+        self.faults.push((error, offset));
+    }
+}
+
+/// [`PitsEnv`] over the locked physical ITS and the partition's pinning.
+struct Env<'a> {
+    host: &'a mut HostIts,
+    routes: &'a LpiRoutes,
+    p: &'a Partition,
+}
+
+impl PitsEnv for Env<'_> {
+    fn cpu_of(&self, vcpu: u16) -> Option<u16> {
+        let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
+        // A CPU whose collection is not mapped cannot take the LPI.
+        self.host.rdbase.get(cpu)?.map(|_| cpu as u16)
+    }
+    fn rdbase(&self, cpu: u16) -> u64 {
+        self.host
+            .rdbase
+            .get(usize::from(cpu))
+            .copied()
+            .flatten()
+            .unwrap_or(0)
+    }
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
+        self.host.queue.alloc_itt(bytes)
+    }
+    fn free_itt(&mut self, pa: u64, bytes: usize) {
+        self.host.queue.free_itt(pa, bytes)
+    }
+    fn alloc_lpi(&mut self) -> Option<u32> {
+        self.host.pool.alloc()
+    }
+    fn free_lpi(&mut self, lpi: u32) {
+        self.host.pool.free(lpi)
+    }
+    fn route(&mut self, lpi: u32, route: Option<LpiRoute>) {
+        self.routes.set(lpi, route)
+    }
+    fn send(&mut self, cmd: ItsCmd) {
+        self.host.queue.send(&cmd)
+    }
+}
+
+/// A vLPI whose configuration the guest invalidated: re-check it on the
+/// redistributor of `vcpu` (the caller delivers it there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recheck {
+    pub vcpu: usize,
+    pub vintid: u32,
+}
+
+/// What a guest access to its GITS frame did.
+#[derive(Default)]
+pub struct Outcome {
+    /// The value read (reads only).
+    pub value: u64,
+    /// Faults to report as the partition's (refused commands or writes,
+    /// commands the physical ITS could not take).
+    pub faults: Vec<alloc::string::String>,
+    /// vLPIs to re-check (INV, INVALL).
+    pub rechecks: Vec<Recheck>,
+    /// One line per event mapped (MAPTI/MAPI applied), for the log.
+    pub mapped: Vec<alloc::string::String>,
+}
+
+/// A guest access to its vITS control frame at `offset`. 32-bit accesses
+/// reach either half of a 64-bit register; the GITS_TRANSLATER page
+/// (64 KiB up) reads as zero and ignores writes (a device's MSI goes to the
+/// physical ITS; a CPU write here has no DeviceID to give).
+#[allow(clippy::too_many_arguments)]
+pub fn access(
+    its: &CountedLock<Option<HostIts>>,
+    routes: &LpiRoutes,
+    p: &Partition,
+    owner: &impl crate::vgic::vits::DeviceOwner,
+    hw: &impl Hw,
+    offset: u64,
+    width: u8,
+    write: Option<u64>,
+) -> Outcome {
+    let mut out = Outcome::default();
+    let Some(lock) = p.vits.as_ref() else {
+        return out;
+    };
+    if offset >= 0x1_0000 || !matches!(width, 4 | 8) || !offset.is_multiple_of(u64::from(width)) {
+        return out;
+    }
+    let reg = offset & !7;
+    let shift = 8 * (offset & 4);
+    let mut v = lock.lock(LockPath::ItsTrap);
+    let Some(value) = write else {
+        let full = v.vits.read(reg);
+        out.value = if width == 8 {
+            full
+        } else {
+            (full >> shift) & 0xFFFF_FFFF
+        };
+        return out;
+    };
+    // A 32-bit write to half of a 64-bit register merges with the other.
+    let value = if width == 8 || reg == crate::vgic::vits::GITS_CTLR {
+        value
+    } else {
+        let old = v.vits.read(reg);
+        let mask = 0xFFFF_FFFFu64 << shift;
+        (old & !mask) | ((value & 0xFFFF_FFFF) << shift)
+    };
+    let mut sink = Collected::default();
+    v.vits.write(reg, value, &Queue { p, hw }, owner, &mut sink);
+    for (e, at) in sink.faults {
+        out.faults.push(alloc::format!(
+            "ITS command at queue offset {at:#x} refused: {e:?}"
+        ));
+    }
+    if sink.cmds.is_empty() {
+        return out;
+    }
+    let mut host = its.lock(LockPath::PhysIts);
+    let Some(host) = host.as_mut() else {
+        return out;
+    };
+    let v = &mut *v;
+    for cmd in sink.cmds {
+        match cmd {
+            PhysCmd::Inv { device, event } => {
+                if let Some((vcpu, vintid)) = v.pits.route_of(device, event) {
+                    out.rechecks.push(Recheck {
+                        vcpu: usize::from(vcpu),
+                        vintid,
+                    });
+                }
+            }
+            PhysCmd::InvAll { vcpu } => {
+                out.rechecks
+                    .extend(v.pits.vintids_of(vcpu).map(|vintid| Recheck {
+                        vcpu: usize::from(vcpu),
+                        vintid,
+                    }))
+            }
+            _ => {}
+        }
+        let mut env = Env {
+            host: &mut *host,
+            routes,
+            p,
+        };
+        match v.pits.apply(cmd, &mut env) {
+            Err(e) => out.faults.push(pits_fault(cmd, e)),
+            Ok(()) => {
+                if let PhysCmd::Mapti {
+                    device,
+                    event,
+                    vintid,
+                    vcpu,
+                } = cmd
+                {
+                    let lpi = v.pits.lpi_of(device, event).unwrap_or(0);
+                    let cpu = env.cpu_of(vcpu).unwrap_or(0);
+                    out.mapped.push(alloc::format!(
+                        "vITS: DeviceID {device:#x} event {event} -> vLPI {vintid} on vCPU {vcpu}: LPI {lpi} on CPU {cpu}"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn pits_fault(cmd: PhysCmd, e: PitsError) -> alloc::string::String {
+    alloc::format!("ITS command {cmd:?} not applied on the physical ITS: {e:?}")
+}
+
+/// The partition's vITS starts afresh (its start, stop, crash or
+/// deletion, after its functions were quiesced): every device unmapped on
+/// the physical ITS, its LPIs and ITTs given back, its routes cleared.
+pub fn reset(its: &CountedLock<Option<HostIts>>, routes: &LpiRoutes, p: &Partition) {
+    let Some(lock) = p.vits.as_ref() else {
+        return;
+    };
+    let mut v = lock.lock(LockPath::Management);
+    if v.pits.lpis() > 0 || v.vits.devices() > 0 {
+        let mut host = its.lock(LockPath::PhysIts);
+        if let Some(host) = host.as_mut() {
+            v.pits.release(&mut Env { host, routes, p });
+        }
+    }
+    let limits = v.limits;
+    v.vits = Vits::new(limits);
+}
+
+// Tested through the exit path: `its_exit_tests.rs`.

@@ -1,0 +1,429 @@
+//! The virtual ITS through the exit path (`its`): a guest's GITS frame and
+//! command queue in its RAM, the commands that reach the (fake) physical
+//! ITS, the LPI routes they set, and the delivery of the physical LPI.
+
+use super::*;
+use crate::its::{HostIts, ItsQueue};
+use crate::vgic::pits::{ItsCmd, ItsTyper, LpiRoute, LPI_BASE};
+use alloc::sync::Arc;
+
+/// GITS_TYPER of QEMU's ITS: Physical, 8-byte ITT entries, 16 ID bits,
+/// 16 DeviceID bits, PTA = 0, HCC = 0.
+pub(super) const QEMU_TYPER: u64 = 1 | 7 << 4 | 15 << 8 | 15 << 13;
+
+/// The physical ITS's queue, recording every command.
+#[derive(Clone, Default)]
+pub(super) struct FakeQueue {
+    sent: Arc<spin::Mutex<Vec<ItsCmd>>>,
+    next_itt: u64,
+}
+
+impl ItsQueue for FakeQueue {
+    fn send(&mut self, cmd: &ItsCmd) {
+        self.sent.lock().push(*cmd);
+    }
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
+        self.next_itt += bytes.next_multiple_of(256) as u64;
+        Some(0x7000_0000 + self.next_itt)
+    }
+    fn free_itt(&mut self, _: u64, _: usize) {}
+}
+
+/// alpha's NIC: 00:02.0, DeviceID 0x10.
+const NIC: u32 = 0x10;
+const CMDQ: u64 = 0x30_0000;
+const PROP: u64 = 0x10_0000;
+const PEND: u64 = 0x20_0000;
+
+/// alpha (vCPUs on CPUs 1, 2) assigned 00:02.0 on a host with an ITS and
+/// no SMMU; CPUs 1 and 2 have mapped their collections.
+fn its_system() -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>) {
+    use crate::dtb::PcieInfo;
+    use crate::pci::Bdf;
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x2_0000)];
+    h.pcie = Some(PcieInfo {
+        ecam: (0x40_1000_0000, 0x1000_0000),
+        bus_range: (0, 0xff),
+        ranges: crate::acpi::board::qemu_virt_pci_ranges(),
+        interrupt_map: Vec::new(),
+        interrupt_map_mask: [0; 4],
+        node_path: "/pcie@10000000".into(),
+        iommu_map: Vec::new(),
+    });
+    let queue = FakeQueue::default();
+    let sent = queue.sent.clone();
+    let its = HostIts::new(ItsTyper::decode(QEMU_TYPER), Box::new(queue), 4);
+    let sys = system_with_functions_its(
+        |plan| {
+            plan.partitions[0].pci = vec![pinfold_config::plan::PciAddress {
+                segment: 0,
+                bus: 0,
+                device: 2,
+                function: 0,
+            }];
+        },
+        None,
+        Default::default(),
+        h,
+        vec![nic_function(Bdf {
+            bus: 0,
+            dev: 2,
+            func: 0,
+        })],
+        Some(its),
+    );
+    for cpu in [1, 2] {
+        sys.its_cpu_online(cpu, cpu as u16, 0);
+    }
+    sent.lock().clear();
+    (sys, sent)
+}
+
+fn its_reg(
+    sys: &System,
+    cpu: &mut Cpu,
+    hw: &mut FakeHw,
+    offset: u64,
+    width: u8,
+    value: Option<u64>,
+) -> u64 {
+    let mut regs = GuestRegs::default();
+    regs.x[2] = value.unwrap_or(0);
+    let ipa = pinfold_vboard::GUEST_ITS_BASE + offset;
+    assert_eq!(
+        run(
+            sys,
+            cpu,
+            hw,
+            &mut regs,
+            mmio(ipa, width, value.is_some(), 2)
+        ),
+        Next::Resume
+    );
+    regs.x[2]
+}
+
+/// Writes `cmds` into alpha's command queue from slot `first` on.
+fn queue_commands(hw: &mut FakeHw, p: &Partition, first: u64, cmds: &[[u64; 4]]) {
+    for (i, c) in cmds.iter().enumerate() {
+        let at = p.host_addr(p.ram_ipa + CMDQ + (first + i as u64) * 32, 32);
+        let mut bytes = [0u8; 32];
+        for (j, w) in c.iter().enumerate() {
+            bytes[8 * j..8 * j + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        HostMemory::write(hw, at.unwrap(), &bytes);
+    }
+}
+
+/// vCPU 0 of alpha loaded on CPU 1, its LPI tables at PROP/PEND, the
+/// vITS's queue at CMDQ and enabled.
+fn alpha_with_lpis(sys: &'static System, hw: &mut FakeHw) -> (Cpu<'static>, Arc<Partition>) {
+    let mut cpu = loaded_cpu(sys, hw, 1);
+    let id = sys.assigned(1).unwrap();
+    let p = sys.partition(id.partition).unwrap();
+    assert_eq!(p.name, "alpha");
+    let mut regs = GuestRegs::default();
+    for (off, value, width) in [
+        (0x70, (p.ram_ipa + PROP) | 15, 8),
+        (0x78, p.ram_ipa + PEND, 8),
+        (0x0, 1, 4),
+    ] {
+        regs.x[2] = value;
+        run(
+            sys,
+            &mut cpu,
+            hw,
+            &mut regs,
+            mmio(GUEST_GICR_BASE + off, width, true, 2),
+        );
+    }
+    // Size 0: one 4 KiB page.
+    let cbaser = 1 << 63 | (p.ram_ipa + CMDQ);
+    its_reg(sys, &mut cpu, hw, 0x80, 8, Some(cbaser));
+    its_reg(sys, &mut cpu, hw, 0x0, 4, Some(1));
+    (cpu, p)
+}
+
+fn mapd(device: u32, size: u64) -> [u64; 4] {
+    [0x08 | u64::from(device) << 32, size, 1 << 63, 0]
+}
+fn mapc(icid: u64, rdbase: u64) -> [u64; 4] {
+    [0x09, 0, 1 << 63 | rdbase << 16 | icid, 0]
+}
+fn mapti(device: u32, event: u64, vintid: u64, icid: u64) -> [u64; 4] {
+    [
+        0x0A | u64::from(device) << 32,
+        event | vintid << 32,
+        icid,
+        0,
+    ]
+}
+fn inv(device: u32, event: u64) -> [u64; 4] {
+    [0x0C | u64::from(device) << 32, event, 0, 0]
+}
+
+#[test]
+fn only_a_linux_partition_with_functions_on_a_host_with_an_its_and_no_smmu_gets_a_vits() {
+    assert!(crate::its::vits_wanted(true, true, false, false));
+    assert!(
+        !crate::its::vits_wanted(false, true, false, false),
+        "no functions"
+    );
+    assert!(
+        !crate::its::vits_wanted(true, false, false, false),
+        "no ITS"
+    );
+    assert!(
+        !crate::its::vits_wanted(true, true, true, false),
+        "the manager"
+    );
+    assert!(!crate::its::vits_wanted(true, true, false, true), "an SMMU");
+    let (sys, _) = its_system();
+    let parts = sys.partitions();
+    let by = |n: &str| parts.iter().find(|p| p.name == n).unwrap().clone();
+    let alpha = by("alpha");
+    assert!(alpha.has_vits());
+    assert!(alpha.vpci.as_ref().unwrap().fresh.msi_doorbell.is_some());
+    assert!(!by("beta").has_vits(), "beta has no functions");
+    // Without the platform's ITS the same plan gives nobody one.
+    let plain = system_with_functions(
+        |plan| {
+            plan.partitions[0].pci = vec![pinfold_config::plan::PciAddress {
+                segment: 0,
+                bus: 0,
+                device: 2,
+                function: 0,
+            }];
+        },
+        None,
+        Default::default(),
+        {
+            let mut h = host(4);
+            h.pcie = sys.host.pcie.clone();
+            h
+        },
+        vec![nic_function(crate::pci::Bdf {
+            bus: 0,
+            dev: 2,
+            func: 0,
+        })],
+    );
+    let alpha = plain.partitions().into_iter().find(|p| p.name == "alpha");
+    assert!(!alpha.unwrap().has_vits());
+}
+
+#[test]
+fn gicd_typer_reports_lpis_only_to_a_partition_with_a_vits() {
+    let (sys, _) = its_system();
+    let mut hw = FakeHw::new();
+    let mut alpha = loaded_cpu(sys, &mut hw, 1);
+    let mut beta = loaded_cpu(sys, &mut hw, 3);
+    let mut regs = GuestRegs::default();
+    run(
+        sys,
+        &mut alpha,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 4, 4, false, 3),
+    );
+    assert_eq!(regs.x[3] >> 17 & 1, 1, "alpha: LPIS");
+    assert_eq!(regs.x[3] >> 19 & 0x1F, 15, "alpha: 16 ID bits");
+    run(
+        sys,
+        &mut beta,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 4, 4, false, 3),
+    );
+    assert_eq!(regs.x[3] >> 17 & 1, 0, "beta: no LPIS");
+    // alpha's redistributor says PLPIS, beta's does not.
+    run(
+        sys,
+        &mut alpha,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 8, 8, false, 3),
+    );
+    assert_eq!(regs.x[3] & 1, 1);
+    run(
+        sys,
+        &mut beta,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICR_BASE + 8, 8, false, 3),
+    );
+    assert_eq!(regs.x[3] & 1, 0);
+}
+
+#[test]
+fn a_guest_mapti_maps_a_physical_lpi_on_its_vcpus_cpu_and_its_msi_arrives_as_the_guests_vlpi() {
+    let (sys, sent) = its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    // vLPI 8300 enabled at priority 0x60 in the guest's property table.
+    let prop = p.host_addr(p.ram_ipa + PROP + (8300 - 8192), 1).unwrap();
+    HostMemory::write(&mut hw, prop, &[0x60 | 1]);
+    queue_commands(
+        &mut hw,
+        &p,
+        0,
+        &[
+            mapd(NIC, 4),
+            mapc(0, 0),
+            mapti(NIC, 1, 8300, 0),
+            inv(NIC, 1),
+        ],
+    );
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(4 * 32));
+    assert_eq!(
+        its_reg(sys, &mut cpu, &mut hw, 0x90, 8, None),
+        4 * 32,
+        "CREADR"
+    );
+    let sent = sent.lock().clone();
+    assert!(
+        matches!(
+            sent[0],
+            ItsCmd::Mapd {
+                device: NIC,
+                event_bits: 5,
+                valid: true,
+                ..
+            }
+        ),
+        "{sent:?}"
+    );
+    let lpi = sent
+        .iter()
+        .find_map(|c| match *c {
+            // vCPU 0 is pinned to CPU 1: collection 1.
+            ItsCmd::Mapti {
+                device: NIC,
+                event: 1,
+                intid,
+                icid: 1,
+            } => Some(intid),
+            _ => None,
+        })
+        .expect("a physical MAPTI on CPU 1's collection");
+    assert!(lpi >= LPI_BASE);
+    assert_eq!(
+        sys.lpi_routes.get(lpi),
+        Some(LpiRoute {
+            slot: p.index as u16,
+            vcpu: 0,
+            vintid: 8300
+        })
+    );
+    assert!(sys.locks.count(LockPath::ItsTrap) > 0);
+    assert!(sys.locks.count(LockPath::PhysIts) > 0);
+    // The device's MSI: the physical LPI taken on CPU 1.
+    dispatch_irq(sys, &mut cpu, &mut hw, lpi);
+    assert_eq!(hw.injected(), [8300]);
+    assert_eq!(sys.locks.hot_total(), 0);
+}
+
+#[test]
+fn an_inv_injects_a_vlpi_kept_pending_while_the_guest_had_it_disabled() {
+    let (sys, sent) = its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    queue_commands(
+        &mut hw,
+        &p,
+        0,
+        &[mapd(NIC, 4), mapc(0, 0), mapti(NIC, 2, 8400, 0)],
+    );
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(3 * 32));
+    let lpi = sys
+        .lpi_routes
+        .get(LPI_BASE)
+        .map(|_| LPI_BASE)
+        .expect("the first LPI of the pool");
+    let _ = sent;
+    // Disabled (property byte 0): the MSI is kept in the guest's pending
+    // table, nothing injected.
+    dispatch_irq(sys, &mut cpu, &mut hw, lpi);
+    assert!(hw.injected().is_empty());
+    // The guest enables it and invalidates: injected now.
+    let prop = p.host_addr(p.ram_ipa + PROP + (8400 - 8192), 1).unwrap();
+    HostMemory::write(&mut hw, prop, &[0x80 | 1]);
+    queue_commands(&mut hw, &p, 3, &[inv(NIC, 2)]);
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(4 * 32));
+    assert_eq!(hw.injected(), [8400]);
+}
+
+#[test]
+fn a_command_naming_a_device_the_partition_was_not_given_stalls_its_queue_and_is_its_fault() {
+    let (sys, sent) = its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    // 00:03.0 is not alpha's.
+    queue_commands(&mut hw, &p, 0, &[mapd(0x18, 4)]);
+    let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(32));
+    assert_eq!(
+        its_reg(sys, &mut cpu, &mut hw, 0x90, 8, None),
+        1,
+        "Stalled at 0"
+    );
+    assert!(sent.lock().is_empty(), "nothing reached the physical ITS");
+    assert_eq!(
+        p.faults.load(core::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+    assert!(
+        hw.log.iter().any(|l| l.contains("ForeignDevice(24)")),
+        "{:?}",
+        hw.log
+    );
+}
+
+#[test]
+fn a_partition_reset_unmaps_its_devices_and_gives_its_lpis_back() {
+    let (sys, sent) = its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    queue_commands(
+        &mut hw,
+        &p,
+        0,
+        &[mapd(NIC, 4), mapc(0, 0), mapti(NIC, 1, 8300, 0)],
+    );
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(3 * 32));
+    assert!(sys.lpi_routes.get(LPI_BASE).is_some());
+    assert_eq!(
+        sys.its
+            .lock(LockPath::Management)
+            .as_ref()
+            .unwrap()
+            .lpis_in_use(),
+        1
+    );
+    sent.lock().clear();
+    sys.reset_pci(&p, &mut hw, "stop");
+    assert_eq!(sys.lpi_routes.get(LPI_BASE), None, "route cleared");
+    assert_eq!(
+        sys.its
+            .lock(LockPath::Management)
+            .as_ref()
+            .unwrap()
+            .lpis_in_use(),
+        0
+    );
+    assert!(sent.lock().iter().any(|c| matches!(
+        c,
+        ItsCmd::Mapd {
+            device: NIC,
+            valid: false,
+            ..
+        }
+    )));
+    // The guest's vITS starts afresh: disabled, no queue.
+    assert_eq!(
+        its_reg(sys, &mut cpu, &mut hw, 0x80, 8, None),
+        0,
+        "GITS_CBASER"
+    );
+}
