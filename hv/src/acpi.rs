@@ -60,7 +60,7 @@ mod tables;
 mod tests;
 
 pub use board::KNOWN_BOARDS;
-pub use iort::{Iort, IortIdMapping, IortItsGroup, IortRootComplex, IortSmmuV3};
+pub use iort::{Iort, IortIdMapping, IortItsGroup, IortIwb, IortRootComplex, IortSmmuV3};
 pub use madt::{AcpiGicv5, AcpiGicv5Its};
 
 /// Physical memory the parser may read.

@@ -305,6 +305,7 @@ fn iort_keeps_the_its_group_and_the_root_complex_mapping_to_it() {
                     flags: 0
                 }],
             }],
+            iwbs: vec![],
             other_nodes: 0,
         }
     );
@@ -1584,4 +1585,47 @@ fn malformed_gicv5_entries_are_refused_naming_the_field() {
         // The full parse refuses it the same way, not as a GICv5 host.
         assert_eq!(f.parse(), Err(malformed(b"APIC", what)), "{what}");
     }
+}
+
+#[test]
+fn iort_gicv5_iwb_nodes_are_read_and_a_bad_name_is_refused() {
+    // ITS group at 48 (24 bytes), then an IWB mapping to it.
+    let its = node(0, 1, &words(&[1, 0]), &[]);
+    let iwb_data = |name: &[u8]| {
+        let mut d = 0x2f00_0000u64.to_le_bytes().to_vec();
+        d.extend_from_slice(&3u16.to_le_bytes());
+        d.extend_from_slice(name);
+        d
+    };
+    let iwb = node(7, 0, &iwb_data(b"\\_SB.IWB0\0\0"), &[[0, 31, 0, 48, 0]]);
+    let f = iort(&[its.clone(), iwb]);
+
+    let parsed = f.parse().unwrap().iort.unwrap();
+
+    assert_eq!(
+        parsed.iwbs,
+        [IortIwb {
+            offset: 72,
+            base: 0x2f00_0000,
+            index: 3,
+            name: "\\_SB.IWB0".into(),
+            id_mappings: vec![IortIdMapping {
+                input_base: 0,
+                num_ids: 31,
+                output_base: 0,
+                output_ref: 48,
+                flags: 0,
+            }],
+        }]
+    );
+    assert_eq!(parsed.other_nodes, 0);
+
+    let unterminated = node(7, 0, &iwb_data(b"\\_SB.IWB0"), &[]);
+    assert_eq!(
+        iort(&[its, unterminated]).parse(),
+        Err(malformed(
+            b"IORT",
+            "IWB node: device name not NUL-terminated"
+        ))
+    );
 }

@@ -63,7 +63,8 @@ export function renderCpuMap(el: HTMLElement, host: Host, parts: readonly Partit
 export function overviewView(): View {
   const [verStat, ver] = stat('Hypervisor', 'version');
   const [gicStat, gic] = stat('Interrupt controller', 'gic_version');
-  const [gicFeatStat, gicFeat] = stat('GIC features', 'gic_features');
+  // A sentence, not a figure: below the stats strip, where it can wrap.
+  const gicFeat = h('p', { class: 'hint muted', 'data-field': 'gic_features' }, '–');
   const [cpuStat, cpus] = stat('CPUs', 'cpu_count');
   const [ramStat, ram] = stat('RAM', 'ram_bytes');
   const [upStat, up] = stat('Uptime', 'uptime');
@@ -77,7 +78,9 @@ export function overviewView(): View {
     'section',
     { class: 'card', 'data-testid': 'host' },
     h('header', { class: 'card-head' }, h('h2', {}, 'Host')),
-    h('div', { class: 'stats' }, verStat, gicStat, gicFeatStat, cpuStat, ramStat, upStat),
+    h('div', { class: 'stats' }, verStat, gicStat, cpuStat, ramStat, upStat),
+    h('h3', { class: 'subhead' }, 'GIC features'),
+    gicFeat,
     h('h3', { class: 'subhead' }, 'CPU ownership'),
     cpuMap,
   );
