@@ -218,6 +218,7 @@ enum SgiReg {
     ClearActive,
 }
 
+pub mod ids;
 #[cfg(target_arch = "aarch64")]
 pub mod sysreg;
 

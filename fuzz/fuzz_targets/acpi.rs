@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pinfold_hv::acpi::{early_uart, parse_host_acpi, PhysRead};
+use pinfold_hv::acpi::{early_uart, parse_host_acpi, parse_host_acpi_gicv5, PhysRead};
 
 const BASE: u64 = 0x1000_0000;
 
@@ -77,5 +77,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let m = Mem(&mem);
     let _ = parse_host_acpi(BASE, &m);
+    let _ = parse_host_acpi_gicv5(BASE, &m);
     let _ = early_uart(BASE, &m);
 });

@@ -60,7 +60,8 @@ mod tables;
 mod tests;
 
 pub use board::KNOWN_BOARDS;
-pub use iort::{Iort, IortIdMapping, IortItsGroup, IortRootComplex, IortSmmuV3};
+pub use iort::{Iort, IortIdMapping, IortItsGroup, IortIwb, IortRootComplex, IortSmmuV3};
+pub use madt::{AcpiGicv5, AcpiGicv5Its};
 
 /// Physical memory the parser may read.
 ///
@@ -178,6 +179,9 @@ pub enum AcpiError {
     MissingTable(Signature),
     /// The MADT's GIC distributor declares a GIC version we do not drive.
     UnsupportedGic(u8),
+    /// The MADT describes a GICv5 (IRS entries): the same stop as the DT
+    /// path's `DtbError::Gicv5Host`.
+    Gicv5Host { irs: usize, cpus: usize },
 }
 
 impl fmt::Display for AcpiError {
@@ -218,6 +222,14 @@ impl fmt::Display for AcpiError {
             AcpiError::UnsupportedGic(v) => {
                 write!(f, "MADT: GIC version {v} is not supported (GICv3/v4 only)")
             }
+            AcpiError::Gicv5Host { irs, cpus } => write!(
+                f,
+                "{}",
+                crate::dtb::DtbError::Gicv5Host {
+                    irs: *irs,
+                    cpus: *cpus
+                }
+            ),
         }
     }
 }
@@ -349,6 +361,21 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
         board,
         warnings,
     })
+}
+
+/// The host's GICv5 from the MADT (IRS, ITS config and translate frames,
+/// the CPUs' IAFFIDs), or None when the MADT describes a GICv3/v4: the DT
+/// path's `parse_host_gicv5`.
+pub fn parse_host_acpi_gicv5(
+    rsdp: u64,
+    mem: &dyn PhysRead,
+) -> Result<Option<AcpiGicv5>, AcpiError> {
+    let xsdt = read_rsdp(rsdp, mem)?;
+    let index = TableIndex::read(xsdt, mem)?;
+    let madt = index
+        .get(Signature::MADT, mem)?
+        .ok_or(AcpiError::MissingTable(Signature::MADT))?;
+    madt::parse_gicv5(madt)
 }
 
 /// The console UART from the SPCR alone, for reporting why

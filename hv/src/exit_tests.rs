@@ -368,6 +368,7 @@ fn partition_plan(name: &str, cpus: &[u32], management: bool) -> PartitionPlan {
         lifecycle: Default::default(),
         config_store: None,
         api_tls: true,
+        gic: pinfold_config::GicSetting::Auto,
     }
 }
 
@@ -376,14 +377,13 @@ fn host(cpus: usize) -> HostInfo {
         memory: vec![HOST_RAM],
         reserved: Vec::new(),
         cpus: (0..cpus as u64).map(|i| 0x100 + i).collect(),
-        gic: GicInfo {
-            version: 3,
-            dist: (0x0800_0000, 0x1_0000),
-            redist_regions: vec![(0x080A_0000, 0xF6_0000)],
-            redist_stride: None,
-            maintenance_intid: Some(25),
-            its: Vec::new(),
-        },
+        gic: GicInfo::described(
+            (0x0800_0000, 0x1_0000),
+            vec![(0x080A_0000, 0xF6_0000)],
+            None,
+            Some(25),
+            Vec::new(),
+        ),
         timer: None,
         uart: None,
         psci: None,
@@ -2925,4 +2925,43 @@ fn partition_info_lists_every_partitions_own_pci_functions() {
     assert_eq!(mgr.detail(0).expect("alpha").pci, []);
     // PCI_FUNCTIONS still gives the caller only its own (mgmt has none).
     assert_eq!(mgr.pci_functions(), []);
+}
+
+#[test]
+fn gic_info_reports_the_gic_found_and_each_partitions_interface() {
+    use crate::hypercall::Manage;
+    let mut host = host(4);
+    host.gic.found = crate::gichost::GicFound::from_v3_ids(
+        &host.gic,
+        &crate::gichost::GicV3Ids {
+            gicd_pidr2: 0x4b,
+            gicd_typer: 1 << 17,
+            gicr_typers: alloc::vec![0b11; 4],
+            gits_typers: alloc::vec![0b10],
+        },
+    );
+    let sys = system_on_host(|_| {}, None, Default::default(), host);
+    let mut hw = FakeHw::new();
+    let mut cpu = CpuState::new(sys, 0);
+    let cell = core::cell::RefCell::new(&mut hw);
+    let mgr = crate::manage::Manager {
+        sys,
+        cpu: &mut cpu,
+        hw: &cell,
+    };
+
+    let report = mgr.gic_info().expect("offered");
+
+    assert_eq!(report.host.version, 4);
+    assert!(report.host.direct_vlpi && report.host.lpis && report.host.probed);
+    assert!(!report.host.v4_1 && !report.host.direct_vsgi);
+    assert_eq!(
+        report
+            .partitions
+            .iter()
+            .map(|p| (p.index, p.interface))
+            .collect::<Vec<_>>(),
+        [0, 1, 2].map(|i| (i, pinfold_abi::GicInterface::Gicv3))
+    );
+    assert_eq!(mgr.host_info().gic_version, 4);
 }

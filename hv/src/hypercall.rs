@@ -33,8 +33,9 @@ use pinfold_abi::{
     ABI_VERSION,
 };
 pub use pinfold_abi::{
-    AbiError, Event, HostInfo, ImageInfo, ImageKind, ManagerStatus, PartitionDetail, PartitionPlan,
-    PartitionSummary, PciFunction, Rejection, Request, Resources, Return, MAX_BUFFER_LEN,
+    AbiError, Event, GicReport, HostInfo, ImageInfo, ImageKind, ManagerStatus, PartitionDetail,
+    PartitionPlan, PartitionSummary, PciFunction, Rejection, Request, Resources, Return,
+    MAX_BUFFER_LEN,
 };
 
 use crate::addr::{Ipa, IpaRange};
@@ -143,6 +144,11 @@ pub trait Manage {
     /// NotFound when it found no entropy source at boot.
     fn entropy(&mut self, _out: &mut [u8]) -> Result<(), AbiError> {
         Err(AbiError::NotSupported)
+    }
+    /// (3.3) The host's GIC and each partition's interface; None: not
+    /// offered (NOT_SUPPORTED).
+    fn gic_info(&self) -> Option<GicReport> {
+        None
     }
 }
 
@@ -275,6 +281,10 @@ fn handle(
         }
         Request::PciFunctions { buf } => {
             write_reply(mem, buf, &encode_reply_vec(&hv.pci_functions()))
+        }
+        Request::GicInfo { buf } => {
+            let report = hv.gic_info().ok_or(AbiError::NotSupported)?;
+            write_reply(mem, buf, &encode_reply_vec(&report))
         }
         Request::MgmtReport { status, buf } => {
             // `buf.len` is at most MAX_REPORT_LEN: Request::decode checked.
@@ -543,6 +553,7 @@ mod tests {
         calls: Vec<String>,
         clock_ms: Option<u64>,
         entropy_source: bool,
+        gic: Option<GicReport>,
     }
 
     impl FakeHv {
@@ -573,6 +584,7 @@ mod tests {
                 calls: Vec::new(),
                 clock_ms: Some(1_796_132_700_250),
                 entropy_source: true,
+                gic: None,
             }
         }
 
@@ -739,6 +751,10 @@ mod tests {
             out.fill(0xa5);
             Ok(())
         }
+
+        fn gic_info(&self) -> Option<GicReport> {
+            self.gic.clone()
+        }
     }
 
     fn call(request: Request, mem: &mut FakeRam, hv: &mut FakeHv) -> Result<Return, CallError> {
@@ -811,7 +827,7 @@ mod tests {
 
         let x = dispatch(true, &Request::AbiVersion.encode(), &mut mem, &mut hv);
 
-        assert_eq!(x, [0, 0x0003_0002, 0, 0]);
+        assert_eq!(x, [0, 0x0003_0003, 0, 0]);
     }
 
     #[test]
@@ -917,6 +933,39 @@ mod tests {
             call(Request::WallClock, &mut mem, &mut hv),
             Err(CallError::Refused(AbiError::NotFound))
         );
+    }
+
+    #[test]
+    fn gic_info_is_written_as_postcard_and_not_supported_without_one() {
+        let (mut mem, mut hv) = (FakeRam::new(), FakeHv::new());
+        let request = Request::GicInfo {
+            buf: buf(BUF_IPA, 4096),
+        };
+
+        assert_eq!(
+            call(request, &mut mem, &mut hv),
+            Err(CallError::Refused(AbiError::NotSupported))
+        );
+        hv.gic = Some(GicReport {
+            host: pinfold_abi::GicHost {
+                version: 3,
+                its_count: 1,
+                lpis: true,
+                probed: true,
+                ..Default::default()
+            },
+            partitions: vec![pinfold_abi::PartitionGic {
+                index: MGMT,
+                interface: pinfold_abi::GicInterface::Gicv3,
+            }],
+        });
+        let ret = call(request, &mut mem, &mut hv);
+
+        let Ok(Return::Written(n)) = ret else {
+            panic!("{ret:?}")
+        };
+        let report: GicReport = pinfold_abi::decode_reply(mem.at(BUF_IPA, n)).expect("decodes");
+        assert_eq!(Some(report), hv.gic);
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod efi;
 pub mod entropy;
 pub mod events;
 pub mod exit;
+pub mod gichost;
 pub mod gpio;
 pub mod hypercall;
 pub mod images;

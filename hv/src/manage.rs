@@ -102,12 +102,40 @@ impl<H: Hw> Manage for Manager<'_, '_, '_, H> {
         let hw = self.hw.borrow();
         HostInfo {
             version: String::from(self.sys.version),
-            gic_version: host.gic.version,
+            gic_version: host.gic.found.version,
             cpu_count: host.cpus.len() as u32,
             ram_bytes: host.memory.iter().map(|m| m.1).sum(),
             uptime_ns: self.sys.ns_since(&**hw, self.sys.boot_counter),
             cpus,
         }
+    }
+
+    fn gic_info(&self) -> Option<pinfold_abi::GicReport> {
+        let found = &self.sys.host.gic.found;
+        let host = pinfold_abi::GicHost {
+            version: found.version,
+            v4_1: found.v4_1,
+            its_count: found.its_count,
+            lpis: found.lpis,
+            direct_vlpi: found.direct_vlpi,
+            direct_vsgi: found.direct_vsgi,
+            probed: found.probed,
+            irs_count: found.irs_count,
+            gcie_legacy: found.v5.is_some_and(|v5| v5.gcie_legacy),
+        };
+        let partitions = self
+            .sys
+            .partitions()
+            .iter()
+            .map(|p| pinfold_abi::PartitionGic {
+                index: p.index as u32,
+                interface: match p.gic {
+                    crate::vgic5::GicInterface::V3 => pinfold_abi::GicInterface::Gicv3,
+                    crate::vgic5::GicInterface::V5 => pinfold_abi::GicInterface::Gicv5,
+                },
+            })
+            .collect();
+        Some(pinfold_abi::GicReport { host, partitions })
     }
 
     fn partitions(&self) -> Vec<PartitionSummary> {

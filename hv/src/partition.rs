@@ -120,6 +120,9 @@ pub struct Partition {
     pub index: usize,
     pub name: String,
     pub plan: PartitionPlan,
+    /// The interrupt controller interface it got (its plan's `gic` on this
+    /// host, `gichost::interface_for`).
+    pub gic: crate::vgic5::GicInterface,
     /// Host physical base of its RAM.
     pub ram: PhysAddr,
     /// Where the guest sees its RAM: GUEST_RAM_BASE, or the host address
@@ -187,6 +190,9 @@ pub enum SetupError {
     Pci(crate::vpci::AssignError),
     /// The plan passes the PCIe host bridge but the host has none.
     NoPciHostBridge,
+    /// Its `gic` is not an interface this host can give (the reason of
+    /// `vgic5::choose_interface`).
+    Gic(&'static str),
 }
 
 impl fmt::Display for SetupError {
@@ -199,6 +205,7 @@ impl fmt::Display for SetupError {
             SetupError::NoPciHostBridge => {
                 write!(f, "pci_host_bridge: the host has no PCIe host bridge")
             }
+            SetupError::Gic(reason) => write!(f, "gic: {reason}"),
         }
     }
 }
@@ -270,6 +277,15 @@ impl Partition {
                 return Err(SetupError::NoSuchCpu(c));
             }
         }
+        // The build checked the same against the board's description; a
+        // bundle made for another host is refused here.
+        let gic =
+            crate::gichost::interface_for(pp, &host.gic.found).map_err(|r| match r.problem {
+                pinfold_config::rules::Problem::GicUnavailable { reason } => {
+                    SetupError::Gic(reason)
+                }
+                _ => SetupError::Gic("not available on this host"),
+            })?;
         // Functions first: a refusal takes no RAM.
         let assignment = if pp.pci.is_empty() {
             None
@@ -402,6 +418,7 @@ impl Partition {
             index,
             name: pp.name.clone(),
             plan: pp.clone(),
+            gic,
             ram: PhysAddr(ram),
             ram_ipa,
             ram_size: pp.ram_size,

@@ -90,13 +90,15 @@ impl System {
             board: "this host",
             cpus: self.cpus.len() as u32,
         };
-        check_partition(plan, &others, &limits).map_err(|r| {
+        let refused = |r: pinfold_config::rules::Rejection| {
             Refusal::Rejected(Rejection {
                 field: r.field.clone(),
                 message: r.to_string(),
                 conflict: r.conflict(),
             })
-        })?;
+        };
+        check_partition(plan, &others, &limits).map_err(refused)?;
+        crate::gichost::interface_for(plan, &self.host.gic.found).map_err(refused)?;
         let mut all: Vec<PartitionPlan> = others.into_iter().cloned().collect();
         all.push(plan.clone());
         if let Err(e) = pinfold_config::isolation::check_isolation(&all, &self.resources) {
@@ -273,6 +275,9 @@ impl System {
                     rej.message = format!("partition \"{}\": {a}", plan.name);
                 }
                 r
+            }
+            crate::partition::SetupError::Gic(reason) => {
+                rejected(plan, "gic", String::from(reason), false)
             }
             e => rejected(plan, "memory", e.to_string(), true),
         })?;

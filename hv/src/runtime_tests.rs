@@ -113,6 +113,31 @@ fn a_taken_name_too_much_ram_and_boot_only_fields_are_refused_naming_the_field()
 }
 
 #[test]
+fn gic_v5_on_this_gicv3_host_is_refused_naming_gic_and_v3_gets_the_gicv3_interface() {
+    let sys = spare();
+    let mut hw = FakeHw::new();
+    let mut v5 = plan("gamma", &[1], 64);
+    v5.gic = pinfold_config::GicSetting::V5;
+
+    let r = rejection(sys.create_partition(v5, &mut hw, 0));
+    assert_eq!(r.field, "gic");
+    assert_eq!(
+        r.message,
+        "partition \"gamma\": gic: gic = \"v5\" needs a GICv5 host; this host has a GICv3"
+    );
+    assert!(!r.conflict);
+    assert_eq!(sys.partitions().len(), 2, "nothing created");
+
+    let mut v3 = plan("gamma", &[1], 64);
+    v3.gic = pinfold_config::GicSetting::V3;
+    let index = sys.create_partition(v3, &mut hw, 0).unwrap() as usize;
+    assert_eq!(
+        sys.partition(index).unwrap().gic,
+        crate::vgic5::GicInterface::V3
+    );
+}
+
+#[test]
 fn a_kernel_that_is_not_an_image_or_does_not_exist_is_refused() {
     let sys = spare();
     let mut hw = FakeHw::new();
@@ -778,4 +803,20 @@ fn a_pci_function_moves_to_a_run_time_partition_only_once_its_holder_is_gone() {
     assert!(r
         .message
         .ends_with("is already assigned to partition \"gamma\""));
+}
+
+#[test]
+fn a_boot_plan_entry_asking_for_gic_v5_on_a_gicv3_host_is_not_created() {
+    let sys = system_with(|plan| plan.partitions[1].gic = pinfold_config::GicSetting::V5);
+
+    let names: Vec<String> = sys.partitions().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, ["alpha", "mgmt"]);
+    assert!(sys
+        .partitions()
+        .iter()
+        .all(|p| p.gic == crate::vgic5::GicInterface::V3));
+    assert_eq!(
+        crate::partition::SetupError::Gic("needs a GICv5 host").to_string(),
+        "gic: needs a GICv5 host"
+    );
 }

@@ -242,6 +242,20 @@ fn boot(handoff: BootHandoff) -> ! {
     // mapped as device memory; this is its only user.
     let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
     hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
+    // What the GIC is and offers, for the host view and the plan's `gic`
+    // check (the core decodes the ID registers; `hv::gichost`).
+    // SAFETY: the frames come from the host description; everything
+    // outside RAM is mapped as device memory (`arch::mmu::build`).
+    let ids = unsafe {
+        gicv3::ids::read(
+            host.gic.dist.0,
+            &host.gic.redist_regions,
+            host.gic.redist_stride,
+            &host.gic.its,
+        )
+    };
+    host.gic.found = pinfold_hv::gichost::GicFound::from_v3_ids(&host.gic, &ids);
+    hvlog!("gic: {}", host.gic.found);
 
     let (payload_start, payload_len) = layout.payload;
     // SAFETY: the payload was loaded with the image and is never written.

@@ -422,6 +422,7 @@ mod tests {
             lifecycle: Default::default(),
             config_store: None,
             api_tls: true,
+            gic: crate::plan::GicSetting::Auto,
         }
     }
 

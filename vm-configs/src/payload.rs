@@ -266,6 +266,7 @@ impl PartitionConfig {
             lifecycle: self.lifecycle(),
             config_store: self.config_store.clone(),
             api_tls: self.api_tls,
+            gic: self.gic,
         }
     }
 }

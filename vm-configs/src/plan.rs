@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// Magic at the start of the payload appended to `pinfold.bin`.
 pub const PAYLOAD_MAGIC: [u8; 8] = *b"PINFPAYL";
 /// Bumped whenever the encoding of `Plan` changes.
-pub const PLAN_REVISION: u32 = 7;
+pub const PLAN_REVISION: u32 = 8;
 /// Size of the fixed payload header that precedes the plan blob.
 pub const PAYLOAD_HEADER_LEN: usize = 16;
 /// Alignment of every image inside the payload.
@@ -174,6 +174,41 @@ pub struct PartitionPlan {
     /// certificate built into the manager's image (the default); false:
     /// plain HTTP, an opt-in (docs/CONFIG.md, `api_tls`).
     pub api_tls: bool,
+    /// The interrupt controller interface the partition asks for (`gic`):
+    /// checked against the host's GIC at build time, at boot and at run
+    /// time by `pinfold_hv::gichost::interface_for` (docs/CONFIG.md).
+    pub gic: GicSetting,
+}
+
+/// A partition's `gic`: which virtual interrupt controller it wants. The
+/// interface it gets is decided against the host (`vgic5::choose_interface`
+/// in the hypervisor): `Auto` is the host's native kind (the GICv3 interface
+/// on a GICv3/v4 host), `V3` the GICv3 interface (on a GICv5 host only with
+/// FEAT_GCIE_LEGACY), `V5` a native GICv5 one (only on a GICv5 host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GicSetting {
+    #[default]
+    Auto,
+    V3,
+    V5,
+}
+
+impl GicSetting {
+    pub const ALL: [GicSetting; 3] = [GicSetting::Auto, GicSetting::V3, GicSetting::V5];
+
+    /// As written in a plan and in the API: `"auto"`, `"v3"`, `"v5"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GicSetting::Auto => "auto",
+            GicSetting::V3 => "v3",
+            GicSetting::V5 => "v5",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<GicSetting> {
+        GicSetting::ALL.into_iter().find(|g| g.name() == text)
+    }
 }
 
 impl PartitionPlan {
@@ -198,6 +233,7 @@ impl PartitionPlan {
             lifecycle: LifecyclePlan::default(),
             config_store: None,
             api_tls: true,
+            gic: GicSetting::Auto,
         }
     }
 }

@@ -777,6 +777,10 @@ pub enum Problem {
         region_base: u64,
         region_size: u64,
     },
+    /// The `gic` interface asked for is not one this host can give
+    /// (`vgic5::choose_interface`'s reason, checked by the hypervisor's
+    /// `gichost::interface_for` against the host's GIC).
+    GicUnavailable { reason: &'static str },
 }
 
 impl fmt::Display for Problem {
@@ -944,6 +948,7 @@ impl fmt::Display for Problem {
                 f,
                 "range {base:#x}+{size:#x} overlaps the guest's {region} at {region_base:#x}+{region_size:#x}"
             ),
+            Problem::GicUnavailable { reason } => f.write_str(reason),
         }
     }
 }

@@ -39,6 +39,7 @@ fn partition(name: &str, cpus: &[u32]) -> PartitionPlan {
         lifecycle: Default::default(),
         config_store: None,
         api_tls: true,
+        gic: crate::plan::GicSetting::Auto,
     }
 }
 

@@ -113,6 +113,11 @@ pub struct PartitionConfig {
     /// register access traps and is UNDEFINED to the guest).
     #[serde(default = "default_pmu")]
     pub pmu: bool,
+    /// The interrupt controller interface: `"auto"` (default: the host's
+    /// native kind), `"v3"` or `"v5"`; checked against the host's GIC
+    /// (docs/CONFIG.md).
+    #[serde(default)]
+    pub gic: crate::plan::GicSetting,
     /// When it is started again after it stopped on its own: `"never"`
     /// (default), `"on-crash"` (watchdog, hung vCPU, fatal fault) or
     /// `"always"` (a guest power-off too). The management partition always

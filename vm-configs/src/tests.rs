@@ -1513,3 +1513,37 @@ fn a_pci_function_two_partitions_name_is_rejected_naming_the_entry() {
         "{error}"
     );
 }
+
+// ---- gic ------------------------------------------------------------------
+
+#[test]
+fn gic_defaults_to_auto_and_travels_in_the_payload() {
+    let root = Root::with_images();
+    assert_eq!(config(ALPHA).partitions[0].gic, GicSetting::Auto);
+
+    let text = format!("{ALPHA}gic = \"v5\"\n");
+    let payload = config(&text).build_payload(root.path()).expect("payload");
+
+    let alpha = &Plan::decode(&payload).expect("decodes").partitions[0];
+    assert_eq!(alpha.gic, GicSetting::V5);
+}
+
+#[test]
+fn gic_value_outside_auto_v3_v5_is_a_syntax_error_naming_the_field() {
+    let text = format!("{BOARD}{ALPHA}gic = \"v4\"\n");
+
+    let error = parse(&text).expect_err("v4 is no interface");
+
+    let message = error.to_string();
+    assert!(matches!(error, ConfigError::Syntax { .. }), "{message}");
+    assert!(message.contains("gic"), "{message}");
+    assert!(message.contains("v4"), "{message}");
+}
+
+#[test]
+fn gic_setting_names_parse_back() {
+    for g in GicSetting::ALL {
+        assert_eq!(GicSetting::parse(g.name()), Some(g));
+    }
+    assert_eq!(GicSetting::parse("gicv3"), None);
+}

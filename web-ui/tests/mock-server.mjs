@@ -130,6 +130,7 @@ function defaultConfig(cpus, memoryMib, kernel, initrd) {
     shutdown_timeout_s: 30,
     devices: [],
     pci: [],
+    gic: 'auto',
   };
 }
 
@@ -424,6 +425,8 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
     config: structuredClone(p.config),
     restarts: p.restarts,
     last_crash: p.last_crash,
+    // The mock's host is a GICv3: every partition gets the GICv3 interface.
+    gic_interface: 'gicv3',
   });
 
   const detail = (p) => ({
@@ -438,13 +441,15 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
 
   const hostDoc = () => ({
     version: '0.1.0',
-    abi_version: '2.2',
+    abi_version: '3.3',
     gic_version: 3,
     cpu_count: HOST_CPUS,
     ram_bytes: HOST_RAM_MIB * MiB,
     uptime_ms: Date.now() - startedAt,
     time: now(),
     cpus: [...Array(HOST_CPUS).keys()].map((cpu) => ({ cpu, partition: cpuOwner(cpu) })),
+    // QEMU virt gic-version=3 with its ITS, as the real hypervisor reports it.
+    gic: { version: 3, revision: 'v3', its_count: 1, lpis: true, direct_vlpi: false, direct_vsgi: false, probed: true, irs_count: null, gcie_legacy: null },
   });
 
   /** RAM laid out as the hypervisor would: itself, the image store, partitions in order, the rest free. */
@@ -626,6 +631,10 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
     }
     if (!['linux', 'raw'].includes(c.kernel_format)) throw bad(name, 'kernel_format', 'must be "linux" or "raw"');
     if (!['never', 'on-crash', 'always'].includes(c.restart)) throw bad(name, 'restart', 'must be "never", "on-crash" or "always"');
+    // The manager's parse and the hypervisor's check against this GICv3 host (hv gichost).
+    const gic = c.gic ?? 'auto';
+    if (!['auto', 'v3', 'v5'].includes(gic)) throw bad(name, 'gic', `${JSON.stringify(gic)} is not "auto", "v3" or "v5"`);
+    if (gic === 'v5') throw bad(name, 'gic', 'gic = "v5" needs a GICv5 host; this host has a GICv3');
     for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog_s', c.watchdog_s], ['shutdown_timeout_s', c.shutdown_timeout_s]]) {
       if (!Number.isInteger(v) || v < 0) throw bad(name, k, 'must be a whole number, 0 or more');
     }

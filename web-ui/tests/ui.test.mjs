@@ -191,6 +191,22 @@ try {
     await page.locator('.cpu-tile[data-cpu="0"][data-owner="mgmt"]').waitFor({ timeout: 5_000 });
   });
 
+  await check("the host panel shows the GIC found and its features, and each partition's interface", async () => {
+    const host = await (await fetch(`${base}/api/v1/host`, { headers: AUTH })).json();
+    if (!host.gic) throw new Error('GET /api/v1/host has no gic');
+    const want = `GICv${host.gic.version} (${host.gic.revision})`;
+    await page.waitForFunction((w) => document.querySelector('[data-field="gic_version"]')?.textContent === w, want, { timeout: 5_000 });
+    const features = await page.locator('[data-field="gic_features"]').innerText();
+    if (!features.includes(`ITS ${host.gic.its_count}`) || !features.includes(`LPIs ${host.gic.lpis ? 'yes' : 'no'}`)) {
+      throw new Error(`GIC features read "${features}"`);
+    }
+    for (const p of await partitionsFromApi()) {
+      const cell = page.locator(`tr[data-partition="${p.name}"] [data-field="gic_interface"]`);
+      await page.waitForFunction(([n, w]) => document.querySelector(`tr[data-partition="${n}"] [data-field="gic_interface"]`)?.textContent === w, [p.name, p.gic_interface], { timeout: 5_000 });
+      if ((await cell.innerText()) !== 'gicv3') throw new Error(`${p.name}'s GIC cell reads "${await cell.innerText()}"`);
+    }
+  });
+
   await page.screenshot({ path: join(OUT, 'overview.png'), fullPage: true });
 
   await check("beta's console shows PINFOLD-GUEST-UP", async () => {

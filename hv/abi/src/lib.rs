@@ -45,6 +45,7 @@
 //! | 24 | IMAGE_READ       | id      | offset  | buf IPA | len | (3.1) X1 = bytes copied (0 at the end); sealed images only |
 //! | 25 | CONFIG_APPLIED   |         |         |         |     | (3.1) the stored configuration is applied: held autostart partitions start |
 //! | 26 | ENTROPY          | buf IPA | buf len |         |     | (3.1) X1 = bytes written (at most 256) |
+//! | 27 | GIC_INFO         | buf IPA | buf len |         |     | (3.3) X1 = bytes written ([`GicReport`]) |
 //!
 //! Buffers are IPAs in the caller's own RAM and at most [`MAX_BUFFER_LEN`]
 //! bytes. HOST_INFO, LIST_PARTITIONS and PARTITION_INFO write a postcard
@@ -95,7 +96,7 @@ pub struct AbiVersion {
 }
 
 /// The version this crate implements.
-pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 2 };
+pub const ABI_VERSION: AbiVersion = AbiVersion { major: 3, minor: 3 };
 
 impl AbiVersion {
     /// The X1 encoding.
@@ -184,6 +185,9 @@ pub mod fid {
     /// [`super::MAX_ENTROPY_LEN`] bytes). NOT_FOUND when the hypervisor
     /// found no entropy source at boot.
     pub const ENTROPY: u32 = BASE | 26;
+    /// (3.3) The host's GIC as found and each partition's interrupt
+    /// controller interface ([`super::GicReport`]).
+    pub const GIC_INFO: u32 = BASE | 27;
 }
 
 /// Longest ENTROPY buffer (bytes); a longer one is INVALID_PARAMETERS.
@@ -527,6 +531,10 @@ pub enum Request {
     Entropy {
         buf: GuestBuffer,
     },
+    /// (3.3) The host's GIC and each partition's interface.
+    GicInfo {
+        buf: GuestBuffer,
+    },
 }
 
 impl Request {
@@ -552,7 +560,8 @@ impl Request {
             | fid::LIST_IMAGES
             | fid::PARTITION_CREATE
             | fid::RESOURCES
-            | fid::ENTROPY => 2,
+            | fid::ENTROPY
+            | fid::GIC_INFO => 2,
             fid::PARTITION_INFO
             | fid::CONSOLE_WRITE
             | fid::MGMT_REPORT
@@ -646,6 +655,9 @@ impl Request {
                 id: index()?,
                 offset: args[1],
                 buf: buf(args[2], args[3])?,
+            },
+            fid::GIC_INFO => Request::GicInfo {
+                buf: buf(args[0], args[1])?,
             },
             fid::ENTROPY => Request::Entropy {
                 buf: if args[1] > MAX_ENTROPY_LEN {
@@ -742,6 +754,7 @@ impl Request {
             }
             Request::ConfigApplied => [fid::CONFIG_APPLIED as u64, 0, 0, 0, 0, 0],
             Request::Entropy { buf } => [fid::ENTROPY as u64, buf.ipa, buf.len, 0, 0, 0],
+            Request::GicInfo { buf } => [fid::GIC_INFO as u64, buf.ipa, buf.len, 0, 0, 0],
         }
     }
 
@@ -764,6 +777,7 @@ impl Request {
             | Request::PartitionConfigure { buf, .. }
             | Request::Resources { buf }
             | Request::Entropy { buf }
+            | Request::GicInfo { buf }
             | Request::EventsRead { buf, .. } => Some(buf),
             Request::AbiVersion
             | Request::WallClock
@@ -808,6 +822,7 @@ impl Request {
             | Request::ListImages { .. }
             | Request::Resources { .. }
             | Request::Entropy { .. }
+            | Request::GicInfo { .. }
             | Request::MgmtTokenDigest { .. } => Return::Written(within(x[1])?),
             Request::MgmtReport { .. }
             | Request::PartitionStart { .. }
@@ -1082,6 +1097,68 @@ pub struct PartitionDetail {
     /// found them (PCI_FUNCTIONS gives a partition its own; this lets the
     /// manager see every partition's, e.g. which are NICs).
     pub pci: Vec<PciFunction>,
+}
+
+/// (3.3) GIC_INFO's reply: the host's GIC and the interface each
+/// partition got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GicReport {
+    pub host: GicHost,
+    /// One entry per partition, by index (LIST_PARTITIONS order).
+    pub partitions: Vec<PartitionGic>,
+}
+
+/// (3.3) The host's GIC: its version and what the hardware offers (read
+/// from its ID registers at boot), not whether Pinfold uses each feature.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GicHost {
+    /// 3, 4 or 5.
+    pub version: u8,
+    /// GICv4.1 (every GICR_TYPER.RVPEID); false on v4.0 and v3.
+    pub v4_1: bool,
+    /// ITSes described (GICv5: ITS config frames).
+    pub its_count: u32,
+    /// Physical LPIs (GICD_TYPER.LPIS and every GICR_TYPER.PLPIS).
+    pub lpis: bool,
+    /// Direct vLPI injection: GICv4, every GICR_TYPER.VLPIS, an ITS with
+    /// GITS_TYPER.Virtual.
+    pub direct_vlpi: bool,
+    /// Direct vSGI injection: GICv4.1 VSGI on every redistributor and an
+    /// ITS.
+    pub direct_vsgi: bool,
+    /// The ID registers were read at boot; false: the description only.
+    pub probed: bool,
+    /// GICv5: IRSes described (0 on GICv3/v4).
+    pub irs_count: u32,
+    /// GICv5: FEAT_GCIE_LEGACY (the GICv3-compatible virtual interface).
+    pub gcie_legacy: bool,
+}
+
+/// (3.3) One partition's interrupt controller interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PartitionGic {
+    pub index: u32,
+    pub interface: GicInterface,
+}
+
+/// (3.3) The virtual interrupt controller interface a partition got. Wire
+/// order is frozen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GicInterface {
+    /// The emulated GICv3 (on a GICv5 host: FEAT_GCIE_LEGACY).
+    Gicv3,
+    /// A native virtual GICv5.
+    Gicv5,
+}
+
+impl GicInterface {
+    /// "gicv3" or "gicv5", as the REST API spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GicInterface::Gicv3 => "gicv3",
+            GicInterface::Gicv5 => "gicv5",
+        }
+    }
 }
 
 /// (3.0) What an image is for.
@@ -1366,6 +1443,7 @@ mod tests {
                     len: 32,
                 },
             },
+            Request::GicInfo { buf: BUF },
         ]
     }
 
@@ -1391,6 +1469,7 @@ mod tests {
             lifecycle: Default::default(),
             config_store: None,
             api_tls: true,
+            gic: pinfold_config::GicSetting::Auto,
         }
     }
 
@@ -1440,9 +1519,48 @@ mod tests {
     }
 
     #[test]
+    fn gic_info_is_call_27_with_a_buffer_and_its_report_round_trips() {
+        assert_eq!(fid::GIC_INFO, 0xC600_001B);
+        assert_eq!(
+            Request::decode(&regs(fid::GIC_INFO, [BUF.ipa, BUF.len, 0, 0, 0])),
+            Ok(Request::GicInfo { buf: BUF })
+        );
+        assert_eq!(
+            Request::decode(&regs(fid::GIC_INFO, [BUF.ipa, BUF.len, 1, 0, 0])),
+            Err(AbiError::InvalidParameters)
+        );
+        let report = GicReport {
+            host: GicHost {
+                version: 4,
+                v4_1: true,
+                its_count: 2,
+                lpis: true,
+                direct_vlpi: true,
+                direct_vsgi: true,
+                probed: true,
+                irs_count: 0,
+                gcie_legacy: false,
+            },
+            partitions: vec![
+                PartitionGic {
+                    index: 0,
+                    interface: GicInterface::Gicv3,
+                },
+                PartitionGic {
+                    index: 3,
+                    interface: GicInterface::Gicv5,
+                },
+            ],
+        };
+        let bytes = encode_reply_vec(&report);
+        assert_eq!(decode_reply::<GicReport>(&bytes), Ok(report));
+        assert_eq!(GicInterface::Gicv5.name(), "gicv5");
+    }
+
+    #[test]
     fn abi_version_register_is_major_shifted_16_or_minor() {
         assert_eq!(AbiVersion { major: 1, minor: 2 }.to_reg(), 0x0001_0002);
-        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0002);
+        assert_eq!(ABI_VERSION.to_reg(), 0x0003_0003);
     }
 
     #[test]
@@ -1621,7 +1739,7 @@ mod tests {
     #[test]
     fn unknown_function_number_is_not_supported() {
         assert_eq!(
-            Request::decode(&regs(fid::BASE | 27, [0; 5])),
+            Request::decode(&regs(fid::BASE | 28, [0; 5])),
             Err(AbiError::NotSupported)
         );
     }

@@ -2,7 +2,10 @@
 //! requester IDs reach SMMUs and ITSes. The root complex's mappings to an
 //! SMMUv3 become the host bridge's `iommu_map` (`Iort::pci_iommu_map`,
 //! what `hv::smmu` programs stream table entries from); the ITS groups are
-//! kept for the vITS work.
+//! kept for the vITS work. A GICv5 host's IWBs (wire-to-MSI bridges) are
+//! IORT nodes too (type 7, IORT revision E.g; ACPICA `acpi_iort_iwb`), not
+//! MADT entries: `Iort::iwbs` (base, index, namespace path), read but not
+//! used (a GICv5 host does not boot partitions yet, docs/GICV5.md).
 //!
 //! Nodes are kept by their offset in the table, which is how ID mappings
 //! name their output node (`IortIdMapping::output_ref`); every mapping's
@@ -17,6 +20,10 @@ use crate::dtb::PciIommuMap;
 const ITS_GROUP: u8 = 0;
 const ROOT_COMPLEX: u8 = 2;
 const SMMU_V3: u8 = 4;
+const IWB: u8 = 7;
+/// The IWB node's data: base u64 at 16, IWB index u16 at 24, then the
+/// NUL-terminated namespace path.
+const IWB_NAME: usize = 26;
 
 /// Node header: type, length, revision, identifier, ID mapping count and
 /// offset (IORT 3.1.1).
@@ -28,6 +35,8 @@ pub struct Iort {
     pub its_groups: Vec<IortItsGroup>,
     pub smmus: Vec<IortSmmuV3>,
     pub root_complexes: Vec<IortRootComplex>,
+    /// GICv5 IWBs.
+    pub iwbs: Vec<IortIwb>,
     /// Nodes of other types (named components, SMMUv1/v2, PMCGs, RMRs),
     /// skipped.
     pub other_nodes: usize,
@@ -73,6 +82,19 @@ pub struct IortSmmuV3 {
     pub id_mappings: Vec<IortIdMapping>,
 }
 
+/// A GICv5 interrupt wire bridge (IORT node type 7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IortIwb {
+    pub offset: u32,
+    /// Its config frame.
+    pub base: u64,
+    /// The IWB index: the frame ID in the GSIVs of its wires.
+    pub index: u16,
+    /// The ACPI namespace path of its device object (`\_SB.IWB0`).
+    pub name: alloc::string::String,
+    pub id_mappings: Vec<IortIdMapping>,
+}
+
 /// A PCIe root complex (IORT 3.1.1.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IortRootComplex {
@@ -102,6 +124,7 @@ pub(super) fn parse(table: Table<'_>) -> Result<Iort, AcpiError> {
         its_groups: Vec::new(),
         smmus: Vec::new(),
         root_complexes: Vec::new(),
+        iwbs: Vec::new(),
         other_nodes: 0,
     };
     let mut node_offsets = Vec::new();
@@ -149,6 +172,27 @@ pub(super) fn parse(table: Table<'_>) -> Result<Iort, AcpiError> {
                     id_mappings: id_mappings(node)?,
                 });
             }
+            IWB => {
+                let base = node.u64(16)?;
+                let index = node.u16(24)?;
+                let tail = node
+                    .data
+                    .get(IWB_NAME..)
+                    .ok_or(node.malformed("IWB node shorter than its device name"))?;
+                let end = tail
+                    .iter()
+                    .position(|&b| b == 0)
+                    .ok_or(node.malformed("IWB node: device name not NUL-terminated"))?;
+                let name = core::str::from_utf8(&tail[..end])
+                    .map_err(|_| node.malformed("IWB node: device name is not ASCII"))?;
+                iort.iwbs.push(IortIwb {
+                    offset: node_offset,
+                    base,
+                    index,
+                    name: name.into(),
+                    id_mappings: id_mappings(node)?,
+                });
+            }
             _ => iort.other_nodes += 1,
         }
         offset += len;
@@ -157,7 +201,8 @@ pub(super) fn parse(table: Table<'_>) -> Result<Iort, AcpiError> {
         .root_complexes
         .iter()
         .flat_map(|rc| &rc.id_mappings)
-        .chain(iort.smmus.iter().flat_map(|s| &s.id_mappings));
+        .chain(iort.smmus.iter().flat_map(|s| &s.id_mappings))
+        .chain(iort.iwbs.iter().flat_map(|w| &w.id_mappings));
     for m in mappings {
         if !node_offsets.contains(&m.output_ref) {
             return Err(t.malformed("ID mapping to an offset where no node starts"));

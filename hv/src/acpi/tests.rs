@@ -203,14 +203,13 @@ fn madt_gives_the_four_cpus_in_order_and_the_gicv3() {
     assert_eq!(host.cpus, [0, 1, 2, 3]);
     assert_eq!(
         host.gic,
-        GicInfo {
-            version: 3,
-            dist: (0x800_0000, 0x1_0000),
-            redist_regions: vec![(0x80a_0000, 0xf6_0000)],
-            redist_stride: None,
-            maintenance_intid: Some(25),
-            its: vec![(0x808_0000, 0x2_0000)],
-        }
+        GicInfo::described(
+            (0x800_0000, 0x1_0000),
+            vec![(0x80a_0000, 0xf6_0000)],
+            None,
+            Some(25),
+            vec![(0x808_0000, 0x2_0000)],
+        )
     );
 }
 
@@ -306,6 +305,7 @@ fn iort_keeps_the_its_group_and_the_root_complex_mapping_to_it() {
                     flags: 0
                 }],
             }],
+            iwbs: vec![],
             other_nodes: 0,
         }
     );
@@ -1397,5 +1397,235 @@ fn a_short_srat_entry_is_refused_by_name() {
     assert_eq!(
         f.parse().unwrap_err(),
         malformed(b"SRAT", "entry shorter than its own type and length")
+    );
+}
+
+// --- MADT, GICv5 (ACPI 6.7 structures, synthetic) ---
+
+/// An ACPI 6.7 GICC: 88 bytes, IAFFID at 82, IRS ID at 84.
+fn gicc_v5(mpidr: u64, iaffid: u16, irs_id: u32, maintenance: u32) -> Vec<u8> {
+    let mut e = vec![0u8; 88];
+    e[0] = 0x0b;
+    e[1] = 88;
+    e[12..16].copy_from_slice(&1u32.to_le_bytes());
+    e[56..60].copy_from_slice(&maintenance.to_le_bytes());
+    e[68..76].copy_from_slice(&mpidr.to_le_bytes());
+    e[82..84].copy_from_slice(&iaffid.to_le_bytes());
+    e[84..88].copy_from_slice(&irs_id.to_le_bytes());
+    e
+}
+
+/// A GICv5 IRS entry (type 28, 32 bytes).
+fn irs(id: u32, config: u64, version: u8) -> Vec<u8> {
+    let mut e = vec![0u8; 32];
+    e[0] = 28;
+    e[1] = 32;
+    e[2] = version;
+    e[4..8].copy_from_slice(&id.to_le_bytes());
+    e[16..24].copy_from_slice(&config.to_le_bytes());
+    e[24..32].copy_from_slice(&(config + 0x1_0000).to_le_bytes());
+    e
+}
+
+/// A GICv5 ITS Config Frame entry (type 29, 16 bytes).
+fn its_config(translator_id: u32, base: u64) -> Vec<u8> {
+    let mut e = vec![0u8; 16];
+    e[0] = 29;
+    e[1] = 16;
+    e[4..8].copy_from_slice(&translator_id.to_le_bytes());
+    e[8..16].copy_from_slice(&base.to_le_bytes());
+    e
+}
+
+/// A GICv5 ITS Translate Frame entry (type 30, 24 bytes).
+fn its_translate(linked: u32, frame_id: u32, base: u64) -> Vec<u8> {
+    let mut e = vec![0u8; 24];
+    e[0] = 30;
+    e[1] = 24;
+    e[4..8].copy_from_slice(&linked.to_le_bytes());
+    e[8..12].copy_from_slice(&frame_id.to_le_bytes());
+    e[16..24].copy_from_slice(&base.to_le_bytes());
+    e
+}
+
+/// GSIV of PPI 25 on a GICv5 (type 1 in [31:29]).
+const V5_MAINTENANCE: u32 = 1 << 29 | 25;
+
+/// Two CPUs (IAFFIDs swapped, so order matters) on IRS 7, one ITS with two
+/// translate frames: the DT fixture's machine (dtb/host/gicv5.rs) in MADT
+/// form.
+fn gicv5_madt() -> Fixture {
+    madt(&[
+        gicc_v5(0, 1, 7, V5_MAINTENANCE),
+        gicc_v5(0x100, 0, 7, V5_MAINTENANCE),
+        irs(7, 0x2f1a_0000, 5),
+        its_config(3, 0x2f12_0000),
+        its_translate(3, 0, 0x2f13_0000),
+        its_translate(3, 1, 0x2f14_0000),
+    ])
+}
+
+#[test]
+fn a_gicv5_madt_gives_the_irs_the_cpus_with_their_iaffids_and_the_its_frames() {
+    let f = gicv5_madt();
+
+    let v5 = parse_host_acpi_gicv5(RSDP_ADDR, &f.mem())
+        .unwrap()
+        .expect("a GICv5");
+
+    assert_eq!(
+        v5.info,
+        crate::dtb::Gicv5Info {
+            irs: vec![crate::dtb::Gicv5Irs {
+                config: (0x2f1a_0000, 0x1_0000),
+                cpus: vec![(0, 1), (0x100, 0)],
+                its: vec![],
+            }],
+            maintenance_ppi: Some(25),
+        }
+    );
+    assert_eq!(
+        v5.its,
+        [AcpiGicv5Its {
+            translator_id: 3,
+            config: (0x2f12_0000, 0x1_0000),
+            translate_frames: vec![(0, (0x2f13_0000, 0x1_0000)), (1, (0x2f14_0000, 0x1_0000))],
+        }]
+    );
+}
+
+#[test]
+fn a_gicv5_acpi_host_stops_with_the_message_of_a_gicv5_dt_host() {
+    let e = gicv5_madt().parse().unwrap_err();
+
+    assert_eq!(e, AcpiError::Gicv5Host { irs: 1, cpus: 2 });
+    assert_eq!(
+        e.to_string(),
+        crate::dtb::DtbError::Gicv5Host { irs: 1, cpus: 2 }.to_string()
+    );
+    assert!(!e.to_string().contains("not supported"), "{e}");
+}
+
+#[test]
+fn a_gicv3_madt_has_no_gicv5() {
+    assert_eq!(parse_host_acpi_gicv5(RSDP_ADDR, &qemu().mem()), Ok(None));
+}
+
+#[test]
+fn malformed_gicv5_entries_are_refused_naming_the_field() {
+    let cpu = || gicc_v5(0, 0, 7, V5_MAINTENANCE);
+    let mut short_irs = irs(7, 0x2f1a_0000, 5);
+    short_irs[1] = 24;
+    short_irs.truncate(24);
+    let mut short_cpu = gicc(1, 0x100, 0, 25);
+    short_cpu[1] = 80;
+    let cases = [
+        (
+            vec![cpu(), short_irs],
+            "GICv5 IRS entry shorter than 32 bytes",
+        ),
+        (
+            vec![cpu(), irs(7, 0x2f1a_0000, 4)],
+            "GICv5 IRS entry: GIC Version is not 5",
+        ),
+        (
+            vec![cpu(), irs(7, 0, 5)],
+            "GICv5 IRS entry: Config Frame Base Address is 0",
+        ),
+        (
+            vec![cpu(), irs(7, 0x2f1a_0000, 5), irs(7, 0x2f1b_0000, 5)],
+            "two GICv5 IRS entries with the same IRS ID",
+        ),
+        (
+            vec![gicc_v5(0, 0, 8, V5_MAINTENANCE), irs(7, 0x2f1a_0000, 5)],
+            "GICC entry: IRS ID names no GICv5 IRS entry",
+        ),
+        (
+            vec![cpu(), short_cpu, irs(7, 0x2f1a_0000, 5)],
+            "GICC entry of a GICv5 host shorter than 88 bytes (no IAFFID and IRS ID)",
+        ),
+        (
+            vec![irs(7, 0x2f1a_0000, 5)],
+            "no enabled GICC entry",
+        ),
+        (
+            vec![cpu(), irs(7, 0x2f1a_0000, 5), its_config(3, 0)],
+            "GICv5 ITS Config Frame entry: Physical Base Address is 0",
+        ),
+        (
+            vec![
+                cpu(),
+                irs(7, 0x2f1a_0000, 5),
+                its_config(3, 0x2f12_0000),
+                its_config(3, 0x2f15_0000),
+            ],
+            "two GICv5 ITS Config Frame entries with the same Translator ID",
+        ),
+        (
+            vec![
+                cpu(),
+                irs(7, 0x2f1a_0000, 5),
+                its_config(3, 0x2f12_0000),
+                its_translate(4, 0, 0x2f13_0000),
+            ],
+            "GICv5 ITS Translate Frame entry: Linked Translator ID names no GICv5 ITS Config Frame entry",
+        ),
+        (
+            vec![cpu(), irs(7, 0x2f1a_0000, 5), its_translate(3, 0, 0)],
+            "GICv5 ITS Translate Frame entry: Physical Base Address is 0",
+        ),
+    ];
+    for (entries, what) in cases {
+        let f = madt(&entries);
+        assert_eq!(
+            parse_host_acpi_gicv5(RSDP_ADDR, &f.mem()),
+            Err(malformed(b"APIC", what)),
+            "{what}"
+        );
+        // The full parse refuses it the same way, not as a GICv5 host.
+        assert_eq!(f.parse(), Err(malformed(b"APIC", what)), "{what}");
+    }
+}
+
+#[test]
+fn iort_gicv5_iwb_nodes_are_read_and_a_bad_name_is_refused() {
+    // ITS group at 48 (24 bytes), then an IWB mapping to it.
+    let its = node(0, 1, &words(&[1, 0]), &[]);
+    let iwb_data = |name: &[u8]| {
+        let mut d = 0x2f00_0000u64.to_le_bytes().to_vec();
+        d.extend_from_slice(&3u16.to_le_bytes());
+        d.extend_from_slice(name);
+        d
+    };
+    let iwb = node(7, 0, &iwb_data(b"\\_SB.IWB0\0\0"), &[[0, 31, 0, 48, 0]]);
+    let f = iort(&[its.clone(), iwb]);
+
+    let parsed = f.parse().unwrap().iort.unwrap();
+
+    assert_eq!(
+        parsed.iwbs,
+        [IortIwb {
+            offset: 72,
+            base: 0x2f00_0000,
+            index: 3,
+            name: "\\_SB.IWB0".into(),
+            id_mappings: vec![IortIdMapping {
+                input_base: 0,
+                num_ids: 31,
+                output_base: 0,
+                output_ref: 48,
+                flags: 0,
+            }],
+        }]
+    );
+    assert_eq!(parsed.other_nodes, 0);
+
+    let unterminated = node(7, 0, &iwb_data(b"\\_SB.IWB0"), &[]);
+    assert_eq!(
+        iort(&[its, unterminated]).parse(),
+        Err(malformed(
+            b"IORT",
+            "IWB node: device name not NUL-terminated"
+        ))
     );
 }

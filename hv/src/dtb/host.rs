@@ -140,6 +140,33 @@ pub struct GicInfo {
     pub maintenance_intid: Option<u32>,
     /// (base, size) of each ITS (an enabled "arm,gic-v3-its" child).
     pub its: Vec<(u64, u64)>,
+    /// What the GIC is and offers (`gichost`): from the description when
+    /// parsed, refined by the ID registers the platform reads at boot.
+    pub found: crate::gichost::GicFound,
+}
+
+impl GicInfo {
+    /// A GICv3 (or v4) as a host description gives it; `found` from the
+    /// description alone until the platform reads the ID registers.
+    pub fn described(
+        dist: (u64, u64),
+        redist_regions: Vec<(u64, u64)>,
+        redist_stride: Option<u64>,
+        maintenance_intid: Option<u32>,
+        its: Vec<(u64, u64)>,
+    ) -> GicInfo {
+        let mut gic = GicInfo {
+            version: 3,
+            dist,
+            redist_regions,
+            redist_stride,
+            maintenance_intid,
+            its,
+            found: crate::gichost::GicFound::default(),
+        };
+        gic.found = crate::gichost::GicFound::from_description(&gic);
+        gic
+    }
 }
 
 /// Architected timer interrupts as INTIDs (PPI n is INTID 16 + n).
@@ -564,14 +591,13 @@ fn parse_gic(tree: &Tree, gic: usize) -> Result<GicInfo, DtbError> {
         .gic_interrupts(gic, gic)?
         .first()
         .map(|&(intid, _)| intid);
-    Ok(GicInfo {
-        version: 3,
-        dist: reg[0],
-        redist_regions: reg[1..=regions].to_vec(),
-        redist_stride: tree.u64_prop(gic, "redistributor-stride")?,
+    Ok(GicInfo::described(
+        reg[0],
+        reg[1..=regions].to_vec(),
+        tree.u64_prop(gic, "redistributor-stride")?,
         maintenance_intid,
-        its: its_nodes(tree, gic).map(|(_, reg)| reg).collect(),
-    })
+        its_nodes(tree, gic).map(|(_, reg)| reg).collect(),
+    ))
 }
 
 fn parse_timer(tree: &Tree, gic: usize) -> Result<Option<TimerPpis>, DtbError> {
@@ -2014,6 +2040,7 @@ mod tests {
             lifecycle: Default::default(),
             config_store: None,
             api_tls: true,
+            gic: pinfold_config::GicSetting::Auto,
         }]
     }
 

@@ -74,6 +74,11 @@ pub trait Backend {
     /// (ABI 2.2) Milliseconds since the Unix epoch, from the hypervisor's
     /// clock (Hermit has none of its own on aarch64).
     fn wall_clock_ms(&mut self) -> Result<u64, CallError>;
+    /// (ABI 3.3) The host's GIC as found and each partition's interrupt
+    /// controller interface (GIC_INFO). The default: the call is missing.
+    fn gic_info(&mut self) -> Result<pinfold_abi::GicReport, CallError> {
+        Err(UNSUPPORTED)
+    }
 
     // (ABI 3.0) Run-time partitions and images. The defaults refuse
     // (NOT_SUPPORTED) so a fake needs only what its tests use.
@@ -411,6 +416,11 @@ impl<H: Hypercall> Backend for HvcBackend<H> {
     fn resources(&mut self) -> Result<Resources, CallError> {
         let buf = self.whole_buffer();
         self.payload(Request::Resources { buf })
+    }
+
+    fn gic_info(&mut self) -> Result<pinfold_abi::GicReport, CallError> {
+        let buf = self.whole_buffer();
+        self.payload(Request::GicInfo { buf })
     }
 }
 

@@ -159,6 +159,9 @@ pub fn export(
             out.push_str(&format!("pci = [{}]\n", functions.join(", ")));
         }
         out.push_str(&format!("pmu = {}\n", plan.pmu));
+        if plan.gic != pinfold_config::GicSetting::Auto {
+            out.push_str(&format!("gic = {}\n", quote(plan.gic.name())));
+        }
         if let Some(url) = &plan.config_store {
             out.push_str(&format!("config_store = {}\n", quote(url)));
         }
@@ -365,7 +368,7 @@ pub enum Step {
 
 /// The first field (as the TOML names it) in which `a` and `b` differ.
 pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static str> {
-    let fields: [(&'static str, bool); 21] = [
+    let fields: [(&'static str, bool); 22] = [
         ("name", a.name == b.name),
         ("cpus", a.cpus == b.cpus),
         ("memory", a.ram_size == b.ram_size),
@@ -396,6 +399,7 @@ pub fn first_difference(a: &PartitionPlan, b: &PartitionPlan) -> Option<&'static
         ("devices", a.devices == b.devices),
         ("config_store", a.config_store == b.config_store),
         ("api_tls", a.api_tls == b.api_tls),
+        ("gic", a.gic == b.gic),
     ];
     fields
         .iter()

@@ -20,6 +20,53 @@ pub struct Host {
     #[serde(default)]
     pub time: Option<String>,
     pub cpus: Vec<Cpu>,
+    /// (ABI 3.3) The GIC as the hypervisor found it; null from a
+    /// hypervisor without GIC_INFO.
+    #[serde(default)]
+    pub gic: Option<GicHost>,
+}
+
+/// The host's GIC in `GET /api/v1/host`: what the hardware offers (its ID
+/// registers, read at boot), not whether Pinfold uses each feature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GicHost {
+    /// 3, 4 or 5.
+    pub version: u8,
+    /// "v3", "v4.0", "v4.1" or "v5".
+    pub revision: String,
+    pub its_count: u32,
+    pub lpis: bool,
+    pub direct_vlpi: bool,
+    pub direct_vsgi: bool,
+    /// false: from the host description only (the ID registers were not
+    /// read).
+    pub probed: bool,
+    /// GICv5 only (null otherwise): IRSes.
+    pub irs_count: Option<u32>,
+    /// GICv5 only (null otherwise): FEAT_GCIE_LEGACY.
+    pub gcie_legacy: Option<bool>,
+}
+
+impl From<&pinfold_abi::GicHost> for GicHost {
+    fn from(g: &pinfold_abi::GicHost) -> GicHost {
+        let v5 = g.version == 5;
+        GicHost {
+            version: g.version,
+            revision: String::from(match (g.version, g.v4_1) {
+                (5, _) => "v5",
+                (4, true) => "v4.1",
+                (4, false) => "v4.0",
+                _ => "v3",
+            }),
+            its_count: g.its_count,
+            lpis: g.lpis,
+            direct_vlpi: g.direct_vlpi,
+            direct_vsgi: g.direct_vsgi,
+            probed: g.probed,
+            irs_count: v5.then_some(g.irs_count),
+            gcie_legacy: v5.then_some(g.gcie_legacy),
+        }
+    }
 }
 
 /// One physical CPU and the partition that owns it (`None` = nobody).
@@ -95,6 +142,10 @@ pub struct Partition {
     /// Its last crash, if it crashed since the hypervisor started.
     #[serde(default)]
     pub last_crash: Option<LastCrash>,
+    /// (ABI 3.3) The interrupt controller interface it got ("gicv3",
+    /// "gicv5"); null from a hypervisor without GIC_INFO.
+    #[serde(default)]
+    pub gic_interface: Option<String>,
 }
 
 /// Why and when a partition last crashed.
@@ -236,6 +287,7 @@ impl From<&PartitionSummary> for Partition {
                 time: c.unix_ms.map(crate::time::rfc3339),
                 reason: c.reason.clone(),
             }),
+            gic_interface: None,
         }
     }
 }
@@ -286,6 +338,7 @@ impl Host {
             ram_bytes: info.ram_bytes,
             uptime_ms: info.uptime_ns / NS_PER_MS,
             time: None,
+            gic: None,
             cpus: info
                 .cpus
                 .iter()
@@ -377,6 +430,14 @@ pub struct Config {
     /// PCI functions assigned to it (`"0000:00:02.0"`), as the plan's `pci`.
     #[serde(default)]
     pub pci: Vec<String>,
+    /// The interrupt controller interface asked for: "auto", "v3", "v5"
+    /// (the plan's `gic`).
+    #[serde(default = "gic_auto")]
+    pub gic: String,
+}
+
+fn gic_auto() -> String {
+    String::from("auto")
 }
 
 /// `GET /api/v1/resources`.
@@ -597,6 +658,7 @@ impl Config {
                 })
                 .collect(),
             pci: plan.pci.iter().map(ToString::to_string).collect(),
+            gic: String::from(plan.gic.name()),
         }
     }
 }

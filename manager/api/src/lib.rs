@@ -452,6 +452,14 @@ impl ApiError {
     }
 }
 
+/// Partition `index`'s interface name in a GIC_INFO report ("gicv3").
+fn interface_of(gic: Option<&pinfold_abi::GicReport>, index: u32) -> Option<String> {
+    gic?.partitions
+        .iter()
+        .find(|p| p.index == index)
+        .map(|p| p.interface.name().to_string())
+}
+
 fn json_response<T: serde::Serialize>(status: u16, value: &T) -> Response {
     match serde_json::to_vec(value) {
         Ok(body) => Response::new(status, JSON, body),
@@ -1103,6 +1111,12 @@ impl<B: Backend> Router<B> {
                 let mut host = json::Host::new(&info, abi, &parts);
                 // A hypervisor without the call (ABI < 2.2) or a clock: null.
                 host.time = self.backend.wall_clock_ms().ok().map(time::rfc3339);
+                // A hypervisor without GIC_INFO (ABI < 3.3): null.
+                host.gic = self
+                    .backend
+                    .gic_info()
+                    .ok()
+                    .map(|g| json::GicHost::from(&g.host));
                 Ok(json_response(200, &host))
             }
             Action::GetHostPci => {
@@ -1123,8 +1137,10 @@ impl<B: Backend> Router<B> {
             }
             Action::ListPartitions => {
                 let mut partitions = Vec::new();
+                let gic = self.backend.gic_info().ok();
                 for p in self.partitions()? {
                     let mut json = json::Partition::from(&p);
+                    json.gic_interface = interface_of(gic.as_ref(), p.index);
                     // Its config, when the hypervisor hands out plans (3.0).
                     json.config = self
                         .backend
@@ -1141,7 +1157,10 @@ impl<B: Backend> Router<B> {
                     .backend
                     .detail(index)
                     .map_err(|e| ApiError::from_call(e, &name))?;
-                let mut resp = json_response(200, &json::PartitionDetailJson::from(&detail));
+                let mut body = json::PartitionDetailJson::from(&detail);
+                body.summary.gic_interface =
+                    interface_of(self.backend.gic_info().ok().as_ref(), index);
+                let mut resp = json_response(200, &body);
                 resp.headers.push(("ETag", runtime::etag(&detail.plan)));
                 Ok(resp)
             }

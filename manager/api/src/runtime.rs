@@ -68,6 +68,9 @@ pub struct ConfigPatch {
     /// PCI functions (`"SSSS:BB:DD.F"`), checked by the hypervisor against
     /// every partition's functions and windows.
     pub pci: Option<Vec<pinfold_config::PciAddress>>,
+    /// The interrupt controller interface asked for; the hypervisor checks
+    /// it against the host's GIC.
+    pub gic: Option<pinfold_config::GicSetting>,
 }
 
 /// The JSON keys a config request may have, in the contract's order.
@@ -86,6 +89,7 @@ const CONFIG_KEYS: &[&str] = &[
     "shutdown_timeout_s",
     "devices",
     "pci",
+    "gic",
 ];
 
 /// The plan field (as the TOML check names it) a JSON key sets.
@@ -186,6 +190,12 @@ impl ConfigPatch {
                         bad,
                         "a list of {name, mmio, spis, compatible, host_node}",
                     )?)
+                }
+                "gic" => {
+                    let setting = value.as_str().and_then(pinfold_config::GicSetting::parse);
+                    patch.gic = Some(setting.ok_or_else(|| {
+                        bad(&format!("{value} is not \"auto\", \"v3\" or \"v5\""))
+                    })?)
                 }
                 "pci" => {
                     let list: Vec<Value> = typed(value, bad, "a list of \"SSSS:BB:DD.F\" strings")?;
@@ -291,6 +301,9 @@ impl ConfigPatch {
         }
         if let Some(pci) = self.pci {
             plan.pci = pci;
+        }
+        if let Some(gic) = self.gic {
+            plan.gic = gic;
         }
         Ok(plan)
     }

@@ -277,6 +277,26 @@ impl Backend for FakeBackend {
         })
     }
 
+    fn gic_info(&mut self) -> Result<pinfold_abi::GicReport, CallError> {
+        Ok(pinfold_abi::GicReport {
+            host: pinfold_abi::GicHost {
+                version: 3,
+                its_count: 1,
+                lpis: true,
+                probed: true,
+                ..Default::default()
+            },
+            partitions: self
+                .partitions
+                .iter()
+                .map(|p| pinfold_abi::PartitionGic {
+                    index: p.index,
+                    interface: pinfold_abi::GicInterface::Gicv3,
+                })
+                .collect(),
+        })
+    }
+
     fn partitions(&mut self) -> Result<Vec<PartitionSummary>, CallError> {
         match self.fail_list {
             Some(err) => Err(err),
@@ -785,10 +805,13 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
     assert_eq!(resp.content_type, "application/json");
     assert_eq!(
         body_json(&resp),
-        json!({"version":"0.1.0","abi_version":"3.2","gic_version":3,"cpu_count":4,
+        json!({"version":"0.1.0","abi_version":"3.3","gic_version":3,"cpu_count":4,
                "ram_bytes":2147483648u64,"uptime_ms":12345,"time":"2026-12-01T13:45:00Z",
                "cpus":[{"cpu":0,"partition":"mgmt"},{"cpu":1,"partition":"alpha"},
-                       {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}]})
+                       {"cpu":2,"partition":"beta"},{"cpu":3,"partition":null}],
+               "gic":{"version":3,"revision":"v3","its_count":1,"lpis":true,
+                      "direct_vlpi":false,"direct_vsgi":false,"probed":true,
+                      "irs_count":null,"gcie_legacy":null}})
     );
 }
 
@@ -826,10 +849,11 @@ fn partitions_list_has_the_contract_fields() {
         body_json(&resp)["partitions"][1],
         json!({"name":"alpha","state":"running","cpus":[9],"ram_bytes":268435456,
                "uptime_ms":5000,"boot_count":1,"management":false,
-               "state_since":null,"restarts":0,"last_crash":null,
+               "state_since":null,"restarts":0,"last_crash":null,"gic_interface":"gicv3",
                "config":{"cpus":[9],"memory_mib":256,"kernel":"0","kernel_format":"linux",
                          "initrd":null,"bootargs":"","autostart":false,"restart":"never",
-                         "restart_limit":0,"watchdog_s":0,"shutdown_timeout_s":30,"devices":[],"pci":[]}})
+                         "restart_limit":0,"watchdog_s":0,"shutdown_timeout_s":30,"devices":[],
+                         "pci":[],"gic":"auto"}})
     );
 }
 
@@ -2361,6 +2385,9 @@ mod hvc {
         fn host_info(&self) -> HostInfo {
             FakeBackend::new().host_info().expect("fake")
         }
+        fn gic_info(&self) -> Option<pinfold_abi::GicReport> {
+            FakeBackend::new().gic_info().ok()
+        }
         fn partitions(&self) -> Vec<PartitionSummary> {
             self.0.partitions.clone()
         }
@@ -2464,8 +2491,10 @@ mod hvc {
 
         let resp = r.handle(&get("/api/v1/host"));
 
-        assert_eq!(body_json(&resp)["abi_version"], "3.2");
+        assert_eq!(body_json(&resp)["abi_version"], "3.3");
         assert_eq!(body_json(&resp)["time"], "2026-12-01T13:45:00Z");
+        assert_eq!(body_json(&resp)["gic"]["revision"], "v3");
+        assert_eq!(body_json(&resp)["gic"]["its_count"], 1);
         assert_eq!(body_json(&resp)["cpus"][1]["partition"], "alpha");
     }
 

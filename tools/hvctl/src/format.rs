@@ -290,6 +290,7 @@ mod tests {
             state_since: None,
             restarts: 0,
             last_crash: None,
+            gic_interface: Some("gicv3".into()),
         }
     }
 

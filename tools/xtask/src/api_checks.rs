@@ -434,13 +434,53 @@ pub fn api_list(stack: &mut Stack) -> Outcome {
     check_listed(&list, "alpha", &[1])?;
     check_listed(&list, "beta", &[2, 3])?;
     let clock = check_clock()?;
+    let host = call_json(&Request::get("/api/v1/host"), 200)?;
+    let gic = check_gic(&host, &list)?;
     Ok(vec![
         format!(
             "first answer from the manager {:.1} s after QEMU start; alpha on [1], beta on [2, 3], both running",
             first.as_secs_f64()
         ),
         clock,
+        gic,
     ])
+}
+
+/// The GIC the hypervisor found on QEMU `virt,gic-version=3` (its ID
+/// registers, GIC_INFO): a GICv3 with one ITS and LPIs, no direct vLPI or
+/// vSGI injection, read at boot; every partition got the GICv3 interface
+/// and asked for `auto` (the default plan sets no `gic`).
+pub fn check_gic(host: &Value, list: &Value) -> Result<String, String> {
+    let gic = &host["gic"];
+    let want = serde_json::json!({
+        "version": 3, "revision": "v3", "its_count": 1, "lpis": true,
+        "direct_vlpi": false, "direct_vsgi": false, "probed": true,
+        "irs_count": null, "gcie_legacy": null
+    });
+    if *gic != want {
+        return Err(format!("/api/v1/host gic is {gic}, want {want}"));
+    }
+    if host["gic_version"] != 3 {
+        return Err(format!(
+            "/api/v1/host gic_version is {}",
+            host["gic_version"]
+        ));
+    }
+    let parts = list["partitions"]
+        .as_array()
+        .ok_or_else(|| format!("no partitions in {list}"))?;
+    for p in parts {
+        let (name, interface, asked) = (&p["name"], &p["gic_interface"], &p["config"]["gic"]);
+        if interface != "gicv3" || asked != "auto" {
+            return Err(format!(
+                "partition {name}: gic_interface {interface}, config.gic {asked} (want \"gicv3\", \"auto\")"
+            ));
+        }
+    }
+    Ok(format!(
+        "GIC found: GICv3 (v3), 1 ITS, LPIs, no direct vLPI/vSGI; {} partitions on the gicv3 interface",
+        parts.len()
+    ))
 }
 
 /// How far the manager's clock may be from the host's.

@@ -339,9 +339,11 @@ pub enum IsolationCheck {
     Other(XtaskError),
 }
 
-/// Runs the hypervisor's own boot-time isolation check on the build host:
-/// the DTB goes through `pinfold_hv::dtb::parse_host_dtb` and
-/// `host_resources`, the payload's plan through `Plan::decode`, then
+/// Runs the hypervisor's own boot-time checks of the plan against the host
+/// on the build host: the DTB goes through `pinfold_hv::dtb::parse_host_dtb`
+/// and `host_resources`, the payload's plan through `Plan::decode`, then
+/// each partition's `gic` through `pinfold_hv::gichost::check_plan` (a
+/// refusal is a `ConfigError` naming the partition and `gic`) and
 /// `check_isolation`. The hypervisor's own RAM ranges are not known before
 /// boot (its load address is firmware's choice), so only its console UART
 /// stands for it here; the boot-time check adds the image, heap and DTB.
@@ -355,6 +357,13 @@ pub fn check_plan_isolation(dtb: &[u8], payload: &[u8]) -> Result<(), IsolationC
     let info = pinfold_hv::dtb::parse_host_dtb(dtb).map_err(|e| bad(e.to_string()))?;
     let plan = pinfold_config::Plan::decode(payload)
         .map_err(|e| IsolationCheck::Other(XtaskError::Provision(format!("payload: {e:?}"))))?;
+    // Each partition's `gic` against the board's GIC, as `Partition::build`
+    // checks it at boot (the description only: no ID register is read here).
+    pinfold_hv::gichost::check_plan(&plan.partitions, &info.gic.found).map_err(|rejection| {
+        IsolationCheck::Other(XtaskError::Config(pinfold_config::ConfigError::Partition(
+            rejection,
+        )))
+    })?;
     let host = pinfold_hv::dtb::host_resources(&info, &[]);
     pinfold_config::isolation::check_isolation(&plan.partitions, &host)
         .map_err(IsolationCheck::Isolation)
@@ -494,6 +503,38 @@ mod tests {
             "partition \"alpha\": device[0].mmio[0]: range 0x50000000+0x1000 overlaps host RAM \
              at 0x40000000+0x80000000"
         );
+    }
+
+    #[test]
+    fn plan_asking_for_gic_v5_on_the_gicv3_board_fails_naming_gic() {
+        let dir = std::env::temp_dir().join(format!("xtask-gic-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("raw"), b"a raw kernel").unwrap();
+        let plan = |gic: &str| {
+            let text = format!(
+                "[board]\nname = \"qemu-virt\"\ncpus = 4\nmemory = \"2GiB\"\n\
+                 [[partition]]\nname = \"alpha\"\ncpus = [1]\nmemory = \"64MiB\"\n\
+                 kernel = \"raw\"\ngic = \"{gic}\"\n"
+            );
+            pinfold_config::parse(&text)
+                .unwrap()
+                .build_payload(&dir)
+                .unwrap()
+        };
+
+        let Err(IsolationCheck::Other(error)) = check_plan_isolation(QEMU_VIRT_DTB, &plan("v5"))
+        else {
+            panic!("gic = \"v5\" must be refused on a GICv3 board");
+        };
+        assert_eq!(
+            error.to_string(),
+            "invalid config: partition \"alpha\": gic: gic = \"v5\" needs a GICv5 host; \
+             this host has a GICv3"
+        );
+        for ok in ["auto", "v3"] {
+            let checked = check_plan_isolation(QEMU_VIRT_DTB, &plan(ok));
+            assert!(checked.is_ok(), "{ok}: {checked:?}");
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ const FIELD_INPUT: Record<string, string> = {
   shutdown_timeout: 'shutdown_timeout_s',
   shutdown_timeout_s: 'shutdown_timeout_s',
   pci: 'pci',
+  gic: 'gic',
 };
 
 /** The form's input for a manager field: `pci[1]` is the PCI functions input. */
@@ -150,6 +151,7 @@ export function partitionForm(editing: string | null): View {
     field('restart_limit', 'Restart limit', num(), 'restarts at most (with a policy that restarts)'),
     field('watchdog_s', 'Watchdog (s)', num(), '0 = off'),
     field('shutdown_timeout_s', 'Shutdown timeout (s)', num(), 'then a hard stop'),
+    field('gic', 'Interrupt controller', select([['auto', 'auto (the host’s native kind)'], ['v3', 'GICv3'], ['v5', 'GICv5']]), 'checked against the host’s GIC'),
     field('pci', 'PCI functions', text({ placeholder: '0000:00:03.0' }), 'segment:bus:device.function, comma-separated; empty = none', undefined, 'field field-wide'),
     field('autostart', 'Start now and at boot', h('input', { type: 'checkbox' }), undefined, undefined, 'field field-check'),
     formError,
@@ -226,6 +228,7 @@ export function partitionForm(editing: string | null): View {
       watchdog_s: int('watchdog_s'),
       shutdown_timeout_s: int('shutdown_timeout_s'),
       pci: parsePci(get('pci').value),
+      gic: get('gic').value,
     };
   }
 
@@ -244,6 +247,7 @@ export function partitionForm(editing: string | null): View {
     get('watchdog_s').value = String(c.watchdog_s);
     get('shutdown_timeout_s').value = String(c.shutdown_timeout_s);
     get('pci').value = (c.pci ?? []).join(', ');
+    get('gic').value = c.gic ?? 'auto';
   }
 
   form.addEventListener('submit', async (ev) => {
@@ -292,7 +296,7 @@ export function partitionForm(editing: string | null): View {
 
   // Defaults, then what is there: images, free CPUs, and the partition being edited.
   // The manager's defaults for a new partition (LifecyclePlan::default).
-  load('', { cpus: [], memory_mib: 256, kernel: null, kernel_format: 'linux', initrd: null, bootargs: 'console=ttyAMA0', autostart: false, restart: 'never', restart_limit: 0, watchdog_s: 0, shutdown_timeout_s: 30, devices: [], pci: [] });
+  load('', { cpus: [], memory_mib: 256, kernel: null, kernel_format: 'linux', initrd: null, bootargs: 'console=ttyAMA0', autostart: false, restart: 'never', restart_limit: 0, watchdog_s: 0, shutdown_timeout_s: 30, devices: [], pci: [], gic: 'auto' });
   get('cpus').value = '';
   void (async () => {
     try {

@@ -14,6 +14,23 @@ export function stat(label: string, field: string): [HTMLElement, HTMLElement] {
   return [h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, label), value), value];
 }
 
+/** The GIC's features as the host view reports them (ABI 3.3's GIC_INFO); '–' without. */
+export function gicFeatures(host: Host): string {
+  const g = host.gic;
+  if (!g) return '–';
+  const yes = (b: boolean) => (b ? 'yes' : 'no');
+  const parts = [
+    `ITS ${g.its_count}`,
+    `LPIs ${yes(g.lpis)}`,
+    `direct vLPI ${yes(g.direct_vlpi)}`,
+    `direct vSGI ${yes(g.direct_vsgi)}`,
+  ];
+  if (g.irs_count !== null) parts.push(`IRS ${g.irs_count}`);
+  if (g.gcie_legacy !== null) parts.push(`GCIE_LEGACY ${yes(g.gcie_legacy)}`);
+  if (!g.probed) parts.push('(from the host description only)');
+  return parts.join(' · ');
+}
+
 /** The host's CPUs as tiles coloured by owning partition. */
 export function renderCpuMap(el: HTMLElement, host: Host, parts: readonly PartitionSummary[]): void {
   const tiles = host.cpus
@@ -46,6 +63,8 @@ export function renderCpuMap(el: HTMLElement, host: Host, parts: readonly Partit
 export function overviewView(): View {
   const [verStat, ver] = stat('Hypervisor', 'version');
   const [gicStat, gic] = stat('Interrupt controller', 'gic_version');
+  // A sentence, not a figure: below the stats strip, where it can wrap.
+  const gicFeat = h('p', { class: 'hint muted', 'data-field': 'gic_features' }, '–');
   const [cpuStat, cpus] = stat('CPUs', 'cpu_count');
   const [ramStat, ram] = stat('RAM', 'ram_bytes');
   const [upStat, up] = stat('Uptime', 'uptime');
@@ -60,6 +79,8 @@ export function overviewView(): View {
     { class: 'card', 'data-testid': 'host' },
     h('header', { class: 'card-head' }, h('h2', {}, 'Host')),
     h('div', { class: 'stats' }, verStat, gicStat, cpuStat, ramStat, upStat),
+    h('h3', { class: 'subhead' }, 'GIC features'),
+    gicFeat,
     h('h3', { class: 'subhead' }, 'CPU ownership'),
     cpuMap,
   );
@@ -86,6 +107,7 @@ export function overviewView(): View {
             h('th', { class: 'num' }, 'RAM'),
             h('th', { class: 'num' }, 'Uptime'),
             h('th', { class: 'num' }, 'Boots'),
+            h('th', {}, 'GIC'),
             h('th', { class: 'right' }, 'Actions'),
           ),
         ),
@@ -108,6 +130,7 @@ export function overviewView(): View {
         h('td', { class: 'num', 'data-label': 'RAM' }),
         h('td', { class: 'num', 'data-label': 'Uptime' }),
         h('td', { class: 'num', 'data-field': 'boot_count', 'data-label': 'Boots' }),
+        h('td', { class: 'mono', 'data-field': 'gic_interface', 'data-label': 'GIC' }),
       ];
       const link = h('a', { href: `#/partitions/${encodeURIComponent(p.name)}`, class: 'plink' }, h('span', { class: 'swatch' }), p.name);
       const tr = h(
@@ -119,6 +142,7 @@ export function overviewView(): View {
         cells[1],
         cells[2],
         cells[3],
+        cells[4],
         h('td', { class: 'right cell-actions', 'data-label': 'Actions' }, bar.el),
       );
       r = { tr, cells, state, bar };
@@ -133,7 +157,8 @@ export function overviewView(): View {
     const [host, parts] = await Promise.all([api.host(signal), api.partitions(signal)]);
     latestParts = parts;
     setText(ver, `${host.version} · ABI ${host.abi_version}`);
-    setText(gic, `GICv${host.gic_version}`);
+    setText(gic, host.gic ? `GICv${host.gic.version} (${host.gic.revision})` : `GICv${host.gic_version}`);
+    setText(gicFeat, gicFeatures(host));
     setText(cpus, String(host.cpu_count));
     setText(ram, bytes(host.ram_bytes));
     setText(up, duration(host.uptime_ms));
@@ -150,6 +175,7 @@ export function overviewView(): View {
       setText(r.cells[1], bytes(p.ram_bytes));
       setText(r.cells[2], p.uptime_ms > 0 ? duration(p.uptime_ms) : '–');
       setText(r.cells[3], String(p.boot_count));
+      setText(r.cells[4], p.gic_interface ?? '–');
       r.bar.update(p);
       ordered.push(r.tr);
     }

@@ -38,6 +38,7 @@ export function partitionView(name: string): View {
   const [ramStat, ram] = stat('RAM', 'ram_bytes');
   const [mapStat, map] = stat('vCPU → pCPU', 'cpu_map');
   const [restartsStat, restarts] = stat('Policy restarts', 'restarts');
+  const [gicStat, gic] = stat('Interrupt controller', 'gic_interface');
   const error = h('div', { class: 'notice notice-error', hidden: true, role: 'alert' });
   const crashNotice = h('div', { class: 'notice notice-error', hidden: true, role: 'status', 'data-testid': 'crash-notice' });
   const editBtn = h('a', { class: 'btn', href: `#/partitions/${encodeURIComponent(name)}/edit`, hidden: true, 'data-testid': 'edit-partition' }, 'Edit');
@@ -110,7 +111,7 @@ export function partitionView(name: string): View {
     ),
     error,
     crashNotice,
-    h('section', { class: 'card' }, h('div', { class: 'stats' }, upStat, bootStat, faultStat, restartsStat, ramStat, mapStat)),
+    h('section', { class: 'card' }, h('div', { class: 'stats' }, upStat, bootStat, faultStat, restartsStat, ramStat, mapStat, gicStat)),
     h(
       'div',
       { class: 'split' },
@@ -171,6 +172,7 @@ export function partitionView(name: string): View {
     faults.classList.toggle('value-bad', p.faults > 0);
     setText(ram, bytes(p.ram_bytes));
     setText(map, p.vcpus.map((v) => `${v.vcpu}→${v.cpu}`).join('  ') || '–');
+    setText(gic, `${p.gic_interface ?? '–'}${p.config?.gic ? ` (asked: ${p.config.gic})` : ''}`);
 
     fill(
       vcpuBody,

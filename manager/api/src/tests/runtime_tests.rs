@@ -107,12 +107,40 @@ fn create_is_201_stopped_with_location_config_and_etag() {
         body["config"],
         json!({"cpus":[1,3],"memory_mib":256,"kernel":k,"kernel_format":"linux","initrd":i,
                "bootargs":"console=ttyAMA0","autostart":false,"restart":"on-crash",
-               "restart_limit":3,"watchdog_s":5,"shutdown_timeout_s":10,"devices":[],"pci":[]})
+               "restart_limit":3,"watchdog_s":5,"shutdown_timeout_s":10,"devices":[],"pci":[],
+               "gic":"auto"})
     );
     let plan = r.backend().plans.values().next().expect("a plan").clone();
     assert_eq!(plan.ram_size, 256 << 20);
     assert_eq!(plan.lifecycle.watchdog_s, 5);
     assert_eq!(resp.header("ETag"), Some(runtime::etag(&plan).as_str()));
+}
+
+#[test]
+fn create_takes_gic_and_refuses_a_value_that_is_no_interface_naming_gic() {
+    let (mut r, k, _) = with_images();
+
+    let bad = r.handle(&post(
+        "/api/v1/partitions",
+        &format!(r#"{{"name":"gamma","cpus":[1],"memory_mib":256,"kernel":"{k}","gic":"v4"}}"#),
+    ));
+    assert_eq!(bad.status, 400, "{}", text(&bad));
+    let body = body_json(&bad);
+    assert_eq!(body["field"], "gic");
+    assert_eq!(
+        body["detail"],
+        "partition \"gamma\": gic: \"v4\" is not \"auto\", \"v3\" or \"v5\""
+    );
+    assert!(r.backend().plans.is_empty(), "nothing created");
+
+    let ok = r.handle(&post(
+        "/api/v1/partitions",
+        &format!(r#"{{"name":"gamma","cpus":[1],"memory_mib":256,"kernel":"{k}","gic":"v3"}}"#),
+    ));
+    assert_eq!(ok.status, 201, "{}", text(&ok));
+    assert_eq!(body_json(&ok)["config"]["gic"], "v3");
+    let plan = r.backend().plans.values().next().expect("a plan").clone();
+    assert_eq!(plan.gic, pinfold_config::GicSetting::V3);
 }
 
 fn create_with_pci(name: &str, cpus: &str, kernel: &str, pci: &str) -> String {
