@@ -406,22 +406,12 @@ pub fn assign(
             for b in &f.bars {
                 let addr = f.fixed_bar(b.reg).unwrap_or(0);
                 let size = b.size.max(PAGE);
-                let window = bridge
-                    .ranges
-                    .iter()
-                    .find(|r| addr >= r.pci_addr && addr + size <= r.pci_addr + r.size)
-                    .map(|r| PciRange {
-                        pci_addr: addr,
-                        cpu_addr: r.cpu_addr + (addr - r.pci_addr),
+                let window = fixed_window(bridge, addr, size).ok_or_else(|| {
+                    err(AssignProblem::NoRoom {
+                        space: b.space,
                         size,
-                        ..*r
                     })
-                    .ok_or_else(|| {
-                        err(AssignProblem::NoRoom {
-                            space: b.space,
-                            size,
-                        })
-                    })?;
+                })?;
                 let cpu = window.cpu_addr;
                 if taken
                     .iter()
@@ -618,7 +608,7 @@ pub fn add_vfs(
         if num == 0 {
             continue;
         }
-        match crate::sriov::enable(cfg, &found[i].clone(), &s, num, bridge, &mut taken) {
+        match crate::sriov::enable(cfg, &found[i], &s, num, bridge, &mut taken) {
             Ok(vfs) => {
                 let first = &vfs[0];
                 let mut bars = alloc::string::String::new();
@@ -638,21 +628,30 @@ pub fn add_vfs(
     }
 }
 
+/// The window of the bridge range holding `size` bytes at bus address
+/// `addr` (a VF's fixed BAR), with its CPU address.
+fn fixed_window(bridge: &PcieInfo, addr: u64, size: u64) -> Option<PciRange> {
+    bridge
+        .ranges
+        .iter()
+        .find(|r| addr >= r.pci_addr && addr + size <= r.pci_addr + r.size)
+        .map(|r| PciRange {
+            pci_addr: addr,
+            cpu_addr: r.cpu_addr + (addr - r.pci_addr),
+            size,
+            ..*r
+        })
+}
+
 /// The CPU ranges of every VF's BARs in `host` (each a page at least).
 pub fn vf_apertures(host: &[HostFunction], bridge: &PcieInfo) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for f in host {
         for b in &f.bars {
-            let Some(addr) = f.fixed_bar(b.reg) else {
-                continue;
-            };
-            if let Some(r) = bridge
-                .ranges
-                .iter()
-                .find(|r| addr >= r.pci_addr && addr < r.pci_addr + r.size)
-            {
-                out.push((r.cpu_addr + (addr - r.pci_addr), b.size.max(PAGE)));
-            }
+            let window = f
+                .fixed_bar(b.reg)
+                .and_then(|addr| fixed_window(bridge, addr, b.size.max(PAGE)));
+            out.extend(window.map(|w| (w.cpu_addr, w.size)));
         }
     }
     out
