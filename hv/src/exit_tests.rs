@@ -452,6 +452,18 @@ fn system_with_functions_its(
     pci_functions: Vec<crate::vpci::HostFunction>,
     its: Option<crate::its::HostIts>,
 ) -> &'static System {
+    system_and_tables(change, wall_clock, resources, host, pci_functions, its).0
+}
+
+/// [`system_with_functions_its`], and the memory its stage-2 tables are in.
+fn system_and_tables(
+    change: impl FnOnce(&mut Plan),
+    wall_clock: Option<crate::clock::WallClock>,
+    resources: pinfold_config::isolation::HostResources,
+    host: HostInfo,
+    pci_functions: Vec<crate::vpci::HostFunction>,
+    its: Option<crate::its::HostIts>,
+) -> (&'static System, FakeTables) {
     let mut plan = Plan {
         partitions: vec![
             partition_plan("alpha", &[1, 2], false),
@@ -497,7 +509,7 @@ fn system_with_functions_its(
     for p in sys.partitions() {
         p.set_state(State::Running, 0);
     }
-    sys
+    (sys, tables)
 }
 
 #[path = "runtime_tests.rs"]

@@ -17,7 +17,9 @@
 //!   never when an LPI is delivered (`LpiRoutes` is read lock-free).
 //!
 //! Which partitions get a vITS (their ECAM filter's `msi_doorbell` and the
-//! DT's ITS node and `msi-map`) is [`vits_wanted`].
+//! DT's ITS node and `msi-map`), and how their devices' MSIs reach the
+//! physical translater (directly, or through the SMMU's stage 2), is
+//! [`msi_path`].
 
 use crate::exit::Hw;
 use crate::lockstat::{CountedLock, LockPath};
@@ -28,6 +30,8 @@ use crate::vgic::pits::{
 use crate::vgic::vits::{PhysCmd, QueueMemory, Vits, VitsError, VitsLimits, VitsSink};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::fmt;
+use pinfold_vboard::GUEST_ITS_DOORBELL;
 
 /// The physical ITS's command queue and the memory ITTs come from, as the
 /// platform drives them (`drivers::gicv3_its`); a fake in the tests.
@@ -99,15 +103,95 @@ impl PartitionVits {
     }
 }
 
-/// Whether a partition gets a virtual ITS: it has assigned PCI functions,
-/// the host's ITS came up, it is not the management partition (Hermit
-/// 0.11 drives a GICv3 without an ITS; it keeps INTx), and no SMMU
-/// translates the host bridge's DMA (an MSI is a DMA write to the
-/// physical GITS_TRANSLATER, which the partition's stage 2 does not map:
-/// it would abort there).
-pub fn vits_wanted(has_pci: bool, host_its: bool, management: bool, smmu: bool) -> bool {
-    has_pci && host_its && !management && !smmu
+/// How a device's MSI reaches the physical GITS_TRANSLATER from a
+/// partition's doorbell (`GUEST_ITS_DOORBELL`, the only MSI address its
+/// ECAM filter lets its functions be given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MsiPath {
+    /// No SMMU: the device's write goes out with the address the guest
+    /// programmed as a physical one, and the host's translater is at the
+    /// guest's doorbell (QEMU virt: both at 0x0809_0040).
+    Direct,
+    /// An SMMU translates the host bridge's DMA: the partition's DMA stage
+    /// 2 (`Partition::dma_root`, the tables its stream table entries name,
+    /// never the CPU's) maps the doorbell's 4 KiB page at `ipa` onto the
+    /// host translater's page at `pa`.
+    Smmu { ipa: u64, pa: u64 },
 }
+
+/// Why a partition with functions gets no virtual ITS (its functions stay
+/// on INTx: the filter refuses MSI and MSI-X enables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoMsi {
+    /// Hermit 0.11 drives a GICv3 without an ITS: the manager keeps INTx.
+    Management,
+    /// The host has no ITS, or it did not come up.
+    NoHostIts,
+    /// No SMMU, and the host's translater (`translater`) is not at the
+    /// guest's doorbell: a device's MSI would be a DMA write to whatever
+    /// sits at the doorbell's physical address.
+    Misplaced { translater: u64 },
+}
+
+impl fmt::Display for MsiPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MsiPath::Direct => write!(
+                f,
+                "MSI through a virtual ITS, doorbell {GUEST_ITS_DOORBELL:#x} is the host's translater (no SMMU)"
+            ),
+            MsiPath::Smmu { ipa, pa } => write!(
+                f,
+                "MSI through a virtual ITS, doorbell page {ipa:#x} mapped to the host's translater page {pa:#x} in the SMMU's stage 2 only"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for NoMsi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoMsi::Management => write!(f, "INTx only: the manager (Hermit) has no ITS driver"),
+            NoMsi::NoHostIts => write!(f, "INTx only: the host's ITS is absent or did not come up"),
+            NoMsi::Misplaced { translater } => write!(
+                f,
+                "INTx only: no SMMU, and the host's GITS_TRANSLATER {translater:#x} is not at the guest's doorbell {GUEST_ITS_DOORBELL:#x}"
+            ),
+        }
+    }
+}
+
+/// Whether a partition with assigned PCI functions gets a virtual ITS,
+/// and how its devices' MSIs reach the physical one: `host_its` is the
+/// control frame base of the host ITS that came up (`None` when none
+/// did), `smmu` whether an SMMU translates the host bridge's DMA.
+///
+/// With an SMMU the translater page goes into the DMA stage 2 only: were
+/// it in the CPU's stage 2 too, a guest CPU's store there would signal
+/// the ITS with whatever DeviceID the interconnect gives CPU writes
+/// (implementation defined), which could be another partition's device.
+pub fn msi_path(management: bool, host_its: Option<u64>, smmu: bool) -> Result<MsiPath, NoMsi> {
+    if management {
+        return Err(NoMsi::Management);
+    }
+    let base = host_its.ok_or(NoMsi::NoHostIts)?;
+    let translater = base + TRANSLATER_FRAME + TRANSLATER_OFFSET;
+    if smmu {
+        Ok(MsiPath::Smmu {
+            ipa: GUEST_ITS_DOORBELL & !PAGE_MASK,
+            pa: translater & !PAGE_MASK,
+        })
+    } else if translater == GUEST_ITS_DOORBELL {
+        Ok(MsiPath::Direct)
+    } else {
+        Err(NoMsi::Misplaced { translater })
+    }
+}
+
+/// GITS_TRANSLATER: the second 64 KiB frame of an ITS, offset 0x40.
+const TRANSLATER_FRAME: u64 = 0x1_0000;
+const TRANSLATER_OFFSET: u64 = 0x40;
+const PAGE_MASK: u64 = 0xfff;
 
 /// The partition's RAM, where its command queue is.
 struct Queue<'a, H: Hw> {

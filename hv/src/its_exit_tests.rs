@@ -38,6 +38,14 @@ const PEND: u64 = 0x20_0000;
 /// alpha (vCPUs on CPUs 1, 2) assigned 00:02.0 on a host with an ITS and
 /// no SMMU; CPUs 1 and 2 have mapped their collections.
 fn its_system() -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>) {
+    let (sys, sent, _) = its_system_on(|_| {});
+    (sys, sent)
+}
+
+/// [`its_system`] on the host `tweak` changed, with its table memory.
+fn its_system_on(
+    tweak: impl FnOnce(&mut HostInfo),
+) -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>, FakeTables) {
     use crate::dtb::PcieInfo;
     use crate::pci::Bdf;
     let mut h = host(4);
@@ -54,7 +62,8 @@ fn its_system() -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>) {
     let queue = FakeQueue::default();
     let sent = queue.sent.clone();
     let its = HostIts::new(ItsTyper::decode(QEMU_TYPER), Box::new(queue), 4);
-    let sys = system_with_functions_its(
+    tweak(&mut h);
+    let (sys, tables) = system_and_tables(
         |plan| {
             plan.partitions[0].pci = vec![pinfold_config::plan::PciAddress {
                 segment: 0,
@@ -77,7 +86,7 @@ fn its_system() -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>) {
         sys.its_cpu_online(cpu, cpu as u16, 0);
     }
     sent.lock().clear();
-    (sys, sent)
+    (sys, sent, tables)
 }
 
 fn its_reg(
@@ -164,21 +173,151 @@ fn inv(device: u32, event: u64) -> [u64; 4] {
 }
 
 #[test]
-fn only_a_linux_partition_with_functions_on_a_host_with_an_its_and_no_smmu_gets_a_vits() {
-    assert!(crate::its::vits_wanted(true, true, false, false));
-    assert!(
-        !crate::its::vits_wanted(false, true, false, false),
-        "no functions"
+fn msi_path_is_decided_from_the_manager_the_host_its_and_the_smmu() {
+    use crate::its::{msi_path, MsiPath, NoMsi};
+    let qemu = Some(0x0808_0000);
+    assert_eq!(msi_path(false, qemu, false), Ok(MsiPath::Direct));
+    assert_eq!(msi_path(true, qemu, false), Err(NoMsi::Management));
+    assert_eq!(msi_path(true, qemu, true), Err(NoMsi::Management));
+    assert_eq!(msi_path(false, None, false), Err(NoMsi::NoHostIts));
+    assert_eq!(msi_path(false, None, true), Err(NoMsi::NoHostIts));
+    // Elsewhere without an SMMU: the device would write the doorbell's
+    // address as a physical one, which is not the ITS.
+    assert_eq!(
+        msi_path(false, Some(0x4_0000_0000), false),
+        Err(NoMsi::Misplaced {
+            translater: 0x4_0001_0040
+        })
     );
-    assert!(
-        !crate::its::vits_wanted(true, false, false, false),
-        "no ITS"
+    // With one, wherever the ITS is: the doorbell page onto its page.
+    for (base, page) in [(0x0808_0000, 0x0809_0000), (0x4_0000_0000, 0x4_0001_0000)] {
+        assert_eq!(
+            msi_path(false, Some(base), true),
+            Ok(MsiPath::Smmu {
+                ipa: 0x0809_0000,
+                pa: page
+            })
+        );
+    }
+}
+
+/// The host of [`its_system`] with its host bridge behind an SMMU and its
+/// ITS at `its`.
+fn behind_smmu(its: u64) -> impl FnOnce(&mut HostInfo) {
+    move |h| {
+        h.gic.its = vec![(its, 0x2_0000)];
+        h.pcie.as_mut().unwrap().iommu_map = vec![crate::dtb::PciIommuMap {
+            rid_base: 0,
+            iommu_base: 0x905_0000,
+            sid_base: 0,
+            len: 0x1_0000,
+        }];
+        h.devices.push(crate::dtb::HostDevice {
+            path: "/smmuv3@9050000".into(),
+            compatible: vec!["arm,smmu-v3".into()],
+            regs: vec![(0x905_0000, 0x2_0000)],
+            spis: vec![106, 107, 108, 109],
+            enabled: true,
+        });
+    }
+}
+
+#[test]
+fn behind_an_smmu_the_doorbell_page_is_in_the_dma_stage2_only() {
+    use crate::addr::{Ipa, PhysAddr};
+    use crate::stage2::{MemType, Stage2};
+    let (sys, _, tables) = its_system_on(behind_smmu(0x4_0000_0000));
+    let parts = sys.partitions();
+    let alpha = parts.iter().find(|p| p.name == "alpha").unwrap();
+    assert!(alpha.has_vits(), "an SMMU no longer keeps MSI off");
+    assert_eq!(
+        alpha.vpci.as_ref().unwrap().fresh.msi_doorbell,
+        Some(pinfold_vboard::GUEST_ITS_DOORBELL)
     );
-    assert!(
-        !crate::its::vits_wanted(true, true, true, false),
-        "the manager"
+    assert_ne!(alpha.dma_root, alpha.stage2_root);
+    let cpu = Stage2::from_root(alpha.stage2_root);
+    let dma = Stage2::from_root(alpha.dma_root);
+    let doorbell = Ipa(pinfold_vboard::GUEST_ITS_DOORBELL);
+    assert_eq!(
+        dma.translate(&tables, doorbell),
+        Some((PhysAddr(0x4_0001_0040), MemType::Device)),
+        "a device's MSI reaches the host's GITS_TRANSLATER"
     );
-    assert!(!crate::its::vits_wanted(true, true, false, true), "an SMMU");
+    assert_eq!(
+        cpu.translate(&tables, doorbell),
+        None,
+        "a CPU store to the doorbell still traps (reads as zero)"
+    );
+    // Everything else the same in both: its RAM and its windows.
+    for ipa in [alpha.ram_ipa, alpha.ram_ipa + alpha.ram_size - 8] {
+        assert_eq!(
+            dma.translate(&tables, Ipa(ipa)),
+            cpu.translate(&tables, Ipa(ipa))
+        );
+        assert!(cpu.translate(&tables, Ipa(ipa)).is_some());
+    }
+    for (base, _) in alpha.vpci.as_ref().unwrap().assignment.cpu_windows() {
+        assert_eq!(
+            dma.translate(&tables, Ipa(base)),
+            cpu.translate(&tables, Ipa(base))
+        );
+    }
+    // The next page up is not the ITS's control frame.
+    assert_eq!(dma.translate(&tables, Ipa(0x0809_1000)), None);
+    assert_eq!(dma.translate(&tables, Ipa(0x0808_0000)), None);
+    // A partition without functions has one tree.
+    let beta = parts.iter().find(|p| p.name == "beta").unwrap();
+    assert_eq!(beta.dma_root, beta.stage2_root);
+    assert_eq!(beta.msi, None);
+}
+
+#[test]
+fn the_smmu_binds_a_functions_stream_to_the_dma_stage2() {
+    use crate::smmu::tests::Dma;
+    let (sys, _, _) = its_system_on(behind_smmu(0x0808_0000));
+    let mut hw = FakeHw::new();
+    hw.smmu = Some(crate::smmu::tests::rig());
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    let parts = sys.partitions();
+    let alpha = parts.iter().find(|p| p.name == "alpha").unwrap();
+    let nic = crate::pci::Bdf {
+        bus: 0,
+        dev: 2,
+        func: 0,
+    };
+    assert_eq!(sys.smmu_bind(&mut hw, alpha, &[nic]).unwrap(), 1);
+    let model = hw.smmu.as_ref().unwrap().model.clone();
+    model
+        .borrow_mut()
+        .ram
+        .insert(alpha.vmid, (alpha.ram_ipa, alpha.ram_size));
+    assert_eq!(
+        model.borrow_mut().dma(0x10, alpha.ram_ipa + 0x1000, false),
+        Dma::Done {
+            vmid: alpha.vmid,
+            root: alpha.dma_root.0
+        }
+    );
+}
+
+#[test]
+fn without_an_smmu_an_its_away_from_the_doorbell_gives_no_vits() {
+    let (sys, _, _) = its_system_on(|h| h.gic.its = vec![(0x4_0000_0000, 0x2_0000)]);
+    let parts = sys.partitions();
+    let alpha = parts.iter().find(|p| p.name == "alpha").unwrap();
+    assert!(!alpha.has_vits());
+    assert_eq!(alpha.vpci.as_ref().unwrap().fresh.msi_doorbell, None);
+    assert_eq!(
+        alpha.msi,
+        Some(Err(crate::its::NoMsi::Misplaced {
+            translater: 0x4_0001_0040
+        }))
+    );
+    assert_eq!(alpha.dma_root, alpha.stage2_root);
+}
+
+#[test]
+fn only_a_linux_partition_with_functions_on_a_host_with_an_its_gets_a_vits() {
     let (sys, _) = its_system();
     let parts = sys.partitions();
     let by = |n: &str| parts.iter().find(|p| p.name == n).unwrap().clone();

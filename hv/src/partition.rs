@@ -137,6 +137,15 @@ pub struct Partition {
     pub vpci: Option<crate::vpci::PartitionPci>,
     pub vmid: u16,
     pub stage2_root: PhysAddr,
+    /// The stage 2 its functions' DMA is translated with (the SMMU stream
+    /// table entries' S2TTB): `stage2_root` itself, or, when its MSIs go
+    /// through the SMMU ([`crate::its::MsiPath::Smmu`]), a second table
+    /// tree with the same mappings plus the ITS doorbell page, which no
+    /// CPU of the partition can reach.
+    pub dma_root: PhysAddr,
+    /// How its functions' MSIs reach the host ITS, or why they cannot
+    /// (`its::msi_path`); `None` without assigned functions.
+    pub msi: Option<Result<crate::its::MsiPath, crate::its::NoMsi>>,
     pub vcpus: Vec<VcpuShared>,
     pub vcpu_mpidrs: Vec<u64>,
     /// SGI routing precomputed from `vcpu_mpidrs` for the trap path.
@@ -169,7 +178,7 @@ pub struct Partition {
     /// The PCI functions found behind its host bridge at its last start.
     pub pci_found: CountedLock<Vec<PciFunction>>,
     /// Its virtual ITS (`its`), when its functions may use MSI/MSI-X
-    /// (`its::vits_wanted`): the guest's GITS frame under this lock.
+    /// (`its::msi_path`): the guest's GITS frame under this lock.
     pub vits: Option<CountedLock<crate::its::PartitionVits>>,
     /// The system's event log, for the faults its vCPUs record
     /// ([`fault_event`](Self::fault_event)); set by whoever adds the
@@ -321,7 +330,10 @@ impl Partition {
         };
         let mut tables = tables;
         let mut s2 = Stage2::new(&mut tables).map_err(SetupError::Stage2)?;
+        // Every mapping, so that a DMA stage 2 can repeat them.
+        let mut mapped: Vec<(u64, u64, u64, MemType)> = Vec::new();
         let mut map = |s2: &mut Stage2, ipa: u64, pa: u64, size: u64, ty: MemType| {
+            mapped.push((ipa, pa, size, ty));
             s2.map(&mut tables, Ipa(ipa), PhysAddr(pa), size, ty)
                 .map_err(SetupError::Stage2)
         };
@@ -348,6 +360,7 @@ impl Partition {
         // access traps to the filter), their INTx SPIs owned.
         let mut vpci = None;
         let mut vits = None;
+        let mut msi = None;
         if let Some((bridge, a)) = assignment {
             for (base, size) in a.cpu_windows() {
                 map(&mut s2, base, base, size, MemType::Device)?;
@@ -358,15 +371,18 @@ impl Partition {
             )));
             let mut fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
             let smmu = !bridge.iommu_map.is_empty();
-            if let Some(typer) = pci_host.its {
-                if crate::its::vits_wanted(true, true, pp.management, smmu) {
-                    fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
-                    vits = Some(CountedLock::new(
-                        crate::its::PartitionVits::new(index as u16, pp.cpus.len() as u16, typer),
-                        stat,
-                    ));
-                }
+            let host_its = pci_host
+                .its
+                .and(host.gic.its.first().map(|&(base, _)| base));
+            let path = crate::its::msi_path(pp.management, host_its, smmu);
+            if let (Ok(_), Some(typer)) = (path, pci_host.its) {
+                fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
+                vits = Some(CountedLock::new(
+                    crate::its::PartitionVits::new(index as u16, pp.cpus.len() as u16, typer),
+                    stat,
+                ));
             }
+            msi = Some(path);
             vpci = Some(crate::vpci::PartitionPci {
                 assignment: a,
                 ecam: CountedLock::new(fresh.clone(), stat),
@@ -400,6 +416,19 @@ impl Partition {
                 });
             }
         }
+        // The DMA stage 2: what the CPU's maps, and the doorbell page.
+        let dma_root = match msi {
+            Some(Ok(crate::its::MsiPath::Smmu { ipa, pa })) => {
+                let mut dma = Stage2::new(&mut tables).map_err(SetupError::Stage2)?;
+                let doorbell = (ipa, pa, 0x1000, MemType::Device);
+                for &(ipa, pa, size, ty) in mapped.iter().chain([&doorbell]) {
+                    dma.map(&mut tables, Ipa(ipa), PhysAddr(pa), size, ty)
+                        .map_err(SetupError::Stage2)?;
+                }
+                dma.root()
+            }
+            _ => s2.root(),
+        };
         let vcpu_mpidrs: Vec<u64> = (0..pp.cpus.len()).map(vcpu_mpidr).collect();
         let vcpus = pp
             .cpus
@@ -426,6 +455,8 @@ impl Partition {
             vpci,
             vmid: index as u16 + 1,
             stage2_root: s2.root(),
+            dma_root,
+            msi,
             vcpus,
             sgi: SgiMap::new(&vcpu_mpidrs),
             vcpu_mpidrs,

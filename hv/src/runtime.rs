@@ -428,6 +428,9 @@ impl System {
         pool.scrub.push(p.ram.0, p.ram_size);
         self.scrub_left.fetch_add(p.ram_size, Ordering::Release);
         Stage2::from_root(p.stage2_root).release(hw.tables());
+        if p.dma_root != p.stage2_root {
+            Stage2::from_root(p.dma_root).release(hw.tables());
+        }
         let me = hw.cpu_index();
         for v in &p.vcpus {
             self.kick(hw, me, v.pcpu);

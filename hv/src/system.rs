@@ -198,6 +198,11 @@ impl System {
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
+                    match &p.msi {
+                        Some(Ok(path)) => log(format_args!("partition {}: {path}", p.name)),
+                        Some(Err(why)) => log(format_args!("partition {}: {why}", p.name)),
+                        None => {}
+                    }
                     partitions.push(p);
                 }
                 Err(e) => log(format_args!(

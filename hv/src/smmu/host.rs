@@ -77,7 +77,7 @@ fn binding_of(p: &Partition) -> Binding {
     Binding {
         partition: p.index,
         vmid: p.vmid,
-        stage2_root: p.stage2_root,
+        stage2_root: p.dma_root,
     }
 }
 

@@ -71,42 +71,11 @@ pub fn net_partitions(stack: &mut Stack) -> Outcome {
     }
     for nic in &nics {
         let name = nic.partition.as_str();
-        let cursor = crate::api_checks::console_end(name)?;
-        let body = format!("{{\"data\":{}}}", json_string(&commands(name)));
-        let path = format!("/api/v1/partitions/{name}/console");
-        let reply = http::send(
-            &authority(),
-            &Request::post(&path, Some(&token), Some(&body)),
-            REQUEST_TIMEOUT,
-        )
-        .map_err(|e| format!("{path}: {e}"))?;
-        // 202: taken into the console's input (docs/API.md).
-        if !matches!(reply.status, 200 | 202) {
-            return Err(format!("{path}: {} {}", reply.status, reply.body));
-        }
-        let bound = follow_console_until(name, cursor, "PINFOLD-NET-BOUND ip=", deadline)
-            .map_err(|e| format!("{name} got no DHCP lease: {e}"))?;
-        follow_console_until(name, cursor, "PINFOLD-NET-HTTPD", deadline)?;
-        let pci = follow_console_until(name, cursor, "PINFOLD-NET-PCI count=", deadline)?;
+        let (bound, pci) = bring_up(name, &token, deadline)?;
         if !pci.ends_with("count=1") {
             return Err(format!("{name} sees other functions: `{pci}`"));
         }
-        // The guest's busybox httpd speaks plain HTTP (only the management
-        // API is HTTPS).
-        let page = http::send_over(
-            false,
-            &format!("127.0.0.1:{}", nic.host_port),
-            &Request::get("/"),
-            REQUEST_TIMEOUT,
-        )
-        .map_err(|e| format!("{name}'s httpd through 127.0.0.1:{}: {e}", nic.host_port))?;
-        let want = format!("PINFOLD-HTTP-{name}");
-        if page.status != 200 || !page.body.contains(&want) {
-            return Err(format!(
-                "{name}'s httpd through 127.0.0.1:{}: {} {:?}, not {want}",
-                nic.host_port, page.status, page.body
-            ));
-        }
+        fetch_page(name, nic.host_port)?;
         notes.push(format!(
             "{name}: 00:{:02x}.{} alone on its bus, {}, httpd reached through 127.0.0.1:{}",
             nic.device,
@@ -133,6 +102,86 @@ pub fn net_partitions(stack: &mut Stack) -> Outcome {
         .count();
     notes.push(format!("{refused} PCI configuration writes refused"));
     Ok(notes)
+}
+
+/// Types [`commands`] into partition `name`'s console (through the API)
+/// and waits for its DHCP lease and httpd: the `PINFOLD-NET-BOUND` and
+/// `PINFOLD-NET-PCI count=` lines.
+fn bring_up(name: &str, token: &str, deadline: Instant) -> Result<(String, String), String> {
+    let cursor = crate::api_checks::console_end(name)?;
+    let body = format!("{{\"data\":{}}}", json_string(&commands(name)));
+    let path = format!("/api/v1/partitions/{name}/console");
+    let reply = http::send(
+        &authority(),
+        &Request::post(&path, Some(token), Some(&body)),
+        REQUEST_TIMEOUT,
+    )
+    .map_err(|e| format!("{path}: {e}"))?;
+    // 202: taken into the console's input (docs/API.md).
+    if !matches!(reply.status, 200 | 202) {
+        return Err(format!("{path}: {} {}", reply.status, reply.body));
+    }
+    let bound = follow_console_until(name, cursor, "PINFOLD-NET-BOUND ip=", deadline)
+        .map_err(|e| format!("{name} got no DHCP lease: {e}"))?;
+    follow_console_until(name, cursor, "PINFOLD-NET-HTTPD", deadline)?;
+    let pci = follow_console_until(name, cursor, "PINFOLD-NET-PCI count=", deadline)?;
+    Ok((bound, pci))
+}
+
+/// One page from partition `name`'s httpd through its forward, which
+/// must be the page naming it. The guest's busybox httpd speaks plain
+/// HTTP (only the management API is HTTPS).
+fn fetch_page(name: &str, host_port: u16) -> Result<(), String> {
+    let page = http::send_over(
+        false,
+        &format!("127.0.0.1:{host_port}"),
+        &Request::get("/"),
+        REQUEST_TIMEOUT,
+    )
+    .map_err(|e| format!("{name}'s httpd through 127.0.0.1:{host_port}: {e}"))?;
+    let want = format!("PINFOLD-HTTP-{name}");
+    if page.status != 200 || !page.body.contains(&want) {
+        return Err(format!(
+            "{name}'s httpd through 127.0.0.1:{host_port}: {} {:?}, not {want}",
+            page.status, page.body
+        ));
+    }
+    Ok(())
+}
+
+/// Page fetches [`msi_rises`] makes between its two samples.
+const FETCHES: usize = 20;
+
+/// Partition `name`'s NIC is on MSI-X through its virtual ITS: its
+/// `/proc/interrupts` has ITS-MSI lines, and their counts rise over
+/// [`FETCHES`] page fetches through its forward at `host_port`. Brings its
+/// NIC up first ([`bring_up`]) unless its httpd already answers (after
+/// `net-partitions` on the shared boot). Returns (lines, before, after).
+pub fn msi_rises(
+    name: &str,
+    host_port: u16,
+    token: &str,
+    deadline: Instant,
+) -> Result<(u64, u64, u64), String> {
+    if fetch_page(name, host_port).is_err() {
+        bring_up(name, token, deadline)?;
+    }
+    let (lines, before) = msi_sample(name, token, deadline)?;
+    if lines == 0 {
+        return Err(format!(
+            "{name}'s /proc/interrupts has no ITS-MSI line: its NIC is not on MSI-X"
+        ));
+    }
+    for i in 0..FETCHES {
+        fetch_page(name, host_port).map_err(|e| format!("fetch {i}: {e}"))?;
+    }
+    let (_, after) = msi_sample(name, token, deadline)?;
+    if after <= before {
+        return Err(format!(
+            "{name}'s ITS-MSI count did not rise over {FETCHES} page fetches: {before} -> {after}"
+        ));
+    }
+    Ok((lines, before, after))
 }
 
 /// What is typed into a partition's shell to count its MSIs: every
@@ -170,8 +219,8 @@ fn msi_sample(name: &str, token: &str, deadline: Instant) -> Result<(u64, u64), 
     msi_numbers(&line).ok_or_else(|| format!("{name}: unreadable `{line}`"))
 }
 
-/// The `msi` boot case, on the shared boot right after `net-partitions`
-/// (whose DHCP lease and httpd it uses): alpha's virtio-net uses MSI-X
+/// The `msi` boot case, on the shared boot after `net-partitions` (whose
+/// DHCP lease and httpd it uses; run alone it brings alpha's NIC up): alpha's virtio-net uses MSI-X
 /// through its virtual ITS (`hv::its`): `/proc/interrupts` has ITS-MSI
 /// lines, and their counts rise while traffic flows through its NIC
 /// (pages fetched through its port forward).
@@ -190,34 +239,7 @@ pub fn msi(stack: &mut Stack) -> Outcome {
             line.contains(&format!("[alpha] {UP_MARKER}alpha "))
         })
         .map_err(|err| err.to_string())?;
-    let (lines, before) = msi_sample("alpha", &token, deadline)?;
-    if lines == 0 {
-        return Err(
-            "alpha's /proc/interrupts has no ITS-MSI line: its virtio-net is not on MSI-X"
-                .to_string(),
-        );
-    }
-    const FETCHES: usize = 20;
-    for i in 0..FETCHES {
-        http::send_over(
-            false,
-            &format!("127.0.0.1:{}", nic.host_port),
-            &Request::get("/"),
-            REQUEST_TIMEOUT,
-        )
-        .map_err(|e| {
-            format!(
-                "fetch {i} from alpha's httpd through 127.0.0.1:{} (run after net-partitions): {e}",
-                nic.host_port
-            )
-        })?;
-    }
-    let (_, after) = msi_sample("alpha", &token, deadline)?;
-    if after <= before {
-        return Err(format!(
-            "alpha's ITS-MSI count did not rise over {FETCHES} page fetches: {before} -> {after}"
-        ));
-    }
+    let (lines, before, after) = msi_rises("alpha", nic.host_port, &token, deadline)?;
     let its_lines = stack
         .qemu
         .lines()

@@ -559,6 +559,15 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
         answered.as_secs_f64()
     )];
     notes.extend(crate::dma_checks::foreign_dma(&mut stack)?);
+    // `dma` has a virtual ITS behind the SMMU (`hv::its::msi_path`).
+    let path = expect(&stack.qemu, "partition dma: MSI ", 0, deadline)?;
+    if !path.text.contains("in the SMMU's stage 2 only") {
+        return Err(format!(
+            "dma's MSIs do not go through the SMMU: `{}`",
+            path.text
+        ));
+    }
+    notes.push(format!("`{}`", path.text.trim()));
     Ok(notes)
 }
 
