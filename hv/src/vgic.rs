@@ -1,6 +1,7 @@
 //! The emulated GICv3 each partition sees: distributor, redistributors, list registers, SGI routing;
 //! on GICv4.1 hosts the direct vSGI path (`v41`) and the ITS each CPU uses
-//! (`its_choice`); a partition's virtual ITS command translation (`vits`).
+//! (`its_choice`); a partition's virtual ITS command translation (`vits`);
+//! on GICv4.0 hosts the direct vLPI decisions (`v40`: core only so far).
 //!
 //! Who touches what (and therefore which lock): the distributor ([`dist::VDist`]) is
 //! one per partition, shared by its vCPUs under a per-partition lock; a
@@ -16,6 +17,7 @@ pub mod lr;
 pub mod pits;
 pub mod redist;
 pub mod sgi;
+pub mod v40;
 pub mod v41;
 pub mod vits;
 

@@ -13,7 +13,7 @@
 //! platform to apply (GICv3 host: MAPD/MAPTI... on the physical ITS with an
 //! ITT and a physical LPI the hypervisor allocates, the collection of the
 //! target vCPU's CPU; GICv4 host: VMAPTI of the guest's vINTID to the
-//! target vCPU's vPE); the guest's own ITT and table memory is never read
+//! target vCPU's vPE, decided in `v40`, not wired to the platform yet); the guest's own ITT and table memory is never read
 //! or written, so overlapping or bogus tables cannot harm anything but the
 //! guest's own view.
 //!
