@@ -37,6 +37,9 @@
 //!   requests; a CPU_ON refused because vCPU 1 is not off yet is retried
 //!   and counted (`retries=`).
 //!
+//! - the MSI bench ([`crate::msi`], last): QEMU's edu raising MSIs
+//!   through the ITS the DTB names, from the raise write to the handler.
+//!
 //! The scaling mode (bootargs `pinfold-bench=scale`, vm-configs/qemu-virt/
 //! bench-scale.toml, run under multi-threaded TCG without icount) is
 //! [`scale`]: exits per second per vCPU, with one and with two vCPUs
@@ -130,6 +133,9 @@ pub struct Env {
     /// CNTVCT_EL0 at the image's second instruction (after the header's
     /// branch).
     pub entry_cntvct: u64,
+    /// Where the MSI bench's ITS, ECAM and redistributor are, or why the
+    /// DTB does not say.
+    pub msi: Result<crate::msi::Target, &'static str>,
 }
 
 global_asm!(
@@ -474,7 +480,7 @@ extern "C" {
     fn bench_sgi1_vectors();
 }
 
-fn addr_of_code(f: unsafe extern "C" fn()) -> u64 {
+pub(crate) fn addr_of_code(f: unsafe extern "C" fn()) -> u64 {
     f as usize as u64
 }
 
@@ -498,6 +504,10 @@ pub fn run(env: &Env) {
     vtimer();
     let secondary_up = sgi(env);
     loadput(env, secondary_up);
+    match &env.msi {
+        Ok(target) => crate::msi::run(Some(target), ""),
+        Err(why) => crate::msi::run(None, why),
+    }
     println!("PROBE bench end");
 }
 
@@ -758,7 +768,7 @@ fn mpidr() -> u64 {
     v
 }
 
-fn set_vbar(table: u64) {
+pub(crate) fn set_vbar(table: u64) {
     // SAFETY: `table` is one of this image's 2 KiB-aligned vector tables,
     // each of which handles every exception kind.
     unsafe { asm!("msr vbar_el1, {}", "isb", in(reg) table, options(nostack)) };

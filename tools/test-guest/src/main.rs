@@ -900,6 +900,54 @@ static ALLOCATOR: NoAlloc = NoAlloc;
 
 mod bench;
 mod hostile;
+mod msi;
+
+/// The MSI bench's addresses from the DTB (QEMU's or the partition's, the
+/// same node names): the ECAM (`/pcie` reg), its first 32-bit memory range
+/// and msi-map, the ITS (`/intc/its` reg) and the first redistributor (the
+/// second `reg` entry of `/intc`). Root and GIC: #address-cells =
+/// #size-cells = 2; the bridge: 3 address cells.
+fn msi_target(fdt: &Fdt) -> Result<msi::Target, &'static str> {
+    let two = |(off, len): (u32, u32), index: u32| -> Option<u64> {
+        (len >= 16 * (index + 1)).then_some(())?;
+        fdt.cells(off + 16 * index, 2)
+    };
+    let reg = fdt.prop(&[b"pcie"], b"reg").ok_or("no /pcie host bridge")?;
+    let ecam = two(reg, 0).ok_or("/pcie reg unreadable")?;
+    let its = fdt
+        .prop(&[b"intc", b"its"], b"reg")
+        .ok_or("no ITS under /intc")?;
+    let its = two(its, 0).ok_or("ITS reg unreadable")?;
+    let gic = fdt.prop(&[b"intc"], b"reg").ok_or("no /intc reg")?;
+    let redist = two(gic, 1).ok_or("/intc reg has no redistributor")?;
+    let (ranges, len) = fdt.prop(&[b"pcie"], b"ranges").ok_or("no /pcie ranges")?;
+    let mem32 = (0..len / 28)
+        .map(|i| ranges + 28 * i)
+        .find(|&e| fdt.be32(e).is_some_and(|space| space >> 24 & 3 == 2))
+        .and_then(|e| {
+            Some((
+                fdt.cells(e + 4, 2)?,
+                fdt.cells(e + 12, 2)?,
+                fdt.cells(e + 20, 2)?,
+            ))
+        })
+        .ok_or("no 32-bit memory range in /pcie ranges")?;
+    let msi_map = match fdt.prop(&[b"pcie"], b"msi-map") {
+        Some((off, len)) if len >= 16 => Some((
+            fdt.be32(off).ok_or("msi-map unreadable")?,
+            fdt.be32(off + 8).ok_or("msi-map unreadable")?,
+            fdt.be32(off + 12).ok_or("msi-map unreadable")?,
+        )),
+        _ => None,
+    };
+    Ok(msi::Target {
+        ecam,
+        its,
+        redist,
+        mem32,
+        msi_map,
+    })
+}
 
 // --- DTB: just enough to find /memory, the mode and the PSCI conduit ------------------------------------------
 
@@ -1183,6 +1231,7 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         bare: mode == Mode::Bare,
         conduit,
         entry_cntvct,
+        msi: fdt.as_ref().map_or(Err("no readable DTB"), msi_target),
     };
     if let Some(f) = fdt.as_ref().filter(|f| f.bootargs_have(SCRUB_BOOTARG)) {
         scrub_check(f.base, u64::from(f.size), ram_end);

@@ -113,6 +113,15 @@ impl ProbeRun {
         dither.is_some() && dither == self.instructions_per_tick()
     }
 
+    /// A round of the MSI row (`min_round_ticks` or `median_round_ticks`:
+    /// the ticks of `dither` MSIs, one per nop dither value) in
+    /// instructions per MSI: exact when the dither spans one tick.
+    pub fn msi_round(&self, key: &str) -> Option<f64> {
+        let dither = self.number("msi", "dither").filter(|&n| n != 0)?;
+        let ticks = self.number("msi", key)?;
+        Some(ticks as f64 / dither as f64 * self.instructions_per_tick()?)
+    }
+
     /// The counter at the guest's first instructions as time since QEMU's
     /// reset: CNTVCT + CNTVOFF (the guest measured CNTPCT - CNTVCT), in
     /// instructions. `None` when the guest could not read CNTVOFF.
@@ -284,6 +293,17 @@ pub(crate) mod tests {
 
         assert!(!run.vtimer_dither_exact());
         assert_eq!(run.vtimer("handler_ticks"), Some(2.0));
+    }
+
+    #[test]
+    fn an_msi_round_is_its_ticks_over_the_dither_times_16() {
+        let run = run(
+            "PROBE bench env: cntfrq=62500000\n[probe] PROBE bench msi: rounds=8 dither=16 \
+                       warmup=4 min_round_ticks=100 median_round_ticks=104 sum_ticks=820",
+        );
+
+        assert_eq!(run.msi_round("min_round_ticks"), Some(100.0));
+        assert_eq!(run.msi_round("median_round_ticks"), Some(104.0));
     }
 
     #[test]
