@@ -104,12 +104,11 @@ pub fn net_partitions(stack: &mut Stack) -> Outcome {
     Ok(notes)
 }
 
-/// Types [`commands`] into partition `name`'s console (through the API)
-/// and waits for its DHCP lease and httpd: the `PINFOLD-NET-BOUND` and
-/// `PINFOLD-NET-PCI count=` lines.
-fn bring_up(name: &str, token: &str, deadline: Instant) -> Result<(String, String), String> {
+/// Types `text` into partition `name`'s console through the API; returns
+/// the console cursor from before, for `follow_console_until`.
+fn type_into(name: &str, token: &str, text: &str) -> Result<u64, String> {
     let cursor = crate::api_checks::console_end(name)?;
-    let body = format!("{{\"data\":{}}}", json_string(&commands(name)));
+    let body = format!("{{\"data\":{}}}", json_string(text));
     let path = format!("/api/v1/partitions/{name}/console");
     let reply = http::send(
         &authority(),
@@ -121,6 +120,14 @@ fn bring_up(name: &str, token: &str, deadline: Instant) -> Result<(String, Strin
     if !matches!(reply.status, 200 | 202) {
         return Err(format!("{path}: {} {}", reply.status, reply.body));
     }
+    Ok(cursor)
+}
+
+/// Types [`commands`] into partition `name`'s console (through the API)
+/// and waits for its DHCP lease and httpd: the `PINFOLD-NET-BOUND` and
+/// `PINFOLD-NET-PCI count=` lines.
+fn bring_up(name: &str, token: &str, deadline: Instant) -> Result<(String, String), String> {
+    let cursor = type_into(name, token, &commands(name))?;
     let bound = follow_console_until(name, cursor, "PINFOLD-NET-BOUND ip=", deadline)
         .map_err(|e| format!("{name} got no DHCP lease: {e}"))?;
     follow_console_until(name, cursor, "PINFOLD-NET-HTTPD", deadline)?;
@@ -203,18 +210,7 @@ fn msi_numbers(line: &str) -> Option<(u64, u64)> {
 }
 
 fn msi_sample(name: &str, token: &str, deadline: Instant) -> Result<(u64, u64), String> {
-    let cursor = crate::api_checks::console_end(name)?;
-    let body = format!("{{\"data\":{}}}", json_string(MSI_COUNT));
-    let path = format!("/api/v1/partitions/{name}/console");
-    let reply = http::send(
-        &authority(),
-        &Request::post(&path, Some(token), Some(&body)),
-        REQUEST_TIMEOUT,
-    )
-    .map_err(|e| format!("{path}: {e}"))?;
-    if !matches!(reply.status, 200 | 202) {
-        return Err(format!("{path}: {} {}", reply.status, reply.body));
-    }
+    let cursor = type_into(name, token, MSI_COUNT)?;
     let line = follow_console_until(name, cursor, "PINFOLD-MSI lines=", deadline)?;
     msi_numbers(&line).ok_or_else(|| format!("{name}: unreadable `{line}`"))
 }
