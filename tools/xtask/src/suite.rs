@@ -469,7 +469,8 @@ fn hostile(ctx: &mut Context<'_>) -> Outcome {
 /// stats line shows the bound streams and no DMA fault. Then Linux `dma`
 /// drives QEMU's `edu` DMA engine (00:02.0) into its own RAM (no event)
 /// and into Linux `steady`'s RAM (stopped, `dma`'s faults), and `steady`'s
-/// RAM checksum stays `ram=ok` (`dma_checks`).
+/// RAM checksum stays `ram=ok` (`dma_checks`). Last, `dma`'s virtio-net
+/// takes MSI-X through its virtual ITS behind the SMMU ([`msi_behind_smmu`]).
 /// The management NIC of `smmu-isolation`: QEMU's virtio devices bypass
 /// the IOMMU unless `iommu_platform=on` (VIRTIO_F_ACCESS_PLATFORM), so
 /// without it the case would pass with any stream table entry.
@@ -494,15 +495,19 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
     let extra = Extra {
         smmu: Some(q10),
         nic_model: Some(SMMU_NIC.into()),
-        args: vec![
+        args: [
             "-device".into(),
             SMMU_DMA_DEVICE.into(),
             "-device".into(),
             SMMU_SRIOV_PF.into(),
-        ],
+        ]
+        .into_iter()
+        .chain(smmu_msi_nic_args())
+        .collect(),
         ..Extra::default()
     };
-    // 00:02.0 is `dma`'s edu, not a partition NIC.
+    // 00:02.0 is `dma`'s edu, not a partition NIC; its NIC is
+    // [`SMMU_MSI_NIC`], which goes through the SMMU.
     let board = crate::qemu::Board {
         partition_nics: crate::qemu::NicSlots::NONE,
         ..built.board
@@ -559,7 +564,36 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
         answered.as_secs_f64()
     )];
     notes.extend(crate::dma_checks::foreign_dma(&mut stack)?);
-    // `dma` has a virtual ITS behind the SMMU (`hv::its::msi_path`).
+    notes.extend(msi_behind_smmu(&mut stack, deadline)?);
+    Ok(notes)
+}
+
+/// `dma`'s NIC in `smmu-isolation` (00:04.0): its DMA, and so its MSI-X
+/// writes, go through the SMMU (`iommu_platform=on`; QEMU sends a PCI
+/// function's MSI through its bus-master address space, the SMMU's).
+const SMMU_MSI_NIC: (u8, &str) = (
+    4,
+    "virtio-net-pci,disable-legacy=on,iommu_platform=on,addr=0x4",
+);
+
+/// The QEMU arguments of [`SMMU_MSI_NIC`], on a user network of its own
+/// with port 80 forwarded like every partition NIC's.
+fn smmu_msi_nic_args() -> [String; 4] {
+    let (device, model) = SMMU_MSI_NIC;
+    let port = crate::qemu::partition_nic_port(crate::qemu::manager_port(), device);
+    [
+        "-device".into(),
+        format!("{model},netdev=dnet"),
+        "-netdev".into(),
+        format!("user,id=dnet,hostfwd=tcp:127.0.0.1:{port}-:80"),
+    ]
+}
+
+/// MSI behind the SMMU: `dma` was given a virtual ITS whose doorbell page
+/// is mapped in its DMA stage 2 only (its boot line says so), its NIC's
+/// MSI-X counts rise while pages are fetched through it, and none of those
+/// writes was an SMMU fault.
+fn msi_behind_smmu(stack: &mut Stack, deadline: Instant) -> Result<Vec<String>, String> {
     let path = expect(&stack.qemu, "partition dma: MSI ", 0, deadline)?;
     if !path.text.contains("in the SMMU's stage 2 only") {
         return Err(format!(
@@ -567,8 +601,23 @@ fn smmu_isolation(ctx: &mut Context<'_>) -> Outcome {
             path.text
         ));
     }
-    notes.push(format!("`{}`", path.text.trim()));
-    Ok(notes)
+    let token = stack.token(deadline)?;
+    let from = stack.qemu.lines().len();
+    let port = crate::qemu::partition_nic_port(crate::qemu::manager_port(), SMMU_MSI_NIC.0);
+    let (lines, before, after) = crate::net_checks::msi_rises("dma", port, &token, deadline)?;
+    let nic = "(00:04.0)";
+    if let Some(fault) = stack.qemu.lines()[from..]
+        .iter()
+        .find(|l| l.text.contains("DMA fault") && l.text.contains(nic))
+    {
+        return Err(format!("dma's NIC faulted at the SMMU: `{}`", fault.text));
+    }
+    Ok(vec![
+        format!("`{}`", path.text.trim()),
+        format!(
+            "dma's NIC {nic} behind the SMMU: {lines} ITS-MSI lines, {before} -> {after} interrupts over page fetches, no SMMU fault"
+        ),
+    ])
 }
 
 /// The manager's line when no NIC it drives is there.
