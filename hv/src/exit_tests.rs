@@ -440,22 +440,11 @@ fn system_with_functions(
     host: HostInfo,
     pci_functions: Vec<crate::vpci::HostFunction>,
 ) -> &'static System {
-    system_with_functions_its(change, wall_clock, resources, host, pci_functions, None)
+    system_and_tables(change, wall_clock, resources, host, pci_functions, None).0
 }
 
-/// [`system_with_functions`] with the physical ITS the platform set up.
-fn system_with_functions_its(
-    change: impl FnOnce(&mut Plan),
-    wall_clock: Option<crate::clock::WallClock>,
-    resources: pinfold_config::isolation::HostResources,
-    host: HostInfo,
-    pci_functions: Vec<crate::vpci::HostFunction>,
-    its: Option<crate::its::HostIts>,
-) -> &'static System {
-    system_and_tables(change, wall_clock, resources, host, pci_functions, its).0
-}
-
-/// [`system_with_functions_its`], and the memory its stage-2 tables are in.
+/// [`system_with_functions`] with the physical ITS the platform set up,
+/// and the memory its stage-2 tables are in.
 fn system_and_tables(
     change: impl FnOnce(&mut Plan),
     wall_clock: Option<crate::clock::WallClock>,
@@ -517,6 +506,19 @@ mod runtime;
 
 #[path = "its_exit_tests.rs"]
 mod its_exit;
+
+/// The fake SMMU's model, told `p`'s RAM (its walks fault outside it).
+fn smmu_model_with_ram(
+    hw: &FakeHw,
+    p: &Partition,
+) -> alloc::rc::Rc<core::cell::RefCell<crate::smmu::tests::Model>> {
+    let model = hw.smmu.as_ref().unwrap().model.clone();
+    model
+        .borrow_mut()
+        .ram
+        .insert(p.vmid, (p.ram_ipa, p.ram_size));
+    model
+}
 
 /// The host with a PCIe host bridge behind an SMMUv3 (as QEMU 10's
 /// `virt,iommu=smmuv3`), mgmt owning the bridge.
@@ -608,11 +610,7 @@ fn a_pci_partitions_function_dmas_through_its_own_stage2_not_the_bridge_owners()
     assert!(alpha.vpci.is_some(), "alpha got its function");
     assert_eq!(sys.smmu_bind(&mut hw, alpha, &[nic]).unwrap(), 1);
     // 00:02.0 is stream 0x10: alpha's VMID and root, nobody else's.
-    let model = hw.smmu.as_ref().unwrap().model.clone();
-    model
-        .borrow_mut()
-        .ram
-        .insert(alpha.vmid, (alpha.ram_ipa, alpha.ram_size));
+    let model = smmu_model_with_ram(&hw, alpha);
     assert_eq!(
         model.borrow_mut().dma(0x10, alpha.ram_ipa + 0x1000, false),
         Dma::Done {
@@ -649,11 +647,7 @@ fn the_bridge_owners_functions_dma_through_its_stage2_and_nobody_elses() {
         func: 0,
     };
     assert_eq!(sys.smmu_bind(&mut hw, &mgmt, &[nic]).unwrap(), 1);
-    let model = hw.smmu.as_ref().unwrap().model.clone();
-    model
-        .borrow_mut()
-        .ram
-        .insert(mgmt.vmid, (mgmt.ram_ipa, mgmt.ram_size));
+    let model = smmu_model_with_ram(&hw, &mgmt);
     // 00:01.0 is stream 8: it translates with mgmt's VMID and root.
     assert_eq!(
         model.borrow_mut().dma(8, mgmt.ram_ipa + 0x1000, false),
@@ -1307,7 +1301,7 @@ fn a_physical_lpi_reaches_the_vcpu_its_route_names_as_its_guests_vlpi() {
         Box::new(its_exit::FakeQueue::default()),
         4,
     );
-    let sys = system_with_functions_its(
+    let (sys, _) = system_and_tables(
         |_| {},
         None,
         Default::default(),

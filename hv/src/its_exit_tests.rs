@@ -286,11 +286,7 @@ fn the_smmu_binds_a_functions_stream_to_the_dma_stage2() {
         func: 0,
     };
     assert_eq!(sys.smmu_bind(&mut hw, alpha, &[nic]).unwrap(), 1);
-    let model = hw.smmu.as_ref().unwrap().model.clone();
-    model
-        .borrow_mut()
-        .ram
-        .insert(alpha.vmid, (alpha.ram_ipa, alpha.ram_size));
+    let model = smmu_model_with_ram(&hw, alpha);
     assert_eq!(
         model.borrow_mut().dma(0x10, alpha.ram_ipa + 0x1000, false),
         Dma::Done {
