@@ -179,7 +179,12 @@ impl GicV3Its {
 
     /// Queues one command and waits until the ITS has read it.
     pub fn send(&mut self, cmd: &ItsCmd) {
-        let words = cmd.encode();
+        self.send_words(cmd.encode());
+    }
+
+    /// Queues one encoded command (a GICv4 one: `hv::vgic::v40::V4Cmd`)
+    /// and waits until the ITS has read it.
+    pub fn send_words(&mut self, words: [u64; 4]) {
         let slot = self.cmdq + self.cwriter;
         for (i, w) in words.iter().enumerate() {
             write64(slot + 8 * i, *w);

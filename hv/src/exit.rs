@@ -36,6 +36,7 @@ use crate::trap::{self, Exit, InjectKind, MmioAccess, SysRegId};
 use crate::vgic::dist::DistAction;
 use crate::vgic::lr::{ListRegisters, VirtIrq, MAX_LR_COUNT};
 use crate::vgic::redist::{RedistAction, VRedist};
+use crate::vgic::v40::{Residency, V40Hw};
 use alloc::sync::Arc;
 use core::cell::RefCell;
 use core::fmt;
@@ -178,6 +179,17 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     )> {
         let _ = base;
         None
+    }
+    /// This CPU's own GICv4 VLPI frame (RD_base + 0x2_0000, GICR_VPROPBASER
+    /// and GICR_VPENDBASER) for direct vLPIs (`vgic::v40::Residency`), if
+    /// its redistributor has one (GICR_TYPER.VLPIS).
+    fn vlpi_frame(&mut self) -> Option<&mut dyn V40Hw> {
+        None
+    }
+    /// Zero `bytes` of hypervisor memory at `pa` (a vPE's pending table,
+    /// non-resident) and make the zeros visible to the GIC.
+    fn zero_table(&mut self, pa: u64, bytes: usize) {
+        let _ = (pa, bytes);
     }
 }
 
@@ -804,11 +816,13 @@ fn redist_access(
         lrs,
         loaded,
         public,
+        vlpi,
         ..
     } = cpu;
     let Some(loaded) = loaded.as_mut() else {
         return 0;
     };
+    let vcpu = loaded.id.vcpu as u16;
     if !write {
         let held = lrs.private_bits(&Lrs(hw));
         let phys = hw.ppi_bits();
@@ -841,9 +855,59 @@ fn redist_access(
                 LockPath::TimerPpiState,
                 PpiStateChange::Active(intid, active),
             ),
+            RedistAction::LpisOn { propbaser } => vlpis_resident(sys, vlpi, hw, p, vcpu, propbaser),
         });
     cpu.hw_ppis = loaded.vredist.hw_ppis();
     0
+}
+
+/// The guest enabled LPIs on its vCPU's redistributor: with direct vLPIs
+/// (`its::lpis_on`) its vPE is made resident on this CPU's own VLPI frame,
+/// with a zeroed pending table and the guest's property table. Once per
+/// boot of the vCPU (a slow path: both ITS locks, `its`); a refusal is the
+/// partition's fault and leaves its MSIs undelivered.
+#[cold]
+#[inline(never)]
+fn vlpis_resident(
+    sys: &System,
+    residency: &mut Residency,
+    hw: &mut impl Hw,
+    p: &Partition,
+    vcpu: u16,
+    propbaser: u64,
+) {
+    let why = match crate::its::lpis_on(&sys.its, p, vcpu, propbaser) {
+        None => return,
+        Some(Err(why)) => why,
+        Some(Ok(d)) => {
+            hw.zero_table(d.vpe.vpt, d.vpt_bytes);
+            let Some(frame) = hw.vlpi_frame() else {
+                return fault(
+                    p,
+                    hw,
+                    FaultKind::Dropped,
+                    format_args!("vCPU {vcpu}: this CPU has no VLPI frame: its vLPIs stay off"),
+                );
+            };
+            // A vPE still resident from an earlier boot goes first.
+            let _ = residency.put(&mut *frame);
+            match residency.load(frame, d.prop, d.vpe.vpt) {
+                Ok(()) => {
+                    return hw.log(format_args!(
+                        "partition {}: vCPU {vcpu}'s vPE {} resident on this CPU (direct vLPIs)",
+                        p.name, d.vpe.id
+                    ))
+                }
+                Err(e) => alloc::format!("vPE {} not made resident: {e:?}", d.vpe.id),
+            }
+        }
+    };
+    fault(
+        p,
+        hw,
+        FaultKind::Dropped,
+        format_args!("vCPU {vcpu}: {why}: its MSIs are not delivered"),
+    );
 }
 
 fn ppi_change(sys: &System, hw: &mut impl Hw, path: LockPath, change: PpiStateChange) {
@@ -1537,6 +1601,18 @@ pub fn put(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
         hw.deactivate(pintid);
     }
     quiesce_owned_ppis(sys, hw, LockPath::VcpuPut);
+    // Its vPE leaves this CPU's redistributor (direct vLPIs): what arrives
+    // from here on waits in its pending table, which the next load zeroes.
+    if cpu.vlpi.resident().is_some() {
+        if let Some(frame) = hw.vlpi_frame() {
+            if cpu.vlpi.put(frame).is_err() {
+                hw.log(format_args!(
+                    "partition {}: vCPU {}'s vPE did not leave this CPU (GICR_VPENDBASER.Dirty stuck)",
+                    p.name, loaded.id.vcpu
+                ));
+            }
+        }
+    }
     // The last use of `p` here: its clone is dropped after the vCPU reads
     // as off, so a destroy that waits for all-off may still find it held
     // for a moment (`runtime::reap`).
@@ -1645,6 +1721,7 @@ fn lpi(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
     let Some(l) = state.loaded.as_ref() else {
         return;
     };
+    state.public.counters.lpi();
     let delivery = l
         .vredist
         .lpi_arrived(vintid, &mut PartitionRam { p, hw: &mut *hw });

@@ -53,6 +53,31 @@ struct FakeHw {
     smmu: Option<crate::smmu::tests::Rig>,
     /// A second fake SMMUv3, at [`SECOND_SMMU`] (the two-SMMU tests).
     smmu2: Option<crate::smmu::tests::Rig>,
+    /// This CPU's GICv4 VLPI frame, when the test gives it one.
+    vlpi: Option<FakeVlpiFrame>,
+    /// Every `zero_table` call.
+    tables_zeroed: Vec<(u64, usize)>,
+}
+
+/// A redistributor's VLPI frame: every write in order; Dirty clears at once.
+#[derive(Default)]
+struct FakeVlpiFrame {
+    /// (true = GICR_VPENDBASER, false = GICR_VPROPBASER, value).
+    writes: Vec<(bool, u64)>,
+    vpendbaser: u64,
+}
+
+impl crate::vgic::v40::V40Hw for FakeVlpiFrame {
+    fn write_vpropbaser(&mut self, value: u64) {
+        self.writes.push((false, value));
+    }
+    fn read_vpendbaser(&mut self) -> u64 {
+        self.vpendbaser
+    }
+    fn write_vpendbaser(&mut self, value: u64) {
+        self.writes.push((true, value));
+        self.vpendbaser = value;
+    }
 }
 
 impl FakeHw {
@@ -85,6 +110,8 @@ impl FakeHw {
             pages: None,
             smmu: None,
             smmu2: None,
+            vlpi: None,
+            tables_zeroed: Vec::new(),
         }
     }
 
@@ -304,6 +331,14 @@ impl Hw for FakeHw {
             other => panic!("{other:#x} is not an SMMU the host bridge's iommu-map names"),
         };
         Some((&mut rig.regs, &mut rig.mem))
+    }
+    fn vlpi_frame(&mut self) -> Option<&mut dyn crate::vgic::v40::V40Hw> {
+        self.vlpi
+            .as_mut()
+            .map(|f| f as &mut dyn crate::vgic::v40::V40Hw)
+    }
+    fn zero_table(&mut self, pa: u64, bytes: usize) {
+        self.tables_zeroed.push((pa, bytes));
     }
 }
 

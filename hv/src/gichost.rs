@@ -21,6 +21,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::dtb::GicInfo;
+use crate::vgic::v40::LpiDelivery;
 use crate::vgic::v41::SgiDelivery;
 use crate::vgic5::{choose_interface, GicInterface, GicRequest, HostGicv5};
 use pinfold_config::rules::{Problem, Rejection};
@@ -34,7 +35,8 @@ const GICD_TYPER_LPIS: u32 = 1 << 17;
 const GICR_TYPER_PLPIS: u64 = 1 << 0;
 const GICR_TYPER_VLPIS: u64 = 1 << 1;
 const GICR_TYPER_RVPEID: u64 = 1 << 7;
-// GITS_TYPER (ITS_base + 0x0008): Virtual [1].
+// GITS_TYPER (ITS_base + 0x0008): Virtual [1] (decided in `v40`).
+#[cfg(test)]
 const GITS_TYPER_VIRTUAL: u64 = 1 << 1;
 
 /// The GICv3/v4 ID registers the platform reads once at boot (it decodes
@@ -111,8 +113,9 @@ impl GicFound {
             its_count: gic.its.len() as u32,
             lpis: ids.gicd_typer & GICD_TYPER_LPIS != 0 && all_rd(GICR_TYPER_PLPIS),
             direct_vlpi: v4
-                && all_rd(GICR_TYPER_VLPIS)
-                && ids.gits_typers.iter().any(|t| t & GITS_TYPER_VIRTUAL != 0),
+                && ids.gits_typers.iter().any(|&t| {
+                    LpiDelivery::choose(&ids.gicr_typers, Some(t), true) == LpiDelivery::Direct
+                }),
             direct_vsgi,
             probed: true,
             irs_count: 0,

@@ -6,6 +6,18 @@
 //! of the vCPU the event targets (`VRedist::lpi_recheck`, through the
 //! mailbox when that vCPU runs on another CPU).
 //!
+//! On a GICv4.0 host ([`HostIts::enable_direct`]) a partition's MSIs are
+//! direct vLPIs instead (`vgic::v40`, [`LpiDelivery::Direct`]): its vCPUs
+//! get vPEs (IDs and zeroed pending tables from the platform, VMAPP'd to
+//! their pinned CPUs' redistributors) at the first need, the guest's
+//! commands become VMAPTI/VMOVI/VSYNC/VINVALL on them, and a device's MSI
+//! reaches the resident vCPU with no exit. A vCPU's vPE is made resident
+//! on its own CPU when its guest sets EnableLPIs ([`lpis_on`]: the guest's
+//! property table checked inside its RAM; `exit` applies it through the
+//! CPU's own VLPI frame, no lock) and non-resident at its put. A reset
+//! unmaps the devices and keeps the vPEs; deletion unmaps and frees them
+//! ([`release_vpes`]).
+//!
 //! Two locks, taken in this order, both counted:
 //! - the partition's vITS (`its_trap`): its command queue is one device
 //!   that every vCPU of the partition may program, like its distributor;
@@ -27,6 +39,11 @@ use crate::partition::{HostMemory, Partition};
 use crate::vgic::pits::{
     ItsCmd, ItsTyper, LpiPool, LpiRoute, LpiRoutes, PartitionIts, PitsEnv, PitsError, LPI_COUNT,
 };
+use crate::vgic::redist::LPI_ID_BITS;
+use crate::vgic::v40::{
+    vpropbaser, vpt_bytes, LpiDelivery, PartitionVlpis, RamRange, V4Cmd, V4Env, Vpe, VpeIds, Vprop,
+    VPE_COUNT,
+};
 use crate::vgic::vits::{PhysCmd, QueueMemory, Vits, VitsError, VitsLimits, VitsSink};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -38,9 +55,15 @@ use pinfold_vboard::GUEST_ITS_DOORBELL;
 pub trait ItsQueue: Send {
     /// Queues one command and waits until the ITS has read it.
     fn send(&mut self, cmd: &ItsCmd);
+    /// The same for a GICv4.0 command (or a GICv3 one inside [`V4Cmd`]).
+    fn send_v4(&mut self, cmd: &V4Cmd);
     /// Zeroed, 256-byte aligned memory no guest can reach, for an ITT.
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64>;
     fn free_itt(&mut self, pa: u64, bytes: usize);
+    /// Zeroed, [`VPT_ALIGN`]-aligned memory no guest can reach, for a
+    /// vPE's virtual LPI pending table.
+    fn alloc_vpt(&mut self, bytes: usize) -> Option<u64>;
+    fn free_vpt(&mut self, pa: u64, bytes: usize);
 }
 
 /// The physical ITS as the core keeps it, behind `System::its`.
@@ -50,6 +73,9 @@ pub struct HostIts {
     pool: LpiPool,
     /// Each CPU's RDbase once its collection (ICID = CPU index) is mapped.
     rdbase: Vec<Option<u64>>,
+    /// GICv4.0 direct vLPIs are on ([`HostIts::enable_direct`]): the vPE
+    /// IDs handed out.
+    vpe_ids: Option<VpeIds>,
 }
 
 impl HostIts {
@@ -61,7 +87,24 @@ impl HostIts {
             queue,
             pool: LpiPool::new(LPI_COUNT),
             rdbase: alloc::vec![None; cpus],
+            vpe_ids: None,
         }
+    }
+
+    /// Direct vLPI injection on (the platform: every redistributor has
+    /// GICR_TYPER.VLPIS, `gichost::GicFound::direct_vlpi`, and the ITS
+    /// took a vPE table at init). False, and nothing changed, when this ITS
+    /// is not a GICv4 one (GITS_TYPER.Virtual).
+    pub fn enable_direct(&mut self) -> bool {
+        if self.typer.virt && self.vpe_ids.is_none() {
+            self.vpe_ids = Some(VpeIds::new(VPE_COUNT));
+        }
+        self.vpe_ids.is_some()
+    }
+
+    /// Whether partitions' MSIs are injected directly ([`LpiDelivery`]).
+    pub fn direct(&self) -> bool {
+        self.vpe_ids.is_some()
     }
 
     /// CPU `cpu` has enabled LPIs on its redistributor: its collection is
@@ -85,20 +128,85 @@ impl HostIts {
     }
 }
 
-/// One partition's virtual ITS and its share of the physical one.
+/// One partition's virtual ITS and its share of the physical one: on a
+/// GICv3 host (or `delivery` Trapped) its events are physical LPIs taken
+/// at EL2 (`pits`); with direct vLPIs they are VMAPTI'd to its vCPUs' vPEs
+/// (`vlpis`, made at the first need: the first EnableLPIs of one of its
+/// redistributors or the first command, whichever comes first; kept until
+/// the partition is deleted, [`release_vpes`]).
 pub struct PartitionVits {
     pub vits: Vits,
     pub pits: PartitionIts,
+    pub delivery: LpiDelivery,
+    pub vlpis: Option<PartitionVlpis>,
     limits: VitsLimits,
+    typer: ItsTyper,
+    vcpus: u16,
 }
 
 impl PartitionVits {
-    pub fn new(slot: u16, vcpus: u16, typer: ItsTyper) -> PartitionVits {
+    pub fn new(slot: u16, vcpus: u16, typer: ItsTyper, delivery: LpiDelivery) -> PartitionVits {
         let limits = VitsLimits::for_vcpus(vcpus);
         PartitionVits {
             vits: Vits::new(limits),
             pits: PartitionIts::new(slot, typer),
+            delivery,
+            vlpis: None,
             limits,
+            typer,
+            vcpus,
+        }
+    }
+
+    /// The partition's vPEs, made and mapped (VMAPP to each vCPU's CPU)
+    /// if they are not yet: one ID and one zeroed pending table per vCPU.
+    /// On failure nothing is kept.
+    fn vlpis_ready(
+        &mut self,
+        host: &mut HostIts,
+        p: &Partition,
+    ) -> Result<&mut PartitionVlpis, alloc::string::String> {
+        if self.vlpis.is_none() {
+            let bytes = vpt_bytes(LPI_ID_BITS);
+            let mut vpes = Vec::new();
+            let mut failed = None;
+            for vcpu in 0..self.vcpus {
+                let Some(id) = host.vpe_ids.as_mut().and_then(VpeIds::alloc) else {
+                    failed = Some(alloc::format!("no vPE ID left for vCPU {vcpu}"));
+                    break;
+                };
+                let Some(vpt) = host.queue.alloc_vpt(bytes) else {
+                    if let Some(ids) = host.vpe_ids.as_mut() {
+                        ids.free(id);
+                    }
+                    failed = Some(alloc::format!("no memory for vCPU {vcpu}'s pending table"));
+                    break;
+                };
+                vpes.push(Vpe { id, vpt });
+            }
+            let vl = PartitionVlpis::new(self.typer, vpes, LPI_ID_BITS);
+            let mapped = failed.is_none().then(|| vl.map_vpes(&mut Env4 { host, p }));
+            match (failed, mapped) {
+                (None, Some(Ok(()))) => self.vlpis = Some(vl),
+                (why, m) => {
+                    give_back(host, &vl);
+                    return Err(why.unwrap_or_else(|| {
+                        alloc::format!("VMAPP refused: {:?}", m.and_then(Result::err))
+                    }));
+                }
+            }
+        }
+        Ok(self.vlpis.as_mut().expect("made above"))
+    }
+}
+
+/// A partition's vPE IDs and pending tables back to the host.
+fn give_back(host: &mut HostIts, vl: &PartitionVlpis) {
+    let bytes = vpt_bytes(vl.vpt_bits());
+    for v in vl.vpes() {
+        host.queue.free_vpt(v.vpt, bytes);
+        if let Some(ids) = host.vpe_ids.as_mut() {
+            ids.free(v.id);
         }
     }
 }
@@ -271,6 +379,36 @@ impl PitsEnv for Env<'_> {
     }
 }
 
+/// [`V4Env`] over the locked physical ITS and the partition's pinning.
+struct Env4<'a> {
+    host: &'a mut HostIts,
+    p: &'a Partition,
+}
+
+impl V4Env for Env4<'_> {
+    fn cpu_of(&self, vcpu: u16) -> Option<u16> {
+        let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
+        self.host.rdbase.get(cpu)?.map(|_| cpu as u16)
+    }
+    fn rdbase(&self, cpu: u16) -> u64 {
+        self.host
+            .rdbase
+            .get(usize::from(cpu))
+            .copied()
+            .flatten()
+            .unwrap_or(0)
+    }
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
+        self.host.queue.alloc_itt(bytes)
+    }
+    fn free_itt(&mut self, pa: u64, bytes: usize) {
+        self.host.queue.free_itt(pa, bytes)
+    }
+    fn send(&mut self, cmd: V4Cmd) {
+        self.host.queue.send_v4(&cmd)
+    }
+}
+
 /// A vLPI whose configuration the guest invalidated: re-check it on the
 /// redistributor of `vcpu` (the caller delivers it there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,6 +488,10 @@ pub fn access(
         return out;
     };
     let v = &mut *v;
+    if v.delivery == LpiDelivery::Direct {
+        direct_commands(v, host, p, sink.cmds, &mut out);
+        return out;
+    }
     for cmd in sink.cmds {
         match cmd {
             PhysCmd::Inv { device, event } => {
@@ -400,6 +542,120 @@ fn pits_fault(cmd: PhysCmd, e: PitsError) -> alloc::string::String {
     alloc::format!("ITS command {cmd:?} not applied on the physical ITS: {e:?}")
 }
 
+/// The accepted commands of a partition with direct vLPIs, as GICv4.0
+/// commands on its vPEs (`v40::PartitionVlpis::apply`). No re-check: the
+/// GIC reads the guest's own property table, and a guest INV/INVALL
+/// becomes the physical INV/VINVALL.
+fn direct_commands(
+    v: &mut PartitionVits,
+    host: &mut HostIts,
+    p: &Partition,
+    cmds: Vec<PhysCmd>,
+    out: &mut Outcome,
+) {
+    for cmd in cmds {
+        let vl = match v.vlpis_ready(host, p) {
+            Ok(vl) => vl,
+            Err(why) => {
+                out.faults.push(alloc::format!(
+                    "ITS command {cmd:?} not applied: its vPEs could not be made ({why})"
+                ));
+                continue;
+            }
+        };
+        match vl.apply(cmd, &mut Env4 { host, p }) {
+            Err(e) => out.faults.push(alloc::format!(
+                "ITS command {cmd:?} not applied as a direct vLPI: {e:?}"
+            )),
+            Ok(()) => {
+                if let PhysCmd::Mapti {
+                    device,
+                    event,
+                    vintid,
+                    vcpu,
+                } = cmd
+                {
+                    let vpe = vl.vpe(vcpu).map_or(0, |x| x.id);
+                    out.mapped.push(alloc::format!(
+                        "vITS: DeviceID {device:#x} event {event} -> vLPI {vintid} on vCPU {vcpu}: direct to vPE {vpe} (GICv4.0, no exit)"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// What a vCPU's redistributor needs to take direct vLPIs: the vPE made
+/// resident on its CPU with the guest's property table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectLpis {
+    pub prop: Vprop,
+    pub vpe: Vpe,
+    /// Bytes of its pending table (zeroed before it is made resident).
+    pub vpt_bytes: usize,
+}
+
+/// The guest set EnableLPIs on vCPU `vcpu`'s redistributor with
+/// GICR_PROPBASER `propbaser`. None for a partition whose MSIs are not
+/// direct; otherwise its vPEs are made if needed and the guest's table is
+/// checked to lie wholly inside its RAM (`v40::vpropbaser`), or the error
+/// says why its vLPIs stay off.
+pub fn lpis_on(
+    its: &CountedLock<Option<HostIts>>,
+    p: &Partition,
+    vcpu: u16,
+    propbaser: u64,
+) -> Option<Result<DirectLpis, alloc::string::String>> {
+    let lock = p.vits.as_ref()?;
+    let mut v = lock.lock(LockPath::ItsTrap);
+    if v.delivery != LpiDelivery::Direct {
+        return None;
+    }
+    let ram = [RamRange {
+        ipa: p.ram_ipa,
+        pa: p.ram.0,
+        size: p.ram_size,
+    }];
+    let prop = match vpropbaser(propbaser, &ram, LPI_ID_BITS) {
+        Ok(prop) => prop,
+        Err(e) => {
+            return Some(Err(alloc::format!(
+                "GICR_PROPBASER {propbaser:#x} of vCPU {vcpu} refused for direct vLPIs: {e:?}"
+            )))
+        }
+    };
+    let mut host = its.lock(LockPath::PhysIts);
+    let host = host.as_mut()?;
+    let vl = match v.vlpis_ready(host, p) {
+        Ok(vl) => vl,
+        Err(why) => return Some(Err(why)),
+    };
+    let vpe = vl.vpe(vcpu)?;
+    vl.set_property_table(vcpu, prop);
+    Some(Ok(DirectLpis {
+        prop,
+        vpe,
+        vpt_bytes: vpt_bytes(vl.vpt_bits()),
+    }))
+}
+
+/// The partition is being deleted (every vCPU put): its vPEs unmapped
+/// (VMAPP V = 0) and their IDs and pending tables given back.
+pub fn release_vpes(its: &CountedLock<Option<HostIts>>, p: &Partition) {
+    let Some(lock) = p.vits.as_ref() else {
+        return;
+    };
+    let mut v = lock.lock(LockPath::Management);
+    let Some(mut vl) = v.vlpis.take() else {
+        return;
+    };
+    let mut host = its.lock(LockPath::PhysIts);
+    if let Some(host) = host.as_mut() {
+        vl.release(&mut Env4 { host, p });
+        give_back(host, &vl);
+    }
+}
+
 /// The partition's vITS starts afresh (its start, stop, crash or
 /// deletion, after its functions were quiesced): every device unmapped on
 /// the physical ITS, its LPIs and ITTs given back, its routes cleared.
@@ -408,10 +664,13 @@ pub fn reset(its: &CountedLock<Option<HostIts>>, routes: &LpiRoutes, p: &Partiti
         return;
     };
     let mut v = lock.lock(LockPath::Management);
-    if v.pits.lpis() > 0 || v.vits.devices() > 0 {
+    if v.pits.lpis() > 0 || v.vits.devices() > 0 || v.vlpis.is_some() {
         let mut host = its.lock(LockPath::PhysIts);
         if let Some(host) = host.as_mut() {
             v.pits.release(&mut Env { host, routes, p });
+            if let Some(vl) = v.vlpis.as_mut() {
+                vl.release_devices(&mut Env4 { host, p });
+            }
         }
     }
     let limits = v.limits;

@@ -5,6 +5,7 @@
 use super::*;
 use crate::its::{HostIts, ItsQueue};
 use crate::vgic::pits::{ItsCmd, ItsTyper, LpiRoute, LPI_BASE};
+use crate::vgic::v40::V4Cmd;
 use alloc::sync::Arc;
 
 /// GITS_TYPER of QEMU's ITS: Physical, 8-byte ITT entries, 16 ID bits,
@@ -15,7 +16,11 @@ pub(super) const QEMU_TYPER: u64 = 1 | 7 << 4 | 15 << 8 | 15 << 13;
 #[derive(Clone, Default)]
 pub(super) struct FakeQueue {
     sent: Arc<spin::Mutex<Vec<ItsCmd>>>,
+    /// Every command sent through `send_v4`, GICv3 ones included.
+    sent_v4: Arc<spin::Mutex<Vec<V4Cmd>>>,
     next_itt: u64,
+    /// Pending tables handed out and not given back.
+    vpts: Arc<spin::Mutex<Vec<u64>>>,
 }
 
 impl ItsQueue for FakeQueue {
@@ -27,6 +32,18 @@ impl ItsQueue for FakeQueue {
         Some(0x7000_0000 + self.next_itt)
     }
     fn free_itt(&mut self, _: u64, _: usize) {}
+    fn send_v4(&mut self, cmd: &V4Cmd) {
+        self.sent_v4.lock().push(*cmd);
+    }
+    fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {
+        let mut vpts = self.vpts.lock();
+        let at = 0x7800_0000 + (vpts.len() * bytes) as u64;
+        vpts.push(at);
+        Some(at)
+    }
+    fn free_vpt(&mut self, pa: u64, _: usize) {
+        self.vpts.lock().retain(|&v| v != pa);
+    }
 }
 
 /// alpha's NIC: 00:02.0, DeviceID 0x10.
@@ -46,6 +63,22 @@ fn its_system() -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>) {
 fn its_system_on(
     tweak: impl FnOnce(&mut HostInfo),
 ) -> (&'static System, Arc<spin::Mutex<Vec<ItsCmd>>>, FakeTables) {
+    let (sys, queue, tables) = its_system_of(tweak, false);
+    (sys, queue.sent, tables)
+}
+
+/// [`its_system`] on a GICv4.0 host: the ITS reports Virtual and direct
+/// vLPIs are on. Returns the fake queue (sharing its records).
+fn v4_system() -> (&'static System, FakeQueue) {
+    let (sys, queue, _) = its_system_of(|_| {}, true);
+    assert!(sys.its_direct);
+    (sys, queue)
+}
+
+fn its_system_of(
+    tweak: impl FnOnce(&mut HostInfo),
+    v4: bool,
+) -> (&'static System, FakeQueue, FakeTables) {
     use crate::dtb::PcieInfo;
     use crate::pci::Bdf;
     let mut h = host(4);
@@ -60,8 +93,10 @@ fn its_system_on(
         iommu_map: Vec::new(),
     });
     let queue = FakeQueue::default();
-    let sent = queue.sent.clone();
-    let its = HostIts::new(ItsTyper::decode(QEMU_TYPER), Box::new(queue), 4);
+    let records = queue.clone();
+    let typer = if v4 { QEMU_TYPER | 1 << 1 } else { QEMU_TYPER };
+    let mut its = HostIts::new(ItsTyper::decode(typer), Box::new(queue), 4);
+    assert_eq!(its.enable_direct(), v4, "direct vLPIs only on a GICv4 ITS");
     tweak(&mut h);
     let (sys, tables) = system_and_tables(
         |plan| {
@@ -85,8 +120,9 @@ fn its_system_on(
     for cpu in [1, 2] {
         sys.its_cpu_online(cpu, cpu as u16, 0);
     }
-    sent.lock().clear();
-    (sys, sent, tables)
+    records.sent.lock().clear();
+    records.sent_v4.lock().clear();
+    (sys, records, tables)
 }
 
 fn its_reg(
@@ -128,13 +164,22 @@ fn queue_commands(hw: &mut FakeHw, p: &Partition, first: u64, cmds: &[[u64; 4]])
 /// vCPU 0 of alpha loaded on CPU 1, its LPI tables at PROP/PEND, the
 /// vITS's queue at CMDQ and enabled.
 fn alpha_with_lpis(sys: &'static System, hw: &mut FakeHw) -> (Cpu<'static>, Arc<Partition>) {
+    alpha_with_lpis_at(sys, hw, PROP)
+}
+
+/// [`alpha_with_lpis`] with its property table at RAM offset `prop`.
+fn alpha_with_lpis_at(
+    sys: &'static System,
+    hw: &mut FakeHw,
+    prop: u64,
+) -> (Cpu<'static>, Arc<Partition>) {
     let mut cpu = loaded_cpu(sys, hw, 1);
     let id = sys.assigned(1).unwrap();
     let p = sys.partition(id.partition).unwrap();
     assert_eq!(p.name, "alpha");
     let mut regs = GuestRegs::default();
     for (off, value, width) in [
-        (0x70, (p.ram_ipa + PROP) | 15, 8),
+        (0x70, (p.ram_ipa + prop) | 15, 8),
         (0x78, p.ram_ipa + PEND, 8),
         (0x0, 1, 4),
     ] {
@@ -454,9 +499,156 @@ fn a_guest_mapti_maps_a_physical_lpi_on_its_vcpus_cpu_and_its_msi_arrives_as_the
     assert!(sys.locks.count(LockPath::ItsTrap) > 0);
     assert!(sys.locks.count(LockPath::PhysIts) > 0);
     // The device's MSI: the physical LPI taken on CPU 1.
+    assert_eq!(cpu.state.public.counters.lpi_count(), 0);
     dispatch_irq(sys, &mut cpu, &mut hw, lpi);
     assert_eq!(hw.injected(), [8300]);
+    assert_eq!(cpu.state.public.counters.lpi_count(), 1, "counted at EL2");
     assert_eq!(sys.locks.hot_total(), 0);
+}
+
+/// VMAPP of alpha's vCPU `vcpu` (vPE `vpe`), pinned to CPU `vcpu + 1`.
+fn vmapp_of(sent: &[V4Cmd], vcpu: u64) -> Option<(u16, u64)> {
+    sent.iter().find_map(|c| match *c {
+        V4Cmd::Vmapp {
+            vpe,
+            rdbase,
+            vpt,
+            vpt_bits: 16,
+            valid: true,
+        } if rdbase == vcpu + 1 => Some((vpe, vpt)),
+        _ => None,
+    })
+}
+
+#[test]
+fn on_gicv4_a_guests_mapti_is_a_vmapti_to_its_vcpus_resident_vpe_and_nothing_reaches_el2() {
+    use crate::vgic::v40::{vpendbaser, vpendbaser_valid, NO_DOORBELL};
+    let (sys, q) = v4_system();
+    let mut hw = FakeHw::new();
+    hw.vlpi = Some(Default::default());
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    // EnableLPIs made both vPEs, VMAPP'd to CPUs 1 and 2, and vCPU 0's
+    // resident here with a zeroed table and the guest's property table.
+    let sent = q.sent_v4.lock().clone();
+    let (vpe0, vpt0) = vmapp_of(&sent, 0).expect("vCPU 0's VMAPP to CPU 1");
+    let (vpe1, _) = vmapp_of(&sent, 1).expect("vCPU 1's VMAPP to CPU 2");
+    assert_ne!(vpe0, vpe1);
+    assert_eq!(hw.tables_zeroed, [(vpt0, 0x1_0000)]);
+    let frame = hw.vlpi.as_ref().unwrap();
+    let prop_pa = p.host_addr(p.ram_ipa + PROP, 1).unwrap().0;
+    assert_eq!(frame.writes.len(), 2, "{:?}", frame.writes);
+    assert!(!frame.writes[0].0, "VPROPBASER first");
+    assert_eq!(frame.writes[0].1 & 0x000F_FFFF_FFFF_F000, prop_pa);
+    assert_eq!(frame.writes[0].1 & 0x1F, 15, "the guest's 16 ID bits");
+    assert_eq!(frame.writes[1], (true, vpendbaser(vpt0, true)));
+
+    q.sent_v4.lock().clear();
+    queue_commands(
+        &mut hw,
+        &p,
+        0,
+        &[
+            mapd(NIC, 4),
+            mapc(0, 0),
+            mapti(NIC, 1, 8300, 0),
+            inv(NIC, 1),
+        ],
+    );
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(4 * 32));
+    let sent = q.sent_v4.lock().clone();
+    assert!(
+        sent.contains(&V4Cmd::Vmapti {
+            device: NIC,
+            event: 1,
+            vpe: vpe0,
+            vintid: 8300,
+            doorbell: NO_DOORBELL
+        }),
+        "{sent:?}"
+    );
+    assert!(sent.contains(&V4Cmd::Phys(ItsCmd::Inv {
+        device: NIC,
+        event: 1
+    })));
+    // No physical LPI, no route, nothing on the GICv3 path.
+    assert!(q.sent.lock().is_empty(), "{:?}", q.sent.lock());
+    let its = sys.its.lock(LockPath::Management);
+    assert_eq!(its.as_ref().unwrap().lpis_in_use(), 0);
+    drop(its);
+    assert_eq!(sys.lpi_routes.get(LPI_BASE), None);
+    assert!(
+        hw.log.iter().any(|l| l.contains("direct to vPE")),
+        "{:?}",
+        hw.log
+    );
+
+    // Put: the vPE leaves this CPU's redistributor.
+    crate::exit::put(sys, &mut cpu, &mut hw);
+    let frame = hw.vlpi.as_ref().unwrap();
+    let last = frame.writes.last().unwrap();
+    assert!(last.0 && !vpendbaser_valid(last.1), "{:?}", frame.writes);
+    assert_eq!(sys.locks.hot_total(), 0);
+
+    // A reset unmaps the device and keeps the vPEs mapped.
+    q.sent_v4.lock().clear();
+    sys.reset_pci(&p, &mut hw, "stop");
+    let sent = q.sent_v4.lock().clone();
+    assert!(sent.iter().any(|c| matches!(
+        c,
+        V4Cmd::Phys(ItsCmd::Mapd {
+            device: NIC,
+            valid: false,
+            ..
+        })
+    )));
+    assert!(!sent.iter().any(|c| matches!(c, V4Cmd::Vmapp { .. })));
+    // Deletion unmaps them and gives the pending tables back.
+    assert_eq!(q.vpts.lock().len(), 2);
+    crate::its::release_vpes(&sys.its, &p);
+    let sent = q.sent_v4.lock().clone();
+    for vpe in [vpe0, vpe1] {
+        assert!(sent
+            .iter()
+            .any(|c| matches!(*c, V4Cmd::Vmapp { vpe: v, valid: false, .. } if v == vpe)));
+    }
+    assert!(q.vpts.lock().is_empty());
+}
+
+#[test]
+fn on_gicv4_a_property_table_past_the_guests_ram_keeps_its_vpe_off_and_is_its_fault() {
+    let (sys, q) = v4_system();
+    let mut hw = FakeHw::new();
+    hw.vlpi = Some(Default::default());
+    let p = sys.partition(sys.assigned(1).unwrap().partition).unwrap();
+    // 16 ID bits: 56 KiB of table, from 4 KiB below the end of its RAM.
+    let faults = p.faults.load(core::sync::atomic::Ordering::Relaxed);
+    let (_cpu, p) = alpha_with_lpis_at(sys, &mut hw, p.ram_size - 0x1000);
+    assert_eq!(
+        p.faults.load(core::sync::atomic::Ordering::Relaxed),
+        faults + 1
+    );
+    assert!(hw.vlpi.as_ref().unwrap().writes.is_empty());
+    assert!(hw.tables_zeroed.is_empty());
+    assert!(
+        hw.log
+            .iter()
+            .any(|l| l.contains("refused for direct vLPIs")),
+        "{:?}",
+        hw.log
+    );
+    assert!(
+        q.sent_v4.lock().is_empty(),
+        "no vPE made for a refused table"
+    );
+}
+
+#[test]
+fn on_gicv3_enable_lpis_touches_no_vlpi_frame() {
+    let (sys, _) = its_system();
+    let mut hw = FakeHw::new();
+    hw.vlpi = Some(Default::default());
+    let _ = alpha_with_lpis(sys, &mut hw);
+    assert!(hw.vlpi.as_ref().unwrap().writes.is_empty());
 }
 
 #[test]

@@ -378,7 +378,16 @@ impl Partition {
             if let (Ok(_), Some(typer)) = (path, pci_host.its) {
                 fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
                 vits = Some(CountedLock::new(
-                    crate::its::PartitionVits::new(index as u16, pp.cpus.len() as u16, typer),
+                    crate::its::PartitionVits::new(
+                        index as u16,
+                        pp.cpus.len() as u16,
+                        typer,
+                        if pci_host.vlpi {
+                            crate::vgic::v40::LpiDelivery::Direct
+                        } else {
+                            crate::vgic::v40::LpiDelivery::Trapped
+                        },
+                    ),
                     stat,
                 ));
             }

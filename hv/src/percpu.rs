@@ -51,6 +51,9 @@ pub struct VcpuCounters {
     exits: [AtomicU64; ExitClass::COUNT],
     injected: AtomicU64,
     dropped: AtomicU64,
+    /// Physical LPIs taken at EL2 for this vCPU (the trapped MSI path; a
+    /// direct vLPI never reaches EL2, so it stays 0 on GICv4.0).
+    lpis: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -69,6 +72,13 @@ impl VcpuCounters {
     /// One interrupt lost because a queue was full (owner CPU only).
     pub fn dropped(&self) {
         bump(&self.dropped);
+    }
+    /// One physical LPI taken at EL2 for the loaded vCPU (owner CPU only).
+    pub fn lpi(&self) {
+        bump(&self.lpis);
+    }
+    pub fn lpi_count(&self) -> u64 {
+        self.lpis.load(Ordering::Relaxed)
     }
     pub fn exits_of(&self, class: ExitClass) -> u64 {
         self.exits[class as usize].load(Ordering::Relaxed)
@@ -89,6 +99,7 @@ impl VcpuCounters {
         }
         self.injected.store(0, Ordering::Relaxed);
         self.dropped.store(0, Ordering::Relaxed);
+        self.lpis.store(0, Ordering::Relaxed);
     }
 }
 
@@ -204,6 +215,9 @@ pub struct CpuState<'s> {
     /// How long the loaded vCPU's timer interrupt has stayed pending
     /// (`lifecycle`'s hang check; own CPU only).
     pub hang: crate::lifecycle::HangWatch,
+    /// The vPE resident on this CPU's redistributor (GICv4.0 direct
+    /// vLPIs, `vgic::v40`); only this CPU changes it.
+    pub vlpi: crate::vgic::v40::Residency,
 }
 
 /// Which pass-through PPIs the loaded vCPU has enabled, and their
@@ -240,6 +254,7 @@ impl<'s> CpuState<'s> {
             vcpu: 0,
             hw_ppis: HwPpis::default(),
             hang: crate::lifecycle::HangWatch::default(),
+            vlpi: crate::vgic::v40::Residency::new(),
         }
     }
 }

@@ -126,6 +126,8 @@ pub struct System {
     pub its: CountedLock<Option<crate::its::HostIts>>,
     /// Its GITS_TYPER (read without the lock: which partitions get a vITS).
     pub its_typer: Option<crate::vgic::pits::ItsTyper>,
+    /// Its MSIs are direct vLPIs (GICv4.0): partitions' vITSes take vPEs.
+    pub its_direct: bool,
 }
 
 /// What the platform hands to [`System::new`].
@@ -176,6 +178,7 @@ impl System {
             its,
         } = inputs;
         let its_typer = its.as_ref().map(|i| i.typer);
+        let its_direct = its.as_ref().is_some_and(crate::its::HostIts::direct);
         let cpu_count = host.cpus.len().min(MAX_CPUS);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
@@ -195,6 +198,7 @@ impl System {
             }
             let mut held = crate::partition::pci_held(&pci_functions, partitions.iter());
             held.its = its_typer;
+            held.vlpi = its_direct;
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
@@ -264,6 +268,7 @@ impl System {
             pci_functions,
             its: CountedLock::new(its, locks),
             its_typer,
+            its_direct,
         };
         let mixed = sys
             .entropy
@@ -660,8 +665,16 @@ impl System {
                     format_args!(" manager={} restarts={restarts}", report.0.name()),
                 );
             }
+            // Physical LPIs taken at EL2 for its vCPUs since they were
+            // loaded: its MSIs on the trapped path (0 with direct vLPIs).
+            let lpis: u64 = p
+                .vcpus
+                .iter()
+                .filter_map(|v| self.cpus.get(v.pcpu))
+                .map(|c| c.counters.lpi_count())
+                .sum();
             hw.report(format_args!(
-                "stats partition={} state={} boots={} faults={}{manager}",
+                "stats partition={} state={} boots={} faults={} lpis={lpis}{manager}",
                 p.name,
                 p.state() as u8,
                 p.boot_count.load(Ordering::Relaxed),

@@ -320,6 +320,8 @@ pub struct PciHost<'a> {
     /// The physical ITS, when it came up: partitions that may use MSI get
     /// a virtual ITS in front of it (`its::vits_wanted`).
     pub its: Option<crate::vgic::pits::ItsTyper>,
+    /// That ITS injects MSIs as direct vLPIs (GICv4.0, `its::HostIts::direct`).
+    pub vlpi: bool,
 }
 
 /// A partition's assigned functions: where they are and its filter.

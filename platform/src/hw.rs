@@ -38,6 +38,9 @@ pub struct PlatformHw {
     tables: crate::heap::HeapTables,
     smmu: SmmuMmio,
     dma: SmmuDma,
+    /// This CPU's GICv4 VLPI frame, when partitions' MSIs are direct vLPIs
+    /// (`its::init_cpu`).
+    pub vlpi: Option<crate::its::VlpiFrame>,
 }
 
 /// An SMMUv3's register frames (page 0 and 1) through the EL2 identity
@@ -99,6 +102,7 @@ impl PlatformHw {
             tables: crate::heap::HeapTables,
             smmu: SmmuMmio { base: 0 },
             dma: SmmuDma,
+            vlpi: None,
         }
     }
 
@@ -278,6 +282,18 @@ impl Hw for PlatformHw {
     )> {
         self.smmu.base = base;
         Some((&mut self.smmu, &mut self.dma))
+    }
+    fn vlpi_frame(&mut self) -> Option<&mut dyn pinfold_hv::vgic::v40::V40Hw> {
+        self.vlpi
+            .as_mut()
+            .map(|f| f as &mut dyn pinfold_hv::vgic::v40::V40Hw)
+    }
+    fn zero_table(&mut self, pa: u64, bytes: usize) {
+        // SAFETY: `pa` is a vPE pending table the core got from
+        // `its::Queue::alloc_vpt` (EL2 heap, identity mapped), not resident
+        // on any redistributor now: nothing else reads or writes it.
+        unsafe { core::ptr::write_bytes(pa as *mut u8, 0, bytes) };
+        arch::clean_dcache_range(pa, bytes as u64);
     }
     fn config_write(&mut self, pa: u64, width: u8, value: u32) {
         // SAFETY: as in `config_read`.

@@ -6,6 +6,11 @@
 //! command queue the core drives (`pinfold_hv::its::ItsQueue`; the core
 //! keeps it behind its one `phys_its` lock). A host without an ITS, or one
 //! that does not come up, keeps MSI off (no partition gets a virtual ITS).
+//! On a GICv4.0 host (every redistributor VLPIS, the ITS Virtual: the
+//! driver gives the ITS its vPE table at init) direct vLPIs are turned on
+//! (`HostIts::enable_direct`), vPE pending tables come from the EL2 heap,
+//! and each CPU's VLPI frame ([`VlpiFrame`]) is handed to its own
+//! `PlatformHw` for the core's residency changes (`vgic::v40::Residency`).
 
 use crate::{arch, hvlog};
 use alloc::boxed::Box;
@@ -17,6 +22,7 @@ use pinfold_hv::its::{HostIts, ItsQueue};
 use pinfold_hv::memmap::FreeMemory;
 use pinfold_hv::system::System;
 use pinfold_hv::vgic::pits::ITT_ALIGN;
+use pinfold_hv::vgic::v40::{V40Hw, V4Cmd, VPT_ALIGN};
 
 /// Host RAM for the ITS's flat tables (a 16-bit DeviceID space of 8-byte
 /// entries is 512 KiB), the command queue, the property table and the
@@ -41,6 +47,21 @@ impl ItsQueue for Queue {
         if self.0.timeouts != lost {
             hvlog!("its: the ITS did not read {cmd:?} in time");
         }
+    }
+    fn send_v4(&mut self, cmd: &V4Cmd) {
+        let lost = self.0.timeouts;
+        self.0.send_words(cmd.encode());
+        if self.0.timeouts != lost {
+            hvlog!("its: the ITS did not read {cmd:?} in time");
+        }
+    }
+    fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {
+        let at = crate::heap::alloc_zeroed(bytes, VPT_ALIGN)?;
+        arch::clean_dcache_range(at.0, bytes as u64);
+        Some(at.0)
+    }
+    fn free_vpt(&mut self, pa: u64, bytes: usize) {
+        crate::heap::free(pinfold_hv::addr::PhysAddr(pa), bytes, VPT_ALIGN);
     }
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
         let at = crate::heap::alloc_zeroed(bytes, ITT_ALIGN)?;
@@ -106,12 +127,54 @@ pub fn init(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostI
         pinfold_hv::vgic::pits::LPI_COUNT,
         pinfold_hv::vgic::pits::LPI_BASE
     );
-    Some(HostIts::new(typer, Box::new(Queue(its)), cpus))
+    let mut host_its = HostIts::new(typer, Box::new(Queue(its)), cpus);
+    // The vPE table was given at init (a GICv4 ITS asks for one); direct
+    // injection also needs every redistributor's VLPIS.
+    if host.gic.found.direct_vlpi && host_its.enable_direct() {
+        hvlog!(
+            "its: GICv4.0: partitions' MSIs are direct vLPIs ({} vPEs, no doorbells)",
+            pinfold_hv::vgic::v40::VPE_COUNT
+        );
+    }
+    Some(host_its)
+}
+
+/// A CPU's own redistributor VLPI frame (RD_base + 0x2_0000 on a GICv4
+/// redistributor with GICR_TYPER.VLPIS): GICR_VPROPBASER at 0x70,
+/// GICR_VPENDBASER at 0x78. Only its CPU uses it (`hw::PlatformHw`).
+pub struct VlpiFrame {
+    base: usize,
+}
+
+impl VlpiFrame {
+    const VPROPBASER: usize = 0x70;
+    const VPENDBASER: usize = 0x78;
+
+    fn reg(&self, offset: usize) -> *mut u64 {
+        (self.base + offset) as *mut u64
+    }
+}
+
+impl V40Hw for VlpiFrame {
+    fn write_vpropbaser(&mut self, value: u64) {
+        // SAFETY: `base` is this CPU's VLPI frame (`init_cpu` found it from
+        // its redistributor's GICR_TYPER.VLPIS), device memory at EL2.
+        unsafe { self.reg(Self::VPROPBASER).write_volatile(value) }
+    }
+    fn read_vpendbaser(&mut self) -> u64 {
+        // SAFETY: as in `write_vpropbaser`.
+        unsafe { self.reg(Self::VPENDBASER).read_volatile() }
+    }
+    fn write_vpendbaser(&mut self, value: u64) {
+        // SAFETY: as in `write_vpropbaser`.
+        unsafe { self.reg(Self::VPENDBASER).write_volatile(value) }
+    }
 }
 
 /// This CPU's LPIs on (its own redistributor, from its own bring-up) and
-/// its collection mapped; nothing without an ITS.
-pub fn init_cpu(sys: &System, index: usize, mpidr: u64) {
+/// its collection mapped; nothing without an ITS. With direct vLPIs, its
+/// VLPI frame is handed to `hw`.
+pub fn init_cpu(sys: &System, index: usize, mpidr: u64, hw: &mut crate::hw::PlatformHw) {
     let Some(t) = TABLES.get() else {
         return;
     };
@@ -133,4 +196,10 @@ pub fn init_cpu(sys: &System, index: usize, mpidr: u64) {
     // SAFETY: GICR_TYPER of the same frame.
     let typer = unsafe { ((rd + 8) as *const u64).read_volatile() };
     sys.its_cpu_online(index, (typer >> 8) as u16, rd as u64);
+    // GICR_TYPER.VLPIS: RD_base, SGI_base, VLPI_base, reserved.
+    if sys.its_direct && typer & (1 << 1) != 0 {
+        hw.vlpi = Some(VlpiFrame {
+            base: rd + 0x2_0000,
+        });
+    }
 }

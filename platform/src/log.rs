@@ -50,21 +50,32 @@ pub fn write_from(source: u32, bytes: &[u8]) {
     }
 }
 
-/// A fixed buffer for formatting a line without allocating.
+/// Bytes of a formatted line, its newline included; what does not fit is
+/// cut (the stats line with every shared lock named is about 400).
+const LINE_BYTES: usize = 512;
+
+/// A fixed buffer for formatting a line without allocating. Its last byte
+/// is kept for the newline ([`LineBuf::end_line`]), so a cut line still
+/// ends and the next line is not glued to it.
 pub struct LineBuf {
-    buf: [u8; 256],
+    buf: [u8; LINE_BYTES],
     len: usize,
 }
 
 impl LineBuf {
     pub const fn new() -> Self {
         LineBuf {
-            buf: [0; 256],
+            buf: [0; LINE_BYTES],
             len: 0,
         }
     }
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
+    }
+    /// Ends the line with '\n' in the byte `write_str` never fills.
+    pub fn end_line(&mut self) {
+        self.buf[self.len] = b'\n';
+        self.len += 1;
     }
 }
 
@@ -87,7 +98,7 @@ pub fn print_fmt(cpu: Option<usize>, args: fmt::Arguments) {
         None => write!(line, "pinfold: "),
     };
     let _ = line.write_fmt(args);
-    let _ = line.write_str("\n");
+    line.end_line();
     write_line(line.as_bytes());
 }
 

@@ -416,7 +416,7 @@ fn boot(handoff: BootHandoff) -> ! {
     // SAFETY: the boot CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
-    its::init_cpu(sys, index, me);
+    its::init_cpu(sys, index, me, &mut local.hw);
     ablate::log_ablations();
     #[cfg(not(feature = "ablate-irq-fnptr"))]
     irq::install_root_handler();
@@ -528,7 +528,7 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     // SAFETY: this CPU's main line; no exception handler runs yet.
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
-    its::init_cpu(sys, index, local.state.state.mpidr);
+    its::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
     sys.cpus[index]
         .online
         .store(true, core::sync::atomic::Ordering::Release);

@@ -182,6 +182,8 @@ pub struct ItsTyper {
     pub pta: bool,
     /// HCC: collections held in the ITS itself (no memory needed for them).
     pub hcc: u16,
+    /// Virtual: a GICv4 ITS (vPEs, VMAPP/VMAPTI; GITS_TYPER [1]).
+    pub virt: bool,
 }
 
 impl ItsTyper {
@@ -192,6 +194,7 @@ impl ItsTyper {
             device_bits: ((typer >> 13) & 0x1F) as u8 + 1,
             pta: typer >> 19 & 1 == 1,
             hcc: ((typer >> 24) & 0xFF) as u16,
+            virt: typer >> 1 & 1 == 1,
         }
     }
 
@@ -246,13 +249,15 @@ impl Baser {
         }
     }
 
-    /// Entries a flat table of this type needs: every DeviceID, or one
-    /// collection per CPU beyond those the ITS holds itself. None: the
-    /// hypervisor gives this type no memory (vPE tables: GICv4 only).
+    /// Entries a flat table of this type needs: every DeviceID, one
+    /// collection per CPU beyond those the ITS holds itself, or on a GICv4
+    /// ITS every vPE ID the hypervisor hands out (`v40::VPE_COUNT`).
+    /// None: the hypervisor gives this type no memory.
     pub fn entries(&self, typer: &ItsTyper, cpus: usize) -> Option<usize> {
         match self.kind {
             BaserType::Devices => Some(1usize << typer.device_bits),
             BaserType::Collections => Some(cpus.saturating_sub(usize::from(typer.hcc))),
+            BaserType::Vpes if typer.virt => Some(usize::from(super::v40::VPE_COUNT)),
             _ => None,
         }
     }

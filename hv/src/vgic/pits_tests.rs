@@ -170,7 +170,8 @@ fn typer_and_tables_are_sized_from_what_the_its_reports() {
             id_bits: 16,
             device_bits: 16,
             pta: false,
-            hcc: 0
+            hcc: 0,
+            virt: false
         }
     );
     assert_eq!(t.rdbase(3, 0x080a_0000), 3);
@@ -193,7 +194,15 @@ fn typer_and_tables_are_sized_from_what_the_its_reports() {
     let coll = Baser::decode(4 << 56 | 7 << 48);
     assert_eq!(coll.entries(&t, 4), Some(4));
     assert_eq!(coll.pages(4, 0x1_0000), Some(1));
+    // A vPE table only on a GICv4 ITS (GITS_TYPER.Virtual), one entry per
+    // vPE ID the hypervisor hands out.
     assert_eq!(Baser::decode(2 << 56).entries(&t, 4), None);
+    let v4 = ItsTyper::decode(QEMU_TYPER | 1 << 1);
+    assert!(v4.virt && !t.virt);
+    let vpes = Baser::decode(2 << 56 | 15 << 48);
+    assert_eq!(vpes.kind, BaserType::Vpes);
+    assert_eq!(vpes.entries(&v4, 4), Some(1024));
+    assert_eq!(vpes.pages(1024, 0x1_0000), Some(1));
 
     let v = baser_value(1 << 56 | 7 << 48, 0x4800_0000, 2, 8);
     assert_eq!(v >> 63, 1);

@@ -116,6 +116,10 @@ pub enum RedistAction {
     PhysPpiPending { intid: u32, pending: bool },
     /// Set or clear the active state of a pass-through PPI on this CPU.
     PhysPpiActive { intid: u32, active: bool },
+    /// The guest set EnableLPIs (once per boot of the vCPU) with this
+    /// GICR_PROPBASER: with direct vLPIs the caller makes the vCPU's vPE
+    /// resident on this CPU (`its::lpis_on`).
+    LpisOn { propbaser: u64 },
 }
 
 /// The redistributor of one vCPU.
@@ -300,7 +304,12 @@ impl VRedist {
             (GICR_WAKER, 4) => self.processor_sleep = value as u32 & WAKER_PROCESSOR_SLEEP != 0,
             // EnableLPIs: only with LPIs; once set it stays set (clearing
             // it is IMPLEMENTATION DEFINED; this one does not allow it).
-            (GICR_CTLR, 4) if self.lpis && value & CTLR_ENABLE_LPIS != 0 => self.enable_lpis = true,
+            (GICR_CTLR, 4) if self.lpis && !self.enable_lpis && value & CTLR_ENABLE_LPIS != 0 => {
+                self.enable_lpis = true;
+                out(RedistAction::LpisOn {
+                    propbaser: self.propbaser,
+                });
+            }
             // The tables' registers while LPIs are off (UNPREDICTABLE
             // after: ignored); 32-bit halves as Linux never uses, too.
             (GICR_PROPBASER | GICR_PENDBASER | 0x74 | 0x7C, 4 | 8)
@@ -811,8 +820,26 @@ mod tests {
         let mut out = |_| panic!("no action");
         r.write(GICR_PROPBASER, 8, PROP | 1 << 10 | 15, &mut out);
         r.write(GICR_PENDBASER, 8, PEND | 1 << 62, &mut out);
-        r.write(GICR_CTLR, 4, 1, &mut out);
+        let mut acts = Vec::new();
+        r.write(GICR_CTLR, 4, 1, &mut |a| acts.push(a));
+        assert_eq!(
+            acts,
+            [RedistAction::LpisOn {
+                propbaser: PROP | 1 << 10 | 15
+            }]
+        );
         r
+    }
+
+    #[test]
+    fn enable_lpis_is_announced_once_and_only_with_a_vits() {
+        let mut r = lpi_redist();
+        let mut acts = Vec::new();
+        r.write(GICR_CTLR, 4, 1, &mut |a| acts.push(a));
+        assert!(acts.is_empty(), "announced twice: {acts:?}");
+        let mut plain = redist();
+        plain.write(GICR_CTLR, 4, 1, &mut |a| acts.push(a));
+        assert!(acts.is_empty(), "announced without LPIs: {acts:?}");
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! GICv4.0 direct vLPI injection: the core's decisions, host-tested against
-//! a fake ITS queue and a fake redistributor (the platform wiring is not
-//! built yet: see "Missing" below).
+//! a fake ITS queue and a fake redistributor. `its` wires them to the
+//! partitions' virtual ITSes and `exit` to vCPU residency; the platform
+//! gives the ITS its vPE table and each CPU its VLPI frame
+//! (`platform/src/its.rs`); the `gicv4` boot case runs it on QEMU.
 //!
 //! - [`LpiDelivery::choose`]: a partition gets direct vLPIs when every
 //!   redistributor's GICR_TYPER reports VLPIS, the ITS's GITS_TYPER reports
-//!   Virtual, and the partition has a virtual ITS (`its::vits_wanted`);
+//!   Virtual, and the partition has a virtual ITS (`its::msi_path`);
 //!   otherwise its MSIs take the GICv3 path of `pits` (a physical LPI taken
-//!   at EL2 and injected through a list register).
+//!   at EL2 and injected through a list register). The host half is
+//!   `gichost::GicFound::direct_vlpi`, which the platform turns on with.
 //! - [`VpeIds`]: one vPE per vCPU, IDs allocated host-wide (never shared
 //!   between partitions). Each vPE has a virtual LPI pending table
 //!   ([`vpt_bytes`], [`VPT_ALIGN`]: 64 KiB aligned) in hypervisor memory
@@ -54,12 +57,6 @@
 //! [4:0]) and checked field by field against Linux's irq-gic-v3-its.c
 //! encoders.
 //!
-//! Missing (not built in this module's first version): the platform side
-//! (GITS_BASER vPE table at ITS init, the per-CPU VLPI-frame MMIO
-//! implementing [`V40Hw`], calling [`Residency`] on partition start/stop,
-//! choosing [`PartitionVlpis`] over `pits::PartitionIts` in `its.rs`) and
-//! the gic-version=4 boot case.
-
 use super::pits::{ItsCmd, ItsTyper, ITT_ALIGN, LPI_BASE, MAX_EVENT_BITS};
 use super::vits::PhysCmd;
 use alloc::collections::BTreeMap;
@@ -351,8 +348,10 @@ pub struct PartitionVlpis {
     vpes: Vec<Vpe>,
     /// vINTID bits the pending tables cover (the vITS's ID_bits).
     vpt_bits: u8,
-    /// vINTID bits of the guest's property table, once known.
-    prop_bits: Option<u8>,
+    /// vCPU index -> vINTID bits of the property table its guest gave
+    /// that vCPU's redistributor, once known (each redistributor has its
+    /// own GICR_PROPBASER; Linux gives them all one table).
+    prop_bits: Vec<Option<u8>>,
     devices: BTreeMap<u32, VDevice>,
 }
 
@@ -360,16 +359,29 @@ impl PartitionVlpis {
     pub fn new(typer: ItsTyper, vpes: Vec<Vpe>, vpt_bits: u8) -> PartitionVlpis {
         PartitionVlpis {
             typer,
+            prop_bits: alloc::vec![None; vpes.len()],
             vpes,
             vpt_bits,
-            prop_bits: None,
             devices: BTreeMap::new(),
         }
     }
 
-    /// The guest's property table was accepted ([`vpropbaser`]).
-    pub fn set_property_table(&mut self, prop: Vprop) {
-        self.prop_bits = Some(prop.id_bits);
+    /// The guest's property table for vCPU `vcpu`'s redistributor was
+    /// accepted ([`vpropbaser`]); an index past the vCPUs is ignored.
+    pub fn set_property_table(&mut self, vcpu: u16, prop: Vprop) {
+        if let Some(b) = self.prop_bits.get_mut(usize::from(vcpu)) {
+            *b = Some(prop.id_bits);
+        }
+    }
+
+    /// Every vCPU's vPE (partition deletion gives them back).
+    pub fn vpes(&self) -> &[Vpe] {
+        &self.vpes
+    }
+
+    /// vINTID bits the pending tables cover.
+    pub fn vpt_bits(&self) -> u8 {
+        self.vpt_bits
     }
 
     pub fn vpe(&self, vcpu: u16) -> Option<Vpe> {
@@ -471,7 +483,12 @@ impl PartitionVlpis {
                 vcpu,
             } => {
                 let vpe = self.vpe_of(vcpu)?;
-                let bits = self.prop_bits.ok_or(V4Error::NoPropertyTable)?;
+                let bits = self
+                    .prop_bits
+                    .get(usize::from(vcpu))
+                    .copied()
+                    .flatten()
+                    .ok_or(V4Error::NoPropertyTable)?;
                 let limit = 1u64 << bits.min(self.vpt_bits);
                 if vintid < LPI_BASE || u64::from(vintid) >= limit {
                     return Err(V4Error::VintidOutOfRange(vintid));
@@ -564,13 +581,29 @@ impl PartitionVlpis {
         }
     }
 
-    /// Every device unmapped and every vPE unmapped (partition stop,
-    /// restart, reset; its vPEs were made non-resident first).
-    pub fn release(&mut self, env: &mut impl V4Env) {
+    /// Every device unmapped (partition stop, restart, crash: its
+    /// functions were quiesced first), the property tables forgotten (the
+    /// next boot gives them again). The vPEs stay mapped: a vCPU of the
+    /// partition may still be resident on its CPU until its put, and the
+    /// next start uses them again.
+    pub fn release_devices(&mut self, env: &mut impl V4Env) {
         let devices: Vec<u32> = self.devices.keys().copied().collect();
+        let any = !devices.is_empty();
         for device in devices {
             self.unmap_device(env, device);
         }
+        if any {
+            env.send(V4Cmd::Phys(ItsCmd::Sync {
+                rdbase: env.rdbase(0),
+            }));
+        }
+        self.prop_bits.iter_mut().for_each(|b| *b = None);
+    }
+
+    /// Every device and every vPE unmapped (partition deletion, every
+    /// vCPU put first): the vPE IDs and pending tables may then be reused.
+    pub fn release(&mut self, env: &mut impl V4Env) {
+        self.release_devices(env);
         // A vCPU without a CPU cannot have been mapped: nothing to undo.
         let _ = self.vmapp(env, false);
     }
@@ -614,7 +647,7 @@ impl Residency {
     /// VPENDBASER.Valid is 0, then VPENDBASER with Valid.
     pub fn load(
         &mut self,
-        hw: &mut impl V40Hw,
+        hw: &mut dyn V40Hw,
         prop: Vprop,
         vpt: u64,
     ) -> Result<(), ResidencyError> {
@@ -629,7 +662,7 @@ impl Residency {
 
     /// vCPU put (stop, restart, reset): Valid cleared, Dirty waited for
     /// (bounded). Returns PendingLast.
-    pub fn put(&mut self, hw: &mut impl V40Hw) -> Result<bool, ResidencyError> {
+    pub fn put(&mut self, hw: &mut dyn V40Hw) -> Result<bool, ResidencyError> {
         let Some(vpt) = self.resident.take() else {
             return Ok(false);
         };

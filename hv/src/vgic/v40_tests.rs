@@ -58,7 +58,9 @@ fn vpes() -> Vec<Vpe> {
 /// A partition whose guest set PROPBASER IDbits = 13 (14 bits: 8192 LPIs).
 fn partition() -> PartitionVlpis {
     let mut p = PartitionVlpis::new(ItsTyper::decode(TYPER), vpes(), 16);
-    p.set_property_table(vpropbaser((RAM.ipa + 0x10_0000) | 13, &[RAM], 16).unwrap());
+    let prop = vpropbaser((RAM.ipa + 0x10_0000) | 13, &[RAM], 16).unwrap();
+    p.set_property_table(0, prop);
+    p.set_property_table(1, prop);
     p
 }
 
@@ -458,6 +460,76 @@ fn release_unmaps_devices_and_vpes() {
         vpt_bits: 16,
         valid: false
     }));
+}
+
+#[test]
+fn reset_unmaps_devices_keeps_vpes_and_forgets_the_property_tables() {
+    let mut env = Env::default();
+    let mut p = mapped(&mut env);
+    p.release_devices(&mut env);
+    assert!(env.sent.contains(&V4Cmd::Phys(ItsCmd::Mapd {
+        device: NIC,
+        itt: 0,
+        event_bits: 1,
+        valid: false
+    })));
+    assert!(
+        !env.sent.iter().any(|c| matches!(c, V4Cmd::Vmapp { .. })),
+        "a reset left the vPEs mapped: {:?}",
+        env.sent
+    );
+    // The next boot gives its tables again before any MAPTI.
+    p.apply(
+        PhysCmd::Mapd {
+            device: NIC,
+            event_bits: 2,
+            valid: true,
+        },
+        &mut env,
+    )
+    .unwrap();
+    let mapti = PhysCmd::Mapti {
+        device: NIC,
+        event: 0,
+        vintid: 8192,
+        vcpu: 1,
+    };
+    assert_eq!(p.apply(mapti, &mut env), Err(V4Error::NoPropertyTable));
+}
+
+#[test]
+fn a_mapti_is_bounded_by_its_target_vcpus_own_property_table() {
+    let mut env = Env::default();
+    let mut p = PartitionVlpis::new(ItsTyper::decode(TYPER), vpes(), 16);
+    // vCPU 0's table covers 16 bits, vCPU 1's only 14 (8192 vLPIs).
+    p.set_property_table(
+        0,
+        vpropbaser((RAM.ipa + 0x10_0000) | 15, &[RAM], 16).unwrap(),
+    );
+    p.set_property_table(
+        1,
+        vpropbaser((RAM.ipa + 0x20_0000) | 13, &[RAM], 16).unwrap(),
+    );
+    p.apply(
+        PhysCmd::Mapd {
+            device: NIC,
+            event_bits: 2,
+            valid: true,
+        },
+        &mut env,
+    )
+    .unwrap();
+    let mapti = |vcpu| PhysCmd::Mapti {
+        device: NIC,
+        event: 0,
+        vintid: 20000,
+        vcpu,
+    };
+    assert_eq!(
+        p.apply(mapti(1), &mut env),
+        Err(V4Error::VintidOutOfRange(20000))
+    );
+    assert_eq!(p.apply(mapti(0), &mut env), Ok(()));
 }
 
 // The whole chain: a hostile guest's queue through the vITS into the v4

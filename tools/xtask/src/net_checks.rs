@@ -221,6 +221,13 @@ fn msi_sample(name: &str, token: &str, deadline: Instant) -> Result<(u64, u64), 
 /// lines, and their counts rise while traffic flows through its NIC
 /// (pages fetched through its port forward).
 pub fn msi(stack: &mut Stack) -> Outcome {
+    msi_checked(stack, false)
+}
+
+/// [`msi`], and how alpha's MSIs reached it: `direct` (GICv4.0) asks that
+/// no physical LPI was taken at EL2 for it (`lpis=0` on its stats line),
+/// otherwise (GICv3, the trapped path) that they were.
+pub fn msi_checked(stack: &mut Stack, direct: bool) -> Outcome {
     let plan = pinfold_config::load(Path::new(DEFAULT_CONFIG)).map_err(|e| e.to_string())?;
     let nics = partition_nics(&plan, manager_port());
     let nic = nics
@@ -236,6 +243,31 @@ pub fn msi(stack: &mut Stack) -> Outcome {
         })
         .map_err(|err| err.to_string())?;
     let (lines, before, after) = msi_rises("alpha", nic.host_port, &token, deadline)?;
+    let from = stack.qemu.lines().len();
+    stack.qemu.send(b"\x01s").map_err(|err| err.to_string())?;
+    let stats = stack
+        .qemu
+        .wait_for("alpha's stats line", from, deadline, |l| {
+            l.contains("pinfold: stats partition=alpha ")
+        })
+        .map_err(|err| err.to_string())?;
+    let lpis = crate::harness::number_after(&stats.text, "lpis=")
+        .ok_or_else(|| format!("no lpis= on `{}`", stats.text))?;
+    match (direct, lpis) {
+        (true, 0) | (false, 1..) => {}
+        _ => {
+            return Err(format!(
+                "{} MSIs of alpha's were taken at EL2 as physical LPIs ({}): `{}`",
+                if direct { "direct" } else { "trapped" },
+                if direct {
+                    "none expected"
+                } else {
+                    "some expected"
+                },
+                stats.text
+            ))
+        }
+    }
     let its_lines = stack
         .qemu
         .lines()
@@ -245,6 +277,14 @@ pub fn msi(stack: &mut Stack) -> Outcome {
     Ok(vec![
         format!("alpha: {lines} ITS-MSI lines in /proc/interrupts"),
         format!("alpha: ITS-MSI interrupts {before} -> {after} over {FETCHES} page fetches"),
+        format!(
+            "alpha: {lpis} physical LPIs taken at EL2 for it ({})",
+            if direct {
+                "direct vLPIs: none"
+            } else {
+                "the trapped GICv3 path"
+            }
+        ),
         format!("{its_lines} vITS command faults logged for alpha"),
     ])
 }

@@ -163,6 +163,9 @@ pub struct Extra {
     /// front of the PCIe host bridge doing stage 2 (`-M ...,iommu=smmuv3
     /// -global arm-smmuv3.stage=2`): QEMU 7.2's SMMUv3 has stage 1 only.
     pub smmu: Option<Qemu10>,
+    /// `gic-version=4` instead of 3: a GICv4.0 (vPEs, direct vLPI
+    /// injection; QEMU 7.2 and 10 emulate it under TCG, without vSGIs).
+    pub gicv4: bool,
 }
 
 /// A QEMU 10 unpacked beside the system's 7.2 (never installed over it):
@@ -275,6 +278,9 @@ pub fn qemu_command(board: &Board, image: &Path, extra: &Extra) -> Command {
         Some(u) if !u.el2 => BARE_MACHINE.to_string(),
         _ => MACHINE.to_string(),
     };
+    if extra.gicv4 {
+        machine_value = machine_value.replace("gic-version=3", "gic-version=4");
+    }
     if extra.smmu.is_some() {
         machine_value.push_str(",iommu=smmuv3");
         qemu.args(["-global", "arm-smmuv3.stage=2"]);
@@ -476,6 +482,36 @@ mod smmu_tests {
             );
             assert!(args.contains(&want), "{want} in {args:?}");
         }
+    }
+
+    #[test]
+    fn a_gicv4_run_asks_for_gic_version_4_and_nothing_else_changes() {
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: true,
+            partition_nics: crate::qemu::NicSlots::NONE,
+        };
+        let args = |extra: &Extra| -> Vec<String> {
+            qemu_command(&board, Path::new("/i.bin"), extra)
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let v3 = args(&Extra::default());
+        let v4 = args(&Extra {
+            gicv4: true,
+            ..Extra::default()
+        });
+        let m = |a: &[String]| a[a.iter().position(|x| x == "-M").unwrap() + 1].clone();
+        assert_eq!(m(&v4), "virt,virtualization=on,gic-version=4");
+        assert_eq!(m(&v3), "virt,virtualization=on,gic-version=3");
+        let rest = |a: &[String]| {
+            let mut a = a.to_vec();
+            a.retain(|x| !x.starts_with("virt,"));
+            a
+        };
+        assert_eq!(rest(&v3), rest(&v4));
     }
 
     #[test]
