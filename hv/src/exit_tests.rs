@@ -636,6 +636,7 @@ fn a_pci_partitions_function_dmas_through_its_own_stage2_not_the_bridge_owners()
                 size: 0x1000,
             }],
             caps: Vec::new(),
+            msi_vectors: 3,
             vf: None,
         }],
     );
@@ -745,6 +746,7 @@ fn nic_function(bdf: crate::pci::Bdf) -> crate::vpci::HostFunction {
             size: 0x1000,
         }],
         caps: Vec::new(),
+        msi_vectors: 3,
         vf: None,
     }
 }

@@ -145,8 +145,19 @@ pub struct PartitionVits {
 }
 
 impl PartitionVits {
-    pub fn new(slot: u16, vcpus: u16, typer: ItsTyper, delivery: LpiDelivery) -> PartitionVits {
-        let limits = VitsLimits::for_vcpus(vcpus);
+    /// `mappings`: the events it may map at once, all devices together
+    /// (its functions' MSI vectors: `partition::lpi_budget`).
+    pub fn new(
+        slot: u16,
+        vcpus: u16,
+        typer: ItsTyper,
+        delivery: LpiDelivery,
+        mappings: u32,
+    ) -> PartitionVits {
+        let limits = VitsLimits {
+            max_mappings: mappings as usize,
+            ..VitsLimits::for_vcpus(vcpus)
+        };
         PartitionVits {
             vits: Vits::new(limits),
             pits: PartitionIts::new(slot, typer),

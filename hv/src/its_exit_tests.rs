@@ -75,15 +75,9 @@ fn v4_system() -> (&'static System, FakeQueue) {
     (sys, queue)
 }
 
-fn its_system_of(
-    tweak: impl FnOnce(&mut HostInfo),
-    v4: bool,
-) -> (&'static System, FakeQueue, FakeTables) {
-    use crate::dtb::PcieInfo;
-    use crate::pci::Bdf;
-    let mut h = host(4);
-    h.gic.its = vec![(0x0808_0000, 0x2_0000)];
-    h.pcie = Some(PcieInfo {
+/// The host bridge of [`its_system`]'s host: QEMU virt's windows.
+fn its_system_host_bridge() -> Option<crate::dtb::PcieInfo> {
+    Some(crate::dtb::PcieInfo {
         ecam: (0x40_1000_0000, 0x1000_0000),
         bus_range: (0, 0xff),
         ranges: crate::acpi::board::qemu_virt_pci_ranges(),
@@ -91,7 +85,17 @@ fn its_system_of(
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),
         iommu_map: Vec::new(),
-    });
+    })
+}
+
+fn its_system_of(
+    tweak: impl FnOnce(&mut HostInfo),
+    v4: bool,
+) -> (&'static System, FakeQueue, FakeTables) {
+    use crate::pci::Bdf;
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x2_0000)];
+    h.pcie = its_system_host_bridge();
     let queue = FakeQueue::default();
     let records = queue.clone();
     let typer = if v4 { QEMU_TYPER | 1 << 1 } else { QEMU_TYPER };
@@ -752,5 +756,108 @@ fn a_partition_reset_unmaps_its_devices_and_gives_its_lpis_back() {
         its_reg(sys, &mut cpu, &mut hw, 0x80, 8, None),
         0,
         "GITS_CBASER"
+    );
+}
+
+#[test]
+fn a_guest_maps_no_more_events_than_its_functions_have_msi_vectors() {
+    let (sys, _) = its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    // alpha's NIC has 3 MSI-X vectors: a fourth mapping is refused.
+    queue_commands(
+        &mut hw,
+        &p,
+        0,
+        &[
+            mapd(NIC, 4),
+            mapc(0, 0),
+            mapti(NIC, 0, 8192, 0),
+            mapti(NIC, 1, 8193, 0),
+            mapti(NIC, 2, 8194, 0),
+            mapti(NIC, 3, 8195, 0),
+        ],
+    );
+    let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(6 * 32));
+    let its = sys.its.lock(LockPath::Management);
+    assert_eq!(its.as_ref().unwrap().lpis_in_use(), 3);
+    drop(its);
+    assert_eq!(
+        p.faults.load(core::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+    assert!(
+        hw.log.iter().any(|l| l.contains("TooManyMappings")),
+        "{:?}",
+        hw.log
+    );
+}
+
+#[test]
+fn a_partition_whose_functions_need_more_lpis_than_others_left_is_refused_naming_its_pci_entry() {
+    use crate::pci::Bdf;
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x2_0000)];
+    h.pcie = its_system_host_bridge();
+    let nic = |dev, vectors| crate::vpci::HostFunction {
+        msi_vectors: vectors,
+        ..nic_function(Bdf {
+            bus: 0,
+            dev,
+            func: 0,
+        })
+    };
+    let pci = |dev| {
+        vec![pinfold_config::plan::PciAddress {
+            segment: 0,
+            bus: 0,
+            device: dev,
+            function: 0,
+        }]
+    };
+    let boot = |alpha_vectors: u32, beta_vectors: u32| {
+        let its = HostIts::new(
+            ItsTyper::decode(QEMU_TYPER),
+            Box::new(FakeQueue::default()),
+            4,
+        );
+        let (sys, _) = system_and_tables(
+            |plan| {
+                plan.partitions[0].pci = pci(2);
+                plan.partitions[1].pci = pci(3);
+            },
+            None,
+            Default::default(),
+            h.clone(),
+            vec![nic(2, alpha_vectors), nic(3, beta_vectors)],
+            Some(its),
+        );
+        sys.partitions()
+            .iter()
+            .map(|p| p.name.clone())
+            .collect::<Vec<_>>()
+    };
+    // 2048 + 2048 fit in the 8192 LPIs; 5000 + 5000 do not: beta, built
+    // second, is not created.
+    assert!(boot(2048, 2048).contains(&"beta".into()));
+    let names = boot(5000, 5000);
+    assert!(names.contains(&"alpha".into()), "{names:?}");
+    assert!(!names.contains(&"beta".into()), "{names:?}");
+    let e = crate::vpci::AssignError {
+        index: 0,
+        bdf: Bdf {
+            bus: 0,
+            dev: 3,
+            func: 0,
+        },
+        problem: crate::vpci::AssignProblem::LpisExhausted {
+            vectors: 5000,
+            left: 3192,
+        },
+    };
+    assert_eq!(
+        e.to_string(),
+        "pci[0]: 0000:00:03.0: its MSI vectors bring the partition to 5000, but only 3192 of the host ITS's 8192 LPIs are left"
     );
 }

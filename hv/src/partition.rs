@@ -180,6 +180,10 @@ pub struct Partition {
     /// Its virtual ITS (`its`), when its functions may use MSI/MSI-X
     /// (`its::msi_path`): the guest's GITS frame under this lock.
     pub vits: Option<CountedLock<crate::its::PartitionVits>>,
+    /// Physical LPIs its vITS may take (the MSI vectors of its functions on
+    /// the trapped path; 0 with direct vLPIs or without a vITS): counted
+    /// against the pool when the next partition is built (`pci_held`).
+    pub lpis_reserved: u32,
     /// The system's event log, for the faults its vCPUs record
     /// ([`fault_event`](Self::fault_event)); set by whoever adds the
     /// partition to a `System` (`System::new`).
@@ -244,6 +248,38 @@ impl fmt::Display for LoadError {
 
 /// What partitions already there hold that a new one's functions must
 /// keep clear of: their BAR windows (CPU ranges) and SPIs.
+/// The events `pp`'s vITS may map: the MSI vectors of its functions
+/// (`HostFunction::msi_vectors`), refused naming the `pci` entry that
+/// takes the partition past the physical LPIs other partitions left.
+fn lpi_budget(
+    pp: &PartitionPlan,
+    a: &crate::vpci::Assignment,
+    pci_host: &crate::vpci::PciHost,
+) -> Result<u32, SetupError> {
+    let left = crate::vgic::pits::LPI_COUNT.saturating_sub(pci_host.lpis_held);
+    let mut vectors = 0u32;
+    for placed in &a.functions {
+        let f = pci_host.functions.iter().find(|f| f.bdf == placed.bdf);
+        vectors = vectors.saturating_add(f.map_or(0, |f| f.msi_vectors));
+        if vectors > left && !pci_host.vlpi {
+            let index = pp
+                .pci
+                .iter()
+                .position(|p| {
+                    (p.bus, p.device, p.function)
+                        == (placed.bdf.bus, placed.bdf.dev, placed.bdf.func)
+                })
+                .unwrap_or(0);
+            return Err(SetupError::Pci(crate::vpci::AssignError {
+                index,
+                bdf: placed.bdf,
+                problem: crate::vpci::AssignProblem::LpisExhausted { vectors, left },
+            }));
+        }
+    }
+    Ok(vectors)
+}
+
 pub fn pci_held<'a>(
     functions: &'a [crate::vpci::HostFunction],
     existing: impl Iterator<Item = &'a Partition>,
@@ -257,6 +293,7 @@ pub fn pci_held<'a>(
             held.taken.extend(v.assignment.cpu_windows());
         }
         held.spis.extend_from_slice(&p.spis);
+        held.lpis_held = held.lpis_held.saturating_add(p.lpis_reserved);
     }
     held
 }
@@ -361,6 +398,7 @@ impl Partition {
         let mut vpci = None;
         let mut vits = None;
         let mut msi = None;
+        let mut lpis_reserved = 0;
         if let Some((bridge, a)) = assignment {
             for (base, size) in a.cpu_windows() {
                 map(&mut s2, base, base, size, MemType::Device)?;
@@ -376,17 +414,22 @@ impl Partition {
                 .and(host.gic.its.first().map(|&(base, _)| base));
             let path = crate::its::msi_path(pp.management, host_its, smmu);
             if let (Ok(_), Some(typer)) = (path, pci_host.its) {
+                let vectors = lpi_budget(pp, &a, pci_host)?;
                 fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
+                let delivery = if pci_host.vlpi {
+                    crate::vgic::v40::LpiDelivery::Direct
+                } else {
+                    // Physical LPIs are taken for its events: reserved.
+                    lpis_reserved = vectors;
+                    crate::vgic::v40::LpiDelivery::Trapped
+                };
                 vits = Some(CountedLock::new(
                     crate::its::PartitionVits::new(
                         index as u16,
                         pp.cpus.len() as u16,
                         typer,
-                        if pci_host.vlpi {
-                            crate::vgic::v40::LpiDelivery::Direct
-                        } else {
-                            crate::vgic::v40::LpiDelivery::Trapped
-                        },
+                        delivery,
+                        vectors,
                     ),
                     stat,
                 ));
@@ -491,6 +534,7 @@ impl Partition {
             report: CountedLock::new((ManagerStatus::Starting, String::new()), stat),
             pci_found: CountedLock::new(Vec::new(), stat),
             vits,
+            lpis_reserved,
             events: None,
         })
     }

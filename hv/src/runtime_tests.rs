@@ -771,6 +771,7 @@ fn a_pci_function_moves_to_a_run_time_partition_only_once_its_holder_is_gone() {
                 size: 0x1000,
             }],
             caps: Vec::new(),
+            msi_vectors: 3,
             vf: None,
         }],
     );

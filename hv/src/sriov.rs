@@ -356,6 +356,7 @@ pub fn enable(
             pin: 0,
             bars: s.vf_bars.clone(),
             caps: crate::vpci::capability_spans(cfg, vf),
+            msi_vectors: crate::vpci::msi_vectors(cfg, vf),
             vf: Some(VfOf {
                 pf: bdf,
                 bars: apertures
@@ -593,6 +594,7 @@ mod tests {
             pin: 1,
             bars: Vec::new(),
             caps: Vec::new(),
+            msi_vectors: 3,
             vf: None,
         }
     }

@@ -93,6 +93,9 @@ pub struct HostFunction {
     /// An SR-IOV virtual function (`sriov::enable`): its PF and where its
     /// BARs are; None for every other function.
     pub vf: Option<VfOf>,
+    /// The most MSI vectors its driver can use at once ([`msi_vectors`]):
+    /// what its partition's vITS may map for it.
+    pub msi_vectors: u32,
 }
 
 /// What makes a function a VF: its BARs cannot move (a VF's BAR registers
@@ -165,6 +168,7 @@ fn describe(cfg: &mut impl ConfigSpace, bdf: Bdf) -> HostFunction {
         bars: Vec::new(),
         caps: capability_spans(cfg, bdf),
         vf: None,
+        msi_vectors: msi_vectors(cfg, bdf),
     };
     if bridge {
         return f;
@@ -282,6 +286,9 @@ pub enum AssignProblem {
     /// A VF whose BARs another partition's windows already hold (it is
     /// that partition's).
     VfHeld,
+    /// Its MSI vectors, with the partition's functions before it, need more
+    /// of the physical ITS's LPIs than other partitions left (`left`).
+    LpisExhausted { vectors: u32, left: u32 },
 }
 
 impl fmt::Display for AssignError {
@@ -303,6 +310,11 @@ impl fmt::Display for AssignError {
                 "a physical function with SR-IOV VFs enabled stays the hypervisor's (assign its VFs)",
             ),
             AssignProblem::VfHeld => f.write_str("this VF is another partition's"),
+            AssignProblem::LpisExhausted { vectors, left } => write!(
+                f,
+                "its MSI vectors bring the partition to {vectors}, but only {left} of the host ITS's {} LPIs are left",
+                crate::vgic::pits::LPI_COUNT
+            ),
         }
     }
 }
@@ -317,6 +329,9 @@ pub struct PciHost<'a> {
 
     /// SPIs other partitions own.
     pub spis: Vec<u32>,
+    /// Physical LPIs other partitions' vITSes may map (their budgets,
+    /// `its::PartitionVits::lpi_budget`), out of `vgic::pits::LPI_COUNT`.
+    pub lpis_held: u32,
     /// The physical ITS, when it came up: partitions that may use MSI get
     /// a virtual ITS in front of it (`its::vits_wanted`).
     pub its: Option<crate::vgic::pits::ItsTyper>,
@@ -1162,6 +1177,24 @@ impl VirtualEcam {
 /// Bytes of a capability the filter knows (MSI: by its Message Control's
 /// 64-bit and per-vector masking bits; MSI-X: control and the table/PBA
 /// pointers; PCIe: version 2), cut at the next capability.
+/// The MSI vectors a function can raise: its MSI-X Table Size + 1, or
+/// its MSI Multiple Message Capable count (2^MMC), whichever is larger (a
+/// driver enables one of the two); 0 without either.
+pub(crate) fn msi_vectors(cfg: &mut impl ConfigSpace, bdf: Bdf) -> u32 {
+    capabilities(cfg, bdf)
+        .iter()
+        .map(|&(id, at)| {
+            let control = cfg.read(bdf, at + 2, 2);
+            match id {
+                CAP_MSIX => (control & 0x7ff) + 1,
+                CAP_MSI => 1 << ((control >> 1) & 7).min(5),
+                _ => 0,
+            }
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 pub(crate) fn capability_spans(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Vec<(u32, u16, u16)> {
     let caps = capabilities(cfg, bdf);
     caps.iter()
