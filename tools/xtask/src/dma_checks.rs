@@ -87,8 +87,10 @@ echo \"PINFOLD-VF\"\" ids=$(cat $v/vendor):$(cat $v/device) bar=$(printf '%#x' $
 /// vendor, the VF device ID and BAR0 where the hypervisor put it
 /// (`linux,pci-probe-only`: a VF's BARs cannot move), and enables it
 /// (COMMAND memory on, allowed by the filter). The STATUS read is
-/// reported, not asserted: QEMU 10's igb VF reads all-ones there in this
-/// setup (docs/DEVICES.md, SR-IOV), a stage-2 gap would be an abort.
+/// reported, not asserted: QEMU 10.0.2 registers igbvf's 64-bit BARs as
+/// 32-bit (a QEMU bug fixed in 10.1.2, docs/DEVICES.md, SR-IOV), so the VF
+/// BAR above 4 GiB does not decode and reads all-ones; a stage-2 gap would
+/// be an abort.
 fn vf_check(stack: &Stack, token: &str, deadline: Instant) -> Result<String, String> {
     let enabled = expect(
         stack,
