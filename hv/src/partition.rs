@@ -299,6 +299,15 @@ pub fn pci_held<'a>(
 }
 
 impl Partition {
+    /// How its functions' MSIs reach it, for the log (None without
+    /// functions): the path, or why it stays on INTx.
+    pub fn msi_line(&self) -> Option<alloc::string::String> {
+        Some(match self.msi.as_ref()? {
+            Ok(path) => alloc::format!("partition {}: {path}", self.name),
+            Err(why) => alloc::format!("partition {}: {why}", self.name),
+        })
+    }
+
     /// The partition has a virtual ITS: its assigned functions may use
     /// MSI/MSI-X towards the doorbell its ECAM filter names.
     pub fn has_vits(&self) -> bool {

@@ -194,6 +194,9 @@ impl System {
             p.name,
             p.placement()
         ));
+        if let Some(line) = p.msi_line() {
+            hw.log(format_args!("{line}"));
+        }
         self.event(
             hw,
             EventKind::Config,
@@ -339,6 +342,9 @@ impl System {
                     new.name,
                     new.placement()
                 ));
+                if let Some(line) = new.msi_line() {
+                    hw.log(format_args!("{line}"));
+                }
                 self.event(
                     hw,
                     EventKind::Config,

@@ -796,6 +796,14 @@ fn a_pci_function_moves_to_a_run_time_partition_only_once_its_holder_is_gone() {
     let p = sys.partition(index).unwrap();
     assert!(p.vpci.is_some(), "gamma got 00:02.0");
     assert_eq!(p.ram_ipa, p.ram.0, "IPA == PA with a function");
+    // Its MSI path is said on the log as at boot (no host ITS here).
+    assert!(
+        hw.log
+            .iter()
+            .any(|l| l.starts_with("partition gamma: INTx only")),
+        "{:?}",
+        hw.log
+    );
 
     let mut delta = plan("delta", &[1], 64);
     delta.pci = alloc::vec![nic];

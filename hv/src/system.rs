@@ -202,10 +202,8 @@ impl System {
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
-                    match &p.msi {
-                        Some(Ok(path)) => log(format_args!("partition {}: {path}", p.name)),
-                        Some(Err(why)) => log(format_args!("partition {}: {why}", p.name)),
-                        None => {}
+                    if let Some(line) = p.msi_line() {
+                        log(format_args!("{line}"));
                     }
                     partitions.push(p);
                 }
