@@ -91,12 +91,15 @@ impl HostIts {
         }
     }
 
-    /// Direct vLPI injection on (the platform: every redistributor has
-    /// GICR_TYPER.VLPIS, `gichost::GicFound::direct_vlpi`, and the ITS
-    /// took a vPE table at init). False, and nothing changed, when this ITS
-    /// is not a GICv4 one (GITS_TYPER.Virtual).
-    pub fn enable_direct(&mut self) -> bool {
-        if self.typer.virt && self.vpe_ids.is_none() {
+    /// Direct vLPI injection on, when the host offers it
+    /// (`found.direct_vlpi`: every redistributor VLPIS, an ITS Virtual)
+    /// and is a GICv4.0, and this ITS is a GICv4 one (GITS_TYPER.Virtual:
+    /// it took a vPE table at init). A GICv4.1 keeps the trapped path: its
+    /// VMAPP and GICR_VPENDBASER have the 4.1 layouts (vPE ID, shared vPE
+    /// table) that `vgic::v40` does not speak. False, and nothing changed,
+    /// otherwise.
+    pub fn enable_direct(&mut self, found: &crate::gichost::GicFound) -> bool {
+        if found.direct_vlpi && !found.v4_1 && self.typer.virt && self.vpe_ids.is_none() {
             self.vpe_ids = Some(VpeIds::new(VPE_COUNT));
         }
         self.vpe_ids.is_some()

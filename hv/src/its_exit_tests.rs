@@ -88,6 +88,40 @@ fn its_system_host_bridge() -> Option<crate::dtb::PcieInfo> {
     })
 }
 
+/// What the platform finds on QEMU's gic-version=4: a GICv4.0 offering
+/// direct vLPIs.
+fn gicv4_0_found() -> crate::gichost::GicFound {
+    crate::gichost::GicFound {
+        version: 4,
+        direct_vlpi: true,
+        probed: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn direct_vlpis_only_on_a_gicv4_0_host_offering_them_with_a_gicv4_its() {
+    use crate::gichost::GicFound;
+    let its = |typer| HostIts::new(ItsTyper::decode(typer), Box::new(FakeQueue::default()), 4);
+    let v4 = QEMU_TYPER | 1 << 1;
+    assert!(its(v4).enable_direct(&gicv4_0_found()));
+    // A GICv3 ITS on the same host, a host without VLPIS, a GICv4.1.
+    assert!(!its(QEMU_TYPER).enable_direct(&gicv4_0_found()));
+    let no_vlpis = GicFound {
+        direct_vlpi: false,
+        ..gicv4_0_found()
+    };
+    assert!(!its(v4).enable_direct(&no_vlpis));
+    let v4_1 = GicFound {
+        v4_1: true,
+        direct_vsgi: true,
+        ..gicv4_0_found()
+    };
+    let mut on_41 = its(v4);
+    assert!(!on_41.enable_direct(&v4_1));
+    assert!(!on_41.direct());
+}
+
 fn its_system_of(
     tweak: impl FnOnce(&mut HostInfo),
     v4: bool,
@@ -100,7 +134,11 @@ fn its_system_of(
     let records = queue.clone();
     let typer = if v4 { QEMU_TYPER | 1 << 1 } else { QEMU_TYPER };
     let mut its = HostIts::new(ItsTyper::decode(typer), Box::new(queue), 4);
-    assert_eq!(its.enable_direct(), v4, "direct vLPIs only on a GICv4 ITS");
+    assert_eq!(
+        its.enable_direct(&gicv4_0_found()),
+        v4,
+        "direct vLPIs only on a GICv4 ITS"
+    );
     tweak(&mut h);
     let (sys, tables) = system_and_tables(
         |plan| {

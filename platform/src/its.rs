@@ -130,7 +130,7 @@ pub fn init(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostI
     let mut host_its = HostIts::new(typer, Box::new(Queue(its)), cpus);
     // The vPE table was given at init (a GICv4 ITS asks for one); direct
     // injection also needs every redistributor's VLPIS.
-    if host.gic.found.direct_vlpi && host_its.enable_direct() {
+    if host_its.enable_direct(&host.gic.found) {
         hvlog!(
             "its: GICv4.0: partitions' MSIs are direct vLPIs ({} vPEs, no doorbells)",
             pinfold_hv::vgic::v40::VPE_COUNT
