@@ -603,7 +603,48 @@ fn gicv4(ctx: &mut Context<'_>) -> Outcome {
     let mut notes = vec![on.text.trim().to_string()];
     notes.extend(crate::net_checks::net_partitions(&mut stack)?);
     notes.extend(crate::net_checks::msi_checked(&mut stack, true)?);
+    notes.push(gicv4_restart(&mut stack, deadline)?);
+    notes.extend(crate::net_checks::msi_checked(&mut stack, true)?);
     Ok(notes)
+}
+
+/// A restart of alpha on the GICv4.0 boot: its vCPU's vPE is put (made
+/// non-resident) and its devices unmapped; the new boot's EnableLPIs makes
+/// the same vPE resident again on a zeroed pending table, after which
+/// `msi_checked` sees its MSIs arrive directly once more.
+fn gicv4_restart(stack: &mut Stack, deadline: Instant) -> Result<String, String> {
+    let token = stack.token(deadline)?;
+    let resident =
+        |l: &str| l.contains("partition alpha: vCPU 0's vPE ") && l.contains(" resident");
+    let before = stack
+        .qemu
+        .lines()
+        .iter()
+        .filter(|l| resident(&l.text))
+        .count();
+    let cursor = api_checks::console_end("alpha")?;
+    let from = stack.qemu.lines().len();
+    api_checks::call_json(
+        &crate::http::Request::post("/api/v1/partitions/alpha/restart", Some(&token), None),
+        202,
+    )?;
+    api_checks::follow_console_until(
+        "alpha",
+        cursor,
+        &format!("{}alpha ", api_checks::UP_MARKER),
+        deadline,
+    )?;
+    let again = stack
+        .qemu
+        .wait_for("alpha's vPE resident again", from, deadline, |l| {
+            resident(l)
+        })
+        .map_err(|err| err.to_string())?;
+    Ok(format!(
+        "restart of alpha: its vPE made resident again ({} lines before, `{}`)",
+        before,
+        again.text.trim()
+    ))
 }
 
 /// `dma`'s NIC in `smmu-isolation` (00:04.0): its DMA, and so its MSI-X
