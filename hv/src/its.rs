@@ -37,7 +37,8 @@ use crate::exit::Hw;
 use crate::lockstat::{CountedLock, LockPath};
 use crate::partition::{HostMemory, Partition};
 use crate::vgic::pits::{
-    ItsCmd, ItsTyper, LpiPool, LpiRoute, LpiRoutes, PartitionIts, PitsEnv, PitsError, LPI_COUNT,
+    ItsCmd, ItsPlacement, ItsTyper, LpiPool, LpiRoute, LpiRoutes, PartitionIts, PitsEnv, PitsError,
+    LPI_COUNT,
 };
 use crate::vgic::redist::LPI_ID_BITS;
 use crate::vgic::v40::{
@@ -129,6 +130,22 @@ impl HostIts {
     pub fn lpis_in_use(&self) -> u32 {
         self.pool.in_use()
     }
+
+    /// The CPU vCPU `vcpu` of `p` is pinned to, if its collection is
+    /// mapped (a CPU that did not come online cannot take the interrupt).
+    fn cpu_of(&self, p: &Partition, vcpu: u16) -> Option<u16> {
+        let cpu = p.vcpus.get(usize::from(vcpu))?.pcpu;
+        self.rdbase.get(cpu)?.map(|_| cpu as u16)
+    }
+
+    /// CPU `cpu`'s RDbase (0 for one not online: never named by a mapping).
+    fn rdbase_of(&self, cpu: u16) -> u64 {
+        self.rdbase
+            .get(usize::from(cpu))
+            .copied()
+            .flatten()
+            .unwrap_or(0)
+    }
 }
 
 /// One partition's virtual ITS and its share of the physical one: on a
@@ -199,7 +216,13 @@ impl PartitionVits {
                 vpes.push(Vpe { id, vpt });
             }
             let vl = PartitionVlpis::new(self.typer, vpes, LPI_ID_BITS);
-            let mapped = failed.is_none().then(|| vl.map_vpes(&mut Env4 { host, p }));
+            let mapped = failed.is_none().then(|| {
+                vl.map_vpes(&mut Env {
+                    host,
+                    routes: None,
+                    p,
+                })
+            });
             match (failed, mapped) {
                 (None, Some(Ok(()))) => self.vlpis = Some(vl),
                 (why, m) => {
@@ -355,23 +378,18 @@ impl VitsSink for Collected {
 /// [`PitsEnv`] over the locked physical ITS and the partition's pinning.
 struct Env<'a> {
     host: &'a mut HostIts,
-    routes: &'a LpiRoutes,
+    /// The LPI routes the GICv3 path sets (None on the GICv4.0 path,
+    /// which takes no physical LPI).
+    routes: Option<&'a LpiRoutes>,
     p: &'a Partition,
 }
 
-impl PitsEnv for Env<'_> {
+impl ItsPlacement for Env<'_> {
     fn cpu_of(&self, vcpu: u16) -> Option<u16> {
-        let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
-        // A CPU whose collection is not mapped cannot take the LPI.
-        self.host.rdbase.get(cpu)?.map(|_| cpu as u16)
+        self.host.cpu_of(self.p, vcpu)
     }
     fn rdbase(&self, cpu: u16) -> u64 {
-        self.host
-            .rdbase
-            .get(usize::from(cpu))
-            .copied()
-            .flatten()
-            .unwrap_or(0)
+        self.host.rdbase_of(cpu)
     }
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
         self.host.queue.alloc_itt(bytes)
@@ -379,6 +397,9 @@ impl PitsEnv for Env<'_> {
     fn free_itt(&mut self, pa: u64, bytes: usize) {
         self.host.queue.free_itt(pa, bytes)
     }
+}
+
+impl PitsEnv for Env<'_> {
     fn alloc_lpi(&mut self) -> Option<u32> {
         self.host.pool.alloc()
     }
@@ -386,38 +407,17 @@ impl PitsEnv for Env<'_> {
         self.host.pool.free(lpi)
     }
     fn route(&mut self, lpi: u32, route: Option<LpiRoute>) {
-        self.routes.set(lpi, route)
+        if let Some(routes) = self.routes {
+            routes.set(lpi, route)
+        }
     }
     fn send(&mut self, cmd: ItsCmd) {
         self.host.queue.send(&cmd)
     }
 }
 
-/// [`V4Env`] over the locked physical ITS and the partition's pinning.
-struct Env4<'a> {
-    host: &'a mut HostIts,
-    p: &'a Partition,
-}
-
-impl V4Env for Env4<'_> {
-    fn cpu_of(&self, vcpu: u16) -> Option<u16> {
-        let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
-        self.host.rdbase.get(cpu)?.map(|_| cpu as u16)
-    }
-    fn rdbase(&self, cpu: u16) -> u64 {
-        self.host
-            .rdbase
-            .get(usize::from(cpu))
-            .copied()
-            .flatten()
-            .unwrap_or(0)
-    }
-    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
-        self.host.queue.alloc_itt(bytes)
-    }
-    fn free_itt(&mut self, pa: u64, bytes: usize) {
-        self.host.queue.free_itt(pa, bytes)
-    }
+/// The same [`Env`] on the GICv4.0 path: its commands as [`V4Cmd`]s.
+impl V4Env for Env<'_> {
     fn send(&mut self, cmd: V4Cmd) {
         self.host.queue.send_v4(&cmd)
     }
@@ -527,33 +527,49 @@ pub fn access(
         }
         let mut env = Env {
             host: &mut *host,
-            routes,
+            routes: Some(routes),
             p,
         };
-        match v.pits.apply(cmd, &mut env) {
-            Err(e) => out.faults.push(pits_fault(cmd, e)),
-            Ok(()) => {
-                if let PhysCmd::Mapti {
-                    device,
-                    event,
-                    vintid,
-                    vcpu,
-                } = cmd
-                {
-                    let lpi = v.pits.lpi_of(device, event).unwrap_or(0);
-                    let cpu = env.cpu_of(vcpu).unwrap_or(0);
-                    out.mapped.push(alloc::format!(
-                        "vITS: DeviceID {device:#x} event {event} -> vLPI {vintid} on vCPU {vcpu}: LPI {lpi} on CPU {cpu}"
-                    ));
-                }
-            }
-        }
+        let applied = v.pits.apply(cmd, &mut env).map_err(|e| pits_fault(cmd, e));
+        record(&mut out, cmd, applied, |device, event, vcpu| {
+            let lpi = v.pits.lpi_of(device, event).unwrap_or(0);
+            let cpu = env.cpu_of(vcpu).unwrap_or(0);
+            alloc::format!("LPI {lpi} on CPU {cpu}")
+        });
     }
     out
 }
 
 fn pits_fault(cmd: PhysCmd, e: PitsError) -> alloc::string::String {
     alloc::format!("ITS command {cmd:?} not applied on the physical ITS: {e:?}")
+}
+
+/// What applying `cmd` gave, into `out`: its fault, or for a mapping the
+/// log line, ending with where `target` (DeviceID, EventID, vCPU) says it
+/// went.
+fn record(
+    out: &mut Outcome,
+    cmd: PhysCmd,
+    applied: Result<(), alloc::string::String>,
+    target: impl FnOnce(u32, u32, u16) -> alloc::string::String,
+) {
+    match applied {
+        Err(why) => out.faults.push(why),
+        Ok(()) => {
+            if let PhysCmd::Mapti {
+                device,
+                event,
+                vintid,
+                vcpu,
+            } = cmd
+            {
+                out.mapped.push(alloc::format!(
+                    "vITS: DeviceID {device:#x} event {event} -> vLPI {vintid} on vCPU {vcpu}: {}",
+                    target(device, event, vcpu)
+                ));
+            }
+        }
+    }
 }
 
 /// The accepted commands of a partition with direct vLPIs, as GICv4.0
@@ -577,25 +593,20 @@ fn direct_commands(
                 continue;
             }
         };
-        match vl.apply(cmd, &mut Env4 { host, p }) {
-            Err(e) => out.faults.push(alloc::format!(
-                "ITS command {cmd:?} not applied as a direct vLPI: {e:?}"
-            )),
-            Ok(()) => {
-                if let PhysCmd::Mapti {
-                    device,
-                    event,
-                    vintid,
-                    vcpu,
-                } = cmd
-                {
-                    let vpe = vl.vpe(vcpu).map_or(0, |x| x.id);
-                    out.mapped.push(alloc::format!(
-                        "vITS: DeviceID {device:#x} event {event} -> vLPI {vintid} on vCPU {vcpu}: direct to vPE {vpe} (GICv4.0, no exit)"
-                    ));
-                }
-            }
-        }
+        let applied = vl
+            .apply(
+                cmd,
+                &mut Env {
+                    host,
+                    routes: None,
+                    p,
+                },
+            )
+            .map_err(|e| alloc::format!("ITS command {cmd:?} not applied as a direct vLPI: {e:?}"));
+        record(out, cmd, applied, |_, _, vcpu| {
+            let vpe = vl.vpe(vcpu).map_or(0, |x| x.id);
+            alloc::format!("direct to vPE {vpe} (GICv4.0, no exit)")
+        });
     }
 }
 
@@ -665,7 +676,11 @@ pub fn release_vpes(its: &CountedLock<Option<HostIts>>, p: &Partition) {
     };
     let mut host = its.lock(LockPath::PhysIts);
     if let Some(host) = host.as_mut() {
-        vl.release(&mut Env4 { host, p });
+        vl.release(&mut Env {
+            host,
+            routes: None,
+            p,
+        });
         give_back(host, &vl);
     }
 }
@@ -681,9 +696,17 @@ pub fn reset(its: &CountedLock<Option<HostIts>>, routes: &LpiRoutes, p: &Partiti
     if v.pits.lpis() > 0 || v.vits.devices() > 0 || v.vlpis.is_some() {
         let mut host = its.lock(LockPath::PhysIts);
         if let Some(host) = host.as_mut() {
-            v.pits.release(&mut Env { host, routes, p });
+            v.pits.release(&mut Env {
+                host,
+                routes: Some(routes),
+                p,
+            });
             if let Some(vl) = v.vlpis.as_mut() {
-                vl.release_devices(&mut Env4 { host, p });
+                vl.release_devices(&mut Env {
+                    host,
+                    routes: None,
+                    p,
+                });
             }
         }
     }

@@ -241,6 +241,36 @@ fn alpha_with_lpis_at(
     (cpu, p)
 }
 
+/// `p` counted one fault more than `before`, and the log says `needle`.
+fn assert_one_fault(p: &Partition, before: u64, hw: &FakeHw, needle: &str) {
+    assert_eq!(
+        p.faults.load(core::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+    assert!(
+        hw.log.iter().any(|l| l.contains(needle)),
+        "{needle} not in {:?}",
+        hw.log
+    );
+}
+
+/// alpha's guest maps its NIC's event 1 to vLPI 8300 on vCPU 0 (MAPD,
+/// MAPC, MAPTI, INV) and writes GITS_CWRITER past them.
+fn map_nic_event_1(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, p: &Partition) {
+    queue_commands(
+        hw,
+        p,
+        0,
+        &[
+            mapd(NIC, 4),
+            mapc(0, 0),
+            mapti(NIC, 1, 8300, 0),
+            inv(NIC, 1),
+        ],
+    );
+    its_reg(sys, cpu, hw, 0x88, 8, Some(4 * 32));
+}
+
 fn mapd(device: u32, size: u64) -> [u64; 4] {
     [0x08 | u64::from(device) << 32, size, 1 << 63, 0]
 }
@@ -486,18 +516,7 @@ fn a_guest_mapti_maps_a_physical_lpi_on_its_vcpus_cpu_and_its_msi_arrives_as_the
     // vLPI 8300 enabled at priority 0x60 in the guest's property table.
     let prop = p.host_addr(p.ram_ipa + PROP + (8300 - 8192), 1).unwrap();
     HostMemory::write(&mut hw, prop, &[0x60 | 1]);
-    queue_commands(
-        &mut hw,
-        &p,
-        0,
-        &[
-            mapd(NIC, 4),
-            mapc(0, 0),
-            mapti(NIC, 1, 8300, 0),
-            inv(NIC, 1),
-        ],
-    );
-    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(4 * 32));
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
     assert_eq!(
         its_reg(sys, &mut cpu, &mut hw, 0x90, 8, None),
         4 * 32,
@@ -585,18 +604,7 @@ fn on_gicv4_a_guests_mapti_is_a_vmapti_to_its_vcpus_resident_vpe_and_nothing_rea
     assert_eq!(frame.writes[1], (true, vpendbaser(vpt0, true)));
 
     q.sent_v4.lock().clear();
-    queue_commands(
-        &mut hw,
-        &p,
-        0,
-        &[
-            mapd(NIC, 4),
-            mapc(0, 0),
-            mapti(NIC, 1, 8300, 0),
-            inv(NIC, 1),
-        ],
-    );
-    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(4 * 32));
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
     let sent = q.sent_v4.lock().clone();
     assert!(
         sent.contains(&V4Cmd::Vmapti {
@@ -665,19 +673,9 @@ fn on_gicv4_a_property_table_past_the_guests_ram_keeps_its_vpe_off_and_is_its_fa
     // 16 ID bits: 56 KiB of table, from 4 KiB below the end of its RAM.
     let faults = p.faults.load(core::sync::atomic::Ordering::Relaxed);
     let (_cpu, p) = alpha_with_lpis_at(sys, &mut hw, p.ram_size - 0x1000);
-    assert_eq!(
-        p.faults.load(core::sync::atomic::Ordering::Relaxed),
-        faults + 1
-    );
+    assert_one_fault(&p, faults, &hw, "refused for direct vLPIs");
     assert!(hw.vlpi.as_ref().unwrap().writes.is_empty());
     assert!(hw.tables_zeroed.is_empty());
-    assert!(
-        hw.log
-            .iter()
-            .any(|l| l.contains("refused for direct vLPIs")),
-        "{:?}",
-        hw.log
-    );
     assert!(
         q.sent_v4.lock().is_empty(),
         "no vPE made for a refused table"
@@ -738,15 +736,7 @@ fn a_command_naming_a_device_the_partition_was_not_given_stalls_its_queue_and_is
         "Stalled at 0"
     );
     assert!(sent.lock().is_empty(), "nothing reached the physical ITS");
-    assert_eq!(
-        p.faults.load(core::sync::atomic::Ordering::Relaxed),
-        before + 1
-    );
-    assert!(
-        hw.log.iter().any(|l| l.contains("ForeignDevice(24)")),
-        "{:?}",
-        hw.log
-    );
+    assert_one_fault(&p, before, &hw, "ForeignDevice(24)");
 }
 
 #[test]
@@ -821,15 +811,7 @@ fn a_guest_maps_no_more_events_than_its_functions_have_msi_vectors() {
     let its = sys.its.lock(LockPath::Management);
     assert_eq!(its.as_ref().unwrap().lpis_in_use(), 3);
     drop(its);
-    assert_eq!(
-        p.faults.load(core::sync::atomic::Ordering::Relaxed),
-        before + 1
-    );
-    assert!(
-        hw.log.iter().any(|l| l.contains("TooManyMappings")),
-        "{:?}",
-        hw.log
-    );
+    assert_one_fault(&p, before, &hw, "TooManyMappings");
 }
 
 #[test]

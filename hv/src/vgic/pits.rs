@@ -412,7 +412,10 @@ pub enum PitsError {
 }
 
 /// What applying needs from the platform (a fake in the tests).
-pub trait PitsEnv {
+/// Where a partition's ITS mappings go on the machine: its vCPUs' CPUs and
+/// their redistributors, and the memory ITTs come from. Shared by the
+/// GICv3 path ([`PitsEnv`]) and the GICv4.0 one (`v40::V4Env`).
+pub trait ItsPlacement {
     /// The physical CPU (= ICID) vCPU `vcpu` of the partition is pinned to.
     fn cpu_of(&self, vcpu: u16) -> Option<u16>;
     /// That CPU's RDbase (see [`ItsTyper::rdbase`]).
@@ -421,6 +424,11 @@ pub trait PitsEnv {
     /// reach, for an ITT; its physical address.
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64>;
     fn free_itt(&mut self, pa: u64, bytes: usize);
+}
+
+/// What applying on the GICv3 path needs from the platform (a fake in the
+/// tests).
+pub trait PitsEnv: ItsPlacement {
     fn alloc_lpi(&mut self) -> Option<u32>;
     fn free_lpi(&mut self, lpi: u32);
     /// Sets (or clears) a physical LPI's route.

@@ -34,7 +34,7 @@ impl Env {
     }
 }
 
-impl PitsEnv for Env {
+impl ItsPlacement for Env {
     fn cpu_of(&self, vcpu: u16) -> Option<u16> {
         (vcpu < 2).then_some(vcpu + 2)
     }
@@ -54,6 +54,9 @@ impl PitsEnv for Env {
     fn free_itt(&mut self, _pa: u64, bytes: usize) {
         self.itt_used -= bytes;
     }
+}
+
+impl PitsEnv for Env {
     fn alloc_lpi(&mut self) -> Option<u32> {
         self.pool.alloc()
     }

@@ -57,7 +57,7 @@
 //! [4:0]) and checked field by field against Linux's irq-gic-v3-its.c
 //! encoders.
 //!
-use super::pits::{ItsCmd, ItsTyper, ITT_ALIGN, LPI_BASE, MAX_EVENT_BITS};
+use super::pits::{ItsCmd, ItsPlacement, ItsTyper, ITT_ALIGN, LPI_BASE, MAX_EVENT_BITS};
 use super::vits::PhysCmd;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -314,13 +314,7 @@ pub enum V4Error {
 }
 
 /// What applying needs from the platform (a fake in the tests).
-pub trait V4Env {
-    /// The physical CPU vCPU `vcpu` of the partition is pinned to.
-    fn cpu_of(&self, vcpu: u16) -> Option<u16>;
-    /// That CPU's RDbase (see [`ItsTyper::rdbase`]).
-    fn rdbase(&self, cpu: u16) -> u64;
-    fn alloc_itt(&mut self, bytes: usize) -> Option<u64>;
-    fn free_itt(&mut self, pa: u64, bytes: usize);
+pub trait V4Env: ItsPlacement {
     fn send(&mut self, cmd: V4Cmd);
 }
 

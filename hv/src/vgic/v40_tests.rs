@@ -25,7 +25,7 @@ struct Env {
     next_itt: u64,
 }
 
-impl V4Env for Env {
+impl ItsPlacement for Env {
     fn cpu_of(&self, vcpu: u16) -> Option<u16> {
         (vcpu < 2).then_some(vcpu + 1)
     }
@@ -37,6 +37,9 @@ impl V4Env for Env {
         Some(0x7000_0000 + self.next_itt)
     }
     fn free_itt(&mut self, _: u64, _: usize) {}
+}
+
+impl V4Env for Env {
     fn send(&mut self, cmd: V4Cmd) {
         self.sent.push(cmd);
     }
@@ -64,8 +67,8 @@ fn partition() -> PartitionVlpis {
     p
 }
 
-fn mapped(env: &mut Env) -> PartitionVlpis {
-    let mut p = partition();
+/// alpha's NIC mapped with 4 events (MAPD).
+fn map_nic(p: &mut PartitionVlpis, env: &mut Env) {
     p.apply(
         PhysCmd::Mapd {
             device: NIC,
@@ -75,6 +78,11 @@ fn mapped(env: &mut Env) -> PartitionVlpis {
         env,
     )
     .unwrap();
+}
+
+fn mapped(env: &mut Env) -> PartitionVlpis {
+    let mut p = partition();
+    map_nic(&mut p, env);
     env.sent.clear();
     p
 }
@@ -416,15 +424,7 @@ fn mapti_on_an_unmapped_device_or_without_property_table_is_refused() {
     );
     assert_eq!(r, Err(V4Error::DeviceNotMapped(0x08)));
     let mut q = PartitionVlpis::new(ItsTyper::decode(TYPER), vpes(), 16);
-    q.apply(
-        PhysCmd::Mapd {
-            device: NIC,
-            event_bits: 2,
-            valid: true,
-        },
-        &mut env,
-    )
-    .unwrap();
+    map_nic(&mut q, &mut env);
     env.sent.clear();
     let r = q.apply(
         PhysCmd::Mapti {
@@ -479,15 +479,7 @@ fn reset_unmaps_devices_keeps_vpes_and_forgets_the_property_tables() {
         env.sent
     );
     // The next boot gives its tables again before any MAPTI.
-    p.apply(
-        PhysCmd::Mapd {
-            device: NIC,
-            event_bits: 2,
-            valid: true,
-        },
-        &mut env,
-    )
-    .unwrap();
+    map_nic(&mut p, &mut env);
     let mapti = PhysCmd::Mapti {
         device: NIC,
         event: 0,
@@ -510,15 +502,7 @@ fn a_mapti_is_bounded_by_its_target_vcpus_own_property_table() {
         1,
         vpropbaser((RAM.ipa + 0x20_0000) | 13, &[RAM], 16).unwrap(),
     );
-    p.apply(
-        PhysCmd::Mapd {
-            device: NIC,
-            event_bits: 2,
-            valid: true,
-        },
-        &mut env,
-    )
-    .unwrap();
+    map_nic(&mut p, &mut env);
     let mapti = |vcpu| PhysCmd::Mapti {
         device: NIC,
         event: 0,
