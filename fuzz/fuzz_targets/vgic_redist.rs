@@ -33,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
                 "physical PPI {intid}"
             )
         }
+        RedistAction::LpisOn { .. } => panic!("EnableLPIs on a redistributor without LPIs"),
     };
     for op in ops.chunks(12) {
         if op.len() < 12 {
