@@ -172,7 +172,7 @@ impl MissingFeatures {
             .iter()
             .enumerate()
             .filter(move |(i, _)| self.0 >> i & 1 != 0)
-            .map(|(_, (name, _))| *name)
+            .map(|(_, (name, _, _))| *name)
     }
 }
 
@@ -189,31 +189,39 @@ impl fmt::Display for MissingFeatures {
     }
 }
 
-/// A required feature: its name and whether a host has it.
-pub type Required = (&'static str, fn(&HostGicv5) -> bool);
+/// Where the boot learns whether a host has a feature: from the host
+/// description (DT / ACPI) before anything is touched, or only from the
+/// hardware (IRS_IDR*, ICC_IDR0_EL1, the PPI probe) once the IRS is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    Described,
+    Probed,
+}
+
+/// A required feature: its name, where it is known from, and whether a
+/// host has it.
+pub type Required = (&'static str, Known, fn(&HostGicv5) -> bool);
 
 /// What a GICv5 host must have, each with its name.
 pub const REQUIRED: [Required; 6] = [
-    ("an IRS (arm,gic-v5-irs)", |h| h.irs),
-    ("LPIs (IRS_IDR2.LPI, for IPIs)", |h| h.lpis),
-    ("virtualisation (IRS_IDR0.VIRT)", |h| h.virt),
-    ("the EL1 virtual timer PPI 27", |h| {
+    ("an IRS (arm,gic-v5-irs)", Known::Described, |h| h.irs),
+    ("LPIs (IRS_IDR2.LPI, for IPIs)", Known::Probed, |h| h.lpis),
+    ("virtualisation (IRS_IDR0.VIRT)", Known::Probed, |h| h.virt),
+    ("the EL1 virtual timer PPI 27", Known::Described, |h| {
         h.ppis.contains(PPI_CNTV)
     }),
-    ("the EL1 physical timer PPI 30", |h| {
+    ("the EL1 physical timer PPI 30", Known::Described, |h| {
         h.ppis.contains(PPI_CNTP)
     }),
-    ("the EL2 physical timer PPI 26", |h| {
+    ("the EL2 physical timer PPI 26", Known::Described, |h| {
         h.ppis.contains(PPI_CNTHP)
     }),
 ];
 
-/// Whether the host GICv5 has what Pinfold needs; if not, every missing
-/// feature, by name, for the boot message.
-pub fn check_host(h: &HostGicv5) -> Result<(), MissingFeatures> {
+fn missing(h: &HostGicv5, only_described: bool) -> Result<(), MissingFeatures> {
     let mut missing = 0u8;
-    for (i, (_, has)) in REQUIRED.iter().enumerate() {
-        if !has(h) {
+    for (i, (_, known, has)) in REQUIRED.iter().enumerate() {
+        if (!only_described || *known == Known::Described) && !has(h) {
             missing |= 1 << i;
         }
     }
@@ -221,6 +229,35 @@ pub fn check_host(h: &HostGicv5) -> Result<(), MissingFeatures> {
         Ok(())
     } else {
         Err(MissingFeatures(missing))
+    }
+}
+
+/// Whether the host GICv5 has what Pinfold needs; if not, every missing
+/// feature, by name, for the boot message. The platform calls it once the
+/// IRS registers are read and the PPIs probed.
+pub fn check_host(h: &HostGicv5) -> Result<(), MissingFeatures> {
+    missing(h, false)
+}
+
+/// The same check over what the host description alone can tell (the
+/// IRS, the timer PPIs the timer node names): the host description
+/// parsers refuse a GICv5 host failing it, before the platform touches
+/// the GIC. What only the registers tell is checked by [`check_host`].
+pub fn check_described(h: &HostGicv5) -> Result<(), MissingFeatures> {
+    missing(h, true)
+}
+
+impl HostGicv5 {
+    /// What the host description says: an IRS or not, and the PPIs it
+    /// names (the timer node's); LPIs, virtualisation, GCIE_LEGACY and the
+    /// implemented PPIs are unknown (false, empty) until the platform reads
+    /// the hardware.
+    pub fn described(irs: bool, ppis: PpiSet) -> HostGicv5 {
+        HostGicv5 {
+            irs,
+            ppis,
+            ..HostGicv5::default()
+        }
     }
 }
 
@@ -629,6 +666,33 @@ mod tests {
                 "LPIs (IRS_IDR2.LPI, for IPIs)",
                 "virtualisation (IRS_IDR0.VIRT)"
             ]
+        );
+    }
+
+    #[test]
+    fn the_description_check_names_only_what_a_description_can_tell() {
+        // A DT names the IRS and the timer PPIs; LPIs and VIRT are only in
+        // the IRS's registers, so a described host is not refused for them.
+        let timers = PpiSet::of(&[26, 27, 29, 30]);
+        let h = HostGicv5::described(true, timers);
+        assert!(!h.lpis && !h.virt);
+        assert_eq!(check_described(&h), Ok(()));
+        // ... but the full check, once the registers are read, still is.
+        assert_eq!(
+            check_host(&h)
+                .unwrap_err()
+                .names()
+                .collect::<std::vec::Vec<_>>(),
+            [
+                "LPIs (IRS_IDR2.LPI, for IPIs)",
+                "virtualisation (IRS_IDR0.VIRT)"
+            ]
+        );
+        let e = check_described(&HostGicv5::described(false, PpiSet::of(&[27, 30])));
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "GICv5 host lacks what Pinfold needs: an IRS (arm,gic-v5-irs), \
+             the EL2 physical timer PPI 26"
         );
     }
 
