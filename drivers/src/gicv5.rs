@@ -15,8 +15,11 @@
 //! `ack` (`Gicv5Cpu::take_doorbell`), IRS software errors drained
 //! (`Gicv5Irs::take_swerr`) for the core to count.
 //!
-//! None of this is on the boot path yet: the platform brings up only the
-//! GICv3 and stops on a GICv5 host (docs/GICV5.md, "What is not done").
+//! On a GICv5 host the platform brings up `Gicv5Irs` and each CPU's
+//! `Gicv5Cpu` at boot and its root IRQ handler acknowledges through them
+//! (platform `gicv5.rs`, `irq.rs`); no emulator runs that, and the vIRS
+//! half and `vcpu_load`/`vcpu_put` are not called by the platform yet
+//! (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system
 //! registers and instructions, by encoding) and [`IrsMmio`] (the IRS
@@ -490,7 +493,7 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
 /// The vIRS half of the IRS (virtual SPIs and LPIs of the partitions'
 /// VMs). Like the rest of `Gicv5Irs` it runs on the slow path only: once
 /// when the partitions are set up, and when an IRS software error is
-/// drained. NOT on the boot path yet (docs/GICV5.md, "What is not done").
+/// drained. Not called by the platform yet (docs/GICV5.md, "What is not done").
 impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     /// Give the IRS a linear VM table of 2^`vm_id_bits` 32-byte entries at
     /// `vmt` (zeroed, 32-byte aligned) and return what the vIRS offers.

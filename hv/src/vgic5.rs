@@ -301,6 +301,68 @@ pub const fn ipi_lpi(ipi_base: u32, cpu: u32, sgi: u32) -> u32 {
     ipi_base + cpu * 16 + sgi
 }
 
+// ---- the IRS's physical LPIs and tables ---------------------------------------
+
+/// The fewest LPI ID bits the hypervisor gives the IST (16384 LPIs, a
+/// 64 KiB linear IST): room beyond the IPIs and doorbells a small host
+/// needs, and the IST stays one 64 KiB-aligned block.
+pub const MIN_LPI_ID_BITS: u32 = 14;
+
+/// The physical LPIs of a GICv5 host and the IRS tables that hold them,
+/// decided from the CPU count before partitions are placed (the platform
+/// takes `region` bytes of host RAM aligned to `align`, like the GICv3
+/// ITS's tables): each CPU's 16 IPIs (the core's SGIs, `ipi_lpi`), then
+/// one doorbell per CPU (every vCPU is pinned to its own CPU, so there are
+/// never more vCPUs than CPUs), in a linear IST of 4 bytes an LPI at the
+/// start of the region; the vIRS's VM table (32 bytes a VM, a VM ID for
+/// each possible partition: never more partitions than CPUs) after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IrsLayout {
+    pub ipi_base: u32,
+    /// Doorbell LPIs: `doorbell_base ..  doorbell_base + doorbells`.
+    pub doorbell_base: u32,
+    pub doorbells: u32,
+    pub lpi_id_bits: u32,
+    pub ist_bytes: u64,
+    pub vm_id_bits: u8,
+    /// Offset of the VM table in the region.
+    pub vmt_offset: u64,
+    pub vmt_bytes: u64,
+    pub region: u64,
+    pub align: u64,
+}
+
+impl IrsLayout {
+    pub fn for_cpus(cpus: usize) -> IrsLayout {
+        let cpus = cpus.max(1) as u32;
+        let ipi_base = 0;
+        let doorbell_base = ipi_base + 16 * cpus;
+        let lpis = doorbell_base + cpus;
+        let lpi_id_bits = u32::from(id_bits(lpis)).max(MIN_LPI_ID_BITS);
+        let ist_bytes = 4u64 << lpi_id_bits;
+        let vm_id_bits = id_bits(cpus);
+        let vmt_bytes = 32u64 << vm_id_bits;
+        let vmt_offset = ist_bytes;
+        IrsLayout {
+            ipi_base,
+            doorbell_base,
+            doorbells: cpus,
+            lpi_id_bits,
+            ist_bytes,
+            vm_id_bits,
+            vmt_offset,
+            vmt_bytes,
+            region: (vmt_offset + vmt_bytes).next_multiple_of(0x1_0000),
+            align: ist_bytes,
+        }
+    }
+
+    /// The doorbell LPIs, for `Gicv5Cpu::set_doorbells`.
+    pub fn doorbell_lpis(&self) -> core::ops::Range<u32> {
+        self.doorbell_base..self.doorbell_base + self.doorbells
+    }
+}
+
 // ---- the vIRS: virtual SPIs and IPIs ----------------------------------------
 
 /// Where one GICv5 partition's vIRS tables live (physical addresses the
@@ -727,6 +789,28 @@ mod tests {
         assert_eq!(CoreIntid::from_core(27), CoreIntid::Ppi(27));
         assert_eq!(CoreIntid::from_core(40), CoreIntid::Spi(8));
         assert_eq!(ipi_lpi(8192, 1, 2), 8192 + 18);
+    }
+
+    #[test]
+    fn the_ist_holds_every_cpus_ipis_and_doorbells_and_the_vm_table_follows() {
+        let l = IrsLayout::for_cpus(4);
+        assert_eq!((l.ipi_base, l.doorbell_base, l.doorbells), (0, 64, 4));
+        assert_eq!(ipi_lpi(l.ipi_base, 3, 15), 63);
+        assert_eq!(l.doorbell_lpis(), 64..68);
+        assert_eq!((l.lpi_id_bits, l.ist_bytes), (14, 64 << 10));
+        assert_eq!(
+            (l.vm_id_bits, l.vmt_offset, l.vmt_bytes),
+            (2, 64 << 10, 128)
+        );
+        assert_eq!((l.region, l.align), (128 << 10, 64 << 10));
+        // 2048 CPUs: 32768 IPIs + 2048 doorbells need 16 bits.
+        let big = IrsLayout::for_cpus(2048);
+        assert_eq!(big.lpi_id_bits, 16);
+        assert!(u64::from(big.doorbell_lpis().end) <= 1 << big.lpi_id_bits);
+        assert_eq!(big.ist_bytes, 256 << 10);
+        assert_eq!(big.vmt_bytes, 32 << 11);
+        assert!(big.vmt_offset + big.vmt_bytes <= big.region);
+        assert_eq!(big.region, 320 << 10);
     }
 
     const CAPS: VirsCaps = VirsCaps {
