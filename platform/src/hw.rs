@@ -233,9 +233,13 @@ impl Hw for PlatformHw {
             }
         }
     }
+    // Inlined into the exit code as before the GICv5 view (`V5Hw`) made
+    // a second instantiation of it (see `vgic::sgi::SgiMap::resolve`).
+    #[inline(always)]
     fn read_id_reg(&self, reg: SysRegId) -> u64 {
         arch::regs::read_id_reg(reg.crm(), reg.op2())
     }
+    #[inline(always)]
     fn pmu_read(&mut self, reg: pinfold_hv::pmu::PmuReg) -> u64 {
         arch::regs::pmu_read(reg)
     }
