@@ -17,8 +17,9 @@
 //!
 //! On a GICv5 host the platform brings up `Gicv5Irs` and each CPU's
 //! `Gicv5Cpu` at boot and its root IRQ handler acknowledges through them
-//! (platform `gicv5.rs`, `irq.rs`); no emulator runs that, and the vIRS
-//! half and `vcpu_load`/`vcpu_put` are not called by the platform yet
+//! (platform `gicv5.rs`, `irq.rs`) and loads/puts a `gicv5` partition's
+//! vCPU with `vcpu_load`/`vcpu_put` (platform `vcpu.rs`); no emulator runs
+//! that, and the vIRS half is not called by the platform yet
 //! (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system

@@ -116,6 +116,33 @@ pub struct VPpiContext {
     pub apr: u64,
 }
 
+/// What vCPU load and put do with a vCPU's virtual interrupt interface,
+/// decided from the partition's interface (`Partition::gic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VcpuSwitch {
+    /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En), also
+    /// a GICv5 host's GICv3-compatible one.
+    ListRegisters,
+    /// The native GICv5 virtual interface: the driver's `vcpu_load` /
+    /// `vcpu_put` with this plan (the vCPU is pinned: its timers and, with
+    /// the PMU, PMUIRQ as DVI), as vPE `vpe` of VM `vm` (partition i = VM
+    /// i, vCPU n = vPE n, as `plan_virs` numbers them).
+    Gicv5 { plan: PpiPlan, vm: u16, vpe: u16 },
+}
+
+impl VcpuSwitch {
+    pub fn for_vcpu(iface: GicInterface, pmu: bool, partition: usize, vcpu: usize) -> VcpuSwitch {
+        match iface {
+            GicInterface::V3 => VcpuSwitch::ListRegisters,
+            GicInterface::V5 => VcpuSwitch::Gicv5 {
+                plan: PpiPlan::for_vcpu(true, pmu),
+                vm: partition as u16,
+                vpe: vcpu as u16,
+            },
+        }
+    }
+}
+
 /// The virtual interrupt controller a partition gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GicInterface {
@@ -756,6 +783,27 @@ mod tests {
             "GICv5 host lacks what Pinfold needs: an IRS (arm,gic-v5-irs), \
              the EL2 physical timer PPI 26"
         );
+    }
+
+    #[test]
+    fn a_gicv5_partitions_vcpu_is_loaded_with_its_timers_as_dvi() {
+        assert_eq!(
+            VcpuSwitch::for_vcpu(GicInterface::V3, true, 1, 0),
+            VcpuSwitch::ListRegisters
+        );
+        let VcpuSwitch::Gicv5 { plan, vm, vpe } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, 2, 1)
+        else {
+            panic!("a GICv5 partition is loaded through the GICv5 interface");
+        };
+        assert_eq!((vm, vpe), (2, 1));
+        assert_eq!(plan.dvi, PpiSet::of(&[PPI_PMU, PPI_CNTV, PPI_CNTP]));
+        let VcpuSwitch::Gicv5 { plan, .. } = VcpuSwitch::for_vcpu(GicInterface::V5, false, 0, 0)
+        else {
+            panic!();
+        };
+        assert_eq!(plan.dvi, PpiSet::of(&[PPI_CNTV, PPI_CNTP]));
+        assert!(!plan.visible.contains(PPI_PMU));
     }
 
     #[test]

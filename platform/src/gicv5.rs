@@ -17,8 +17,9 @@ use pinfold_drivers::gicv5::hw::{IrsFrame, SysRegs};
 use pinfold_drivers::gicv5::{Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
 use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange};
+use pinfold_hv::lockstat::CountedLock;
 use pinfold_hv::memmap::FreeMemory;
-use pinfold_hv::vgic5::{check_host, IrsLayout};
+use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, VPpiContext};
 use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 
 /// What every CPU's bring-up needs: the LPI layout and each CPU's
@@ -127,4 +128,41 @@ pub fn init_cpu(local: &mut crate::percpu::CpuLocal) {
     chip.apply_ppi(PpiStateChange::Enable(PPI_MAINTENANCE, true));
     chip.apply_ppi(PpiStateChange::Enable(PPI_HYP_TIMER, true));
     local.hw.v5 = Some(chip);
+}
+
+/// The chip-wide lock of the slow per-CPU path (`irqchip::
+/// change_percpu_state`), taken only by a chip without the lockless
+/// capability; the GICv5's declares it, so vCPU load and put take none.
+static CHIP_LOCK: CountedLock<()> = CountedLock::new((), &crate::LOCKSTAT);
+
+/// Load a GICv5-interface partition's vCPU (`vgic5::VcpuSwitch::Gicv5`)
+/// on this CPU: the driver's `vcpu_load` with its PPI plan (the timers and
+/// the PMU's PPI as DVI, their host copies masked, every other implemented
+/// PPI hidden), a fresh virtual PPI state (the vCPU is (re)entering at its
+/// entry point), VM `vm`, vPE `vpe`. Only this CPU's registers.
+pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vpe: u16) {
+    let implemented = local
+        .sys
+        .host
+        .gic
+        .found
+        .v5
+        .map_or(PpiSet::EMPTY, |h| h.ppis);
+    let ctx = VPpiContext::default();
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.vcpu_load(&CHIP_LOCK, &ctx, &plan, implemented, vpe, vm);
+    }
+    local.v5_vcpu = Some((plan, ctx));
+}
+
+/// Put it: the driver's `vcpu_put` saves its virtual PPI state (kept in
+/// this CPU's slot) and makes it non-resident; the host copies of its DVI
+/// PPIs stay masked (a pinned vCPU is put only when it stops or parks).
+pub fn vcpu_put(local: &mut crate::percpu::CpuLocal) {
+    let Some((plan, mut ctx)) = local.v5_vcpu.take() else {
+        return;
+    };
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.vcpu_put(&CHIP_LOCK, &mut ctx, &plan, false);
+    }
 }

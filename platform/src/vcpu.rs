@@ -7,8 +7,10 @@
 //! On a GICv5 host the synchronous entry is [`pinfold_guest_sync_v5`] (its
 //! call site patched at boot) and the cold paths (load, put, idle, restart,
 //! SError) hand the core `hw::V5Hw` (`with_hw!`: one branch there, none on
-//! the GICv3 exit paths). vCPU load and put do not yet call the GICv5
-//! driver's `vcpu_load`/`vcpu_put` (docs/GICV5.md).
+//! the GICv3 exit paths). A GICv5-interface partition's vCPU is loaded and
+//! put by the GICv5 driver (`gicv5::vcpu_load`/`vcpu_put`: DVI for its
+//! timers and PMU PPI, no lock shared between CPUs) instead of the list
+//! registers' ICH_HCR_EL2 (`vgic5::VcpuSwitch`; docs/GICV5.md).
 
 use crate::arch;
 use crate::arch::regs::{self, Fields, Writeable};
@@ -20,6 +22,7 @@ use aarch64_cpu::registers::{
 };
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
 use pinfold_hv::stage2;
+use pinfold_hv::vgic5::VcpuSwitch;
 
 /// HCR_EL2 for guests: VM, SWIO, FMO, IMO, AMO, FB, BSU=inner shareable,
 /// TID3 (sanitise ID registers), TSC (trap SMC), TACR, TSW (set/way
@@ -129,8 +132,22 @@ pub(crate) fn pa_range_bits() -> u8 {
 /// it at `boot.entry` with x0 = `boot.x0`.
 fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     let sys = local.sys;
-    local.hw.set_virtual_cpu_interface(true);
+    // Which virtual interface: the list registers (GICv3, or a GICv5's
+    // GICv3-compatible one), or the GICv5's own, loaded by its driver
+    // after the core's load (`vgic5::VcpuSwitch`).
+    let switch = VcpuSwitch::for_vcpu(
+        boot.partition.gic,
+        boot.partition.plan.pmu,
+        boot.id.partition,
+        boot.id.vcpu,
+    );
+    if switch == VcpuSwitch::ListRegisters {
+        local.hw.set_virtual_cpu_interface(true);
+    }
     let ctx = with_hw!(local, |hw| exit::load(sys, &mut local.state, hw, &boot));
+    if let VcpuSwitch::Gicv5 { plan, vm, vpe } = switch {
+        crate::gicv5::vcpu_load(local, plan, vm, vpe);
+    }
     // The core decides VTCR_EL2 (stage-2 geometry) and VTTBR_EL2 (VMID and
     // root); here they are only written.
     VTCR_EL2.set(stage2::vtcr_el2(pa_range_bits()));
@@ -158,7 +175,9 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     CONTEXTIDR_EL1.set(0);
     SP_EL1.set(0);
     SP_EL0.set(0);
-    arch::set_vgic_reset_state();
+    if switch == VcpuSwitch::ListRegisters {
+        arch::set_vgic_reset_state();
+    }
     let frame = GuestRegs {
         x: {
             let mut x = [0; 31];
@@ -183,7 +202,11 @@ fn put(local: &mut CpuLocal) {
     CNTV_CTL_EL0.set(0);
     CNTP_CTL_EL0.set(0);
     with_hw!(local, |hw| exit::put(local.sys, &mut local.state, hw));
-    local.hw.set_virtual_cpu_interface(false);
+    if local.v5_vcpu.is_some() {
+        crate::gicv5::vcpu_put(local);
+    } else {
+        local.hw.set_virtual_cpu_interface(false);
+    }
     HCR_EL2.write(HCR_HOST);
 }
 
