@@ -39,7 +39,7 @@ use pinfold_hv::irqchip::{
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::vgic5::{
-    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp,
+    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
 };
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
@@ -1009,7 +1009,7 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
         match (ia >> 29) & 7 {
             // GICv5 PPIs 0..15 are real PPIs, not the core's SGI numbers.
             TYPE_PPI if (16..32).contains(&id) => id,
-            TYPE_SPI => 32 + id,
+            TYPE_SPI if id < CORE_SPIS => 32 + id,
             TYPE_LPI if self.ipi_range().contains(&id) => id - self.ipi_range().start,
             TYPE_LPI if self.doorbells.contains(&id) => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
@@ -1017,8 +1017,8 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
                 self.doorbell = Some(id);
                 1023
             }
-            // Not something the core numbers (a PPI above 31, a stray LPI):
-            // end it here and report none.
+            // Not something the core numbers (a PPI above 31, an SPI from
+            // CORE_SPIS on, a stray LPI): end it here and report none.
             ty => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
                 self.regs.gic(insn::GIC_CDDI, operand(ty, id));

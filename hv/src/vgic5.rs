@@ -304,6 +304,12 @@ pub fn choose_interface(
     }
 }
 
+/// The GICv5 SPIs the core has numbers for: SPI n is core INTID 32 + n
+/// below 1020, GICv3's SPI range (the core's SPI tables are that size).
+/// A GICv5 SPI at or beyond this is not the core's: the host DT parser
+/// refuses it in a specifier and the driver's `ack` ends it at EL2.
+pub const CORE_SPIS: u32 = 988;
+
 /// A core INTID (GICv3 numbering) in GICv5 terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CoreIntid {

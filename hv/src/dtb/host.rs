@@ -888,12 +888,12 @@ fn gic_intid(kind: u32, number: u32) -> Option<u32> {
 /// A GICv5 specifier's type and ID (binding arm,gic-v5.yaml: 1 = PPI, 3 =
 /// SPI, the ID itself) as the core's GICv3-style INTID
 /// (`vgic5::CoreIntid`): PPIs 16..31 keep their number (the timers and
-/// the PMU are architected there), SPI n is 32 + n. Other PPIs and LPIs
-/// have no core number.
+/// the PMU are architected there), SPI n is 32 + n for n below
+/// `vgic5::CORE_SPIS`. Other PPIs, SPIs and LPIs have no core number.
 fn gicv5_intid(kind: u32, number: u32) -> Option<u32> {
     match (kind, number) {
         (1, 16..=31) => Some(number),
-        (3, 0..=0xff_ffdf) => Some(32 + number),
+        (3, n) if n < crate::vgic5::CORE_SPIS => Some(32 + number),
         _ => None,
     }
 }
@@ -2657,6 +2657,18 @@ mod tests {
                 size: 0x400
             })
         );
+    }
+
+    #[test]
+    fn gicv5_specifiers_become_core_numbers_only_where_the_core_has_them() {
+        assert_eq!(gicv5_intid(1, 27), Some(27));
+        assert_eq!(gicv5_intid(1, 15), None);
+        assert_eq!(gicv5_intid(1, 32), None);
+        assert_eq!(gicv5_intid(3, 0), Some(32));
+        assert_eq!(gicv5_intid(3, 987), Some(1019));
+        // SPI 988 would be core INTID 1020 (special in GICv3 numbering).
+        assert_eq!(gicv5_intid(3, 988), None);
+        assert_eq!(gicv5_intid(2, 5), None);
     }
 
     #[test]
