@@ -15,8 +15,12 @@
 //! `ack` (`Gicv5Cpu::take_doorbell`), IRS software errors drained
 //! (`Gicv5Irs::take_swerr`) for the core to count.
 //!
-//! None of this is on the boot path yet: the platform brings up only the
-//! GICv3 and stops on a GICv5 host (docs/GICV5.md, "What is not done").
+//! On a GICv5 host the platform brings up `Gicv5Irs` and each CPU's
+//! `Gicv5Cpu` at boot and its root IRQ handler acknowledges through them
+//! (platform `gicv5.rs`, `irq.rs`) and loads/puts a `gicv5` partition's
+//! vCPU with `vcpu_load`/`vcpu_put` (platform `vcpu.rs`); no emulator runs
+//! that, and the vIRS half is not called by the platform yet
+//! (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system
 //! registers and instructions, by encoding) and [`IrsMmio`] (the IRS
@@ -35,7 +39,7 @@ use pinfold_hv::irqchip::{
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::vgic5::{
-    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp,
+    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
 };
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
@@ -490,7 +494,7 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
 /// The vIRS half of the IRS (virtual SPIs and LPIs of the partitions'
 /// VMs). Like the rest of `Gicv5Irs` it runs on the slow path only: once
 /// when the partitions are set up, and when an IRS software error is
-/// drained. NOT on the boot path yet (docs/GICV5.md, "What is not done").
+/// drained. Not called by the platform yet (docs/GICV5.md, "What is not done").
 impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     /// Give the IRS a linear VM table of 2^`vm_id_bits` 32-byte entries at
     /// `vmt` (zeroed, 32-byte aligned) and return what the vIRS offers.
@@ -1005,7 +1009,7 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
         match (ia >> 29) & 7 {
             // GICv5 PPIs 0..15 are real PPIs, not the core's SGI numbers.
             TYPE_PPI if (16..32).contains(&id) => id,
-            TYPE_SPI => 32 + id,
+            TYPE_SPI if id < CORE_SPIS => 32 + id,
             TYPE_LPI if self.ipi_range().contains(&id) => id - self.ipi_range().start,
             TYPE_LPI if self.doorbells.contains(&id) => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
@@ -1013,8 +1017,8 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
                 self.doorbell = Some(id);
                 1023
             }
-            // Not something the core numbers (a PPI above 31, a stray LPI):
-            // end it here and report none.
+            // Not something the core numbers (a PPI above 31, an SPI from
+            // CORE_SPIS on, a stray LPI): end it here and report none.
             ty => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
                 self.regs.gic(insn::GIC_CDDI, operand(ty, id));

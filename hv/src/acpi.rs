@@ -179,8 +179,9 @@ pub enum AcpiError {
     MissingTable(Signature),
     /// The MADT's GIC distributor declares a GIC version we do not drive.
     UnsupportedGic(u8),
-    /// The MADT describes a GICv5 (IRS entries): the same stop as the DT
-    /// path's `DtbError::Gicv5Host`.
+    /// The MADT describes a GICv5 (IRS entries): the DT path boots a
+    /// GICv5 host, the ACPI path does not yet (its GTDT timer GSIVs and
+    /// SPCR interrupt are not turned into GICv5 numbers).
     Gicv5Host { irs: usize, cpus: usize },
 }
 
@@ -224,11 +225,8 @@ impl fmt::Display for AcpiError {
             }
             AcpiError::Gicv5Host { irs, cpus } => write!(
                 f,
-                "{}",
-                crate::dtb::DtbError::Gicv5Host {
-                    irs: *irs,
-                    cpus: *cpus
-                }
+                "GICv5 host ({irs} IRS, {cpus} CPUs with IAFFIDs) described by ACPI: Pinfold \
+                 boots a GICv5 host from its DT only, not from ACPI yet (docs/GICV5.md)"
             ),
         }
     }

@@ -95,10 +95,12 @@ pub enum DtbError {
     BadProperty { node: String, prop: &'static str },
     /// The interrupt controller is not one this hypervisor drives.
     UnsupportedGic(String),
-    /// A GICv5 host (`dtb::host::parse_host_gicv5` has its description):
-    /// the GICv5 driver is built in and host-tested, but the platform does
-    /// not run partitions on a GICv5 yet.
-    Gicv5Host { irs: usize, cpus: usize },
+    /// A GICv5 host without what the core needs, as far as its description
+    /// tells (`vgic5::check_described`: the IRS, the timer PPIs 26, 27, 30).
+    Gicv5Lacks(crate::vgic5::MissingFeatures),
+    /// A CPU of /cpus that no IRS serves (no `cpus`/`arm,iaffids` entry):
+    /// it could take no interrupt.
+    Gicv5CpuWithoutIaffid { mpidr: u64 },
     /// An interrupt specifier is not in the GIC's form.
     BadInterrupt { node: String },
     /// A `reg` address cannot be translated to a CPU physical address
@@ -154,10 +156,10 @@ impl fmt::Display for DtbError {
                 f,
                 "unsupported interrupt controller {c:?} (Pinfold drives \"arm,gic-v3\": GICv3/v4)"
             ),
-            DtbError::Gicv5Host { irs, cpus } => write!(
+            DtbError::Gicv5Lacks(missing) => write!(f, "{missing}"),
+            DtbError::Gicv5CpuWithoutIaffid { mpidr } => write!(
                 f,
-                "GICv5 host ({irs} IRS, {cpus} CPUs with IAFFIDs): the GICv5 driver is built in \
-                 but this platform does not run partitions on a GICv5 yet (docs/GICV5.md)"
+                "GICv5 host: CPU {mpidr:#x} is in no IRS's cpus (it has no IAFFID)"
             ),
             DtbError::BadInterrupt { node } => write!(f, "{node} has a non-GIC interrupt"),
             DtbError::Untranslatable { node } => {

@@ -23,7 +23,7 @@ use alloc::vec::Vec;
 use crate::dtb::GicInfo;
 use crate::vgic::v40::LpiDelivery;
 use crate::vgic::v41::SgiDelivery;
-use crate::vgic5::{choose_interface, GicInterface, GicRequest, HostGicv5};
+use crate::vgic5::{choose_interface, GicInterface, GicRequest, HostGicv5, PpiSet};
 use pinfold_config::rules::{Problem, Rejection};
 use pinfold_config::{GicSetting, PartitionPlan};
 
@@ -81,12 +81,38 @@ pub struct GicFound {
 }
 
 impl GicFound {
-    /// What the description alone says (no register read).
+    /// What the description alone says (no register read). A GICv5's
+    /// IRSes are counted and it is known to have one; what only its
+    /// registers tell (LPIs, VIRT, GCIE_LEGACY, the PPIs) stays unknown
+    /// (false) until [`GicFound::from_v5`].
     pub fn from_description(gic: &GicInfo) -> GicFound {
+        let irs_count = gic.v5.as_ref().map_or(0, |v5| v5.irs.len() as u32);
         GicFound {
             version: gic.version,
             its_count: gic.its.len() as u32,
+            irs_count,
+            v5: gic
+                .v5
+                .as_ref()
+                .map(|v5| HostGicv5::described(!v5.irs.is_empty(), PpiSet::EMPTY)),
             ..GicFound::default()
+        }
+    }
+
+    /// A GICv5 as the platform found it at boot: the IRS's IDR registers
+    /// and the boot CPU's ICC_IDR0_EL1 and PPI probe (`host`, filled by
+    /// the driver's `Gicv5Irs::init` and `Gicv5Cpu::probe`).
+    pub fn from_v5(gic: &GicInfo, host: &HostGicv5) -> GicFound {
+        GicFound {
+            version: 5,
+            v4_1: false,
+            its_count: gic.its.len() as u32,
+            lpis: host.lpis,
+            direct_vlpi: false,
+            direct_vsgi: false,
+            probed: true,
+            irs_count: gic.v5.as_ref().map_or(0, |v5| v5.irs.len() as u32),
+            v5: Some(*host),
         }
     }
 
@@ -163,6 +189,27 @@ impl core::fmt::Display for GicFound {
     }
 }
 
+/// Which interrupt-chip driver the platform brings up and which root IRQ
+/// handler its call sites are patched to: decided once, from the host
+/// description, before the platform touches the GIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostGic {
+    /// GICv3/v4: distributor, redistributors, ICC_* (`drivers::gicv3`).
+    V3,
+    /// GICv5: the IRS, ICC_* of GICv5, GIC CDxx (`drivers::gicv5`).
+    V5,
+}
+
+impl HostGic {
+    pub fn of(gic: &GicInfo) -> HostGic {
+        if gic.v5.is_some() {
+            HostGic::V5
+        } else {
+            HostGic::V3
+        }
+    }
+}
+
 /// The plan's `gic` as `vgic5`'s request.
 pub const fn request(setting: GicSetting) -> GicRequest {
     match setting {
@@ -193,7 +240,6 @@ pub fn check_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vgic5::PpiSet;
     use alloc::string::ToString;
     use alloc::vec;
 
@@ -206,6 +252,7 @@ mod tests {
             maintenance_intid: Some(25),
             its: vec![(0x0808_0000, 0x2_0000); its],
             found: GicFound::default(),
+            v5: None,
         }
     }
 
@@ -311,6 +358,49 @@ mod tests {
         assert_eq!(
             check_plan(&plans, &host),
             Ok(vec![GicInterface::V3, GicInterface::V3])
+        );
+    }
+
+    #[test]
+    fn a_gicv3_description_picks_the_gicv3_driver() {
+        assert_eq!(HostGic::of(&gic(1)), HostGic::V3);
+        assert_eq!(GicFound::from_description(&gic(1)).v5, None);
+    }
+
+    #[test]
+    fn a_gicv5_found_at_boot_shows_its_irs_count_lpis_and_gcie_legacy() {
+        let info = crate::dtb::Gicv5Info {
+            irs: vec![
+                crate::dtb::Gicv5Irs {
+                    config: (0x2f1a_0000, 0x1_0000),
+                    cpus: vec![(0, 0)],
+                    its: vec![(0x2f12_0000, 0x1_0000)],
+                },
+                crate::dtb::Gicv5Irs {
+                    config: (0x2f1b_0000, 0x1_0000),
+                    cpus: vec![(0x100, 1)],
+                    its: vec![],
+                },
+            ],
+            maintenance_ppi: Some(25),
+        };
+        let gic = GicInfo::gicv5(info);
+        assert_eq!(HostGic::of(&gic), HostGic::V5);
+        let host = HostGicv5 {
+            irs: true,
+            lpis: true,
+            virt: true,
+            gcie_legacy: true,
+            ppis: PpiSet([0xffff_ffff, 0]),
+        };
+        let found = GicFound::from_v5(&gic, &host);
+        assert_eq!(found.revision(), "v5");
+        assert_eq!((found.irs_count, found.its_count), (2, 1));
+        assert!(found.lpis && found.probed);
+        assert_eq!(found.v5, Some(host));
+        assert_eq!(
+            found.to_string(),
+            "GICv5 (v5), 1 ITS, LPIs yes, direct vLPI no, direct vSGI no, 2 IRS, GCIE_LEGACY yes"
         );
     }
 

@@ -28,6 +28,7 @@ pub enum EmulatedDevice {
 
 /// Which emulated device `ipa` addresses in a partition with `vcpu_count`
 /// vCPUs; None when it is none of them (an access there is refused).
+#[inline(always)]
 pub fn emulated_device(ipa: u64, vcpu_count: usize) -> Option<EmulatedDevice> {
     let gicr_end = GUEST_GICR_BASE + vcpu_count as u64 * GICR_STRIDE;
     if (GUEST_GICD_BASE..GUEST_GICD_BASE + GUEST_GICD_SIZE).contains(&ipa) {

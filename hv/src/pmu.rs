@@ -175,6 +175,7 @@ impl PmuReg {
 }
 
 /// The trapped PMU register `reg` names, or `None` if it is not one.
+#[inline(always)]
 pub fn classify(reg: SysRegId) -> Option<PmuReg> {
     if reg.op0() != 3 {
         return None;
@@ -313,6 +314,7 @@ pub fn on_write(view: &PmuView, reg: PmuReg, value: u64) -> Option<u64> {
 }
 
 /// Decides a trapped access to `reg`.
+#[inline(always)]
 pub fn on_trap(view: &PmuView, reg: PmuReg, access: PmuAccess) -> PmuAction {
     let (counters, hiding) = match *view {
         PmuView::Hidden { .. } => return PmuAction::Undef,

@@ -90,6 +90,7 @@ pub enum Call {
 }
 
 /// Decodes the guest's X0..X3 at an HVC.
+#[inline(always)]
 pub fn decode(x0: u64, x1: u64, x2: u64, x3: u64) -> Call {
     let fid = x0 as u32;
     // SMC32 arguments are W registers: drop the UNKNOWN upper halves. Only

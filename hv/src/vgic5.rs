@@ -116,6 +116,33 @@ pub struct VPpiContext {
     pub apr: u64,
 }
 
+/// What vCPU load and put do with a vCPU's virtual interrupt interface,
+/// decided from the partition's interface (`Partition::gic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VcpuSwitch {
+    /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En), also
+    /// a GICv5 host's GICv3-compatible one.
+    ListRegisters,
+    /// The native GICv5 virtual interface: the driver's `vcpu_load` /
+    /// `vcpu_put` with this plan (the vCPU is pinned: its timers and, with
+    /// the PMU, PMUIRQ as DVI), as vPE `vpe` of VM `vm` (partition i = VM
+    /// i, vCPU n = vPE n, as `plan_virs` numbers them).
+    Gicv5 { plan: PpiPlan, vm: u16, vpe: u16 },
+}
+
+impl VcpuSwitch {
+    pub fn for_vcpu(iface: GicInterface, pmu: bool, partition: usize, vcpu: usize) -> VcpuSwitch {
+        match iface {
+            GicInterface::V3 => VcpuSwitch::ListRegisters,
+            GicInterface::V5 => VcpuSwitch::Gicv5 {
+                plan: PpiPlan::for_vcpu(true, pmu),
+                vm: partition as u16,
+                vpe: vcpu as u16,
+            },
+        }
+    }
+}
+
 /// The virtual interrupt controller a partition gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GicInterface {
@@ -172,7 +199,7 @@ impl MissingFeatures {
             .iter()
             .enumerate()
             .filter(move |(i, _)| self.0 >> i & 1 != 0)
-            .map(|(_, (name, _))| *name)
+            .map(|(_, (name, _, _))| *name)
     }
 }
 
@@ -189,31 +216,39 @@ impl fmt::Display for MissingFeatures {
     }
 }
 
-/// A required feature: its name and whether a host has it.
-pub type Required = (&'static str, fn(&HostGicv5) -> bool);
+/// Where the boot learns whether a host has a feature: from the host
+/// description (DT / ACPI) before anything is touched, or only from the
+/// hardware (IRS_IDR*, ICC_IDR0_EL1, the PPI probe) once the IRS is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    Described,
+    Probed,
+}
+
+/// A required feature: its name, where it is known from, and whether a
+/// host has it.
+pub type Required = (&'static str, Known, fn(&HostGicv5) -> bool);
 
 /// What a GICv5 host must have, each with its name.
 pub const REQUIRED: [Required; 6] = [
-    ("an IRS (arm,gic-v5-irs)", |h| h.irs),
-    ("LPIs (IRS_IDR2.LPI, for IPIs)", |h| h.lpis),
-    ("virtualisation (IRS_IDR0.VIRT)", |h| h.virt),
-    ("the EL1 virtual timer PPI 27", |h| {
+    ("an IRS (arm,gic-v5-irs)", Known::Described, |h| h.irs),
+    ("LPIs (IRS_IDR2.LPI, for IPIs)", Known::Probed, |h| h.lpis),
+    ("virtualisation (IRS_IDR0.VIRT)", Known::Probed, |h| h.virt),
+    ("the EL1 virtual timer PPI 27", Known::Described, |h| {
         h.ppis.contains(PPI_CNTV)
     }),
-    ("the EL1 physical timer PPI 30", |h| {
+    ("the EL1 physical timer PPI 30", Known::Described, |h| {
         h.ppis.contains(PPI_CNTP)
     }),
-    ("the EL2 physical timer PPI 26", |h| {
+    ("the EL2 physical timer PPI 26", Known::Described, |h| {
         h.ppis.contains(PPI_CNTHP)
     }),
 ];
 
-/// Whether the host GICv5 has what Pinfold needs; if not, every missing
-/// feature, by name, for the boot message.
-pub fn check_host(h: &HostGicv5) -> Result<(), MissingFeatures> {
+fn missing(h: &HostGicv5, only_described: bool) -> Result<(), MissingFeatures> {
     let mut missing = 0u8;
-    for (i, (_, has)) in REQUIRED.iter().enumerate() {
-        if !has(h) {
+    for (i, (_, known, has)) in REQUIRED.iter().enumerate() {
+        if (!only_described || *known == Known::Described) && !has(h) {
             missing |= 1 << i;
         }
     }
@@ -221,6 +256,35 @@ pub fn check_host(h: &HostGicv5) -> Result<(), MissingFeatures> {
         Ok(())
     } else {
         Err(MissingFeatures(missing))
+    }
+}
+
+/// Whether the host GICv5 has what Pinfold needs; if not, every missing
+/// feature, by name, for the boot message. The platform calls it once the
+/// IRS registers are read and the PPIs probed.
+pub fn check_host(h: &HostGicv5) -> Result<(), MissingFeatures> {
+    missing(h, false)
+}
+
+/// The same check over what the host description alone can tell (the
+/// IRS, the timer PPIs the timer node names): the host description
+/// parsers refuse a GICv5 host failing it, before the platform touches
+/// the GIC. What only the registers tell is checked by [`check_host`].
+pub fn check_described(h: &HostGicv5) -> Result<(), MissingFeatures> {
+    missing(h, true)
+}
+
+impl HostGicv5 {
+    /// What the host description says: an IRS or not, and the PPIs it
+    /// names (the timer node's); LPIs, virtualisation, GCIE_LEGACY and the
+    /// implemented PPIs are unknown (false, empty) until the platform reads
+    /// the hardware.
+    pub fn described(irs: bool, ppis: PpiSet) -> HostGicv5 {
+        HostGicv5 {
+            irs,
+            ppis,
+            ..HostGicv5::default()
+        }
     }
 }
 
@@ -239,6 +303,12 @@ pub fn choose_interface(
         ),
     }
 }
+
+/// The GICv5 SPIs the core has numbers for: SPI n is core INTID 32 + n
+/// below 1020, GICv3's SPI range (the core's SPI tables are that size).
+/// A GICv5 SPI at or beyond this is not the core's: the host DT parser
+/// refuses it in a specifier and the driver's `ack` ends it at EL2.
+pub const CORE_SPIS: u32 = 988;
 
 /// A core INTID (GICv3 numbering) in GICv5 terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +332,68 @@ impl CoreIntid {
 /// The LPI that carries SGI `sgi` to CPU `cpu`.
 pub const fn ipi_lpi(ipi_base: u32, cpu: u32, sgi: u32) -> u32 {
     ipi_base + cpu * 16 + sgi
+}
+
+// ---- the IRS's physical LPIs and tables ---------------------------------------
+
+/// The fewest LPI ID bits the hypervisor gives the IST (16384 LPIs, a
+/// 64 KiB linear IST): room beyond the IPIs and doorbells a small host
+/// needs, and the IST stays one 64 KiB-aligned block.
+pub const MIN_LPI_ID_BITS: u32 = 14;
+
+/// The physical LPIs of a GICv5 host and the IRS tables that hold them,
+/// decided from the CPU count before partitions are placed (the platform
+/// takes `region` bytes of host RAM aligned to `align`, like the GICv3
+/// ITS's tables): each CPU's 16 IPIs (the core's SGIs, `ipi_lpi`), then
+/// one doorbell per CPU (every vCPU is pinned to its own CPU, so there are
+/// never more vCPUs than CPUs), in a linear IST of 4 bytes an LPI at the
+/// start of the region; the vIRS's VM table (32 bytes a VM, a VM ID for
+/// each possible partition: never more partitions than CPUs) after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IrsLayout {
+    pub ipi_base: u32,
+    /// Doorbell LPIs: `doorbell_base ..  doorbell_base + doorbells`.
+    pub doorbell_base: u32,
+    pub doorbells: u32,
+    pub lpi_id_bits: u32,
+    pub ist_bytes: u64,
+    pub vm_id_bits: u8,
+    /// Offset of the VM table in the region.
+    pub vmt_offset: u64,
+    pub vmt_bytes: u64,
+    pub region: u64,
+    pub align: u64,
+}
+
+impl IrsLayout {
+    pub fn for_cpus(cpus: usize) -> IrsLayout {
+        let cpus = cpus.max(1) as u32;
+        let ipi_base = 0;
+        let doorbell_base = ipi_base + 16 * cpus;
+        let lpis = doorbell_base + cpus;
+        let lpi_id_bits = u32::from(id_bits(lpis)).max(MIN_LPI_ID_BITS);
+        let ist_bytes = 4u64 << lpi_id_bits;
+        let vm_id_bits = id_bits(cpus);
+        let vmt_bytes = 32u64 << vm_id_bits;
+        let vmt_offset = ist_bytes;
+        IrsLayout {
+            ipi_base,
+            doorbell_base,
+            doorbells: cpus,
+            lpi_id_bits,
+            ist_bytes,
+            vm_id_bits,
+            vmt_offset,
+            vmt_bytes,
+            region: (vmt_offset + vmt_bytes).next_multiple_of(0x1_0000),
+            align: ist_bytes,
+        }
+    }
+
+    /// The doorbell LPIs, for `Gicv5Cpu::set_doorbells`.
+    pub fn doorbell_lpis(&self) -> core::ops::Range<u32> {
+        self.doorbell_base..self.doorbell_base + self.doorbells
+    }
 }
 
 // ---- the vIRS: virtual SPIs and IPIs ----------------------------------------
@@ -633,6 +765,54 @@ mod tests {
     }
 
     #[test]
+    fn the_description_check_names_only_what_a_description_can_tell() {
+        // A DT names the IRS and the timer PPIs; LPIs and VIRT are only in
+        // the IRS's registers, so a described host is not refused for them.
+        let timers = PpiSet::of(&[26, 27, 29, 30]);
+        let h = HostGicv5::described(true, timers);
+        assert!(!h.lpis && !h.virt);
+        assert_eq!(check_described(&h), Ok(()));
+        // ... but the full check, once the registers are read, still is.
+        assert_eq!(
+            check_host(&h)
+                .unwrap_err()
+                .names()
+                .collect::<std::vec::Vec<_>>(),
+            [
+                "LPIs (IRS_IDR2.LPI, for IPIs)",
+                "virtualisation (IRS_IDR0.VIRT)"
+            ]
+        );
+        let e = check_described(&HostGicv5::described(false, PpiSet::of(&[27, 30])));
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "GICv5 host lacks what Pinfold needs: an IRS (arm,gic-v5-irs), \
+             the EL2 physical timer PPI 26"
+        );
+    }
+
+    #[test]
+    fn a_gicv5_partitions_vcpu_is_loaded_with_its_timers_as_dvi() {
+        assert_eq!(
+            VcpuSwitch::for_vcpu(GicInterface::V3, true, 1, 0),
+            VcpuSwitch::ListRegisters
+        );
+        let VcpuSwitch::Gicv5 { plan, vm, vpe } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, 2, 1)
+        else {
+            panic!("a GICv5 partition is loaded through the GICv5 interface");
+        };
+        assert_eq!((vm, vpe), (2, 1));
+        assert_eq!(plan.dvi, PpiSet::of(&[PPI_PMU, PPI_CNTV, PPI_CNTP]));
+        let VcpuSwitch::Gicv5 { plan, .. } = VcpuSwitch::for_vcpu(GicInterface::V5, false, 0, 0)
+        else {
+            panic!();
+        };
+        assert_eq!(plan.dvi, PpiSet::of(&[PPI_CNTV, PPI_CNTP]));
+        assert!(!plan.visible.contains(PPI_PMU));
+    }
+
+    #[test]
     fn interface_choice_per_partition() {
         let h = good_host();
         assert_eq!(
@@ -663,6 +843,28 @@ mod tests {
         assert_eq!(CoreIntid::from_core(27), CoreIntid::Ppi(27));
         assert_eq!(CoreIntid::from_core(40), CoreIntid::Spi(8));
         assert_eq!(ipi_lpi(8192, 1, 2), 8192 + 18);
+    }
+
+    #[test]
+    fn the_ist_holds_every_cpus_ipis_and_doorbells_and_the_vm_table_follows() {
+        let l = IrsLayout::for_cpus(4);
+        assert_eq!((l.ipi_base, l.doorbell_base, l.doorbells), (0, 64, 4));
+        assert_eq!(ipi_lpi(l.ipi_base, 3, 15), 63);
+        assert_eq!(l.doorbell_lpis(), 64..68);
+        assert_eq!((l.lpi_id_bits, l.ist_bytes), (14, 64 << 10));
+        assert_eq!(
+            (l.vm_id_bits, l.vmt_offset, l.vmt_bytes),
+            (2, 64 << 10, 128)
+        );
+        assert_eq!((l.region, l.align), (128 << 10, 64 << 10));
+        // 2048 CPUs: 32768 IPIs + 2048 doorbells need 16 bits.
+        let big = IrsLayout::for_cpus(2048);
+        assert_eq!(big.lpi_id_bits, 16);
+        assert!(u64::from(big.doorbell_lpis().end) <= 1 << big.lpi_id_bits);
+        assert_eq!(big.ist_bytes, 256 << 10);
+        assert_eq!(big.vmt_bytes, 32 << 11);
+        assert!(big.vmt_offset + big.vmt_bytes <= big.region);
+        assert_eq!(big.region, 320 << 10);
     }
 
     const CAPS: VirsCaps = VirsCaps {

@@ -4,12 +4,22 @@
 //! behind its counted lock, ID registers, the counter, the host UART,
 //! host memory through the EL2 identity map, and the SMMUv3's registers and
 //! the heap memory of its stream table and queues (`SmmuMmio`, `SmmuDma`).
+//!
+//! On a GICv5 host the same `PlatformHw` holds this CPU's GICv5 half
+//! (`v5`), and the GICv5 entry points (irq.rs's GICv5 root handler, vcpu.rs
+//! `pinfold_guest_sync_v5` and the cold paths) hand the core [`V5Hw`]
+//! instead: the same hardware with the CPU-interface operations (ack,
+//! priority drop, deactivate, IPIs, PPI state) on the GICv5. `PlatformHw`'s
+//! own GICv3 operations are unchanged, so the GICv3 paths carry no branch
+//! for it. The shared half of either chip (the GICv3 distributor or the
+//! GICv5 IRS) is [`DIST`].
 
 use crate::{arch, log};
 use aarch64_cpu::registers::ICH_HCR_EL2;
 use alloc::boxed::Box;
 use core::fmt;
 use pinfold_drivers::gicv3::{sysreg as gic, GicV3Cpu};
+use pinfold_drivers::gicv5::{hw::SysRegs, Gicv5Cpu};
 use pinfold_hv::addr::PhysAddr;
 use pinfold_hv::exit::{Hw, SpiOp};
 use pinfold_hv::irqchip::{IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip};
@@ -17,7 +27,7 @@ use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::partition::HostMemory;
 use pinfold_hv::trap::SysRegId;
 
-/// The physical distributor: one device every CPU may need (a guest
+/// The physical distributor (GICv3) or IRS (GICv5): one device every CPU may need (a guest
 /// enabling or routing its own SPI, a forwarded SPI the guest has masked).
 /// It is global state of the machine, so no per-CPU design can hold it; it
 /// is never taken on vCPU load/put, timer PPI or local injection paths.
@@ -32,6 +42,8 @@ pub struct PlatformHw {
     index: usize,
     /// This CPU's GIC; None until the CPU has initialised it.
     pub chip: Option<GicV3Cpu>,
+    /// This CPU's GICv5 half on a GICv5 host (then `chip` stays None).
+    pub v5: Option<Gicv5Cpu<SysRegs>>,
     /// What we last wrote to ICH_HCR_EL2 (no read-modify-write of the
     /// system register on the injection path).
     ich_hcr: u64,
@@ -98,6 +110,7 @@ impl PlatformHw {
         PlatformHw {
             index,
             chip: None,
+            v5: None,
             ich_hcr: 0,
             tables: crate::heap::HeapTables,
             smmu: SmmuMmio { base: 0 },
@@ -224,9 +237,13 @@ impl Hw for PlatformHw {
             }
         }
     }
+    // Inlined into the exit code as before the GICv5 view (`V5Hw`) made
+    // a second instantiation of it (see `vgic::sgi::SgiMap::resolve`).
+    #[inline(always)]
     fn read_id_reg(&self, reg: SysRegId) -> u64 {
         arch::regs::read_id_reg(reg.crm(), reg.op2())
     }
+    #[inline(always)]
     fn pmu_read(&mut self, reg: pinfold_hv::pmu::PmuReg) -> u64 {
         arch::regs::pmu_read(reg)
     }
@@ -304,5 +321,149 @@ impl Hw for PlatformHw {
                 _ => (pa as *mut u32).write_volatile(value),
             }
         }
+    }
+}
+
+/// A GICv5 host's view of [`PlatformHw`] for the core: the CPU interface
+/// (ack, priority drop, deactivate, IPIs as LPIs, PPI state) is the GICv5
+/// driver's (`PlatformHw::v5`), everything else is `PlatformHw`'s.
+pub struct V5Hw<'a>(pub &'a mut PlatformHw);
+
+impl V5Hw<'_> {
+    #[inline(always)]
+    fn chip(&mut self) -> &mut Gicv5Cpu<SysRegs> {
+        match self.0.v5.as_mut() {
+            Some(c) => c,
+            // Only made on a CPU whose GICv5 half is up (`gicv5::init_cpu`).
+            None => crate::halt(),
+        }
+    }
+}
+
+impl PerCpuIrqChip for V5Hw<'_> {
+    fn caps(&self) -> IrqChipCaps {
+        self.0.v5.as_ref().map_or(
+            IrqChipCaps {
+                percpu_state_lockless: true,
+            },
+            |c| c.caps(),
+        )
+    }
+    fn apply_ppi(&mut self, change: PpiStateChange) {
+        self.chip().apply_ppi(change)
+    }
+    fn ppi_bits(&mut self) -> PpiBits {
+        self.chip().ppi_bits()
+    }
+    #[inline(always)]
+    fn ack(&mut self) -> u32 {
+        self.chip().ack()
+    }
+    #[inline(always)]
+    fn priority_drop(&mut self, intid: u32) {
+        self.chip().priority_drop(intid)
+    }
+    #[inline(always)]
+    fn deactivate(&mut self, intid: u32) {
+        self.chip().deactivate(intid)
+    }
+    fn send_sgi(&mut self, mpidr: u64, intid: u32) {
+        self.chip().send_sgi(mpidr, intid)
+    }
+}
+
+impl HostMemory for V5Hw<'_> {
+    fn write(&mut self, pa: PhysAddr, bytes: &[u8]) {
+        self.0.write(pa, bytes)
+    }
+    fn read(&self, pa: PhysAddr, out: &mut [u8]) {
+        self.0.read(pa, out)
+    }
+    fn clean_for_guest(&mut self, pa: PhysAddr, len: u64) {
+        self.0.clean_for_guest(pa, len)
+    }
+    fn sync_instructions(&mut self) {
+        self.0.sync_instructions()
+    }
+    fn copy(&mut self, dst: PhysAddr, src: PhysAddr, len: u64) {
+        self.0.copy(dst, src, len)
+    }
+    fn zero(&mut self, pa: PhysAddr, len: u64) {
+        self.0.zero(pa, len)
+    }
+}
+
+/// Every `Hw` method is `PlatformHw`'s (the list registers are the
+/// GICv3-compatible interface's, FEAT_GCIE_LEGACY, which a GICv3-interface
+/// partition on a GICv5 host needs: `vgic5::choose_interface`).
+impl Hw for V5Hw<'_> {
+    fn cpu_index(&self) -> usize {
+        self.0.cpu_index()
+    }
+    fn tables(&mut self) -> &mut dyn pinfold_hv::stage2::TableMemory {
+        self.0.tables()
+    }
+    fn lr_count(&self) -> usize {
+        self.0.lr_count()
+    }
+    fn read_lr(&self, n: usize) -> u64 {
+        self.0.read_lr(n)
+    }
+    fn write_lr(&mut self, n: usize, value: u64) {
+        self.0.write_lr(n, value)
+    }
+    fn empty_lr_mask(&self) -> u16 {
+        self.0.empty_lr_mask()
+    }
+    fn set_underflow_irq(&mut self, enable: bool) {
+        self.0.set_underflow_irq(enable)
+    }
+    fn spi(&mut self, path: LockPath, op: SpiOp) {
+        self.0.spi(path, op)
+    }
+    fn read_id_reg(&self, reg: SysRegId) -> u64 {
+        self.0.read_id_reg(reg)
+    }
+    fn pmu_read(&mut self, reg: pinfold_hv::pmu::PmuReg) -> u64 {
+        self.0.pmu_read(reg)
+    }
+    fn pmu_write(&mut self, reg: pinfold_hv::pmu::PmuReg, value: u64) {
+        self.0.pmu_write(reg, value)
+    }
+    fn vbar_el1(&self) -> u64 {
+        self.0.vbar_el1()
+    }
+    fn now(&self) -> u64 {
+        self.0.now()
+    }
+    fn counter_frequency(&self) -> u64 {
+        self.0.counter_frequency()
+    }
+    fn console_line(&mut self, source: u32, line: &[u8]) {
+        self.0.console_line(source, line)
+    }
+    fn log(&mut self, args: fmt::Arguments) {
+        self.0.log(args)
+    }
+    fn report(&mut self, args: fmt::Arguments) {
+        self.0.report(args)
+    }
+    fn set_wakeup(&mut self, at: Option<u64>) {
+        self.0.set_wakeup(at)
+    }
+    fn config_read(&mut self, pa: u64, width: u8) -> u32 {
+        self.0.config_read(pa, width)
+    }
+    fn config_write(&mut self, pa: u64, width: u8, value: u32) {
+        self.0.config_write(pa, width, value)
+    }
+    fn smmu_io(
+        &mut self,
+        base: u64,
+    ) -> Option<(
+        &mut dyn pinfold_hv::smmu::SmmuRegs,
+        &mut dyn pinfold_hv::smmu::DmaMemory,
+    )> {
+        self.0.smmu_io(base)
     }
 }

@@ -13,9 +13,24 @@
 
 extern crate alloc;
 
+/// The core's `Hw` for this CPU on a cold path: `PlatformHw` on a GICv3
+/// host, `hw::V5Hw` over it on a GICv5 host (whose CPU has `hw.v5`).
+macro_rules! with_hw {
+    ($local:expr, |$hw:ident| $body:expr) => {
+        if $local.hw.v5.is_some() {
+            let $hw = &mut crate::hw::V5Hw(&mut $local.hw);
+            $body
+        } else {
+            let $hw = &mut $local.hw;
+            $body
+        }
+    };
+}
+
 mod ablate;
 mod arch;
 mod efi;
+mod gicv5;
 mod heap;
 mod hw;
 mod irq;
@@ -33,6 +48,7 @@ use pinfold_drivers::pl011::Pl011Uart;
 use pinfold_hv::boot::{select_payload, PlanSource};
 use pinfold_hv::dtb::{early_uart, host_resources, parse_host_dtb, Conduit, HostInfo};
 use pinfold_hv::exit::{SpiOp, SGI_MAILBOX};
+use pinfold_hv::gichost::HostGic;
 use pinfold_hv::irqchip::PpiStateChange;
 use pinfold_hv::lockstat::{CountedLock, LockPath, LockStat};
 use pinfold_hv::memmap;
@@ -76,8 +92,13 @@ pub fn system() -> &'static System {
     }
 }
 
-/// Set up this CPU's GIC redistributor and CPU interface.
+/// Set up this CPU's GIC redistributor and CPU interface (GICv3), or its
+/// GICv5 half.
 fn init_cpu_gic(local: &mut percpu::CpuLocal, host: &HostInfo) {
+    if host.gic.v5.is_some() {
+        gicv5::init_cpu(local);
+        return;
+    }
     // SAFETY: the regions come from the host description and are mapped as
     // device memory; this CPU initialises its own redistributor once.
     let chip = unsafe {
@@ -238,24 +259,30 @@ fn boot(handoff: BootHandoff) -> ! {
         halt()
     }
 
-    // SAFETY: the distributor frame comes from the host description and is
-    // mapped as device memory; this is its only user.
-    let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
-    hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
-    // What the GIC is and offers, for the host view and the plan's `gic`
-    // check (the core decodes the ID registers; `hv::gichost`).
-    // SAFETY: the frames come from the host description; everything
-    // outside RAM is mapped as device memory (`arch::mmu::build`).
-    let ids = unsafe {
-        gicv3::ids::read(
-            host.gic.dist.0,
-            &host.gic.redist_regions,
-            host.gic.redist_stride,
-            &host.gic.its,
-        )
-    };
-    host.gic.found = pinfold_hv::gichost::GicFound::from_v3_ids(&host.gic, &ids);
-    hvlog!("gic: {}", host.gic.found);
+    // Which interrupt-chip driver: decided by the core from the host
+    // description. A GICv5 comes up below, once free RAM is known (its
+    // IRS needs an IST).
+    let host_gic = HostGic::of(&host.gic);
+    if host_gic == HostGic::V3 {
+        // SAFETY: the distributor frame comes from the host description and is
+        // mapped as device memory; this is its only user.
+        let dist = unsafe { gicv3::init_distributor(host.gic.dist.0 as usize) };
+        hw::DIST.call_once(|| CountedLock::new(Box::new(dist), &LOCKSTAT));
+        // What the GIC is and offers, for the host view and the plan's `gic`
+        // check (the core decodes the ID registers; `hv::gichost`).
+        // SAFETY: the frames come from the host description; everything
+        // outside RAM is mapped as device memory (`arch::mmu::build`).
+        let ids = unsafe {
+            gicv3::ids::read(
+                host.gic.dist.0,
+                &host.gic.redist_regions,
+                host.gic.redist_stride,
+                &host.gic.its,
+            )
+        };
+        host.gic.found = pinfold_hv::gichost::GicFound::from_v3_ids(&host.gic, &ids);
+        hvlog!("gic: {}", host.gic.found);
+    }
 
     let (payload_start, payload_len) = layout.payload;
     // SAFETY: the payload was loaded with the image and is never written.
@@ -391,7 +418,24 @@ fn boot(handoff: BootHandoff) -> ! {
     };
     // The ITS's tables before any partition takes RAM: which partitions
     // get a virtual ITS depends on whether it came up.
-    let its = its::init(&host, &mut free, cpu_count);
+    let its = match host_gic {
+        HostGic::V3 => its::init(&host, &mut free, cpu_count),
+        HostGic::V5 => {
+            // The IRS's IST and VM table, taken the same way.
+            match gicv5::init(&mut host, &mut free, cpu_count, index) {
+                Ok(irs) => {
+                    hw::DIST.call_once(|| CountedLock::new(Box::new(irs), &LOCKSTAT));
+                }
+                Err(e) => {
+                    hvprint!("GICv5: {e}: halting");
+                    halt()
+                }
+            }
+            hvlog!("gic: {}", host.gic.found);
+            // The GICv5 ITS is not driven: no partition gets a vITS.
+            None
+        }
+    };
     let sys = System::new(
         BootInputs {
             host,
@@ -419,10 +463,10 @@ fn boot(handoff: BootHandoff) -> ! {
     its::init_cpu(sys, index, me, &mut local.hw);
     ablate::log_ablations();
     #[cfg(not(feature = "ablate-irq-fnptr"))]
-    irq::install_root_handler();
+    irq::install_root_handler(host_gic);
     #[cfg(feature = "ablate-irq-fnptr")]
     ablate::install_root_handler();
-    sys.program_spis(&mut local.hw);
+    with_hw!(local, |hw| sys.program_spis(hw));
     // Before any partition starts: streams nobody owns abort from here on
     // (hv `smmu`); the owner's are bound when it starts.
     let vtcr = pinfold_hv::stage2::vtcr_el2(vcpu::pa_range_bits());
@@ -503,14 +547,14 @@ fn boot(handoff: BootHandoff) -> ! {
         }
         if hold && !p.plan.management {
             sys.hold_autostart(p, hold_until);
-            sys.kick(&mut local.hw, index, p.vcpus[0].pcpu);
+            with_hw!(local, |hw| sys.kick(hw, index, p.vcpus[0].pcpu));
             hvlog!(
                 "partition {}: autostart held until the manager applies its stored configuration (at most {} s)",
                 p.name,
                 pinfold_hv::lifecycle::HOLD_S
             );
         } else {
-            let _ = sys.start_partition(p, &mut local.hw, index);
+            let _ = with_hw!(local, |hw| sys.start_partition(p, hw, index));
         }
     }
     hvprint!("ready: {} partitions", partitions.len());
@@ -629,7 +673,7 @@ extern "C" fn pinfold_hv_fault(frame: &pinfold_hv::exit::GuestRegs) {
     halt();
 }
 
-fn halt() -> ! {
+pub(crate) fn halt() -> ! {
     loop {
         core::hint::spin_loop();
     }

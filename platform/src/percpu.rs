@@ -22,6 +22,10 @@ pub struct CpuLocal {
     pub uart_intid: u32,
     pub state: Cpu<'static>,
     pub hw: PlatformHw,
+    /// A loaded vCPU of a GICv5-interface partition: its PPI plan and its
+    /// saved virtual PPI state (`gicv5::vcpu_load`/`vcpu_put`). The vCPU
+    /// is pinned here, so this CPU's slot is its own.
+    pub v5_vcpu: Option<(pinfold_hv::vgic5::PpiPlan, pinfold_hv::vgic5::VPpiContext)>,
 }
 
 /// A CPU's slot. Only that CPU ever forms a reference into it.
@@ -48,6 +52,7 @@ pub fn init_all(sys: &'static System) {
                         .unwrap_or(u32::MAX),
                     state: Cpu::new(sys, i),
                     hw: PlatformHw::new(i),
+                    v5_vcpu: None,
                 }))
             })
             .collect()

@@ -3,6 +3,14 @@
 //! hand the exit to the core (`pinfold_hv::exit`) and apply the `Next` it
 //! returns; vCPU load writes the virtualisation registers the core's load
 //! decided on. Nothing here decides what a trap means.
+//!
+//! On a GICv5 host the synchronous entry is [`pinfold_guest_sync_v5`] (its
+//! call site patched at boot) and the cold paths (load, put, idle, restart,
+//! SError) hand the core `hw::V5Hw` (`with_hw!`: one branch there, none on
+//! the GICv3 exit paths). A GICv5-interface partition's vCPU is loaded and
+//! put by the GICv5 driver (`gicv5::vcpu_load`/`vcpu_put`: DVI for its
+//! timers and PMU PPI, no lock shared between CPUs) instead of the list
+//! registers' ICH_HCR_EL2 (`vgic5::VcpuSwitch`; docs/GICV5.md).
 
 use crate::arch;
 use crate::arch::regs::{self, Fields, Writeable};
@@ -14,6 +22,7 @@ use aarch64_cpu::registers::{
 };
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
 use pinfold_hv::stage2;
+use pinfold_hv::vgic5::VcpuSwitch;
 
 /// HCR_EL2 for guests: VM, SWIO, FMO, IMO, AMO, FB, BSU=inner shareable,
 /// TID3 (sanitise ID registers), TSC (trap SMC), TACR, TSW (set/way
@@ -123,8 +132,22 @@ pub(crate) fn pa_range_bits() -> u8 {
 /// it at `boot.entry` with x0 = `boot.x0`.
 fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     let sys = local.sys;
-    local.hw.set_virtual_cpu_interface(true);
-    let ctx = exit::load(sys, &mut local.state, &mut local.hw, &boot);
+    // Which virtual interface: the list registers (GICv3, or a GICv5's
+    // GICv3-compatible one), or the GICv5's own, loaded by its driver
+    // after the core's load (`vgic5::VcpuSwitch`).
+    let switch = VcpuSwitch::for_vcpu(
+        boot.partition.gic,
+        boot.partition.plan.pmu,
+        boot.id.partition,
+        boot.id.vcpu,
+    );
+    if switch == VcpuSwitch::ListRegisters {
+        local.hw.set_virtual_cpu_interface(true);
+    }
+    let ctx = with_hw!(local, |hw| exit::load(sys, &mut local.state, hw, &boot));
+    if let VcpuSwitch::Gicv5 { plan, vm, vpe } = switch {
+        crate::gicv5::vcpu_load(local, plan, vm, vpe);
+    }
     // The core decides VTCR_EL2 (stage-2 geometry) and VTTBR_EL2 (VMID and
     // root); here they are only written.
     VTCR_EL2.set(stage2::vtcr_el2(pa_range_bits()));
@@ -152,7 +175,9 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     CONTEXTIDR_EL1.set(0);
     SP_EL1.set(0);
     SP_EL0.set(0);
-    arch::set_vgic_reset_state();
+    if switch == VcpuSwitch::ListRegisters {
+        arch::set_vgic_reset_state();
+    }
     let frame = GuestRegs {
         x: {
             let mut x = [0; 31];
@@ -176,8 +201,12 @@ fn put(local: &mut CpuLocal) {
     }
     CNTV_CTL_EL0.set(0);
     CNTP_CTL_EL0.set(0);
-    exit::put(local.sys, &mut local.state, &mut local.hw);
-    local.hw.set_virtual_cpu_interface(false);
+    with_hw!(local, |hw| exit::put(local.sys, &mut local.state, hw));
+    if local.v5_vcpu.is_some() {
+        crate::gicv5::vcpu_put(local);
+    } else {
+        local.hw.set_virtual_cpu_interface(false);
+    }
     HCR_EL2.write(HCR_HOST);
 }
 
@@ -207,7 +236,8 @@ fn apply_other(local: &mut CpuLocal, next: Next) {
             put(local);
             let sys = local.sys;
             if let Some(p) = sys.partition(partition) {
-                sys.finish_restart(&p, &mut local.hw, local.state.state.index);
+                let index = local.state.state.index;
+                with_hw!(local, |hw| sys.finish_restart(&p, hw, index));
             }
             park(local)
         }
@@ -223,12 +253,13 @@ pub extern "C" fn idle() -> ! {
             // SAFETY: a per-CPU main loop; the reference is dropped before
             // the WFI window in which an interrupt may be taken.
             let local = unsafe { this_cpu() };
-            if let Some(boot) = exit::idle_work(local.sys, &mut local.state, &mut local.hw) {
+            let sys = local.sys;
+            if let Some(boot) = with_hw!(local, |hw| exit::idle_work(sys, &mut local.state, hw)) {
                 boot_vcpu(local, boot);
             }
             // Freed RAM to zero: one 2 MiB step, then look at requests
             // again rather than wait (hv `scrub`).
-            if local.sys.idle_scrub(&mut local.hw) {
+            if with_hw!(local, |hw| sys.idle_scrub(hw)) {
                 continue;
             }
         }
@@ -245,11 +276,31 @@ extern "C" fn pinfold_guest_sync(frame: &mut GuestRegs) {
     apply(local, next);
 }
 
+/// The synchronous entry on a GICv5 host (vectors.S's call site patched
+/// to it at boot, `irq::install_root_handler`): the same as
+/// [`pinfold_guest_sync`] with the GICv5 CPU interface.
+#[no_mangle]
+pub extern "C" fn pinfold_guest_sync_v5(frame: &mut GuestRegs) {
+    // SAFETY: an exception entry, interrupts masked.
+    let local = unsafe { this_cpu() };
+    let syndrome = (regs::esr_el2(), regs::far_el2(), regs::hpfar_el2());
+    let mut hw = crate::hw::V5Hw(&mut local.hw);
+    let next = exit::handle_sync(local.sys, &mut local.state, &mut hw, frame, syndrome);
+    apply(local, next);
+}
+
 #[no_mangle]
 extern "C" fn pinfold_guest_serror(_frame: &mut GuestRegs) {
     // SAFETY: an exception entry, interrupts masked.
     let local = unsafe { this_cpu() };
-    let next = exit::handle_serror(local.sys, &mut local.state, &mut local.hw, regs::esr_el2());
+    let sys = local.sys;
+    let esr = regs::esr_el2();
+    let next = with_hw!(local, |hw| exit::handle_serror(
+        sys,
+        &mut local.state,
+        hw,
+        esr
+    ));
     apply(local, next);
     park(local);
 }

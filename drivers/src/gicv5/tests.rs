@@ -312,6 +312,36 @@ fn spi_routed_through_the_irs_and_rerouted() {
 }
 
 #[test]
+fn an_spi_beyond_the_cores_numbers_is_ended_at_el2_and_reported_as_none() {
+    // The core numbers SPI n as 32 + n below 1020 (GICv3's range, its SPI
+    // tables' size); a GICv5 may have far more SPIs. One it cannot number
+    // must not come back as 1020..1023 (1023 is "none") or above, and must
+    // not stay active.
+    let m: Shared = Rc::new(RefCell::new(Model::new(Config {
+        spis: 1024,
+        ..Config::default()
+    })));
+    let (irs_cpu, _) = pe(&m, 0);
+    let mut irs =
+        Gicv5Irs::init(ModelIrs(m.clone()), irs_cpu, &CPUS, 0x8000_0000, 14).expect("IRS init");
+    let (regs, _) = pe(&m, 0);
+    let mut cpu = Gicv5Cpu::init_this_cpu(regs, 0, IPI_BASE, &CPUS, GICV5_CAPS);
+    for n in [987, 1000] {
+        irs.spi_set_edge(32 + n, false);
+        irs.spi_route(32 + n, CPUS[0].0);
+        irs.spi_enable(32 + n, true);
+    }
+    m.borrow_mut().set_spi_line(1000, true);
+    assert_eq!(cpu.ack(), 1023);
+    assert!(!m.borrow().spi(1000).active);
+    // SPI 987, the last the core numbers, is INTID 1019.
+    m.borrow_mut().set_spi_line(1000, false);
+    m.borrow_mut().set_spi_line(987, true);
+    assert_eq!(cpu.ack(), 1019);
+    assert_eq!(m.borrow().misuse(), &[] as &[Misuse]);
+}
+
+#[test]
 fn ipi_is_an_lpi_from_one_cpu_to_the_other() {
     let mut r = rig();
     r.cpus[0].send_sgi(CPUS[1].0, 3);

@@ -1495,14 +1495,11 @@ fn a_gicv5_madt_gives_the_irs_the_cpus_with_their_iaffids_and_the_its_frames() {
 }
 
 #[test]
-fn a_gicv5_acpi_host_stops_with_the_message_of_a_gicv5_dt_host() {
+fn a_gicv5_acpi_host_stops_saying_only_its_dt_boots() {
     let e = gicv5_madt().parse().unwrap_err();
 
     assert_eq!(e, AcpiError::Gicv5Host { irs: 1, cpus: 2 });
-    assert_eq!(
-        e.to_string(),
-        crate::dtb::DtbError::Gicv5Host { irs: 1, cpus: 2 }.to_string()
-    );
+    assert!(e.to_string().contains("from its DT only"), "{e}");
     assert!(!e.to_string().contains("not supported"), "{e}");
 }
 

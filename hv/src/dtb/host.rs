@@ -143,6 +143,9 @@ pub struct GicInfo {
     /// What the GIC is and offers (`gichost`): from the description when
     /// parsed, refined by the ID registers the platform reads at boot.
     pub found: crate::gichost::GicFound,
+    /// A GICv5 host's IRSes, their CPUs and IAFFIDs (`version` 5; the
+    /// GICv3 fields above are then empty). None on a GICv3/v4 host.
+    pub v5: Option<Gicv5Info>,
 }
 
 impl GicInfo {
@@ -163,7 +166,31 @@ impl GicInfo {
             maintenance_intid,
             its,
             found: crate::gichost::GicFound::default(),
+            v5: None,
         };
+        gic.found = crate::gichost::GicFound::from_description(&gic);
+        gic
+    }
+
+    /// A GICv5 as its description gives it: no distributor or
+    /// redistributors, the IRSes (their ITSes counted in `its`), the
+    /// maintenance PPI.
+    pub fn gicv5(info: Gicv5Info) -> GicInfo {
+        let mut gic = GicInfo {
+            version: 5,
+            dist: (0, 0),
+            redist_regions: Vec::new(),
+            redist_stride: None,
+            maintenance_intid: info.maintenance_ppi,
+            its: info
+                .irs
+                .iter()
+                .flat_map(|i| i.its.iter().copied())
+                .collect(),
+            found: crate::gichost::GicFound::default(),
+            v5: None,
+        };
+        gic.v5 = Some(info);
         gic.found = crate::gichost::GicFound::from_description(&gic);
         gic
     }
@@ -265,20 +292,26 @@ const PSCI_CPU_ON_64: u32 = 0xC400_0003;
 /// Parses the firmware's DTB.
 pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
     let tree = Tree::index(blob)?;
-    if let Some(v5) = parse_gicv5_at(&tree)? {
-        return Err(DtbError::Gicv5Host {
-            irs: v5.irs.len(),
-            cpus: v5.cpus().count(),
-        });
-    }
-    let gic = tree.primary_gic()?;
+    // A GICv5 primary controller: its IRSes instead of GICv3 frames; every
+    // interrupt specifier below is then read in the GICv5 form
+    // (`Tree::gic_interrupts`), into the core's GICv3-style numbers.
+    let v5 = parse_gicv5_at(&tree)?;
+    let gic = match &v5 {
+        Some(_) => tree
+            .primary_gic_any()
+            .ok_or(DtbError::MissingNode("interrupt-controller"))?,
+        None => tree.primary_gic()?,
+    };
     let chosen = tree.find_path("/chosen");
 
-    Ok(HostInfo {
+    let host = HostInfo {
         memory: parse_memory(&tree)?,
         reserved: parse_reserved(&tree)?,
         cpus: parse_cpus(&tree)?,
-        gic: parse_gic(&tree, gic)?,
+        gic: match v5 {
+            Some(info) => GicInfo::gicv5(info),
+            None => parse_gic(&tree, gic)?,
+        },
         timer: parse_timer(&tree, gic)?,
         uart: parse_uart(&tree, gic, chosen)?,
         psci: parse_psci(&tree)?,
@@ -297,7 +330,29 @@ pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
         model: tree.str_prop(0, "model").map(ToString::to_string),
         devices: parse_devices(&tree, gic),
         numa: parse_numa(&tree, gic)?,
-    })
+    };
+    if let Some(v5) = &host.gic.v5 {
+        check_gicv5(&host, v5)?;
+    }
+    Ok(host)
+}
+
+/// A GICv5 host boots only with what the core needs, as far as the
+/// description tells (`vgic5::check_described`: an IRS, the timer node's
+/// PPIs 26, 27 and 30), and with an IAFFID for every CPU.
+fn check_gicv5(host: &HostInfo, v5: &Gicv5Info) -> Result<(), DtbError> {
+    let ppis = host
+        .timer
+        .map(|t| crate::vgic5::PpiSet::of(&[t.sec_phys, t.phys, t.virt, t.hyp]))
+        .unwrap_or_default();
+    let described = crate::vgic5::HostGicv5::described(!v5.irs.is_empty(), ppis);
+    crate::vgic5::check_described(&described).map_err(DtbError::Gicv5Lacks)?;
+    for &mpidr in &host.cpus {
+        if !v5.cpus().any(|(m, _)| m == mpidr) {
+            return Err(DtbError::Gicv5CpuWithoutIaffid { mpidr });
+        }
+    }
+    Ok(())
 }
 
 /// /chosen's initrd range. Both properties or neither; the end is
@@ -377,6 +432,11 @@ pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResourc
     let mut gic = alloc::vec![info.gic.dist];
     gic.extend_from_slice(&info.gic.redist_regions);
     gic.extend_from_slice(&info.gic.its);
+    if let Some(v5) = &info.gic.v5 {
+        // GICv5: no distributor; the IRS config frames are the GIC's.
+        gic.retain(|&(_, size)| size != 0);
+        gic.extend(v5.irs.iter().map(|i| i.config));
+    }
     for device in &info.devices {
         if device
             .compatible
@@ -821,6 +881,19 @@ fn gic_intid(kind: u32, number: u32) -> Option<u32> {
         (1, 0..=15) => Some(16 + number),
         (2, 0..=1023) => Some(4096 + number),
         (3, 0..=127) => Some(1056 + number),
+        _ => None,
+    }
+}
+
+/// A GICv5 specifier's type and ID (binding arm,gic-v5.yaml: 1 = PPI, 3 =
+/// SPI, the ID itself) as the core's GICv3-style INTID
+/// (`vgic5::CoreIntid`): PPIs 16..31 keep their number (the timers and
+/// the PMU are architected there), SPI n is 32 + n for n below
+/// `vgic5::CORE_SPIS`. Other PPIs, SPIs and LPIs have no core number.
+fn gicv5_intid(kind: u32, number: u32) -> Option<u32> {
+    match (kind, number) {
+        (1, 16..=31) => Some(number),
+        (3, n) if n < crate::vgic5::CORE_SPIS => Some(32 + number),
         _ => None,
     }
 }
@@ -1424,9 +1497,14 @@ impl<'a> Tree<'a> {
         if cells < 3 || raw.len() % cells != 0 {
             return Err(bad());
         }
+        let decode = if self.is_compatible(gic, &["arm,gic-v5"]) {
+            gicv5_intid
+        } else {
+            gic_intid
+        };
         let mut irqs = Vec::with_capacity(raw.len() / cells);
         for c in raw.chunks(cells) {
-            let intid = gic_intid(c.get(0), c.get(1)).ok_or_else(bad)?;
+            let intid = decode(c.get(0), c.get(1)).ok_or_else(bad)?;
             irqs.push((intid, c.get(2)));
         }
         Ok(irqs)
@@ -2579,6 +2657,18 @@ mod tests {
                 size: 0x400
             })
         );
+    }
+
+    #[test]
+    fn gicv5_specifiers_become_core_numbers_only_where_the_core_has_them() {
+        assert_eq!(gicv5_intid(1, 27), Some(27));
+        assert_eq!(gicv5_intid(1, 15), None);
+        assert_eq!(gicv5_intid(1, 32), None);
+        assert_eq!(gicv5_intid(3, 0), Some(32));
+        assert_eq!(gicv5_intid(3, 987), Some(1019));
+        // SPI 988 would be core INTID 1020 (special in GICv3 numbering).
+        assert_eq!(gicv5_intid(3, 988), None);
+        assert_eq!(gicv5_intid(2, 5), None);
     }
 
     #[test]

@@ -32,6 +32,8 @@ extern "C" {
     static __payload_start: u8;
     pub static pinfold_irq_site_guest: u32;
     pub static pinfold_irq_site_hv: u32;
+    /// The synchronous guest entry's call (`bl pinfold_guest_sync`).
+    pub static pinfold_sync_site_guest: u32;
     pub static pinfold_irq_veneer: u32;
 }
 

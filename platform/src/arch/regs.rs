@@ -89,6 +89,7 @@ pub fn pa_range() -> Option<ID_AA64MMFR0_EL1::PARange::Value> {
 
 /// Read an ID register of the TID3 group (op0=3, op1=0, CRn=0, CRm=1..7)
 /// by its CRm/op2. Unallocated encodings in this space read as zero.
+#[inline(always)]
 pub fn read_id_reg(crm: u8, op2: u8) -> u64 {
     macro_rules! rd {
         ($($crm:literal, $op2:literal => $enc:literal;)*) => {

@@ -134,9 +134,15 @@ hv_fault:
 1:  wfe
     b       1b
 
+// The synchronous entry's call is a runtime-constant site too: it calls the
+// GICv3 host's entry (pinfold_guest_sync) as assembled, and boot patches
+// it once to pinfold_guest_sync_v5 on a GICv5 host (irq.rs
+// install_sync_entry). No guest runs before then.
 guest_sync:
     SAVE_GUEST
     mov     x0, sp
+.global pinfold_sync_site_guest
+pinfold_sync_site_guest:
     bl      pinfold_guest_sync
     b       pinfold_restore_guest
 

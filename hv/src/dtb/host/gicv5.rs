@@ -6,10 +6,13 @@
 //! `arm,iaffids` (16-bit cells) gives each of them its interrupt affinity
 //! ID, and whose "arm,gic-v5-its" children are its ITSes.
 //!
-//! `parse_host_dtb` recognises a GICv5 host through this module and reports
-//! what it found (`DtbError::Gicv5Host`): the driver (`drivers::gicv5`) is
-//! host-tested against a model, but the platform does not yet run
-//! partitions on a GICv5 (docs/GICV5.md).
+//! `parse_host_dtb` recognises a GICv5 host through this module: the host
+//! description then carries it (`GicInfo::v5`, version 5), every interrupt
+//! specifier is read in the GICv5 form into the core's numbers, and the
+//! host is refused when its description lacks what the core needs
+//! (`vgic5::check_described`: `DtbError::Gicv5Lacks` naming each missing
+//! feature) or a CPU has no IAFFID. The platform then picks the GICv5
+//! driver (`gichost::HostGic`; docs/GICV5.md).
 
 use super::{DtbError, Known, Tree};
 use alloc::vec::Vec;
@@ -108,6 +111,13 @@ mod tests {
     /// A two-CPU GICv5 host in the Linux 6.17 binding's shape (the
     /// binding's example with the IAFFIDs swapped, so order matters).
     pub(crate) fn gicv5_dtb(iaffids: &[u16]) -> Vec<u8> {
+        gicv5_host_dtb(iaffids, None, 2)
+    }
+
+    /// The same host with `cpus` CPUs in /cpus (the IRS still serves the
+    /// first two), a PL011 on SPI 1 and, with `timer`, an
+    /// "arm,armv8-timer" whose four GICv5 PPI specifiers are `timer`.
+    pub(crate) fn gicv5_host_dtb(iaffids: &[u16], timer: Option<[u32; 4]>, cpus: u32) -> Vec<u8> {
         let mut w = FdtWriter::new();
         node(&mut w, "", |w| {
             w.prop_u32("#address-cells", 2).unwrap();
@@ -121,7 +131,11 @@ mod tests {
             node(w, "cpus", |w| {
                 w.prop_u32("#address-cells", 1).unwrap();
                 w.prop_u32("#size-cells", 0).unwrap();
-                for (n, mpidr) in [0u32, 0x100].into_iter().enumerate() {
+                for (n, mpidr) in [0u32, 0x100, 0x200]
+                    .into_iter()
+                    .take(cpus as usize)
+                    .enumerate()
+                {
                     node(w, &alloc::format!("cpu@{mpidr:x}"), |w| {
                         w.prop_string("device_type", "cpu").unwrap();
                         w.prop_u32("reg", mpidr).unwrap();
@@ -155,9 +169,24 @@ mod tests {
                     });
                 });
             });
+            if let Some(ppis) = timer {
+                node(w, "timer", |w| {
+                    w.prop_string("compatible", "arm,armv8-timer").unwrap();
+                    let cells: Vec<u32> = ppis.iter().flat_map(|&p| [1, p, 4]).collect();
+                    w.prop_cells("interrupts", &cells).unwrap();
+                });
+            }
+            node(w, "pl011@9000000", |w| {
+                w.prop_string("compatible", "arm,pl011").unwrap();
+                w.prop_cells("reg", &[0, 0x0900_0000, 0, 0x1000]).unwrap();
+                w.prop_cells("interrupts", &[3, 1, 4]).unwrap();
+            });
         });
         w.finish().unwrap()
     }
+
+    /// The binding's timer order: secure phys, phys, virt, hyp.
+    const TIMER: [u32; 4] = [29, 30, 27, 26];
 
     #[test]
     fn gicv5_host_dt_is_parsed_into_irs_cpus_and_iaffids() {
@@ -179,12 +208,57 @@ mod tests {
     }
 
     #[test]
-    fn a_gicv5_host_is_recognised_not_called_unsupported() {
-        let e = parse_host_dtb(&gicv5_dtb(&[0, 1])).unwrap_err();
-        assert_eq!(e, DtbError::Gicv5Host { irs: 1, cpus: 2 });
-        let msg = e.to_string();
-        assert!(msg.contains("GICv5 host"), "{msg}");
-        assert!(!msg.contains("unsupported"), "{msg}");
+    fn a_gicv5_host_is_described_with_its_irs_and_gicv5_interrupt_numbers() {
+        let host = parse_host_dtb(&gicv5_host_dtb(&[0, 1], Some(TIMER), 2)).unwrap();
+        assert_eq!(host.gic.version, 5);
+        let v5 = host.gic.v5.as_ref().expect("the GICv5");
+        assert_eq!(v5.irs[0].config, (0x2f1a_0000, 0x1_0000));
+        assert_eq!(v5.cpus().collect::<Vec<_>>(), [(0, 0), (0x100, 1)]);
+        assert_eq!(host.gic.its, [(0x2f12_0000, 0x1_0000)]);
+        assert_eq!(host.gic.maintenance_intid, Some(25));
+        // GICv5 PPI n is core INTID n (not 16 + n as for a GICv3 PPI).
+        let t = host.timer.unwrap();
+        assert_eq!((t.sec_phys, t.phys, t.virt, t.hyp), (29, 30, 27, 26));
+        // GICv5 SPI 1 is core INTID 33.
+        assert_eq!(host.uart.unwrap().intid, Some(33));
+        assert_eq!(
+            crate::gichost::HostGic::of(&host.gic),
+            crate::gichost::HostGic::V5
+        );
+        // The host view from the description alone: version 5, one IRS,
+        // what only registers tell still unknown.
+        let found = &host.gic.found;
+        assert_eq!(
+            (found.version, found.irs_count, found.probed),
+            (5, 1, false)
+        );
+        assert!(found.v5.is_some_and(|h| h.irs && !h.virt));
+        // The IRS config frame is the GIC's: no plan may map it.
+        let r = super::super::host_resources(&host, &[]);
+        assert!(r.gic.contains(&(0x2f1a_0000, 0x1_0000)), "{:?}", r.gic);
+        assert!(!r.gic.contains(&(0, 0)));
+    }
+
+    #[test]
+    fn a_gicv5_host_without_the_timer_ppis_is_refused_naming_them() {
+        let e = parse_host_dtb(&gicv5_host_dtb(&[0, 1], None, 2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GICv5 host lacks what Pinfold needs: the EL1 virtual timer PPI 27, \
+             the EL1 physical timer PPI 30, the EL2 physical timer PPI 26"
+        );
+        // A timer node whose hyp timer is not PPI 26.
+        let e = parse_host_dtb(&gicv5_host_dtb(&[0, 1], Some([29, 30, 27, 28]), 2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GICv5 host lacks what Pinfold needs: the EL2 physical timer PPI 26"
+        );
+    }
+
+    #[test]
+    fn a_gicv5_host_cpu_no_irs_serves_is_refused() {
+        let e = parse_host_dtb(&gicv5_host_dtb(&[0, 1], Some(TIMER), 3)).unwrap_err();
+        assert_eq!(e, DtbError::Gicv5CpuWithoutIaffid { mpidr: 0x200 });
     }
 
     #[test]

@@ -1,0 +1,168 @@
+//! A GICv5 host, the platform half: the IRS brought up at boot with its
+//! LPI IST (and the vIRS's VM table after it) in host RAM taken before
+//! partitions are placed (`vgic5::IrsLayout` decides the sizes, as the
+//! GICv3 ITS takes its region in `its.rs`), the boot CPU's interface
+//! probed and the host checked (`vgic5::check_host`, naming what is
+//! missing), the host view made from the registers (`GicFound::from_v5`),
+//! the IRS put behind the same counted lock as a GICv3 distributor
+//! (`hw::DIST`), and each CPU's own GICv5 half (`Gicv5Cpu`: PPIs, its 16
+//! IPI LPIs, its doorbell range) from its own bring-up. Nothing here runs
+//! on a GICv3 host. No emulator runs EL2 on a GICv5, so this is built and
+//! linted, not booted (docs/GICV5.md).
+
+use crate::hvlog;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use pinfold_drivers::gicv5::hw::{IrsFrame, SysRegs};
+use pinfold_drivers::gicv5::{Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
+use pinfold_hv::dtb::HostInfo;
+use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange};
+use pinfold_hv::lockstat::CountedLock;
+use pinfold_hv::memmap::FreeMemory;
+use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, VPpiContext};
+use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
+
+/// What every CPU's bring-up needs: the LPI layout and each CPU's
+/// (MPIDR, IAFFID) in the core's CPU order (an IPI's LPI is found by that
+/// index, `vgic5::ipi_lpi`).
+struct Layout {
+    lpis: IrsLayout,
+    cpus: &'static [(u64, u16)],
+    /// Physical address of the vIRS's VM table (zeroed; `init_virs` is
+    /// not called yet: nothing plans the vIRS at boot).
+    #[allow(dead_code)]
+    vmt: u64,
+}
+
+static LAYOUT: spin::Once<Layout> = spin::Once::new();
+
+/// Bring the GICv5 up for `cpu_count` CPUs, the boot CPU being `index`:
+/// the IRS with its IST, the boot CPU probed, the host checked. Returns
+/// the IRS for `hw::DIST` and what was found for the host view; `Err` is
+/// the reason boot stops (printed by the caller).
+pub fn init(
+    host: &mut HostInfo,
+    free: &mut FreeMemory,
+    cpu_count: usize,
+    index: usize,
+) -> Result<Gicv5Irs<IrsFrame, SysRegs>, alloc::string::String> {
+    use alloc::format;
+    let Some(v5) = host.gic.v5.as_ref() else {
+        return Err("no GICv5 in the host description".into());
+    };
+    // Every CPU's IAFFID in the core's order (the description checked that
+    // each has one).
+    let cpus: Vec<(u64, u16)> = host
+        .cpus
+        .iter()
+        .take(cpu_count)
+        .map(|&m| {
+            let iaffid = v5
+                .cpus()
+                .find(|&(c, _)| same_cpu(c, m))
+                .map_or(0, |(_, i)| i);
+            (m, iaffid)
+        })
+        .collect();
+    let cpus: &'static [(u64, u16)] = Box::leak(cpus.into_boxed_slice());
+    let lpis = IrsLayout::for_cpus(cpu_count);
+    let Some(region) = free.take_top(lpis.region, lpis.align) else {
+        return Err(format!(
+            "no {} KiB of RAM for the IRS's IST and VM table",
+            lpis.region >> 10
+        ));
+    };
+    // SAFETY: `region` was just taken from free RAM (identity mapped,
+    // normal memory at EL2); nothing else uses it.
+    unsafe { core::ptr::write_bytes(region as *mut u8, 0, lpis.region as usize) };
+    crate::arch::clean_dcache_range(region, lpis.region);
+    // Every IRS serves its own CPUs; Pinfold drives the first (one IRS is
+    // what the driver and the model know).
+    let frame = v5.irs[0].config.0;
+    if v5.irs.len() > 1 {
+        hvlog!(
+            "gicv5: {} IRSes described; only the first ({frame:#x}) is driven",
+            v5.irs.len()
+        );
+    }
+    let mut irs = Gicv5Irs::init(
+        IrsFrame(frame as usize),
+        SysRegs,
+        cpus,
+        region,
+        lpis.lpi_id_bits,
+    )
+    .map_err(|e| format!("the IRS at {frame:#x} did not come up: {e:?}"))?;
+    // The boot CPU's interface, only to probe its PPIs and GCIE_LEGACY
+    // (its own bring-up, `init_cpu`, sets it up again).
+    let mut probe = Gicv5Cpu::init_this_cpu(SysRegs, index as u32, lpis.ipi_base, cpus, GICV5_CAPS);
+    probe.probe(&mut irs.host);
+    check_host(&irs.host).map_err(|m| format!("{m}"))?;
+    host.gic.found = pinfold_hv::gichost::GicFound::from_v5(&host.gic, &irs.host);
+    hvlog!(
+        "gicv5: IRS at {frame:#x}: IST of {} LPIs at {region:#x} (IPIs from {}, doorbells {:?}), VM table for {} VMs",
+        1u64 << lpis.lpi_id_bits,
+        lpis.ipi_base,
+        lpis.doorbell_lpis(),
+        1u64 << lpis.vm_id_bits
+    );
+    LAYOUT.call_once(|| Layout {
+        lpis,
+        cpus,
+        vmt: region + lpis.vmt_offset,
+    });
+    Ok(irs)
+}
+
+/// This CPU's GICv5 half, from its own bring-up: PPIs off, its IPI LPIs
+/// targeted here, the doorbell range known, the EL2 timer and the
+/// maintenance PPI on (the mailbox SGI is one of its IPI LPIs, already
+/// enabled).
+pub fn init_cpu(local: &mut crate::percpu::CpuLocal) {
+    let Some(l) = LAYOUT.get() else {
+        return;
+    };
+    let index = local.state.state.index as u32;
+    let mut chip = Gicv5Cpu::init_this_cpu(SysRegs, index, l.lpis.ipi_base, l.cpus, GICV5_CAPS);
+    chip.set_doorbells(l.lpis.doorbell_lpis());
+    chip.apply_ppi(PpiStateChange::Enable(PPI_MAINTENANCE, true));
+    chip.apply_ppi(PpiStateChange::Enable(PPI_HYP_TIMER, true));
+    local.hw.v5 = Some(chip);
+}
+
+/// The chip-wide lock of the slow per-CPU path (`irqchip::
+/// change_percpu_state`), taken only by a chip without the lockless
+/// capability; the GICv5's declares it, so vCPU load and put take none.
+static CHIP_LOCK: CountedLock<()> = CountedLock::new((), &crate::LOCKSTAT);
+
+/// Load a GICv5-interface partition's vCPU (`vgic5::VcpuSwitch::Gicv5`)
+/// on this CPU: the driver's `vcpu_load` with its PPI plan (the timers and
+/// the PMU's PPI as DVI, their host copies masked, every other implemented
+/// PPI hidden), a fresh virtual PPI state (the vCPU is (re)entering at its
+/// entry point), VM `vm`, vPE `vpe`. Only this CPU's registers.
+pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vpe: u16) {
+    let implemented = local
+        .sys
+        .host
+        .gic
+        .found
+        .v5
+        .map_or(PpiSet::EMPTY, |h| h.ppis);
+    let ctx = VPpiContext::default();
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.vcpu_load(&CHIP_LOCK, &ctx, &plan, implemented, vpe, vm);
+    }
+    local.v5_vcpu = Some((plan, ctx));
+}
+
+/// Put it: the driver's `vcpu_put` saves its virtual PPI state (kept in
+/// this CPU's slot) and makes it non-resident; the host copies of its DVI
+/// PPIs stay masked (a pinned vCPU is put only when it stops or parks).
+pub fn vcpu_put(local: &mut crate::percpu::CpuLocal) {
+    let Some((plan, mut ctx)) = local.v5_vcpu.take() else {
+        return;
+    };
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.vcpu_put(&CHIP_LOCK, &mut ctx, &plan, false);
+    }
+}
