@@ -4,7 +4,9 @@
 //! at EL1h, MMU off, DAIF masked, x0 = DTB IPA. The RAM is wherever the DTB's
 //! /memory says (IPA 0x4000_0000 bare and in most partitions; IPA == PA in a
 //! partition with a PCI function): the image is a static PIE linked at 0
-//! that relocates itself in `_start`, and takes its RAM from the DTB. The first
+//! that relocates itself in `_start`, and takes its RAM from the DTB.
+//! Entered at EL2 (bare QEMU with `virtualization=on`), `_start` leaves EL2
+//! idle and goes on at EL1. The first
 //! 64 bytes are an arm64 Linux Image header whose first word branches over
 //! it, so the image boots both as a raw blob entered at offset 0 and through
 //! Image loaders (QEMU `-kernel`, U-Boot `booti`), which then pass the DTB.
@@ -58,6 +60,8 @@ use pinfold_vboard::{
 };
 /// The bootargs word that selects the scaling mode (bench::scale).
 const SCALE_BOOTARG: &str = "pinfold-bench=scale";
+/// The bootargs word that runs the MSI bench alone (bench::Env::msi_only).
+const MSI_BOOTARG: &str = "pinfold-bench=msi";
 /// The bootargs word that selects the scrub check ([`scrub_check`]).
 const SCRUB_BOOTARG: &str = "pinfold-probe=scrub";
 /// The bootargs word that selects the hostile-guest suite (`hostile`).
@@ -149,6 +153,28 @@ _start:
     mrs     x20, cntvct_el0
     msr     daifset, #0xf
     mov     x19, x0
+    // Entered at EL2 (bare QEMU `virtualization=on`, which `gic-version=4`
+    // requires: the bench's GICv4.0 reference run): leave EL2 idle, nothing
+    // trapped or routed to it, and continue at EL1h with DAIF masked.
+    mrs     x1, CurrentEL
+    cmp     x1, #(2 << 2)
+    b.ne    8f
+    mov     x1, #(1 << 31)          // HCR_EL2: RW only (EL1 is AArch64)
+    msr     hcr_el2, x1
+    mov     x1, #0x3                // CNTHCTL_EL2: EL1PCTEN | EL1PCEN
+    msr     cnthctl_el2, x1
+    msr     cntvoff_el2, xzr
+    mrs     x1, S3_4_C12_C9_5       // ICC_SRE_EL2
+    mov     x2, #0x9                // SRE | Enable: EL1 uses ICC_* registers
+    orr     x1, x1, x2
+    msr     S3_4_C12_C9_5, x1
+    isb
+    mov     x1, #0x3c5              // SPSR_EL2: D, A, I, F masked; EL1h
+    msr     spsr_el2, x1
+    adr     x1, 8f
+    msr     elr_el2, x1
+    eret
+8:
     // Self-relocation: linked at 0, so where _start runs is the load
     // offset. Each R_AARCH64_RELATIVE entry (offset, info, addend) becomes
     // *(base + offset) = base + addend; idempotent (the addend alone gives
@@ -1293,6 +1319,7 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         conduit,
         entry_cntvct,
         msi: fdt.as_ref().map_or(Err("no readable DTB"), msi_target),
+        msi_only: fdt.as_ref().is_some_and(|f| f.bootargs_have(MSI_BOOTARG)),
     };
     if let Some(f) = fdt.as_ref().filter(|f| f.bootargs_have(SCRUB_BOOTARG)) {
         scrub_check(f.base, u64::from(f.size), ram_end);
