@@ -10,7 +10,9 @@
 //! - the probe guest (tools/test-guest) in the partition of `bench.toml`
 //!   and the same binary booted bare by QEMU at EL1 (`qemu::bare_command`),
 //!   each twice: its `PROBE bench <row>:` lines give the exit, interrupt,
-//!   SGI and boot-stamp rows (`probe`);
+//!   SGI, boot-stamp and MSI rows (`probe`; the partition owns QEMU's edu);
+//! - the same two on `gic-version=4`, once each: the MSI row with GICv4.0
+//!   direct vLPIs (`msi_to_handler_direct`, `direct_runs`);
 //! - the default plan's Linux kernel and initramfs as the only partition of
 //!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
 //!   (`linux`);
