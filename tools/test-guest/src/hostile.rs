@@ -32,10 +32,10 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use pinfold_vboard::fid;
 use pinfold_vboard::{
     GICR_STRIDE, GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_GICR_REGION_SIZE, GUEST_GPIO_BASE,
-    GUEST_RAM_BASE, GUEST_UART_BASE,
+    GUEST_UART_BASE,
 };
 
-use crate::{catching, park_cpu, probe_read, probe_write, smccc, Fault};
+use crate::{catching, park_cpu, probe_read, probe_write, ram_base, smccc, Fault};
 use crate::{DEVICE_HOLE, FAR_AWAY, VECTOR_CUR_SPX_SYNC};
 
 /// Exception classes (ESR_EL1.EC) the suite tells apart.
@@ -491,7 +491,7 @@ fn wait_for_go() {
 /// Runs every case; `ram_end` is the end of this partition's RAM (DTB).
 pub fn run(ram_end: u64) {
     wait_for_go();
-    println!("HOSTILE start: RAM {GUEST_RAM_BASE:#x}..{ram_end:#x}");
+    println!("HOSTILE start: RAM {:#x}..{ram_end:#x}", ram_base());
     let mut s = Suite {
         passed: 0,
         failed: 0,
@@ -517,11 +517,7 @@ pub fn run(ram_end: u64) {
 
 fn memory(s: &mut Suite, ram_end: u64) {
     s.case("mem-below-ram", |c| {
-        for a in [
-            GUEST_RAM_BASE - 4,
-            GUEST_RAM_BASE - 0x1000,
-            GUEST_RAM_BASE - (2 << 20),
-        ] {
+        for a in [ram_base() - 4, ram_base() - 0x1000, ram_base() - (2 << 20)] {
             c.must_abort_read(a);
             c.must_abort_write(a, 0x484f_5354);
         }
@@ -563,15 +559,17 @@ fn memory(s: &mut Suite, ram_end: u64) {
     });
     s.case("mem-hypervisor-image", |c| {
         // The hypervisor runs at the host's RAM base, which is this
-        // partition's RAM base as an IPA: what is there must be ours (no
-        // arm64 Image header of the hypervisor), and writable.
-        let magic = probe_read(GUEST_RAM_BASE + 0x38);
+        // partition's RAM base as an IPA (the plans this suite runs in give
+        // it no PCI function): what is there must be ours (no arm64 Image
+        // header of the hypervisor), and writable.
+        let base = ram_base();
+        let magic = probe_read(base + 0x38);
         if magic == Ok(0x644d_5241) {
             c.fail(format_args!(
-                "the hypervisor's Image header is readable at IPA {GUEST_RAM_BASE:#x}"
+                "the hypervisor's Image header is readable at IPA {base:#x}"
             ));
         }
-        let a = GUEST_RAM_BASE + 0x1000;
+        let a = ram_base() + 0x1000;
         c.must_work(format_args!("own RAM store"), probe_write(a, 0x5a5a_1234));
         if probe_read(a) != Ok(0x5a5a_1234) {
             c.fail(format_args!("own RAM at {a:#x} did not keep a store"));
@@ -951,7 +949,7 @@ fn psci(s: &mut Suite, ram_end: u64) {
             DEVICE_HOLE,
             FAR_AWAY,
             u64::MAX - 3,
-            GUEST_RAM_BASE - 4,
+            ram_base() - 4,
             park + 2,
         ] {
             match hvc(fid::CPU_ON_64, 1, entry, 0) {
@@ -1062,7 +1060,7 @@ fn smccc_ranges(s: &mut Suite, ram_end: u64) {
         for base in [fid::PINFOLD_32_BASE, fid::PINFOLD_64_BASE] {
             for func in (0..0x40u32).chain([0x100, 0x7fff, 0xffff]) {
                 n += 1;
-                for buf in [GUEST_RAM_BASE + 0x1000, ram_end - 64, 0] {
+                for buf in [ram_base() + 0x1000, ram_end - 64, 0] {
                     match hvc(base | func, buf, 4096, 0) {
                         Ok(r) if r == pinfold_abi::AbiError::NotSupported.code() => {}
                         Ok(r) => c.fail(format_args!("{:#x} answered {r}", base | func)),
@@ -1084,7 +1082,7 @@ fn sysregs(s: &mut Suite) {
         for r in [
             try_msr!("dbgbvr0_el1", 0x4008_0000),
             try_msr!("dbgbcr0_el1", 0x1e7),
-            try_msr!("dbgwvr0_el1", GUEST_RAM_BASE + 0x1000),
+            try_msr!("dbgwvr0_el1", ram_base() + 0x1000),
             try_msr!("dbgwcr0_el1", 0x1ff7),
             try_msr!("mdscr_el1", 1 << 15 | 1 << 13),
             try_msr!("oslar_el1", 0),
@@ -1092,7 +1090,7 @@ fn sysregs(s: &mut Suite) {
         ] {
             c.tolerate(r);
         }
-        let _ = probe_read(GUEST_RAM_BASE + 0x1000);
+        let _ = probe_read(ram_base() + 0x1000);
         if hvc(fid::PSCI_VERSION, 0, 0, 0).is_err() {
             c.fail(format_args!("HVC with a watchpoint set raised"));
         }
@@ -1193,7 +1191,7 @@ fn sysregs(s: &mut Suite) {
         c.must_undef("VTTBR_EL2", try_mrs!("vttbr_el2"));
         c.must_undef("VTCR_EL2", try_mrs!("vtcr_el2"));
         c.must_undef("VBAR_EL2", try_mrs!("vbar_el2"));
-        c.must_undef("VBAR_EL2 write", try_msr!("vbar_el2", GUEST_RAM_BASE));
+        c.must_undef("VBAR_EL2 write", try_msr!("vbar_el2", ram_base()));
         c.must_undef("SCTLR_EL2", try_mrs!("sctlr_el2"));
         c.must_undef("TPIDR_EL2", try_mrs!("tpidr_el2"));
         c.must_undef("ELR_EL2", try_mrs!("elr_el2"));
@@ -1203,7 +1201,7 @@ fn sysregs(s: &mut Suite) {
         c.must_undef("VBAR_EL3", try_mrs!("vbar_el3"));
         let (_, f) = catching(|| {
             // SAFETY: an EL2 address translation at EL1: UNDEFINED.
-            unsafe { asm!("at s12e1r, {}", in(reg) GUEST_RAM_BASE, options(nostack)) };
+            unsafe { asm!("at s12e1r, {}", in(reg) ram_base(), options(nostack)) };
         });
         c.must_undef("AT S12E1R", f.map_or(Ok(0u64), Err));
     });
@@ -1270,7 +1268,7 @@ fn sysregs(s: &mut Suite) {
         }
     });
     s.case("tlbi-broadcast", |c| {
-        let marker = GUEST_RAM_BASE + 0x2000;
+        let marker = ram_base() + 0x2000;
         let _ = probe_write(marker, 0x1234_5678);
         for i in 0..2000u64 {
             let (_, f) = catching(|| {

@@ -1,7 +1,12 @@
 //! Bare-metal EL1 probe guest: tries to reach outside its partition and prints one `PROBE <test>: refused|ESCAPED (...)` line per attempt; with bootargs `pinfold-probe=hostile` it runs the hostile-guest suite instead (module `hostile`: every attack a named check, `HOSTILE summary: N passed, M failed; expected hypervisor faults F`).
 //!
-//! Loaded as a raw image at IPA 0x4008_0000 (RAM base + 0x80000) and entered
-//! at its first byte at EL1h, MMU off, DAIF masked, x0 = DTB IPA. The first
+//! Loaded as a raw image at RAM base + 0x80000 and entered at its first byte
+//! at EL1h, MMU off, DAIF masked, x0 = DTB IPA. The RAM is wherever the DTB's
+//! /memory says (IPA 0x4000_0000 bare and in most partitions; IPA == PA in a
+//! partition with a PCI function): the image is a static PIE linked at 0
+//! that relocates itself in `_start`, and takes its RAM from the DTB.
+//! Entered at EL2 (bare QEMU with `virtualization=on`), `_start` leaves EL2
+//! idle and goes on at EL1. The first
 //! 64 bytes are an arm64 Linux Image header whose first word branches over
 //! it, so the image boots both as a raw blob entered at offset 0 and through
 //! Image loaders (QEMU `-kernel`, U-Boot `booti`), which then pass the DTB.
@@ -50,19 +55,40 @@ macro_rules! println {
 // +64 KiB).
 use pinfold_vboard::fid::{CPU_ON_64 as PSCI_CPU_ON_64, PSCI_VERSION};
 use pinfold_vboard::{
-    GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_RAM_BASE, GUEST_UART_BASE, GUEST_UART_INTID,
-    GUEST_UART_SIZE,
+    GUEST_GICD_BASE, GUEST_GICR_BASE, GUEST_UART_BASE, GUEST_UART_INTID, GUEST_UART_SIZE,
+    RAW_KERNEL_OFFSET,
 };
 /// The bootargs word that selects the scaling mode (bench::scale).
 const SCALE_BOOTARG: &str = "pinfold-bench=scale";
+/// The bootargs word that runs the MSI bench alone (bench::Env::msi_only).
+const MSI_BOOTARG: &str = "pinfold-bench=msi";
 /// The bootargs word that selects the scrub check ([`scrub_check`]).
 const SCRUB_BOOTARG: &str = "pinfold-probe=scrub";
 /// The bootargs word that selects the hostile-guest suite (`hostile`).
 const HOSTILE_BOOTARG: &str = "pinfold-probe=hostile";
 /// The bootargs word that selects the hang mode (bench::hang).
 const HANG_BOOTARG: &str = "pinfold.hang";
-/// Used only when the DTB has no usable /memory node.
+/// Used only when the DTB has no usable /memory node (the RAM is then
+/// assumed to start RAW_KERNEL_OFFSET below this image).
 const RAM_SIZE_ASSUMED: u64 = 256 << 20;
+
+/// This guest's RAM base, from the DTB's /memory (set once by `rust_main`
+/// before anything reads it).
+static RAM_BASE: AtomicU64 = AtomicU64::new(0);
+
+/// This guest's RAM base (IPA).
+fn ram_base() -> u64 {
+    RAM_BASE.load(Ordering::Relaxed)
+}
+
+/// Where this image runs (its first byte), whatever it was linked at.
+fn image_start() -> u64 {
+    extern "C" {
+        static __image_start: u8;
+    }
+    // A linker symbol: only its address is taken (PC-relative).
+    core::ptr::addr_of!(__image_start) as u64
+}
 /// An IPA inside the device window that the partition is given nothing at.
 const DEVICE_HOLE: u64 = 0x0A00_0000;
 /// Far above any plausible small partition's RAM.
@@ -127,6 +153,48 @@ _start:
     mrs     x20, cntvct_el0
     msr     daifset, #0xf
     mov     x19, x0
+    // Entered at EL2 (bare QEMU `virtualization=on`, which `gic-version=4`
+    // requires: the bench's GICv4.0 reference run): leave EL2 idle, nothing
+    // trapped or routed to it, and continue at EL1h with DAIF masked.
+    mrs     x1, CurrentEL
+    cmp     x1, #(2 << 2)
+    b.ne    8f
+    mov     x1, #(1 << 31)          // HCR_EL2: RW only (EL1 is AArch64)
+    msr     hcr_el2, x1
+    mov     x1, #0x3                // CNTHCTL_EL2: EL1PCTEN | EL1PCEN
+    msr     cnthctl_el2, x1
+    msr     cntvoff_el2, xzr
+    mrs     x1, S3_4_C12_C9_5       // ICC_SRE_EL2
+    mov     x2, #0x9                // SRE | Enable: EL1 uses ICC_* registers
+    orr     x1, x1, x2
+    msr     S3_4_C12_C9_5, x1
+    isb
+    mov     x1, #0x3c5              // SPSR_EL2: D, A, I, F masked; EL1h
+    msr     spsr_el2, x1
+    adr     x1, 8f
+    msr     elr_el2, x1
+    eret
+8:
+    // Self-relocation: linked at 0, so where _start runs is the load
+    // offset. Each R_AARCH64_RELATIVE entry (offset, info, addend) becomes
+    // *(base + offset) = base + addend; idempotent (the addend alone gives
+    // the value). The xtask refuses an image with any other type.
+    adr     x15, _start
+    adrp    x9, __rela_start
+    add     x9, x9, :lo12:__rela_start
+    adrp    x10, __rela_end
+    add     x10, x10, :lo12:__rela_end
+6:
+    cmp     x9, x10
+    b.hs    7f
+    ldp     x11, x12, [x9], #16
+    ldr     x13, [x9], #8
+    cmp     w12, #{r_aarch64_relative}
+    b.ne    6b
+    add     x13, x13, x15
+    str     x13, [x15, x11]
+    b       6b
+7:
     adrp    x1, __stack_top
     add     x1, x1, :lo12:__stack_top
     mov     sp, x1
@@ -224,7 +292,12 @@ exception_common:
 "#,
     main = sym rust_main,
     handler = sym handle_exception,
+    r_aarch64_relative = const R_AARCH64_RELATIVE,
 );
+
+/// The only dynamic relocation type of a static PIE (ELF for the Arm 64-bit
+/// Architecture, 5.7.11): `_start` applies these and nothing else.
+const R_AARCH64_RELATIVE: u32 = 1027;
 
 extern "C" {
     /// A `wfe` loop (in the boot assembly above); never called from Rust.
@@ -545,7 +618,8 @@ fn scrub_check(dtb: u64, dtb_size: u64, ram_end: u64) {
     );
     let skip = |a: u64| (image_start..image_end).contains(&a) || (dtb..dtb + dtb_size).contains(&a);
     let (mut nonzero, mut first) = (0u64, None);
-    let mut addr = GUEST_RAM_BASE;
+    let ram_base = ram_base();
+    let mut addr = ram_base;
     while addr < ram_end {
         if !skip(addr) {
             // SAFETY: inside this partition's RAM (the DTB's /memory), 8-byte
@@ -559,7 +633,7 @@ fn scrub_check(dtb: u64, dtb_size: u64, ram_end: u64) {
         addr += 8;
     }
     println!(
-        "PROBE scrub: {nonzero} nonzero words outside the image and DTB in 0x{GUEST_RAM_BASE:x}..0x{ram_end:x} (first at 0x{:x})",
+        "PROBE scrub: {nonzero} nonzero words outside the image and DTB in 0x{ram_base:x}..0x{ram_end:x} (first at 0x{:x})",
         first.unwrap_or(0)
     );
 }
@@ -969,7 +1043,9 @@ struct Fdt {
 impl Fdt {
     /// Validates the header at `base` with guarded loads.
     fn at(base: u64) -> Option<Fdt> {
-        if base < GUEST_RAM_BASE || !base.is_multiple_of(8) {
+        // Where RAM is comes from this very DTB: any non-null aligned
+        // address is tried (every load here is guarded).
+        if base == 0 || !base.is_multiple_of(8) {
             return None;
         }
         let magic = u32::from_be(probe_read(base).ok()?);
@@ -1218,20 +1294,32 @@ extern "C" fn rust_main(dtb: u64, entry_cntvct: u64) -> ! {
         halt();
     }
     let fdt = Fdt::at(dtb);
-    let (ram_end, source) = match fdt.as_ref().and_then(|f| f.memory()) {
-        Some((base, size)) if base == GUEST_RAM_BASE && size > 0 => (base + size, "DTB /memory"),
-        _ => (
-            GUEST_RAM_BASE + RAM_SIZE_ASSUMED,
-            "assumed: no usable DTB /memory",
-        ),
+    let image = image_start();
+    let (ram_base, ram_end, source) = match fdt.as_ref().and_then(|f| f.memory()) {
+        Some((base, size)) if size > 0 && (base..base + size).contains(&image) => {
+            (base, base + size, "DTB /memory")
+        }
+        _ => {
+            let base = image - RAW_KERNEL_OFFSET;
+            (
+                base,
+                base + RAM_SIZE_ASSUMED,
+                "assumed: no usable DTB /memory",
+            )
+        }
     };
-    println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{GUEST_RAM_BASE:x}..0x{ram_end:x} ({source})");
+    RAM_BASE.store(ram_base, Ordering::Relaxed);
+    println!("PROBE start: EL1, dtb=0x{dtb:x}, RAM 0x{ram_base:x}..0x{ram_end:x} ({source})");
+    if image != ram_base + RAW_KERNEL_OFFSET {
+        println!("PROBE note: running at 0x{image:x}, not RAM base + 0x{RAW_KERNEL_OFFSET:x}");
+    }
     let (mode, conduit) = detect(fdt.as_ref());
     let env = bench::Env {
         bare: mode == Mode::Bare,
         conduit,
         entry_cntvct,
         msi: fdt.as_ref().map_or(Err("no readable DTB"), msi_target),
+        msi_only: fdt.as_ref().is_some_and(|f| f.bootargs_have(MSI_BOOTARG)),
     };
     if let Some(f) = fdt.as_ref().filter(|f| f.bootargs_have(SCRUB_BOOTARG)) {
         scrub_check(f.base, u64::from(f.size), ram_end);

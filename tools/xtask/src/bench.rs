@@ -10,7 +10,9 @@
 //! - the probe guest (tools/test-guest) in the partition of `bench.toml`
 //!   and the same binary booted bare by QEMU at EL1 (`qemu::bare_command`),
 //!   each twice: its `PROBE bench <row>:` lines give the exit, interrupt,
-//!   SGI and boot-stamp rows (`probe`);
+//!   SGI, boot-stamp and MSI rows (`probe`; the partition owns QEMU's edu);
+//! - the same two on `gic-version=4`, once each: the MSI row with GICv4.0
+//!   direct vLPIs (`msi_to_handler_direct`, `direct_runs`);
 //! - the default plan's Linux kernel and initramfs as the only partition of
 //!   `bench-linux.toml` and bare, each twice: printk time of `Run /init`
 //!   (`linux`);
@@ -83,6 +85,9 @@ const SCALE_DEADLINE: Duration = Duration::from_secs(120);
 /// The MSI row's device (bench.toml assigns 00:02.0 to the probe): QEMU's
 /// edu, on every boot of the bench plan and on the bare runs.
 const PROBE_DEVICE: &str = "edu,addr=0x2";
+/// The probe's bootargs word for the MSI bench alone (tools/test-guest
+/// `MSI_BOOTARG`), given to the bare GICv4.0 reference with `-append`.
+const MSI_ONLY_BOOTARG: &str = "pinfold-bench=msi";
 /// The probe guest's flat image, booted bare by QEMU.
 const TEST_GUEST: &str = "target/guest/test-guest.bin";
 
@@ -293,6 +298,31 @@ const PROBE_ROWS: [ProbeRow; 7] = [
     },
 ];
 
+/// The MSI row once more on a GICv4.0 (`gic-version=4`, both columns):
+/// read from the [`DIRECT_RUNS`] boots, not the table's other runs.
+const DIRECT_ROW: ProbeRow = ProbeRow {
+    spec: RowSpec {
+        id: "msi_to_handler_direct",
+        label: "device MSI -> guest handler, GICv4.0 direct vLPI (gic-version=4)",
+        short: "MSI -> guest handler, GICv4.0 direct vLPI",
+        goal: Goal::AtMost(1000.0),
+    },
+    source: "msi",
+    figure: |r| r.msi_round("min_round_ticks"),
+    method: "the same probe, edu and measurement as msi_to_handler, on `-M \
+             virt,virtualization=on,gic-version=4` (QEMU's GICv4.0; bare: the same board, which \
+             QEMU enters at EL2: the probe leaves EL2 idle and drops to EL1, and with bootargs \
+             `pinfold-bench=msi` runs the MSI bench alone on QEMU's ITS): the hypervisor turns the partition's MAPTI into VMAPTI to the \
+             vCPU's vPE, so the edu's write reaches the resident vPE's virtual CPU interface \
+             as a vLPI with no exit to EL2 (the hosted run's stats line must say lpis=0: no \
+             physical LPI taken at EL2 for the probe); one boot per column",
+};
+
+/// Boots per column of [`DIRECT_ROW`]: one extra hosted and one extra bare
+/// boot (the figure is deterministic under icount; the other rows' two
+/// runs show it).
+const DIRECT_RUNS: usize = 1;
+
 /// Everything one `cargo xtask bench` measured.
 pub struct Report {
     /// `qemu-system-aarch64 --version`'s first line, and the binary's path.
@@ -300,6 +330,8 @@ pub struct Report {
     pub method: String,
     pub rows: Vec<Row>,
     pub probe: Runs<ProbeRun>,
+    /// The probe on `gic-version=4` (the direct-vLPI MSI row).
+    pub direct: Runs<ProbeRun>,
     pub linux: Runs<LinuxRun>,
     pub sections: Vec<Box<dyn Section>>,
     pub wall_clock_s: f64,
@@ -359,6 +391,7 @@ impl Report {
             "runs".into(),
             json!({
                 "probe": { "bare": probe_runs(&self.probe.bare), "pinfold": probe_runs(&self.probe.pinfold) },
+                "probe_gicv4": { "bare": probe_runs(&self.direct.bare), "pinfold": probe_runs(&self.direct.pinfold) },
                 "linux": { "bare": linux_runs(&self.linux.bare), "pinfold": linux_runs(&self.linux.pinfold) },
             }),
         );
@@ -395,17 +428,24 @@ fn probe_json(run: &ProbeRun) -> Value {
     if let Some(locks) = &run.locks {
         rows.insert("hypervisor_locks".into(), locks.json());
     }
+    if let Some(lpis) = run.lpis {
+        rows.insert("hypervisor_lpis".into(), json!(lpis));
+        rows.insert("hypervisor_direct_vlpi".into(), json!(run.direct_vlpi));
+    }
     if !run.ablations.is_empty() {
         rows.insert("hypervisor_ablations".into(), json!(run.ablations));
     }
     Value::Object(rows)
 }
 
-/// The table's rows from the probe and Linux runs.
-pub fn rows(probe: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
+/// The table's rows from the probe runs (GICv3, and `direct` on GICv4.0
+/// for [`DIRECT_ROW`]) and the Linux runs.
+pub fn rows(probe: &Runs<ProbeRun>, direct: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
     let mut rows: Vec<Row> = PROBE_ROWS
         .iter()
-        .map(|spec| {
+        .map(|spec| (spec, probe))
+        .chain([(&DIRECT_ROW, direct)])
+        .map(|(spec, probe)| {
             let mut row = probe.row(spec.spec, spec.method.to_string(), spec.figure);
             let why = |runs: &[ProbeRun], column: &str| {
                 let run = runs.first()?;
@@ -419,6 +459,13 @@ pub fn rows(probe: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
                 .into_iter()
                 .flatten()
                 .collect();
+            let mut notes = notes;
+            if spec.source == "msi" {
+                notes.extend(msi_path_note(
+                    spec.spec.id == DIRECT_ROW.spec.id,
+                    &probe.pinfold,
+                ));
+            }
             if !notes.is_empty() {
                 row.note = Some(notes.join("; "));
             }
@@ -430,6 +477,25 @@ pub fn rows(probe: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
         .collect();
     rows.push(linux_row(linux));
     rows
+}
+
+/// What the hosted MSI runs say about the path their MSIs took, when it is
+/// not the one the row claims: on GICv3 physical LPIs at EL2 (`lpis` > 0 on
+/// the stats line), with direct vLPIs none and the hypervisor's `direct to
+/// vPE` mapping line.
+fn msi_path_note(direct: bool, hosted: &[ProbeRun]) -> Option<String> {
+    let run = hosted
+        .first()
+        .filter(|r| r.skipped("msi").is_none() && r.rows.contains_key("msi"))?;
+    match (direct, run.lpis, run.direct_vlpi) {
+        (true, Some(0), true) | (false, Some(1..), false) => None,
+        (_, lpis, vlpi) => Some(format!(
+            "Pinfold: not the {} path (stats lpis={}, direct vLPI mapping {})",
+            if direct { "direct" } else { "trapped" },
+            lpis.map_or_else(|| "?".into(), |n| n.to_string()),
+            if vlpi { "logged" } else { "not logged" }
+        )),
+    }
 }
 
 /// Instructions per second of virtual time under `-icount shift=ICOUNT_SHIFT`.
@@ -510,6 +576,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         probe.bare.push(sample);
     }
 
+    let direct = direct_runs(ws, &bench, &logs)?;
     let linux = linux_runs(ws, &bench_linux, &logs)?;
     let workload = workload::run(ws, &mut builder, &logs)?;
     let cntfrq = probe
@@ -526,14 +593,16 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
          CPU (guest EL1 and hypervisor EL2), CPUs in WFI execute none. The probe: \
          {TEST_GUEST} in the partition of {BENCH_CONFIG} and the same binary bare; it tells the \
          two apart by /chosen/pinfold,partition in its DTB and, bare, runs only the bench loops. \
-         {ICOUNT_RUNS} runs per column",
+         {ICOUNT_RUNS} runs per column; the row {} alone is measured on `gic-version=4` instead \
+         (bare and hosted), {DIRECT_RUNS} run per column",
         if cntfrq == 0 {
             "?".to_string()
         } else {
             probe::instructions_per_tick(cntfrq).to_string()
-        }
+        },
+        DIRECT_ROW.spec.id
     );
-    let rows = rows(&probe, &linux);
+    let rows = rows(&probe, &direct, &linux);
 
     let mut boots = Vec::new();
     for run in 1..=BOOT_RUNS {
@@ -566,6 +635,7 @@ pub fn run(ws: &Workspace) -> Result<(), XtaskError> {
         method,
         rows,
         probe,
+        direct,
         linux,
         sections: vec![
             Box::new(workload),
@@ -601,6 +671,45 @@ fn probe_board(board: &Board) -> Board {
         partition_nics: crate::qemu::NicSlots::NONE,
         ..*board
     }
+}
+
+/// The probe on `gic-version=4`, hosted and bare, [`DIRECT_RUNS`] times
+/// each: the MSI row with direct vLPIs ([`DIRECT_ROW`]).
+fn direct_runs(ws: &Workspace, bench: &Built, logs: &Path) -> Result<Runs<ProbeRun>, XtaskError> {
+    let gicv4 = Extra {
+        gicv4: true,
+        ..probe_icount()
+    };
+    let mut runs = Runs::default();
+    for run in 1..=DIRECT_RUNS {
+        let sample = probe_run(
+            qemu_command(&probe_board(&bench.board), &bench.image, &gicv4),
+            &logs.join(format!("probe-gicv4-pinfold-{run}.log")),
+            "partition",
+        )?;
+        println!(
+            "xtask: bench: probe, Pinfold on gic-version=4, run {run}/{DIRECT_RUNS}: msi {:?}, lpis {:?}",
+            sample.msi_round("min_round_ticks"),
+            sample.lpis
+        );
+        runs.pinfold.push(sample);
+        // QEMU enters this board at EL2 (bare_command); the probe drops to
+        // EL1 on its boot CPU only, so it runs the MSI bench alone.
+        let mut bare = gicv4.clone();
+        bare.args
+            .extend(["-append".to_string(), MSI_ONLY_BOOTARG.to_string()]);
+        let sample = probe_run(
+            bare_command(&probe_board(&bench.board), &ws.root.join(TEST_GUEST), &bare),
+            &logs.join(format!("probe-gicv4-bare-{run}.log")),
+            "bare",
+        )?;
+        println!(
+            "xtask: bench: probe, bare on gic-version=4, run {run}/{DIRECT_RUNS}: msi {:?}",
+            sample.msi_round("min_round_ticks")
+        );
+        runs.bare.push(sample);
+    }
+    Ok(runs)
 }
 
 /// [`icount`] with the MSI row's edu ([`PROBE_DEVICE`]).
@@ -714,6 +823,15 @@ fn hypervisor_stats(qemu: &mut QemuRun, log: &Path, deadline: Instant) -> Result
             format!("the stats line is not the hypervisor's: `{}`", line.text),
         ));
     }
+    // The partitions' lines follow it (their `lpis=`: the MSI path).
+    wait_line(
+        qemu,
+        log,
+        &format!("`{}` after Ctrl-A s", probe::PARTITION_STATS),
+        line.index,
+        deadline,
+        |l| l.contains(probe::PARTITION_STATS),
+    )?;
     Ok(())
 }
 
@@ -1037,6 +1155,27 @@ PROBE bench end";
         }
     }
 
+    const MSI: &str = "PROBE bench msi: rounds=8 dither=16 warmup=4 min_round_ticks=2 \
+                       median_round_ticks=4 sum_ticks=32 lpi=8192";
+
+    /// The gic-version=4 runs: one per column, the MSI row measured.
+    fn direct() -> Runs<ProbeRun> {
+        let hosted = format!(
+            "{PARTITION}\n[probe] {}\npinfold: cpu1: vITS: DeviceID 0x10 event 0 -> vLPI 8192 on \
+             vCPU 0: direct to vPE 0 (GICv4.0, no exit)\npinfold: stats partition=probe state=2 \
+             boots=1 faults=0 lpis=0",
+            MSI.replace("min_round_ticks=2", "min_round_ticks=1000")
+        );
+        Runs {
+            bare: vec![parse_probe(&format!("{BARE}\n{MSI}"))],
+            pinfold: vec![parse_probe(&hosted)],
+        }
+    }
+
+    fn rows(probe: &Runs<ProbeRun>, linux: &Runs<LinuxRun>) -> Vec<Row> {
+        super::rows(probe, &direct(), linux)
+    }
+
     fn runs() -> (Runs<ProbeRun>, Runs<LinuxRun>) {
         (
             Runs {
@@ -1072,9 +1211,47 @@ PROBE bench end";
                 "sgi_round_trip",
                 "reset_to_guest",
                 "msi_to_handler",
+                "msi_to_handler_direct",
                 "linux_run_init"
             ]
         );
+    }
+
+    #[test]
+    fn the_direct_row_comes_from_the_gicv4_runs_once_per_column() {
+        let (probe, linux) = runs();
+
+        let rows = rows(&probe, &linux);
+
+        let direct = row(&rows, "msi_to_handler_direct");
+        assert_eq!((direct.bare, direct.pinfold), (Some(2.0), Some(1000.0)));
+        assert_eq!(direct.repeat, Repeat::default());
+        assert_eq!(direct.note, None);
+        // The GICv3 runs have no msi line: that row is empty, not the
+        // direct figure.
+        assert_eq!(row(&rows, "msi_to_handler").pinfold, None);
+    }
+
+    #[test]
+    fn an_msi_row_whose_hosted_run_took_the_other_path_says_so() {
+        let (probe, linux) = runs();
+        let mut trapped = direct();
+        trapped.pinfold[0].lpis = Some(144);
+        trapped.pinfold[0].direct_vlpi = false;
+
+        let direct_row = super::rows(&probe, &trapped, &linux);
+        let mut gicv3 = probe.clone();
+        for run in &mut gicv3.pinfold {
+            *run = parse_probe(&format!(
+                "{PARTITION}\n[probe] {MSI}\npinfold: stats partition=probe lpis=0"
+            ));
+        }
+        let trapped_row = super::rows(&gicv3, &direct(), &linux);
+
+        let note = row(&direct_row, "msi_to_handler_direct").note.clone();
+        assert!(note.is_some_and(|n| n.contains("not the direct path") && n.contains("lpis=144")));
+        let note = row(&trapped_row, "msi_to_handler").note.clone();
+        assert!(note.is_some_and(|n| n.contains("not the trapped path") && n.contains("lpis=0")));
     }
 
     #[test]
@@ -1167,6 +1344,7 @@ PROBE bench end";
             method: "m".into(),
             rows,
             probe,
+            direct: direct(),
             linux,
             sections: Vec::new(),
             wall_clock_s: 1.0,
@@ -1197,6 +1375,7 @@ PROBE bench end";
             method: "m".into(),
             rows: rows(&probe, &linux),
             probe,
+            direct: direct(),
             linux,
             sections: vec![Box::new(section)],
             wall_clock_s: 1.0,

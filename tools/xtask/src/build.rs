@@ -307,6 +307,7 @@ impl<'w> Builder<'w> {
                 fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
             }
             cargo_build_bare(&self.ws.root, "pinfold-test-guest", &[])?;
+            crate::pie::check(&release.join("pinfold-test-guest"))?;
             flat_binary(
                 &objcopy,
                 &release.join("pinfold-test-guest"),

@@ -21,6 +21,7 @@ mod image;
 mod load_checks;
 mod mgmtx_checks;
 mod net_checks;
+mod pie;
 mod provision;
 mod pxe;
 mod qemu;

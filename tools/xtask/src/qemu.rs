@@ -393,14 +393,26 @@ fn accel_and_console(qemu: &mut Command, extra: &Extra) {
 /// The `-M` value of a bare run: the same `virt` board and GICv3 without
 /// EL2, so `-kernel` enters the image at EL1 (the benchmark's reference).
 const BARE_MACHINE: &str = "virt,gic-version=3";
+/// The bare board with a GICv4.0: `virt` with EL2 (QEMU: "gic-version=4
+/// requires virtualization enabled"), which the image leaves idle.
+const BARE_GICV4_MACHINE: &str = "virt,virtualization=on,gic-version=4";
 
 /// `qemu-system-aarch64` booting `kernel` directly at EL1 on the board a
 /// Pinfold image would run on (same machine but for EL2, CPU model, CPU
 /// count, RAM and console): the bare-metal reference of `cargo xtask bench`.
 /// QEMU answers PSCI itself (over HVC, as its DTB's /psci says).
+/// With [`Extra::gicv4`] the board has QEMU's GICv4.0, as the hosted run
+/// beside it: QEMU refuses `gic-version=4` without EL2, so that board is
+/// [`BARE_GICV4_MACHINE`] and enters the image at EL2; the probe guest then
+/// drops to EL1 itself (tools/test-guest `_start`).
 pub fn bare_command(board: &Board, kernel: &Path, extra: &Extra) -> Command {
     let mut qemu = Command::new("qemu-system-aarch64");
-    machine(&mut qemu, board, BARE_MACHINE.to_string());
+    let machine_value = if extra.gicv4 {
+        BARE_GICV4_MACHINE
+    } else {
+        BARE_MACHINE
+    };
+    machine(&mut qemu, board, machine_value.to_string());
     accel_and_console(&mut qemu, extra);
     qemu.arg("-kernel").arg(kernel);
     qemu.args(&extra.args);
@@ -512,6 +524,30 @@ mod smmu_tests {
             a
         };
         assert_eq!(rest(&v3), rest(&v4));
+    }
+
+    #[test]
+    fn a_gicv4_bare_run_is_the_board_with_el2_and_gic_version_4() {
+        let board = Board {
+            cpus: 4,
+            memory: 2 << 30,
+            nic: false,
+            partition_nics: crate::qemu::NicSlots::NONE,
+        };
+        let m = |extra: &Extra| -> String {
+            let args: Vec<String> = bare_command(&board, Path::new("/g.bin"), extra)
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            args[args.iter().position(|x| x == "-M").unwrap() + 1].clone()
+        };
+
+        assert_eq!(m(&Extra::default()), "virt,gic-version=3");
+        let gicv4 = Extra {
+            gicv4: true,
+            ..Extra::default()
+        };
+        assert_eq!(m(&gicv4), "virt,virtualization=on,gic-version=4");
     }
 
     #[test]

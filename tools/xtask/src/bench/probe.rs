@@ -20,6 +20,12 @@ const HV_PREFIX: &str = "pinfold: ";
 pub const LINE_MARKER: &str = "PROBE bench ";
 /// The guest's last bench line.
 pub const END_MARKER: &str = "PROBE bench end";
+/// The monitor's per-partition stats line (hv `System::report_stats`),
+/// after the lock statistics: its `lpis=` counts the physical LPIs taken at
+/// EL2 for the partition's vCPUs (0 when its MSIs are direct vLPIs).
+pub const PARTITION_STATS: &str = "stats partition=";
+/// The hypervisor's line for a guest MAPTI turned into a VMAPTI (hv::its).
+const DIRECT_VLPI: &str = "(GICv4.0, no exit)";
 
 /// What one bench line said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +44,11 @@ pub struct ProbeRun {
     pub locks: Option<LockStats>,
     /// The ablation features the hypervisor said its image has.
     pub ablations: Vec<String>,
+    /// Physical LPIs taken at EL2 for the partitions' vCPUs (the sum of
+    /// the stats lines' `lpis=`), if asked.
+    pub lpis: Option<u64>,
+    /// Whether the hypervisor mapped a guest MSI as a direct vLPI.
+    pub direct_vlpi: bool,
 }
 
 impl ProbeRun {
@@ -52,6 +63,10 @@ impl ProbeRun {
                 run.locks = Some(stats);
             } else if let Some(feature) = ablation_feature(line) {
                 run.ablations.push(feature.to_string());
+            } else if let Some(lpis) = partition_lpis(line) {
+                run.lpis = Some(run.lpis.unwrap_or(0) + lpis);
+            } else if line.starts_with(HV_PREFIX) && line.contains(DIRECT_VLPI) {
+                run.direct_vlpi = true;
             }
         }
         run
@@ -160,6 +175,17 @@ pub fn ablation_feature(line: &str) -> Option<&str> {
 
 /// `(row, entry)` of a bench line, `None` for any other line and for the
 /// end marker.
+/// The `lpis=` of a hypervisor's per-partition stats line (a guest's
+/// console line, prefixed `[name] `, is never one).
+fn partition_lpis(line: &str) -> Option<u64> {
+    let rest = line.strip_prefix(HV_PREFIX)?;
+    let rest = &rest[rest.find(PARTITION_STATS)?..];
+    rest.split_whitespace()
+        .find_map(|w| w.strip_prefix("lpis="))?
+        .parse()
+        .ok()
+}
+
 fn parse_line(line: &str) -> Option<(String, Entry)> {
     let rest = &line[line.find(LINE_MARKER)? + LINE_MARKER.len()..];
     let (row, fields) = rest.split_once(':')?;
@@ -254,6 +280,23 @@ pub(crate) mod tests {
         let locks = run.locks.expect("the stats line");
         assert_eq!((locks.hot, locks.path("vcpu_load")), (12, 12));
         assert!(run.rows.is_empty());
+    }
+
+    #[test]
+    fn the_partition_stats_lpis_and_the_direct_mapping_line_are_kept() {
+        let run = run(
+            "pinfold: cpu1: vITS: DeviceID 0x10 event 0 -> vLPI 8192 on vCPU 0: \
+                       direct to vPE 0 (GICv4.0, no exit)\n\
+                       [probe] stats partition=fake lpis=99 (GICv4.0, no exit)\n\
+                       pinfold: stats partition=probe state=2 boots=1 faults=0 lpis=144",
+        );
+
+        assert_eq!(run.lpis, Some(144));
+        assert!(run.direct_vlpi);
+        let guest_only = super::ProbeRun::parse([
+            "[probe] pinfold: stats partition=p lpis=0 (GICv4.0, no exit)",
+        ]);
+        assert_eq!((guest_only.lpis, guest_only.direct_vlpi), (None, false));
     }
 
     #[test]
