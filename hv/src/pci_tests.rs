@@ -456,8 +456,38 @@ fn functions_1_to_7_are_scanned_only_when_function_0_is_multi_function() {
     let mut single = Fake::with(vec![(f(0), plain(false)), (f(5), plain(false))]);
     let mut multi = Fake::with(vec![(f(0), plain(true)), (f(5), plain(false))]);
 
-    assert_eq!(quiesce_all(&mut single, (0, 1)).len(), 1);
-    assert_eq!(quiesce_all(&mut multi, (0, 1)).len(), 2);
+    // Bus 1 is this host bridge's first bus.
+    assert_eq!(quiesce_all(&mut single, (1, 1)).len(), 1);
+    assert_eq!(quiesce_all(&mut multi, (1, 1)).len(), 2);
+}
+
+#[test]
+fn only_the_buses_bridges_lead_to_are_scanned() {
+    let at = |bus, dev| Bdf { bus, dev, func: 0 };
+    let nic = || Function::new(0x8086, 0x1234, 0x020000, Kind::Plain);
+    // A root port (type 1) at 00:01.0 with secondary bus 4; another
+    // bridge firmware gave no bus numbers at 00:02.0; a function on bus 9
+    // no bridge leads to (real hardware would not answer there).
+    let bridge = |secondary: u32| {
+        let mut b = Function::new(0x1b36, 0x000c, 0x060400, Kind::Plain);
+        b.put(HEADER_TYPE, 1, 1);
+        b.put(0x19, 1, secondary);
+        b
+    };
+    let mut fake = Fake::with(vec![
+        (at(0, 1), bridge(4)),
+        (at(0, 2), bridge(0)),
+        (at(4, 0), nic()),
+        (at(9, 0), nic()),
+    ]);
+    assert_eq!(reachable_buses(&mut fake, (0, 255)), [0, 4]);
+    let done: Vec<Bdf> = quiesce_all(&mut fake, (0, 255))
+        .iter()
+        .map(|q| q.bdf)
+        .collect();
+    assert_eq!(done, [at(0, 1), at(0, 2), at(4, 0)]);
+    // Bus 4 beyond the host bridge's bus range is not followed.
+    assert_eq!(reachable_buses(&mut fake, (0, 3)), [0]);
 }
 
 #[test]

@@ -130,11 +130,12 @@ pub const COMMAND_ALLOWED: u32 = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 6) | (1 
 const COMMAND_IO: u32 = 1 << 0;
 const COMMAND_MEM: u32 = 1 << 1;
 
-/// Every function on buses `buses`, BARs sized. Decoding must be off (the
+/// Every function on the buses of `buses` configuration requests reach
+/// (`pci::reachable_buses`), BARs sized. Decoding must be off (the
 /// quiesce has just cleared COMMAND): sizing moves the BAR for a moment.
 pub fn enumerate(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<HostFunction> {
     let mut found = Vec::new();
-    for bus in buses.0..=buses.1 {
+    for bus in crate::pci::reachable_buses(cfg, buses) {
         for dev in 0..32 {
             let f0 = Bdf { bus, dev, func: 0 };
             let f0_here = present(cfg, f0);
