@@ -161,7 +161,6 @@ pub struct PartitionVits {
     pub vlpis: Option<PartitionVlpis>,
     limits: VitsLimits,
     typer: ItsTyper,
-    vcpus: u16,
 }
 
 impl PartitionVits {
@@ -185,7 +184,6 @@ impl PartitionVits {
             vlpis: None,
             limits,
             typer,
-            vcpus,
         }
     }
 
@@ -198,42 +196,46 @@ impl PartitionVits {
         p: &Partition,
     ) -> Result<&mut PartitionVlpis, alloc::string::String> {
         if self.vlpis.is_none() {
-            let bytes = vpt_bytes(LPI_ID_BITS);
-            let mut vpes = Vec::new();
-            let mut failed = None;
-            for vcpu in 0..self.vcpus {
-                let Some(id) = host.vpe_ids.as_mut().and_then(VpeIds::alloc) else {
-                    failed = Some(alloc::format!("no vPE ID left for vCPU {vcpu}"));
-                    break;
-                };
-                let Some(vpt) = host.queue.alloc_vpt(bytes) else {
-                    if let Some(ids) = host.vpe_ids.as_mut() {
-                        ids.free(id);
-                    }
-                    failed = Some(alloc::format!("no memory for vCPU {vcpu}'s pending table"));
-                    break;
-                };
-                vpes.push(Vpe { id, vpt });
-            }
-            let vl = PartitionVlpis::new(self.typer, vpes, LPI_ID_BITS);
-            let mapped = failed.is_none().then(|| {
-                vl.map_vpes(&mut Env {
-                    host,
+            let mut vl = PartitionVlpis::new(self.typer, Vec::new(), LPI_ID_BITS);
+            let made = (0..self.limits.vcpus).try_for_each(|vcpu| {
+                let vpe = new_vpe(host, vcpu)?;
+                vl.push_vpe(vpe);
+                Ok(())
+            });
+            let mapped = made.and_then(|()| {
+                let mut env = Env {
+                    host: &mut *host,
                     routes: None,
                     p,
-                })
+                };
+                vl.map_vpes(&mut env)
+                    .map_err(|e| alloc::format!("VMAPP refused: {e:?}"))
             });
-            match (failed, mapped) {
-                (None, Some(Ok(()))) => self.vlpis = Some(vl),
-                (why, m) => {
-                    give_back(host, &vl);
-                    return Err(why.unwrap_or_else(|| {
-                        alloc::format!("VMAPP refused: {:?}", m.and_then(Result::err))
-                    }));
-                }
+            if let Err(why) = mapped {
+                give_back(host, &vl);
+                return Err(why);
             }
+            self.vlpis = Some(vl);
         }
         Ok(self.vlpis.as_mut().expect("made above"))
+    }
+}
+
+/// One vPE for vCPU `vcpu`: an ID and a zeroed pending table, or nothing.
+fn new_vpe(host: &mut HostIts, vcpu: u16) -> Result<Vpe, alloc::string::String> {
+    let id = host
+        .vpe_ids
+        .as_mut()
+        .and_then(VpeIds::alloc)
+        .ok_or_else(|| alloc::format!("no vPE ID left for vCPU {vcpu}"))?;
+    match host.queue.alloc_vpt(vpt_bytes(LPI_ID_BITS)) {
+        Some(vpt) => Ok(Vpe { id, vpt }),
+        None => {
+            if let Some(ids) = host.vpe_ids.as_mut() {
+                ids.free(id);
+            }
+            Err(alloc::format!("no memory for vCPU {vcpu}'s pending table"))
+        }
     }
 }
 

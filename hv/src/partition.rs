@@ -246,8 +246,6 @@ impl fmt::Display for LoadError {
     }
 }
 
-/// What partitions already there hold that a new one's functions must
-/// keep clear of: their BAR windows (CPU ranges) and SPIs.
 /// The events `pp`'s vITS may map: the MSI vectors of its functions
 /// (`HostFunction::msi_vectors`), refused naming the `pci` entry that
 /// takes the partition past the physical LPIs other partitions left.
@@ -280,6 +278,9 @@ fn lpi_budget(
     Ok(vectors)
 }
 
+/// What partitions already there hold that a new one's functions must
+/// keep clear of: their BAR windows (CPU ranges), SPIs and the physical
+/// LPIs reserved for their functions' MSI vectors.
 pub fn pci_held<'a>(
     functions: &'a [crate::vpci::HostFunction],
     existing: impl Iterator<Item = &'a Partition>,

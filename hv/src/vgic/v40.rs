@@ -368,6 +368,13 @@ impl PartitionVlpis {
         }
     }
 
+    /// The next vCPU's vPE (while the partition's vPEs are being made,
+    /// before [`PartitionVlpis::map_vpes`]).
+    pub fn push_vpe(&mut self, vpe: Vpe) {
+        self.vpes.push(vpe);
+        self.prop_bits.push(None);
+    }
+
     /// Every vCPU's vPE (partition deletion gives them back).
     pub fn vpes(&self) -> &[Vpe] {
         &self.vpes
