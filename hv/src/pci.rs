@@ -206,39 +206,25 @@ impl fmt::Display for Quiesced {
     }
 }
 
-/// Quiesce every function on buses `buses` (inclusive), in bus, device,
-/// function order.
+/// Quiesce every function [`functions`] finds on buses `buses`, in that
+/// order.
 pub fn quiesce_all(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Quiesced> {
-    let mut done = Vec::new();
-    for bus in reachable_buses(cfg, buses) {
-        for dev in 0..32 {
-            let f0 = Bdf { bus, dev, func: 0 };
-            if !present(cfg, f0) {
-                continue;
-            }
-            let multi = cfg.read(f0, HEADER_TYPE, 1) & HEADER_MULTI_FUNCTION != 0;
-            done.push(quiesce_function(cfg, f0));
-            if multi {
-                for func in 1..8 {
-                    let bdf = Bdf { bus, dev, func };
-                    if present(cfg, bdf) {
-                        done.push(quiesce_function(cfg, bdf));
-                    }
-                }
-            }
-        }
-    }
-    done
+    functions(cfg, buses)
+        .into_iter()
+        .map(|bdf| quiesce_function(cfg, bdf))
+        .collect()
 }
 
-/// The buses of `buses` configuration requests can reach: the host
-/// bridge's first bus, then the secondary bus of every PCI-to-PCI bridge
-/// (header type 1) found on a reached bus, depth first, each once. A bus
-/// no bridge names is never read: on QEMU virt (one bus of 256 in the
-/// ECAM) this is 32 slots instead of 8192, about 1.4 million instructions
-/// less before the first partition starts. A bridge firmware left without
-/// bus numbers (secondary 0) reaches nothing.
-pub fn reachable_buses(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<u8> {
+/// Every function configuration requests reach on buses `buses`, in bus,
+/// device, function order: the host bridge's first bus, then the
+/// secondary bus of every PCI-to-PCI bridge (header type 1) found on a
+/// reached bus, each once; functions 1-7 only where function 0 says it is
+/// multi-function. A bus no bridge names is never read: on QEMU virt (one
+/// bus of 256 in the ECAM) this is 32 slots instead of 8192, about 1.4
+/// million instructions less before the first partition starts. A bridge
+/// firmware left without bus numbers (secondary 0) reaches nothing.
+pub fn functions(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Bdf> {
+    let mut found = Vec::new();
     let mut reached = alloc::vec![buses.0];
     let mut next = 0;
     while let Some(&bus) = reached.get(next) {
@@ -254,6 +240,7 @@ pub fn reachable_buses(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<u8> {
                 if func > 0 && !present(cfg, bdf) {
                     continue;
                 }
+                found.push(bdf);
                 if cfg.read(bdf, HEADER_TYPE, 1) & 0x7f != 1 {
                     continue;
                 }
@@ -267,7 +254,7 @@ pub fn reachable_buses(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<u8> {
             }
         }
     }
-    reached
+    found
 }
 
 /// A function answers at `bdf`. An SR-IOV VF's vendor and device ID read

@@ -346,24 +346,27 @@ pub fn enable(
     Ok(vfs
         .iter()
         .enumerate()
-        .map(|(n, &vf)| HostFunction {
-            bdf: vf,
-            vendor: pf.vendor,
-            device: s.vf_device,
-            class: cfg.read(vf, CLASS_REV, 4) >> 8,
-            bridge: false,
-            // VFs have no INTx (9.3.4.1.13).
-            pin: 0,
-            bars: s.vf_bars.clone(),
-            caps: crate::vpci::capability_spans(cfg, vf),
-            msi_vectors: crate::vpci::msi_vectors(cfg, vf),
-            vf: Some(VfOf {
-                pf: bdf,
-                bars: apertures
-                    .iter()
-                    .map(|&(b, w)| (b.reg, w.pci_addr + b.size * n as u64))
-                    .collect(),
-            }),
+        .map(|(n, &vf)| {
+            let caps = crate::vpci::capability_spans(cfg, vf);
+            HostFunction {
+                bdf: vf,
+                vendor: pf.vendor,
+                device: s.vf_device,
+                class: cfg.read(vf, CLASS_REV, 4) >> 8,
+                bridge: false,
+                // VFs have no INTx (9.3.4.1.13).
+                pin: 0,
+                bars: s.vf_bars.clone(),
+                msi_vectors: crate::vpci::msi_vectors(cfg, vf, &caps),
+                caps,
+                vf: Some(VfOf {
+                    pf: bdf,
+                    bars: apertures
+                        .iter()
+                        .map(|&(b, w)| (b.reg, w.pci_addr + b.size * n as u64))
+                        .collect(),
+                }),
+            }
         })
         .collect())
 }

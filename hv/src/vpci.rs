@@ -33,7 +33,7 @@
 //!   keeps only I/O, memory, bus master, parity, SERR and INTx disable.
 //!   MSI and MSI-X: enables and message writes are refused while the
 //!   partition has no MSI doorbell (`msi_doorbell`: set by
-//!   `Partition::build` when it gets a virtual ITS, `its::vits_wanted`);
+//!   `Partition::build` when it gets a virtual ITS, `its::msi_path`);
 //!   clearing enables is allowed. With a doorbell, an MSI
 //!   capability's Message Address may only become the doorbell or zero
 //!   (MSI-X tables live in the function's BAR, mapped to the guest: their
@@ -50,8 +50,7 @@ use crate::dtb::{PciIntxMap, PciRange, PciSpace, PcieInfo};
 use crate::exit::Hw;
 use crate::pci::{
     capabilities, present, quiesce_function, Bdf, ConfigSpace, Ecam, Quiesced, CAP_EXP, CAP_MSI,
-    CAP_MSIX, CLASS_BRIDGE, CLASS_REV, COMMAND, HEADER_MULTI_FUNCTION, HEADER_TYPE, MSIX_ENABLE,
-    MSI_ENABLE, VENDOR_ID,
+    CAP_MSIX, CLASS_BRIDGE, CLASS_REV, COMMAND, HEADER_TYPE, MSIX_ENABLE, MSI_ENABLE, VENDOR_ID,
 };
 use alloc::vec::Vec;
 use core::fmt;
@@ -131,27 +130,13 @@ const COMMAND_IO: u32 = 1 << 0;
 const COMMAND_MEM: u32 = 1 << 1;
 
 /// Every function on the buses of `buses` configuration requests reach
-/// (`pci::reachable_buses`), BARs sized. Decoding must be off (the
+/// (`pci::functions`), BARs sized. Decoding must be off (the
 /// quiesce has just cleared COMMAND): sizing moves the BAR for a moment.
 pub fn enumerate(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<HostFunction> {
-    let mut found = Vec::new();
-    for bus in crate::pci::reachable_buses(cfg, buses) {
-        for dev in 0..32 {
-            let f0 = Bdf { bus, dev, func: 0 };
-            let f0_here = present(cfg, f0);
-            let multi = f0_here && cfg.read(f0, HEADER_TYPE, 1) & HEADER_MULTI_FUNCTION != 0;
-            for func in 0..8 {
-                let bdf = Bdf { bus, dev, func };
-                if (func == 0 && !f0_here) || (func > 0 && !multi) {
-                    continue;
-                }
-                if present(cfg, bdf) {
-                    found.push(describe(cfg, bdf));
-                }
-            }
-        }
-    }
-    found
+    crate::pci::functions(cfg, buses)
+        .into_iter()
+        .map(|bdf| describe(cfg, bdf))
+        .collect()
 }
 
 fn describe(cfg: &mut impl ConfigSpace, bdf: Bdf) -> HostFunction {
@@ -167,10 +152,12 @@ fn describe(cfg: &mut impl ConfigSpace, bdf: Bdf) -> HostFunction {
         bridge,
         pin: (cfg.read(bdf, INTERRUPT_PIN, 1) as u8).min(4),
         bars: Vec::new(),
-        caps: capability_spans(cfg, bdf),
+        caps: Vec::new(),
         vf: None,
-        msi_vectors: msi_vectors(cfg, bdf),
+        msi_vectors: 0,
     };
+    f.caps = capability_spans(cfg, bdf);
+    f.msi_vectors = msi_vectors(cfg, bdf, &f.caps);
     if bridge {
         return f;
     }
@@ -330,11 +317,11 @@ pub struct PciHost<'a> {
 
     /// SPIs other partitions own.
     pub spis: Vec<u32>,
-    /// Physical LPIs other partitions' vITSes may map (their budgets,
-    /// `its::PartitionVits::lpi_budget`), out of `vgic::pits::LPI_COUNT`.
+    /// Physical LPIs other partitions reserved for their functions' MSI
+    /// vectors (`Partition::lpis_reserved`), out of `vgic::pits::LPI_COUNT`.
     pub lpis_held: u32,
     /// The physical ITS, when it came up: partitions that may use MSI get
-    /// a virtual ITS in front of it (`its::vits_wanted`).
+    /// a virtual ITS in front of it (`its::msi_path`).
     pub its: Option<crate::vgic::pits::ItsTyper>,
     /// That ITS injects MSIs as direct vLPIs (GICv4.0, `its::HostIts::direct`).
     pub vlpi: bool,
@@ -1178,13 +1165,13 @@ impl VirtualEcam {
 /// Bytes of a capability the filter knows (MSI: by its Message Control's
 /// 64-bit and per-vector masking bits; MSI-X: control and the table/PBA
 /// pointers; PCIe: version 2), cut at the next capability.
-/// The MSI vectors a function can raise: its MSI-X Table Size + 1, or
-/// its MSI Multiple Message Capable count (2^MMC), whichever is larger (a
-/// driver enables one of the two); 0 without either.
-pub(crate) fn msi_vectors(cfg: &mut impl ConfigSpace, bdf: Bdf) -> u32 {
-    capabilities(cfg, bdf)
-        .iter()
-        .map(|&(id, at)| {
+/// The MSI vectors a function with capabilities `caps`
+/// ([`capability_spans`]) can raise: its MSI-X Table Size + 1, or its MSI
+/// Multiple Message Capable count (2^MMC), whichever is larger (a driver
+/// enables one of the two); 0 without either.
+pub(crate) fn msi_vectors(cfg: &mut impl ConfigSpace, bdf: Bdf, caps: &[(u32, u16, u16)]) -> u32 {
+    caps.iter()
+        .map(|&(id, at, _)| {
             let control = cfg.read(bdf, at + 2, 2);
             match id {
                 CAP_MSIX => (control & 0x7ff) + 1,
