@@ -14,10 +14,12 @@ use crate::arch;
 use crate::hvlog;
 use crate::hw::V5Hw;
 use crate::percpu::{this_cpu, CpuLocal};
-use pinfold_hv::exit::{self, Monitor};
+use pinfold_hv::exit::{self, Hw, Monitor};
 use pinfold_hv::gichost::HostGic;
 use pinfold_hv::irqchip::PerCpuIrqChip;
+use pinfold_hv::percpu::CpuState;
 use pinfold_hv::rtconst;
+use pinfold_hv::system::System;
 use pinfold_vboard::fid;
 
 /// The GIC driver's root IRQ handler, in two entry points, one per call
@@ -57,7 +59,7 @@ fn root_loop(local: &mut CpuLocal) {
     local.hw.priority_drop(intid);
     // SGIs and PPIs (the timers, the mailbox kick) are never the UART.
     if intid >= 32 && intid == local.uart_intid {
-        host_input(local);
+        host_input(local.sys, &mut local.state.state, &mut local.hw);
         local.hw.deactivate(intid);
         return;
     }
@@ -96,15 +98,7 @@ fn root_loop_v5(local: &mut CpuLocal) {
     }
     hw.priority_drop(intid);
     if intid >= 32 && intid == local.uart_intid {
-        let sys = local.sys;
-        if let Some(uart) = crate::log::uart() {
-            while let Some(byte) = uart.getc() {
-                if exit::host_input(sys, &mut local.state.state, &mut hw, byte) == Monitor::PowerOff
-                {
-                    arch::firmware_smc(u64::from(fid::SYSTEM_OFF), 0, 0, 0);
-                }
-            }
-        }
+        host_input(local.sys, &mut local.state.state, &mut hw);
         hw.deactivate(intid);
         return;
     }
@@ -113,14 +107,14 @@ fn root_loop_v5(local: &mut CpuLocal) {
 
 /// Host UART receive interrupt: every byte to the core's monitor. Out of
 /// line: the root handler's loop stays small for the timer and mailbox.
+/// Either GIC's root handler hands it its own view of the hardware.
 #[inline(never)]
-fn host_input(local: &mut CpuLocal) {
+fn host_input(sys: &System, state: &mut CpuState, hw: &mut impl Hw) {
     let Some(uart) = crate::log::uart() else {
         return;
     };
-    let sys = local.sys;
     while let Some(byte) = uart.getc() {
-        if exit::host_input(sys, &mut local.state.state, &mut local.hw, byte) == Monitor::PowerOff {
+        if exit::host_input(sys, state, hw, byte) == Monitor::PowerOff {
             arch::firmware_smc(u64::from(fid::SYSTEM_OFF), 0, 0, 0);
         }
     }

@@ -40,33 +40,43 @@ static TABLES: spin::Once<LpiTables> = spin::Once::new();
 /// The ITS's queue and the ITT memory (the EL2 heap) for the core.
 struct Queue(GicV3Its);
 
+impl Queue {
+    /// Says so when the ITS did not read `cmd` (sent after `lost` timeouts)
+    /// in time.
+    fn check_read(&self, lost: u64, cmd: &dyn core::fmt::Debug) {
+        if self.0.timeouts != lost {
+            hvlog!("its: the ITS did not read {cmd:?} in time");
+        }
+    }
+}
+
+/// Zeroed EL2 heap memory of `bytes`, `align`-aligned, cleaned to the
+/// point of coherency for the GIC: an ITT or a vPE pending table.
+fn gic_table(bytes: usize, align: usize) -> Option<u64> {
+    let at = crate::heap::alloc_zeroed(bytes, align)?;
+    arch::clean_dcache_range(at.0, bytes as u64);
+    Some(at.0)
+}
+
 impl ItsQueue for Queue {
     fn send(&mut self, cmd: &pinfold_hv::vgic::pits::ItsCmd) {
         let lost = self.0.timeouts;
         self.0.send(cmd);
-        if self.0.timeouts != lost {
-            hvlog!("its: the ITS did not read {cmd:?} in time");
-        }
+        self.check_read(lost, cmd);
     }
     fn send_v4(&mut self, cmd: &V4Cmd) {
         let lost = self.0.timeouts;
         self.0.send_words(cmd.encode());
-        if self.0.timeouts != lost {
-            hvlog!("its: the ITS did not read {cmd:?} in time");
-        }
+        self.check_read(lost, cmd);
     }
     fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {
-        let at = crate::heap::alloc_zeroed(bytes, VPT_ALIGN)?;
-        arch::clean_dcache_range(at.0, bytes as u64);
-        Some(at.0)
+        gic_table(bytes, VPT_ALIGN)
     }
     fn free_vpt(&mut self, pa: u64, bytes: usize) {
         crate::heap::free(pinfold_hv::addr::PhysAddr(pa), bytes, VPT_ALIGN);
     }
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
-        let at = crate::heap::alloc_zeroed(bytes, ITT_ALIGN)?;
-        arch::clean_dcache_range(at.0, bytes as u64);
-        Some(at.0)
+        gic_table(bytes, ITT_ALIGN)
     }
     fn free_itt(&mut self, pa: u64, bytes: usize) {
         crate::heap::free(pinfold_hv::addr::PhysAddr(pa), bytes, ITT_ALIGN);
