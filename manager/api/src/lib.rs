@@ -20,6 +20,7 @@ pub mod backend;
 pub mod config;
 pub mod events;
 pub mod fetch;
+pub mod httpboot;
 pub mod json;
 pub mod memory;
 pub mod metrics;

@@ -36,6 +36,12 @@
 //!   follower finishes it: [`finish_pending`]). A reset that is already
 //!   true (On when on, ForceOff or GracefulShutdown when off) succeeds
 //!   doing nothing, as fleet tools expect.
+//! - **Boot.** A system's PATCH sets its `Boot` override (target `None` or
+//!   `UefiHttp`, `Once`/`Continuous`, `HttpBootUri`); every other property
+//!   is read only. While `UefiHttp` is set, a reset that powers the
+//!   partition on powers it off instead and queues an HTTP boot
+//!   ([`crate::httpboot`]: the manager fetches the kernel or boot manifest
+//!   and starts the partition on it).
 //! - **Errors** are Redfish error bodies with a Base registry
 //!   `MessageId` ([`REGISTRY`]); every GET has an `ETag` (a digest of the
 //!   body; `If-None-Match` with it answers 304) and every answer
@@ -175,6 +181,8 @@ pub struct State {
     next_session: u32,
     /// GracefulRestart: partitions (by index) to start once they are off.
     pending_start: Vec<u32>,
+    /// Each partition's `Boot` override and HTTP boot ([`crate::httpboot`]).
+    pub(crate) boot: crate::httpboot::HttpBoot,
 }
 
 impl State {
@@ -391,6 +399,16 @@ fn resolution(key: &str) -> &'static str {
             "Ensure that the property is in the request body and has a valid value and \
              resubmit the request if the operation failed."
         }
+        "PropertyValueNotInList" => {
+            "Choose a value from the enumeration list that the implementation can support and \
+             resubmit the request if the operation failed."
+        }
+        "PropertyValueTypeError" | "PropertyValueFormatError" => {
+            "Correct the value for the property in the request body and resubmit the request if \
+             the operation failed."
+        }
+        "PropertyValueConflict" => "No resolution is required.",
+        "PreconditionFailed" => "Try the operation again using the appropriate ETag.",
         "CreateLimitReachedForResource" => {
             "Either delete resources and resubmit the request if the operation failed or do \
              not resubmit the request."
@@ -698,7 +716,7 @@ fn try_handle<B: Backend>(router: &mut Router<B>, req: &Request) -> Result<Respo
             _ => Err(RfError::method(&req.method, path, allow)),
         },
         "PATCH" => match t {
-            Target::System(name) => patch_system(router, name, &req.body),
+            Target::System(name) => patch_system(router, name, req),
             _ => Err(RfError::method(&req.method, path, allow)),
         },
         _ => Err(RfError::method(&req.method, path, allow)),
@@ -1255,6 +1273,32 @@ fn system<B: Backend>(router: &mut Router<B>, name: &str) -> Result<Value, RfErr
         oem["Bootargs"] = json!(d.plan.bootargs);
         oem["Autostart"] = json!(d.plan.autostart);
     }
+    let boot = &router.redfish.boot;
+    // An HTTP boot under way: the partition is off while its images are
+    // fetched, and powering on as far as Redfish is concerned.
+    let fetching = boot.pending(p.index)
+        && matches!(p.state, PartitionState::Stopped | PartitionState::Crashed);
+    let (power, mut status) = (
+        if fetching {
+            "PoweringOn"
+        } else {
+            power_state(p.state)
+        },
+        status(&p),
+    );
+    if fetching {
+        status["State"] = json!("Starting");
+    }
+    let boot_json = if p.management {
+        json!({
+            "BootSourceOverrideEnabled": "Disabled",
+            "BootSourceOverrideTarget": "None",
+            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None"],
+        })
+    } else {
+        oem["HttpBoot"] = boot.report(p.index, &p.name);
+        boot.get(p.index, &p.name).to_json()
+    };
     let mut body = json!({
         "Id": p.name,
         "Name": p.name,
@@ -1266,8 +1310,8 @@ fn system<B: Backend>(router: &mut Router<B>, name: &str) -> Result<Value, RfErr
         "SystemType": "VirtuallyPartitioned",
         "Manufacturer": "Pinfold",
         "Model": "Pinfold partition",
-        "PowerState": power_state(p.state),
-        "Status": status(&p),
+        "PowerState": power,
+        "Status": status,
         "ProcessorSummary": {
             "Count": p.cpus.len(),
             "LogicalProcessorCount": p.cpus.len(),
@@ -1284,11 +1328,7 @@ fn system<B: Backend>(router: &mut Router<B>, name: &str) -> Result<Value, RfErr
             "SSH": { "ServiceEnabled": false },
             "Telnet": { "ServiceEnabled": false },
         },
-        "Boot": {
-            "BootSourceOverrideEnabled": "Disabled",
-            "BootSourceOverrideTarget": "None",
-            "BootSourceOverrideTarget@Redfish.AllowableValues": ["None"],
-        },
+        "Boot": boot_json,
         "Links": {
             "Chassis": [link(CHASSIS_URI)],
             "ManagedBy": [link(MANAGER_URI)],
@@ -1668,16 +1708,27 @@ fn delete_session<B: Backend>(
     Ok(no_content())
 }
 
-/// Every property of a ComputerSystem is read only here: a PATCH is
-/// answered PropertyNotWritable, one message per property (nested ones by
-/// JSON pointer), and changes nothing.
+/// The properties of a ComputerSystem a PATCH may set: the `Boot`
+/// override ([`crate::httpboot`]), on a partition other than the
+/// management one. Anything else is PropertyNotWritable (one message per
+/// property, nested ones by JSON pointer); a bad value is
+/// PropertyValueNotInList / PropertyValueTypeError /
+/// PropertyValueFormatError, a `UefiHttp` target without a URI
+/// PropertyValueConflict, a stale `If-Match` PreconditionFailed. Nothing
+/// changes unless everything is accepted; then 200 with the system.
+const WRITABLE: [&str; 3] = [
+    "Boot/BootSourceOverrideTarget",
+    "Boot/BootSourceOverrideEnabled",
+    "Boot/HttpBootUri",
+];
+
 fn patch_system<B: Backend>(
     router: &mut Router<B>,
     name: &str,
-    body: &[u8],
+    req: &Request,
 ) -> Result<Response, RfError> {
-    find(router, name)?;
-    let map = body_object(body)?;
+    let p = find(router, name)?;
+    let map = body_object(&req.body)?;
     let mut props = Vec::new();
     for (k, v) in &map {
         match v {
@@ -1687,23 +1738,163 @@ fn patch_system<B: Backend>(
             _ => props.push(k.clone()),
         }
     }
-    let Some(first) = props.first() else {
+    if props.is_empty() {
         return Err(RfError::malformed("the body names no property"));
-    };
-    let sentence = |p: &str| {
-        format!("The property {p} is a read only property and cannot be assigned a value.")
-    };
-    let mut e = RfError::new(400, "PropertyNotWritable", sentence(first))
-        .args(&[first])
-        .related(&format!("/{first}"));
-    for p in &props[1..] {
-        e.extra.more.push((
-            "PropertyNotWritable".to_string(),
-            sentence(p),
-            vec![format!("/{p}")],
-        ));
     }
-    Err(e)
+    let read_only: Vec<&String> = props
+        .iter()
+        .filter(|q| p.management || !WRITABLE.contains(&q.as_str()))
+        .collect();
+    if let Some(first) = read_only.first() {
+        let sentence = |q: &str| {
+            format!("The property {q} is a read only property and cannot be assigned a value.")
+        };
+        let mut e = RfError::new(400, "PropertyNotWritable", sentence(first))
+            .args(&[first])
+            .related(&format!("/{first}"));
+        for q in &read_only[1..] {
+            e.extra.more.push((
+                "PropertyNotWritable".to_string(),
+                sentence(q),
+                vec![format!("/{q}")],
+            ));
+        }
+        return Err(e);
+    }
+    if let Some(want) = req.header("if-match").map(str::trim).filter(|t| *t != "*") {
+        let current = with_etag(&Request::default(), reply(200, &system(router, name)?));
+        let tag = current
+            .headers
+            .iter()
+            .find(|(k, _)| *k == "ETag")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let bare = |t: &str| t.trim_start_matches("W/").to_string();
+        if !want.split(',').any(|t| bare(t.trim()) == bare(&tag)) {
+            return Err(RfError::new(
+                412,
+                "PreconditionFailed",
+                format!(
+                    "The ETag supplied did not match the ETag required to change this \
+                     resource: {name}'s is now {tag}."
+                ),
+            ));
+        }
+    }
+    let boot = map
+        .get("Boot")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let old = router.redfish.boot.get(p.index, &p.name);
+    let mut new = old.clone();
+    let text_of = |key: &str| -> Result<Option<String>, RfError> {
+        match boot.get(key) {
+            None => Ok(None),
+            Some(Value::String(t)) => Ok(Some(t.clone())),
+            Some(v) => Err(RfError::new(
+                400,
+                "PropertyValueTypeError",
+                format!(
+                    "The value '{v}' for the property {key} is not a type that the property \
+                     can accept."
+                ),
+            )
+            .args(&[&v.to_string(), key])
+            .related(&format!("/Boot/{key}"))),
+        }
+    };
+    let not_in_list = |key: &str, value: &str| {
+        RfError::new(
+            400,
+            "PropertyValueNotInList",
+            format!(
+                "The value '{value}' for the property {key} is not in the list of acceptable \
+                 values."
+            ),
+        )
+        .args(&[value, key])
+        .related(&format!("/Boot/{key}"))
+    };
+    let target = text_of("BootSourceOverrideTarget")?;
+    if let Some(t) = &target {
+        if !crate::httpboot::TARGETS.contains(&t.as_str()) {
+            return Err(not_in_list("BootSourceOverrideTarget", t));
+        }
+        new.http = t == "UefiHttp";
+    }
+    match text_of("BootSourceOverrideEnabled")? {
+        Some(e) => {
+            new.enabled = crate::httpboot::Enabled::parse(&e)
+                .ok_or_else(|| not_in_list("BootSourceOverrideEnabled", &e))?;
+        }
+        // Choosing a target alone enables it for the next boot (None
+        // disables), as BMCs do.
+        None => match target.as_deref() {
+            Some("UefiHttp") if new.enabled == crate::httpboot::Enabled::Disabled => {
+                new.enabled = crate::httpboot::Enabled::Once
+            }
+            Some("None") => new.enabled = crate::httpboot::Enabled::Disabled,
+            _ => {}
+        },
+    }
+    match boot.get("HttpBootUri") {
+        None => {}
+        Some(Value::Null) => new.uri = None,
+        Some(_) => {
+            let uri = text_of("HttpBootUri")?.unwrap_or_default();
+            if crate::fetch::parse_url(&uri).is_none() {
+                return Err(RfError::new(
+                    400,
+                    "PropertyValueFormatError",
+                    format!(
+                        "The value '{uri}' for the property HttpBootUri is not a format that \
+                         the property can accept: the manager fetches http://HOST[:PORT]/PATH \
+                         URLs (no https, no user info)."
+                    ),
+                )
+                .args(&[&uri, "HttpBootUri"])
+                .related("/Boot/HttpBootUri"));
+            }
+            new.uri = Some(uri);
+        }
+    }
+    if new.http && new.enabled != crate::httpboot::Enabled::Disabled && new.uri.is_none() {
+        return Err(RfError::new(
+            400,
+            "PropertyValueConflict",
+            "The property BootSourceOverrideTarget could not be written because its value would \
+             conflict with the value of the HttpBootUri property: UefiHttp needs an HttpBootUri \
+             (there is no DHCP server to name one).",
+        )
+        .args(&["BootSourceOverrideTarget", "HttpBootUri"])
+        .related("/Boot/HttpBootUri"));
+    }
+    if new != old {
+        router.redfish.boot.set(p.index, &p.name, new.clone());
+        let who = router
+            .actor
+            .as_ref()
+            .map_or_else(|| "nobody".to_string(), |a| a.to_string());
+        let what = if new.http {
+            format!(
+                "UefiHttp {} ({})",
+                new.uri.as_deref().unwrap_or("-"),
+                new.enabled.as_str()
+            )
+        } else {
+            "None".to_string()
+        };
+        router.record(
+            "config",
+            Some(&p.name),
+            &format!("{who} set {}'s Redfish boot override to {what}", p.name),
+        );
+    }
+    Ok(with_etag(
+        &Request::default(),
+        reply(200, &system(router, name)?),
+    ))
 }
 
 /// What a ResetType does to a partition in `state`: the lifecycle call,
@@ -1792,6 +1983,47 @@ fn reset<B: Backend>(router: &mut Router<B>, name: &str, body: &[u8]) -> Result<
         return Err(not_in_list());
     }
     let plan = plan_reset(&text, p.state).ok_or_else(not_in_list)?;
+    // A reset that powers the partition on boots it over HTTP while its
+    // Boot override says so: powered off now (if on), started by the HTTP
+    // boot thread once the images are in ([`crate::httpboot`]). Any other
+    // reset that changes the power cancels an HTTP boot under way.
+    let powers_on = matches!(
+        plan,
+        ResetPlan::Call(Transition::Start | Transition::Restart) | ResetPlan::ShutdownThenStart
+    );
+    if plan != ResetPlan::Nothing {
+        router.redfish.boot.cancel(p.index);
+    }
+    if powers_on && router.redfish.boot.get(p.index, &p.name).active() {
+        let off = match plan {
+            ResetPlan::Call(Transition::Restart) => Some(Transition::Stop),
+            ResetPlan::ShutdownThenStart => Some(Transition::Shutdown),
+            _ => None,
+        };
+        if let Some(op) = off {
+            router
+                .change_state(&p.name, op)
+                .map_err(RfError::from_api)?;
+        }
+        router.redfish.pending_start.retain(|&i| i != p.index);
+        router.redfish.boot.queue(p.index, &p.name);
+        let uri = router
+            .redfish
+            .boot
+            .get(p.index, &p.name)
+            .uri
+            .unwrap_or_default();
+        let who = router
+            .actor
+            .as_ref()
+            .map_or_else(|| "nobody".to_string(), |a| a.to_string());
+        router.record(
+            "config",
+            Some(&p.name),
+            &format!("{who} Redfish ComputerSystem.Reset {text}: HTTP boot from {uri}"),
+        );
+        return Ok(no_content());
+    }
     let op = match plan {
         ResetPlan::Nothing => return Ok(no_content()),
         ResetPlan::Refused => {

@@ -1181,15 +1181,15 @@ pub(crate) fn fetch_begin<B: Backend>(
 
 /// A whole image from `body` into a new image (the restore's download
 /// from the configuration store): created, streamed one chunk per lock,
-/// sealed; the error says why not (the image is then gone).
+/// sealed: its id; the error says why not (the image is then gone).
 pub(crate) fn upload_from<B: Backend>(
     router: &Mutex<Router<B>>,
     spec: &UploadSpec,
     body: &mut dyn Read,
-) -> Result<(), ApiError> {
+) -> Result<u32, ApiError> {
     let mut s = router;
     let id = s.step(|r| r.upload_begin(spec))?;
-    stream_into(&mut s, id, spec, body, "url").map(|_| ())
+    stream_into(&mut s, id, spec, body, "url").map(|_| id)
 }
 
 /// A fetch that could not go on: the image goes, its record says why.

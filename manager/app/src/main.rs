@@ -388,6 +388,16 @@ fn follow_loop(router: &SharedRouter) -> ! {
     }
 }
 
+/// Redfish HTTP boots (`pinfold_manager_api::httpboot`): each partition
+/// a Reset left waiting for its images is fetched and started, about once
+/// a second; the fetch holds the router's lock one chunk at a time.
+fn http_boot_loop(router: &SharedRouter) -> ! {
+    loop {
+        pinfold_manager_api::httpboot::run(router);
+        thread::sleep(FOLLOW_EVERY);
+    }
+}
+
 /// The configuration store (the management partition's `config_store`):
 /// the stored configuration applied once and the stored credentials
 /// restored, then every change of either written about once a second
@@ -515,6 +525,13 @@ fn main() -> ExitCode {
         .spawn(move || follow_loop(&follower))
     {
         eprintln!("pinfold-manager: cannot start the console follower: {err}");
+    }
+    let booter = router.clone();
+    if let Err(err) = thread::Builder::new()
+        .stack_size(pinfold_manager_api::fetch::FETCH_STACK_BYTES)
+        .spawn(move || http_boot_loop(&booter))
+    {
+        eprintln!("pinfold-manager: cannot start the Redfish HTTP boot thread: {err}");
     }
     let store_url = router.lock().ok().and_then(|mut r| r.init_store());
     if let Some(url) = store_url {

@@ -671,37 +671,6 @@ impl LlvmTools {
     }
 }
 
-/// Has cargo download the kernel crate (a throwaway manifest that depends on
-/// it, then `cargo fetch`) and returns the `.crate` file from cargo's
-/// registry cache.
-fn fetch_crate_with_cargo(paths: &Paths) -> Result<PathBuf, String> {
-    let dir = paths.hermit.join("fetch");
-    fs::create_dir_all(dir.join("src")).map_err(|err| format!("{}: {err}", dir.display()))?;
-    let manifest = format!(
-        "[package]\nname = \"pinfold-hermit-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{KERNEL_DEPENDENCY}\n\n[workspace]\n"
-    );
-    fs::write(dir.join("Cargo.toml"), manifest)
-        .map_err(|err| format!("{}: {err}", dir.display()))?;
-    fs::write(dir.join("src/lib.rs"), "").map_err(|err| format!("{}: {err}", dir.display()))?;
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run(Command::new(cargo)
-        .current_dir(&dir)
-        .args(["fetch", "--manifest-path"])
-        .arg(dir.join("Cargo.toml")))?;
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .ok_or("neither CARGO_HOME nor HOME is set")?;
-    let cache = home.join("registry/cache");
-    let file = format!("{KERNEL_CRATE}.crate");
-    fs::read_dir(&cache)
-        .map_err(|err| format!("{}: {err}", cache.display()))?
-        .flatten()
-        .map(|index| index.path().join(&file))
-        .find(|path| path.is_file())
-        .ok_or_else(|| format!("cargo fetch left no {file} under {}", cache.display()))
-}
-
 /// Downloads, verifies and unpacks the kernel crate; returns the source dir.
 fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
     let source = paths.hermit.join(KERNEL_CRATE);
@@ -711,16 +680,14 @@ fn fetch_kernel_source(paths: &Paths) -> Result<PathBuf, String> {
         return Ok(source);
     }
     let archive = paths.hermit.join(format!("{KERNEL_CRATE}.crate"));
-    if sha256_of(&archive).ok().as_deref() != Some(KERNEL_SHA256) {
-        let fetched = fetch_crate_with_cargo(paths)?;
-        let digest = sha256_of(&fetched)?;
-        if digest != KERNEL_SHA256 {
-            return Err(format!(
-                "{}: SHA-256 {digest}, expected {KERNEL_SHA256}",
-                fetched.display()
-            ));
-        }
-        fs::copy(&fetched, &archive).map_err(|err| format!("{}: {err}", archive.display()))?;
+    if crate::cmd::sha256_file(&archive).ok().as_deref() != Some(KERNEL_SHA256) {
+        crate::cmd::registry_crate(
+            &paths.hermit.join("fetch"),
+            KERNEL_DEPENDENCY,
+            KERNEL_CRATE,
+            KERNEL_SHA256,
+            &archive,
+        )?;
     }
     if source.exists() {
         fs::remove_dir_all(&source)
@@ -760,15 +727,6 @@ fn patch_once(text: &str, find: &str, replace: &str) -> Result<String, String> {
             "patch anchor found {count} times, expected once: {find:?}"
         )),
     }
-}
-
-/// The SHA-256 of a file, as lowercase hex (coreutils `sha256sum`).
-fn sha256_of(path: &Path) -> Result<String, String> {
-    let out = stdout_of(Command::new("sha256sum").arg(path))?;
-    out.split_whitespace()
-        .next()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("sha256sum printed nothing for {}", path.display()))
 }
 
 /// Builds the kernel static library; returns its path.

@@ -6,17 +6,22 @@
 //! compared with the REST API) and `redfish_playbook.yml` (Ansible), both
 //! beside this file. The validator needs DMTF's CSDL schemas (DSP8010),
 //! which it downloads from the DMTF site unless told `--skipschema`; that
-//! site is not reachable here and no PyPI package ships them, so it reads
-//! the directory [`SCHEMAS_ENV`] names (default target/redfish-schemas,
-//! a copy of DSP8010's `csdl/`). Without them it is not run, and the case
-//! says so (docs/REDFISH.md, "Testing").
+//! site is not reachable here and no PyPI package ships them, but the
+//! crates.io crate `nv-redfish-schema` does (DSP8010 2025.x, `redfish-csdl/
+//! csdl`): [`schemas`] has cargo fetch it, checks its pinned SHA-256 and
+//! unpacks that folder into target/redfish-schemas ([`SCHEMAS_ENV`] names
+//! another folder of DSP8010 CSDL instead). The validator always runs.
 //!
-//! Last, the EventService stream is opened from before Ansible's resets
+//! Then the EventService stream is opened from before Ansible's resets
 //! (`Last-Event-ID`) and must deliver beta's ResourcePoweredOff and
-//! ResourcePoweredOn as well-formed Redfish Events within 20 s.
+//! ResourcePoweredOn as well-formed Redfish Events within 20 s. Last,
+//! sushy boots beta over HTTP ([`http_boot`]: the `UefiHttp` override to a
+//! boot manifest served on the QEMU host, then ForceRestart), and beta's
+//! own plan is put back.
 //!
-//! beta ends as it began: running (force-restarted by sushy, powered off
-//! and on by Ansible), with its boot count 3 higher.
+//! beta ends as it began: running, on its own kernel, initrd and bootargs
+//! (force-restarted by sushy, powered off and on by Ansible, booted over
+//! HTTP, started again), with its boot count 5 higher.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -32,12 +37,67 @@ pub const PINS: [&str; 3] = [
     "sushy==5.14.0",
     "ansible==12.3.0",
 ];
-/// Where the validator's CSDL schemas are, if not target/redfish-schemas.
+/// A folder of DSP8010 CSDL to validate against instead of the crate's.
 pub const SCHEMAS_ENV: &str = "PINFOLD_REDFISH_SCHEMAS";
+/// The crates.io crate that ships DMTF's CSDL (DSP8010), as a dependency
+/// line, its file stem and the SHA-256 of its `.crate` (the crates.io
+/// index's `cksum`).
+const SCHEMA_CRATE: (&str, &str, &str) = (
+    "nv-redfish-schema = \"=0.10.1\"",
+    "nv-redfish-schema-0.10.1",
+    "1bdee22eb005df9021012e5014584c282b50b6d80c3aa49aca5480760920b05d",
+);
 const CLIENTS_PY: &str = include_str!("redfish_clients.py");
 const PLAYBOOK: &str = include_str!("redfish_playbook.yml");
 /// Longest any one client may run.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// The DSP8010 CSDL folder the validator reads: [`SCHEMAS_ENV`]'s, or
+/// target/redfish-schemas/csdl unpacked from [`SCHEMA_CRATE`] (fetched
+/// once; a stamp names the crate it came from).
+fn schemas(root: &Path) -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os(SCHEMAS_ENV).map(PathBuf::from) {
+        return if dir.join("ComputerSystem_v1.xml").exists() {
+            Ok(dir)
+        } else {
+            Err(format!(
+                "{SCHEMAS_ENV}={}: no ComputerSystem_v1.xml there",
+                dir.display()
+            ))
+        };
+    }
+    let (dependency, stem, sha256) = SCHEMA_CRATE;
+    let base = root.join("target/redfish-schemas");
+    let csdl = base.join("csdl");
+    let stamp = base.join(".from");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(sha256)
+        && csdl.join("ComputerSystem_v1.xml").exists()
+    {
+        return Ok(csdl);
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+    let archive = base.join(format!("{stem}.crate"));
+    crate::cmd::registry_crate(&base.join("fetch"), dependency, stem, sha256, &archive)?;
+    let inner = format!("{stem}/redfish-csdl/csdl");
+    let out = Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&base)
+        .args(["--strip-components=2", &inner])
+        .output()
+        .map_err(|e| format!("tar: {e}"))?;
+    if !out.status.success() || !csdl.join("ComputerSystem_v1.xml").exists() {
+        return Err(format!(
+            "unpacking {inner} from {}: {}",
+            archive.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    std::fs::write(&stamp, sha256).map_err(|e| format!("{}: {e}", stamp.display()))?;
+    Ok(csdl)
+}
 
 /// The venv with [`PINS`], made when missing or pinned otherwise; the
 /// seconds the install took when it was made now.
@@ -182,7 +242,8 @@ fn beta_rest(token: &str) -> Result<(String, u64), String> {
 /// sushy (systems, power states, beta ForceOff/On/ForceRestart, each
 /// matched by the REST API's state and boot count), the bad inputs (each
 /// a Redfish error, nothing changed), Ansible (inventory, PowerForceOff,
-/// PowerOn of beta); beta running again at the end, 4 boots on.
+/// PowerOn of beta), the event stream, the HTTP boot; beta running on its
+/// own plan again at the end, 5 boots on.
 pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
     let token = stack.token(Instant::now() + Duration::from_secs(240))?;
     stack.first_answer()?;
@@ -203,52 +264,49 @@ pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
     let (_, boots_before) = beta_rest(&token)?;
 
     // 1. DMTF's validator, over sessions, every resource from the root.
-    let schemas = std::env::var_os(SCHEMAS_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ws.root.join("target/redfish-schemas"));
-    if schemas.join("ComputerSystem_v1.xml").exists() {
-        let mut c = Command::new(venv.join("bin/rf_service_validator"));
-        c.arg("--ip")
-            .arg(&base)
-            .args([
-                "--user",
-                "boot",
-                "--password",
-                &token,
-                "--authtype",
-                "Session",
-            ])
-            .arg("--logdir")
-            .arg(dir.join("validator"))
-            .arg("--schema_directory")
-            .arg(&schemas)
-            .arg("--skipschema")
-            .current_dir(&dir);
-        let (_, out, secs) = run_logged(c, &dir.join("validator.log"))?;
-        let counts = validator_counts(&out)
-            .ok_or_else(|| format!("no summary from the validator:\n{}", tail(&out, 30)))?;
-        let (warns, fails) = findings(&dir.join("validator"));
-        let [pass, warn, fail, skip] = counts;
-        if fail > 0 {
-            return Err(format!(
-                "the validator found {fail} errors ({pass} passed, {warn} warnings):\n{}\n(logs: {})",
-                fails.join("\n"),
-                dir.display()
-            ));
-        }
-        notes.push(format!(
-            "validator (schemas from {}): {pass} pass, {warn} warn, 0 fail, {skip} not tested, \
-             {secs:.0} s",
-            schemas.display()
+    let schemas = schemas(&ws.root)?;
+    let mut c = Command::new(venv.join("bin/rf_service_validator"));
+    c.arg("--ip")
+        .arg(&base)
+        .args([
+            "--user",
+            "boot",
+            "--password",
+            &token,
+            "--authtype",
+            "Session",
+        ])
+        .arg("--logdir")
+        .arg(dir.join("validator"))
+        .arg("--schema_directory")
+        .arg(&schemas)
+        .arg("--skipschema")
+        .current_dir(&dir);
+    let (_, out, secs) = run_logged(c, &dir.join("validator.log"))?;
+    let counts = validator_counts(&out)
+        .ok_or_else(|| format!("no summary from the validator:\n{}", tail(&out, 30)))?;
+    let (warns, fails) = findings(&dir.join("validator"));
+    let [pass, warn, fail, skip] = counts;
+    if fail > 0 {
+        return Err(format!(
+            "the validator found {fail} errors ({pass} passed, {warn} warnings):\n{}\n(logs: {})",
+            fails.join("\n"),
+            dir.display()
         ));
-        for w in warns.iter().take(20) {
-            notes.push(format!("  warning: {w}"));
-        }
-    } else {
-        notes.push(format!(
-            "validator NOT RUN: no DSP8010 CSDL in {} (set {SCHEMAS_ENV}; docs/REDFISH.md)",
-            schemas.display()
+    }
+    if pass == 0 {
+        return Err(format!(
+            "the validator passed nothing ({warn} warnings, {skip} not tested; logs: {})",
+            dir.display()
         ));
+    }
+    notes.push(format!(
+        "validator (schemas from {}): {pass} pass, {warn} warn, 0 fail, {skip} not tested, \
+         {secs:.0} s",
+        schemas.display()
+    ));
+    for w in warns.iter().take(20) {
+        notes.push(format!("  warning: {w}"));
     }
 
     // 2. sushy and the bad inputs.
@@ -319,6 +377,162 @@ pub fn redfish(ws: &Workspace, stack: &mut Stack, log: &Path) -> Outcome {
 
     // 4. The EventService stream: Ansible's resets as Redfish Events.
     notes.push(sse_after(&token, cursor)?);
+
+    // 5. HTTP boot: sushy sets beta's UefiHttp override to a boot manifest
+    // on the host and force-restarts it; the manager fetches the manifest's
+    // kernel, initrd and bootargs and boots them. beta's plan is put back.
+    notes.extend(http_boot(ws, stack, &venv, &dir, &base, &token)?);
+    Ok(notes)
+}
+
+/// One REST call with the token; the reply's status and body.
+fn rest(
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
+    let reply = http::send(
+        &authority(),
+        &Request {
+            method,
+            path,
+            token: Some(token),
+            body,
+        },
+        Duration::from_secs(30),
+    )
+    .map_err(|e| format!("{method} {path}: {e}"))?;
+    Ok((reply.status, reply.body))
+}
+
+/// Step 5: beta booted over HTTP through Redfish (sushy, as Ironic's
+/// redfish-https boot drives a BMC), from a boot manifest served on the
+/// QEMU host that names the default plan's kernel and initrd and beta's
+/// bootargs plus a marker; the guest's `PINFOLD-GUEST-CMDLINE` line must
+/// carry the marker. Then beta's own kernel, initrd and bootargs are put
+/// back and the fetched images deleted, so the cases after this one see
+/// the default plan.
+fn http_boot(
+    ws: &Workspace,
+    stack: &mut Stack,
+    venv: &Path,
+    dir: &Path,
+    base: &str,
+    token: &str,
+) -> Outcome {
+    const MARKER: &str = "pinfold.httpboot=redfish";
+    let mut notes = Vec::new();
+    let (status, body) = rest(token, "GET", "/api/v1/partitions/beta", None)?;
+    if status != 200 {
+        return Err(format!("GET beta answered {status}: {body}"));
+    }
+    let before: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let config = before["config"].clone();
+    let bootargs = config["bootargs"].as_str().unwrap_or("").to_string();
+    let served = dir.join("httpboot");
+    std::fs::create_dir_all(&served).map_err(|e| e.to_string())?;
+    let mut digests = Vec::new();
+    for (from, to) in [
+        ("target/guest/linux/Image", "Image"),
+        ("target/guest/initramfs-net.cpio.gz", "initrd.cpio.gz"),
+    ] {
+        let bytes = std::fs::read(ws.root.join(from)).map_err(|e| format!("{from}: {e}"))?;
+        digests.push(crate::store::etag_of(&bytes).trim_matches('"').to_string());
+        std::fs::write(served.join(to), bytes).map_err(|e| e.to_string())?;
+    }
+    let manifest = serde_json::json!({
+        "kernel": "Image",
+        "initrd": "initrd.cpio.gz",
+        "bootargs": format!("{bootargs} {MARKER}"),
+        "kernel_sha256": digests[0],
+        "initrd_sha256": digests[1],
+    });
+    std::fs::write(served.join("boot.json"), manifest.to_string()).map_err(|e| e.to_string())?;
+    let server = crate::store::Store::serve(&served, 0).map_err(|e| e.to_string())?;
+    let url = format!("http://10.0.2.2:{}/boot.json", server.port);
+    let from = stack.qemu.lines().len();
+    let script = dir.join("redfish_clients.py");
+    let mut c = Command::new(venv.join("bin/python"));
+    c.arg(&script).args([base, "boot", token, "httpboot", &url]);
+    let (ok, out, secs) = run_logged(c, &dir.join("httpboot.log"))?;
+    if !ok {
+        return Err(format!("HTTP boot through sushy:\n{}", tail(&out, 25)));
+    }
+    for line in out.lines().filter(|l| l.starts_with("ok ")) {
+        notes.push(format!("  {}", &line[3..]));
+    }
+    let line = stack
+        .qemu
+        .wait_for(
+            "beta's command line with the manifest's marker",
+            from,
+            Instant::now() + Duration::from_secs(120),
+            |l| l.contains("[beta] PINFOLD-GUEST-CMDLINE") && l.contains(MARKER),
+        )
+        .map_err(|e| e.to_string())?;
+    notes.push(format!(
+        "HTTP boot from {url} ({secs:.0} s): `{}`",
+        line.text.trim()
+    ));
+    let summary: serde_json::Value = out
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("summary "))
+        .and_then(|j| serde_json::from_str(j).ok())
+        .ok_or("no summary from the HTTP boot")?;
+    let (_, body) = rest(token, "GET", "/api/v1/partitions/beta", None)?;
+    let after: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    if after["config"]["kernel"] != summary["kernel"]
+        || after["config"]["initrd"] != summary["initrd"]
+        || after["config"]["bootargs"] != manifest["bootargs"]
+    {
+        return Err(format!(
+            "REST config after the HTTP boot: {}; the boot said {summary}",
+            after["config"]
+        ));
+    }
+    // beta's own plan back, and the fetched images gone.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    rest(token, "POST", "/api/v1/partitions/beta/stop", Some("{}"))?;
+    while beta_rest(token)?.0 != "stopped" {
+        if Instant::now() > deadline {
+            return Err("beta did not stop after the HTTP boot".into());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let restore = serde_json::json!({
+        "kernel": config["kernel"],
+        "initrd": config["initrd"],
+        "bootargs": config["bootargs"],
+    });
+    let (status, body) = rest(
+        token,
+        "PATCH",
+        "/api/v1/partitions/beta",
+        Some(&restore.to_string()),
+    )?;
+    if status != 200 {
+        return Err(format!("restoring beta's plan answered {status}: {body}"));
+    }
+    for id in [&summary["kernel"], &summary["initrd"]] {
+        let path = format!("/api/v1/images/{}", id.as_str().unwrap_or("-"));
+        let (status, body) = rest(token, "DELETE", &path, None)?;
+        if status != 204 {
+            return Err(format!("DELETE {path} answered {status}: {body}"));
+        }
+    }
+    let (status, body) = rest(token, "POST", "/api/v1/partitions/beta/start", Some("{}"))?;
+    if status != 202 {
+        return Err(format!("starting beta again answered {status}: {body}"));
+    }
+    while beta_rest(token)?.0 != "running" {
+        if Instant::now() > deadline {
+            return Err("beta did not run again after its plan was put back".into());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    notes.push("beta's kernel, initrd and bootargs put back, the fetched images deleted".into());
     Ok(notes)
 }
 

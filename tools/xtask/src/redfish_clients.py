@@ -6,6 +6,13 @@ Run by tools/xtask/src/redfish_checks.rs inside target/redfish-venv as
 `python redfish_clients.py BASE_URL USER TOKEN`; prints one `ok ...` line
 per check and exits non-zero with a `FAIL ...` line at the first failure.
 The last line is `summary {json}`.
+
+`python redfish_clients.py BASE_URL USER TOKEN httpboot URL` instead boots
+beta over HTTP the way Ironic's redfish-https boot does: sushy sets the
+Boot override (UefiHttp, Once, HttpBootUri URL) and force-restarts beta;
+the partition must come back on with its boot count one higher, the
+system's Oem.Pinfold.HttpBoot must say Booted, and the Once override must
+be used up. The last line is `summary {json}` with the booted images.
 """
 
 import json
@@ -129,6 +136,13 @@ def bad_inputs():
     expect_error(requests.patch(BASE + "/redfish/v1/Systems/beta", headers=session, verify=False,
                                 timeout=30, json={"PowerState": "Off"}),
                  400, "Base.1.15.0.PropertyNotWritable", "PATCH of PowerState")
+    expect_error(requests.patch(BASE + "/redfish/v1/Systems/beta", headers=session, verify=False,
+                                timeout=30, json={"Boot": {"BootSourceOverrideTarget": "Pxe"}}),
+                 400, "Base.1.15.0.PropertyValueNotInList", "PATCH of an unoffered boot target")
+    expect_error(requests.patch(BASE + "/redfish/v1/Systems/beta", headers=session, verify=False,
+                                timeout=30, json={"Boot": {"BootSourceOverrideTarget": "UefiHttp",
+                                                           "HttpBootUri": "https://h/Image"}}),
+                 400, "Base.1.15.0.PropertyValueFormatError", "PATCH of an https HttpBootUri")
     time.sleep(1)
     after = {n: rest(n) for n in ("mgmt", "beta")}
     if after != before:
@@ -141,4 +155,51 @@ def bad_inputs():
     expect_error(r, 401, "Base.1.15.0.NoValidSession", "the session after logout")
 
 
-main()
+def http_boot(url):
+    root = sushy.Sushy(BASE + "/redfish/v1", username=USER, password=TOKEN, verify=False)
+    beta = root.get_system("/redfish/v1/Systems/beta")
+    allowed = beta.get_allowed_system_boot_source_values()
+    if sushy.BOOT_SOURCE_TARGET_UEFI_HTTP not in allowed:
+        fail("beta does not offer UefiHttp: %s" % allowed)
+    state0, boots0 = rest("beta")
+    if state0 != "running":
+        fail("beta is %s before the HTTP boot" % state0)
+    beta.set_system_boot_options(target=sushy.BOOT_SOURCE_TARGET_UEFI_HTTP,
+                                 enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, http_boot_uri=url)
+    beta.refresh()
+    if beta.boot.target != sushy.BOOT_SOURCE_TARGET_UEFI_HTTP or beta.boot.http_boot_uri != url:
+        fail("after set_system_boot_options: target %s, uri %s" % (beta.boot.target,
+                                                                   beta.boot.http_boot_uri))
+    print("ok sushy set beta's boot override: UefiHttp Once %s" % url, flush=True)
+    started = time.time()
+    beta.reset_system(sushy.RESET_FORCE_RESTART)
+    seen = set()
+    deadline = time.time() + WAIT
+    while True:
+        beta.refresh()
+        seen.add(beta.power_state.value)
+        state, boots = rest("beta")
+        if state == "running" and boots == boots0 + 1 and beta.power_state == sushy.POWER_STATE_ON:
+            break
+        if time.time() > deadline:
+            fail("HTTP boot: REST %s boot_count %d, sushy %s" % (state, boots, beta.power_state))
+        time.sleep(0.25)
+    print("ok ForceRestart booted over HTTP in %.1f s: power states seen %s, boot_count %d -> %d"
+          % (time.time() - started, ", ".join(sorted(seen)), boots0, boots), flush=True)
+    r = requests.get(BASE + "/redfish/v1/Systems/beta", headers=REST, verify=False, timeout=30)
+    report = r.json()["Oem"]["Pinfold"]["HttpBoot"]
+    if report.get("State") != "Booted" or report.get("Uri") != url:
+        fail("Oem.Pinfold.HttpBoot: %s" % report)
+    if beta.boot.target != sushy.BOOT_SOURCE_TARGET_NONE or \
+            beta.boot.enabled != sushy.BOOT_SOURCE_ENABLED_DISABLED:
+        fail("the Once override was not used up: %s %s" % (beta.boot.target, beta.boot.enabled))
+    print("ok Oem.Pinfold.HttpBoot %s; the Once override is used up (None, Disabled)" % report,
+          flush=True)
+    print("summary " + json.dumps({"kernel": report["KernelImage"],
+                                   "initrd": report.get("InitrdImage")}), flush=True)
+
+
+if len(sys.argv) > 5 and sys.argv[4] == "httpboot":
+    http_boot(sys.argv[5])
+else:
+    main()

@@ -1,6 +1,7 @@
 //! Host tests of the Redfish service (`redfish`) through the FakeBackend: every resource, the auth mapping and sessions, every Reset mapping, and every error in the Redfish format with its Base message id, leaving nothing changed.
 
 use super::*;
+use std::sync::Mutex;
 
 fn rf(method: &str, path: &str, body: &str) -> Request {
     Request {
@@ -221,8 +222,9 @@ fn a_system_reports_power_status_cpus_memory_boot_and_reset() {
     assert_eq!(v["Boot"]["BootSourceOverrideTarget"], "None");
     assert_eq!(
         v["Boot"]["BootSourceOverrideTarget@Redfish.AllowableValues"],
-        json!(["None"])
+        json!(["None", "UefiHttp"])
     );
+    assert_eq!(v["Boot"]["HttpBootUri"], Value::Null);
     assert_eq!(v["SerialConsole"]["SSH"]["ServiceEnabled"], false);
     assert_eq!(
         v["Oem"]["Pinfold"]["ConsoleUri"],
@@ -705,7 +707,7 @@ fn patch_of_a_read_only_property_is_property_not_writable() {
     let resp = r.handle(&rf(
         "PATCH",
         "/redfish/v1/Systems/beta",
-        r#"{"AssetTag":"x","Boot":{"BootSourceOverrideTarget":"Pxe"}}"#,
+        r#"{"AssetTag":"x","Boot":{"BootSourceOverrideMode":"UEFI"}}"#,
     ));
     assert_eq!(resp.status, 400);
     assert_eq!(message_id(&resp), "Base.1.15.0.PropertyNotWritable");
@@ -715,7 +717,7 @@ fn patch_of_a_read_only_property_is_property_not_writable() {
     assert_eq!(info[0]["RelatedProperties"], json!(["/AssetTag"]));
     assert_eq!(
         info[1]["RelatedProperties"],
-        json!(["/Boot/BootSourceOverrideTarget"])
+        json!(["/Boot/BootSourceOverrideMode"])
     );
     assert_eq!(text(&r.handle(&rf_get("/redfish/v1/Systems/beta"))), before);
     assert!(r.backend().calls.is_empty());
@@ -1012,5 +1014,380 @@ fn state_events_become_the_resource_event_registrys_messages() {
     assert_eq!(
         v["Events"][0]["MessageId"],
         "ResourceEvent.1.4.2.ResourceErrorsDetected"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Boot override and HTTP boot (httpboot)
+// ---------------------------------------------------------------------------
+
+/// An arm64 Image: the magic at offset 56, then filler.
+fn arm64_image(len: usize, seed: u8) -> Vec<u8> {
+    let mut data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed)).collect();
+    data[56..60].copy_from_slice(b"ARM\x64");
+    data
+}
+
+/// Serves `files` (path, body) on localhost to any number of GETs, 404
+/// for other paths; the base URL.
+fn boot_server(files: Vec<(&'static str, Vec<u8>)>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
+            let mut stream = reader.into_inner();
+            match files.iter().find(|(p, _)| *p == path) {
+                Some((_, body)) => {
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                    let _ = stream.write_all(head.as_bytes());
+                    let _ = stream.write_all(body);
+                }
+                None => {
+                    let _ =
+                        stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                }
+            }
+        }
+    });
+    base
+}
+
+fn patch_boot(r: &mut Router<FakeBackend>, name: &str, boot: Value) -> Response {
+    r.handle(&rf(
+        "PATCH",
+        &format!("/redfish/v1/Systems/{name}"),
+        &json!({ "Boot": boot }).to_string(),
+    ))
+}
+
+fn system_json(r: &mut Router<FakeBackend>, name: &str) -> Value {
+    body_json(&r.handle(&rf_get(&format!("/redfish/v1/Systems/{name}"))))
+}
+
+#[test]
+fn a_patch_sets_the_http_boot_override_and_the_system_shows_it() {
+    let mut r = router();
+    let before = system_json(&mut r, "beta");
+    assert_eq!(before["Boot"]["BootSourceOverrideTarget"], "None");
+    assert_eq!(
+        before["Boot"]["BootSourceOverrideTarget@Redfish.AllowableValues"],
+        json!(["None", "UefiHttp"])
+    );
+
+    let resp = patch_boot(
+        &mut r,
+        "beta",
+        json!({"BootSourceOverrideTarget": "UefiHttp", "HttpBootUri": "http://10.0.2.2:8000/beta/boot.json"}),
+    );
+
+    assert_eq!(resp.status, 200, "{}", text(&resp));
+    let v = body_json(&resp);
+    assert_eq!(v["Boot"]["BootSourceOverrideTarget"], "UefiHttp");
+    // A target alone enables it for the next boot.
+    assert_eq!(v["Boot"]["BootSourceOverrideEnabled"], "Once");
+    assert_eq!(
+        v["Boot"]["HttpBootUri"],
+        "http://10.0.2.2:8000/beta/boot.json"
+    );
+    assert_eq!(system_json(&mut r, "beta")["Boot"], v["Boot"]);
+    assert!(r.backend().calls.is_empty(), "{:?}", r.backend().calls);
+    assert!(r
+        .events
+        .since(0, 1000)
+        .events
+        .iter()
+        .any(|e| e.message.contains("Redfish boot override to UefiHttp")));
+    // Back to None disables it.
+    let resp = patch_boot(&mut r, "beta", json!({"BootSourceOverrideTarget": "None"}));
+    assert_eq!(
+        body_json(&resp)["Boot"]["BootSourceOverrideEnabled"],
+        "Disabled"
+    );
+}
+
+#[test]
+fn bad_boot_patches_are_redfish_errors_and_change_nothing() {
+    let mut r = router();
+    let good = json!({"BootSourceOverrideTarget": "UefiHttp", "BootSourceOverrideEnabled": "Continuous", "HttpBootUri": "http://h/k"});
+    assert_eq!(patch_boot(&mut r, "beta", good).status, 200);
+    let before = system_json(&mut r, "beta")["Boot"].clone();
+    let cases = [
+        (
+            json!({"BootSourceOverrideTarget": "Pxe"}),
+            "PropertyValueNotInList",
+        ),
+        (
+            json!({"BootSourceOverrideEnabled": "Always"}),
+            "PropertyValueNotInList",
+        ),
+        (
+            json!({"BootSourceOverrideEnabled": 1}),
+            "PropertyValueTypeError",
+        ),
+        (
+            json!({"HttpBootUri": "https://h/k"}),
+            "PropertyValueFormatError",
+        ),
+        (json!({"HttpBootUri": null}), "PropertyValueConflict"),
+        (
+            json!({"BootSourceOverrideMode": "UEFI"}),
+            "PropertyNotWritable",
+        ),
+    ];
+    for (boot, id) in cases {
+        let resp = patch_boot(&mut r, "beta", boot.clone());
+        assert_eq!(resp.status, 400, "{boot}: {}", text(&resp));
+        assert_eq!(message_id(&resp), format!("Base.1.15.0.{id}"), "{boot}");
+        assert_eq!(system_json(&mut r, "beta")["Boot"], before, "{boot}");
+    }
+    // The management partition's boot is not writable.
+    let resp = patch_boot(
+        &mut r,
+        "mgmt",
+        json!({"BootSourceOverrideTarget": "UefiHttp", "HttpBootUri": "http://h/k"}),
+    );
+    assert_eq!(message_id(&resp), "Base.1.15.0.PropertyNotWritable");
+    assert_eq!(
+        system_json(&mut r, "mgmt")["Boot"]["BootSourceOverrideTarget"],
+        "None"
+    );
+    // A stale If-Match: 412.
+    let mut req = rf(
+        "PATCH",
+        "/redfish/v1/Systems/beta",
+        r#"{"Boot":{"HttpBootUri":"http://h/other"}}"#,
+    );
+    req.headers
+        .push(("If-Match".into(), "W/\"0123456789abcdef\"".into()));
+    let resp = r.handle(&req);
+    assert_eq!(resp.status, 412, "{}", text(&resp));
+    assert_eq!(message_id(&resp), "Base.1.15.0.PreconditionFailed");
+    // The current ETag is accepted.
+    let tag = r
+        .handle(&rf_get("/redfish/v1/Systems/beta"))
+        .headers
+        .iter()
+        .find(|(k, _)| *k == "ETag")
+        .map(|(_, v)| v.clone())
+        .expect("etag");
+    req.headers.last_mut().expect("if-match").1 = tag;
+    assert_eq!(r.handle(&req).status, 200);
+    assert!(r.backend().calls.is_empty(), "{:?}", r.backend().calls);
+}
+
+fn beta_plan(r: &mut Router<FakeBackend>) -> pinfold_abi::PartitionPlan {
+    r.backend().plan_of(BETA).expect("beta's plan")
+}
+
+#[test]
+fn a_force_restart_with_the_override_boots_the_fetched_kernel_once() {
+    let kernel = arm64_image(70_000, 3);
+    let base = boot_server(vec![("/beta/Image", kernel.clone())]);
+    let router = Mutex::new(router());
+    let mut r = router.lock().unwrap();
+    r.backend_mut().partitions[2].state = PartitionState::Running;
+    let plan_before = beta_plan(&mut r);
+    let uri = format!("{base}/beta/Image");
+    assert_eq!(
+        patch_boot(
+            &mut r,
+            "beta",
+            json!({"BootSourceOverrideTarget": "UefiHttp", "HttpBootUri": uri})
+        )
+        .status,
+        200
+    );
+
+    assert_eq!(reset(&mut r, "beta", "ForceRestart").status, 204);
+
+    // Powered off, not restarted; Redfish shows it powering on.
+    assert_eq!(r.backend().calls, [format!("stop {BETA}")]);
+    r.backend_mut().partitions[2].state = PartitionState::Stopped;
+    let v = system_json(&mut r, "beta");
+    assert_eq!(v["PowerState"], "PoweringOn");
+    assert_eq!(v["Oem"]["Pinfold"]["HttpBoot"]["State"], "Waiting");
+    drop(r);
+    crate::httpboot::run(&router);
+    let mut r = router.lock().unwrap();
+    let plan = beta_plan(&mut r);
+    assert_ne!(plan.kernel.image, plan_before.kernel.image);
+    let stored = r
+        .backend()
+        .images
+        .iter()
+        .find(|(i, _)| i.id == plan.kernel.image)
+        .map(|(_, d)| d.clone())
+        .expect("the fetched kernel");
+    assert_eq!(stored, kernel);
+    assert_eq!(
+        plan.initrd, plan_before.initrd,
+        "a bare kernel keeps the initrd"
+    );
+    assert_eq!(plan.bootargs, plan_before.bootargs);
+    assert_eq!(state_of(&mut r, BETA).0, PartitionState::Running);
+    assert_eq!(r.backend().calls.last().unwrap(), &format!("start {BETA}"));
+    let v = system_json(&mut r, "beta");
+    assert_eq!(v["PowerState"], "On");
+    assert_eq!(v["Oem"]["Pinfold"]["HttpBoot"]["State"], "Booted");
+    assert_eq!(
+        v["Oem"]["Pinfold"]["HttpBoot"]["KernelImage"],
+        plan.kernel.image.to_string()
+    );
+    // Once: the override is used up.
+    assert_eq!(v["Boot"]["BootSourceOverrideTarget"], "None");
+    assert_eq!(v["Boot"]["BootSourceOverrideEnabled"], "Disabled");
+    // The next restart is an ordinary one.
+    let calls = r.backend().calls.len();
+    assert_eq!(reset(&mut r, "beta", "ForceRestart").status, 204);
+    assert_eq!(r.backend().calls[calls..], [format!("restart {BETA}")]);
+}
+
+#[test]
+fn a_manifest_boots_kernel_initrd_and_bootargs_and_continuous_replaces_the_last_images() {
+    let kernel = arm64_image(9_000, 5);
+    let initrd = vec![0x1f; 5_000];
+    let digest = |d: &[u8]| {
+        use sha2::Digest;
+        crate::json::hex(&sha2::Sha256::digest(d))
+    };
+    let manifest = json!({
+        "kernel": "Image", "initrd": "/initrd.gz", "bootargs": "console=ttyAMA0 http",
+        "kernel_sha256": digest(&kernel), "initrd_sha256": digest(&initrd),
+    });
+    let base = boot_server(vec![
+        ("/b/boot.json", manifest.to_string().into_bytes()),
+        ("/b/Image", kernel.clone()),
+        ("/initrd.gz", initrd.clone()),
+    ]);
+    let router = Mutex::new(router());
+    let mut r = router.lock().unwrap();
+    let boot = json!({"BootSourceOverrideTarget": "UefiHttp", "BootSourceOverrideEnabled": "Continuous", "HttpBootUri": format!("{base}/b/boot.json")});
+    assert_eq!(patch_boot(&mut r, "beta", boot).status, 200);
+    let mut booted = Vec::new();
+    for _ in 0..2 {
+        // beta is off: On boots it over HTTP.
+        assert_eq!(reset(&mut r, "beta", "On").status, 204);
+        drop(r);
+        crate::httpboot::run(&router);
+        r = router.lock().unwrap();
+        let plan = beta_plan(&mut r);
+        assert_eq!(plan.bootargs, "console=ttyAMA0 http");
+        let initrd_id = plan.initrd.expect("an initrd");
+        let data = |r: &mut Router<FakeBackend>, id: u32| {
+            r.backend()
+                .images
+                .iter()
+                .find(|(i, _)| i.id == id)
+                .map(|(_, d)| d.clone())
+        };
+        assert_eq!(data(&mut r, plan.kernel.image), Some(kernel.clone()));
+        assert_eq!(data(&mut r, initrd_id), Some(initrd.clone()));
+        assert_eq!(state_of(&mut r, BETA).0, PartitionState::Running);
+        booted.push((plan.kernel.image, initrd_id));
+        assert_eq!(
+            system_json(&mut r, "beta")["Boot"]["BootSourceOverrideEnabled"],
+            "Continuous"
+        );
+        assert_eq!(reset(&mut r, "beta", "ForceOff").status, 204);
+        r.backend_mut().partitions[2].state = PartitionState::Stopped;
+    }
+    // The second boot fetched afresh and the first boot's images are gone.
+    assert_ne!(booted[0], booted[1]);
+    let ids: Vec<u32> = r.backend().images.iter().map(|(i, _)| i.id).collect();
+    assert!(
+        !ids.contains(&booted[0].0) && !ids.contains(&booted[0].1),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn a_failed_http_boot_leaves_the_partition_off_and_unchanged() {
+    let kernel = arm64_image(4_000, 7);
+    let manifest = json!({"kernel": "Image", "kernel_sha256": "00".repeat(32)});
+    let base = boot_server(vec![
+        ("/boot.json", manifest.to_string().into_bytes()),
+        ("/Image", kernel),
+        (
+            "/bad.json",
+            b"{\"kernel\": \"Image\", \"cmdline\": \"x\"}".to_vec(),
+        ),
+    ]);
+    for (path, why) in [
+        ("/boot.json", "SHA-256"),
+        ("/missing", "404"),
+        ("/bad.json", "not a boot manifest"),
+    ] {
+        let router = Mutex::new(router());
+        let mut r = router.lock().unwrap();
+        let plan_before = beta_plan(&mut r);
+        let images_before = r.backend().images.len();
+        let boot =
+            json!({"BootSourceOverrideTarget": "UefiHttp", "HttpBootUri": format!("{base}{path}")});
+        assert_eq!(patch_boot(&mut r, "beta", boot).status, 200);
+        assert_eq!(reset(&mut r, "beta", "On").status, 204);
+        drop(r);
+        crate::httpboot::run(&router);
+        let mut r = router.lock().unwrap();
+        assert_eq!(state_of(&mut r, BETA).0, PartitionState::Stopped, "{path}");
+        assert_eq!(beta_plan(&mut r), plan_before, "{path}");
+        assert_eq!(
+            r.backend().images.len(),
+            images_before,
+            "{path}: no image left behind"
+        );
+        let v = system_json(&mut r, "beta");
+        let report = &v["Oem"]["Pinfold"]["HttpBoot"];
+        assert_eq!(report["State"], "Failed", "{path}: {report}");
+        assert!(
+            report["Message"].as_str().unwrap().contains(why),
+            "{path}: {report}"
+        );
+        assert_eq!(v["PowerState"], "Off");
+        // A Once override that did not boot stays set.
+        assert_eq!(v["Boot"]["BootSourceOverrideTarget"], "UefiHttp");
+        assert!(r
+            .events
+            .since(0, 1000)
+            .events
+            .iter()
+            .any(|e| e.message.contains("HTTP boot of beta") && e.message.contains("failed")));
+    }
+}
+
+#[test]
+fn a_force_off_cancels_a_waiting_http_boot() {
+    let base = boot_server(vec![("/Image", arm64_image(4_000, 9))]);
+    let router = Mutex::new(router());
+    let mut r = router.lock().unwrap();
+    r.backend_mut().partitions[2].state = PartitionState::Running;
+    let boot =
+        json!({"BootSourceOverrideTarget": "UefiHttp", "HttpBootUri": format!("{base}/Image")});
+    assert_eq!(patch_boot(&mut r, "beta", boot).status, 200);
+    assert_eq!(reset(&mut r, "beta", "GracefulRestart").status, 204);
+    assert_eq!(r.backend().calls, [format!("shutdown {BETA}")]);
+    assert!(
+        r.redfish.pending_starts().is_empty(),
+        "the HTTP boot starts it, not the follower"
+    );
+    assert_eq!(reset(&mut r, "beta", "ForceOff").status, 204);
+    r.backend_mut().partitions[2].state = PartitionState::Stopped;
+    let images = r.backend().images.len();
+    drop(r);
+    crate::httpboot::run(&router);
+    let mut r = router.lock().unwrap();
+    assert_eq!(state_of(&mut r, BETA).0, PartitionState::Stopped);
+    assert_eq!(r.backend().images.len(), images);
+    assert_eq!(
+        system_json(&mut r, "beta")["Oem"]["Pinfold"]["HttpBoot"],
+        Value::Null
     );
 }
