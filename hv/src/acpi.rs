@@ -6,7 +6,9 @@
 //! checksums verified), reads the XSDT's entries, and parses MADT (CPUs,
 //! GIC distributor, redistributors, ITSes, the maintenance interrupt), GTDT
 //! (timer INTIDs), SPCR (console UART), FADT (PSCI conduit), MCFG (ECAM)
-//! and IORT (kept in `Iort` for the device work; nothing uses it yet), and
+//! and IORT (kept in `Iort`; its SMMUv3 nodes become `arm,smmu-v3` host
+//! devices and its root complex's mappings into them the host bridge's
+//! `iommu_map`, as the DT describes them), and
 //! the SRAT's GICC and GIC ITS affinity (the CPUs' and ITSes' NUMA nodes,
 //! `srat`; each CPU's ITS is chosen by them).
 //! Every table it reads is fetched through `PhysRead` (the caller decides
@@ -57,7 +59,7 @@ mod madt;
 mod srat;
 mod tables;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use board::KNOWN_BOARDS;
 pub use iort::{Iort, IortIdMapping, IortItsGroup, IortIwb, IortRootComplex, IortSmmuV3};
@@ -350,8 +352,15 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
         numa,
     };
     let board = board::apply(&mut host, mcfg, &mut warnings);
-    if let (Some(pcie), Some(iort)) = (host.pcie.as_mut(), iort.as_ref()) {
-        pcie.iommu_map = iort.pci_iommu_map(0);
+    if let Some(iort) = &iort {
+        if let Some(pcie) = host.pcie.as_mut() {
+            pcie.iommu_map = iort.pci_iommu_map(0);
+        }
+        // On any board: the IORT is a table, not AML. Without a host
+        // bridge nothing programs them, but their frames stay the
+        // hypervisor's (`dtb::host_resources`).
+        host.devices
+            .extend(iort.smmus.iter().map(IortSmmuV3::host_device));
     }
     Ok(AcpiTables {
         host,

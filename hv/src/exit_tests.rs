@@ -939,6 +939,37 @@ fn an_iommu_map_naming_an_smmu_the_host_lacks_programs_the_others_and_says_so() 
 }
 
 #[test]
+fn an_acpi_hosts_iort_smmu_is_programmed_as_a_dt_hosts_is() {
+    // The host description QEMU's ACPI tables give for virt,iommu=smmuv3
+    // (acpi tests: the IORT's SMMUv3 node and root complex mapping), with
+    // RAM as the UEFI entry fills it from the memory map.
+    let mut host = crate::acpi::tests::qemu_smmuv3_host();
+    host.memory = vec![HOST_RAM];
+    let sys = system_with_functions(
+        |plan| {
+            for p in &mut plan.partitions {
+                p.pci_host_bridge = p.management;
+            }
+        },
+        None,
+        Default::default(),
+        host,
+        Vec::new(),
+    );
+    let mut hw = FakeHw::new();
+    hw.smmu = Some(crate::smmu::tests::rig());
+
+    assert!(
+        sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap(),
+        "{:?}",
+        hw.log
+    );
+    assert_eq!(sys.smmu_frames(), [0x905_0000]);
+    assert!(!hw.log_has("not an arm,smmu-v3"), "{:?}", hw.log);
+    assert_ne!(hw.smmu.as_ref().unwrap().model.borrow().cr0ack, 0);
+}
+
+#[test]
 fn without_an_smmu_in_the_host_description_nothing_is_programmed() {
     let sys = system();
     let mut hw = FakeHw::new();

@@ -1,7 +1,9 @@
 //! IORT (Arm DEN 0049, IO Remapping Table, revision E.e): how PCIe
-//! requester IDs reach SMMUs and ITSes. The root complex's mappings to an
-//! SMMUv3 become the host bridge's `iommu_map` (`Iort::pci_iommu_map`,
-//! what `hv::smmu` programs stream table entries from); the ITS groups are
+//! requester IDs reach SMMUs and ITSes. Each SMMUv3 node becomes an
+//! `arm,smmu-v3` host device (`IortSmmuV3::host_device`, the entry the DT
+//! path makes of the node) and the root complex's mappings to an SMMUv3
+//! the host bridge's `iommu_map` (`Iort::pci_iommu_map`), which together
+//! are what `hv::smmu` finds and programs; the ITS groups are
 //! kept for the vITS work. A GICv5 host's IWBs (wire-to-MSI bridges) are
 //! IORT nodes too (type 7, IORT revision E.g; ACPICA `acpi_iort_iwb`), not
 //! MADT entries: `Iort::iwbs` (base, index, namespace path), read but not
@@ -14,7 +16,7 @@
 use alloc::vec::Vec;
 
 use super::{AcpiError, Bytes, Table};
-use crate::dtb::PciIommuMap;
+use crate::dtb::{HostDevice, PciIommuMap};
 
 /// Node types (IORT table 4).
 const ITS_GROUP: u8 = 0;
@@ -80,6 +82,40 @@ pub struct IortSmmuV3 {
     pub gerr_gsiv: u32,
     pub sync_gsiv: u32,
     pub id_mappings: Vec<IortIdMapping>,
+}
+
+/// An SMMUv3's register space: page 0 and page 1, 64 KiB each (the
+/// IORT gives only the base). What QEMU's DT `reg` says and what Linux
+/// reserves for an IORT SMMUv3 (`arm_smmu_v3_resource_size`), which
+/// takes 64 KiB for model 2 only (Cavium CN99xx, no page 1); the whole
+/// 128 KiB is kept here for every model: more of the address space is
+/// the hypervisor's, never less.
+pub const SMMU_V3_FRAME: u64 = 0x2_0000;
+
+impl IortSmmuV3 {
+    /// This SMMU as the host device the DT path makes of an `arm,smmu-v3`
+    /// node (QEMU's `/smmuv3@9050000`): its frame ([`SMMU_V3_FRAME`]) and
+    /// its wired interrupts in the DT binding's order (eventq, priq,
+    /// cmdq-sync, gerror), an absent one (GSIV 0: none, or MSI-signalled)
+    /// or one that is no SPI left out as the DT path leaves it out. This is
+    /// what `smmu_init` programs and the plan check keeps partitions off.
+    pub fn host_device(&self) -> HostDevice {
+        HostDevice {
+            path: alloc::format!("/smmuv3@{:x}", self.base),
+            compatible: alloc::vec!["arm,smmu-v3".into()],
+            regs: alloc::vec![(self.base, SMMU_V3_FRAME)],
+            spis: [
+                self.event_gsiv,
+                self.pri_gsiv,
+                self.sync_gsiv,
+                self.gerr_gsiv,
+            ]
+            .into_iter()
+            .filter(|&intid| (32..1020).contains(&intid) || intid >= 4096)
+            .collect(),
+            enabled: true,
+        }
+    }
 }
 
 /// A GICv5 interrupt wire bridge (IORT node type 7).

@@ -1037,6 +1037,89 @@ fn iort_smmuv3_between_root_complex_and_its() {
     assert!(iort.pci_iommu_map(1).is_empty());
 }
 
+/// QEMU 10.0.2's DTB for `virt,iommu=smmuv3` (the DT path's SMMU tests').
+static QEMU_10_SMMUV3_DTB: &[u8] = include_bytes!("../dtb/testdata/qemu-10-virt-smmuv3.dtb");
+
+/// The captured tables with the IORT QEMU's `build_iort`
+/// (hw/arm/virt-acpi-build.c) makes for `virt,iommu=smmuv3`: the ITS group;
+/// a revision 4 SMMUv3 node at 0x905_0000 with COHACC override, model 0
+/// and the GSIVs of SPIs 74-77 in QEMU's order (event irq, PRI irq + 1,
+/// GERR irq + 3, sync irq + 2), its IDs to the ITS group; a revision 3 root
+/// complex (coherent, 64-bit addresses) sending requester IDs 0-0xffff to
+/// the SMMU. The captured QEMU 7.2 has no SMMU (and its SMMUv3 has no
+/// stage 2), so this IORT is built, not captured.
+fn qemu_smmuv3() -> Fixture {
+    // ITS group at 48 (24 bytes), SMMUv3 at 72 (68 + 20), RC at 160.
+    let its = node(0, 1, &words(&[1, 0]), &[]);
+    let mut smmu_data = 0x905_0000u64.to_le_bytes().to_vec();
+    smmu_data.extend_from_slice(&words(&[1, 0]));
+    smmu_data.extend_from_slice(&0u64.to_le_bytes());
+    let irq = 32 + 74;
+    smmu_data.extend_from_slice(&words(&[0, irq, irq + 1, irq + 3, irq + 2, 0, 0]));
+    let smmu = node(4, 4, &smmu_data, &[[0, 0xffff, 0, 48, 0]]);
+    let mut rc_data = words(&[1, 0x0300_0000, 0, 0]);
+    rc_data.extend_from_slice(&[64, 0, 0, 0]);
+    let rc = node(2, 3, &rc_data, &[[0, 0xffff, 0, 72, 0]]);
+    iort(&[its, smmu, rc])
+}
+
+/// The host description the ACPI path gives for [`qemu_smmuv3`]'s tables
+/// (the SMMU boot decision and the plan check are tested on it elsewhere).
+pub(crate) fn qemu_smmuv3_host() -> HostInfo {
+    qemu_smmuv3().parse().unwrap().host
+}
+
+#[test]
+fn an_iort_smmuv3_is_the_host_device_the_dt_path_makes_of_its_node() {
+    let acpi = qemu_smmuv3_host();
+    let dt = parse_host_dtb(QEMU_10_SMMUV3_DTB).unwrap();
+
+    let smmus: Vec<_> = acpi.smmus_v3().collect();
+    assert_eq!(smmus, dt.smmus_v3().collect::<Vec<_>>());
+    // That is: its page 0 and page 1, and the SPIs in the DT's order
+    // (eventq, priq, cmdq-sync, gerror).
+    assert_eq!(smmus[0].path, "/smmuv3@9050000");
+    assert_eq!(smmus[0].regs, [(0x905_0000, 0x2_0000)]);
+    assert_eq!(smmus[0].spis, [106, 107, 108, 109]);
+    // The bridge's iommu-map names that frame, as the DT's does.
+    let pcie = acpi.pcie.as_ref().unwrap();
+    assert_eq!(pcie.iommu_map, dt.pcie.as_ref().unwrap().iommu_map);
+    assert_eq!(
+        crate::smmu::smmu_bases(&pcie.iommu_map),
+        [smmus[0].regs[0].0]
+    );
+    // The rest of the host description is the captured machine's.
+    let mut rest = acpi.clone();
+    rest.devices.retain(|d| d.path != "/smmuv3@9050000");
+    rest.pcie.as_mut().unwrap().iommu_map.clear();
+    assert_eq!(rest, qemu().parse().unwrap().host);
+}
+
+#[test]
+fn an_iort_smmuv3_without_wired_interrupts_or_a_known_board_is_still_described() {
+    let mut f = qemu_smmuv3();
+    // MSI-signalled SMMU: its four GSIVs (node offsets 44-59) all 0.
+    let iort = f.table(b"IORT");
+    iort[72 + 44..72 + 60].fill(0);
+    fix_checksum(iort);
+    let mcfg = f.table(b"MCFG");
+    mcfg[10..16].copy_from_slice(b"ACME  ");
+    fix_checksum(mcfg);
+
+    let host = f.parse().unwrap().host;
+
+    // No host bridge to program it for, but its frame is still the
+    // hypervisor's for the plan check.
+    assert_eq!(host.pcie, None);
+    let smmus: Vec<_> = host.smmus_v3().collect();
+    assert_eq!(smmus.len(), 1);
+    assert_eq!(smmus[0].regs, [(0x905_0000, 0x2_0000)]);
+    assert_eq!(smmus[0].spis, []);
+    assert!(host_resources(&host, &[])
+        .hypervisor
+        .contains(&(0x905_0000, 0x2_0000)));
+}
+
 #[test]
 fn iort_structure_errors_are_refused() {
     let its = node(0, 1, &words(&[1, 0]), &[]);

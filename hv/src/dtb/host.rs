@@ -1727,21 +1727,40 @@ mod tests {
 
     #[test]
     fn the_smmu_frame_is_the_hypervisors_and_cannot_be_passed_through() {
-        let host = parse_host_dtb(QEMU_10_SMMUV3).unwrap();
-        let res = host_resources(&host, &[]);
+        assert_the_smmu_frame_is_refused(&parse_host_dtb(QEMU_10_SMMUV3).unwrap());
+    }
+
+    #[test]
+    fn the_iort_smmu_frame_is_the_hypervisors_and_cannot_be_passed_through() {
+        assert_the_smmu_frame_is_refused(&crate::acpi::tests::qemu_smmuv3_host());
+    }
+
+    /// A window over either page of QEMU's SMMU at 0x905_0000 is refused
+    /// as the hypervisor's range, naming the frame.
+    fn assert_the_smmu_frame_is_refused(host: &HostInfo) {
+        let res = host_resources(host, &[]);
         assert!(res.hypervisor.contains(&(0x905_0000, 0x2_0000)));
         use pinfold_config::isolation::{check_isolation, HostKind, IsolationProblem};
-        let err = check_isolation(&plan_with_window(0x905_0000, 0x1000), &res).unwrap_err();
-        assert!(
-            matches!(
-                err.problem,
-                IsolationProblem::Over {
-                    kind: HostKind::Hypervisor,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        for page in [0x905_0000, 0x906_0000] {
+            let err = check_isolation(&plan_with_window(page, 0x1000), &res).unwrap_err();
+            assert!(
+                matches!(
+                    err.problem,
+                    IsolationProblem::Over {
+                        kind: HostKind::Hypervisor,
+                        region_base: 0x905_0000,
+                        region_size: 0x2_0000,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(
+                err.to_string()
+                    .ends_with("overlaps the hypervisor's own range at 0x9050000+0x20000"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
