@@ -558,14 +558,25 @@ fn smmu_model_with_ram(
 /// The host with a PCIe host bridge behind an SMMUv3 (as QEMU 10's
 /// `virt,iommu=smmuv3`), mgmt owning the bridge.
 fn smmu_system() -> (&'static System, FakeHw) {
-    smmu_system_with(
-        |plan| {
-            for p in &mut plan.partitions {
-                p.pci_host_bridge = p.management;
-            }
-        },
+    smmu_system_with(mgmt_owns_the_bridge, Vec::new())
+}
+
+/// A system on `host` whose bridge the management partition owns, no
+/// functions found behind it.
+fn mgmt_bridge_system(host: HostInfo) -> &'static System {
+    system_with_functions(
+        mgmt_owns_the_bridge,
+        None,
+        Default::default(),
+        host,
         Vec::new(),
     )
+}
+
+fn mgmt_owns_the_bridge(plan: &mut Plan) {
+    for p in &mut plan.partitions {
+        p.pci_host_bridge = p.management;
+    }
 }
 
 /// [`smmu_system`] with the plan changed by `change` and `functions`
@@ -906,14 +917,7 @@ fn with_two_smmus_each_functions_stream_goes_to_the_smmu_its_requester_id_maps_t
 #[test]
 fn an_iommu_map_naming_an_smmu_the_host_lacks_programs_the_others_and_says_so() {
     use crate::dtb::PciIommuMap;
-    let (sys, mut hw) = smmu_system_with(
-        |plan| {
-            for p in &mut plan.partitions {
-                p.pci_host_bridge = p.management;
-            }
-        },
-        Vec::new(),
-    );
+    let (sys, mut hw) = smmu_system_with(mgmt_owns_the_bridge, Vec::new());
     // The same host with a second map entry into a frame no node describes.
     let mut host = sys.host.clone();
     host.pcie.as_mut().unwrap().iommu_map.push(PciIommuMap {
@@ -922,17 +926,7 @@ fn an_iommu_map_naming_an_smmu_the_host_lacks_programs_the_others_and_says_so() 
         sid_base: 0,
         len: 0x100,
     });
-    let sys = system_with_functions(
-        |plan| {
-            for p in &mut plan.partitions {
-                p.pci_host_bridge = p.management;
-            }
-        },
-        None,
-        Default::default(),
-        host,
-        Vec::new(),
-    );
+    let sys = mgmt_bridge_system(host);
     assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
     assert_eq!(sys.smmu_frames(), [0x905_0000]);
     assert!(hw.log_has("names 0x90a0000, which is not an arm,smmu-v3 of the host"));
@@ -945,17 +939,7 @@ fn an_acpi_hosts_iort_smmu_is_programmed_as_a_dt_hosts_is() {
     // RAM as the UEFI entry fills it from the memory map.
     let mut host = crate::acpi::tests::qemu_smmuv3_host();
     host.memory = vec![HOST_RAM];
-    let sys = system_with_functions(
-        |plan| {
-            for p in &mut plan.partitions {
-                p.pci_host_bridge = p.management;
-            }
-        },
-        None,
-        Default::default(),
-        host,
-        Vec::new(),
-    );
+    let sys = mgmt_bridge_system(host);
     let mut hw = FakeHw::new();
     hw.smmu = Some(crate::smmu::tests::rig());
 
