@@ -155,9 +155,11 @@ pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vp
     local.v5_vcpu = Some((plan, ctx));
 }
 
-/// Put it: the driver's `vcpu_put` saves its virtual PPI state (kept in
-/// this CPU's slot) and makes it non-resident; the host copies of its DVI
-/// PPIs stay masked (a pinned vCPU is put only when it stops or parks).
+/// Put it: the driver's `vcpu_put` reads its virtual PPI state out and
+/// makes it non-resident; the host copies of its DVI PPIs stay masked. The
+/// state read is then dropped, not kept: a pinned vCPU is put only when it
+/// stops or parks (PSCI CPU_OFF), and every later load is a fresh entry
+/// at an entry point ([`vcpu_load`]). Time-sliced vCPUs would need it kept.
 pub fn vcpu_put(local: &mut crate::percpu::CpuLocal) {
     let Some((plan, mut ctx)) = local.v5_vcpu.take() else {
         return;
