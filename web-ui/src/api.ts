@@ -130,6 +130,11 @@ async function send(path: string, init: RequestInit): Promise<Response> {
  */
 let declined = false;
 
+/** Whether the operator is signed out (reads and route probes are not sent). */
+export function signedOut(): boolean {
+  return declined;
+}
+
 /** What a request is: a view's read, a change, or the sign-in probe (which asks even when signed out). */
 type Kind = 'read' | 'change' | 'signin';
 
@@ -424,6 +429,10 @@ export function saveBlob(blob: Blob, name: string): void {
  * for the routes it lacks): reads only the status line and headers.
  */
 export async function serves(path: string): Promise<boolean> {
+  // Signed out: nothing is sent (a probe without a token is only a 401,
+  // counted against this client by the manager's failed-credential
+  // throttle); the route is taken as served until a signed-in read says.
+  if (declined) return true;
   const ctl = new AbortController();
   try {
     const res = await fetch(url(path), { cache: 'no-store', signal: ctl.signal, headers: bearer(getToken()) });
