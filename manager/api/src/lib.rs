@@ -1327,12 +1327,16 @@ impl<B: Backend> Router<B> {
         }
     }
 
+    /// Who the request being executed came from, for an event's text.
+    pub(crate) fn actor_name(&self) -> String {
+        self.actor
+            .as_ref()
+            .map_or_else(|| "nobody".to_string(), |a| a.to_string())
+    }
+
     /// A `config` event for a credential change, naming who made it.
     fn record_auth(&mut self, what: &str) {
-        let by = self
-            .actor
-            .as_ref()
-            .map_or_else(|| "nobody".to_string(), |a| a.to_string());
+        let by = self.actor_name();
         self.record("config", None, &format!("{by} {what}"));
     }
 

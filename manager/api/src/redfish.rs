@@ -726,8 +726,7 @@ fn try_handle<B: Backend>(router: &mut Router<B>, req: &Request) -> Result<Respo
 /// Adds the `ETag` (a digest of the body) and answers 304 when the client
 /// already has it.
 fn with_etag(req: &Request, mut resp: Response) -> Response {
-    let digest = token_digest(&resp.body);
-    let tag = format!("W/\"{}\"", crate::json::hex(&digest[..8]));
+    let tag = etag(&resp.body);
     let matched = req
         .header("if-none-match")
         .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
@@ -737,6 +736,13 @@ fn with_etag(req: &Request, mut resp: Response) -> Response {
     }
     resp.headers.push(("ETag", tag));
     resp
+}
+
+/// A resource's ETag: a digest of its body (weak: the JSON's bytes, not
+/// its meaning).
+fn etag(body: &[u8]) -> String {
+    let digest = token_digest(body);
+    format!("W/\"{}\"", crate::json::hex(&digest[..8]))
 }
 
 /// Who the request is from: `X-Auth-Token` (a session's or a REST
@@ -1762,13 +1768,7 @@ fn patch_system<B: Backend>(
         return Err(e);
     }
     if let Some(want) = req.header("if-match").map(str::trim).filter(|t| *t != "*") {
-        let current = with_etag(&Request::default(), reply(200, &system(router, name)?));
-        let tag = current
-            .headers
-            .iter()
-            .find(|(k, _)| *k == "ETag")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
+        let tag = etag(&reply(200, &system(router, name)?).body);
         let bare = |t: &str| t.trim_start_matches("W/").to_string();
         if !want.split(',').any(|t| bare(t.trim()) == bare(&tag)) {
             return Err(RfError::new(
@@ -1872,10 +1872,7 @@ fn patch_system<B: Backend>(
     }
     if new != old {
         router.redfish.boot.set(p.index, &p.name, new.clone());
-        let who = router
-            .actor
-            .as_ref()
-            .map_or_else(|| "nobody".to_string(), |a| a.to_string());
+        let who = router.actor_name();
         let what = if new.http {
             format!(
                 "UefiHttp {} ({})",
@@ -2013,10 +2010,7 @@ fn reset<B: Backend>(router: &mut Router<B>, name: &str, body: &[u8]) -> Result<
             .get(p.index, &p.name)
             .uri
             .unwrap_or_default();
-        let who = router
-            .actor
-            .as_ref()
-            .map_or_else(|| "nobody".to_string(), |a| a.to_string());
+        let who = router.actor_name();
         router.record(
             "config",
             Some(&p.name),
@@ -2054,10 +2048,7 @@ fn reset<B: Backend>(router: &mut Router<B>, name: &str, body: &[u8]) -> Result<
         Some(&p.name),
         &format!(
             "{} Redfish ComputerSystem.Reset {text}",
-            router
-                .actor
-                .as_ref()
-                .map_or_else(|| "nobody".to_string(), |a| a.to_string())
+            router.actor_name()
         ),
     );
     Ok(no_content())
