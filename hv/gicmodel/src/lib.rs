@@ -22,7 +22,9 @@
 //!   PTA = 0 so RDbase is the Processor_Number, VMOVP, VSGI, VMAPP, SVPET),
 //!   the command queue (GITS_CBASER Valid/Size, GITS_CWRITER with Retry,
 //!   GITS_CREADR with Stalled) over a memory of its own, the commands VMAPP
-//!   (GICv4.1 layout), VSGI (enable, priority, group, clear), VMOVP, VINVALL,
+//!   (GICv4.1 layout, its field rules checked: a vPE pending table and
+//!   configuration table, VPT_size, PTZ only with Alloc, the default
+//!   doorbell, RES0), VSGI (enable, priority, group, clear), VMOVP, VINVALL,
 //!   VSYNC and INVDB, and GITS_SGIR (vPEID [47:32], vINTID [3:0]) in the
 //!   ITS's third 64 KiB frame (`SGI_base`, +0x20000);
 //! - a vSGI to a resident vPE whose SGI is enabled and whose group is
@@ -101,6 +103,8 @@ pub mod reg {
     pub const CMD_VSGI: u8 = 0x23;
     pub const CMD_VSYNC: u8 = 0x25;
     pub const CMD_VMAPP: u8 = 0x29;
+    /// VMAPP's VCONF_Addr (DW0) and VPT_addr (DW3): bits [51:16].
+    pub const VMAPP_ADDR: u64 = 0x000F_FFFF_FFFF_0000;
     pub const CMD_VINVALL: u8 = 0x2D;
     pub const CMD_INVDB: u8 = 0x2E;
 }
@@ -194,6 +198,9 @@ struct Vpe {
     mapped_on: u64,
     sgi: [SgiConfig; 16],
     pending: u16,
+    /// The last valid VMAPP's VPT_addr and VCONF_Addr.
+    vpt: u64,
+    vconf: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -289,6 +296,11 @@ impl Model {
     /// The redistributor `vpe` targets.
     pub fn target(&self, vpe: u32) -> Option<usize> {
         self.vpe(vpe).map(|v| v.rd)
+    }
+
+    /// The VPT_addr and VCONF_Addr of `vpe`'s last valid VMAPP.
+    pub fn vpe_tables(&self, vpe: u32) -> Option<(u64, u64)> {
+        self.vpe(vpe).map(|v| (v.vpt, v.vconf))
     }
 
     /// GITS_SGIR writes ITS `its` received.
@@ -639,6 +651,62 @@ impl Model {
         Ok(())
     }
 
+    /// The GICv4.1 VMAPP's field rules (IHI 0069 "VMAPP", the 4.1 layout):
+    /// DW0 Alloc [8], PTZ [9], VCONF_Addr [51:16]; DW1 Default_Doorbell
+    /// [31:0], vPEID [47:32]; DW2 RDbase [50:16], V [63]; DW3 VPT_size
+    /// [4:0], VPT_addr [51:16]; everything else RES0. With V = 1 the vPE
+    /// needs its virtual pending table (VPT_addr) and configuration
+    /// (VCONF_Addr, the vLPI property table) and a VPT_size covering the
+    /// LPI range (at least 14 ID bits: VPT_size >= 13); PTZ says the table
+    /// is zero and is only meaningful with Alloc; the default doorbell is
+    /// 1023 (none) or a physical LPI. With V = 0 only Alloc may be set.
+    fn check_vmapp(&mut self, its: usize, vpe: u32, cmd: [u64; 4], valid: bool) {
+        let mut wrong = Vec::new();
+        let res0 = [
+            cmd[0] & !(0xFF | 1 << 8 | 1 << 9 | VMAPP_ADDR),
+            cmd[1] & !(0xFFFF_FFFF | 0xFFFF << 32),
+            cmd[2] & !(1 << 63 | 0x7_FFFF_FFFF << 16),
+            cmd[3] & !(0x1F | VMAPP_ADDR),
+        ];
+        for (dw, bits) in res0.iter().enumerate() {
+            if *bits != 0 {
+                wrong.push(format!("RES0 bits {bits:#x} of DW{dw} set"));
+            }
+        }
+        if valid {
+            let (vpt, vpt_size, vconf) = (cmd[3] & VMAPP_ADDR, cmd[3] & 0x1F, cmd[0] & VMAPP_ADDR);
+            let db = cmd[1] & 0xFFFF_FFFF;
+            if vpt == 0 {
+                wrong.push("V = 1 without a VPT_addr".into());
+            }
+            if vpt_size < 13 {
+                wrong.push(format!(
+                    "VPT_size {vpt_size} below 13 (the LPI range needs 14 ID bits)"
+                ));
+            }
+            if vconf == 0 {
+                wrong.push("V = 1 without a VCONF_Addr".into());
+            }
+            if cmd[0] >> 9 & 1 == 1 && cmd[0] >> 8 & 1 == 0 {
+                wrong.push("PTZ without Alloc".into());
+            }
+            if db != 1023 && db < 8192 {
+                wrong.push(format!("Default_Doorbell {db} is neither 1023 nor an LPI"));
+            }
+        } else {
+            let fields = cmd[0] & (1 << 9 | VMAPP_ADDR)
+                | cmd[1] & 0xFFFF_FFFF
+                | cmd[2] & 0x7_FFFF_FFFF << 16
+                | cmd[3];
+            if fields != 0 {
+                wrong.push("V = 0 with fields other than Alloc set".into());
+            }
+        }
+        for w in wrong {
+            self.misuse_event(format!("VMAPP of vPE {vpe} on ITS {its}: {w}"));
+        }
+    }
+
     fn rdbase(&self, dw2: u64) -> Result<usize, CmdError> {
         // PTA = 0: RDbase [50:16] is the target's Processor_Number.
         let rd = (dw2 >> 16) & 0x7_FFFF_FFFF;
@@ -662,11 +730,14 @@ impl Model {
                     return Err(CmdError::VpeIdOutOfRange(vpe));
                 }
                 let valid = cmd[2] >> 63 & 1 == 1;
+                self.check_vmapp(its, vpe, cmd, valid);
                 if valid {
                     let rd = self.rdbase(cmd[2])?;
                     let entry = self.vpes[vpe as usize].get_or_insert_with(Vpe::default);
                     entry.rd = rd;
                     entry.mapped_on |= 1 << its;
+                    entry.vpt = cmd[3] & VMAPP_ADDR;
+                    entry.vconf = cmd[0] & VMAPP_ADDR;
                 } else if let Some(entry) = self.vpes[vpe as usize].as_mut() {
                     entry.mapped_on &= !(1 << its);
                     if entry.mapped_on == 0 {
@@ -732,10 +803,10 @@ mod tests {
 
     fn vmapp(vpe: u32, rd: u64) -> [u64; 4] {
         [
-            CMD_VMAPP as u64,
-            u64::from(vpe) << 32,
+            CMD_VMAPP as u64 | 1 << 8 | 0x7000_0000,
+            1023 | u64::from(vpe) << 32,
             1 << 63 | rd << 16,
-            0,
+            0x6000_0000 | u64::from(vpe) << 16 | 15,
         ]
     }
 
@@ -869,6 +940,40 @@ mod tests {
         assert_eq!(
             m.execute(0, [0x7F, 0, 0, 0]),
             Err(CmdError::UnknownCommand(0x7F))
+        );
+    }
+
+    #[test]
+    fn a_vmapp_without_its_tables_or_with_res0_bits_is_misuse() {
+        let mut m = model();
+        m.enqueue(0, vmapp(1, 0));
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+        assert_eq!(m.vpe_tables(1), Some((0x6001_0000, 0x7000_0000)));
+        // The GICv4.0 shape: no VCONF_Addr, no VPT, no doorbell field.
+        m.enqueue(0, [CMD_VMAPP as u64, 2 << 32, 1 << 63, 0]);
+        let text = m.misuse().join("; ");
+        for rule in [
+            "without a VPT_addr",
+            "VPT_size 0",
+            "without a VCONF_Addr",
+            "Default_Doorbell 0",
+        ] {
+            assert!(text.contains(rule), "{rule}: {text}");
+        }
+        m.take_events();
+        // PTZ without Alloc, and an unmap carrying an address.
+        let mut ptz = vmapp(3, 0);
+        ptz[0] = ptz[0] & !(1 << 8) | 1 << 9;
+        m.enqueue(0, ptz);
+        m.enqueue(0, [CMD_VMAPP as u64 | 1 << 8, 3 << 32, 0, 0x6000_0000]);
+        m.enqueue(0, [CMD_VMAPP as u64 | 1 << 12, 3 << 32, 0, 0]);
+        assert_eq!(
+            m.misuse(),
+            [
+                "VMAPP of vPE 3 on ITS 0: PTZ without Alloc",
+                "VMAPP of vPE 3 on ITS 0: V = 0 with fields other than Alloc set",
+                "VMAPP of vPE 3 on ITS 0: RES0 bits 0x1000 of DW0 set",
+            ]
         );
     }
 

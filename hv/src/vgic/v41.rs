@@ -26,7 +26,8 @@
 //!   non-resident one keeps it pending and sees it when loaded. Targets
 //!   outside the partition are never written (counted as today).
 //! - [`cmd`]: the ITS commands the slow paths issue (VMAPP when a vCPU's
-//!   vPE is created, VSGI + VSYNC when the guest changes an SGI's enable,
+//!   vPE is created, with its pending table, the VM's configuration table
+//!   and Alloc on the first ITS, VSGI + VSYNC when the guest changes an SGI's enable,
 //!   priority or group, VMOVP, VINVALL, INVDB), encoded here from the
 //!   command tables independently of the model's decoder.
 //!
@@ -242,12 +243,52 @@ pub mod cmd {
         (rd as u64 & 0x7_FFFF_FFFF) << 16
     }
 
-    /// VMAPP (GICv4.1): map `vpe` to the redistributor `rd` (V = 1) or
-    /// unmap it (V = 0). The vPE's pending/configuration tables come from
-    /// the shared vPE table (GITS_TYPER.SVPET), so VPT/VCONF stay zero.
-    pub const fn vmapp(vpe: u16, rd: u32, valid: bool) -> [u64; 4] {
-        let v = if valid { 1 << 63 } else { 0 };
-        [VMAPP, vpe_dw1(vpe), v | rdbase(rd), 0]
+    /// VCONF_Addr (DW0) and VPT_addr (DW3): bits [51:16], 64 KiB aligned.
+    const ADDR: u64 = 0x000F_FFFF_FFFF_0000;
+    /// Default_Doorbell "none" (an INTID no LPI has).
+    pub const NO_DOORBELL: u32 = 1023;
+
+    /// What a GICv4.1 VMAPP with V = 1 gives the ITS for one vPE.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Vmapp {
+        pub vpe: u16,
+        /// The target redistributor's Processor_Number (PTA = 0).
+        pub rd: u32,
+        /// The vPE's virtual LPI pending table (64 KiB aligned) and the
+        /// number of vINTID bits it covers (at least 14).
+        pub vpt: u64,
+        pub vpt_bits: u8,
+        /// The VM's virtual LPI configuration (property) table.
+        pub vconf: u64,
+        /// The first VMAPP of this vPE on any ITS: the GIC sets up its
+        /// vPE table entry (Alloc); the tables are fresh and zeroed (PTZ).
+        pub alloc: bool,
+        /// The LPI raised while the vPE is resident nowhere, or None.
+        pub doorbell: Option<u32>,
+    }
+
+    /// VMAPP (GICv4.1 layout), mapping: DW0 Alloc [8], PTZ [9],
+    /// VCONF_Addr [51:16]; DW1 Default_Doorbell [31:0], vPEID [47:32];
+    /// DW2 V [63], RDbase [50:16]; DW3 VPT_size [4:0] (ID bits - 1),
+    /// VPT_addr [51:16]. (Linux's `its_build_vmapp_cmd` agrees.)
+    pub const fn vmapp(m: &Vmapp) -> [u64; 4] {
+        let db = match m.doorbell {
+            Some(lpi) => lpi,
+            None => NO_DOORBELL,
+        };
+        [
+            VMAPP | (m.alloc as u64) << 8 | (m.alloc as u64) << 9 | m.vconf & ADDR,
+            db as u64 | vpe_dw1(m.vpe),
+            1 << 63 | rdbase(m.rd),
+            m.vpt & ADDR | (m.vpt_bits.saturating_sub(1) & 0x1F) as u64,
+        ]
+    }
+
+    /// VMAPP with V = 0: `vpe` unmapped from this ITS; `alloc` on the
+    /// last ITS it was mapped on (the GIC forgets its vPE table entry).
+    /// Every other field is RES0.
+    pub const fn vunmapp(vpe: u16, alloc: bool) -> [u64; 4] {
+        [VMAPP | (alloc as u64) << 8, vpe_dw1(vpe), 0, 0]
     }
 
     /// VSGI: SGI `intid` of `vpe` enabled or not, priority (its top four

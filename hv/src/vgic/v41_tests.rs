@@ -61,7 +61,7 @@ fn host(cfg: Config) -> (Model, DirectSgi, SgiMap, Vec<u64>) {
     let vpes: Vec<u16> = (10..14).collect();
     for (cpu, &vpe) in vpes.iter().enumerate() {
         for its in 0..its_count {
-            m.enqueue(its, cmd::vmapp(vpe, cpu as u32, true));
+            m.enqueue(its, cmd::vmapp(&vmapp(vpe, cpu as u32, its == 0)));
         }
         for intid in 0..16 {
             m.enqueue(0, cmd::vsgi(vpe, intid, true, 0xA0, true));
@@ -72,6 +72,20 @@ fn host(cfg: Config) -> (Model, DirectSgi, SgiMap, Vec<u64>) {
     let mpidrs: Vec<u64> = (0..4).map(|i| 0x8000_0000 | i).collect();
     let map = SgiMap::new(&mpidrs);
     (m, DirectSgi::new(vpes), map, mpidrs)
+}
+
+/// vPE `vpe` to redistributor `rd`: its own pending table, the VM's
+/// configuration table, no doorbell; `alloc` on the first ITS.
+fn vmapp(vpe: u16, rd: u32, alloc: bool) -> cmd::Vmapp {
+    cmd::Vmapp {
+        vpe,
+        rd,
+        vpt: 0xA000_0000 + (u64::from(vpe) << 16),
+        vpt_bits: 16,
+        vconf: 0xB000_0000,
+        alloc,
+        doorbell: None,
+    }
 }
 
 /// ICC_SGI1R_EL1 for SGI `intid` to the Aff0 list `targets`.
@@ -341,8 +355,9 @@ fn the_driver_s_commands_are_what_the_model_reads() {
     m.enqueue(0, cmd::vinvall(10));
     m.enqueue(0, cmd::invdb(10));
     // VMAPP V = 0 on both ITSes unmaps; a VSYNC for it is then an error.
-    m.enqueue(0, cmd::vmapp(10, 0, false));
-    m.enqueue(1, cmd::vmapp(10, 0, false));
+    assert_eq!(m.vpe_tables(10), Some((0xA00A_0000, 0xB000_0000)));
+    m.enqueue(0, cmd::vunmapp(10, false));
+    m.enqueue(1, cmd::vunmapp(10, true));
     assert!(!m.mapped(0, 10) && !m.mapped(1, 10));
     m.enqueue(0, cmd::vsync(10));
     assert_eq!(
