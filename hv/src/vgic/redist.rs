@@ -172,6 +172,17 @@ impl VRedist {
         }
     }
 
+    /// The guest's configuration of its 16 SGIs as a GICv4.1 VSGI command
+    /// carries it (`vgic::v41::reconfigure`): enable, priority, and group
+    /// 1 always (GICR_IGROUPR0 is RAO/WI here).
+    pub fn sgi_configs(&self) -> crate::vgic::v41::SgiCfgs {
+        core::array::from_fn(|n| crate::vgic::v41::SgiCfg {
+            enabled: self.enabled & (1 << n) != 0,
+            priority: self.priority[n],
+            group1: true,
+        })
+    }
+
     /// The same redistributor reporting LPIs (the partition has a vITS).
     pub fn with_lpis(mut self) -> Self {
         self.lpis = true;

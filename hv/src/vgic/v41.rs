@@ -31,6 +31,14 @@
 //!   priority or group, VMOVP, VINVALL, INVDB), encoded here from the
 //!   command tables independently of the model's decoder.
 //!
+//! - The slow paths' decisions: [`map_vpe`] (a vCPU's vPE VMAPP'd on every
+//!   ITS, Alloc once, then the guest's SGI configuration as VSGIs),
+//!   [`reconfigure`] (a guest write that changed an SGI's enable, priority
+//!   or group becomes VSGI + VSYNC; one that did not sends nothing),
+//!   [`unmap_vpe`] (V = 0 on every ITS, Alloc on the last) and
+//!   [`group_enables`] (GICR_VPENDBASER's group enables follow the guest's
+//!   GICD_CTLR, as KVM does).
+//!
 //! The platform wiring (the MMIO `V41Hw` over the real GICR VLPI frame and
 //! the ITS's SGI frame, the exit path calling [`DirectSgi::send`] in place
 //! of the mailbox when the host chose [`SgiDelivery::Direct`]) comes with a
@@ -217,6 +225,82 @@ impl DirectSgi {
         }
         res
     }
+}
+
+/// One SGI's configuration as the VSGI command carries it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SgiCfg {
+    pub enabled: bool,
+    /// The guest's priority byte (the command keeps its top four bits).
+    pub priority: u8,
+    pub group1: bool,
+}
+
+/// A vCPU's 16 SGIs (`VRedist::sgi_configs`).
+pub type SgiCfgs = [SgiCfg; 16];
+
+/// The commands that give a vCPU's vPE direct vSGIs, as (ITS index,
+/// command): VMAPP on each of `itses` ITSes (a GITS_SGIR write is only
+/// taken by an ITS the vPE is mapped on, and each CPU writes its own
+/// chosen ITS, `vgic::its_choice`), Alloc on the first only; then the
+/// guest's current configuration of its 16 SGIs as VSGIs and a VSYNC on
+/// ITS 0 (the configuration lives with the vPE, not in an ITS).
+pub fn map_vpe(m: &cmd::Vmapp, itses: usize, cfg: &SgiCfgs) -> alloc::vec::Vec<(usize, [u64; 4])> {
+    let mut out = alloc::vec::Vec::with_capacity(itses + 17);
+    for its in 0..itses {
+        out.push((
+            its,
+            cmd::vmapp(&cmd::Vmapp {
+                alloc: m.alloc && its == 0,
+                ..*m
+            }),
+        ));
+    }
+    for (n, c) in cfg.iter().enumerate() {
+        out.push((
+            0,
+            cmd::vsgi(m.vpe, n as u8, c.enabled, c.priority, c.group1),
+        ));
+    }
+    out.push((0, cmd::vsync(m.vpe)));
+    out
+}
+
+/// The guest changed its redistributor's SGI configuration (enable,
+/// priority, group) from `old` to `new`: one VSGI per SGI that differs,
+/// then a VSYNC, so the GIC delivers (or holds) by the guest's rules;
+/// nothing when no SGI changed (most GICR writes touch PPIs only).
+pub fn reconfigure(vpe: u16, old: &SgiCfgs, new: &SgiCfgs) -> alloc::vec::Vec<[u64; 4]> {
+    let mut out: alloc::vec::Vec<[u64; 4]> = (0..16u8)
+        .filter(|&n| {
+            let (a, b) = (old[usize::from(n)], new[usize::from(n)]);
+            a.enabled != b.enabled || a.group1 != b.group1 || a.priority >> 4 != b.priority >> 4
+        })
+        .map(|n| {
+            let c = new[usize::from(n)];
+            cmd::vsgi(vpe, n, c.enabled, c.priority, c.group1)
+        })
+        .collect();
+    if !out.is_empty() {
+        out.push(cmd::vsync(vpe));
+    }
+    out
+}
+
+/// The commands that take a vPE off every ITS: VMAPP V = 0 on each, Alloc
+/// on the last (the GIC then forgets the vPE; its tables may be freed).
+pub fn unmap_vpe(vpe: u16, itses: usize) -> alloc::vec::Vec<(usize, [u64; 4])> {
+    (0..itses)
+        .map(|its| (its, cmd::vunmapp(vpe, its + 1 == itses)))
+        .collect()
+}
+
+/// GICR_VPENDBASER's vGrp0En and vGrp1En for a partition whose virtual
+/// distributor's GICD_CTLR is `gicd_ctlr` (EnableGrp0 [0], EnableGrp1 [1]
+/// in the non-secure single-security view Pinfold's guests get): a vSGI
+/// of a group the guest's distributor has off stays pending, as on GICv3.
+pub fn group_enables(gicd_ctlr: u32) -> (bool, bool) {
+    (gicd_ctlr & 1 != 0, gicd_ctlr & 2 != 0)
 }
 
 /// GITS_SGIR: vPEID [47:32], vINTID [3:0], everything else RES0.

@@ -378,3 +378,142 @@ fn sgir_carries_only_the_vpe_and_intid() {
     m.its_sgi_write(0, reg::GITS_SGIR, sgir(3, 0xFF));
     assert!(m.misuse().is_empty());
 }
+
+/// A vCPU's redistributor after the guest wrote `writes` (offset in the
+/// SGI frame, value; 4 bytes each).
+fn guest_redist(writes: &[(u64, u64)]) -> crate::vgic::redist::VRedist {
+    let mut r = crate::vgic::redist::VRedist::new(0, 0x8000_0000, true, 0);
+    for &(offset, value) in writes {
+        r.write(0x1_0000 + offset, 4, value, &mut |_| {});
+    }
+    r
+}
+
+const ISENABLER0: u64 = 0x100;
+const ICENABLER0: u64 = 0x180;
+const IPRIORITYR0: u64 = 0x400;
+
+/// A model whose ITSes are up and whose redistributors have a vPE
+/// configuration table, with nothing mapped.
+fn bare(cfg: Config) -> Model {
+    let its_count = cfg.its_count;
+    let mut m = Model::new(cfg);
+    for its in 0..its_count {
+        m.its_write(
+            its,
+            reg::GITS_CBASER,
+            reg::CBASER_VALID | (0x8000_0000 + 0x10_0000 * its as u64),
+        );
+        m.its_write(its, reg::GITS_CTLR, reg::CTLR_ENABLED);
+    }
+    for cpu in 0..4 {
+        m.vlpi_write(cpu, reg::GICR_VPROPBASER, reg::VPROP_VALID | 0x9000_0000);
+    }
+    m
+}
+
+#[test]
+fn map_vpe_maps_on_every_its_allocs_once_and_gives_the_guest_s_sgi_configuration() {
+    let mut m = bare(Config {
+        its_count: 3,
+        ..Config::default()
+    });
+    // SGIs 0..7 enabled, SGI 1 at priority 0x90.
+    let r = guest_redist(&[(ISENABLER0, 0xFF), (IPRIORITYR0, 0x90 << 8)]);
+
+    let cmds = map_vpe(&vmapp(5, 2, true), 3, &r.sgi_configs());
+    for &(its, c) in &cmds {
+        m.enqueue(its, c);
+    }
+
+    assert!(m.take_events().is_empty(), "no error, no misuse");
+    assert!((0..3).all(|its| m.mapped(its, 5)));
+    assert_eq!(m.target(5), Some(2));
+    let allocs: Vec<usize> = cmds
+        .iter()
+        .filter(|(_, c)| c[0] & 0xFF == cmd::VMAPP && c[0] >> 8 & 1 == 1)
+        .map(|&(its, _)| its)
+        .collect();
+    assert_eq!(allocs, [0], "Alloc on the first ITS only");
+    let c1 = m.sgi_config(5, 1).unwrap();
+    assert_eq!((c1.enabled, c1.priority, c1.group1), (true, 9, true));
+    assert!(!m.sgi_config(5, 8).unwrap().enabled);
+}
+
+#[test]
+fn an_sgi_the_guest_enables_later_is_held_pending_then_delivered() {
+    let mut m = bare(Config::default());
+    let before = guest_redist(&[]);
+    for (its, c) in map_vpe(&vmapp(10, 0, true), 1, &before.sgi_configs()) {
+        m.enqueue(its, c);
+    }
+    let (chip_lock, _) = lock();
+    let mut rx = Residency::new();
+    let (g0, g1) = group_enables(0b10);
+    rx.load(&mut on(&mut m, 0), &chip_lock, 10, g0, g1).unwrap();
+
+    let direct = DirectSgi::new(alloc::vec![10]);
+    let mpidrs = alloc::vec![0x8000_0000u64];
+    let map = SgiMap::new(&mpidrs);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0b1), 0, 0);
+    assert!(m.events().is_empty(), "SGI 3 is disabled: held");
+    assert_eq!(m.pending(10), 1 << 3);
+
+    // A PPI-only change sends nothing; enabling SGI 3 sends VSGI + VSYNC.
+    let ppi = guest_redist(&[(ISENABLER0, 1 << 27)]);
+    assert!(reconfigure(10, &before.sgi_configs(), &ppi.sgi_configs()).is_empty());
+    let after = guest_redist(&[(ISENABLER0, 1 << 3)]);
+    let cmds = reconfigure(10, &before.sgi_configs(), &after.sgi_configs());
+    assert_eq!(cmds.len(), 2);
+    for c in cmds {
+        m.enqueue(0, c);
+    }
+    assert_eq!(
+        m.take_events(),
+        [Event::Delivered {
+            cpu: 0,
+            vpe: 10,
+            intid: 3
+        }]
+    );
+    // Disabling it again holds the next one.
+    let off = guest_redist(&[(ISENABLER0, 1 << 3), (ICENABLER0, 1 << 3)]);
+    for c in reconfigure(10, &after.sgi_configs(), &off.sgi_configs()) {
+        m.enqueue(0, c);
+    }
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0b1), 0, 0);
+    assert!(m.take_events().is_empty());
+}
+
+#[test]
+fn a_distributor_with_group_1_off_holds_vsgis_and_unmap_leaves_every_its() {
+    let mut m = bare(Config {
+        its_count: 2,
+        ..Config::default()
+    });
+    let r = guest_redist(&[(ISENABLER0, 0xFFFF)]);
+    for (its, c) in map_vpe(&vmapp(4, 1, true), 2, &r.sgi_configs()) {
+        m.enqueue(its, c);
+    }
+    let (chip_lock, _) = lock();
+    let mut rx = Residency::new();
+    let (g0, g1) = group_enables(0);
+    assert_eq!((g0, g1), (false, false));
+    rx.load(&mut on(&mut m, 1), &chip_lock, 4, g0, g1).unwrap();
+    m.its_sgi_write(1, reg::GITS_SGIR, sgir(4, 6));
+    assert!(m.events().is_empty(), "group 1 off in GICD_CTLR: held");
+    assert_eq!(m.pending(4), 1 << 6);
+    rx.put(&mut on(&mut m, 1), &chip_lock).unwrap();
+
+    let cmds = unmap_vpe(4, 2);
+    assert_eq!(cmds.iter().filter(|(_, c)| c[0] >> 8 & 1 == 1).count(), 1);
+    assert_eq!(
+        cmds.last().map(|&(its, c)| (its, c[0] >> 8 & 1)),
+        Some((1, 1))
+    );
+    for (its, c) in cmds {
+        m.enqueue(its, c);
+    }
+    assert!(!m.mapped(0, 4) && !m.mapped(1, 4));
+    assert!(m.take_events().is_empty(), "no error, no misuse");
+}
