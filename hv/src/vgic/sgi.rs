@@ -123,6 +123,12 @@ impl SgiMap {
         }
     }
 
+    /// Whether vCPU i has affinity 0.0.0.i for every i (Aff0 alone names
+    /// a target).
+    pub fn dense(&self) -> bool {
+        self.dense
+    }
+
     /// Resolve an ICC_SGI1R_EL1 `value` written by vCPU `self_index` of the
     /// partition whose vCPU affinities (the ones this map was made from)
     /// are `vcpu_mpidrs`: the SGI's INTID and where it goes. Always inlined

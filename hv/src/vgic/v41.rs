@@ -21,7 +21,10 @@
 //!   register, KVM traps it too), is resolved against the partition's own
 //!   vCPUs with the same precomputed [`SgiMap`], and each target becomes one
 //!   GITS_SGIR write (vPE ID [47:32], vINTID [3:0]) to the ITS chosen for
-//!   the sending CPU (`vgic::its_choice`). The receiver takes no exit: a
+//!   the sending CPU (`vgic::its_choice`). The IPI Linux sends most (one
+//!   sibling named by Aff0 alone) is a mask test, a load of the target's
+//!   precomputed GITS_SGIR word and the store (23 instructions compiled;
+//!   docs/PERFORMANCE.md). The receiver takes no exit: a
 //!   resident vPE gets the vSGI in its virtual CPU interface; a
 //!   non-resident one keeps it pending and sees it when loaded. Targets
 //!   outside the partition are never written (counted as today).
@@ -186,21 +189,29 @@ fn wait_clean(hw: &mut impl V41Hw) -> Result<u64, ResidencyError> {
     Err(ResidencyError::DirtyStuck)
 }
 
-/// A partition's direct vSGI routing: the vPE ID of each of its vCPUs.
+/// A partition's direct vSGI routing: each vCPU's GITS_SGIR word (its vPE
+/// ID in [47:32]; the vINTID is or'ed in on send).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirectSgi {
-    vpes: alloc::vec::Vec<u16>,
+    words: alloc::vec::Vec<u64>,
 }
+
+/// ICC_SGI1R_EL1 bits other than TargetList [15:0] and INTID [27:24]:
+/// Aff1, Aff2, IRM, RS, Aff3. All zero on the IPI Linux sends most (one
+/// sibling of a dense partition, `SgiMap::dense`).
+const SGI1R_NOT_LIST_OR_INTID: u64 = !(0xFFFF | 0xF << 24);
 
 impl DirectSgi {
     /// `vpes[i]` is vCPU i's vPE ID (allocated host-wide, never shared
     /// between partitions).
     pub fn new(vpes: alloc::vec::Vec<u16>) -> Self {
-        DirectSgi { vpes }
+        DirectSgi {
+            words: vpes.into_iter().map(|v| sgir(v, 0)).collect(),
+        }
     }
 
     pub fn vpe(&self, vcpu: usize) -> Option<u16> {
-        self.vpes.get(vcpu).copied()
+        self.words.get(vcpu).map(|w| (w >> 32) as u16)
     }
 
     /// The sender's path: an ICC_SGI1R_EL1 `value` written by vCPU
@@ -208,7 +219,39 @@ impl DirectSgi {
     /// `vcpu_mpidrs`, sent as one GITS_SGIR write per target vCPU to ITS
     /// `its`. Targets outside the partition are not sent; the resolution
     /// is returned so the caller reports `outside` as today.
+    ///
+    /// One target named by Aff0 alone in a dense partition (vCPU i has
+    /// affinity 0.0.0.i), the IPI Linux sends, is a mask test, a table
+    /// load and the store; everything else goes through
+    /// [`DirectSgi::send_general`] (the same result, host-tested side by
+    /// side).
+    #[inline(always)]
     pub fn send(
+        &self,
+        hw: &mut impl V41Hw,
+        map: &SgiMap,
+        vcpu_mpidrs: &[u64],
+        value: u64,
+        self_index: usize,
+        its: usize,
+    ) -> SgiResolution {
+        let list = value & 0xFFFF;
+        if value & SGI1R_NOT_LIST_OR_INTID == 0 && list.is_power_of_two() && map.dense() {
+            let t = list.trailing_zeros() as usize;
+            if let Some(&word) = self.words.get(t) {
+                hw.write_sgir(its, word | (value >> 24 & 0xF));
+                return SgiResolution {
+                    vcpus: list,
+                    outside: 0,
+                };
+            }
+        }
+        self.send_general(hw, map, vcpu_mpidrs, value, self_index, its)
+    }
+
+    /// [`DirectSgi::send`] for any ICC_SGI1R_EL1 value.
+    #[inline(never)]
+    pub fn send_general(
         &self,
         hw: &mut impl V41Hw,
         map: &SgiMap,
@@ -219,12 +262,17 @@ impl DirectSgi {
     ) -> SgiResolution {
         let (intid, res) = map.resolve(vcpu_mpidrs, value, self_index);
         for t in ones(res.vcpus) {
-            if let Some(&vpe) = self.vpes.get(t as usize) {
-                hw.write_sgir(its, sgir(vpe, intid));
+            if let Some(&word) = self.words.get(t as usize) {
+                hw.write_sgir(its, word | u64::from(intid & 0xF));
             }
         }
         res
     }
+}
+
+/// GITS_SGIR: vPEID [47:32], vINTID [3:0], everything else RES0.
+pub const fn sgir(vpe: u16, intid: u8) -> u64 {
+    (vpe as u64) << 32 | (intid & 0xF) as u64
 }
 
 /// One SGI's configuration as the VSGI command carries it.
@@ -301,11 +349,6 @@ pub fn unmap_vpe(vpe: u16, itses: usize) -> alloc::vec::Vec<(usize, [u64; 4])> {
 /// of a group the guest's distributor has off stays pending, as on GICv3.
 pub fn group_enables(gicd_ctlr: u32) -> (bool, bool) {
     (gicd_ctlr & 1 != 0, gicd_ctlr & 2 != 0)
-}
-
-/// GITS_SGIR: vPEID [47:32], vINTID [3:0], everything else RES0.
-pub const fn sgir(vpe: u16, intid: u8) -> u64 {
-    (vpe as u64) << 32 | (intid & 0xF) as u64
 }
 
 /// ITS commands of the vPE and vSGI paths (four doublewords each).
