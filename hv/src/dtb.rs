@@ -21,7 +21,7 @@ pub use host::{
     parse_host_gicv5, Conduit, EarlyUart, GicInfo, Gicv5Info, Gicv5Irs, HostDevice, HostInfo,
     NumaInfo, PciIntxMap, PciIommuMap, PciRange, PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
 };
-pub use pcie::{pcie_cells, pcie_cells_for, PcieCells};
+pub use pcie::{msi_map, pcie_cells, pcie_cells_for, PcieCells};
 pub use writer::{FdtWriter, NodeToken};
 
 /// Why a device tree could not be written, generated or parsed.
