@@ -636,6 +636,16 @@ fn smmu_system_with(
     change: impl FnOnce(&mut Plan),
     functions: Vec<crate::vpci::HostFunction>,
 ) -> (&'static System, FakeHw) {
+    smmu_system_of(change, functions, crate::dtb::SmmuModel::Generic)
+}
+
+/// [`smmu_system_with`], the host describing its SMMU as `model` (the
+/// fake SMMU a generic one: a test makes it match).
+fn smmu_system_of(
+    change: impl FnOnce(&mut Plan),
+    functions: Vec<crate::vpci::HostFunction>,
+    model: crate::dtb::SmmuModel,
+) -> (&'static System, FakeHw) {
     use crate::dtb::{HostDevice, PciIommuMap, PcieInfo};
     let mut h = host(4);
     h.pcie = Some(PcieInfo {
@@ -658,11 +668,28 @@ fn smmu_system_with(
         regs: vec![(0x905_0000, 0x2_0000)],
         spis: vec![106, 107, 108, 109],
         enabled: true,
+        smmu_model: model,
     });
     let sys = system_with_functions(change, None, Default::default(), h, functions);
     let mut hw = FakeHw::new();
     hw.smmu = Some(crate::smmu::tests::rig());
     (sys, hw)
+}
+
+#[test]
+fn an_smmu_the_host_describes_as_a_cavium_cn99xx_is_driven_through_page_0_only() {
+    let (sys, mut hw) = smmu_system_of(|_| {}, Vec::new(), crate::dtb::SmmuModel::CaviumCn99xx);
+    let model = hw.smmu.as_ref().unwrap().model.clone();
+    model.borrow_mut().page0_only = true;
+
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    // A stream nobody owns faults: the record is read and acknowledged.
+    model.borrow_mut().dma(0x0008, 0x4000_0000, false);
+    let events = sys.smmu_poll(&mut hw);
+
+    assert_eq!(events, 1);
+    assert_eq!(model.borrow().page1_touched, 0);
+    assert!(hw.log_has("C_BAD_STE from stream 0x8"), "{:?}", hw.log);
 }
 
 #[test]
@@ -865,6 +892,7 @@ fn with_two_smmus_each_functions_stream_goes_to_the_smmu_its_requester_id_maps_t
             regs: vec![(base, 0x2_0000)],
             spis: vec![],
             enabled: true,
+            smmu_model: Default::default(),
         });
     }
     let sys = system_with_functions(

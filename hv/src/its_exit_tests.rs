@@ -335,6 +335,7 @@ fn behind_smmu(its: u64) -> impl FnOnce(&mut HostInfo) {
             regs: vec![(0x905_0000, 0x2_0000)],
             spis: vec![106, 107, 108, 109],
             enabled: true,
+            smmu_model: Default::default(),
         });
     }
 }
