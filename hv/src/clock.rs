@@ -335,6 +335,7 @@ mod tests {
             regs: vec![(0x901_0000, 0x1000)],
             spis: vec![34],
             enabled,
+            smmu_model: Default::default(),
         };
         assert_eq!(pl031(&[]), None);
         let mut devices = vec![

@@ -19,9 +19,10 @@ pub use guest::{
 pub use host::{
     chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb,
     parse_host_gicv5, Conduit, EarlyUart, GicInfo, Gicv5Info, Gicv5Irs, HostDevice, HostInfo,
-    NumaInfo, PciIntxMap, PciIommuMap, PciRange, PciSpace, PcieInfo, PsciInfo, TimerPpis, UartInfo,
+    NumaInfo, PciIntxMap, PciIommuMap, PciRange, PciSpace, PcieInfo, PsciInfo, SmmuModel,
+    TimerPpis, UartInfo,
 };
-pub use pcie::{pcie_cells, pcie_cells_for, PcieCells};
+pub use pcie::{msi_map, pcie_cells, pcie_cells_for, PcieCells};
 pub use writer::{FdtWriter, NodeToken};
 
 /// Why a device tree could not be written, generated or parsed.

@@ -1,7 +1,9 @@
 //! Whole exits driven through a fake of the hardware: the fake keeps list
 //! registers as decoded state (deriving ICH_ELRSR), records PPI changes,
-//! SGIs sent, distributor operations and log lines, and holds host memory
-//! in a vector, so that nothing here leans on a register encoding.
+//! SGIs sent, distributor operations and log lines, holds host memory in a
+//! vector and PCI configuration space in a map, and traces configuration
+//! writes, RAM writes and RAM zeroing in the order they happen, so that
+//! nothing here leans on a register encoding.
 
 use super::*;
 use crate::dtb::{GicInfo, HostInfo};
@@ -57,6 +59,20 @@ struct FakeHw {
     vlpi: Option<FakeVlpiFrame>,
     /// Every `zero_table` call.
     tables_zeroed: Vec<(u64, usize)>,
+    /// PCI configuration space by ECAM address, 32-bit words (absent:
+    /// nothing answers, all-ones).
+    config: alloc::collections::BTreeMap<u64, u32>,
+    /// Configuration writes, RAM writes and RAM zeroing, in the order they
+    /// happened (what must come before what).
+    trace: Vec<Traced>,
+}
+
+/// One entry of [`FakeHw::trace`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Traced {
+    ConfigWrite { pa: u64, width: u8, value: u32 },
+    RamWrite { pa: u64, len: u64 },
+    Zero { pa: u64, len: u64 },
 }
 
 /// A redistributor's VLPI frame: every write in order; Dirty clears at once.
@@ -112,7 +128,23 @@ impl FakeHw {
             smmu2: None,
             vlpi: None,
             tables_zeroed: Vec::new(),
+            config: alloc::collections::BTreeMap::new(),
+            trace: Vec::new(),
         }
+    }
+
+    /// Puts a function at ECAM address `ecam`: its IDs, class code,
+    /// COMMAND and one capability, MSI at 0x40 with MSI Enable set (as its
+    /// owner's driver left them: only a reset clears MSI Enable).
+    fn put_function(&mut self, ecam: u64, vendor: u16, device: u16, class: u32, command: u16) {
+        self.config
+            .insert(ecam, u32::from(vendor) | u32::from(device) << 16);
+        // STATUS: Capabilities List.
+        self.config.insert(ecam + 4, u32::from(command) | 1 << 20);
+        self.config.insert(ecam + 8, class << 8);
+        self.config.insert(ecam + 0xc, 0);
+        self.config.insert(ecam + 0x34, 0x40);
+        self.config.insert(ecam + 0x40, 0x05 | 1 << 16);
     }
 
     /// A fake whose RAM is sparse: every PA its own byte.
@@ -193,6 +225,10 @@ const HOST_RAM: (u64, u64) = (0x4000_0000, 4 << 30);
 
 impl HostMemory for FakeHw {
     fn write(&mut self, pa: PhysAddr, bytes: &[u8]) {
+        self.trace.push(Traced::RamWrite {
+            pa: pa.0,
+            len: bytes.len() as u64,
+        });
         if let Some(pages) = &mut self.pages {
             for (i, &b) in bytes.iter().enumerate() {
                 let at = pa.0 + i as u64;
@@ -226,6 +262,7 @@ impl HostMemory for FakeHw {
     }
     fn zero(&mut self, pa: PhysAddr, len: u64) {
         self.zeroed.push((pa.0, len));
+        self.trace.push(Traced::Zero { pa: pa.0, len });
         if let Some(pages) = &mut self.pages {
             let end = pa.0 + len;
             for (&at, page) in pages.range_mut(pa.0 & !0xfff..end) {
@@ -339,6 +376,20 @@ impl Hw for FakeHw {
     }
     fn zero_table(&mut self, pa: u64, bytes: usize) {
         self.tables_zeroed.push((pa, bytes));
+    }
+    fn config_read(&mut self, pa: u64, width: u8) -> u32 {
+        let word = self.config.get(&(pa & !3)).copied().unwrap_or(u32::MAX);
+        let shift = 8 * (pa & 3) as u32;
+        (word >> shift) & (u32::MAX >> (32 - 8 * u32::from(width)))
+    }
+    fn config_write(&mut self, pa: u64, width: u8, value: u32) {
+        self.trace.push(Traced::ConfigWrite { pa, width, value });
+        let Some(word) = self.config.get_mut(&(pa & !3)) else {
+            return;
+        };
+        let shift = 8 * (pa & 3) as u32;
+        let mask = (u32::MAX >> (32 - 8 * u32::from(width))) << shift;
+        *word = (*word & !mask) | ((value << shift) & mask);
     }
 }
 
@@ -585,6 +636,16 @@ fn smmu_system_with(
     change: impl FnOnce(&mut Plan),
     functions: Vec<crate::vpci::HostFunction>,
 ) -> (&'static System, FakeHw) {
+    smmu_system_of(change, functions, crate::dtb::SmmuModel::Generic)
+}
+
+/// [`smmu_system_with`], the host describing its SMMU as `model` (the
+/// fake SMMU a generic one: a test makes it match).
+fn smmu_system_of(
+    change: impl FnOnce(&mut Plan),
+    functions: Vec<crate::vpci::HostFunction>,
+    model: crate::dtb::SmmuModel,
+) -> (&'static System, FakeHw) {
     use crate::dtb::{HostDevice, PciIommuMap, PcieInfo};
     let mut h = host(4);
     h.pcie = Some(PcieInfo {
@@ -607,11 +668,28 @@ fn smmu_system_with(
         regs: vec![(0x905_0000, 0x2_0000)],
         spis: vec![106, 107, 108, 109],
         enabled: true,
+        smmu_model: model,
     });
     let sys = system_with_functions(change, None, Default::default(), h, functions);
     let mut hw = FakeHw::new();
     hw.smmu = Some(crate::smmu::tests::rig());
     (sys, hw)
+}
+
+#[test]
+fn an_smmu_the_host_describes_as_a_cavium_cn99xx_is_driven_through_page_0_only() {
+    let (sys, mut hw) = smmu_system_of(|_| {}, Vec::new(), crate::dtb::SmmuModel::CaviumCn99xx);
+    let model = hw.smmu.as_ref().unwrap().model.clone();
+    model.borrow_mut().page0_only = true;
+
+    assert!(sys.smmu_init(&mut hw, crate::stage2::vtcr_el2(44)).unwrap());
+    // A stream nobody owns faults: the record is read and acknowledged.
+    model.borrow_mut().dma(0x0008, 0x4000_0000, false);
+    let events = sys.smmu_poll(&mut hw);
+
+    assert_eq!(events, 1);
+    assert_eq!(model.borrow().page1_touched, 0);
+    assert!(hw.log_has("C_BAD_STE from stream 0x8"), "{:?}", hw.log);
 }
 
 #[test]
@@ -814,6 +892,7 @@ fn with_two_smmus_each_functions_stream_goes_to_the_smmu_its_requester_id_maps_t
             regs: vec![(base, 0x2_0000)],
             spis: vec![],
             enabled: true,
+            smmu_model: Default::default(),
         });
     }
     let sys = system_with_functions(

@@ -335,6 +335,7 @@ fn behind_smmu(its: u64) -> impl FnOnce(&mut HostInfo) {
             regs: vec![(0x905_0000, 0x2_0000)],
             spis: vec![106, 107, 108, 109],
             enabled: true,
+            smmu_model: Default::default(),
         });
     }
 }
@@ -879,5 +880,77 @@ fn a_partition_whose_functions_need_more_lpis_than_others_left_is_refused_naming
     assert_eq!(
         e.to_string(),
         "pci[0]: 0000:00:03.0: its MSI vectors bring the partition to 5000, but only 3192 of the host ITS's 8192 LPIs are left"
+    );
+}
+
+#[test]
+fn the_guest_dts_msi_map_sends_only_its_own_functions_rids_to_its_vits() {
+    use crate::pci::Bdf;
+    let at = |dev| Bdf {
+        bus: 0,
+        dev,
+        func: 0,
+    };
+    let pci = |device| pinfold_config::plan::PciAddress {
+        segment: 0,
+        bus: 0,
+        device,
+        function: 0,
+    };
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x2_0000)];
+    h.pcie = its_system_host_bridge();
+    let its = HostIts::new(
+        ItsTyper::decode(QEMU_TYPER),
+        Box::new(FakeQueue::default()),
+        4,
+    );
+    // alpha has 00:02.0 and 00:04.0, beta 00:03.0 between them.
+    let (sys, _) = system_and_tables(
+        |plan| {
+            plan.partitions[0].pci = vec![pci(2), pci(4)];
+            plan.partitions[1].pci = vec![pci(3)];
+        },
+        None,
+        Default::default(),
+        h,
+        vec![
+            nic_function(at(2)),
+            nic_function(at(3)),
+            nic_function(at(4)),
+        ],
+        Some(its),
+    );
+    let alpha = sys
+        .partitions()
+        .into_iter()
+        .find(|p| p.name == "alpha")
+        .unwrap();
+    assert!(alpha.has_vits());
+    alpha.set_state(State::Stopped, 0);
+    let mut hw = FakeHw::new();
+
+    sys.start_partition(&alpha, &mut hw, 1).unwrap();
+
+    let dtb = loaded_dtb(&hw, &alpha);
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+    let bridge = fdt
+        .all_nodes()
+        .find(|n| n.name.starts_with("pcie@"))
+        .expect("a host bridge node");
+    let its_node = fdt.find_node("/intc/its").or_else(|| {
+        fdt.all_nodes()
+            .find(|n| n.property("msi-controller").is_some())
+    });
+    let its_phandle = its_node
+        .and_then(|n| n.property("phandle"))
+        .map(|p| dt_cells(p.value)[0])
+        .expect("the vITS node has a phandle");
+    assert_eq!(its_phandle, crate::dtb::GUEST_ITS_PHANDLE);
+    // <rid-base msi-controller msi-base length>: 00:02.0 is RID 0x10,
+    // 00:04.0 RID 0x20, each its own DeviceID; beta's 0x18 maps nowhere.
+    assert_eq!(
+        dt_cells(bridge.property("msi-map").expect("msi-map").value),
+        [0x10, its_phandle, 0x10, 1, 0x20, its_phandle, 0x20, 1]
     );
 }

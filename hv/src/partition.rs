@@ -686,9 +686,15 @@ impl Partition {
         let mut pcie_props;
         let pcie_name;
         let its = self.has_vits();
-        // Every requester ID is its own DeviceID at the virtual ITS (the
-        // physical ITS sees the same ones).
-        let msi_map = [0, crate::dtb::GUEST_ITS_PHANDLE, 0, 0x1_0000];
+        // Its functions' requester IDs only, each its own DeviceID at the
+        // virtual ITS (the physical ITS sees the same ones).
+        let rids: Vec<u16> = self.vpci.as_ref().map_or_else(Vec::new, |v| {
+            v.bdfs()
+                .iter()
+                .map(|b| u16::from(b.bus) << 8 | u16::from(b.dev) << 3 | u16::from(b.func))
+                .collect()
+        });
+        let msi_map = crate::dtb::msi_map(&rids, crate::dtb::GUEST_ITS_PHANDLE);
         let extra: &[ExtraNode] = match &self.pcie {
             Some(c) => {
                 pcie_props = alloc::vec![

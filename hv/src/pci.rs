@@ -15,15 +15,34 @@
 //!    driver expects;
 //! 2. MSI and MSI-X enables cleared (while one is set, a function does not
 //!    assert INTx, which is the only interrupt the manager's Hermit uses);
-//! 3. a reset: Function Level Reset where the PCIe capability advertises it
-//!    (Transactions Pending waited for, Initiate FLR, the 100 ms the PCIe
-//!    base specification requires, then the function must answer
-//!    configuration reads again); otherwise, for a virtio function, a virtio
-//!    device reset (device_status = 0 written through the
-//!    VIRTIO_PCI_CAP_PCI_CFG window, so no BAR needs to be mapped or even
-//!    assigned, and read back until it is 0); otherwise none is possible and
-//!    the report says so;
-//! 4. COMMAND = 0 again (an FLR already cleared it).
+//! 3. a reset, the first of these the function allows:
+//!    - Function Level Reset where the PCIe capability advertises it
+//!      (Transactions Pending waited for, Initiate FLR, the 100 ms the PCIe
+//!      base specification requires, then the function must answer
+//!      configuration reads again);
+//!    - for a virtio function, a virtio device reset (device_status = 0
+//!      written through the VIRTIO_PCI_CAP_PCI_CFG window, so no BAR needs
+//!      to be mapped or even assigned, and read back until it is 0); kept
+//!      before the two below because it is what QEMU's virtio functions
+//!      were always reset with here;
+//!    - a power-management reset where the PCI Power Management capability
+//!      (ID 0x01) has PMCSR.No_Soft_Reset (bit 3) clear: PMCSR.PowerState
+//!      = D3hot, 10 ms (PCI PM 1.2, 5.6.1, table 5-6), D0, 10 ms, then the
+//!      function must answer as after an FLR (with No_Soft_Reset set the
+//!      D3hot->D0 transition keeps the function's state: no reset, skipped);
+//!    - a secondary bus reset by the PCI-to-PCI bridge whose secondary bus
+//!      the function is on (Bridge Control 0x3e bit 6 set, 2 ms (the spec's
+//!      minimum is 1 ms), cleared, then the function waited for as after an
+//!      FLR), only when that bridge is reached through the ECAM, the
+//!      function is the only one on its bus and no function behind the
+//!      bridge (its secondary to subordinate buses) is anyone else's
+//!      ([`ResetScope::foreign`]: another partition's, the hypervisor's, or
+//!      nobody's): a bus reset reaches every function behind the bridge;
+//!    - otherwise none is possible and the report says why
+//!      ([`NoReset`]);
+//! 4. COMMAND = 0 again (a reset already cleared it). Like the FLR path,
+//!    nothing else is put back: the function's next owner programs its
+//!    BARs (`vpci::program`) and its driver the rest.
 //!
 //! The platform only maps the ECAM window and performs the accesses
 //! ([`ConfigSpace`]); waits are measured on its counter.
@@ -76,12 +95,19 @@ pub(crate) const HEADER_TYPE: u16 = 0x0e;
 pub(crate) const CAP_PTR: u16 = 0x34;
 pub(crate) const STATUS_CAP_LIST: u32 = 1 << 4;
 pub(crate) const HEADER_MULTI_FUNCTION: u32 = 0x80;
-/// A type 1 (PCI-to-PCI bridge) header's Secondary Bus Number.
+/// A type 1 (PCI-to-PCI bridge) header's Secondary and Subordinate Bus
+/// Numbers.
 const SECONDARY_BUS: u16 = 0x19;
+const SUBORDINATE_BUS: u16 = 0x1a;
+/// A type 1 header's Bridge Control (PCI-to-PCI Bridge 1.2, 3.2.5.18) and
+/// its bit 6, Secondary Bus Reset.
+pub(crate) const BRIDGE_CONTROL: u16 = 0x3e;
+pub(crate) const BRIDGE_CTL_BUS_RESET: u32 = 1 << 6;
 /// Class code 0x06: bridge devices (host, PCI-PCI, ...).
 pub(crate) const CLASS_BRIDGE: u32 = 0x06;
 
 // Capability IDs.
+pub(crate) const CAP_PM: u32 = 0x01;
 pub(crate) const CAP_MSI: u32 = 0x05;
 pub(crate) const CAP_VENDOR: u32 = 0x09;
 pub(crate) const CAP_EXP: u32 = 0x10;
@@ -103,6 +129,20 @@ const DEVSTA_TRPND: u32 = 1 << 5;
 /// The wait after Initiate FLR before the function may be accessed (PCIe
 /// base specification 6.6.2).
 pub const FLR_WAIT_MS: u64 = 100;
+/// PCI Power Management: PMCSR at +4 of the capability; PowerState in bits
+/// 1:0 (D0 = 0, D3hot = 3); No_Soft_Reset in bit 3.
+pub(crate) const PM_CSR: u16 = 4;
+pub(crate) const PMCSR_STATE: u32 = 0b11;
+pub(crate) const PMCSR_D3HOT: u32 = 0b11;
+pub(crate) const PMCSR_NO_SOFT_RESET: u32 = 1 << 3;
+/// The wait after a write that moves a function to D3hot or from D3hot to
+/// D0 before it may be accessed again (PCI PM 1.2, table 5-6).
+pub const PM_WAIT_MS: u64 = 10;
+/// How long Secondary Bus Reset is held (at least 1 ms, PCI-to-PCI Bridge
+/// 1.2, 3.2.5.18; Linux holds it 2 ms), and the wait after it is cleared
+/// before the functions behind may be accessed (as after an FLR).
+pub const SBR_HOLD_MS: u64 = 2;
+pub const SBR_WAIT_MS: u64 = FLR_WAIT_MS;
 /// How long pending transactions may delay an FLR, and a function may take
 /// to answer configuration reads after one, before it is reported.
 const FLR_PENDING_MS: u64 = 100;
@@ -154,9 +194,51 @@ pub enum ResetDone {
     Flr { ready: bool },
     /// Virtio device reset; `status` as found, `done` = it read back 0.
     Virtio { status: u8, done: bool },
-    /// Neither is available: bus mastering and decoding are off, nothing
-    /// more can be done from configuration space.
-    NoMethod,
+    /// Power-management reset (D3hot, then D0); `ready` as for an FLR.
+    PowerManagement { ready: bool },
+    /// Secondary bus reset by `bridge`; `ready` as for an FLR.
+    SecondaryBus { bridge: Bdf, ready: bool },
+    /// None is available: bus mastering and decoding are off, nothing
+    /// more can be done from configuration space; why no bus reset.
+    NoMethod(NoReset),
+}
+
+/// Why a function got no secondary bus reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReset {
+    /// No PCI-to-PCI bridge reached through the ECAM has the function's
+    /// bus as its secondary bus (it sits on the host bridge's root bus).
+    NoBridge,
+    /// `other` is on the same bus: it would be reset too.
+    NotAlone { bridge: Bdf, other: Bdf },
+    /// `other`, behind the same bridge, is not the resetting owner's.
+    Foreign { bridge: Bdf, other: Bdf },
+}
+
+impl fmt::Display for NoReset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoReset::NoBridge => f.write_str("no bridge above it to reset its bus"),
+            NoReset::NotAlone { bridge, other } => {
+                write!(f, "bus reset by {bridge} refused: {other} shares its bus")
+            }
+            NoReset::Foreign { bridge, other } => write!(
+                f,
+                "bus reset by {bridge} refused: {other} behind it is another owner's"
+            ),
+        }
+    }
+}
+
+/// What a secondary bus reset may reach: the buses configuration requests
+/// reach (the host bridge's, as [`functions`] walks them) and who holds
+/// each function.
+#[derive(Clone, Copy)]
+pub struct ResetScope<'a> {
+    pub buses: (u8, u8),
+    /// Whether the function at a BDF is not the resetting owner's (another
+    /// partition's, one the hypervisor keeps, or one nobody was given).
+    pub foreign: &'a dyn Fn(Bdf) -> bool,
 }
 
 impl Quiesced {
@@ -168,6 +250,8 @@ impl Quiesced {
             ResetDone::Bridge
                 | ResetDone::Flr { ready: true }
                 | ResetDone::Virtio { done: true, .. }
+                | ResetDone::PowerManagement { ready: true }
+                | ResetDone::SecondaryBus { ready: true, .. }
         )
     }
 }
@@ -201,17 +285,42 @@ impl fmt::Display for Quiesced {
                 f,
                 " -> 0, virtio reset: status {status:#04x} did NOT read back 0"
             ),
-            ResetDone::NoMethod => f.write_str(" -> 0, no reset method (bus master off only)"),
+            ResetDone::PowerManagement { ready: true } => {
+                f.write_str(" -> 0, power-management reset (D3hot -> D0)")
+            }
+            ResetDone::PowerManagement { ready: false } => {
+                f.write_str(" -> 0, power-management reset (D3hot -> D0): NOT READY after 1 s")
+            }
+            ResetDone::SecondaryBus {
+                bridge,
+                ready: true,
+            } => write!(f, " -> 0, secondary bus reset by {bridge}"),
+            ResetDone::SecondaryBus {
+                bridge,
+                ready: false,
+            } => write!(
+                f,
+                " -> 0, secondary bus reset by {bridge}: NOT READY after 1 s"
+            ),
+            ResetDone::NoMethod(why) => write!(
+                f,
+                " -> 0, no reset method (bus master off only; no FLR, no PM reset, {why})"
+            ),
         }
     }
 }
 
 /// Quiesce every function [`functions`] finds on buses `buses`, in that
-/// order.
-pub fn quiesce_all(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Quiesced> {
+/// order; `foreign` as [`ResetScope::foreign`].
+pub fn quiesce_all(
+    cfg: &mut impl ConfigSpace,
+    buses: (u8, u8),
+    foreign: &dyn Fn(Bdf) -> bool,
+) -> Vec<Quiesced> {
+    let scope = ResetScope { buses, foreign };
     functions(cfg, buses)
         .into_iter()
-        .map(|bdf| quiesce_function(cfg, bdf))
+        .map(|bdf| quiesce_function(cfg, bdf, &scope))
         .collect()
 }
 
@@ -266,8 +375,8 @@ pub(crate) fn present(cfg: &mut impl ConfigSpace, bdf: Bdf) -> bool {
 }
 
 /// Quiesce and reset one present function (steps 1-4 of the module's
-/// description).
-pub fn quiesce_function(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Quiesced {
+/// description); `scope` bounds a secondary bus reset.
+pub fn quiesce_function(cfg: &mut impl ConfigSpace, bdf: Bdf, scope: &ResetScope<'_>) -> Quiesced {
     let start = cfg.now();
     let id = cfg.read(bdf, VENDOR_ID, 4);
     let (vendor, device) = (id as u16, (id >> 16) as u16);
@@ -301,17 +410,32 @@ pub fn quiesce_function(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Quiesced {
         .find(|&&(id, _)| id == CAP_EXP)
         .map(|&(_, at)| at)
         .filter(|&at| cfg.read(bdf, at + EXP_DEVCAP, 4) & DEVCAP_FLR != 0);
+    let virtio = (vendor == VIRTIO_VENDOR && VIRTIO_DEVICES.contains(&device))
+        .then(|| virtio_windows(cfg, bdf, &caps))
+        .flatten();
+    let pm = caps
+        .iter()
+        .find(|&&(id, _)| id == CAP_PM)
+        .map(|&(_, at)| at)
+        .filter(|&at| cfg.read(bdf, at + PM_CSR, 2) & PMCSR_NO_SOFT_RESET == 0);
     q.reset = if let Some(exp) = flr {
         ResetDone::Flr {
             ready: function_level_reset(cfg, bdf, exp),
         }
-    } else if vendor == VIRTIO_VENDOR && VIRTIO_DEVICES.contains(&device) {
-        match virtio_windows(cfg, bdf, &caps) {
-            Some(w) => virtio_reset(cfg, bdf, w),
-            None => ResetDone::NoMethod,
+    } else if let Some(w) = virtio {
+        virtio_reset(cfg, bdf, w)
+    } else if let Some(pm) = pm {
+        ResetDone::PowerManagement {
+            ready: power_management_reset(cfg, bdf, pm),
         }
     } else {
-        ResetDone::NoMethod
+        match bus_reset_bridge(cfg, bdf, scope) {
+            Ok(bridge) => ResetDone::SecondaryBus {
+                bridge,
+                ready: secondary_bus_reset(cfg, bridge, bdf),
+            },
+            Err(why) => ResetDone::NoMethod(why),
+        }
     };
     cfg.write(bdf, COMMAND, 2, 0);
     q.ticks = cfg.now().wrapping_sub(start);
@@ -378,19 +502,88 @@ fn function_level_reset(cfg: &mut impl ConfigSpace, bdf: Bdf, exp: u16) -> bool 
     );
     let ctl = cfg.read(bdf, exp + EXP_DEVCTL, 2);
     cfg.write(bdf, exp + EXP_DEVCTL, 2, ctl | DEVCTL_FLR);
-    let until = cfg.now() + ticks(cfg, FLR_WAIT_MS);
+    sleep(cfg, FLR_WAIT_MS);
+    wait_ready(cfg, bdf)
+}
+
+/// Waits `ms` milliseconds on the counter, touching no function.
+fn sleep(cfg: &mut impl ConfigSpace, ms: u64) {
+    let until = cfg.now() + ticks(cfg, ms);
     while cfg.now() < until {}
+}
+
+/// Polls `bdf` until it answers configuration reads (as [`present`]: a
+/// VF's IDs read 0xffff even when it is ready, its class code does not),
+/// for at most [`FLR_READY_MS`].
+fn wait_ready(cfg: &mut impl ConfigSpace, bdf: Bdf) -> bool {
     wait_for(
         cfg,
         FLR_READY_MS,
-        // As `present`: a VF's IDs read 0xffff even when it is ready, its
-        // class code does not.
         |read| {
             let vendor = read(VENDOR_ID, 2);
             vendor != 0 && (vendor != 0xffff || read(CLASS_REV, 4) != u32::MAX)
         },
         bdf,
     )
+}
+
+/// D3hot, then D0, each followed by [`PM_WAIT_MS`]; then the function is
+/// waited for. PMCSR's other bits are written back as read (PME_Status is
+/// write-one-to-clear: a PME the old owner left pending goes too).
+fn power_management_reset(cfg: &mut impl ConfigSpace, bdf: Bdf, pm: u16) -> bool {
+    let csr = cfg.read(bdf, pm + PM_CSR, 2) & !PMCSR_STATE;
+    cfg.write(bdf, pm + PM_CSR, 2, csr | PMCSR_D3HOT);
+    sleep(cfg, PM_WAIT_MS);
+    cfg.write(bdf, pm + PM_CSR, 2, csr);
+    sleep(cfg, PM_WAIT_MS);
+    wait_ready(cfg, bdf)
+}
+
+/// The PCI-to-PCI bridge whose secondary bus reset may reset `bdf`: the
+/// one reached on `scope.buses` whose secondary bus is `bdf`'s, with
+/// `bdf` alone on that bus and nothing behind it (secondary to subordinate
+/// buses) another owner's.
+pub fn bus_reset_bridge(
+    cfg: &mut impl ConfigSpace,
+    bdf: Bdf,
+    scope: &ResetScope<'_>,
+) -> Result<Bdf, NoReset> {
+    let reached = functions(cfg, scope.buses);
+    let bridge = reached
+        .iter()
+        .copied()
+        .find(|&b| {
+            b.bus < bdf.bus
+                && cfg.read(b, HEADER_TYPE, 1) & 0x7f == 1
+                && cfg.read(b, SECONDARY_BUS, 1) as u8 == bdf.bus
+        })
+        .ok_or(NoReset::NoBridge)?;
+    let subordinate = (cfg.read(bridge, SUBORDINATE_BUS, 1) as u8).max(bdf.bus);
+    let behind = reached
+        .iter()
+        .copied()
+        .filter(|&b| b != bdf && (bdf.bus..=subordinate).contains(&b.bus));
+    let mut alone = Ok(bridge);
+    for other in behind {
+        if (scope.foreign)(other) {
+            return Err(NoReset::Foreign { bridge, other });
+        }
+        if other.bus == bdf.bus && alone.is_ok() {
+            alone = Err(NoReset::NotAlone { bridge, other });
+        }
+    }
+    alone
+}
+
+/// Secondary Bus Reset on `bridge` held [`SBR_HOLD_MS`], cleared, then
+/// [`SBR_WAIT_MS`] and `bdf` waited for.
+fn secondary_bus_reset(cfg: &mut impl ConfigSpace, bridge: Bdf, bdf: Bdf) -> bool {
+    let ctl = cfg.read(bridge, BRIDGE_CONTROL, 2) & !BRIDGE_CTL_BUS_RESET;
+    cfg.write(bridge, BRIDGE_CONTROL, 2, ctl | BRIDGE_CTL_BUS_RESET);
+    sleep(cfg, SBR_HOLD_MS);
+    cfg.write(bridge, BRIDGE_CONTROL, 2, ctl);
+    sleep(cfg, SBR_WAIT_MS);
+    wait_ready(cfg, bdf)
 }
 
 /// Where a virtio function's common configuration is, and its
@@ -511,12 +704,18 @@ impl<H: Hw> ConfigSpace for Ecam<'_, H> {
 }
 
 /// Quiesce every function behind `bridge` (the one the partition `name`
-/// owns), logging one line per function and the total time.
-pub fn quiesce_bridge(hw: &mut impl Hw, name: &str, bridge: &PcieInfo) -> Vec<Quiesced> {
+/// owns), logging one line per function and the total time; `foreign` as
+/// [`ResetScope::foreign`] (the functions other partitions were given).
+pub fn quiesce_bridge(
+    hw: &mut impl Hw,
+    name: &str,
+    bridge: &PcieInfo,
+    foreign: &dyn Fn(Bdf) -> bool,
+) -> Vec<Quiesced> {
     let start = hw.now();
     let mut ecam = Ecam::new(hw, bridge);
     let buses = ecam.buses();
-    let done = quiesce_all(&mut ecam, buses);
+    let done = quiesce_all(&mut ecam, buses, foreign);
     let ticks = hw.now().wrapping_sub(start);
     let freq = hw.counter_frequency().max(1);
     for q in &done {

@@ -23,7 +23,22 @@ enum Kind {
     Flr {
         flr_at: Option<u64>,
     },
+    /// A function with the PM capability at [`PM_AT`]; when it last
+    /// changed power state. D3hot -> D0 with No_Soft_Reset clear resets it.
+    Pm {
+        changed_at: Option<u64>,
+    },
+    /// A PCI-to-PCI bridge: when Secondary Bus Reset was last set and
+    /// cleared. While it is set and [`SBR_WAIT_MS`] after, the functions
+    /// on its secondary bus do not answer.
+    Bridge {
+        set_at: Option<u64>,
+        cleared_at: Option<u64>,
+    },
 }
+
+/// Where [`pm_function`]'s PM capability is.
+const PM_AT: u16 = CAP_AT as u16;
 
 struct Function {
     regs: [u8; 4096],
@@ -36,6 +51,8 @@ struct Fake {
     clock: u64,
     /// (function, offset, width, value) of every write, in order.
     writes: Vec<(Bdf, u16, u8, u32)>,
+    /// The fake clock at each of `writes`.
+    written_at: Vec<u64>,
     /// Accesses to a function within 100 ms of its FLR.
     early: u32,
 }
@@ -131,6 +148,47 @@ const COMMON_AT: u16 = CAP_AT as u16 + 12;
 /// The PCI_CFG window's offset in [`virtio_net`].
 const WINDOW_AT: u16 = COMMON_AT + 16;
 
+/// A NIC without FLR whose only reset is through its PM capability.
+fn pm_function(no_soft_reset: bool) -> Function {
+    let pmcsr = if no_soft_reset {
+        PMCSR_NO_SOFT_RESET
+    } else {
+        0
+    };
+    let mut f = Function::new(0x8086, 0x100e, 0x020000, Kind::Pm { changed_at: None }).caps(&[(
+        CAP_PM as u8,
+        8,
+        &[(2, 2, 0x0003), (PM_CSR, 2, pmcsr)],
+    )]);
+    f.put(COMMAND, 2, 0x0007);
+    f
+}
+
+/// A root port (type 1 header) with secondary and subordinate bus `bus`.
+fn root_port(bus: u8) -> Function {
+    let mut b = Function::new(
+        0x1b36,
+        0x000c,
+        0x060400,
+        Kind::Bridge {
+            set_at: None,
+            cleared_at: None,
+        },
+    );
+    b.put(HEADER_TYPE, 1, 1);
+    b.put(0x19, 1, u32::from(bus));
+    b.put(0x1a, 1, u32::from(bus));
+    b
+}
+
+/// A scope in which every function is the resetting owner's.
+fn alone(first: u8, last: u8) -> ResetScope<'static> {
+    ResetScope {
+        buses: (first, last),
+        foreign: &|_| false,
+    }
+}
+
 fn flr_function(command: u16) -> Function {
     let mut f = Function::new(0x8086, 0x10d3, 0x020000, Kind::Flr { flr_at: None }).caps(&[
         (CAP_MSI as u8, 24, &[(2, 2, MSI_ENABLE)]),
@@ -173,18 +231,35 @@ impl Fake {
             && offset == f.get(COMMON_AT + VIRTIO_CAP_OFFSET, 4) + VIRTIO_DEVICE_STATUS
     }
 
-    fn in_flr_wait(&self, f: &Function) -> bool {
-        matches!(f.kind, Kind::Flr { flr_at: Some(t) } if self.clock < t + FLR_WAIT_MS * TICKS_PER_MS)
+    /// Whether `bdf` must not be accessed now: within 100 ms of its FLR,
+    /// 10 ms of a power-state change, or while the bus it is on is held
+    /// in reset or within 100 ms after.
+    fn in_reset_wait(&self, bdf: Bdf) -> bool {
+        let Some(f) = self.functions.get(&bdf) else {
+            return false;
+        };
+        let within = |t: u64, ms: u64| self.clock < t + ms * TICKS_PER_MS;
+        let own = match f.kind {
+            Kind::Flr { flr_at: Some(t) } => within(t, FLR_WAIT_MS),
+            Kind::Pm {
+                changed_at: Some(t),
+            } => within(t, PM_WAIT_MS),
+            _ => false,
+        };
+        own || self.functions.values().any(|b| match b.kind {
+            Kind::Bridge { set_at, cleared_at } if b.get(0x19, 1) == u32::from(bdf.bus) => {
+                let held = set_at.is_some_and(|s| cleared_at.is_none_or(|c| c < s));
+                held || cleared_at.is_some_and(|c| within(c, SBR_WAIT_MS))
+            }
+            _ => false,
+        })
     }
 }
 
 impl ConfigSpace for Fake {
     fn read(&mut self, bdf: Bdf, offset: u16, width: u8) -> u32 {
         assert_eq!(offset % u16::from(width), 0, "unaligned read");
-        let early = self
-            .functions
-            .get(&bdf)
-            .is_some_and(|f| self.in_flr_wait(f));
+        let early = self.in_reset_wait(bdf);
         let Some(f) = self.functions.get_mut(&bdf) else {
             return u32::MAX >> (32 - 8 * u32::from(width));
         };
@@ -214,18 +289,37 @@ impl ConfigSpace for Fake {
     fn write(&mut self, bdf: Bdf, offset: u16, width: u8, value: u32) {
         assert_eq!(offset % u16::from(width), 0, "unaligned write");
         self.writes.push((bdf, offset, width, value));
-        let early = self
-            .functions
-            .get(&bdf)
-            .is_some_and(|f| self.in_flr_wait(f));
-        if early {
+        self.written_at.push(self.clock);
+        if self.in_reset_wait(bdf) {
             self.early += 1;
         }
         let clock = self.clock;
+        if offset == BRIDGE_CONTROL {
+            let on = value & BRIDGE_CTL_BUS_RESET != 0;
+            let mut reset_bus = None;
+            if let Some(b) = self.functions.get_mut(&bdf) {
+                let secondary = b.get(0x19, 1) as u8;
+                if let Kind::Bridge { set_at, cleared_at } = &mut b.kind {
+                    if on {
+                        *set_at = Some(clock);
+                        reset_bus = Some(secondary);
+                    } else if set_at.is_some() {
+                        *cleared_at = Some(clock);
+                    }
+                }
+            }
+            // Everything on the secondary bus goes to its reset state.
+            for (b, f) in self.functions.iter_mut() {
+                if Some(b.bus) == reset_bus {
+                    f.put(COMMAND, 2, 0);
+                }
+            }
+        }
         let Some(f) = self.functions.get_mut(&bdf) else {
             return;
         };
         let on_status = Fake::window_on_status(f);
+        let from = f.get(PM_AT + PM_CSR, 2);
         match &mut f.kind {
             Kind::Virtio { status, stuck, .. }
                 if offset == WINDOW_AT + VIRTIO_CFG_DATA && on_status =>
@@ -233,6 +327,20 @@ impl ConfigSpace for Fake {
                 if value == 0 && !*stuck {
                     *status = 0;
                 }
+                return;
+            }
+            Kind::Pm { changed_at } if offset == PM_AT + PM_CSR => {
+                let to = value & PMCSR_STATE;
+                *changed_at = Some(clock);
+                if from & PMCSR_STATE == PMCSR_D3HOT && to == 0 && from & PMCSR_NO_SOFT_RESET == 0 {
+                    // D3hot -> D0 without No_Soft_Reset: the reset state.
+                    f.put(COMMAND, 2, 0);
+                }
+                f.put(
+                    PM_AT + PM_CSR,
+                    2,
+                    (from & PMCSR_NO_SOFT_RESET) | (value & !PMCSR_NO_SOFT_RESET),
+                );
                 return;
             }
             Kind::Flr { flr_at } if offset == 0x40 + 24 + EXP_DEVCTL && value & DEVCTL_FLR != 0 => {
@@ -263,7 +371,7 @@ fn a_virtio_nic_firmware_left_running_is_stopped_then_reset() {
     nic.put(COMMAND, 2, 0x0007);
     let mut fake = Fake::with(vec![(NIC, nic)]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
     assert_eq!(done.len(), 1);
     let q = &done[0];
@@ -294,7 +402,7 @@ fn a_virtio_nic_firmware_left_running_is_stopped_then_reset() {
 fn msix_left_enabled_by_firmware_is_disabled_so_intx_works() {
     let mut fake = Fake::with(vec![(NIC, virtio_net(0x0f, true))]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
     assert!(done[0].msix_was_on);
     assert_eq!(
@@ -309,7 +417,7 @@ fn intx_disable_left_by_firmware_is_cleared() {
     nic.put(COMMAND, 2, 0x0406);
     let mut fake = Fake::with(vec![(NIC, nic)]);
 
-    quiesce_all(&mut fake, (0, 0));
+    quiesce_all(&mut fake, (0, 0), &|_| false);
 
     assert_eq!(fake.command(NIC), 0);
 }
@@ -324,7 +432,7 @@ fn a_slow_virtio_reset_is_waited_for_until_it_reads_zero() {
     };
     let mut fake = Fake::with(vec![(NIC, nic)]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
     assert_eq!(
         done[0].reset,
@@ -345,7 +453,7 @@ fn a_virtio_device_that_never_resets_is_reported_not_hung_on() {
     };
     let mut fake = Fake::with(vec![(NIC, nic)]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
     assert_eq!(
         done[0].reset,
@@ -369,7 +477,7 @@ fn flr_is_preferred_and_the_function_is_left_alone_for_100_ms() {
     };
     let mut fake = Fake::with(vec![(bdf, flr_function(0x0006))]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
     let q = &done[0];
     assert_eq!(q.reset, ResetDone::Flr { ready: true });
@@ -393,7 +501,7 @@ fn an_sriov_vf_whose_ids_read_ffff_is_present_and_ready_after_its_flr() {
     let mut fake = Fake::with(vec![(vf, f)]);
     assert!(present(&mut fake, vf));
 
-    let done = quiesce_function(&mut fake, vf);
+    let done = quiesce_function(&mut fake, vf, &alone(0, 0));
 
     assert_eq!(done.reset, ResetDone::Flr { ready: true });
     assert_eq!(fake.command(vf), 0);
@@ -410,9 +518,9 @@ fn a_nic_without_any_reset_method_still_loses_bus_mastering() {
     f.put(COMMAND, 2, 0x0107);
     let mut fake = Fake::with(vec![(e1000, f)]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
-    assert_eq!(done[0].reset, ResetDone::NoMethod);
+    assert_eq!(done[0].reset, ResetDone::NoMethod(NoReset::NoBridge));
     assert_eq!(fake.command(e1000), 0);
     assert!(done[0].to_string().contains("no reset method"));
 }
@@ -428,7 +536,7 @@ fn bridges_are_left_alone_and_absent_functions_skipped() {
     hb.put(COMMAND, 2, 0x0006);
     let mut fake = Fake::with(vec![(host_bridge, hb), (NIC, virtio_net(0, false))]);
 
-    let done = quiesce_all(&mut fake, (0, 3));
+    let done = quiesce_all(&mut fake, (0, 3), &|_| false);
 
     assert_eq!(
         done.iter().map(|q| q.bdf).collect::<Vec<_>>(),
@@ -457,8 +565,8 @@ fn functions_1_to_7_are_scanned_only_when_function_0_is_multi_function() {
     let mut multi = Fake::with(vec![(f(0), plain(true)), (f(5), plain(false))]);
 
     // Bus 1 is this host bridge's first bus.
-    assert_eq!(quiesce_all(&mut single, (1, 1)).len(), 1);
-    assert_eq!(quiesce_all(&mut multi, (1, 1)).len(), 2);
+    assert_eq!(quiesce_all(&mut single, (1, 1), &|_| false).len(), 1);
+    assert_eq!(quiesce_all(&mut multi, (1, 1), &|_| false).len(), 2);
 }
 
 #[test]
@@ -484,7 +592,7 @@ fn only_the_buses_bridges_lead_to_are_scanned() {
         functions(&mut fake, (0, 255)),
         [at(0, 1), at(0, 2), at(4, 0)]
     );
-    let done: Vec<Bdf> = quiesce_all(&mut fake, (0, 255))
+    let done: Vec<Bdf> = quiesce_all(&mut fake, (0, 255), &|_| false)
         .iter()
         .map(|q| q.bdf)
         .collect();
@@ -501,7 +609,7 @@ fn a_looping_capability_list_ends() {
     f.put(0x40, 2, 0x4000 | CAP_MSI);
     let mut fake = Fake::with(vec![(NIC, f)]);
 
-    let done = quiesce_all(&mut fake, (0, 0));
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
 
     assert_eq!(done.len(), 1);
 }
@@ -517,4 +625,150 @@ fn ecam_offsets_follow_bus_device_function() {
     assert_eq!(bdf.ecam_offset(0), 0x3_0000 << 4 | 0x1f << 15 | 7 << 12);
     assert_eq!(bdf.ecam_offset(2), 1 << 20 | 0x1f << 15 | 7 << 12);
     assert_eq!(bdf.to_string(), "03:1f.7");
+}
+
+#[test]
+fn without_flr_a_pm_reset_goes_d3hot_then_d0_each_waited_for() {
+    let mut fake = Fake::with(vec![(NIC, pm_function(false))]);
+
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
+
+    let q = &done[0];
+    assert_eq!(q.reset, ResetDone::PowerManagement { ready: true });
+    assert!(q.is_reset());
+    let pm: Vec<(u32, u64)> = fake
+        .writes
+        .iter()
+        .zip(&fake.written_at)
+        .filter(|(w, _)| w.0 == NIC && w.1 == PM_AT + PM_CSR)
+        .map(|(w, &t)| (w.3 & PMCSR_STATE, t))
+        .collect();
+    assert_eq!(
+        pm.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [PMCSR_D3HOT, 0],
+        "D3hot, then D0"
+    );
+    assert!(pm[1].1 - pm[0].1 >= PM_WAIT_MS * TICKS_PER_MS);
+    assert_eq!(fake.early, 0, "accessed within 10 ms of a state change");
+    assert_eq!(fake.command(NIC), 0);
+    assert!(q.to_string().contains("power-management reset"), "{q}");
+}
+
+#[test]
+fn no_soft_reset_set_skips_the_pm_reset() {
+    let mut fake = Fake::with(vec![(NIC, pm_function(true))]);
+
+    let done = quiesce_all(&mut fake, (0, 0), &|_| false);
+
+    assert_eq!(done[0].reset, ResetDone::NoMethod(NoReset::NoBridge));
+    assert!(
+        fake.writes.iter().all(|w| w.1 != PM_AT + PM_CSR),
+        "PMCSR untouched"
+    );
+}
+
+/// 00:01.0 a root port to bus 1, where 01:00.0 is a NIC without FLR or
+/// PM (and 01:00.1 another function when `sibling`).
+fn behind_a_root_port(sibling: bool) -> Fake {
+    let at = |bus, func| Bdf {
+        bus,
+        dev: if bus == 0 { 1 } else { 0 },
+        func,
+    };
+    let mut nic = Function::new(0x8086, 0x100e, 0x020000, Kind::Plain);
+    nic.put(COMMAND, 2, 0x0006);
+    let mut functions = vec![(at(0, 0), root_port(1))];
+    if sibling {
+        nic.put(HEADER_TYPE, 1, HEADER_MULTI_FUNCTION);
+        functions.push((
+            at(1, 1),
+            Function::new(0x8086, 0x100e, 0x020000, Kind::Plain),
+        ));
+    }
+    functions.push((at(1, 0), nic));
+    Fake::with(functions)
+}
+
+const PORT: Bdf = Bdf {
+    bus: 0,
+    dev: 1,
+    func: 0,
+};
+const BEHIND: Bdf = Bdf {
+    bus: 1,
+    dev: 0,
+    func: 0,
+};
+
+#[test]
+fn alone_behind_a_bridge_a_function_gets_a_secondary_bus_reset() {
+    let mut fake = behind_a_root_port(false);
+
+    let q = quiesce_function(&mut fake, BEHIND, &alone(0, 255));
+
+    assert_eq!(
+        q.reset,
+        ResetDone::SecondaryBus {
+            bridge: PORT,
+            ready: true
+        }
+    );
+    let ctl: Vec<(u32, u64)> = fake
+        .writes
+        .iter()
+        .zip(&fake.written_at)
+        .filter(|(w, _)| w.0 == PORT && w.1 == BRIDGE_CONTROL)
+        .map(|(w, &t)| (w.3 & BRIDGE_CTL_BUS_RESET, t))
+        .collect();
+    assert_eq!(
+        ctl.iter().map(|c| c.0).collect::<Vec<_>>(),
+        [BRIDGE_CTL_BUS_RESET, 0],
+        "set, then cleared"
+    );
+    assert!(ctl[1].1 - ctl[0].1 >= TICKS_PER_MS, "held at least 1 ms");
+    assert_eq!(fake.early, 0, "accessed during or just after the reset");
+    assert_eq!(fake.command(BEHIND), 0);
+    assert!(
+        q.to_string().contains("secondary bus reset by 00:01.0"),
+        "{q}"
+    );
+}
+
+#[test]
+fn a_secondary_bus_reset_is_refused_when_another_owner_shares_the_bus() {
+    let mut fake = behind_a_root_port(true);
+    let sibling = Bdf { func: 1, ..BEHIND };
+    let theirs = move |b: Bdf| b == sibling;
+    let scope = ResetScope {
+        buses: (0, 255),
+        foreign: &theirs,
+    };
+
+    let q = quiesce_function(&mut fake, BEHIND, &scope);
+
+    assert_eq!(
+        q.reset,
+        ResetDone::NoMethod(NoReset::Foreign {
+            bridge: PORT,
+            other: sibling
+        })
+    );
+    assert!(fake.writes.iter().all(|w| w.0 != PORT), "bridge untouched");
+    assert!(q.to_string().contains("another owner's"), "{q}");
+}
+
+#[test]
+fn a_secondary_bus_reset_is_refused_when_the_function_is_not_alone_on_its_bus() {
+    let mut fake = behind_a_root_port(true);
+
+    let q = quiesce_function(&mut fake, BEHIND, &alone(0, 255));
+
+    assert_eq!(
+        q.reset,
+        ResetDone::NoMethod(NoReset::NotAlone {
+            bridge: PORT,
+            other: Bdf { func: 1, ..BEHIND }
+        })
+    );
+    assert!(fake.writes.iter().all(|w| w.0 != PORT), "bridge untouched");
 }

@@ -829,3 +829,87 @@ fn a_boot_plan_entry_asking_for_gic_v5_on_a_gicv3_host_is_not_created() {
         "gic: needs a GICv5 host"
     );
 }
+
+/// alpha given 00:02.0 (a virtio NIC that, in the fake's configuration
+/// space, has no reset method), stopped, with bus mastering and MSI left
+/// on as a running driver leaves them; the address of the function's MSI
+/// Message Control (only the reset clears its enable: `vpci::program`
+/// writes COMMAND and the BARs, never MSI).
+fn alpha_with_a_function() -> (&'static System, FakeHw, Arc<Partition>, u64) {
+    let nic = crate::pci::Bdf {
+        bus: 0,
+        dev: 2,
+        func: 0,
+    };
+    let (sys, mut hw) = smmu_system_with(
+        |plan| {
+            plan.partitions[0].pci = alloc::vec![pinfold_config::plan::PciAddress {
+                segment: 0,
+                bus: 0,
+                device: 2,
+                function: 0,
+            }];
+        },
+        alloc::vec![nic_function(nic)],
+    );
+    for p in sys.partitions() {
+        p.set_state(State::Stopped, 0);
+    }
+    let alpha = sys
+        .partitions()
+        .into_iter()
+        .find(|p| p.name == "alpha")
+        .expect("alpha");
+    let ecam = 0x40_1000_0000 + nic.ecam_offset(0);
+    hw.put_function(ecam, 0x1af4, 0x1041, 0x02_0000, 0x0007);
+    (sys, hw, alpha, ecam + 0x42)
+}
+
+/// Where in `trace` the reset cleared MSI Enable at `msi_control`.
+fn reset_at(trace: &[Traced], msi_control: u64) -> Option<usize> {
+    trace.iter().position(|t| {
+        matches!(*t, Traced::ConfigWrite { pa, value, .. } if pa == msi_control && value & 1 == 0)
+    })
+}
+
+#[test]
+fn a_deleted_partitions_functions_are_reset_before_its_ram_is_scrubbed() {
+    let (sys, mut hw, alpha, msi_control) = alpha_with_a_function();
+    let (index, ram, size) = (alpha.index, alpha.ram.0, alpha.ram_size);
+    drop(alpha);
+
+    sys.destroy_partition(index, &mut hw).unwrap();
+    while sys.scrub_step(&mut hw) > 0 {}
+
+    let reset = reset_at(&hw.trace, msi_control).expect("its function was reset");
+    let first_zero = hw
+        .trace
+        .iter()
+        .position(|t| matches!(*t, Traced::Zero { pa, len } if pa < ram + size && pa + len > ram))
+        .expect("its RAM was scrubbed");
+    assert!(
+        reset < first_zero,
+        "reset at {reset}, scrub from {first_zero}"
+    );
+    assert!(hw.log_has("partition alpha (delete): pci 00:02.0"));
+}
+
+#[test]
+fn a_restarted_partitions_functions_are_reset_before_its_images_are_written() {
+    let (sys, mut hw, alpha, msi_control) = alpha_with_a_function();
+    let (ram, size) = (alpha.ram.0, alpha.ram_size);
+
+    sys.start_partition(&alpha, &mut hw, 1).unwrap();
+
+    let reset = reset_at(&hw.trace, msi_control).expect("its function was reset");
+    let first_write = hw
+        .trace
+        .iter()
+        .position(|t| matches!(*t, Traced::RamWrite { pa, .. } if (ram..ram + size).contains(&pa)))
+        .expect("its images were written");
+    assert!(
+        reset < first_write,
+        "reset at {reset}, first RAM write at {first_write}"
+    );
+    assert!(hw.log_has("partition alpha (start): pci 00:02.0"));
+}

@@ -37,6 +37,12 @@
 //! - **Events** ([`Event::decode`], [`EventQueue::drain`]): records into
 //!   "partition P's fault at IPA X, stream S" through the ownership query;
 //!   an overflowed queue is acknowledged and reported (events were lost).
+//! - **Models** ([`SmmuModel`], from the IORT node's Model or the DT's
+//!   quirk properties): a Cavium CN99xx has no register page 1, so the
+//!   event queue's PROD and CONS are at their page-1 offsets less 64 KiB
+//!   (`EventQueue::prod_reg`, [`page1`]); page 1 is never touched on one.
+//!   A HiSilicon Hi161x must not be sent CMD_PREFETCH_CONFIG; no model is
+//!   sent one ([`Command`] has none: prefetching is an optimisation).
 //! - **Who owns stream X** ([`FunctionOwners`]): a query over the ownership
 //!   model, from the host bridge's `iommu-map` (StreamID -> requester ID)
 //!   and the partitions' PCI ownership (today: the partition that owns the
@@ -44,6 +50,7 @@
 //!   replaces the one implementation, `system::System`).
 
 use crate::addr::PhysAddr;
+pub use crate::dtb::SmmuModel;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
@@ -75,6 +82,18 @@ pub const CMDQ_CONS: u32 = 0x9c;
 pub const EVENTQ_BASE: u32 = 0xa0;
 pub const EVENTQ_PROD: u32 = 0x1_00a8;
 pub const EVENTQ_CONS: u32 = 0x1_00ac;
+/// Register page 1's offset from page 0.
+pub const PAGE1: u32 = 0x1_0000;
+
+/// Where page-1 register `offset` is on an SMMU of `model`: 64 KiB lower
+/// when it has page 0 only.
+pub fn page1(offset: u32, model: SmmuModel) -> u32 {
+    if model.page0_regs_only() {
+        offset - PAGE1
+    } else {
+        offset
+    }
+}
 
 pub const CR0_SMMUEN: u32 = 1 << 0;
 pub const CR0_EVTQEN: u32 = 1 << 2;
@@ -615,6 +634,9 @@ pub struct EventQueue {
     pub base: PhysAddr,
     pub log2: u8,
     cons: u32,
+    /// EVENTQ_PROD's and EVENTQ_CONS's offsets on this SMMU ([`page1`]).
+    pub prod_reg: u32,
+    pub cons_reg: u32,
 }
 
 /// What one drain found.
@@ -627,7 +649,11 @@ pub struct Drained {
 }
 
 impl EventQueue {
-    pub fn new(mem: &mut (impl DmaMemory + ?Sized), log2: u8) -> Result<Self, SmmuError> {
+    pub fn new(
+        mem: &mut (impl DmaMemory + ?Sized),
+        log2: u8,
+        model: SmmuModel,
+    ) -> Result<Self, SmmuError> {
         let bytes = EVENT_BYTES << log2;
         let base = mem
             .alloc_zeroed(bytes, bytes.max(32))
@@ -636,6 +662,8 @@ impl EventQueue {
             base,
             log2,
             cons: 0,
+            prod_reg: page1(EVENTQ_PROD, model),
+            cons_reg: page1(EVENTQ_CONS, model),
         })
     }
 
@@ -652,7 +680,7 @@ impl EventQueue {
         mut each: impl FnMut(Event),
     ) -> Drained {
         let mask = (2u32 << self.log2) - 1;
-        let prod_reg = regs.read32(EVENTQ_PROD);
+        let prod_reg = regs.read32(self.prod_reg);
         let prod = prod_reg & mask;
         let mut out = Drained::default();
         let mut n = 0u32;
@@ -677,7 +705,7 @@ impl EventQueue {
             out.overflowed = true;
             self.cons = (self.cons & mask) | (prod_reg & EVTQ_OVFLG);
         }
-        regs.write32(EVENTQ_CONS, self.cons);
+        regs.write32(self.cons_reg, self.cons);
         out
     }
 }
@@ -820,6 +848,7 @@ pub struct SmmuStats {
 /// every stream whose entry is not the default abort.
 #[derive(Debug)]
 pub struct Smmu {
+    pub model: SmmuModel,
     pub features: Features,
     pub cmdq: CommandQueue,
     pub evtq: EventQueue,
@@ -852,11 +881,13 @@ impl Smmu {
     /// Programs the SMMU from reset (or whatever firmware left): every
     /// unknown stream aborts from the first write (GBPA.ABORT, then
     /// SMMUEN with an all-abort table), queues and tables placed, caches
-    /// invalidated. `vtcr` is the CPU's VTCR_EL2 for the stage-2 tables.
+    /// invalidated. `vtcr` is the CPU's VTCR_EL2 for the stage-2 tables;
+    /// `model` places the page-1 registers.
     pub fn init(
         regs: &mut (impl SmmuRegs + ?Sized),
         mem: &mut (impl DmaMemory + ?Sized),
         vtcr: u64,
+        model: SmmuModel,
     ) -> Result<Smmu, SmmuError> {
         let features = Features::decode(regs.read32(IDR0), regs.read32(IDR1), regs.read32(IDR5));
         features.check()?;
@@ -865,7 +896,7 @@ impl Smmu {
         wait_ack(regs, GBPA, |v| v & GBPA_UPDATE == 0, "SMMU_GBPA.UPDATE")?;
         set_cr0(regs, 0)?;
         let cmdq = CommandQueue::new(mem, CMDQ_LOG2.min(features.cmdq_log2))?;
-        let evtq = EventQueue::new(mem, EVTQ_LOG2.min(features.evtq_log2))?;
+        let evtq = EventQueue::new(mem, EVTQ_LOG2.min(features.evtq_log2), model)?;
         let table = StreamTable::new(mem, features.sid_bits)?;
         regs.write32(CR1, CR1_WB_ISH);
         regs.write32(CR2, CR2_RECINVSID_PTM);
@@ -875,12 +906,13 @@ impl Smmu {
         regs.write32(CMDQ_PROD, 0);
         regs.write32(CMDQ_CONS, 0);
         regs.write64(EVENTQ_BASE, evtq.base_register());
-        regs.write32(EVENTQ_PROD, 0);
-        regs.write32(EVENTQ_CONS, 0);
+        regs.write32(evtq.prod_reg, 0);
+        regs.write32(evtq.cons_reg, 0);
         // Polled: no SMMU interrupt is enabled.
         regs.write32(IRQ_CTRL, 0);
         wait_ack(regs, IRQ_CTRLACK, |v| v == 0, "SMMU_IRQ_CTRLACK")?;
         let mut smmu = Smmu {
+            model,
             features,
             cmdq,
             evtq,

@@ -480,7 +480,17 @@ impl System {
             // its drivers start from reset state, and no DMA runs into the
             // RAM its images are about to be copied to.
             if let Some(bridge) = self.host.pcie.as_ref() {
-                let found = crate::pci::quiesce_bridge(hw, &p.name, bridge);
+                // A bus reset never reaches a function another partition
+                // was given.
+                let theirs: Vec<crate::pci::Bdf> = self
+                    .partitions()
+                    .iter()
+                    .filter(|o| o.index != p.index)
+                    .filter_map(|o| o.vpci.as_ref())
+                    .flat_map(|v| v.bdfs())
+                    .collect();
+                let found =
+                    crate::pci::quiesce_bridge(hw, &p.name, bridge, &|b| theirs.contains(&b));
                 // Its functions' DMA goes through its stage 2 from here on
                 // (`smmu`); a stream that cannot be bound keeps aborting.
                 let bdfs: Vec<crate::pci::Bdf> = found.iter().map(|q| q.bdf).collect();
@@ -567,7 +577,9 @@ impl System {
         let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) else {
             return;
         };
-        let done = crate::vpci::reset_functions(&mut crate::pci::Ecam::new(hw, bridge), &v.bdfs());
+        let mut ecam = crate::pci::Ecam::new(hw, bridge);
+        let buses = ecam.buses();
+        let done = crate::vpci::reset_functions(&mut ecam, buses, &v.bdfs());
         for q in &done {
             hw.log(format_args!("partition {} ({why}): {q}", p.name));
         }

@@ -43,14 +43,17 @@
 //!   read-only header, extended configuration space, vendor capabilities)
 //!   is ignored and counted.
 //! - [`reset_functions`]: the quiesce and reset (`pci::quiesce_function`:
-//!   COMMAND off, MSI/MSI-X off, FLR or virtio reset) of a partition's
-//!   functions before its RAM is scrubbed or it starts again.
+//!   COMMAND off, MSI/MSI-X off, FLR, virtio, power-management or
+//!   secondary bus reset, the last only where every function behind the
+//!   bridge is the partition's own) of a partition's functions before its
+//!   RAM is scrubbed or it starts again.
 
 use crate::dtb::{PciIntxMap, PciRange, PciSpace, PcieInfo};
 use crate::exit::Hw;
 use crate::pci::{
-    capabilities, present, quiesce_function, Bdf, ConfigSpace, Ecam, Quiesced, CAP_EXP, CAP_MSI,
-    CAP_MSIX, CLASS_BRIDGE, CLASS_REV, COMMAND, HEADER_TYPE, MSIX_ENABLE, MSI_ENABLE, VENDOR_ID,
+    capabilities, present, quiesce_function, Bdf, ConfigSpace, Ecam, Quiesced, ResetScope, CAP_EXP,
+    CAP_MSI, CAP_MSIX, CLASS_BRIDGE, CLASS_REV, COMMAND, HEADER_TYPE, MSIX_ENABLE, MSI_ENABLE,
+    VENDOR_ID,
 };
 use alloc::vec::Vec;
 use core::fmt;
@@ -577,7 +580,8 @@ pub fn boot_scan(
 ) -> Vec<HostFunction> {
     let mut ecam = Ecam::new(hw, bridge);
     let buses = ecam.buses();
-    let _ = crate::pci::quiesce_all(&mut ecam, buses);
+    // Before any partition exists: every function is the hypervisor's.
+    let _ = crate::pci::quiesce_all(&mut ecam, buses, &|_| false);
     let mut found = enumerate(&mut ecam, buses);
     add_vfs(&mut ecam, bridge, wanted, &mut found, log);
     found
@@ -662,13 +666,24 @@ pub fn vf_apertures(host: &[HostFunction], bridge: &PcieInfo) -> Vec<(u64, u64)>
     out
 }
 
-/// Quiesces and resets `functions` (before reuse: stop, restart, delete,
-/// reassignment), in order.
-pub fn reset_functions(cfg: &mut impl ConfigSpace, functions: &[Bdf]) -> Vec<Quiesced> {
+/// Quiesces and resets `functions`, one partition's (before reuse: stop,
+/// restart, delete, reassignment), in order, on a host bridge reaching
+/// `buses`. A secondary bus reset is only used where nothing behind the
+/// bridge is a function outside `functions` (`pci::bus_reset_bridge`).
+pub fn reset_functions(
+    cfg: &mut impl ConfigSpace,
+    buses: (u8, u8),
+    functions: &[Bdf],
+) -> Vec<Quiesced> {
+    let foreign = |b: Bdf| !functions.contains(&b);
+    let scope = ResetScope {
+        buses,
+        foreign: &foreign,
+    };
     let mut done = Vec::new();
     for &bdf in functions {
         if present(cfg, bdf) {
-            done.push(quiesce_function(cfg, bdf));
+            done.push(quiesce_function(cfg, bdf, &scope));
         }
     }
     done

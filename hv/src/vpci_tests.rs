@@ -713,7 +713,7 @@ fn reset_functions_quiesces_each_present_function_of_the_list() {
         .get_mut(&bdf(1, 0))
         .unwrap()
         .put(COMMAND, 2, 0x7);
-    let done = reset_functions(&mut fake, &[bdf(1, 0), bdf(9, 0)]);
+    let done = reset_functions(&mut fake, (0, 0), &[bdf(1, 0), bdf(9, 0)]);
     assert_eq!(done.len(), 1);
     assert_eq!((done[0].bdf, done[0].command), (bdf(1, 0), 0x7));
     assert_eq!(fake.reg(bdf(1, 0), COMMAND, 2), 0);

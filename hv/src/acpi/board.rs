@@ -88,6 +88,7 @@ fn qemu_virt(host: &mut HostInfo, ecam: Ecam) {
             regs,
             spis,
             enabled: true,
+            smmu_model: Default::default(),
         };
     let primecell = |name: &str, base: u64, spi: u32| {
         device(

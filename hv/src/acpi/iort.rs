@@ -1,7 +1,8 @@
 //! IORT (Arm DEN 0049, IO Remapping Table, revision E.e): how PCIe
 //! requester IDs reach SMMUs and ITSes. Each SMMUv3 node becomes an
 //! `arm,smmu-v3` host device (`IortSmmuV3::host_device`, the entry the DT
-//! path makes of the node) and the root complex's mappings to an SMMUv3
+//! path makes of the node, its Model carried as the device's
+//! `SmmuModel`: HiSilicon Hi161x, Cavium CN99xx) and the root complex's mappings to an SMMUv3
 //! the host bridge's `iommu_map` (`Iort::pci_iommu_map`), which together
 //! are what `hv::smmu` finds and programs; the ITS groups are
 //! kept for the vITS work. A GICv5 host's IWBs (wire-to-MSI bridges) are
@@ -16,7 +17,7 @@
 use alloc::vec::Vec;
 
 use super::{AcpiError, Bytes, Table};
-use crate::dtb::{HostDevice, PciIommuMap};
+use crate::dtb::{HostDevice, PciIommuMap, SmmuModel};
 
 /// Node types (IORT table 4).
 const ITS_GROUP: u8 = 0;
@@ -73,7 +74,7 @@ pub struct IortSmmuV3 {
     /// Bit 0: COHACC override, bits 2:1: HTTU override, bit 3: proximity
     /// domain valid, bit 4: DeviceID mapping index valid.
     pub flags: u32,
-    /// 0 generic, 1 HiSilicon Hi161x, 2 Cavium CN99xx.
+    /// 0 generic, 1 HiSilicon Hi161x, 2 Cavium CN99xx (`SmmuModel`).
     pub model: u32,
     /// GSIVs of the event, PRI, global error and sync interrupts (0: none,
     /// or MSI-signalled).
@@ -114,6 +115,7 @@ impl IortSmmuV3 {
             .filter(|&intid| (32..1020).contains(&intid) || intid >= 4096)
             .collect(),
             enabled: true,
+            smmu_model: SmmuModel::from_iort(self.model),
         }
     }
 }

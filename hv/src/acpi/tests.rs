@@ -1096,6 +1096,33 @@ fn an_iort_smmuv3_is_the_host_device_the_dt_path_makes_of_its_node() {
 }
 
 #[test]
+fn an_iort_smmuv3_nodes_model_is_carried_into_its_host_device() {
+    use crate::dtb::SmmuModel;
+    for (model, want) in [
+        (0, SmmuModel::Generic),
+        (1, SmmuModel::HisiliconHi161x),
+        (2, SmmuModel::CaviumCn99xx),
+        (3, SmmuModel::Generic),
+    ] {
+        let mut f = qemu_smmuv3();
+        // The SMMUv3 node at 72; its Model at node offset 40.
+        let iort = f.table(b"IORT");
+        iort[72 + 40..72 + 44].copy_from_slice(&words(&[model]));
+        fix_checksum(iort);
+
+        let tables = f.parse().unwrap();
+
+        assert_eq!(tables.iort.unwrap().smmus[0].model, model);
+        let smmus: Vec<_> = tables.host.smmus_v3().collect();
+        assert_eq!(smmus[0].smmu_model, want, "model {model}");
+        // Its whole frame stays the hypervisor's whatever the model.
+        assert_eq!(smmus[0].regs, [(0x905_0000, 0x2_0000)]);
+    }
+    assert!(SmmuModel::CaviumCn99xx.page0_regs_only());
+    assert!(!SmmuModel::HisiliconHi161x.page0_regs_only());
+}
+
+#[test]
 fn an_iort_smmuv3_without_wired_interrupts_or_a_known_board_is_still_described() {
     let mut f = qemu_smmuv3();
     // MSI-signalled SMMU: its four GSIVs (node offsets 44-59) all 0.

@@ -1,6 +1,7 @@
 //! Reads the DTB firmware hands the hypervisor (x0 at entry): memory, CPUs,
 //! GIC frames, timer PPIs, console UART, PSCI conduit, PCIe host bridge and
-//! every device node with MMIO; turns that into the `HostResources` the
+//! every device node with MMIO (an SMMUv3's errata from its quirk
+//! properties, `SmmuModel`); turns that into the `HostResources` the
 //! plan's isolation check runs against; and finds the console UART alone
 //! (`early_uart`) when the full parse fails, so the error can be printed.
 //!
@@ -86,6 +87,44 @@ pub struct HostDevice {
     pub spis: Vec<u32>,
     /// `status` is absent, "okay" or "ok".
     pub enabled: bool,
+    /// For an `arm,smmu-v3`: which implementation, for the errata the SMMU
+    /// driver works around; `Generic` for every other device.
+    pub smmu_model: SmmuModel,
+}
+
+/// An SMMUv3's implementation, as far as its errata matter: the IORT
+/// SMMUv3 node's Model field (IORT 3.1.1.5), or on the DT path the
+/// binding's quirk properties (Linux bindings/iommu/arm,smmu-v3.yaml).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SmmuModel {
+    /// Model 0 (or a value this IORT revision does not define).
+    #[default]
+    Generic,
+    /// Model 1, HiSilicon Hi161x (DT `hisilicon,broken-prefetch-cmd`):
+    /// CMD_PREFETCH_CONFIG must not be issued. `smmu` never issues it on
+    /// any model.
+    HisiliconHi161x,
+    /// Model 2, Cavium CN99xx (DT `cavium,cn9900-broken-page1-regspace`):
+    /// no register page 1; its registers (EVENTQ_PROD/CONS, the PRI
+    /// queue's) are at the same offsets in page 0.
+    CaviumCn99xx,
+}
+
+impl SmmuModel {
+    /// The IORT SMMUv3 node's Model value.
+    pub fn from_iort(model: u32) -> SmmuModel {
+        match model {
+            1 => SmmuModel::HisiliconHi161x,
+            2 => SmmuModel::CaviumCn99xx,
+            _ => SmmuModel::Generic,
+        }
+    }
+
+    /// Page 1's registers live in page 0 (Linux's
+    /// ARM_SMMU_OPT_PAGE0_REGS_ONLY).
+    pub fn page0_regs_only(self) -> bool {
+        self == SmmuModel::CaviumCn99xx
+    }
 }
 
 impl HostInfo {
@@ -396,12 +435,26 @@ fn parse_devices(tree: &Tree, gic: usize) -> Vec<HostDevice> {
                 .map(|(intid, _)| intid)
                 .filter(|&intid| (32..1020).contains(&intid) || intid >= 4096)
                 .collect();
+            let smmu_model = if tree
+                .named_prop(i, "cavium,cn9900-broken-page1-regspace")
+                .is_some()
+            {
+                SmmuModel::CaviumCn99xx
+            } else if tree
+                .named_prop(i, "hisilicon,broken-prefetch-cmd")
+                .is_some()
+            {
+                SmmuModel::HisiliconHi161x
+            } else {
+                SmmuModel::Generic
+            };
             Some(HostDevice {
                 path: tree.path(i),
                 compatible: tree.strings_prop(i, Known::Compatible),
                 regs,
                 spis,
                 enabled: tree.enabled(i),
+                smmu_model,
             })
         })
         .collect()
@@ -1761,6 +1814,41 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn the_smmu_v3_bindings_quirk_properties_give_its_model() {
+        // Three SMMUv3 nodes: plain, Hi161x's and CN99xx's quirk.
+        let mut w = FdtWriter::new();
+        node(&mut w, "", |w| {
+            w.prop_u32("#address-cells", 2).unwrap();
+            w.prop_u32("#size-cells", 2).unwrap();
+            for (at, quirk) in [
+                (0x905_0000u32, None),
+                (0x907_0000, Some("hisilicon,broken-prefetch-cmd")),
+                (0x909_0000, Some("cavium,cn9900-broken-page1-regspace")),
+            ] {
+                node(w, &alloc::format!("smmuv3@{at:x}"), |w| {
+                    w.prop_string("compatible", "arm,smmu-v3").unwrap();
+                    w.prop_cells("reg", &[0, at, 0, 0x2_0000]).unwrap();
+                    if let Some(q) = quirk {
+                        w.prop(q, &[]).unwrap();
+                    }
+                });
+            }
+        });
+        let blob = w.finish().unwrap();
+
+        let devices = parse_devices(&Tree::index(&blob).unwrap(), 0);
+
+        assert_eq!(
+            devices.iter().map(|d| d.smmu_model).collect::<Vec<_>>(),
+            [
+                SmmuModel::Generic,
+                SmmuModel::HisiliconHi161x,
+                SmmuModel::CaviumCn99xx
+            ]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The guest's view of a passed-through PCIe host bridge: the host bridge
 //! node regenerated from what the host DTB said, with interrupts pointing at
-//! the partition's emulated GIC.
+//! the partition's emulated GIC, and the `msi-map` sending its own
+//! functions' requester IDs to its virtual ITS ([`msi_map`]).
 
 use super::guest::{spi_cells, GUEST_GIC_PHANDLE};
 use super::host::{PciSpace, PcieInfo};
@@ -27,6 +28,26 @@ pub struct PcieCells {
 fn push_u64(v: &mut Vec<u32>, x: u64) {
     v.push((x >> 32) as u32);
     v.push(x as u32);
+}
+
+/// A host bridge node's `msi-map` (bindings/pci/pci-msi.txt: `<rid-base
+/// msi-controller msi-base length>` entries) for the functions with
+/// requester IDs `rids`: each its own DeviceID at the ITS `its_phandle`
+/// (the physical ITS sees the same ones), runs of consecutive IDs one
+/// entry. Nothing else maps: a requester ID that is not one of the
+/// partition's functions has no DeviceID at its ITS.
+pub fn msi_map(rids: &[u16], its_phandle: u32) -> Vec<u32> {
+    let mut sorted = rids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut map: Vec<u32> = Vec::new();
+    for rid in sorted.into_iter().map(u32::from) {
+        match map.rchunks_exact_mut(4).next() {
+            Some([base, _, _, len]) if *base + *len == rid => *len += 1,
+            _ => map.extend_from_slice(&[rid, its_phandle, rid, 1]),
+        }
+    }
+    map
 }
 
 /// Builds the guest node's cells from the host bridge description, for a
@@ -82,6 +103,15 @@ mod tests {
     use crate::dtb::host::{PciIntxMap, PciRange};
     use alloc::string::String;
     use alloc::vec;
+
+    #[test]
+    fn msi_map_gives_each_run_of_consecutive_rids_one_entry() {
+        // 00:02.0, 00:02.1 (consecutive), 00:04.0, named out of order.
+        let map = msi_map(&[0x20, 0x11, 0x10], 3);
+
+        assert_eq!(map, [0x10, 3, 0x10, 2, 0x20, 3, 0x20, 1]);
+        assert!(msi_map(&[], 3).is_empty());
+    }
 
     fn bridge() -> PcieInfo {
         PcieInfo {

@@ -7,8 +7,9 @@
 //! Several SMMUv3s: the host bridge's `iommu-map` (or the IORT root
 //! complex's ID mappings) may send ranges of requester IDs to different
 //! SMMUs. Each SMMU it names is programmed on its own ([`SmmuUnit`], its
-//! `iommu-map` entries only), and a function's stream is bound on the SMMU
-//! whose entries cover its requester ID, nowhere else.
+//! `iommu-map` entries only, its register layout from the host device's
+//! `SmmuModel`), and a function's stream is bound on the SMMU whose
+//! entries cover its requester ID, nowhere else.
 
 use super::{Binding, FunctionOwners, IdMap, Smmu, SmmuError};
 use crate::exit::Hw;
@@ -101,17 +102,18 @@ impl System {
         };
         let mut units = Vec::new();
         for base in smmu_bases(&bridge.iommu_map) {
-            if !self
+            let Some(model) = self
                 .host
                 .smmus_v3()
-                .any(|d| d.regs.first().map(|r| r.0) == Some(base))
-            {
+                .find(|d| d.regs.first().map(|r| r.0) == Some(base))
+                .map(|d| d.smmu_model)
+            else {
                 hw.report(format_args!(
                     "smmu: the host bridge's iommu-map names {base:#x}, which is not an \
                      arm,smmu-v3 of the host: its requester IDs are not translated"
                 ));
                 continue;
-            }
+            };
             let maps = bridge
                 .iommu_map
                 .iter()
@@ -125,7 +127,7 @@ impl System {
             let Some((regs, mem)) = hw.smmu_io(base) else {
                 continue;
             };
-            let smmu = Smmu::init(regs, mem, vtcr)?;
+            let smmu = Smmu::init(regs, mem, vtcr, model)?;
             units.push(SmmuUnit { smmu, base, maps });
         }
         if units.is_empty() {

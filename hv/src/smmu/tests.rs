@@ -77,6 +77,14 @@ pub(crate) struct Model {
     tlb: Vec<(u16, u64)>,
     /// RAM each VMID's stage 2 maps: [base, base + size).
     pub(crate) ram: HashMap<u16, (u64, u64)>,
+    /// A Cavium CN99xx: no page 1, its registers at the same offsets in
+    /// page 0 (where a generic SMMU has nothing).
+    pub(crate) page0_only: bool,
+    /// Accesses beyond page 0 of a page-0-only SMMU (another device's
+    /// registers on real hardware).
+    pub(crate) page1_touched: u32,
+    /// The opcode of every command consumed, known or not.
+    pub(crate) opcodes: Vec<u8>,
 }
 
 pub(crate) struct Regs(Rc<RefCell<Model>>);
@@ -112,7 +120,28 @@ impl Model {
             ste_cache: HashMap::new(),
             tlb: Vec::new(),
             ram: HashMap::new(),
+            page0_only: false,
+            page1_touched: 0,
+            opcodes: Vec::new(),
         }
+    }
+
+    /// The architectural offset an access at `offset` reaches: on a
+    /// page-0-only SMMU page 1's registers are 64 KiB lower and nothing is
+    /// beyond page 0.
+    fn register(&mut self, offset: u32) -> Option<u32> {
+        if !self.page0_only {
+            return Some(offset);
+        }
+        if offset >= PAGE1 {
+            self.page1_touched += 1;
+            return None;
+        }
+        Some(match offset {
+            o if o == EVENTQ_PROD - PAGE1 => EVENTQ_PROD,
+            o if o == EVENTQ_CONS - PAGE1 => EVENTQ_CONS,
+            o => o,
+        })
     }
 
     fn rd(&self, at: u64) -> u64 {
@@ -139,6 +168,7 @@ impl Model {
             let slot = u64::from(self.cmdq_cons & ((1 << log2) - 1));
             let at = (self.cmdq_base & ADDR_MASK_51_5) + slot * CMD_BYTES;
             let w = [self.rd(at), self.rd(at + 8)];
+            self.opcodes.push(w[0] as u8);
             match Command::decode(w) {
                 Some(c) => {
                     self.commands.push(c);
@@ -250,7 +280,10 @@ impl Model {
 
 impl SmmuRegs for Regs {
     fn read32(&mut self, offset: u32) -> u32 {
-        let m = self.0.borrow();
+        let mut m = self.0.borrow_mut();
+        let Some(offset) = m.register(offset) else {
+            return 0;
+        };
         match offset {
             IDR0 => m.idr[0],
             IDR1 => m.idr[1],
@@ -270,6 +303,9 @@ impl SmmuRegs for Regs {
     }
     fn write32(&mut self, offset: u32, value: u32) {
         let mut m = self.0.borrow_mut();
+        let Some(offset) = m.register(offset) else {
+            return;
+        };
         match offset {
             CR0 => {
                 m.cr0 = value;
@@ -325,7 +361,7 @@ const VTCR: u64 = 0x8004_3558; // vtcr_el2(44)
 
 fn up(r: &mut Rig) -> Smmu {
     assert_eq!(vtcr_el2(44), VTCR);
-    Smmu::init(&mut r.regs, &mut r.mem, VTCR).unwrap()
+    Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::Generic).unwrap()
 }
 
 const A: Binding = Binding {
@@ -363,7 +399,7 @@ fn a_stage1_only_smmu_is_refused_naming_s2p() {
     // QEMU 7.2's model: S1P only.
     let mut r = rig();
     r.model.borrow_mut().idr[0] = 2 | 1 << 27;
-    let e = Smmu::init(&mut r.regs, &mut r.mem, VTCR).unwrap_err();
+    let e = Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::Generic).unwrap_err();
     assert_eq!(e, SmmuError::NoStage2);
     assert!(alloc::format!("{e}").contains("SMMU_IDR0.S2P"));
     // Nothing was enabled.
@@ -375,13 +411,13 @@ fn no_4k_granule_or_linear_only_table_is_refused() {
     let mut r = rig();
     r.model.borrow_mut().idr[2] = 4 | 1 << 6;
     assert_eq!(
-        Smmu::init(&mut r.regs, &mut r.mem, VTCR).unwrap_err(),
+        Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::Generic).unwrap_err(),
         SmmuError::No4kGranule
     );
     let mut r = rig();
     r.model.borrow_mut().idr[0] &= !(3 << 27);
     assert_eq!(
-        Smmu::init(&mut r.regs, &mut r.mem, VTCR).unwrap_err(),
+        Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::Generic).unwrap_err(),
         SmmuError::NoTwoLevelTable
     );
 }
@@ -773,7 +809,7 @@ fn no_memory_is_an_error() {
     let mut r = rig();
     r.mem.fail_alloc = true;
     assert_eq!(
-        Smmu::init(&mut r.regs, &mut r.mem, VTCR).unwrap_err(),
+        Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::Generic).unwrap_err(),
         SmmuError::NoMemory
     );
 }
@@ -861,4 +897,47 @@ fn queue_index_arithmetic_handles_the_wrap_bit() {
     assert!(q_passed(0b0_000, 0b1_111, 3));
     assert!(!q_passed(0b1_000, 0b1_000, 3));
     assert!(!q_passed(0b0_111, 0b1_000, 3));
+}
+
+#[test]
+fn a_cavium_cn99xx_has_its_event_queue_registers_in_page_0_and_page_1_is_never_touched() {
+    let mut r = rig();
+    r.model.borrow_mut().page0_only = true;
+    let mut smmu = Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::CaviumCn99xx).unwrap();
+    // A stream nobody owns faults: one event record.
+    assert_eq!(
+        r.model.borrow_mut().dma(0x0008, 0x4000_0000, false),
+        Dma::Aborted
+    );
+
+    let mut faults = Vec::new();
+    let drained = smmu.poll_events(&mut r.regs, &r.mem, |f| faults.push(f));
+
+    assert_eq!((smmu.evtq.prod_reg, smmu.evtq.cons_reg), (0xa8, 0xac));
+    assert_eq!(drained.events, 1);
+    assert_eq!(faults[0].event.kind, EventKind::BadSte);
+    let m = r.model.borrow();
+    assert_eq!(m.evtq_cons & 0xff, 1, "CONS written back in page 0");
+    assert_eq!(m.page1_touched, 0);
+    // A generic SMMU keeps them in page 1.
+    assert_eq!(page1(EVENTQ_PROD, SmmuModel::Generic), 0x1_00a8);
+    assert_eq!(page1(EVENTQ_CONS, SmmuModel::HisiliconHi161x), 0x1_00ac);
+}
+
+#[test]
+fn a_hisilicon_hi161x_is_never_sent_cmd_prefetch_config() {
+    /// CMD_PREFETCH_CONFIG's opcode (IHI 0070, 4.2.1).
+    const CMD_PREFETCH_CONFIG: u8 = 0x01;
+    let mut r = rig();
+    let mut smmu = Smmu::init(&mut r.regs, &mut r.mem, VTCR, SmmuModel::HisiliconHi161x).unwrap();
+    with_ram(&r);
+
+    smmu.bind(&mut r.regs, &mut r.mem, 0x08, Some(A)).unwrap();
+    smmu.bind(&mut r.regs, &mut r.mem, 0x08, Some(B)).unwrap();
+    smmu.release_partition(&mut r.regs, &mut r.mem, B.partition)
+        .unwrap();
+
+    let m = r.model.borrow();
+    assert!(m.opcodes.len() > 5, "{:?}", m.opcodes);
+    assert!(!m.opcodes.contains(&CMD_PREFETCH_CONFIG), "{:?}", m.opcodes);
 }
