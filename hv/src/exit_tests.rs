@@ -3105,3 +3105,37 @@ fn a_gicv5_partition_gets_the_gicv5_guest_dt_and_a_legacy_one_the_gicv3_dt() {
     let intc = fdt.find_node("/intc").expect("interrupt controller");
     assert_eq!(intc.compatible().unwrap().first(), "arm,gic-v3");
 }
+
+#[test]
+fn a_gicv5_partitions_timer_ppis_are_not_mirrored_or_forwarded_a_legacy_ones_are() {
+    // alpha (CPU 1) has the GICv5 interface: DVI timers; beta (CPU 3) the
+    // GICv3-compatible one: list registers.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let enable_and_fire = |cpu_index: usize| {
+        let mut hw = FakeHw::new();
+        let mut cpu = loaded_cpu(sys, &mut hw, cpu_index);
+        let mut regs = GuestRegs::default();
+        regs.x[2] = 1 << PPI_VTIMER;
+        run(
+            sys,
+            &mut cpu,
+            &mut hw,
+            &mut regs,
+            mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+        );
+        let enabled = hw.ppi_enabled & (1 << PPI_VTIMER) != 0;
+        dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+        (enabled, hw.injected(), hw.deactivated.clone())
+    };
+
+    let (enabled, injected, deactivated) = enable_and_fire(1);
+    assert!(!enabled, "the DVI timer's host copy stays masked");
+    assert!(injected.is_empty(), "no list register for a DVI timer");
+    assert_eq!(deactivated, [PPI_VTIMER], "a firing at EL2 is only ended");
+
+    let (enabled, injected, _) = enable_and_fire(3);
+    assert!(enabled);
+    assert_eq!(injected, [PPI_VTIMER]);
+}

@@ -4,7 +4,9 @@
 //! as direct virtual interrupts and which it may see at all
 //! ([`PpiPlan::for_vcpu`]), which virtual interface a partition gets
 //! ([`choose_interface`]: GICv5 or, on a host with FEAT_GCIE_LEGACY, the
-//! GICv3-compatible one), and the saved virtual PPI state of a vCPU that is
+//! GICv3-compatible one), whether the core's GICv3 timer mirroring runs
+//! for it ([`mirrored_ppis`]: not for a GICv5 partition, whose timers are
+//! DVI), and the saved virtual PPI state of a vCPU that is
 //! not resident ([`VPpiContext`]: plain data, owned by the vCPU, touched
 //! only on its own CPU, so load and put take no lock shared between CPUs).
 //!
@@ -140,6 +142,25 @@ impl VcpuSwitch {
                 vpe: vcpu as u16,
             },
         }
+    }
+}
+
+/// Which of a vCPU's pass-through PPIs (`owned`: a bitmask by INTID, its
+/// EL1 timers and, with the PMU, PMUIRQ) the core's GICv3 emulation
+/// mirrors onto the physical PPI: the emulated redistributor's enable,
+/// pending and active of those PPIs written to this CPU's own PPI state,
+/// and a firing forwarded HW-linked through a list register
+/// (`exit::timer_ppi`). With the GICv3 interface (also a GICv5 host's
+/// GICv3-compatible one) all of them. With the GICv5 interface none: its
+/// timers are DVI (`PpiPlan::for_vcpu`), the physical pending state *is*
+/// the guest's while it is resident and the host copy stays masked, so a
+/// mirror would unmask that copy (a second, host-side delivery of the same
+/// timer) and a forward would inject it twice; a firing that still
+/// reaches EL2 (the vCPU not resident) is only ended there.
+pub const fn mirrored_ppis(iface: GicInterface, owned: u32) -> u32 {
+    match iface {
+        GicInterface::V3 => owned,
+        GicInterface::V5 => 0,
     }
 }
 
@@ -810,6 +831,13 @@ mod tests {
         };
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_CNTV, PPI_CNTP]));
         assert!(!plan.visible.contains(PPI_PMU));
+    }
+
+    #[test]
+    fn only_the_gicv3_interface_mirrors_the_timer_ppis() {
+        let owned = 1 << PPI_CNTV | 1 << PPI_CNTP | 1 << PPI_PMU;
+        assert_eq!(mirrored_ppis(GicInterface::V3, owned), owned);
+        assert_eq!(mirrored_ppis(GicInterface::V5, owned), 0);
     }
 
     #[test]
