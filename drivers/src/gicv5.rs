@@ -7,7 +7,8 @@
 //! (GICv5 has no SGIs), and the EL2 virtual CPU interface of a vCPU
 //! (ICH_VCTLR/CONTEXTR/VMCR/APR, ICH_PPI_DVIR/HVIR and the ICH_PPI_* state)
 //! loaded and put with the PPIs the core's `vgic5::PpiPlan` chose as
-//! direct virtual interrupts, and the vIRS: the VM table given to the IRS
+//! direct virtual interrupts (or, for a vCPU with the GICv3-compatible
+//! interface, only ICH_VCTLR_EL2.V3: `load_gicv3_compatible`), and the vIRS: the VM table given to the IRS
 //! (`Gicv5Irs::init_virs`) and the core's `vgic5::plan_virs` applied
 //! (`Gicv5Irs::apply_virs`: VM and vPE table entries written through
 //! [`TableMem`], VMs, virtual ISTs and vPEs made valid, doorbells armed,
@@ -892,6 +893,24 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
             CONTEXTR_V | (u64::from(vpe) << 32) | u64::from(vm),
         );
         r.write(reg::ICH_VCTLR_EL2, VCTLR_EN);
+    }
+
+    /// Load a vCPU with the GICv3 interface on this GICv5 (FEAT_GCIE_LEGACY,
+    /// `vgic5::VcpuSwitch::ListRegisters { gcie_legacy: true }`):
+    /// ICH_VCTLR_EL2.V3 = 1 (En = 0: the GICv3-compatible interface is
+    /// switched on by ICH_HCR_EL2.En, as on a GICv3). Called before the
+    /// platform restores the GICv3 state, since ICH_VMCR_EL2's layout
+    /// follows V3 (the platform's write is the context synchronisation KVM
+    /// makes with an ISB).
+    pub fn load_gicv3_compatible(&mut self) {
+        self.regs.write(reg::ICH_VCTLR_EL2, VCTLR_V3);
+    }
+
+    /// Put that vCPU: ICH_VCTLR_EL2 back to 0 (V3 clear), as after
+    /// [`Self::vcpu_put`], so the next vCPU starts from the same state
+    /// whichever interface it has.
+    pub fn put_gicv3_compatible(&mut self) {
+        self.regs.write(reg::ICH_VCTLR_EL2, 0);
     }
 
     /// Put the vCPU: save its virtual PPI state (the pending bits of DVI

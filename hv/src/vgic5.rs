@@ -122,9 +122,13 @@ pub struct VPpiContext {
 /// decided from the partition's interface (`Partition::gic`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuSwitch {
-    /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En), also
-    /// a GICv5 host's GICv3-compatible one.
-    ListRegisters,
+    /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En). On a
+    /// GICv5 host (`gcie_legacy`) that is FEAT_GCIE_LEGACY's
+    /// GICv3-compatible interface: the driver sets ICH_VCTLR_EL2.V3 for
+    /// the vCPU before its GICv3 state is restored (ICH_VMCR_EL2's layout
+    /// follows V3) and clears it on put; on a GICv3 host there is no
+    /// ICH_VCTLR_EL2 to write.
+    ListRegisters { gcie_legacy: bool },
     /// The native GICv5 virtual interface: the driver's `vcpu_load` /
     /// `vcpu_put` with this plan (the vCPU is pinned: its timers and, with
     /// the PMU, PMUIRQ as DVI), as vPE `vpe` of VM `vm` (partition i = VM
@@ -133,9 +137,21 @@ pub enum VcpuSwitch {
 }
 
 impl VcpuSwitch {
-    pub fn for_vcpu(iface: GicInterface, pmu: bool, partition: usize, vcpu: usize) -> VcpuSwitch {
+    /// The switch of vCPU `vcpu` of partition `partition`, whose interface
+    /// is `iface`, on a host whose GIC is a GICv5 (`host_v5`) or a GICv3.
+    /// A GICv5 vCPU's ICH_VCTLR_EL2 is En only (V3 = 0: the driver's
+    /// `vcpu_load`).
+    pub fn for_vcpu(
+        iface: GicInterface,
+        host_v5: bool,
+        pmu: bool,
+        partition: usize,
+        vcpu: usize,
+    ) -> VcpuSwitch {
         match iface {
-            GicInterface::V3 => VcpuSwitch::ListRegisters,
+            GicInterface::V3 => VcpuSwitch::ListRegisters {
+                gcie_legacy: host_v5,
+            },
             GicInterface::V5 => VcpuSwitch::Gicv5 {
                 plan: PpiPlan::for_vcpu(true, pmu),
                 vm: partition as u16,
@@ -815,22 +831,36 @@ mod tests {
     #[test]
     fn a_gicv5_partitions_vcpu_is_loaded_with_its_timers_as_dvi() {
         assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, true, 1, 0),
-            VcpuSwitch::ListRegisters
+            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, 1, 0),
+            VcpuSwitch::ListRegisters { gcie_legacy: false }
         );
         let VcpuSwitch::Gicv5 { plan, vm, vpe } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, 2, 1)
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, 2, 1)
         else {
             panic!("a GICv5 partition is loaded through the GICv5 interface");
         };
         assert_eq!((vm, vpe), (2, 1));
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_PMU, PPI_CNTV, PPI_CNTP]));
-        let VcpuSwitch::Gicv5 { plan, .. } = VcpuSwitch::for_vcpu(GicInterface::V5, false, 0, 0)
+        let VcpuSwitch::Gicv5 { plan, .. } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, false, 0, 0)
         else {
             panic!();
         };
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_CNTV, PPI_CNTP]));
         assert!(!plan.visible.contains(PPI_PMU));
+    }
+
+    #[test]
+    fn a_gicv3_partition_on_a_gicv5_host_uses_the_gcie_legacy_interface() {
+        assert_eq!(
+            VcpuSwitch::for_vcpu(GicInterface::V3, true, true, 0, 0),
+            VcpuSwitch::ListRegisters { gcie_legacy: true }
+        );
+        assert_eq!(
+            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, 0, 0),
+            VcpuSwitch::ListRegisters { gcie_legacy: false },
+            "a GICv3 host has no ICH_VCTLR_EL2"
+        );
     }
 
     #[test]

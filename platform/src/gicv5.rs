@@ -155,6 +155,27 @@ pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vp
     local.v5_vcpu = Some((plan, ctx));
 }
 
+/// Load a `gicv3` partition's vCPU on this GICv5 host
+/// (`vgic5::VcpuSwitch::ListRegisters { gcie_legacy: true }`): the
+/// driver sets ICH_VCTLR_EL2.V3, synchronised before the caller enables
+/// and restores the GICv3 virtual interface (ICH_HCR_EL2, ICH_VMCR_EL2,
+/// whose behaviour follows V3).
+pub fn load_gicv3_compatible(local: &mut crate::percpu::CpuLocal) {
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.load_gicv3_compatible();
+        // SAFETY: a context synchronisation barrier; no memory access.
+        unsafe { core::arch::asm!("isb", options(nostack)) };
+    }
+}
+
+/// Put that vCPU: ICH_VCTLR_EL2.V3 cleared after the GICv3 interface is
+/// switched off.
+pub fn put_gicv3_compatible(local: &mut crate::percpu::CpuLocal) {
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.put_gicv3_compatible();
+    }
+}
+
 /// Put it: the driver's `vcpu_put` reads its virtual PPI state out and
 /// makes it non-resident; the host copies of its DVI PPIs stay masked. The
 /// state read is then dropped, not kept: a pinned vCPU is put only when it

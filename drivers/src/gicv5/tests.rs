@@ -412,6 +412,53 @@ fn vcpu_load_and_put_save_and_restore_ppi_state_with_no_shared_lock() {
     r.no_misuse();
 }
 
+fn vctlr(r: &Rig, pe: usize) -> u64 {
+    match r.m.borrow_mut().read(pe, El::El2, enc(reg::ICH_VCTLR_EL2)) {
+        Access::Value(v) => v,
+        a => panic!("{a:?}"),
+    }
+}
+
+#[test]
+fn a_gicv3_compatible_vcpu_has_ich_vctlr_v3_and_a_gicv5_one_after_it_does_not() {
+    // The host has FEAT_GCIE_LEGACY (the model's default), as
+    // `vgic5::choose_interface` requires for a `gicv3` partition.
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, true);
+    let imp = r.irs.host.ppis;
+
+    r.cpus[0].load_gicv3_compatible();
+    assert_eq!(vctlr(&r, 0), VCTLR_V3, "V3 set, En left to ICH_HCR_EL2");
+    r.cpus[0].put_gicv3_compatible();
+    assert_eq!(vctlr(&r, 0), 0);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+
+    assert_eq!(vctlr(&r, 0), VCTLR_EN, "a GICv5 vCPU: V3 = 0");
+    r.no_misuse();
+}
+
+#[test]
+fn the_gicv3_compatible_interface_without_gcie_legacy_is_misuse() {
+    // What `choose_interface` refuses: V3 is RES0 without GCIE_LEGACY.
+    let m: Shared = Rc::new(RefCell::new(Model::new(Config {
+        gcie_legacy: false,
+        ..Config::default()
+    })));
+    let (regs, _) = pe(&m, 0);
+    let mut cpu = Gicv5Cpu::init_this_cpu(regs, 0, IPI_BASE, &CPUS, GICV5_CAPS);
+    let mut host = HostGicv5::default();
+    cpu.probe(&mut host);
+    assert!(!host.gcie_legacy);
+    // (The bring-up's IPI set-up without an IRS is not what this is about.)
+    m.borrow_mut().take_misuse();
+    cpu.load_gicv3_compatible();
+    let misuse = m.borrow_mut().take_misuse();
+    assert!(
+        matches!(misuse[..], [Misuse::Res0Written { bits: 2, .. }]),
+        "{misuse:?}"
+    );
+}
+
 #[test]
 fn a_chip_without_the_lockless_capability_shows_in_the_count() {
     let no_caps = IrqChipCaps {
