@@ -40,7 +40,8 @@ use pinfold_hv::irqchip::{
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::vgic5::{
-    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
+    ipi_lpi, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsCaps,
+    VirsOp, CORE_SPIS,
 };
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
@@ -151,6 +152,10 @@ encodings! {
     ICH_APR_EL2 = (3, 4, 12, 8, 4);
     ICH_HFGRTR_EL2 = (3, 4, 12, 9, 4);
     ICH_HFGWTR_EL2 = (3, 4, 12, 9, 6);
+    /// Linux arch/arm64/tools/sysreg (host series, "arm64/sysreg: Add
+    /// ICH_HFGITR_EL2") and FreeBSD's GICv5 register header agree on the
+    /// encoding and the fields ([`hfgitr_bit`]).
+    ICH_HFGITR_EL2 = (3, 4, 12, 9, 7);
     ICH_PPI_DVIR0_EL2 = (3, 4, 12, 10, 0);
     ICH_PPI_DVIR1_EL2 = (3, 4, 12, 10, 1);
     ICH_PPI_ENABLER0_EL2 = (3, 4, 12, 10, 2);
@@ -295,6 +300,35 @@ pub const CONTEXTR_V: u64 = 1 << 63;
 /// ICH_HFGRTR/HFGWTR_EL2: every ICC register class the guest may access
 /// without a trap (the hiding is HVIR's job, not a trap's).
 pub const HFG_NO_TRAPS: u64 = 0x1f_ffff;
+/// ICH_HFGITR_EL2's bit for each GIC instruction a guest executes
+/// (GICCDEN [0], GICCDDIS [1], GICCDPRI [2], GICCDAFF [3], GICCDPEND [4],
+/// GICCDRCFG [5], GICCDHM [6], GICCDEOI [7], GICCDDI [8], GICRCDIA [9],
+/// GICRCDNMIA [10]; [63:11] RES0). A bit set = the instruction does not
+/// trap (Linux's booting rules ask EL2 to set them all for an EL1 kernel).
+pub const fn hfgitr_bit(insn: GicInsn) -> u32 {
+    match insn {
+        GicInsn::Cden => 0,
+        GicInsn::Cddis => 1,
+        GicInsn::Cdpri => 2,
+        GicInsn::Cdaff => 3,
+        GicInsn::Cdpend => 4,
+        GicInsn::Cdrcfg => 5,
+        GicInsn::Cdhm => 6,
+        GicInsn::Cdeoi => 7,
+        GicInsn::Cddi => 8,
+        GicInsn::Cdia => 9,
+        GicInsn::Cdnmia => 10,
+    }
+}
+
+/// ICH_HFGITR_EL2 for the core's choice of untrapped instructions.
+pub fn hfgitr(insns: UntrappedInsns) -> u64 {
+    GicInsn::ALL
+        .iter()
+        .filter(|&&i| insns.contains(i))
+        .fold(0, |v, &i| v | 1 << hfgitr_bit(i))
+}
+
 /// ICC_IDR0_EL1.GCIE_LEGACY (this driver's reading: bit 8).
 pub const IDR0_GCIE_LEGACY: u64 = 1 << 8;
 
@@ -850,14 +884,18 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
     /// Load a vCPU's virtual interface: the host copies of its DVI PPIs
     /// masked (through `change_percpu_state`, lockless on GICv5), DVI and
     /// HVIR set from `plan`, its saved PPI state, VMCR and APR restored,
-    /// the vPE made resident. Only this CPU's registers and the vCPU's own
-    /// `ctx`: no lock shared between CPUs.
+    /// the GIC instructions it may execute untrapped (`insns`, the core's
+    /// `UntrappedInsns`) in ICH_HFGITR_EL2, the vPE made resident. Only
+    /// this CPU's registers and the vCPU's own `ctx`: no lock shared
+    /// between CPUs.
+    #[allow(clippy::too_many_arguments)]
     pub fn vcpu_load(
         &mut self,
         chip_lock: &CountedLock<()>,
         ctx: &VPpiContext,
         plan: &PpiPlan,
         implemented: PpiSet,
+        insns: UntrappedInsns,
         vpe: u16,
         vm: u16,
     ) {
@@ -888,6 +926,7 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
         r.write(reg::ICH_APR_EL2, ctx.apr);
         r.write(reg::ICH_HFGRTR_EL2, HFG_NO_TRAPS);
         r.write(reg::ICH_HFGWTR_EL2, HFG_NO_TRAPS);
+        r.write(reg::ICH_HFGITR_EL2, hfgitr(insns));
         r.write(
             reg::ICH_CONTEXTR_EL2,
             CONTEXTR_V | (u64::from(vpe) << 32) | u64::from(vm),

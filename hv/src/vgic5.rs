@@ -6,7 +6,9 @@
 //! ([`choose_interface`]: GICv5 or, on a host with FEAT_GCIE_LEGACY, the
 //! GICv3-compatible one), whether the core's GICv3 timer mirroring runs
 //! for it ([`mirrored_ppis`]: not for a GICv5 partition, whose timers are
-//! DVI), and the saved virtual PPI state of a vCPU that is
+//! DVI), which GIC instructions its guest executes without a trap
+//! ([`UntrappedInsns`], ICH_HFGITR_EL2: all of them once its VM is in the
+//! vIRS, else only those naming no interrupt), and the saved virtual PPI state of a vCPU that is
 //! not resident ([`VPpiContext`]: plain data, owned by the vCPU, touched
 //! only on its own CPU, so load and put take no lock shared between CPUs).
 //!
@@ -118,6 +120,94 @@ pub struct VPpiContext {
     pub apr: u64,
 }
 
+/// A GIC system instruction a guest executes in its own (virtual)
+/// interrupt domain (IHI 0101): the CDxx commands naming an interrupt, the
+/// priority drop, and the two acknowledges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GicInsn {
+    /// GICR CDIA: acknowledge.
+    Cdia,
+    /// GICR CDNMIA: acknowledge an NMI.
+    Cdnmia,
+    /// GIC CDEOI: priority drop.
+    Cdeoi,
+    Cden,
+    Cddis,
+    Cdpri,
+    Cdaff,
+    Cdpend,
+    Cdrcfg,
+    Cdhm,
+    Cddi,
+}
+
+impl GicInsn {
+    pub const ALL: [GicInsn; 11] = [
+        GicInsn::Cdia,
+        GicInsn::Cdnmia,
+        GicInsn::Cdeoi,
+        GicInsn::Cden,
+        GicInsn::Cddis,
+        GicInsn::Cdpri,
+        GicInsn::Cdaff,
+        GicInsn::Cdpend,
+        GicInsn::Cdrcfg,
+        GicInsn::Cdhm,
+        GicInsn::Cddi,
+    ];
+
+    /// Whether the instruction names an interrupt (and so, for an SPI or
+    /// LPI, is a command to the IRS); the others act on the vCPU's own
+    /// virtual CPU interface only.
+    pub const fn names_an_interrupt(self) -> bool {
+        !matches!(self, GicInsn::Cdia | GicInsn::Cdnmia | GicInsn::Cdeoi)
+    }
+}
+
+/// The GIC system instructions a GICv5 guest executes without a trap (the
+/// driver writes them as ICH_HFGITR_EL2 on load; a trapped one reaches the
+/// core as an unknown system register access: counted against the
+/// partition, UNDEFINED injected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UntrappedInsns(u16);
+
+impl UntrappedInsns {
+    pub const NONE: UntrappedInsns = UntrappedInsns(0);
+
+    pub const fn contains(self, insn: GicInsn) -> bool {
+        self.0 >> insn as u32 & 1 != 0
+    }
+
+    const fn with(self, insn: GicInsn) -> UntrappedInsns {
+        UntrappedInsns(self.0 | 1 << insn as u32)
+    }
+
+    /// What a vCPU of a GICv5 partition may execute untrapped. With its
+    /// VM in the vIRS (`virs`, `plan_virs`) everything: a CDxx naming a
+    /// PPI reaches its own virtual PPIs (the hidden ones RAZ/WI, HVIR),
+    /// one naming an SPI or LPI reaches only the VM in ICH_CONTEXTR_EL2.VM
+    /// (its own; a vPE or ID it lacks is an IRS software error counted
+    /// against it, `VirsFaults`), and the acknowledges and priority drop
+    /// act on its own virtual CPU interface: a trap would buy no isolation
+    /// and cost an exit per interrupt. Without a VM (a partition the boot
+    /// did not plan into the vIRS) only what names no interrupt: its
+    /// CDxx would be commands to the shared IRS for a VM that is not
+    /// valid, each leaving a software error record in the one register
+    /// every partition's errors share.
+    pub const fn for_vcpu(virs: bool) -> UntrappedInsns {
+        let mut set = UntrappedInsns::NONE;
+        let mut i = 0;
+        while i < GicInsn::ALL.len() {
+            let insn = GicInsn::ALL[i];
+            if virs || !insn.names_an_interrupt() {
+                set = set.with(insn);
+            }
+            i += 1;
+        }
+        set
+    }
+}
+
 /// What vCPU load and put do with a vCPU's virtual interrupt interface,
 /// decided from the partition's interface (`Partition::gic`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,19 +222,26 @@ pub enum VcpuSwitch {
     /// The native GICv5 virtual interface: the driver's `vcpu_load` /
     /// `vcpu_put` with this plan (the vCPU is pinned: its timers and, with
     /// the PMU, PMUIRQ as DVI), as vPE `vpe` of VM `vm` (partition i = VM
-    /// i, vCPU n = vPE n, as `plan_virs` numbers them).
-    Gicv5 { plan: PpiPlan, vm: u16, vpe: u16 },
+    /// i, vCPU n = vPE n, as `plan_virs` numbers them), executing `insns`
+    /// untrapped.
+    Gicv5 {
+        plan: PpiPlan,
+        vm: u16,
+        vpe: u16,
+        insns: UntrappedInsns,
+    },
 }
 
 impl VcpuSwitch {
     /// The switch of vCPU `vcpu` of partition `partition`, whose interface
-    /// is `iface`, on a host whose GIC is a GICv5 (`host_v5`) or a GICv3.
-    /// A GICv5 vCPU's ICH_VCTLR_EL2 is En only (V3 = 0: the driver's
-    /// `vcpu_load`).
+    /// is `iface`, on a host whose GIC is a GICv5 (`host_v5`) or a GICv3;
+    /// `virs`: the partition's VM is in the vIRS. A GICv5 vCPU's
+    /// ICH_VCTLR_EL2 is En only (V3 = 0: the driver's `vcpu_load`).
     pub fn for_vcpu(
         iface: GicInterface,
         host_v5: bool,
         pmu: bool,
+        virs: bool,
         partition: usize,
         vcpu: usize,
     ) -> VcpuSwitch {
@@ -156,6 +253,7 @@ impl VcpuSwitch {
                 plan: PpiPlan::for_vcpu(true, pmu),
                 vm: partition as u16,
                 vpe: vcpu as u16,
+                insns: UntrappedInsns::for_vcpu(virs),
             },
         }
     }
@@ -831,18 +929,18 @@ mod tests {
     #[test]
     fn a_gicv5_partitions_vcpu_is_loaded_with_its_timers_as_dvi() {
         assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, 1, 0),
+            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, false, 1, 0),
             VcpuSwitch::ListRegisters { gcie_legacy: false }
         );
-        let VcpuSwitch::Gicv5 { plan, vm, vpe } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, 2, 1)
+        let VcpuSwitch::Gicv5 { plan, vm, vpe, .. } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, true, 2, 1)
         else {
             panic!("a GICv5 partition is loaded through the GICv5 interface");
         };
         assert_eq!((vm, vpe), (2, 1));
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_PMU, PPI_CNTV, PPI_CNTP]));
         let VcpuSwitch::Gicv5 { plan, .. } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, false, 0, 0)
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, false, true, 0, 0)
         else {
             panic!();
         };
@@ -853,13 +951,41 @@ mod tests {
     #[test]
     fn a_gicv3_partition_on_a_gicv5_host_uses_the_gcie_legacy_interface() {
         assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, true, true, 0, 0),
+            VcpuSwitch::for_vcpu(GicInterface::V3, true, true, false, 0, 0),
             VcpuSwitch::ListRegisters { gcie_legacy: true }
         );
         assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, 0, 0),
+            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, false, 0, 0),
             VcpuSwitch::ListRegisters { gcie_legacy: false },
             "a GICv3 host has no ICH_VCTLR_EL2"
+        );
+    }
+
+    #[test]
+    fn a_guest_with_a_vm_in_the_virs_executes_every_gic_instruction_untrapped() {
+        let with = UntrappedInsns::for_vcpu(true);
+        for insn in GicInsn::ALL {
+            assert!(with.contains(insn), "{insn:?}");
+        }
+        let VcpuSwitch::Gicv5 { insns, .. } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, true, 0, 0)
+        else {
+            panic!();
+        };
+        assert_eq!(insns, with);
+    }
+
+    #[test]
+    fn a_guest_without_a_vm_traps_every_instruction_that_names_an_interrupt() {
+        let without = UntrappedInsns::for_vcpu(false);
+        let untrapped: std::vec::Vec<_> = GicInsn::ALL
+            .into_iter()
+            .filter(|&i| without.contains(i))
+            .collect();
+        assert_eq!(
+            untrapped,
+            [GicInsn::Cdia, GicInsn::Cdnmia, GicInsn::Cdeoi],
+            "only what acts on its own CPU interface"
         );
     }
 

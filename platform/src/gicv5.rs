@@ -19,7 +19,7 @@ use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange};
 use pinfold_hv::lockstat::CountedLock;
 use pinfold_hv::memmap::FreeMemory;
-use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, VPpiContext};
+use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext};
 use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 
 /// What every CPU's bring-up needs: the LPI layout and each CPU's
@@ -139,8 +139,15 @@ static CHIP_LOCK: CountedLock<()> = CountedLock::new((), &crate::LOCKSTAT);
 /// on this CPU: the driver's `vcpu_load` with its PPI plan (the timers and
 /// the PMU's PPI as DVI, their host copies masked, every other implemented
 /// PPI hidden), a fresh virtual PPI state (the vCPU is (re)entering at its
-/// entry point), VM `vm`, vPE `vpe`. Only this CPU's registers.
-pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vpe: u16) {
+/// entry point), the GIC instructions it executes untrapped (`insns`, as
+/// ICH_HFGITR_EL2), VM `vm`, vPE `vpe`. Only this CPU's registers.
+pub fn vcpu_load(
+    local: &mut crate::percpu::CpuLocal,
+    plan: PpiPlan,
+    insns: UntrappedInsns,
+    vm: u16,
+    vpe: u16,
+) {
     let implemented = local
         .sys
         .host
@@ -150,7 +157,7 @@ pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vp
         .map_or(PpiSet::EMPTY, |h| h.ppis);
     let ctx = VPpiContext::default();
     if let Some(chip) = local.hw.v5.as_mut() {
-        chip.vcpu_load(&CHIP_LOCK, &ctx, &plan, implemented, vpe, vm);
+        chip.vcpu_load(&CHIP_LOCK, &ctx, &plan, implemented, insns, vpe, vm);
     }
     local.v5_vcpu = Some((plan, ctx));
 }

@@ -139,10 +139,15 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     // GICv3-compatible one), or the GICv5's own, loaded by its driver
     // after the core's load (`vgic5::VcpuSwitch`).
     let host_v5 = HostGic::of(&sys.host.gic) == HostGic::V5;
+    // No partition's VM is in the vIRS yet (nothing plans it at boot), so
+    // a `gicv5` guest's GIC instructions that name an interrupt trap
+    // (`vgic5::UntrappedInsns::for_vcpu`).
+    let virs = false;
     let switch = VcpuSwitch::for_vcpu(
         boot.partition.gic,
         host_v5,
         boot.partition.plan.pmu,
+        virs,
         boot.id.partition,
         boot.id.vcpu,
     );
@@ -153,8 +158,14 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
         local.hw.set_virtual_cpu_interface(true);
     }
     let ctx = with_hw!(local, |hw| exit::load(sys, &mut local.state, hw, &boot));
-    if let VcpuSwitch::Gicv5 { plan, vm, vpe } = switch {
-        crate::gicv5::vcpu_load(local, plan, vm, vpe);
+    if let VcpuSwitch::Gicv5 {
+        plan,
+        vm,
+        vpe,
+        insns,
+    } = switch
+    {
+        crate::gicv5::vcpu_load(local, plan, insns, vm, vpe);
     }
     // The core decides VTCR_EL2 (stage-2 geometry) and VTTBR_EL2 (VMID and
     // root); here they are only written.
