@@ -19,8 +19,9 @@
 //! On a GICv5 host the platform brings up `Gicv5Irs` and each CPU's
 //! `Gicv5Cpu` at boot and its root IRQ handler acknowledges through them
 //! (platform `gicv5.rs`, `irq.rs`) and loads/puts a `gicv5` partition's
-//! vCPU with `vcpu_load`/`vcpu_put` (platform `vcpu.rs`); no emulator runs
-//! that, and the vIRS half is not called by the platform yet
+//! vCPU with `vcpu_load`/`vcpu_put` (platform `vcpu.rs`), and once the
+//! partitions are built it gives the IRS the VM table and the core's boot
+//! vIRS plan (`init_virs`, `apply_virs`); no emulator runs that
 //! (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system
@@ -528,8 +529,9 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
 
 /// The vIRS half of the IRS (virtual SPIs and LPIs of the partitions'
 /// VMs). Like the rest of `Gicv5Irs` it runs on the slow path only: once
-/// when the partitions are set up, and when an IRS software error is
-/// drained. Not called by the platform yet (docs/GICV5.md, "What is not done").
+/// when the partitions are set up (the platform's `gicv5::init_virs`
+/// reaches it through `SharedIrqChip::as_any_mut` under the IRS's lock),
+/// and when an IRS software error is drained (not wired yet).
 impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     /// Give the IRS a linear VM table of 2^`vm_id_bits` 32-byte entries at
     /// `vmt` (zeroed, 32-byte aligned) and return what the vIRS offers.
@@ -725,7 +727,13 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     }
 }
 
-impl<M: IrsMmio, R: CpuRegs> SharedIrqChip for Gicv5Irs<M, R> {
+impl<M: IrsMmio + 'static, R: CpuRegs + 'static> SharedIrqChip for Gicv5Irs<M, R> {
+    /// The IRS, for its vIRS half (`init_virs`, `apply_virs`) under the
+    /// lock the platform keeps it behind.
+    fn as_any_mut(&mut self) -> Option<&mut dyn core::any::Any> {
+        Some(self)
+    }
+
     fn spi_enable(&mut self, intid: u32, enable: bool) {
         let CoreIntid::Spi(n) = CoreIntid::from_core(intid) else {
             return;

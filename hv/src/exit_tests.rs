@@ -3139,3 +3139,42 @@ fn a_gicv5_partitions_timer_ppis_are_not_mirrored_or_forwarded_a_legacy_ones_are
     assert!(enabled);
     assert_eq!(injected, [PPI_VTIMER]);
 }
+
+#[test]
+fn the_boot_virs_takes_every_gicv5_partition_by_its_index_and_tables_from_free_ram() {
+    // alpha (0, CPUs 1 and 2) and mgmt (2, CPU 0) are GICv5; beta (1) has
+    // the GICv3-compatible interface and no VM.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let layout = crate::vgic5::IrsLayout::for_cpus(4);
+    let caps = crate::vgic5::VirsCaps {
+        vm_id_bits: layout.vm_id_bits,
+        vpe_id_bits: 4,
+        spis: 64,
+    };
+
+    let boot = sys.plan_virs(&layout, &caps).expect("planned");
+
+    assert_eq!(boot.vms, [0, 2]);
+    let doorbells: Vec<(u16, u16, u32)> = boot
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            crate::vgic5::VirsOp::ArmDoorbell { vm, vpe, db } => Some((*vm, *vpe, db.lpi)),
+            _ => None,
+        })
+        .collect();
+    let db = layout.doorbell_base;
+    assert_eq!(doorbells, [(0, 0, db + 1), (0, 1, db + 2), (2, 0, db)]);
+    for p in sys.partitions() {
+        for &(base, bytes) in &boot.memory {
+            let ram = (p.ram.0, p.ram.0 + p.ram_size);
+            assert!(
+                base + bytes <= ram.0 || base >= ram.1,
+                "tables in {}'s RAM",
+                p.name
+            );
+        }
+    }
+}

@@ -139,10 +139,10 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     // GICv3-compatible one), or the GICv5's own, loaded by its driver
     // after the core's load (`vgic5::VcpuSwitch`).
     let host_v5 = HostGic::of(&sys.host.gic) == HostGic::V5;
-    // No partition's VM is in the vIRS yet (nothing plans it at boot), so
+    // Whether the boot put its VM in the vIRS (`gicv5::init_virs`): if not,
     // a `gicv5` guest's GIC instructions that name an interrupt trap
     // (`vgic5::UntrappedInsns::for_vcpu`).
-    let virs = false;
+    let virs = crate::gicv5::in_virs(boot.id.partition);
     let switch = VcpuSwitch::for_vcpu(
         boot.partition.gic,
         host_v5,

@@ -694,6 +694,7 @@ fn vm_tables(base: u64) -> VmTables {
 fn vms() -> [VmSpec<'static>; 2] {
     [
         VmSpec {
+            vm: 0,
             partition: "alpha",
             vcpus: 2,
             spis: &SPIS_ALPHA,
@@ -703,6 +704,7 @@ fn vms() -> [VmSpec<'static>; 2] {
             tables: vm_tables(0xa000_0000),
         },
         VmSpec {
+            vm: 1,
             partition: "beta",
             vcpus: 1,
             spis: &SPIS_BETA,
@@ -927,4 +929,63 @@ fn hw_never_emits_unconfirmed_encodings() {
             assert!(hw_emits(*e), "{:#x}", e);
         }
     }
+}
+
+/// The sequence the platform applies at boot (`platform/src/gicv5.rs`
+/// `init_virs`): the VM table, the core's `plan_boot_virs` for the GICv5
+/// partitions, its ops. Partitions 0 and 3 are GICv5 (1 and 2 are not), so
+/// their VMs are 0 and 3; partition 3 owns SPI 6.
+#[test]
+fn the_boot_virs_sequence_makes_each_partitions_index_its_vm_on_the_irs() {
+    use pinfold_hv::vgic5::{plan_boot_virs, IrsLayout, VirsMember};
+    let mut r = rig();
+    let layout = IrsLayout::for_cpus(4);
+    let caps = r.irs.init_virs(VMT, layout.vm_id_bits).expect("vIRS");
+    let members = [
+        VirsMember {
+            index: 0,
+            name: "mgmt".into(),
+            cpus: std::vec![(0, CPUS[0].0)],
+            spis: std::vec![],
+        },
+        VirsMember {
+            index: 3,
+            name: "alpha".into(),
+            cpus: std::vec![(1, CPUS[1].0)],
+            spis: std::vec![(32 + 6, "devices")],
+        },
+    ];
+    let mut next = 0xc000_0000u64;
+    let boot = plan_boot_virs(&members, &layout, &caps, &mut |bytes, align| {
+        let at = next.next_multiple_of(align);
+        next = at + bytes;
+        Some(at)
+    })
+    .expect("planned");
+
+    r.irs
+        .apply_virs(&mut ModelMem(r.m.clone()), &boot.ops)
+        .expect("applied");
+
+    assert!(r.m.borrow().vpe_valid(0, 0) && r.m.borrow().vpe_valid(3, 0));
+    assert!(
+        !r.m.borrow().vpe_valid(1, 0),
+        "no VM for a partition without GICv5"
+    );
+    // alpha's SPI 6 reaches its vCPU, resident on CPU 1 as vPE 0 of VM 3.
+    load_guest(&mut r, 1, 3, 0);
+    let vspi6 = (TYPE_SPI << 29) | 6;
+    guest_route(&r, 1, vspi6, 0);
+    r.m.borrow_mut().set_spi_line(6, true);
+    assert_eq!(r.guest_cdia(1), CDIA_VALID | vspi6);
+    // Its doorbell is CPU 1's.
+    assert!(boot.ops.contains(&VirsOp::ArmDoorbell {
+        vm: 3,
+        vpe: 0,
+        db: Doorbell {
+            lpi: layout.doorbell_base + 1,
+            mpidr: CPUS[1].0
+        }
+    }));
+    r.no_misuse();
 }
