@@ -7,7 +7,8 @@
 //! (GICv5 has no SGIs), and the EL2 virtual CPU interface of a vCPU
 //! (ICH_VCTLR/CONTEXTR/VMCR/APR, ICH_PPI_DVIR/HVIR and the ICH_PPI_* state)
 //! loaded and put with the PPIs the core's `vgic5::PpiPlan` chose as
-//! direct virtual interrupts, and the vIRS: the VM table given to the IRS
+//! direct virtual interrupts (or, for a vCPU with the GICv3-compatible
+//! interface, only ICH_VCTLR_EL2.V3: `load_gicv3_compatible`), and the vIRS: the VM table given to the IRS
 //! (`Gicv5Irs::init_virs`) and the core's `vgic5::plan_virs` applied
 //! (`Gicv5Irs::apply_virs`: VM and vPE table entries written through
 //! [`TableMem`], VMs, virtual ISTs and vPEs made valid, doorbells armed,
@@ -18,8 +19,9 @@
 //! On a GICv5 host the platform brings up `Gicv5Irs` and each CPU's
 //! `Gicv5Cpu` at boot and its root IRQ handler acknowledges through them
 //! (platform `gicv5.rs`, `irq.rs`) and loads/puts a `gicv5` partition's
-//! vCPU with `vcpu_load`/`vcpu_put` (platform `vcpu.rs`); no emulator runs
-//! that, and the vIRS half is not called by the platform yet
+//! vCPU with `vcpu_load`/`vcpu_put` (platform `vcpu.rs`), and once the
+//! partitions are built it gives the IRS the VM table and the core's boot
+//! vIRS plan (`init_virs`, `apply_virs`); no emulator runs that
 //! (docs/GICV5.md, "What is not done").
 //!
 //! The driver reaches the hardware only through [`CpuRegs`] (system
@@ -39,7 +41,8 @@ use pinfold_hv::irqchip::{
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::vgic5::{
-    ipi_lpi, CoreIntid, HostGicv5, PpiPlan, PpiSet, VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
+    ipi_lpi, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsCaps,
+    VirsOp, CORE_SPIS,
 };
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
@@ -150,6 +153,10 @@ encodings! {
     ICH_APR_EL2 = (3, 4, 12, 8, 4);
     ICH_HFGRTR_EL2 = (3, 4, 12, 9, 4);
     ICH_HFGWTR_EL2 = (3, 4, 12, 9, 6);
+    /// Linux arch/arm64/tools/sysreg (host series, "arm64/sysreg: Add
+    /// ICH_HFGITR_EL2") and FreeBSD's GICv5 register header agree on the
+    /// encoding and the fields ([`hfgitr_bit`]).
+    ICH_HFGITR_EL2 = (3, 4, 12, 9, 7);
     ICH_PPI_DVIR0_EL2 = (3, 4, 12, 10, 0);
     ICH_PPI_DVIR1_EL2 = (3, 4, 12, 10, 1);
     ICH_PPI_ENABLER0_EL2 = (3, 4, 12, 10, 2);
@@ -294,6 +301,35 @@ pub const CONTEXTR_V: u64 = 1 << 63;
 /// ICH_HFGRTR/HFGWTR_EL2: every ICC register class the guest may access
 /// without a trap (the hiding is HVIR's job, not a trap's).
 pub const HFG_NO_TRAPS: u64 = 0x1f_ffff;
+/// ICH_HFGITR_EL2's bit for each GIC instruction a guest executes
+/// (GICCDEN [0], GICCDDIS [1], GICCDPRI [2], GICCDAFF [3], GICCDPEND [4],
+/// GICCDRCFG [5], GICCDHM [6], GICCDEOI [7], GICCDDI [8], GICRCDIA [9],
+/// GICRCDNMIA [10]; [63:11] RES0). A bit set = the instruction does not
+/// trap (Linux's booting rules ask EL2 to set them all for an EL1 kernel).
+pub const fn hfgitr_bit(insn: GicInsn) -> u32 {
+    match insn {
+        GicInsn::Cden => 0,
+        GicInsn::Cddis => 1,
+        GicInsn::Cdpri => 2,
+        GicInsn::Cdaff => 3,
+        GicInsn::Cdpend => 4,
+        GicInsn::Cdrcfg => 5,
+        GicInsn::Cdhm => 6,
+        GicInsn::Cdeoi => 7,
+        GicInsn::Cddi => 8,
+        GicInsn::Cdia => 9,
+        GicInsn::Cdnmia => 10,
+    }
+}
+
+/// ICH_HFGITR_EL2 for the core's choice of untrapped instructions.
+pub fn hfgitr(insns: UntrappedInsns) -> u64 {
+    GicInsn::ALL
+        .iter()
+        .filter(|&&i| insns.contains(i))
+        .fold(0, |v, &i| v | 1 << hfgitr_bit(i))
+}
+
 /// ICC_IDR0_EL1.GCIE_LEGACY (this driver's reading: bit 8).
 pub const IDR0_GCIE_LEGACY: u64 = 1 << 8;
 
@@ -493,8 +529,9 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
 
 /// The vIRS half of the IRS (virtual SPIs and LPIs of the partitions'
 /// VMs). Like the rest of `Gicv5Irs` it runs on the slow path only: once
-/// when the partitions are set up, and when an IRS software error is
-/// drained. Not called by the platform yet (docs/GICV5.md, "What is not done").
+/// when the partitions are set up (the platform's `gicv5::init_virs`
+/// reaches it through `SharedIrqChip::as_any_mut` under the IRS's lock),
+/// and when an IRS software error is drained (not wired yet).
 impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     /// Give the IRS a linear VM table of 2^`vm_id_bits` 32-byte entries at
     /// `vmt` (zeroed, 32-byte aligned) and return what the vIRS offers.
@@ -690,7 +727,13 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     }
 }
 
-impl<M: IrsMmio, R: CpuRegs> SharedIrqChip for Gicv5Irs<M, R> {
+impl<M: IrsMmio + 'static, R: CpuRegs + 'static> SharedIrqChip for Gicv5Irs<M, R> {
+    /// The IRS, for its vIRS half (`init_virs`, `apply_virs`) under the
+    /// lock the platform keeps it behind.
+    fn as_any_mut(&mut self) -> Option<&mut dyn core::any::Any> {
+        Some(self)
+    }
+
     fn spi_enable(&mut self, intid: u32, enable: bool) {
         let CoreIntid::Spi(n) = CoreIntid::from_core(intid) else {
             return;
@@ -849,14 +892,18 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
     /// Load a vCPU's virtual interface: the host copies of its DVI PPIs
     /// masked (through `change_percpu_state`, lockless on GICv5), DVI and
     /// HVIR set from `plan`, its saved PPI state, VMCR and APR restored,
-    /// the vPE made resident. Only this CPU's registers and the vCPU's own
-    /// `ctx`: no lock shared between CPUs.
+    /// the GIC instructions it may execute untrapped (`insns`, the core's
+    /// `UntrappedInsns`) in ICH_HFGITR_EL2, the vPE made resident. Only
+    /// this CPU's registers and the vCPU's own `ctx`: no lock shared
+    /// between CPUs.
+    #[allow(clippy::too_many_arguments)]
     pub fn vcpu_load(
         &mut self,
         chip_lock: &CountedLock<()>,
         ctx: &VPpiContext,
         plan: &PpiPlan,
         implemented: PpiSet,
+        insns: UntrappedInsns,
         vpe: u16,
         vm: u16,
     ) {
@@ -887,11 +934,30 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
         r.write(reg::ICH_APR_EL2, ctx.apr);
         r.write(reg::ICH_HFGRTR_EL2, HFG_NO_TRAPS);
         r.write(reg::ICH_HFGWTR_EL2, HFG_NO_TRAPS);
+        r.write(reg::ICH_HFGITR_EL2, hfgitr(insns));
         r.write(
             reg::ICH_CONTEXTR_EL2,
             CONTEXTR_V | (u64::from(vpe) << 32) | u64::from(vm),
         );
         r.write(reg::ICH_VCTLR_EL2, VCTLR_EN);
+    }
+
+    /// Load a vCPU with the GICv3 interface on this GICv5 (FEAT_GCIE_LEGACY,
+    /// `vgic5::VcpuSwitch::ListRegisters { gcie_legacy: true }`):
+    /// ICH_VCTLR_EL2.V3 = 1 (En = 0: the GICv3-compatible interface is
+    /// switched on by ICH_HCR_EL2.En, as on a GICv3). Called before the
+    /// platform restores the GICv3 state, since ICH_VMCR_EL2's layout
+    /// follows V3 (the platform's write is the context synchronisation KVM
+    /// makes with an ISB).
+    pub fn load_gicv3_compatible(&mut self) {
+        self.regs.write(reg::ICH_VCTLR_EL2, VCTLR_V3);
+    }
+
+    /// Put that vCPU: ICH_VCTLR_EL2 back to 0 (V3 clear), as after
+    /// [`Self::vcpu_put`], so the next vCPU starts from the same state
+    /// whichever interface it has.
+    pub fn put_gicv3_compatible(&mut self) {
+        self.regs.write(reg::ICH_VCTLR_EL2, 0);
     }
 
     /// Put the vCPU: save its virtual PPI state (the pending bits of DVI

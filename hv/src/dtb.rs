@@ -12,7 +12,7 @@ mod pcie;
 mod writer;
 
 pub use guest::{
-    build_guest_dtb, ExtraNode, GuestDevice, GuestDtbSpec, GuestSpi, PropValue, Trigger,
+    build_guest_dtb, spi_cells, ExtraNode, GuestDevice, GuestDtbSpec, GuestSpi, PropValue, Trigger,
     GUEST_APB_PCLK_PHANDLE, GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_ITS_PHANDLE,
     GUEST_MAX_VCPUS, PARTITION_PROP,
 };

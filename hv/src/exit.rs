@@ -56,12 +56,16 @@ pub const PASSTHROUGH_PPIS: u32 = (1 << PPI_VTIMER) | (1 << PPI_PTIMER);
 const OWNED_PPIS: [u32; 3] = [PPI_VTIMER, PPI_PTIMER, PPI_PMU];
 
 /// The pass-through PPIs of a partition's vCPUs.
+/// The pass-through PPIs the loaded vCPU's emulated redistributor mirrors
+/// onto this CPU's own (`vgic5::mirrored_ppis`: none for a `gicv5`
+/// partition, whose timers are DVI).
 fn passthrough_ppis(p: &Partition) -> u32 {
-    if p.plan.pmu {
+    let owned = if p.plan.pmu {
         PASSTHROUGH_PPIS | 1 << PPI_PMU
     } else {
         PASSTHROUGH_PPIS
-    }
+    };
+    crate::vgic5::mirrored_ppis(p.gic, owned)
 }
 
 fn pmu_policy(p: &Partition) -> PmuPolicy {

@@ -3102,3 +3102,158 @@ fn gic_info_reports_the_gic_found_and_each_partitions_interface() {
     );
     assert_eq!(mgr.host_info().gic_version, 4);
 }
+
+// ---- a GICv5 host: the partition's interface reaches its guest --------------
+
+/// [`host`] with a GICv5 (one IRS serving every CPU) as the platform finds
+/// it at boot: LPIs, virtualisation, the timer PPIs, and FEAT_GCIE_LEGACY
+/// as `gcie_legacy` says.
+fn gicv5_host(cpus: usize, gcie_legacy: bool) -> HostInfo {
+    let info = crate::dtb::Gicv5Info {
+        irs: vec![crate::dtb::Gicv5Irs {
+            config: (0x2f1a_0000, 0x1_0000),
+            cpus: (0..cpus as u64).map(|i| (0x100 + i, i as u16)).collect(),
+            its: vec![],
+        }],
+        maintenance_ppi: Some(25),
+    };
+    let mut gic = GicInfo::gicv5(info);
+    let found = crate::vgic5::HostGicv5 {
+        irs: true,
+        lpis: true,
+        virt: true,
+        gcie_legacy,
+        ppis: crate::vgic5::PpiSet([0xffff_ffff, 0]),
+    };
+    gic.found = crate::gichost::GicFound::from_v5(&gic, &found);
+    HostInfo { gic, ..host(cpus) }
+}
+
+/// The standard system on a GICv5 host; `change` may set each plan's `gic`.
+fn gicv5_system(gcie_legacy: bool, change: impl FnOnce(&mut Plan)) -> &'static System {
+    system_on_host(change, None, Default::default(), gicv5_host(4, gcie_legacy))
+}
+
+/// Start partition `index` and load its boot vCPU on CPU `cpu`.
+fn started(sys: &'static System, index: usize, cpu: usize) -> (FakeHw, Cpu<'static>) {
+    let mut hw = FakeHw::new();
+    let p = sys.partition(index).unwrap();
+    p.set_state(State::Stopped, 0);
+    sys.start_partition(&p, &mut hw, cpu).unwrap();
+    let mut c = Cpu::new(sys, cpu);
+    let boot = idle_work(sys, &mut c, &mut hw).expect("vCPU 0 boots");
+    load(sys, &mut c, &mut hw, &boot);
+    (hw, c)
+}
+
+#[test]
+fn a_gicv5_partition_gets_the_gicv5_guest_dt_and_a_legacy_one_the_gicv3_dt() {
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[0].gic = pinfold_config::GicSetting::V3;
+    });
+    assert_eq!(
+        sys.partition(0).unwrap().gic,
+        crate::vgic5::GicInterface::V3
+    );
+    assert_eq!(
+        sys.partition(1).unwrap().gic,
+        crate::vgic5::GicInterface::V5
+    );
+
+    let (hw, _cpu) = started(sys, 1, 3);
+    let dtb = loaded_dtb(&hw, &sys.partition(1).unwrap());
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+    let intc = fdt.find_node("/intc").expect("interrupt controller");
+    assert_eq!(intc.compatible().unwrap().first(), "arm,gic-v5");
+    let timer = fdt.find_node("/timer").expect("timer");
+    assert_eq!(
+        dt_cells(timer.property("interrupts").unwrap().value),
+        [1, 29, 4, 1, 30, 4, 1, 27, 4, 1, 26, 4],
+        "GICv5 PPI specifiers"
+    );
+    let gpio = fdt.find_compatible(&["arm,pl061"]).expect("PL061");
+    assert_eq!(
+        dt_cells(gpio.property("interrupts").unwrap().value),
+        [3, pinfold_vboard::GUEST_GPIO_INTID - 32, 4],
+        "the generated nodes' SPIs in the GICv5 encoding too"
+    );
+
+    let (hw, _cpu) = started(sys, 0, 1);
+    let dtb = loaded_dtb(&hw, &sys.partition(0).unwrap());
+    let fdt = fdt::Fdt::new(&dtb).expect("parses");
+    let intc = fdt.find_node("/intc").expect("interrupt controller");
+    assert_eq!(intc.compatible().unwrap().first(), "arm,gic-v3");
+}
+
+#[test]
+fn a_gicv5_partitions_timer_ppis_are_not_mirrored_or_forwarded_a_legacy_ones_are() {
+    // alpha (CPU 1) has the GICv5 interface: DVI timers; beta (CPU 3) the
+    // GICv3-compatible one: list registers.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let enable_and_fire = |cpu_index: usize| {
+        let mut hw = FakeHw::new();
+        let mut cpu = loaded_cpu(sys, &mut hw, cpu_index);
+        let mut regs = GuestRegs::default();
+        regs.x[2] = 1 << PPI_VTIMER;
+        run(
+            sys,
+            &mut cpu,
+            &mut hw,
+            &mut regs,
+            mmio(GUEST_GICR_BASE + 0x1_0100, 4, true, 2),
+        );
+        let enabled = hw.ppi_enabled & (1 << PPI_VTIMER) != 0;
+        dispatch_irq(sys, &mut cpu, &mut hw, PPI_VTIMER);
+        (enabled, hw.injected(), hw.deactivated.clone())
+    };
+
+    let (enabled, injected, deactivated) = enable_and_fire(1);
+    assert!(!enabled, "the DVI timer's host copy stays masked");
+    assert!(injected.is_empty(), "no list register for a DVI timer");
+    assert_eq!(deactivated, [PPI_VTIMER], "a firing at EL2 is only ended");
+
+    let (enabled, injected, _) = enable_and_fire(3);
+    assert!(enabled);
+    assert_eq!(injected, [PPI_VTIMER]);
+}
+
+#[test]
+fn the_boot_virs_takes_every_gicv5_partition_by_its_index_and_tables_from_free_ram() {
+    // alpha (0, CPUs 1 and 2) and mgmt (2, CPU 0) are GICv5; beta (1) has
+    // the GICv3-compatible interface and no VM.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let layout = crate::vgic5::IrsLayout::for_cpus(4);
+    let caps = crate::vgic5::VirsCaps {
+        vm_id_bits: layout.vm_id_bits,
+        vpe_id_bits: 4,
+        spis: 64,
+    };
+
+    let boot = sys.plan_virs(&layout, &caps).expect("planned");
+
+    assert_eq!(boot.vms, [0, 2]);
+    let doorbells: Vec<(u16, u16, u32)> = boot
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            crate::vgic5::VirsOp::ArmDoorbell { vm, vpe, db } => Some((*vm, *vpe, db.lpi)),
+            _ => None,
+        })
+        .collect();
+    let db = layout.doorbell_base;
+    assert_eq!(doorbells, [(0, 0, db + 1), (0, 1, db + 2), (2, 0, db)]);
+    for p in sys.partitions() {
+        for &(base, bytes) in &boot.memory {
+            let ram = (p.ram.0, p.ram.0 + p.ram_size);
+            assert!(
+                base + bytes <= ram.0 || base >= ram.1,
+                "tables in {}'s RAM",
+                p.name
+            );
+        }
+    }
+}

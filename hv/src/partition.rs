@@ -389,7 +389,7 @@ impl Partition {
         let mut pcie = None;
         if pp.pci_host_bridge {
             let info = host.pcie.as_ref().ok_or(SetupError::NoPciHostBridge)?;
-            let cells = crate::dtb::pcie_cells(info);
+            let cells = crate::dtb::pcie_cells_for(info, gic);
             map(
                 &mut s2,
                 info.ecam.0,
@@ -414,9 +414,10 @@ impl Partition {
                 map(&mut s2, base, base, size, MemType::Device)?;
             }
             spis.extend(a.spis());
-            pcie = Some(crate::dtb::pcie_cells(&crate::vpci::guest_bridge(
-                bridge, &a,
-            )));
+            pcie = Some(crate::dtb::pcie_cells_for(
+                &crate::vpci::guest_bridge(bridge, &a),
+                gic,
+            ));
             let mut fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
             let smmu = !bridge.iommu_map.is_empty();
             let host_its = pci_host
@@ -738,7 +739,7 @@ impl Partition {
             0,
             pinfold_vboard::GUEST_WDOG_FRAME_SIZE as u32,
         ];
-        let wdog_irq = [0, pinfold_vboard::GUEST_WDOG_INTID - 32, 4];
+        let wdog_irq = crate::dtb::spi_cells(pinfold_vboard::GUEST_WDOG_INTID, 4, self.gic);
         let wdog_props = [
             ("compatible", PropValue::String("arm,sbsa-gwdt")),
             ("reg", PropValue::Cells(&wdog_reg)),
@@ -755,7 +756,7 @@ impl Partition {
             0,
             pinfold_vboard::GUEST_GPIO_SIZE as u32,
         ];
-        let gpio_irq = [0, pinfold_vboard::GUEST_GPIO_INTID - 32, 4];
+        let gpio_irq = crate::dtb::spi_cells(pinfold_vboard::GUEST_GPIO_INTID, 4, self.gic);
         let gpio_props = [
             (
                 "compatible",
@@ -831,8 +832,9 @@ impl Partition {
             its,
             pci_probe_only: self.vpci.as_ref().is_some_and(|v| v.assignment.has_vf()),
             devices: &devices,
-            // The plan's `gic` choice is not wired yet (docs/GICV5.md).
-            gic: crate::vgic5::GicInterface::V3,
+            // The interface `build` chose from the plan's `gic`
+            // (`gichost::interface_for`): GICv3 on a GICv3 host.
+            gic: self.gic,
         };
         build_guest_dtb(&spec).map_err(|_| LoadError::DtbFailed)
     }

@@ -370,6 +370,57 @@ impl System {
         }
     }
 
+    /// The partitions whose interface is GICv5, as the boot's vIRS plan
+    /// takes them (`vgic5::VirsMember`), in index order: each vCPU's CPU
+    /// (its index and the MPIDR the host description gives it) and the
+    /// partition's own SPIs with the plan field each comes from.
+    pub fn virs_members(&self) -> Vec<crate::vgic5::VirsMember> {
+        self.partitions()
+            .iter()
+            .filter(|p| p.gic == crate::vgic5::GicInterface::V5)
+            .map(|p| crate::vgic5::VirsMember {
+                index: p.index,
+                name: p.name.clone(),
+                cpus: p
+                    .vcpus
+                    .iter()
+                    .map(|v| (v.pcpu, self.host.cpus.get(v.pcpu).copied().unwrap_or(0)))
+                    .collect(),
+                spis: p
+                    .spis
+                    .iter()
+                    .map(|&intid| {
+                        let field = if p.plan.devices.iter().any(|d| d.spis.contains(&intid)) {
+                            "devices"
+                        } else if p.plan.pci_host_bridge {
+                            "pci_host_bridge"
+                        } else {
+                            "pci"
+                        };
+                        (intid, field)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The boot's vIRS (`vgic5::plan_boot_virs`) for [`Self::virs_members`],
+    /// each VM's tables taken from the free pool (from the top, as the
+    /// platform's own tables are); the platform zeroes them and applies
+    /// the ops. Run once, after the partitions are built, before any
+    /// starts.
+    pub fn plan_virs(
+        &self,
+        layout: &crate::vgic5::IrsLayout,
+        caps: &crate::vgic5::VirsCaps,
+    ) -> Result<crate::vgic5::VirsBoot, crate::vgic5::VirsRefusal> {
+        let members = self.virs_members();
+        let mut pool = self.pool.lock(LockPath::Management);
+        crate::vgic5::plan_boot_virs(&members, layout, caps, &mut |bytes, align| {
+            pool.free.take_top(bytes, align)
+        })
+    }
+
     /// Pass-through SPIs start disabled, level, routed to their partition's
     /// first vCPU's CPU; the guest's distributor writes enable and re-route.
     pub fn program_spis(&self, hw: &mut impl Hw) {

@@ -4,7 +4,11 @@
 //! as direct virtual interrupts and which it may see at all
 //! ([`PpiPlan::for_vcpu`]), which virtual interface a partition gets
 //! ([`choose_interface`]: GICv5 or, on a host with FEAT_GCIE_LEGACY, the
-//! GICv3-compatible one), and the saved virtual PPI state of a vCPU that is
+//! GICv3-compatible one), whether the core's GICv3 timer mirroring runs
+//! for it ([`mirrored_ppis`]: not for a GICv5 partition, whose timers are
+//! DVI), which GIC instructions its guest executes without a trap
+//! ([`UntrappedInsns`], ICH_HFGITR_EL2: all of them once its VM is in the
+//! vIRS, else only those naming no interrupt), and the saved virtual PPI state of a vCPU that is
 //! not resident ([`VPpiContext`]: plain data, owned by the vCPU, touched
 //! only on its own CPU, so load and put take no lock shared between CPUs).
 //!
@@ -14,7 +18,10 @@
 //! partitions claim one or it is out of range), its guest's IPIs are
 //! virtual LPIs it routes and raises itself with no exit, each vCPU has a
 //! doorbell LPI at its CPU for interrupts that arrive while it is not
-//! resident ([`doorbell_owner`]). The plan is a list of [`VirsOp`]s the
+//! resident ([`doorbell_owner`]). At boot [`plan_boot_virs`] makes that
+//! plan for the GICv5 partitions (`System::plan_virs`), with each VM's
+//! tables in free RAM, and names the partition and plan field when it
+//! refuses one. The plan is a list of [`VirsOp`]s the
 //! driver applies. A guest's GIC commands reach only the VM the hypervisor
 //! loads into ICH_CONTEXTR_EL2.VM; one naming a vPE or an ID its VM lacks
 //! does nothing and leaves an IRS software error, counted against the
@@ -116,30 +123,161 @@ pub struct VPpiContext {
     pub apr: u64,
 }
 
+/// A GIC system instruction a guest executes in its own (virtual)
+/// interrupt domain (IHI 0101): the CDxx commands naming an interrupt, the
+/// priority drop, and the two acknowledges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GicInsn {
+    /// GICR CDIA: acknowledge.
+    Cdia,
+    /// GICR CDNMIA: acknowledge an NMI.
+    Cdnmia,
+    /// GIC CDEOI: priority drop.
+    Cdeoi,
+    Cden,
+    Cddis,
+    Cdpri,
+    Cdaff,
+    Cdpend,
+    Cdrcfg,
+    Cdhm,
+    Cddi,
+}
+
+impl GicInsn {
+    pub const ALL: [GicInsn; 11] = [
+        GicInsn::Cdia,
+        GicInsn::Cdnmia,
+        GicInsn::Cdeoi,
+        GicInsn::Cden,
+        GicInsn::Cddis,
+        GicInsn::Cdpri,
+        GicInsn::Cdaff,
+        GicInsn::Cdpend,
+        GicInsn::Cdrcfg,
+        GicInsn::Cdhm,
+        GicInsn::Cddi,
+    ];
+
+    /// Whether the instruction names an interrupt (and so, for an SPI or
+    /// LPI, is a command to the IRS); the others act on the vCPU's own
+    /// virtual CPU interface only.
+    pub const fn names_an_interrupt(self) -> bool {
+        !matches!(self, GicInsn::Cdia | GicInsn::Cdnmia | GicInsn::Cdeoi)
+    }
+}
+
+/// The GIC system instructions a GICv5 guest executes without a trap (the
+/// driver writes them as ICH_HFGITR_EL2 on load; a trapped one reaches the
+/// core as an unknown system register access: counted against the
+/// partition, UNDEFINED injected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UntrappedInsns(u16);
+
+impl UntrappedInsns {
+    pub const NONE: UntrappedInsns = UntrappedInsns(0);
+
+    pub const fn contains(self, insn: GicInsn) -> bool {
+        self.0 >> insn as u32 & 1 != 0
+    }
+
+    const fn with(self, insn: GicInsn) -> UntrappedInsns {
+        UntrappedInsns(self.0 | 1 << insn as u32)
+    }
+
+    /// What a vCPU of a GICv5 partition may execute untrapped. With its
+    /// VM in the vIRS (`virs`, `plan_virs`) everything: a CDxx naming a
+    /// PPI reaches its own virtual PPIs (the hidden ones RAZ/WI, HVIR),
+    /// one naming an SPI or LPI reaches only the VM in ICH_CONTEXTR_EL2.VM
+    /// (its own; a vPE or ID it lacks is an IRS software error counted
+    /// against it, `VirsFaults`), and the acknowledges and priority drop
+    /// act on its own virtual CPU interface: a trap would buy no isolation
+    /// and cost an exit per interrupt. Without a VM (a partition the boot
+    /// did not plan into the vIRS) only what names no interrupt: its
+    /// CDxx would be commands to the shared IRS for a VM that is not
+    /// valid, each leaving a software error record in the one register
+    /// every partition's errors share.
+    pub const fn for_vcpu(virs: bool) -> UntrappedInsns {
+        let mut set = UntrappedInsns::NONE;
+        let mut i = 0;
+        while i < GicInsn::ALL.len() {
+            let insn = GicInsn::ALL[i];
+            if virs || !insn.names_an_interrupt() {
+                set = set.with(insn);
+            }
+            i += 1;
+        }
+        set
+    }
+}
+
 /// What vCPU load and put do with a vCPU's virtual interrupt interface,
 /// decided from the partition's interface (`Partition::gic`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuSwitch {
-    /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En), also
-    /// a GICv5 host's GICv3-compatible one.
-    ListRegisters,
+    /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En). On a
+    /// GICv5 host (`gcie_legacy`) that is FEAT_GCIE_LEGACY's
+    /// GICv3-compatible interface: the driver sets ICH_VCTLR_EL2.V3 for
+    /// the vCPU before its GICv3 state is restored (ICH_VMCR_EL2's layout
+    /// follows V3) and clears it on put; on a GICv3 host there is no
+    /// ICH_VCTLR_EL2 to write.
+    ListRegisters { gcie_legacy: bool },
     /// The native GICv5 virtual interface: the driver's `vcpu_load` /
     /// `vcpu_put` with this plan (the vCPU is pinned: its timers and, with
     /// the PMU, PMUIRQ as DVI), as vPE `vpe` of VM `vm` (partition i = VM
-    /// i, vCPU n = vPE n, as `plan_virs` numbers them).
-    Gicv5 { plan: PpiPlan, vm: u16, vpe: u16 },
+    /// i, vCPU n = vPE n, as `plan_virs` numbers them), executing `insns`
+    /// untrapped.
+    Gicv5 {
+        plan: PpiPlan,
+        vm: u16,
+        vpe: u16,
+        insns: UntrappedInsns,
+    },
 }
 
 impl VcpuSwitch {
-    pub fn for_vcpu(iface: GicInterface, pmu: bool, partition: usize, vcpu: usize) -> VcpuSwitch {
+    /// The switch of vCPU `vcpu` of partition `partition`, whose interface
+    /// is `iface`, on a host whose GIC is a GICv5 (`host_v5`) or a GICv3;
+    /// `virs`: the partition's VM is in the vIRS. A GICv5 vCPU's
+    /// ICH_VCTLR_EL2 is En only (V3 = 0: the driver's `vcpu_load`).
+    pub fn for_vcpu(
+        iface: GicInterface,
+        host_v5: bool,
+        pmu: bool,
+        virs: bool,
+        partition: usize,
+        vcpu: usize,
+    ) -> VcpuSwitch {
         match iface {
-            GicInterface::V3 => VcpuSwitch::ListRegisters,
+            GicInterface::V3 => VcpuSwitch::ListRegisters {
+                gcie_legacy: host_v5,
+            },
             GicInterface::V5 => VcpuSwitch::Gicv5 {
                 plan: PpiPlan::for_vcpu(true, pmu),
                 vm: partition as u16,
                 vpe: vcpu as u16,
+                insns: UntrappedInsns::for_vcpu(virs),
             },
         }
+    }
+}
+
+/// Which of a vCPU's pass-through PPIs (`owned`: a bitmask by INTID, its
+/// EL1 timers and, with the PMU, PMUIRQ) the core's GICv3 emulation
+/// mirrors onto the physical PPI: the emulated redistributor's enable,
+/// pending and active of those PPIs written to this CPU's own PPI state,
+/// and a firing forwarded HW-linked through a list register
+/// (`exit::timer_ppi`). With the GICv3 interface (also a GICv5 host's
+/// GICv3-compatible one) all of them. With the GICv5 interface none: its
+/// timers are DVI (`PpiPlan::for_vcpu`), the physical pending state *is*
+/// the guest's while it is resident and the host copy stays masked, so a
+/// mirror would unmask that copy (a second, host-side delivery of the same
+/// timer) and a forward would inject it twice; a firing that still
+/// reaches EL2 (the vCPU not resident) is only ended there.
+pub const fn mirrored_ppis(iface: GicInterface, owned: u32) -> u32 {
+    match iface {
+        GicInterface::V3 => owned,
+        GicInterface::V5 => 0,
     }
 }
 
@@ -414,6 +552,9 @@ pub struct VmTables {
 /// A partition whose interface is GICv5, as the vIRS sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct VmSpec<'a> {
+    /// Its VM ID: the partition's index (what the vCPU load puts in
+    /// ICH_CONTEXTR_EL2.VM, `VcpuSwitch::Gicv5`).
+    pub vm: u16,
     pub partition: &'a str,
     pub vcpus: u16,
     /// The partition's own SPIs (core INTIDs, 32 + SPI ID), from its plan:
@@ -475,8 +616,11 @@ pub enum VirsOp {
 /// Why the vIRS plan was refused; every variant names what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VirsError {
-    TooManyVms {
-        count: usize,
+    /// A VM ID (partition index) beyond IRS_VMT_CFGR.VM_ID_BITS, or given
+    /// twice.
+    BadVm {
+        partition: String,
+        vm: u16,
         max: usize,
     },
     TooManyVcpus {
@@ -492,27 +636,20 @@ pub enum VirsError {
     },
     /// Not an SPI (core INTID below 32), beyond the host's SPIs, or beyond
     /// the VM's virtual SPI range.
-    BadSpi {
-        partition: String,
-        intid: u32,
-    },
+    BadSpi { partition: String, intid: u32 },
     /// A vCPU without a doorbell LPI.
-    NoDoorbell {
-        partition: String,
-        vcpu: u16,
-    },
+    NoDoorbell { partition: String, vcpu: u16 },
     /// Two vCPUs given the same doorbell LPI (a doorbell must name one).
-    DoorbellTwice {
-        lpi: u32,
-    },
+    DoorbellTwice { lpi: u32 },
 }
 
 impl fmt::Display for VirsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            VirsError::TooManyVms { count, max } => {
-                write!(f, "{count} GICv5 partitions, the IRS has VM IDs for {max}")
-            }
+            VirsError::BadVm { partition, vm, max } => write!(
+                f,
+                "partition {partition}: VM ID {vm} is taken or beyond the IRS's {max}"
+            ),
             VirsError::TooManyVcpus {
                 partition,
                 vcpus,
@@ -567,17 +704,19 @@ const fn id_bits(n: u32) -> u8 {
 /// name another VM at all.
 pub fn plan_virs(caps: &VirsCaps, vms: &[VmSpec]) -> Result<Vec<VirsOp>, VirsError> {
     let max_vms = 1usize << caps.vm_id_bits;
-    if vms.len() > max_vms {
-        return Err(VirsError::TooManyVms {
-            count: vms.len(),
-            max: max_vms,
-        });
-    }
     let mut owner: BTreeMap<u32, &str> = BTreeMap::new();
     let mut doorbells: BTreeMap<u32, ()> = BTreeMap::new();
+    let mut ids: BTreeMap<u16, ()> = BTreeMap::new();
     let mut ops = Vec::new();
-    for (i, spec) in vms.iter().enumerate() {
-        let vm = i as u16;
+    for spec in vms {
+        let vm = spec.vm;
+        if usize::from(vm) >= max_vms || ids.insert(vm, ()).is_some() {
+            return Err(VirsError::BadVm {
+                partition: spec.partition.into(),
+                vm,
+                max: max_vms,
+            });
+        }
         let max_vpes = 1u32 << caps.vpe_id_bits;
         if spec.vcpus == 0 || u32::from(spec.vcpus) > max_vpes {
             return Err(VirsError::TooManyVcpus {
@@ -646,13 +785,210 @@ pub fn plan_virs(caps: &VirsCaps, vms: &[VmSpec]) -> Result<Vec<VirsOp>, VirsErr
     Ok(ops)
 }
 
+// ---- the vIRS at boot ------------------------------------------------------
+
+/// The virtual LPI ID bits each GICv5 partition's VM gets (its guest's
+/// IPIs and MSIs): as many as the host's own smallest IST.
+pub const VM_LPI_ID_BITS: u8 = MIN_LPI_ID_BITS as u8;
+
+/// How many bytes the boot gives a VM descriptor. Its real size is the
+/// IRS's (IRS_IDR3.VMD_SZ), which neither the driver nor the model reads
+/// yet; a 4 KiB page is more than any the sources show.
+pub const VMD_BYTES: u64 = 0x1000;
+
+/// A GICv5 partition as the boot's vIRS plan takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirsMember {
+    /// Its index, which is its VM ID.
+    pub index: usize,
+    pub name: String,
+    /// Each vCPU's CPU, by vCPU: the core's CPU index (its doorbell LPI,
+    /// `IrsLayout::doorbell_lpis`) and MPIDR (where the doorbell goes).
+    pub cpus: Vec<(usize, u64)>,
+    /// Its own SPIs (core INTIDs), each with the plan field it comes from
+    /// (`devices`, `pci_host_bridge`, `pci`).
+    pub spis: Vec<(u32, &'static str)>,
+}
+
+/// What the platform applies at boot, in order: zero `memory` (the VMs'
+/// tables, taken from free RAM), then the IRS is given `ops`
+/// (`Gicv5Irs::apply_virs`) after its VM table (`init_virs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirsBoot {
+    /// (physical address, bytes) of each VM's tables.
+    pub memory: Vec<(u64, u64)>,
+    /// The partitions (indices) whose VM is in the vIRS: their guests run
+    /// with `UntrappedInsns::for_vcpu(true)`.
+    pub vms: Vec<usize>,
+    pub ops: Vec<VirsOp>,
+}
+
+/// A partition the vIRS cannot take, as a plan refusal: the partition,
+/// the plan field and why (`partition "alpha": devices: SPI 8 is ...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VirsRefusal {
+    pub partition: String,
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl fmt::Display for VirsRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "partition \"{}\": {}: {}",
+            self.partition, self.field, self.reason
+        )
+    }
+}
+
+/// Where one VM's tables sit in its block of `bytes` (offsets from its
+/// base): the VM descriptor, the vPE table (8 bytes for each of
+/// 2^VPE_ID_BITS vPEs), the vPE descriptors (32 bytes a vCPU), the
+/// virtual LPI and SPI ISTs (4 bytes an interrupt), each 64-byte aligned
+/// (the ISTs' address fields start at bit 6).
+fn vm_block(vcpus: u16, spi_id_bits: u8) -> ([u64; 5], u64) {
+    let up = |v: u64| v.next_multiple_of(64);
+    let vpet = VMD_BYTES;
+    let vpeds = vpet + up(8 << id_bits(u32::from(vcpus)));
+    let lpi_ist = vpeds + up(32 * u64::from(vcpus));
+    let spi_ist = lpi_ist + up(4 << VM_LPI_ID_BITS);
+    let end = spi_ist + up(4 << spi_id_bits);
+    (
+        [0, vpet, vpeds, lpi_ist, spi_ist],
+        end.next_multiple_of(0x1000),
+    )
+}
+
+/// The boot's vIRS for the GICv5 partitions `members`: each one's VM is
+/// its index, its vCPU n is vPE n with the doorbell LPI of the CPU it is
+/// pinned to (`layout`), its own SPIs are its VM's virtual SPIs (the VM's
+/// SPI range covers the guest's, `GUEST_SPI_COUNT`, and every SPI it
+/// owns), and its tables are taken with `take(bytes, align)` (a 4 KiB
+/// aligned block each). Then [`plan_virs`]. A refusal names the
+/// partition and the plan field: `gic` (no VM ID or no memory for it),
+/// `cpus` (more vCPUs than vPE IDs, a CPU without a doorbell), or the
+/// field its SPI comes from.
+pub fn plan_boot_virs(
+    members: &[VirsMember],
+    layout: &IrsLayout,
+    caps: &VirsCaps,
+    take: &mut dyn FnMut(u64, u64) -> Option<u64>,
+) -> Result<VirsBoot, VirsRefusal> {
+    let refuse = |m: &VirsMember, field: &'static str, reason: String| VirsRefusal {
+        partition: m.name.clone(),
+        field,
+        reason,
+    };
+    let mut memory = Vec::new();
+    let mut owned: Vec<(Vec<u32>, Vec<Doorbell>, VmTables, u8, u16)> = Vec::new();
+    for m in members {
+        let vm = u16::try_from(m.index)
+            .map_err(|_| refuse(m, "gic", alloc::format!("no VM ID for index {}", m.index)))?;
+        let vcpus = u16::try_from(m.cpus.len())
+            .map_err(|_| refuse(m, "cpus", "too many vCPUs for a VM".into()))?;
+        let mut doorbells = Vec::new();
+        for &(cpu, mpidr) in &m.cpus {
+            let lpi = layout.doorbell_base + cpu as u32;
+            if !layout.doorbell_lpis().contains(&lpi) {
+                return Err(refuse(
+                    m,
+                    "cpus",
+                    alloc::format!("CPU {cpu} has no doorbell LPI"),
+                ));
+            }
+            doorbells.push(Doorbell { lpi, mpidr });
+        }
+        let spis: Vec<u32> = m.spis.iter().map(|&(i, _)| i).collect();
+        let highest = spis
+            .iter()
+            .filter_map(|&i| i.checked_sub(32))
+            .max()
+            .map_or(0, |n| n + 1);
+        let spi_id_bits = id_bits(highest.max(pinfold_vboard::GUEST_SPI_COUNT));
+        let (at, bytes) = vm_block(vcpus, spi_id_bits);
+        let Some(base) = take(bytes, 0x1000) else {
+            return Err(refuse(
+                m,
+                "gic",
+                alloc::format!("no {} KiB of RAM for its vIRS tables", bytes >> 10),
+            ));
+        };
+        memory.push((base, bytes));
+        let tables = VmTables {
+            vmd: base + at[0],
+            vpet: base + at[1],
+            vpeds: base + at[2],
+            lpi_ist: base + at[3],
+            spi_ist: base + at[4],
+        };
+        owned.push((spis, doorbells, tables, spi_id_bits, vm));
+    }
+    let specs: Vec<VmSpec> = members
+        .iter()
+        .zip(&owned)
+        .map(|(m, (spis, doorbells, tables, spi_id_bits, vm))| VmSpec {
+            vm: *vm,
+            partition: &m.name,
+            vcpus: m.cpus.len() as u16,
+            spis,
+            lpi_id_bits: VM_LPI_ID_BITS,
+            spi_id_bits: *spi_id_bits,
+            doorbells,
+            tables: *tables,
+        })
+        .collect();
+    let ops = plan_virs(caps, &specs).map_err(|e| {
+        let by_name = |name: &str| members.iter().find(|m| m.name == name);
+        let spi_field = |name: &str, intid: u32| {
+            by_name(name)
+                .and_then(|m| m.spis.iter().find(|&&(i, _)| i == intid))
+                .map_or("devices", |&(_, field)| field)
+        };
+        let (partition, field) = match &e {
+            VirsError::BadVm { partition, .. } => (partition.clone(), "gic"),
+            VirsError::TooManyVcpus { partition, .. } | VirsError::NoDoorbell { partition, .. } => {
+                (partition.clone(), "cpus")
+            }
+            VirsError::SpiTwice { spi, second, .. } => {
+                (second.clone(), spi_field(second, spi + 32))
+            }
+            VirsError::BadSpi { partition, intid } => {
+                (partition.clone(), spi_field(partition, *intid))
+            }
+            VirsError::DoorbellTwice { lpi } => (
+                members
+                    .iter()
+                    .rev()
+                    .find(|m| {
+                        m.cpus
+                            .iter()
+                            .any(|&(c, _)| layout.doorbell_base + c as u32 == *lpi)
+                    })
+                    .map_or_else(String::new, |m| m.name.clone()),
+                "cpus",
+            ),
+        };
+        VirsRefusal {
+            partition,
+            field,
+            reason: alloc::format!("{e}"),
+        }
+    })?;
+    Ok(VirsBoot {
+        memory,
+        vms: members.iter().map(|m| m.index).collect(),
+        ops,
+    })
+}
+
 /// Which vCPU a doorbell LPI wakes: (VM = partition index, vPE = vCPU).
 pub fn doorbell_owner(vms: &[VmSpec], lpi: u32) -> Option<(u16, u16)> {
-    vms.iter().enumerate().find_map(|(i, v)| {
+    vms.iter().find_map(|v| {
         v.doorbells
             .iter()
             .position(|d| d.lpi == lpi)
-            .map(|n| (i as u16, n as u16))
+            .map(|n| (v.vm, n as u16))
     })
 }
 
@@ -695,7 +1031,7 @@ pub struct VirsFaults {
 impl VirsFaults {
     /// Count `f` against its partition; returns the partition's name.
     pub fn record<'a>(&mut self, vms: &[VmSpec<'a>], f: VirsFault) -> Option<&'a str> {
-        match vms.get(f.vm as usize) {
+        match vms.iter().find(|v| v.vm == f.vm) {
             Some(v) => {
                 *self.by_vm.entry(f.vm).or_default() += 1;
                 Some(v.partition)
@@ -794,22 +1130,71 @@ mod tests {
     #[test]
     fn a_gicv5_partitions_vcpu_is_loaded_with_its_timers_as_dvi() {
         assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, true, 1, 0),
-            VcpuSwitch::ListRegisters
+            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, false, 1, 0),
+            VcpuSwitch::ListRegisters { gcie_legacy: false }
         );
-        let VcpuSwitch::Gicv5 { plan, vm, vpe } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, 2, 1)
+        let VcpuSwitch::Gicv5 { plan, vm, vpe, .. } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, true, 2, 1)
         else {
             panic!("a GICv5 partition is loaded through the GICv5 interface");
         };
         assert_eq!((vm, vpe), (2, 1));
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_PMU, PPI_CNTV, PPI_CNTP]));
-        let VcpuSwitch::Gicv5 { plan, .. } = VcpuSwitch::for_vcpu(GicInterface::V5, false, 0, 0)
+        let VcpuSwitch::Gicv5 { plan, .. } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, false, true, 0, 0)
         else {
             panic!();
         };
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_CNTV, PPI_CNTP]));
         assert!(!plan.visible.contains(PPI_PMU));
+    }
+
+    #[test]
+    fn a_gicv3_partition_on_a_gicv5_host_uses_the_gcie_legacy_interface() {
+        assert_eq!(
+            VcpuSwitch::for_vcpu(GicInterface::V3, true, true, false, 0, 0),
+            VcpuSwitch::ListRegisters { gcie_legacy: true }
+        );
+        assert_eq!(
+            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, false, 0, 0),
+            VcpuSwitch::ListRegisters { gcie_legacy: false },
+            "a GICv3 host has no ICH_VCTLR_EL2"
+        );
+    }
+
+    #[test]
+    fn a_guest_with_a_vm_in_the_virs_executes_every_gic_instruction_untrapped() {
+        let with = UntrappedInsns::for_vcpu(true);
+        for insn in GicInsn::ALL {
+            assert!(with.contains(insn), "{insn:?}");
+        }
+        let VcpuSwitch::Gicv5 { insns, .. } =
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, true, 0, 0)
+        else {
+            panic!();
+        };
+        assert_eq!(insns, with);
+    }
+
+    #[test]
+    fn a_guest_without_a_vm_traps_every_instruction_that_names_an_interrupt() {
+        let without = UntrappedInsns::for_vcpu(false);
+        let untrapped: std::vec::Vec<_> = GicInsn::ALL
+            .into_iter()
+            .filter(|&i| without.contains(i))
+            .collect();
+        assert_eq!(
+            untrapped,
+            [GicInsn::Cdia, GicInsn::Cdnmia, GicInsn::Cdeoi],
+            "only what acts on its own CPU interface"
+        );
+    }
+
+    #[test]
+    fn only_the_gicv3_interface_mirrors_the_timer_ppis() {
+        let owned = 1 << PPI_CNTV | 1 << PPI_CNTP | 1 << PPI_PMU;
+        assert_eq!(mirrored_ppis(GicInterface::V3, owned), owned);
+        assert_eq!(mirrored_ppis(GicInterface::V5, owned), 0);
     }
 
     #[test]
@@ -889,6 +1274,7 @@ mod tests {
 
     fn vm<'a>(name: &'a str, vcpus: u16, spis: &'a [u32], dbs: &'a [Doorbell]) -> VmSpec<'a> {
         VmSpec {
+            vm: if name == "alpha" { 0 } else { 1 },
             partition: name,
             vcpus,
             spis,
@@ -964,6 +1350,123 @@ mod tests {
         assert_eq!(e.to_string(), "partition alpha: vCPU 1 has no doorbell LPI");
         let e = plan_virs(&CAPS, &[vm("alpha", 1, &[], &d1), vm("beta", 1, &[], &d1)]);
         assert_eq!(e.unwrap_err(), VirsError::DoorbellTwice { lpi: 1 });
+    }
+
+    fn member(index: usize, name: &str, cpus: &[usize], spis: &[u32]) -> VirsMember {
+        VirsMember {
+            index,
+            name: name.into(),
+            cpus: cpus.iter().map(|&c| (c, 0x100 + c as u64)).collect(),
+            spis: spis.iter().map(|&i| (i, "devices")).collect(),
+        }
+    }
+
+    /// A bump allocator over a fake free range, recording what it gave.
+    fn taker(next: &mut u64) -> impl FnMut(u64, u64) -> Option<u64> + '_ {
+        move |bytes, align| {
+            let at = next.next_multiple_of(align);
+            *next = at + bytes;
+            Some(at)
+        }
+    }
+
+    #[test]
+    fn the_boot_virs_makes_each_gicv5_partitions_index_its_vm_with_its_cpus_doorbells() {
+        // Partition 1 is not a GICv5 one: VMs 0 and 2, not 0 and 1.
+        let members = [
+            member(0, "mgmt", &[0], &[]),
+            member(2, "alpha", &[1, 2], &[40]),
+        ];
+        let layout = IrsLayout::for_cpus(4);
+        let mut next = 0x8000_0000;
+
+        let boot = plan_boot_virs(&members, &layout, &CAPS, &mut taker(&mut next)).unwrap();
+
+        assert_eq!(boot.vms, [0, 2]);
+        assert!(boot.ops.contains(&VirsOp::MapVm { vm: 2 }));
+        assert!(!boot.ops.contains(&VirsOp::MapVm { vm: 1 }));
+        assert!(boot.ops.contains(&VirsOp::MapVpe { vm: 2, vpe: 1 }));
+        assert!(boot.ops.contains(&VirsOp::ArmDoorbell {
+            vm: 2,
+            vpe: 1,
+            db: Doorbell {
+                lpi: layout.doorbell_base + 2,
+                mpidr: 0x102
+            }
+        }));
+        assert!(boot.ops.contains(&VirsOp::AssignSpi { spi: 8, vm: 2 }));
+        // Each VM's tables inside its own block, blocks disjoint.
+        assert_eq!(boot.memory.len(), 2);
+        let (b0, n0) = boot.memory[0];
+        let (b1, _) = boot.memory[1];
+        assert!(b0 + n0 <= b1);
+        let vmte = boot.ops.iter().find_map(|o| match o {
+            VirsOp::WriteVmte {
+                vm: 2,
+                tables,
+                spi_id_bits,
+                lpi_id_bits,
+                ..
+            } => Some((*tables, *spi_id_bits, *lpi_id_bits)),
+            _ => None,
+        });
+        let (t, spi_bits, lpi_bits) = vmte.expect("VM 2's entry");
+        assert_eq!(
+            (spi_bits, lpi_bits),
+            (8, VM_LPI_ID_BITS),
+            "the guest's 256 SPIs"
+        );
+        assert!(t.vmd >= b1 && t.spi_ist + (4 << spi_bits) <= next);
+        assert_eq!(t.lpi_ist % 64, 0);
+    }
+
+    #[test]
+    fn the_boot_virs_refuses_naming_the_partition_and_field() {
+        let layout = IrsLayout::for_cpus(4);
+        let mut next = 0;
+        // Two partitions with SPI 40: the second is refused for its device.
+        let e = plan_boot_virs(
+            &[
+                member(0, "alpha", &[1], &[40]),
+                member(1, "beta", &[2], &[40]),
+            ],
+            &layout,
+            &CAPS,
+            &mut taker(&mut next),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "partition \"beta\": devices: SPI 8 is given to both alpha and beta"
+        );
+        // VM ID 16 is beyond the IRS's 4 bits.
+        let e = plan_boot_virs(
+            &[member(16, "far", &[1], &[])],
+            &layout,
+            &CAPS,
+            &mut taker(&mut next),
+        )
+        .unwrap_err();
+        assert_eq!((e.partition.as_str(), e.field), ("far", "gic"));
+        // A CPU the layout has no doorbell for.
+        let e = plan_boot_virs(
+            &[member(0, "big", &[7], &[])],
+            &layout,
+            &CAPS,
+            &mut taker(&mut next),
+        )
+        .unwrap_err();
+        assert_eq!((e.partition.as_str(), e.field), ("big", "cpus"));
+        // No RAM for its tables.
+        let e = plan_boot_virs(
+            &[member(0, "alpha", &[1], &[])],
+            &layout,
+            &CAPS,
+            &mut |_, _| None,
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "gic");
+        assert!(e.reason.contains("vIRS tables"), "{e}");
     }
 
     #[test]

@@ -6,20 +6,23 @@
 //! missing), the host view made from the registers (`GicFound::from_v5`),
 //! the IRS put behind the same counted lock as a GICv3 distributor
 //! (`hw::DIST`), and each CPU's own GICv5 half (`Gicv5Cpu`: PPIs, its 16
-//! IPI LPIs, its doorbell range) from its own bring-up. Nothing here runs
+//! IPI LPIs, its doorbell range) from its own bring-up, and once the
+//! partitions are built the vIRS ([`init_virs`]: the VM table, the core's
+//! plan of every GICv5 partition's VM applied under the IRS's lock).
+//! Nothing here runs
 //! on a GICv3 host. No emulator runs EL2 on a GICv5, so this is built and
 //! linted, not booted (docs/GICV5.md).
 
 use crate::hvlog;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use pinfold_drivers::gicv5::hw::{IrsFrame, SysRegs};
+use pinfold_drivers::gicv5::hw::{IrsFrame, PhysMem, SysRegs};
 use pinfold_drivers::gicv5::{Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
 use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange};
-use pinfold_hv::lockstat::CountedLock;
+use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::memmap::FreeMemory;
-use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, VPpiContext};
+use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext};
 use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 
 /// What every CPU's bring-up needs: the LPI layout and each CPU's
@@ -28,13 +31,68 @@ use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 struct Layout {
     lpis: IrsLayout,
     cpus: &'static [(u64, u16)],
-    /// Physical address of the vIRS's VM table (zeroed; `init_virs` is
-    /// not called yet: nothing plans the vIRS at boot).
-    #[allow(dead_code)]
+    /// Physical address of the vIRS's VM table (zeroed), given to the IRS
+    /// by [`init_virs`].
     vmt: u64,
 }
 
 static LAYOUT: spin::Once<Layout> = spin::Once::new();
+
+/// The partitions (indices) whose VM the boot put in the vIRS
+/// (`vgic5::VirsBoot::vms`).
+static VIRS_VMS: spin::Once<Vec<usize>> = spin::Once::new();
+
+/// After the partitions are built, before any starts: the IRS gets its VM
+/// table (`Gicv5Irs::init_virs`), the core plans every GICv5 partition's VM
+/// (`System::plan_virs`: VM = partition index, vPE = vCPU, doorbells, its
+/// own SPIs, the VM's tables from free RAM), the tables are zeroed and the
+/// plan applied (`apply_virs`), all under the IRS's own counted lock
+/// (`hw::DIST`). `Err` is the reason boot stops: a refusal names the
+/// partition and the plan field. Nothing here runs on a GICv3 host.
+pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::String> {
+    use alloc::format;
+    use alloc::string::ToString;
+    let Some(l) = LAYOUT.get() else {
+        return Err("the IRS is not up".into());
+    };
+    let Some(dist) = crate::hw::DIST.get() else {
+        return Err("the IRS is not up".into());
+    };
+    let mut chip = dist.lock(LockPath::PhysDist);
+    let Some(irs) = chip
+        .as_any_mut()
+        .and_then(|c| c.downcast_mut::<Gicv5Irs<IrsFrame, SysRegs>>())
+    else {
+        return Err("the interrupt chip is not a GICv5 IRS".into());
+    };
+    let caps = irs
+        .init_virs(l.vmt, l.lpis.vm_id_bits)
+        .map_err(|e| format!("the IRS's vIRS did not come up: {e:?}"))?;
+    let boot = sys.plan_virs(&l.lpis, &caps).map_err(|r| r.to_string())?;
+    for &(base, bytes) in &boot.memory {
+        // SAFETY: taken from free RAM by `plan_virs` for these tables
+        // (identity mapped, normal memory at EL2); nothing else uses it.
+        unsafe { core::ptr::write_bytes(base as *mut u8, 0, bytes as usize) };
+        crate::arch::clean_dcache_range(base, bytes);
+    }
+    irs.apply_virs(&mut PhysMem, &boot.ops)
+        .map_err(|e| format!("the IRS refused the vIRS plan: {e:?}"))?;
+    hvlog!(
+        "gicv5: vIRS: VMs for partitions {:?} ({} steps)",
+        boot.vms,
+        boot.ops.len()
+    );
+    VIRS_VMS.call_once(|| boot.vms);
+    Ok(())
+}
+
+/// Whether partition `index`'s VM is in the vIRS (its guest's GIC
+/// instructions then need no trap, `vgic5::UntrappedInsns::for_vcpu`).
+/// Only the partitions the boot planned: one created at run time has no
+/// VM.
+pub fn in_virs(index: usize) -> bool {
+    VIRS_VMS.get().is_some_and(|v| v.contains(&index))
+}
 
 /// Bring the GICv5 up for `cpu_count` CPUs, the boot CPU being `index`:
 /// the IRS with its IST, the boot CPU probed, the host checked. Returns
@@ -139,8 +197,15 @@ static CHIP_LOCK: CountedLock<()> = CountedLock::new((), &crate::LOCKSTAT);
 /// on this CPU: the driver's `vcpu_load` with its PPI plan (the timers and
 /// the PMU's PPI as DVI, their host copies masked, every other implemented
 /// PPI hidden), a fresh virtual PPI state (the vCPU is (re)entering at its
-/// entry point), VM `vm`, vPE `vpe`. Only this CPU's registers.
-pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vpe: u16) {
+/// entry point), the GIC instructions it executes untrapped (`insns`, as
+/// ICH_HFGITR_EL2), VM `vm`, vPE `vpe`. Only this CPU's registers.
+pub fn vcpu_load(
+    local: &mut crate::percpu::CpuLocal,
+    plan: PpiPlan,
+    insns: UntrappedInsns,
+    vm: u16,
+    vpe: u16,
+) {
     let implemented = local
         .sys
         .host
@@ -150,9 +215,30 @@ pub fn vcpu_load(local: &mut crate::percpu::CpuLocal, plan: PpiPlan, vm: u16, vp
         .map_or(PpiSet::EMPTY, |h| h.ppis);
     let ctx = VPpiContext::default();
     if let Some(chip) = local.hw.v5.as_mut() {
-        chip.vcpu_load(&CHIP_LOCK, &ctx, &plan, implemented, vpe, vm);
+        chip.vcpu_load(&CHIP_LOCK, &ctx, &plan, implemented, insns, vpe, vm);
     }
     local.v5_vcpu = Some((plan, ctx));
+}
+
+/// Load a `gicv3` partition's vCPU on this GICv5 host
+/// (`vgic5::VcpuSwitch::ListRegisters { gcie_legacy: true }`): the
+/// driver sets ICH_VCTLR_EL2.V3, synchronised before the caller enables
+/// and restores the GICv3 virtual interface (ICH_HCR_EL2, ICH_VMCR_EL2,
+/// whose behaviour follows V3).
+pub fn load_gicv3_compatible(local: &mut crate::percpu::CpuLocal) {
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.load_gicv3_compatible();
+        // SAFETY: a context synchronisation barrier; no memory access.
+        unsafe { core::arch::asm!("isb", options(nostack)) };
+    }
+}
+
+/// Put that vCPU: ICH_VCTLR_EL2.V3 cleared after the GICv3 interface is
+/// switched off.
+pub fn put_gicv3_compatible(local: &mut crate::percpu::CpuLocal) {
+    if let Some(chip) = local.hw.v5.as_mut() {
+        chip.put_gicv3_compatible();
+    }
 }
 
 /// Put it: the driver's `vcpu_put` reads its virtual PPI state out and

@@ -455,6 +455,13 @@ fn boot(handoff: BootHandoff) -> ! {
         &mut |args| hvlog!("{}", args),
     );
     let sys = SYSTEM.call_once(|| sys);
+    if host_gic == HostGic::V5 {
+        // Every GICv5 partition's VM, before any partition starts.
+        if let Err(e) = gicv5::init_virs(sys) {
+            hvprint!("GICv5: vIRS: {e}: halting");
+            halt()
+        }
+    }
     percpu::init_all(sys);
     enter_cpu(index);
     // SAFETY: the boot CPU's main line; no exception handler runs yet.

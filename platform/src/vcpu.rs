@@ -10,7 +10,9 @@
 //! the GICv3 exit paths). A GICv5-interface partition's vCPU is loaded and
 //! put by the GICv5 driver (`gicv5::vcpu_load`/`vcpu_put`: DVI for its
 //! timers and PMU PPI, no lock shared between CPUs) instead of the list
-//! registers' ICH_HCR_EL2 (`vgic5::VcpuSwitch`; docs/GICV5.md).
+//! registers' ICH_HCR_EL2 (`vgic5::VcpuSwitch`; docs/GICV5.md); a `gicv3`
+//! partition's vCPU on a GICv5 host also gets ICH_VCTLR_EL2.V3 (the
+//! GICv3-compatible interface) before its GICv3 state and loses it on put.
 
 use crate::arch;
 use crate::arch::regs::{self, Fields, Writeable};
@@ -21,6 +23,7 @@ use aarch64_cpu::registers::{
     TCR_EL1, TTBR0_EL1, TTBR1_EL1, VBAR_EL1, VMPIDR_EL2, VTCR_EL2, VTTBR_EL2,
 };
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
+use pinfold_hv::gichost::HostGic;
 use pinfold_hv::stage2;
 use pinfold_hv::vgic5::VcpuSwitch;
 
@@ -135,18 +138,34 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     // Which virtual interface: the list registers (GICv3, or a GICv5's
     // GICv3-compatible one), or the GICv5's own, loaded by its driver
     // after the core's load (`vgic5::VcpuSwitch`).
+    let host_v5 = HostGic::of(&sys.host.gic) == HostGic::V5;
+    // Whether the boot put its VM in the vIRS (`gicv5::init_virs`): if not,
+    // a `gicv5` guest's GIC instructions that name an interrupt trap
+    // (`vgic5::UntrappedInsns::for_vcpu`).
+    let virs = crate::gicv5::in_virs(boot.id.partition);
     let switch = VcpuSwitch::for_vcpu(
         boot.partition.gic,
+        host_v5,
         boot.partition.plan.pmu,
+        virs,
         boot.id.partition,
         boot.id.vcpu,
     );
-    if switch == VcpuSwitch::ListRegisters {
+    if let VcpuSwitch::ListRegisters { gcie_legacy } = switch {
+        if gcie_legacy {
+            crate::gicv5::load_gicv3_compatible(local);
+        }
         local.hw.set_virtual_cpu_interface(true);
     }
     let ctx = with_hw!(local, |hw| exit::load(sys, &mut local.state, hw, &boot));
-    if let VcpuSwitch::Gicv5 { plan, vm, vpe } = switch {
-        crate::gicv5::vcpu_load(local, plan, vm, vpe);
+    if let VcpuSwitch::Gicv5 {
+        plan,
+        vm,
+        vpe,
+        insns,
+    } = switch
+    {
+        crate::gicv5::vcpu_load(local, plan, insns, vm, vpe);
     }
     // The core decides VTCR_EL2 (stage-2 geometry) and VTTBR_EL2 (VMID and
     // root); here they are only written.
@@ -175,7 +194,7 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     CONTEXTIDR_EL1.set(0);
     SP_EL1.set(0);
     SP_EL0.set(0);
-    if switch == VcpuSwitch::ListRegisters {
+    if let VcpuSwitch::ListRegisters { .. } = switch {
         arch::set_vgic_reset_state();
     }
     let frame = GuestRegs {
@@ -206,6 +225,9 @@ fn put(local: &mut CpuLocal) {
         crate::gicv5::vcpu_put(local);
     } else {
         local.hw.set_virtual_cpu_interface(false);
+        // On a GICv5 host that was the GICv3-compatible interface (a GICv3
+        // host has no GICv5 chip: nothing happens).
+        crate::gicv5::put_gicv3_compatible(local);
     }
     HCR_EL2.write(HCR_HOST);
 }

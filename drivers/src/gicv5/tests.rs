@@ -9,8 +9,8 @@ use super::*;
 use pinfold_gicv5model::{Access, Config, El, Enc, IntId, Misuse, Model, GICR_CDIA as MODEL_CDIA};
 use pinfold_hv::lockstat::LockStat;
 use pinfold_hv::vgic5::{
-    check_host, doorbell_owner, plan_virs, Doorbell, PpiPlan, VirsFault, VirsFaults, VmSpec,
-    VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
+    check_host, doorbell_owner, plan_virs, Doorbell, GicInsn, PpiPlan, UntrappedInsns, VirsFault,
+    VirsFaults, VmSpec, VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
 };
 use std::boxed::Box;
 use std::cell::{Cell, RefCell};
@@ -99,6 +99,8 @@ impl TableMem for ModelMem {
 /// MPIDR and IAFFID of the two CPUs.
 static CPUS: [(u64, u16); 2] = [(0x8000_0000, 0), (0x8000_0001, 1)];
 const IPI_BASE: u32 = 8192;
+/// A guest whose VM is in the vIRS: no GIC instruction traps.
+const ALL_INSNS: UntrappedInsns = UntrappedInsns::for_vcpu(true);
 
 struct Rig {
     m: Shared,
@@ -376,7 +378,7 @@ fn vcpu_load_and_put_save_and_restore_ppi_state_with_no_shared_lock() {
     let imp = r.irs.host.ppis;
     let ctx = guest_ready_ctx();
     let before = r.ops[0].get();
-    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, ALL_INSNS, 1, 7);
     let load_ops = r.ops[0].get() - before;
     // The guest changes its state: CNTP priority, a software-pending
     // non-DVI... none visible; it disables its PMU interrupt.
@@ -398,7 +400,7 @@ fn vcpu_load_and_put_save_and_restore_ppi_state_with_no_shared_lock() {
     want.enabler[0] &= !(1 << PPI_PMU);
     assert_eq!(saved, want);
     // Load again: the state is back.
-    r.cpus[0].vcpu_load(&r.lock, &saved, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &saved, &plan, imp, ALL_INSNS, 1, 7);
     assert_eq!(
         r.m.borrow_mut()
             .read(0, El::El2, enc(reg::ICH_PPI_ENABLER0_EL2)),
@@ -408,8 +410,100 @@ fn vcpu_load_and_put_save_and_restore_ppi_state_with_no_shared_lock() {
     assert_eq!(r.stat.hot_total(), 0);
     // The numbers docs/PERFORMANCE.md quotes (system register accesses and
     // GIC instructions; each is one instruction).
-    assert_eq!((load_ops, put_ops), (35, 28));
+    assert_eq!((load_ops, put_ops), (36, 28));
     r.no_misuse();
+}
+
+fn vctlr(r: &Rig, pe: usize) -> u64 {
+    match r.m.borrow_mut().read(pe, El::El2, enc(reg::ICH_VCTLR_EL2)) {
+        Access::Value(v) => v,
+        a => panic!("{a:?}"),
+    }
+}
+
+#[test]
+fn a_gicv3_compatible_vcpu_has_ich_vctlr_v3_and_a_gicv5_one_after_it_does_not() {
+    // The host has FEAT_GCIE_LEGACY (the model's default), as
+    // `vgic5::choose_interface` requires for a `gicv3` partition.
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, true);
+    let imp = r.irs.host.ppis;
+
+    r.cpus[0].load_gicv3_compatible();
+    assert_eq!(vctlr(&r, 0), VCTLR_V3, "V3 set, En left to ICH_HCR_EL2");
+    r.cpus[0].put_gicv3_compatible();
+    assert_eq!(vctlr(&r, 0), 0);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
+
+    assert_eq!(vctlr(&r, 0), VCTLR_EN, "a GICv5 vCPU: V3 = 0");
+    r.no_misuse();
+}
+
+#[test]
+fn the_gicv3_compatible_interface_without_gcie_legacy_is_misuse() {
+    // What `choose_interface` refuses: V3 is RES0 without GCIE_LEGACY.
+    let m: Shared = Rc::new(RefCell::new(Model::new(Config {
+        gcie_legacy: false,
+        ..Config::default()
+    })));
+    let (regs, _) = pe(&m, 0);
+    let mut cpu = Gicv5Cpu::init_this_cpu(regs, 0, IPI_BASE, &CPUS, GICV5_CAPS);
+    let mut host = HostGicv5::default();
+    cpu.probe(&mut host);
+    assert!(!host.gcie_legacy);
+    // (The bring-up's IPI set-up without an IRS is not what this is about.)
+    m.borrow_mut().take_misuse();
+    cpu.load_gicv3_compatible();
+    let misuse = m.borrow_mut().take_misuse();
+    assert!(
+        matches!(misuse[..], [Misuse::Res0Written { bits: 2, .. }]),
+        "{misuse:?}"
+    );
+}
+
+#[test]
+fn a_guest_without_a_vm_traps_its_cdxx_but_acknowledges_untrapped() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, true);
+    let imp = r.irs.host.ppis;
+    let insns = UntrappedInsns::for_vcpu(false);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, insns, 1, 7);
+    r.m.borrow_mut().enter_guest(0);
+    let cntv = operand(TYPE_PPI, PPI_CNTV);
+
+    let cden = r.m.borrow_mut().sys(0, El::El1, enc(insn::GIC_CDEN), cntv);
+    let cdia = r.m.borrow_mut().sysl(0, El::El1, MODEL_CDIA);
+    let cdeoi = r.m.borrow_mut().sys(0, El::El1, enc(insn::GIC_CDEOI), 0);
+
+    assert_eq!(cden, Access::Trapped);
+    assert_eq!(cdia, Access::Value(0), "nothing pending, but not trapped");
+    assert_eq!(cdeoi, Access::Value(0));
+    r.no_misuse();
+}
+
+/// The driver's ICH_HFGITR_EL2 bit of each instruction against the
+/// model's own table, through the instruction's encoding.
+#[test]
+fn hfgitr_bits_match_the_models() {
+    use pinfold_gicv5model::{hfgitr_bit as model_bit, Insn};
+    for (i, e) in [
+        (GicInsn::Cden, insn::GIC_CDEN),
+        (GicInsn::Cddis, insn::GIC_CDDIS),
+        (GicInsn::Cdpri, insn::GIC_CDPRI),
+        (GicInsn::Cdaff, insn::GIC_CDAFF),
+        (GicInsn::Cdpend, insn::GIC_CDPEND),
+        (GicInsn::Cdeoi, insn::GIC_CDEOI),
+        (GicInsn::Cddi, insn::GIC_CDDI),
+        (GicInsn::Cdhm, insn::GIC_CDHM),
+    ] {
+        let m = Insn::decode(enc(e)).expect("the model knows it");
+        assert_eq!(model_bit(m), Some(hfgitr_bit(i)), "{i:?}");
+    }
+    assert_eq!(
+        1 << hfgitr_bit(GicInsn::Cdia),
+        pinfold_gicv5model::HFGITR_GICRCDIA
+    );
+    assert_eq!(hfgitr(UntrappedInsns::for_vcpu(true)), 0x7ff);
 }
 
 #[test]
@@ -420,7 +514,7 @@ fn a_chip_without_the_lockless_capability_shows_in_the_count() {
     let mut r = rig_with(no_caps);
     let plan = PpiPlan::for_vcpu(true, true);
     let imp = r.irs.host.ppis;
-    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
     assert_eq!(r.stat.count(LockPath::VcpuLoad), 3);
     assert_eq!(r.stat.hot_total(), 3);
 }
@@ -432,7 +526,7 @@ fn dvi_timer_reaches_a_resident_vcpu_with_no_exit() {
     let imp = r.irs.host.ppis;
     // The host had the vtimer's physical copy enabled; load masks it.
     r.cpus[0].apply_ppi(PpiStateChange::Enable(PPI_CNTV, true));
-    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
     assert!(!r.m.borrow().ppi(0, PPI_CNTV).enabled);
     r.m.borrow_mut().enter_guest(0);
     let exits = r.m.borrow().el2_irqs(0);
@@ -466,7 +560,7 @@ fn a_dvi_ppi_left_enabled_in_the_physical_domain_is_misuse() {
     let mut r = rig();
     let plan = PpiPlan::for_vcpu(true, false);
     let imp = r.irs.host.ppis;
-    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
     r.cpus[0].apply_ppi(PpiStateChange::Enable(PPI_CNTV, true));
     r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
     assert!(r
@@ -482,7 +576,7 @@ fn dvi_timer_of_a_non_resident_vcpu_is_kept_and_delivered_on_load() {
     let plan = PpiPlan::for_vcpu(true, false);
     let imp = r.irs.host.ppis;
     let mut ctx = guest_ready_ctx();
-    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, ALL_INSNS, 1, 7);
     r.cpus[0].vcpu_put(&r.lock, &mut ctx, &plan, false);
     // Fires while the vCPU is out: no host interrupt (copy masked), not
     // visible to anyone, but pending in the physical PPI.
@@ -490,7 +584,7 @@ fn dvi_timer_of_a_non_resident_vcpu_is_kept_and_delivered_on_load() {
     assert!(!r.m.borrow().irq_signalled(0));
     assert!(r.m.borrow().ppi(0, PPI_CNTP).pending_now());
     // Load: the pending state is the vCPU's again, delivered at once.
-    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, ALL_INSNS, 1, 7);
     r.m.borrow_mut().enter_guest(0);
     assert!(r.m.borrow().virq_signalled(0));
     assert_eq!(r.guest_cdia(0), CDIA_VALID | IntId::ppi(PPI_CNTP).raw());
@@ -504,14 +598,14 @@ fn dvi_timer_wakes_a_blocked_vcpu_through_the_host_copy() {
     let plan = PpiPlan::for_vcpu(true, false);
     let imp = r.irs.host.ppis;
     let mut ctx = guest_ready_ctx();
-    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, ALL_INSNS, 1, 7);
     r.cpus[0].vcpu_put(&r.lock, &mut ctx, &plan, true);
     r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
     assert!(r.m.borrow().irq_signalled(0), "no wake-up");
     assert_eq!(r.cpus[0].ack(), PPI_CNTV);
     r.cpus[0].end_dvi_wakeup(PPI_CNTV);
     assert!(!r.m.borrow().irq_signalled(0));
-    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, ALL_INSNS, 1, 7);
     r.m.borrow_mut().enter_guest(0);
     assert_eq!(r.guest_cdia(0), CDIA_VALID | IntId::ppi(PPI_CNTV).raw());
     assert_eq!(r.stat.total(), 0);
@@ -523,7 +617,7 @@ fn hvir_hides_ppis_and_a_guest_write_to_a_hidden_ppi_does_nothing() {
     let mut r = rig();
     let plan = PpiPlan::for_vcpu(true, false);
     let imp = r.irs.host.ppis;
-    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, 1, 7);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
     r.m.borrow_mut().enter_guest(0);
     // The guest reads only its timers (the PMU's enable bit from the
     // context is hidden: this partition has no PMU).
@@ -600,6 +694,7 @@ fn vm_tables(base: u64) -> VmTables {
 fn vms() -> [VmSpec<'static>; 2] {
     [
         VmSpec {
+            vm: 0,
             partition: "alpha",
             vcpus: 2,
             spis: &SPIS_ALPHA,
@@ -609,6 +704,7 @@ fn vms() -> [VmSpec<'static>; 2] {
             tables: vm_tables(0xa000_0000),
         },
         VmSpec {
+            vm: 1,
             partition: "beta",
             vcpus: 1,
             spis: &SPIS_BETA,
@@ -641,7 +737,7 @@ const VLPI3: u64 = (TYPE_LPI << 29) | 3;
 fn load_guest(r: &mut Rig, pe: usize, vm: u16, vpe: u16) {
     let plan = PpiPlan::for_vcpu(true, false);
     let imp = r.irs.host.ppis;
-    r.cpus[pe].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, vpe, vm);
+    r.cpus[pe].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, vpe, vm);
     r.m.borrow_mut().enter_guest(pe);
 }
 
@@ -789,6 +885,7 @@ fn encodings_match_linux_sysreg() {
         (reg::ICH_APR_EL2, (3, 4, 12, 8, 4)),
         (reg::ICH_HFGRTR_EL2, (3, 4, 12, 9, 4)),
         (reg::ICH_HFGWTR_EL2, (3, 4, 12, 9, 6)),
+        (reg::ICH_HFGITR_EL2, (3, 4, 12, 9, 7)),
         (reg::ICH_PPI_DVIR0_EL2, (3, 4, 12, 10, 0)),
         (reg::ICH_PPI_DVIR1_EL2, (3, 4, 12, 10, 1)),
         (reg::ICH_PPI_ENABLER0_EL2, (3, 4, 12, 10, 2)),
@@ -832,4 +929,63 @@ fn hw_never_emits_unconfirmed_encodings() {
             assert!(hw_emits(*e), "{:#x}", e);
         }
     }
+}
+
+/// The sequence the platform applies at boot (`platform/src/gicv5.rs`
+/// `init_virs`): the VM table, the core's `plan_boot_virs` for the GICv5
+/// partitions, its ops. Partitions 0 and 3 are GICv5 (1 and 2 are not), so
+/// their VMs are 0 and 3; partition 3 owns SPI 6.
+#[test]
+fn the_boot_virs_sequence_makes_each_partitions_index_its_vm_on_the_irs() {
+    use pinfold_hv::vgic5::{plan_boot_virs, IrsLayout, VirsMember};
+    let mut r = rig();
+    let layout = IrsLayout::for_cpus(4);
+    let caps = r.irs.init_virs(VMT, layout.vm_id_bits).expect("vIRS");
+    let members = [
+        VirsMember {
+            index: 0,
+            name: "mgmt".into(),
+            cpus: std::vec![(0, CPUS[0].0)],
+            spis: std::vec![],
+        },
+        VirsMember {
+            index: 3,
+            name: "alpha".into(),
+            cpus: std::vec![(1, CPUS[1].0)],
+            spis: std::vec![(32 + 6, "devices")],
+        },
+    ];
+    let mut next = 0xc000_0000u64;
+    let boot = plan_boot_virs(&members, &layout, &caps, &mut |bytes, align| {
+        let at = next.next_multiple_of(align);
+        next = at + bytes;
+        Some(at)
+    })
+    .expect("planned");
+
+    r.irs
+        .apply_virs(&mut ModelMem(r.m.clone()), &boot.ops)
+        .expect("applied");
+
+    assert!(r.m.borrow().vpe_valid(0, 0) && r.m.borrow().vpe_valid(3, 0));
+    assert!(
+        !r.m.borrow().vpe_valid(1, 0),
+        "no VM for a partition without GICv5"
+    );
+    // alpha's SPI 6 reaches its vCPU, resident on CPU 1 as vPE 0 of VM 3.
+    load_guest(&mut r, 1, 3, 0);
+    let vspi6 = (TYPE_SPI << 29) | 6;
+    guest_route(&r, 1, vspi6, 0);
+    r.m.borrow_mut().set_spi_line(6, true);
+    assert_eq!(r.guest_cdia(1), CDIA_VALID | vspi6);
+    // Its doorbell is CPU 1's.
+    assert!(boot.ops.contains(&VirsOp::ArmDoorbell {
+        vm: 3,
+        vpe: 0,
+        db: Doorbell {
+            lpi: layout.doorbell_base + 1,
+            mpidr: CPUS[1].0
+        }
+    }));
+    r.no_misuse();
 }

@@ -49,7 +49,18 @@
 //! - ICH_PPI_HVIR hides a virtual PPI: the guest's accesses to it are
 //!   RAZ/WI (and counted in [`Model::hidden_writes`]);
 //! - ICH_HFGRTR/HFGWTR_EL2: a guest access to a register class whose trap
-//!   bit is 0 traps to EL2 ([`Access::Trapped`]).
+//!   bit is 0 traps to EL2 ([`Access::Trapped`]);
+//! - ICH_HFGITR_EL2 (S3_4_C12_C9_7; GICCDEN [0], GICCDDIS [1], GICCDPRI
+//!   [2], GICCDAFF [3], GICCDPEND [4], GICCDRCFG [5], GICCDHM [6],
+//!   GICCDEOI [7], GICCDDI [8], GICRCDIA [9], GICRCDNMIA [10], [63:11]
+//!   RES0; bit = 1: the instruction does not trap, the polarity of the
+//!   read/write registers; from Linux's arch/arm64/tools/sysreg and
+//!   FreeBSD's GICv5 register header, which agree, and Linux's booting
+//!   rules asking EL2 to set them all to 1 for an EL1 kernel): a guest's
+//!   GIC CDxx or GICR CDIA whose bit is 0 traps to EL2
+//!   ([`Access::Trapped`]) and has no effect. GSB SYS/ACK have no bit and
+//!   never trap. Reset 0 (the register's reset value is not one software
+//!   may rely on; 0 makes a hypervisor that never writes it visible).
 //!
 //! The IRS (one, shared by all PEs): IRS_IDR0..2, IRS_CR0 (IRSEN, IDLE),
 //! IRS_CR1, IRS_SYNCR/IRS_SYNC_STATUSR, IRS_SPI_SELR/CFGR/STATUSR,
@@ -289,7 +300,8 @@ impl Reg {
             // Bits [20:0] (one per ICC register class, see `Hfg`).
             Reg::IchHfgrtr | Reg::IchHfgwtr => 0x1f_ffff,
             // GICCDEN [0], GICCDDIS [1], ... up to [9] in this model.
-            Reg::IchHfgitr => 0x3ff,
+            // GICCDEN [0] .. GICRCDNMIA [10].
+            Reg::IchHfgitr => 0x7ff,
             // Eight 5-bit fields at [4:0], [12:8], ... [60:56].
             Reg::IccPpiPriorityr(_) | Reg::IchPpiPriorityr(_) => 0x1f1f_1f1f_1f1f_1f1f,
             _ => u64::MAX,
@@ -538,6 +550,26 @@ impl IntState {
         self.pending()
     }
 }
+
+/// ICH_HFGITR_EL2's bit for a GIC system instruction (None: GSB, which
+/// no bit traps).
+pub const fn hfgitr_bit(insn: Insn) -> Option<u32> {
+    Some(match insn {
+        Insn::Cden => 0,
+        Insn::Cddis => 1,
+        Insn::Cdpri => 2,
+        Insn::Cdaff => 3,
+        Insn::Cdpend => 4,
+        Insn::Cdrcfg => 5,
+        Insn::Cdhm => 6,
+        Insn::Cdeoi => 7,
+        Insn::Cddi => 8,
+        Insn::GsbSys | Insn::GsbAck => return None,
+    })
+}
+
+/// ICH_HFGITR_EL2.GICRCDIA: GICR CDIA does not trap.
+pub const HFGITR_GICRCDIA: u64 = 1 << 9;
 
 /// ICH_HFGRTR/HFGWTR_EL2 bit per ICC register class (bit 20 = the
 /// ICC_PPI_ACTIVERn class is confirmed; the rest are this model's
@@ -1537,6 +1569,13 @@ impl Model {
             return Access::Undefined;
         };
         let guest = el == El::El1 && self.pes[pe].in_guest;
+        if guest {
+            if let Some(bit) = hfgitr_bit(insn) {
+                if self.pes[pe].virt.hfgitr >> bit & 1 == 0 {
+                    return Access::Trapped;
+                }
+            }
+        }
         match insn {
             Insn::GsbSys | Insn::GsbAck => {
                 if insn == Insn::GsbSys {
@@ -1720,6 +1759,9 @@ impl Model {
             return Access::Undefined;
         }
         let guest = el == El::El1 && self.pes[pe].in_guest;
+        if guest && self.pes[pe].virt.hfgitr & HFGITR_GICRCDIA == 0 {
+            return Access::Trapped;
+        }
         if guest {
             let Some((id, prio)) = self.virt_hppi(pe) else {
                 return Access::Value(0);
@@ -2207,6 +2249,36 @@ mod tests {
         wr(&mut m, 0, Reg::IchHfgrtr, 0);
         m.enter_guest(0);
         assert_eq!(m.read(0, El::El1, en), Access::Trapped);
+    }
+
+    #[test]
+    fn a_guest_gic_instruction_whose_hfgitr_bit_is_clear_traps_and_does_nothing() {
+        let mut m = model();
+        wr(&mut m, 0, Reg::IchContextr, 1 << 63);
+        wr(&mut m, 0, Reg::IchVctlr, 1);
+        // Everything but GIC CDEN (bit 0) and GICR CDIA (bit 9) allowed.
+        wr(&mut m, 0, Reg::IchHfgitr, 0x7ff & !(1 | HFGITR_GICRCDIA));
+        m.enter_guest(0);
+        let cntv = IntId::ppi(PPI_CNTV).raw();
+        assert_eq!(m.sys(0, El::El1, Insn::Cden.enc(), cntv), Access::Trapped);
+        assert!(!m.pes[0].virt.ppi[PPI_CNTV as usize].enabled);
+        assert_eq!(m.sysl(0, El::El1, GICR_CDIA), Access::Trapped);
+        assert_eq!(m.sys(0, El::El1, Insn::Cddis.enc(), cntv), Access::Value(0));
+        assert_eq!(m.sys(0, El::El1, Insn::GsbSys.enc(), 0), Access::Value(0));
+        // EL2's own instructions never trap.
+        m.exit_guest(0);
+        assert_eq!(m.sys(0, El::El2, Insn::Cden.enc(), cntv), Access::Value(0));
+        // GICRCDNMIA [10] is the last field; [63:11] are RES0.
+        wr(&mut m, 0, Reg::IchHfgitr, 0x7ff);
+        assert_eq!(m.take_misuse(), []);
+        wr(&mut m, 0, Reg::IchHfgitr, 1 << 11);
+        assert_eq!(
+            m.take_misuse(),
+            [Misuse::Res0Written {
+                reg: Reg::IchHfgitr,
+                bits: 1 << 11
+            }]
+        );
     }
 
     #[test]

@@ -502,9 +502,11 @@ fn write_extra(w: &mut FdtWriter, node: &ExtraNode, gic: GicInterface) -> Result
 }
 
 /// A phandle the generated nodes use: below [`GUEST_FIRST_FREE_PHANDLE`],
-/// and with a GICv5 the CPU nodes' from [`GUEST_CPU_PHANDLE_BASE`].
+/// and with a GICv5 the CPU nodes' ([`GUEST_CPU_PHANDLE_BASE`] + vCPU, for
+/// every vCPU a guest may have).
 fn reserved_phandle(p: u32, gic: GicInterface) -> bool {
-    p < GUEST_FIRST_FREE_PHANDLE || (gic == GicInterface::V5 && p >= GUEST_CPU_PHANDLE_BASE)
+    let cpus = GUEST_CPU_PHANDLE_BASE..GUEST_CPU_PHANDLE_BASE + GUEST_MAX_VCPUS as u32;
+    p < GUEST_FIRST_FREE_PHANDLE || (gic == GicInterface::V5 && cpus.contains(&p))
 }
 
 /// The phandle a pass-through property assigns, in whichever form it is written.
