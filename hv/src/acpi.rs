@@ -4,13 +4,19 @@
 //!
 //! `parse_host_acpi` starts at the RSDP (revision 2: the XSDT; both of its
 //! checksums verified), reads the XSDT's entries, and parses MADT (CPUs,
-//! GIC distributor, redistributors, ITSes, the maintenance interrupt), GTDT
+//! GIC distributor, redistributors, ITSes, the maintenance interrupt; or a
+//! GICv5's IRSes, ITSes and the CPUs' IAFFIDs), GTDT
 //! (timer INTIDs), SPCR (console UART), FADT (PSCI conduit), MCFG (ECAM)
 //! and IORT (kept in `Iort`; its SMMUv3 nodes become `arm,smmu-v3` host
 //! devices and its root complex's mappings into them the host bridge's
 //! `iommu_map`, as the DT describes them), and
 //! the SRAT's GICC and GIC ITS affinity (the CPUs' and ITSes' NUMA nodes,
 //! `srat`; each CPU's ITS is chosen by them).
+//! On a GICv5 host the GTDT's and SPCR's GSIVs are read in the GICv5
+//! encoding (type in [31:29]) into the core's numbers, as the DT path reads
+//! the same machine's specifiers, and the host is refused when the tables
+//! lack what the core needs (`vgic5::check_described`, the DT path's
+//! check: `AcpiError::Gicv5Lacks` naming each missing timer PPI).
 //! Every table it reads is fetched through `PhysRead` (the caller decides
 //! which physical memory the parser may see), has its length bounded and
 //! its checksum verified, and a table that fails either is refused by name.
@@ -181,10 +187,10 @@ pub enum AcpiError {
     MissingTable(Signature),
     /// The MADT's GIC distributor declares a GIC version we do not drive.
     UnsupportedGic(u8),
-    /// The MADT describes a GICv5 (IRS entries): the DT path boots a
-    /// GICv5 host, the ACPI path does not yet (its GTDT timer GSIVs and
-    /// SPCR interrupt are not turned into GICv5 numbers).
-    Gicv5Host { irs: usize, cpus: usize },
+    /// The MADT describes a GICv5 that lacks what the core needs, as far
+    /// as the tables tell (`vgic5::check_described`: an IRS, the GTDT's
+    /// timer PPIs 26, 27 and 30): the DT path's `DtbError::Gicv5Lacks`.
+    Gicv5Lacks(crate::vgic5::MissingFeatures),
 }
 
 impl fmt::Display for AcpiError {
@@ -225,11 +231,7 @@ impl fmt::Display for AcpiError {
             AcpiError::UnsupportedGic(v) => {
                 write!(f, "MADT: GIC version {v} is not supported (GICv3/v4 only)")
             }
-            AcpiError::Gicv5Host { irs, cpus } => write!(
-                f,
-                "GICv5 host ({irs} IRS, {cpus} CPUs with IAFFIDs) described by ACPI: Pinfold \
-                 boots a GICv5 host from its DT only, not from ACPI yet (docs/GICV5.md)"
-            ),
+            AcpiError::Gicv5Lacks(missing) => write!(f, "{missing}"),
         }
     }
 }
@@ -309,12 +311,22 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
         Some(t) => srat::parse(t)?.numa(&uids, &its_ids),
         None => NumaInfo::default(),
     };
+    // A GICv5's GSIVs carry their interrupt type: numbered for the core as
+    // the DT path numbers the same machine's specifiers.
+    let gsivs = match gic.v5 {
+        Some(_) => tables::Gsivs::Gicv5,
+        None => tables::Gsivs::Gicv3,
+    };
     let timer = match index.get(Signature::GTDT, mem)? {
-        Some(t) => Some(tables::parse_gtdt(t)?),
+        Some(t) => Some(tables::parse_gtdt(t, gsivs)?),
         None => None,
     };
+    if let Some(v5) = &gic.v5 {
+        crate::vgic5::check_described(&crate::dtb::gicv5_described(v5, timer.as_ref()))
+            .map_err(AcpiError::Gicv5Lacks)?;
+    }
     let uart = match index.get(Signature::SPCR, mem)? {
-        Some(t) => tables::parse_spcr(t, &mut warnings)?,
+        Some(t) => tables::parse_spcr(t, gsivs, &mut warnings)?,
         None => None,
     };
     let psci = match index.get(Signature::FADT, mem)? {
@@ -398,7 +410,8 @@ pub fn early_uart(rsdp: u64, mem: &dyn PhysRead) -> Option<EarlyUart> {
             .then(|| read_table(mem, addr, Some(Signature::SPCR)).ok())
             .flatten()
     })?;
-    let uart = tables::parse_spcr(spcr, &mut Vec::new()).ok()??;
+    // Only the UART's address is used: its GSIV is read as a GICv3's.
+    let uart = tables::parse_spcr(spcr, tables::Gsivs::Gicv3, &mut Vec::new()).ok()??;
     Some(EarlyUart {
         base: uart.base,
         size: uart.size,

@@ -16,6 +16,9 @@ pub use guest::{
     GUEST_APB_PCLK_PHANDLE, GUEST_FIRST_FREE_PHANDLE, GUEST_GIC_PHANDLE, GUEST_ITS_PHANDLE,
     GUEST_MAX_VCPUS, PARTITION_PROP,
 };
+pub(crate) use host::gicv5_described;
+#[cfg(test)]
+pub(crate) use host::gicv5_host_dtb;
 pub use host::{
     chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb,
     parse_host_gicv5, Conduit, EarlyUart, GicInfo, Gicv5Info, Gicv5Irs, HostDevice, HostInfo,

@@ -3257,3 +3257,69 @@ fn the_boot_virs_takes_every_gicv5_partition_by_its_index_and_tables_from_free_r
         }
     }
 }
+
+/// The host view of a GICv5 as the platform finds it at boot
+/// (`GicFound::from_v5` over the description and the probed registers),
+/// through GIC_INFO: version 5, its IRSes and GCIE_LEGACY; a partition
+/// with `gic = "auto"` gets the GICv5 interface, one with `gic = "v3"`
+/// the GICv3-compatible one.
+#[test]
+fn gic_info_on_a_gicv5_host_reports_its_irses_gcie_legacy_and_each_interface() {
+    use crate::hypercall::Manage;
+    let mut host = host(4);
+    let irs = |config: u64, cpus: core::ops::Range<u64>| crate::dtb::Gicv5Irs {
+        config: (config, 0x1_0000),
+        cpus: cpus.map(|c| (0x100 + c, c as u16)).collect(),
+        its: Vec::new(),
+    };
+    host.gic = GicInfo::gicv5(crate::dtb::Gicv5Info {
+        irs: alloc::vec![irs(0x2f1a_0000, 0..2), irs(0x2f1c_0000, 2..4)],
+        maintenance_ppi: Some(25),
+    });
+    let probed = crate::vgic5::HostGicv5 {
+        irs: true,
+        lpis: true,
+        virt: true,
+        gcie_legacy: true,
+        ppis: crate::vgic5::PpiSet::of(&[23, 25, 26, 27, 30]),
+    };
+    host.gic.found = crate::gichost::GicFound::from_v5(&host.gic, &probed);
+    let sys = system_on_host(
+        |plan| plan.partitions[1].gic = pinfold_config::GicSetting::V3,
+        None,
+        Default::default(),
+        host,
+    );
+    let mut hw = FakeHw::new();
+    let mut cpu = CpuState::new(sys, 0);
+    let cell = core::cell::RefCell::new(&mut hw);
+    let mgr = crate::manage::Manager {
+        sys,
+        cpu: &mut cpu,
+        hw: &cell,
+    };
+
+    let report = mgr.gic_info().expect("offered");
+
+    assert_eq!(
+        report.host,
+        pinfold_abi::GicHost {
+            version: 5,
+            lpis: true,
+            probed: true,
+            irs_count: 2,
+            gcie_legacy: true,
+            ..Default::default()
+        }
+    );
+    use pinfold_abi::GicInterface::{Gicv3, Gicv5};
+    assert_eq!(
+        report
+            .partitions
+            .iter()
+            .map(|p| (p.index, p.interface))
+            .collect::<Vec<_>>(),
+        [(0, Gicv5), (1, Gicv3), (2, Gicv5)]
+    );
+    assert_eq!(mgr.host_info().gic_version, 5);
+}

@@ -7,8 +7,13 @@
 //! from the host description ([`GicFound::from_description`]: all the build
 //! knows) and, at boot, the platform reads the GICv3 ID registers
 //! ([`GicV3Ids`]: GICD_PIDR2, GICD_TYPER, every GICR_TYPER, every
-//! GITS_TYPER) and this module decodes them ([`GicFound::from_v3_ids`]).
-//! These are what the hardware offers; whether Pinfold uses direct
+//! GITS_TYPER) and this module decodes them ([`GicFound::from_v3_ids`]);
+//! on a GICv5 the platform's `gicv5::init` makes it from what the IRS's
+//! IDR registers and the boot CPU's ICC_IDR0_EL1 and PPI probe told the
+//! driver ([`GicFound::from_v5`]: the IRS count, LPIs, GCIE_LEGACY; GIC_INFO
+//! carries those, `manage::gic_info`). What else `vgic5::check_host` probes
+//! (IRS_IDR0.VIRT, the timer PPIs) is not reported: a GICv5 without it
+//! does not boot. These are what the hardware offers; whether Pinfold uses direct
 //! injection is a separate matter (docs/GICV5.md, docs/DEVICES.md).
 //!
 //! [`interface_for`] is the plan's `gic` field through

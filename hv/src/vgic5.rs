@@ -467,6 +467,26 @@ impl CoreIntid {
     }
 }
 
+/// GICv5 interrupt types, as the host DT binding's first specifier cell
+/// and an ACPI GSIV's bits [31:29] give them (IHI 0101's INTID.Type: the
+/// same values GIC CDxx operands carry).
+pub const INTID_TYPE_PPI: u32 = 1;
+pub const INTID_TYPE_SPI: u32 = 3;
+
+/// A GICv5 interrupt (its type and ID) as the core's GICv3-style INTID,
+/// or None when the core has no number for it: PPIs 16..31 keep their
+/// numbers (the timers, the PMU and the maintenance PPI are architected
+/// there), SPI n is 32 + n below [`CORE_SPIS`]. Other PPIs, SPIs, LPIs
+/// and other types (an ACPI GSIV's IWB wires, type 7) have none. The
+/// host DT parser and the ACPI parser both number interrupts with it.
+pub const fn core_intid(kind: u32, id: u32) -> Option<u32> {
+    match (kind, id) {
+        (INTID_TYPE_PPI, 16..=31) => Some(id),
+        (INTID_TYPE_SPI, n) if n < CORE_SPIS => Some(32 + n),
+        _ => None,
+    }
+}
+
 /// The LPI that carries SGI `sgi` to CPU `cpu`.
 pub const fn ipi_lpi(ipi_base: u32, cpu: u32, sgi: u32) -> u32 {
     ipi_base + cpu * 16 + sgi

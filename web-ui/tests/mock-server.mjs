@@ -134,7 +134,22 @@ function defaultConfig(cpus, memoryMib, kernel, initrd) {
   };
 }
 
-export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToken = MOCK_VIEWER_TOKEN, mutate = null } = {}) {
+/**
+ * The host GICs the mock can sit on, as the real hypervisor reports them (GIC_INFO):
+ * QEMU virt gic-version=3 with its ITS, or a GICv5 with two IRSes and FEAT_GCIE_LEGACY
+ * (the manager's own GICv5 fixture, manager/api/src/tests.rs `gicv5_host`).
+ */
+const HOST_GICS = {
+  v3: { version: 3, revision: 'v3', its_count: 1, lpis: true, direct_vlpi: false, direct_vsgi: false, probed: true, irs_count: null, gcie_legacy: null },
+  v5: { version: 5, revision: 'v5', its_count: 1, lpis: true, direct_vlpi: false, direct_vsgi: false, probed: true, irs_count: 2, gcie_legacy: true },
+};
+
+/**
+ * `gic`: the host's GIC, 'v3' (default) or 'v5'; `alphaGic`: alpha's `gic` setting
+ * ('auto' by default; 'v3' on a GICv5 host gives it the GICv3-compatible interface).
+ */
+export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToken = MOCK_VIEWER_TOKEN, mutate = null, gic: hostGic = 'v3', alphaGic = 'auto' } = {}) {
+  if (!(hostGic in HOST_GICS)) throw new Error(`no mock host GIC ${hostGic}`);
   const startedAt = Date.now();
   const contract = loadContract();
   /** Responses that broke the contract: "GET /api/v1/host -> 200: ...". */
@@ -184,7 +199,7 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
   }
   const mgmtConfig = { ...defaultConfig([0], 256, null, null), bootargs: '', kernel_format: 'raw', devices: [{ name: 'net0', mmio: [{ base: 0x0a00_0000, size: 0x200 }], spis: [16], compatible: 'virtio,mmio', host_node: '/virtio_mmio@a000000' }] };
   makePartition('mgmt', mgmtConfig, true);
-  makePartition('alpha', defaultConfig([1], 256, bootKernel.id, bootInitrd.id), false);
+  makePartition('alpha', { ...defaultConfig([1], 256, bootKernel.id, bootInitrd.id), gic: alphaGic }, false);
   makePartition('beta', { ...defaultConfig([2, 3], 512, bootKernel.id, bootInitrd.id), restart: 'on-crash', restart_limit: 3 }, false);
 
   // --- events ---------------------------------------------------------------
@@ -425,8 +440,9 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
     config: structuredClone(p.config),
     restarts: p.restarts,
     last_crash: p.last_crash,
-    // The mock's host is a GICv3: every partition gets the GICv3 interface.
-    gic_interface: 'gicv3',
+    // hv gichost::interface_for: GICv3 on a GICv3 host; on the GICv5 (with
+    // GCIE_LEGACY) GICv3 for `v3`, GICv5 for `auto` and `v5`.
+    gic_interface: hostGic === 'v5' && p.config.gic !== 'v3' ? 'gicv5' : 'gicv3',
   });
 
   const detail = (p) => ({
@@ -442,14 +458,13 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
   const hostDoc = () => ({
     version: '0.1.0',
     abi_version: '3.3',
-    gic_version: 3,
+    gic_version: HOST_GICS[hostGic].version,
     cpu_count: HOST_CPUS,
     ram_bytes: HOST_RAM_MIB * MiB,
     uptime_ms: Date.now() - startedAt,
     time: now(),
     cpus: [...Array(HOST_CPUS).keys()].map((cpu) => ({ cpu, partition: cpuOwner(cpu) })),
-    // QEMU virt gic-version=3 with its ITS, as the real hypervisor reports it.
-    gic: { version: 3, revision: 'v3', its_count: 1, lpis: true, direct_vlpi: false, direct_vsgi: false, probed: true, irs_count: null, gcie_legacy: null },
+    gic: { ...HOST_GICS[hostGic] },
   });
 
   /** RAM laid out as the hypervisor would: itself, the image store, partitions in order, the rest free. */
@@ -631,10 +646,11 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
     }
     if (!['linux', 'raw'].includes(c.kernel_format)) throw bad(name, 'kernel_format', 'must be "linux" or "raw"');
     if (!['never', 'on-crash', 'always'].includes(c.restart)) throw bad(name, 'restart', 'must be "never", "on-crash" or "always"');
-    // The manager's parse and the hypervisor's check against this GICv3 host (hv gichost).
+    // The manager's parse and the hypervisor's check against this host (hv gichost; the
+    // GICv5 host has GCIE_LEGACY, so `v3` is allowed there).
     const gic = c.gic ?? 'auto';
     if (!['auto', 'v3', 'v5'].includes(gic)) throw bad(name, 'gic', `${JSON.stringify(gic)} is not "auto", "v3" or "v5"`);
-    if (gic === 'v5') throw bad(name, 'gic', 'gic = "v5" needs a GICv5 host; this host has a GICv3');
+    if (gic === 'v5' && hostGic !== 'v5') throw bad(name, 'gic', 'gic = "v5" needs a GICv5 host; this host has a GICv3');
     for (const [k, v] of [['restart_limit', c.restart_limit], ['watchdog_s', c.watchdog_s], ['shutdown_timeout_s', c.shutdown_timeout_s]]) {
       if (!Number.isInteger(v) || v < 0) throw bad(name, k, 'must be a whole number, 0 or more');
     }
@@ -1147,7 +1163,8 @@ export function createMock({ dist = DEFAULT_DIST, token = MOCK_TOKEN, viewerToke
 
 // Run directly: serve until interrupted.
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const mock = createMock({ dist: process.env.PINFOLD_DIST ? resolve(process.env.PINFOLD_DIST) : DEFAULT_DIST });
+  // PINFOLD_MOCK_GIC=v5: the GICv5 host (HOST_GICS).
+  const mock = createMock({ dist: process.env.PINFOLD_DIST ? resolve(process.env.PINFOLD_DIST) : DEFAULT_DIST, gic: process.env.PINFOLD_MOCK_GIC ?? 'v3' });
   const url = await mock.listen(Number(process.env.PORT ?? 8080), process.env.HOST ?? '127.0.0.1');
   console.log(`pinfold mock manager on ${url} (token "${MOCK_TOKEN}")`);
   setInterval(() => {

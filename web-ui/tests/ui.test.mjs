@@ -209,6 +209,45 @@ try {
 
   await page.screenshot({ path: join(OUT, 'overview.png'), fullPage: true });
 
+  // Against the mock only: a live manager's host is what it is (the boot cases run QEMU's GICv3).
+  if (mock !== null) {
+    await check("on a GICv5 host the host panel shows GICv5 with its IRSes and GCIE_LEGACY, and each partition the interface it got", async () => {
+      // A second mock on a GICv5 with FEAT_GCIE_LEGACY, alpha asking for gic = "v3".
+      const v5 = createMock({ gic: 'v5', alphaGic: 'v3' });
+      const base5 = await v5.listen(0);
+      const p5 = await context.newPage();
+      /** Waits until `selector`'s text is `want`; fails saying what it reads. */
+      const reads = async (selector, want) => {
+        try {
+          await p5.waitForFunction(([s, w]) => document.querySelector(s)?.textContent === w, [selector, want], { timeout: 10_000 });
+        } catch {
+          throw new Error(`${selector} reads "${await p5.locator(selector).first().textContent().catch(() => null)}", not "${want}"`);
+        }
+      };
+      try {
+        await p5.addInitScript((t) => sessionStorage.setItem('pinfold.token', t), MOCK_TOKEN);
+        await p5.goto(`${base5}/#/`);
+        await reads('[data-field="gic_version"]', 'GICv5 (v5)');
+        const features = await p5.locator('[data-field="gic_features"]').innerText();
+        for (const want of ['ITS 1', 'LPIs yes', 'IRS 2', 'GCIE_LEGACY yes']) {
+          if (!features.includes(want)) throw new Error(`GIC features read "${features}" (no "${want}")`);
+        }
+        for (const [name, want] of [['mgmt', 'gicv5'], ['alpha', 'gicv3'], ['beta', 'gicv5']]) {
+          await reads(`tr[data-partition="${name}"] [data-field="gic_interface"]`, want);
+        }
+        await p5.screenshot({ path: join(OUT, 'overview-gicv5.png'), fullPage: true });
+        await p5.goto(`${base5}/#/partitions/alpha`);
+        await reads('[data-page="partition"] [data-field="gic_interface"]', 'gicv3 (asked: v3)');
+        await p5.goto(`${base5}/#/partitions/beta`);
+        await reads('[data-page="partition"] [data-field="gic_interface"]', 'gicv5 (asked: auto)');
+        if (v5.violations.length > 0) throw new Error(v5.violations.slice(0, 5).join(' | '));
+      } finally {
+        await p5.close();
+        await v5.close();
+      }
+    });
+  }
+
   await check("beta's console shows PINFOLD-GUEST-UP", async () => {
     await page.locator('tr[data-partition="beta"] a.plink').click();
     await page.locator('[data-page="partition"][data-name="beta"]').waitFor({ timeout: 5_000 });

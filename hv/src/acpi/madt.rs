@@ -8,14 +8,17 @@
 //! GICD, ITS Config Frame entries (29) and ITS Translate Frame entries (30,
 //! each linked to an ITS by its translator ID), and GICC entries 88 bytes
 //! long that end with the CPU's IAFFID and the ID of its IRS. [`parse_gicv5`]
-//! reads those into the DT path's `Gicv5Info`; [`parse`] refuses such a
-//! table with `AcpiError::Gicv5Host`, the DT path's stop message. An IWB is
-//! not a MADT entry (it is an IORT node, type 7).
+//! reads those into the DT path's `Gicv5Info`; [`parse`] describes such a
+//! host as the DT path does (`GicInfo::gicv5`), and the tables' GSIVs are
+//! then read in the GICv5 encoding ([`gicv5_gsiv`]: the GTDT's timers and
+//! the SPCR's interrupt, `tables::Gsivs`). An IWB is not a MADT entry (it
+//! is an IORT node, type 7).
 
 use alloc::vec::Vec;
 
 use super::{AcpiError, Bytes, Table, HEADER_LEN};
 use crate::dtb::{GicInfo, Gicv5Info, Gicv5Irs};
+use crate::vgic5::INTID_TYPE_PPI;
 
 /// Interrupt controller structure types (ACPI 6.5, table 5.21).
 const GICC: u8 = 0x0b;
@@ -35,11 +38,18 @@ const GICV5_TRANSLATE_LEN: usize = 24;
 /// An IRS config frame and an ITS's frames are 64 KiB (Linux's
 /// ACPI_GICV5_IRS_MEM_SIZE).
 const GICV5_FRAME_SIZE: u64 = 0x1_0000;
-/// GICv5 GSIVs carry the interrupt type in [31:29] (1 = PPI) and the ID in
-/// [23:0] (Linux's GICV5_GSI_IC_TYPE / GICV5_HWIRQ_ID).
+/// GICv5 GSIVs carry the interrupt type in [31:29] (1 = PPI, 3 = SPI, 7 =
+/// an IWB wire) and the ID in [23:0] (Linux's GICV5_GSI_IC_TYPE /
+/// GICV5_HWIRQ_ID; edk2's GICV5_INTERRUPT_TYPE_MASK / _ID_MASK and its FVP
+/// GICv5 platform's GTDT and SPCR values, e.g. the EL2 timer
+/// `GICV5_INTERRUPT_TYPE_PPI | 0x1a`).
 const GSIV_TYPE_SHIFT: u32 = 29;
-const GSIV_TYPE_PPI: u32 = 1;
 const GSIV_ID_MASK: u32 = 0xff_ffff;
+
+/// A GICv5 GSIV's (type, ID). Bits [28:24] are ignored, as Linux does.
+pub(super) const fn gicv5_gsiv(gsiv: u32) -> (u32, u32) {
+    (gsiv >> GSIV_TYPE_SHIFT, gsiv & GSIV_ID_MASK)
+}
 
 /// GICC flags: Enabled, Online Capable (ACPI 6.5, table 5.37).
 const GICC_ENABLED: u32 = 1 << 0;
@@ -100,10 +110,7 @@ pub(super) fn parse(table: Table<'_>) -> Result<Madt, AcpiError> {
 
     if has_irs(t)? {
         let v5 = parse_gicv5(table)?.ok_or(t.malformed("no GICv5 IRS entry"))?;
-        return Err(AcpiError::Gicv5Host {
-            irs: v5.info.irs.len(),
-            cpus: v5.info.cpus().count(),
-        });
+        return gicv5_host(t, v5);
     }
 
     let mut offset = ENTRIES;
@@ -181,6 +188,46 @@ pub(super) fn parse(table: Table<'_>) -> Result<Madt, AcpiError> {
             its,
         ),
         its_ids,
+    })
+}
+
+/// A GICv5 host's CPUs and GIC as the DT path describes the same machine:
+/// the CPUs in GICC order (each has an IAFFID: `parse_gicv5` refused a
+/// GICC without one), `GicInfo::gicv5` with the IRSes and the maintenance
+/// PPI. The MADT does not say which IRS an ITS belongs to: with one IRS
+/// every ITS config frame is its (as the DT nests them); with several they
+/// are the GIC's ITSes (`GicInfo::its`: counted and kept from partitions)
+/// under no IRS. No GIC ITS IDs are kept (`its_ids` empty: the SRAT's ITS
+/// affinity is not read for GICv5 ITSes).
+fn gicv5_host(t: Bytes<'_>, v5: AcpiGicv5) -> Result<Madt, AcpiError> {
+    let mut cpus = Vec::new();
+    let mut uids = Vec::new();
+    walk(t, |kind, e| {
+        if kind == GICC && e.u32(12)? & (GICC_ENABLED | GICC_ONLINE_CAPABLE) != 0 {
+            cpus.push(e.u64(68)? & MPIDR_AFFINITY);
+            uids.push(e.u32(8)?);
+        }
+        Ok(())
+    })?;
+    let mut info = v5.info;
+    let its: Vec<(u64, u64)> = v5.its.iter().map(|i| i.config).collect();
+    let gic = match info.irs.as_mut_slice() {
+        [only] => {
+            only.its = its;
+            GicInfo::gicv5(info)
+        }
+        _ => {
+            let mut gic = GicInfo::gicv5(info);
+            gic.its.extend(its);
+            gic.found = crate::gichost::GicFound::from_description(&gic);
+            gic
+        }
+    };
+    Ok(Madt {
+        cpus,
+        uids,
+        gic,
+        its_ids: Vec::new(),
     })
 }
 
@@ -363,8 +410,9 @@ pub(super) fn parse_gicv5(table: Table<'_>) -> Result<Option<AcpiGicv5>, AcpiErr
         })
         .collect();
     let maintenance_ppi = maintenance
-        .filter(|&g| g >> GSIV_TYPE_SHIFT == GSIV_TYPE_PPI)
-        .map(|g| g & GSIV_ID_MASK);
+        .map(gicv5_gsiv)
+        .filter(|&(kind, _)| kind == INTID_TYPE_PPI)
+        .map(|(_, id)| id);
     Ok(Some(AcpiGicv5 {
         info: Gicv5Info {
             irs,

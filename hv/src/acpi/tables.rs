@@ -2,21 +2,58 @@
 
 use alloc::vec::Vec;
 
+use super::madt::gicv5_gsiv;
 use super::{AcpiError, AcpiWarning, Table, HEADER_LEN};
 use crate::dtb::{Conduit, PsciInfo, TimerPpis, UartInfo};
+use crate::vgic5::{core_intid, INTID_TYPE_PPI, INTID_TYPE_SPI};
 
-/// GTDT (ACPI 6.5, 5.2.25): the architected timers' GSIVs, which on a GIC
-/// are their INTIDs. The fields up to the EL2 timer's flags (offset 80)
-/// are in every revision since ACPI 5.0.
-pub(super) fn parse_gtdt(table: Table<'_>) -> Result<TimerPpis, AcpiError> {
+/// How the tables' GSIVs name interrupts, chosen by the MADT's GIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gsivs {
+    /// GICv3/v4: a GSIV is the INTID.
+    Gicv3,
+    /// GICv5: the type in [31:29], the ID in [23:0] (`madt::gicv5_gsiv`),
+    /// numbered for the core as the DT path numbers a GICv5 specifier
+    /// (`vgic5::core_intid`: PPI n is n for 16..31, SPI n is 32 + n).
+    Gicv5,
+}
+
+impl Gsivs {
+    /// The core's INTID for a GICv5 GSIV of type `kind` (PPI or SPI), or
+    /// None; on a GICv3 the GSIV itself.
+    fn intid(self, gsiv: u32, kind: u32) -> Option<u32> {
+        match self {
+            Gsivs::Gicv3 => Some(gsiv),
+            Gsivs::Gicv5 => match gicv5_gsiv(gsiv) {
+                (k, id) if k == kind => core_intid(k, id),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// GTDT (ACPI 6.5, 5.2.25): the architected timers' GSIVs, which on a
+/// GICv3 are their INTIDs and on a GICv5 PPIs in the GSIV encoding. The
+/// fields up to the EL2 timer's flags (offset 80) are in every revision
+/// since ACPI 5.0.
+///
+/// On a GICv5 a GSIV of 0 is a timer the firmware does not provide (kept
+/// as 0: no PPI, so `vgic5::check_described` names it when Pinfold needs
+/// it); any other GSIV that is not a PPI 16..31 is refused naming the
+/// field, as the DT path refuses a timer specifier it cannot number.
+pub(super) fn parse_gtdt(table: Table<'_>, gsivs: Gsivs) -> Result<TimerPpis, AcpiError> {
     let t = table.bytes;
     // Read the last field first, so a short table is refused as a whole.
     t.u32(76)?;
+    let timer = |offset: usize, what: &'static str| match t.u32(offset)? {
+        0 => Ok(0),
+        gsiv => gsivs.intid(gsiv, INTID_TYPE_PPI).ok_or(t.malformed(what)),
+    };
     Ok(TimerPpis {
-        sec_phys: t.u32(48)?,
-        phys: t.u32(56)?,
-        virt: t.u32(64)?,
-        hyp: t.u32(72)?,
+        sec_phys: timer(48, "Secure EL1 Timer GSIV is not a GICv5 PPI 16..31")?,
+        phys: timer(56, "Non-Secure EL1 Timer GSIV is not a GICv5 PPI 16..31")?,
+        virt: timer(64, "Virtual EL1 Timer GSIV is not a GICv5 PPI 16..31")?,
+        hyp: timer(72, "EL2 Timer GSIV is not a GICv5 PPI 16..31")?,
     })
 }
 
@@ -31,8 +68,12 @@ const PL011_SIZE: u64 = 0x1000;
 
 /// SPCR (Microsoft's "Serial Port Console Redirection Table", revision 2):
 /// the console UART. A UART we cannot drive is a warning, not an error.
+/// Its interrupt is kept when it is an SPI the core numbers (on a GICv5 an
+/// SPI GSIV; an IWB wire has no core number); otherwise the console works
+/// polled, as on the DT path.
 pub(super) fn parse_spcr(
     table: Table<'_>,
+    gsivs: Gsivs,
     warnings: &mut Vec<AcpiWarning>,
 ) -> Result<Option<UartInfo>, AcpiError> {
     let t = table.bytes;
@@ -54,7 +95,9 @@ pub(super) fn parse_spcr(
         return Err(t.malformed("UART base address is 0"));
     }
     let intid = if t.u8(52)? & SPCR_IRQ_GIC != 0 {
-        Some(t.u32(54)?).filter(|&gsiv| gsiv >= 32)
+        gsivs
+            .intid(t.u32(54)?, INTID_TYPE_SPI)
+            .filter(|&intid| intid >= 32)
     } else {
         None
     };

@@ -1604,13 +1604,136 @@ fn a_gicv5_madt_gives_the_irs_the_cpus_with_their_iaffids_and_the_its_frames() {
     );
 }
 
-#[test]
-fn a_gicv5_acpi_host_stops_saying_only_its_dt_boots() {
-    let e = gicv5_madt().parse().unwrap_err();
+/// GSIV of GICv5 PPI `n` and SPI `n` (type 1 / 3 in [31:29]).
+const fn v5_ppi(n: u32) -> u32 {
+    1 << 29 | n
+}
+const fn v5_spi(n: u32) -> u32 {
+    3 << 29 | n
+}
 
-    assert_eq!(e, AcpiError::Gicv5Host { irs: 1, cpus: 2 });
-    assert!(e.to_string().contains("from its DT only"), "{e}");
-    assert!(!e.to_string().contains("not supported"), "{e}");
+/// The GICv5 machine with its GTDT's four timers (secure phys, phys,
+/// virt, hyp at 48, 56, 64, 72) and its SPCR's interrupt (at 54) as GICv5
+/// GSIVs: the DT fixture's `gicv5_host_dtb(&[1, 0], Some(timer), 2)`.
+fn gicv5_machine(timer: [u32; 4], uart: u32) -> Fixture {
+    let mut f = gicv5_madt();
+    let gtdt = f.table(b"GTDT");
+    for (offset, gsiv) in [48, 56, 64, 72].into_iter().zip(timer) {
+        gtdt[offset..offset + 4].copy_from_slice(&gsiv.to_le_bytes());
+    }
+    fix_checksum(gtdt);
+    let spcr = f.table(b"SPCR");
+    spcr[54..58].copy_from_slice(&uart.to_le_bytes());
+    fix_checksum(spcr);
+    f
+}
+
+/// The DT fixture's timer order and PPIs: secure phys, phys, virt, hyp.
+const V5_TIMER: [u32; 4] = [29, 30, 27, 26];
+
+#[test]
+fn a_gicv5_acpi_host_is_described_as_the_dt_describes_the_same_machine() {
+    let f = gicv5_machine(V5_TIMER.map(v5_ppi), v5_spi(1));
+    let dt = parse_host_dtb(&crate::dtb::gicv5_host_dtb(&[1, 0], Some(V5_TIMER), 2)).unwrap();
+
+    let acpi = f.parse().unwrap().host;
+
+    assert_eq!(acpi.cpus, dt.cpus);
+    assert_eq!(acpi.gic, dt.gic);
+    assert_eq!(acpi.timer, dt.timer);
+    assert_eq!(acpi.uart, dt.uart);
+    // The core's numbers: GICv5 PPI n is n, SPI 1 is 33.
+    let t = acpi.timer.unwrap();
+    assert_eq!((t.sec_phys, t.phys, t.virt, t.hyp), (29, 30, 27, 26));
+    assert_eq!(acpi.uart.unwrap().intid, Some(33));
+    assert_eq!(
+        crate::gichost::HostGic::of(&acpi.gic),
+        crate::gichost::HostGic::V5
+    );
+    assert_eq!(host_resources(&acpi, &[]).gic, host_resources(&dt, &[]).gic);
+}
+
+#[test]
+fn a_gicv5_acpi_host_lacking_a_timer_ppi_is_refused_naming_it() {
+    // No virtual timer (GSIV 0: not provided).
+    let f = gicv5_machine([v5_ppi(29), v5_ppi(30), 0, v5_ppi(26)], v5_spi(1));
+    let e = f.parse().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GICv5 host lacks what Pinfold needs: the EL1 virtual timer PPI 27"
+    );
+    assert!(matches!(e, AcpiError::Gicv5Lacks(_)), "{e:?}");
+
+    // An EL2 timer that is not PPI 26.
+    let f = gicv5_machine([v5_ppi(29), v5_ppi(30), v5_ppi(27), v5_ppi(28)], v5_spi(1));
+    assert_eq!(
+        f.parse().unwrap_err().to_string(),
+        "GICv5 host lacks what Pinfold needs: the EL2 physical timer PPI 26"
+    );
+
+    // No GTDT at all: refused as the DT path refuses the same machine
+    // without a timer node.
+    let mut f = gicv5_machine(V5_TIMER.map(v5_ppi), v5_spi(1));
+    f.table(b"GTDT")[..4].copy_from_slice(b"XXXX");
+    fix_checksum(f.table(b"GTDT"));
+    let dt = parse_host_dtb(&crate::dtb::gicv5_host_dtb(&[1, 0], None, 2)).unwrap_err();
+    assert_eq!(f.parse().unwrap_err().to_string(), dt.to_string());
+}
+
+#[test]
+fn a_gicv5_timer_gsiv_that_is_no_ppi_is_refused_naming_the_field() {
+    // The virtual timer given as SPI 27, then as GICv3's INTID 27.
+    for virt in [v5_spi(27), 27] {
+        let f = gicv5_machine([v5_ppi(29), v5_ppi(30), virt, v5_ppi(26)], v5_spi(1));
+        assert_eq!(
+            f.parse(),
+            Err(malformed(
+                b"GTDT",
+                "Virtual EL1 Timer GSIV is not a GICv5 PPI 16..31"
+            )),
+            "{virt:#x}"
+        );
+    }
+}
+
+#[test]
+fn a_gicv5_uart_interrupt_the_core_cannot_number_leaves_the_console_polled() {
+    // An IWB wire (type 7), a PPI, an SPI beyond the core's range.
+    for gsiv in [7 << 29 | 3, v5_ppi(20), v5_spi(988)] {
+        let host = gicv5_machine(V5_TIMER.map(v5_ppi), gsiv)
+            .parse()
+            .unwrap()
+            .host;
+        assert_eq!(
+            host.uart.map(|u| (u.base, u.intid)),
+            Some((0x900_0000, None)),
+            "{gsiv:#x}"
+        );
+    }
+}
+
+#[test]
+fn itses_of_a_gicv5_with_several_irses_are_the_gics_under_no_irs() {
+    let f = madt(&[
+        gicc_v5(0, 0, 7, V5_MAINTENANCE),
+        gicc_v5(0x100, 0, 8, V5_MAINTENANCE),
+        irs(7, 0x2f1a_0000, 5),
+        irs(8, 0x2f1c_0000, 5),
+        its_config(3, 0x2f12_0000),
+    ]);
+    let mut f = f;
+    let gtdt = f.table(b"GTDT");
+    for (offset, ppi) in [48, 56, 64, 72].into_iter().zip(V5_TIMER) {
+        gtdt[offset..offset + 4].copy_from_slice(&v5_ppi(ppi).to_le_bytes());
+    }
+    fix_checksum(gtdt);
+
+    let gic = f.parse().unwrap().host.gic;
+
+    let v5 = gic.v5.as_ref().unwrap();
+    assert!(v5.irs.iter().all(|i| i.its.is_empty()));
+    assert_eq!(gic.its, [(0x2f12_0000, 0x1_0000)]);
+    assert_eq!((gic.found.irs_count, gic.found.its_count), (2, 1));
 }
 
 #[test]

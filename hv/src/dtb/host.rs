@@ -25,6 +25,8 @@ use pinfold_config::isolation::{DeviceRegion, HostResources};
 use super::DtbError;
 
 mod gicv5;
+#[cfg(test)]
+pub(crate) use gicv5::tests::gicv5_host_dtb;
 pub use gicv5::{Gicv5Info, Gicv5Irs};
 
 /// Everything the hypervisor needs to know about the machine it runs on.
@@ -380,18 +382,31 @@ pub fn parse_host_dtb(blob: &[u8]) -> Result<HostInfo, DtbError> {
 /// description tells (`vgic5::check_described`: an IRS, the timer node's
 /// PPIs 26, 27 and 30), and with an IAFFID for every CPU.
 fn check_gicv5(host: &HostInfo, v5: &Gicv5Info) -> Result<(), DtbError> {
-    let ppis = host
-        .timer
-        .map(|t| crate::vgic5::PpiSet::of(&[t.sec_phys, t.phys, t.virt, t.hyp]))
-        .unwrap_or_default();
-    let described = crate::vgic5::HostGicv5::described(!v5.irs.is_empty(), ppis);
-    crate::vgic5::check_described(&described).map_err(DtbError::Gicv5Lacks)?;
+    crate::vgic5::check_described(&gicv5_described(v5, host.timer.as_ref()))
+        .map_err(DtbError::Gicv5Lacks)?;
     for &mpidr in &host.cpus {
         if !v5.cpus().any(|(m, _)| m == mpidr) {
             return Err(DtbError::Gicv5CpuWithoutIaffid { mpidr });
         }
     }
     Ok(())
+}
+
+/// What a GICv5 host's description tells `vgic5::check_described`: an
+/// IRS or not, and the PPIs its timer interrupts are (core numbers; one
+/// the core has no PPI number for is left out, so the check names it).
+/// The DT path and the ACPI path (GTDT) both refuse a host failing it.
+pub(crate) fn gicv5_described(
+    v5: &Gicv5Info,
+    timer: Option<&TimerPpis>,
+) -> crate::vgic5::HostGicv5 {
+    let ppis: Vec<u32> = timer
+        .map(|t| [t.sec_phys, t.phys, t.virt, t.hyp])
+        .into_iter()
+        .flatten()
+        .filter(|p| (16..32).contains(p))
+        .collect();
+    crate::vgic5::HostGicv5::described(!v5.irs.is_empty(), crate::vgic5::PpiSet::of(&ppis))
 }
 
 /// /chosen's initrd range. Both properties or neither; the end is
@@ -940,15 +955,11 @@ fn gic_intid(kind: u32, number: u32) -> Option<u32> {
 
 /// A GICv5 specifier's type and ID (binding arm,gic-v5.yaml: 1 = PPI, 3 =
 /// SPI, the ID itself) as the core's GICv3-style INTID
-/// (`vgic5::CoreIntid`): PPIs 16..31 keep their number (the timers and
-/// the PMU are architected there), SPI n is 32 + n for n below
-/// `vgic5::CORE_SPIS`. Other PPIs, SPIs and LPIs have no core number.
+/// (`vgic5::core_intid`: PPIs 16..31 keep their number, SPI n is 32 + n
+/// below `vgic5::CORE_SPIS`; the ACPI parser numbers GICv5 GSIVs the
+/// same way).
 fn gicv5_intid(kind: u32, number: u32) -> Option<u32> {
-    match (kind, number) {
-        (1, 16..=31) => Some(number),
-        (3, n) if n < crate::vgic5::CORE_SPIS => Some(32 + number),
-        _ => None,
-    }
+    crate::vgic5::core_intid(kind, number)
 }
 
 /// The first string of a string (list) value: up to its NUL, UTF-8.

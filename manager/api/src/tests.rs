@@ -68,6 +68,9 @@ struct FakeBackend {
     hv_events: Vec<pinfold_abi::Event>,
     /// A stop ends in `stopped` at once (else `stopping`, for good).
     stop_completes: bool,
+    /// (3.3) GIC_INFO's answer (None: a GICv3 host, every partition
+    /// `Gicv3`); HOST_INFO's `gic_version` is its version.
+    gic: Option<pinfold_abi::GicReport>,
 }
 
 fn summary(index: u32, name: &str, state: PartitionState, management: bool) -> PartitionSummary {
@@ -134,6 +137,7 @@ impl FakeBackend {
             write_limit: pinfold_abi::MAX_BUFFER_LEN as usize,
             hv_events: Vec::new(),
             stop_completes: false,
+            gic: None,
         }
     }
 
@@ -252,7 +256,7 @@ impl Backend for FakeBackend {
     fn host_info(&mut self) -> Result<HostInfo, CallError> {
         Ok(HostInfo {
             version: "0.1.0".to_string(),
-            gic_version: 3,
+            gic_version: self.gic.as_ref().map_or(3, |g| g.host.version),
             cpu_count: 4,
             ram_bytes: 2_147_483_648,
             uptime_ns: 12_345_678_901,
@@ -278,6 +282,9 @@ impl Backend for FakeBackend {
     }
 
     fn gic_info(&mut self) -> Result<pinfold_abi::GicReport, CallError> {
+        if let Some(report) = &self.gic {
+            return Ok(report.clone());
+        }
         Ok(pinfold_abi::GicReport {
             host: pinfold_abi::GicHost {
                 version: 3,
@@ -813,6 +820,73 @@ fn host_reports_the_contract_shape_with_owner_names_and_null_for_unowned_cpu() {
                       "direct_vlpi":false,"direct_vsgi":false,"probed":true,
                       "irs_count":null,"gcie_legacy":null}})
     );
+}
+
+/// A GICv5 host as GIC_INFO reports it: two IRSes, one ITS, LPIs,
+/// GCIE_LEGACY; alpha asked for `gic = "v3"` (the GICv3-compatible
+/// interface), mgmt and beta for `auto` (GICv5).
+fn gicv5_host(r: &mut Router<FakeBackend>) {
+    let b = r.backend_mut();
+    let mut alpha = b.plan_of(ALPHA).expect("alpha's plan");
+    alpha.gic = pinfold_config::GicSetting::V3;
+    b.plans.insert(ALPHA, alpha);
+    b.gic = Some(pinfold_abi::GicReport {
+        host: pinfold_abi::GicHost {
+            version: 5,
+            its_count: 1,
+            lpis: true,
+            probed: true,
+            irs_count: 2,
+            gcie_legacy: true,
+            ..Default::default()
+        },
+        partitions: [
+            (MGMT, pinfold_abi::GicInterface::Gicv5),
+            (ALPHA, pinfold_abi::GicInterface::Gicv3),
+            (BETA, pinfold_abi::GicInterface::Gicv5),
+        ]
+        .map(|(index, interface)| pinfold_abi::PartitionGic { index, interface })
+        .to_vec(),
+    });
+}
+
+#[test]
+fn a_gicv5_host_shows_its_irses_and_gcie_legacy_and_each_partition_its_interface() {
+    let mut r = router();
+    gicv5_host(&mut r);
+
+    let host = body_json(&r.handle(&get("/api/v1/host")));
+    let list = body_json(&r.handle(&get("/api/v1/partitions")));
+    let beta = body_json(&r.handle(&get("/api/v1/partitions/beta")));
+
+    assert_eq!(host["gic_version"], 5);
+    assert_eq!(
+        host["gic"],
+        json!({"version":5,"revision":"v5","its_count":1,"lpis":true,
+               "direct_vlpi":false,"direct_vsgi":false,"probed":true,
+               "irs_count":2,"gcie_legacy":true})
+    );
+    let interfaces: Vec<(&str, &str, &str)> = list["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or_default(),
+                p["gic_interface"].as_str().unwrap_or_default(),
+                p["config"]["gic"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        interfaces,
+        [
+            ("mgmt", "gicv5", "auto"),
+            ("alpha", "gicv3", "v3"),
+            ("beta", "gicv5", "auto")
+        ]
+    );
+    assert_eq!(beta["gic_interface"], "gicv5");
 }
 
 #[test]

@@ -96,7 +96,7 @@ pub(super) fn parse(tree: &Tree, gic: usize) -> Result<Gicv5Info, DtbError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::parse_host_dtb;
     use super::*;
     use crate::dtb::FdtWriter;
