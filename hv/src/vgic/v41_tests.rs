@@ -46,18 +46,7 @@ fn lock() -> (CountedLock<()>, &'static LockStat) {
 /// 10..13, its SGIs configured enabled, group 1, through the model's queue.
 fn host(cfg: Config) -> (Model, DirectSgi, SgiMap, Vec<u64>) {
     let its_count = cfg.its_count;
-    let mut m = Model::new(cfg);
-    for its in 0..its_count {
-        m.its_write(
-            its,
-            reg::GITS_CBASER,
-            reg::CBASER_VALID | (0x8000_0000 + 0x10_0000 * its as u64),
-        );
-        m.its_write(its, reg::GITS_CTLR, reg::CTLR_ENABLED);
-    }
-    for cpu in 0..4 {
-        m.vlpi_write(cpu, reg::GICR_VPROPBASER, reg::VPROP_VALID | 0x9000_0000);
-    }
+    let mut m = bare(cfg);
     let vpes: Vec<u16> = (10..14).collect();
     for (cpu, &vpe) in vpes.iter().enumerate() {
         for its in 0..its_count {
