@@ -237,7 +237,9 @@ impl GicInfo {
     }
 }
 
-/// Architected timer interrupts as INTIDs (PPI n is INTID 16 + n).
+/// Architected timer interrupts as the core's INTIDs (a GICv3 PPI n is
+/// INTID 16 + n, a GICv5 PPI n is n). From ACPI, 0 is a timer the GTDT
+/// does not provide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerPpis {
     pub sec_phys: u32,
