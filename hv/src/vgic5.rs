@@ -881,7 +881,15 @@ pub fn plan_boot_virs(
         reason,
     };
     let mut memory = Vec::new();
-    let mut owned: Vec<(Vec<u32>, Vec<Doorbell>, VmTables, u8, u16)> = Vec::new();
+    /// What a `VmSpec` borrows, owned here.
+    struct Owned {
+        vm: u16,
+        spis: Vec<u32>,
+        doorbells: Vec<Doorbell>,
+        tables: VmTables,
+        spi_id_bits: u8,
+    }
+    let mut owned: Vec<Owned> = Vec::new();
     for m in members {
         let vm = u16::try_from(m.index)
             .map_err(|_| refuse(m, "gic", alloc::format!("no VM ID for index {}", m.index)))?;
@@ -922,20 +930,26 @@ pub fn plan_boot_virs(
             lpi_ist: base + at[3],
             spi_ist: base + at[4],
         };
-        owned.push((spis, doorbells, tables, spi_id_bits, vm));
+        owned.push(Owned {
+            vm,
+            spis,
+            doorbells,
+            tables,
+            spi_id_bits,
+        });
     }
     let specs: Vec<VmSpec> = members
         .iter()
         .zip(&owned)
-        .map(|(m, (spis, doorbells, tables, spi_id_bits, vm))| VmSpec {
-            vm: *vm,
+        .map(|(m, o)| VmSpec {
+            vm: o.vm,
             partition: &m.name,
             vcpus: m.cpus.len() as u16,
-            spis,
+            spis: &o.spis,
             lpi_id_bits: VM_LPI_ID_BITS,
-            spi_id_bits: *spi_id_bits,
-            doorbells,
-            tables: *tables,
+            spi_id_bits: o.spi_id_bits,
+            doorbells: &o.doorbells,
+            tables: o.tables,
         })
         .collect();
     let ops = plan_virs(caps, &specs).map_err(|e| {
