@@ -842,6 +842,18 @@ impl fmt::Display for VirsRefusal {
     }
 }
 
+/// The VM ID bits the boot gives the IRS's VM table (IRS_VMT_CFGR) for
+/// `members`: enough for the highest partition index among them (the VM
+/// table the platform allocated, `IrsLayout::vm_id_bits`, covers every
+/// partition index and so any of these); `None` without a GICv5
+/// partition, when the vIRS is not set up at all (a host whose IRS has
+/// fewer VM ID bits than its CPU count needs still boots its `gicv3`
+/// partitions).
+pub fn vm_id_bits_for(members: &[VirsMember]) -> Option<u8> {
+    let highest = members.iter().map(|m| m.index).max()?;
+    Some(id_bits(u32::try_from(highest + 1).unwrap_or(u32::MAX)))
+}
+
 /// Where one VM's tables sit in its block of `bytes` (offsets from its
 /// base): the VM descriptor, the vPE table (8 bytes for each of
 /// 2^VPE_ID_BITS vPEs), the vPE descriptors (32 bytes a vCPU), the
@@ -1432,6 +1444,18 @@ mod tests {
         );
         assert!(t.vmd >= b1 && t.spi_ist + (4 << spi_bits) <= next);
         assert_eq!(t.lpi_ist % 64, 0);
+    }
+
+    #[test]
+    fn the_vm_table_covers_the_highest_gicv5_partition_and_none_without_one() {
+        assert_eq!(vm_id_bits_for(&[]), None);
+        assert_eq!(vm_id_bits_for(&[member(0, "a", &[0], &[])]), Some(1));
+        assert_eq!(vm_id_bits_for(&[member(1, "a", &[0], &[])]), Some(1));
+        assert_eq!(
+            vm_id_bits_for(&[member(0, "a", &[0], &[]), member(2, "b", &[1], &[])]),
+            Some(2)
+        );
+        assert_eq!(vm_id_bits_for(&[member(16, "a", &[0], &[])]), Some(5));
     }
 
     #[test]
