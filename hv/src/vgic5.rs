@@ -862,6 +862,18 @@ impl fmt::Display for VirsRefusal {
     }
 }
 
+/// The VM ID bits the boot gives the IRS's VM table (IRS_VMT_CFGR) for
+/// `members`: enough for the highest partition index among them (the VM
+/// table the platform allocated, `IrsLayout::vm_id_bits`, covers every
+/// partition index and so any of these); `None` without a GICv5
+/// partition, when the vIRS is not set up at all (a host whose IRS has
+/// fewer VM ID bits than its CPU count needs still boots its `gicv3`
+/// partitions).
+pub fn vm_id_bits_for(members: &[VirsMember]) -> Option<u8> {
+    let highest = members.iter().map(|m| m.index).max()?;
+    Some(id_bits(u32::try_from(highest + 1).unwrap_or(u32::MAX)))
+}
+
 /// Where one VM's tables sit in its block of `bytes` (offsets from its
 /// base): the VM descriptor, the vPE table (8 bytes for each of
 /// 2^VPE_ID_BITS vPEs), the vPE descriptors (32 bytes a vCPU), the
@@ -901,7 +913,15 @@ pub fn plan_boot_virs(
         reason,
     };
     let mut memory = Vec::new();
-    let mut owned: Vec<(Vec<u32>, Vec<Doorbell>, VmTables, u8, u16)> = Vec::new();
+    /// What a `VmSpec` borrows, owned here.
+    struct Owned {
+        vm: u16,
+        spis: Vec<u32>,
+        doorbells: Vec<Doorbell>,
+        tables: VmTables,
+        spi_id_bits: u8,
+    }
+    let mut owned: Vec<Owned> = Vec::new();
     for m in members {
         let vm = u16::try_from(m.index)
             .map_err(|_| refuse(m, "gic", alloc::format!("no VM ID for index {}", m.index)))?;
@@ -942,20 +962,26 @@ pub fn plan_boot_virs(
             lpi_ist: base + at[3],
             spi_ist: base + at[4],
         };
-        owned.push((spis, doorbells, tables, spi_id_bits, vm));
+        owned.push(Owned {
+            vm,
+            spis,
+            doorbells,
+            tables,
+            spi_id_bits,
+        });
     }
     let specs: Vec<VmSpec> = members
         .iter()
         .zip(&owned)
-        .map(|(m, (spis, doorbells, tables, spi_id_bits, vm))| VmSpec {
-            vm: *vm,
+        .map(|(m, o)| VmSpec {
+            vm: o.vm,
             partition: &m.name,
             vcpus: m.cpus.len() as u16,
-            spis,
+            spis: &o.spis,
             lpi_id_bits: VM_LPI_ID_BITS,
-            spi_id_bits: *spi_id_bits,
-            doorbells,
-            tables: *tables,
+            spi_id_bits: o.spi_id_bits,
+            doorbells: &o.doorbells,
+            tables: o.tables,
         })
         .collect();
     let ops = plan_virs(caps, &specs).map_err(|e| {
@@ -1438,6 +1464,18 @@ mod tests {
         );
         assert!(t.vmd >= b1 && t.spi_ist + (4 << spi_bits) <= next);
         assert_eq!(t.lpi_ist % 64, 0);
+    }
+
+    #[test]
+    fn the_vm_table_covers_the_highest_gicv5_partition_and_none_without_one() {
+        assert_eq!(vm_id_bits_for(&[]), None);
+        assert_eq!(vm_id_bits_for(&[member(0, "a", &[0], &[])]), Some(1));
+        assert_eq!(vm_id_bits_for(&[member(1, "a", &[0], &[])]), Some(1));
+        assert_eq!(
+            vm_id_bits_for(&[member(0, "a", &[0], &[]), member(2, "b", &[1], &[])]),
+            Some(2)
+        );
+        assert_eq!(vm_id_bits_for(&[member(16, "a", &[0], &[])]), Some(5));
     }
 
     #[test]

@@ -22,7 +22,9 @@ use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange};
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::memmap::FreeMemory;
-use pinfold_hv::vgic5::{check_host, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext};
+use pinfold_hv::vgic5::{
+    check_host, vm_id_bits_for, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext,
+};
 use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 
 /// What every CPU's bring-up needs: the LPI layout and each CPU's
@@ -42,8 +44,10 @@ static LAYOUT: spin::Once<Layout> = spin::Once::new();
 /// (`vgic5::VirsBoot::vms`).
 static VIRS_VMS: spin::Once<Vec<usize>> = spin::Once::new();
 
-/// After the partitions are built, before any starts: the IRS gets its VM
-/// table (`Gicv5Irs::init_virs`), the core plans every GICv5 partition's VM
+/// After the partitions are built, before any starts, when any partition
+/// has the GICv5 interface: the IRS gets its VM table (`Gicv5Irs::
+/// init_virs`, with the VM ID bits the highest such partition needs,
+/// `vgic5::vm_id_bits_for`), the core plans every GICv5 partition's VM
 /// (`System::plan_virs`: VM = partition index, vPE = vCPU, doorbells, its
 /// own SPIs, the VM's tables from free RAM), the tables are zeroed and the
 /// plan applied (`apply_virs`), all under the IRS's own counted lock
@@ -65,8 +69,12 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
     else {
         return Err("the interrupt chip is not a GICv5 IRS".into());
     };
+    let Some(vm_id_bits) = vm_id_bits_for(&sys.virs_members()) else {
+        hvlog!("gicv5: no gicv5 partition: the vIRS is not set up");
+        return Ok(());
+    };
     let caps = irs
-        .init_virs(l.vmt, l.lpis.vm_id_bits)
+        .init_virs(l.vmt, vm_id_bits)
         .map_err(|e| format!("the IRS's vIRS did not come up: {e:?}"))?;
     let boot = sys.plan_virs(&l.lpis, &caps).map_err(|r| r.to_string())?;
     for &(base, bytes) in &boot.memory {
