@@ -772,3 +772,21 @@ fn a_secondary_bus_reset_is_refused_when_the_function_is_not_alone_on_its_bus() 
     );
     assert!(fake.writes.iter().all(|w| w.0 != PORT), "bridge untouched");
 }
+
+#[test]
+fn a_partitions_reset_counts_every_function_outside_its_list_as_another_owners() {
+    // The partition was given 01:00.0 only; 01:00.1 is nobody's or
+    // someone else's: no bus reset.
+    let mut fake = behind_a_root_port(true);
+
+    let done = crate::vpci::reset_functions(&mut fake, (0, 255), &[BEHIND]);
+
+    assert_eq!(
+        done[0].reset,
+        ResetDone::NoMethod(NoReset::Foreign {
+            bridge: PORT,
+            other: Bdf { func: 1, ..BEHIND }
+        })
+    );
+    assert!(fake.writes.iter().all(|w| w.0 != PORT), "bridge untouched");
+}
