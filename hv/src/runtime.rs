@@ -5,7 +5,10 @@
 //! same rules the build-time plan check runs (`pinfold_config::rules`,
 //! against every partition that exists), the same isolation rule the boot
 //! ran (`pinfold_config::isolation`, against the host), and the same image
-//! placement (`fit`), whatever the manager checked before.
+//! placement (`fit`), whatever the manager checked before. The plan's
+//! `gic` is checked against the host's GIC as at boot, and the GICv5
+//! interface is boot-plan only (its VM in the IRS is planned once, at
+//! boot: `vgic5::plan_boot_virs`).
 //!
 //! All of it runs under the pool lock (`System::pool`), so two decisions
 //! never interleave; a partition's RAM comes from the free pool and, when
@@ -98,7 +101,21 @@ impl System {
             })
         };
         check_partition(plan, &others, &limits).map_err(refused)?;
-        crate::gichost::interface_for(plan, &self.host.gic.found).map_err(refused)?;
+        let gic = crate::gichost::interface_for(plan, &self.host.gic.found).map_err(refused)?;
+        // The vIRS (each gicv5 partition's VM in the IRS, its SPIs assigned
+        // to it) is planned once at boot (`vgic5::plan_boot_virs`) and not
+        // torn down or re-planned at run time: a gicv5 partition made or
+        // changed now would have no VM, or inherit a destroyed one's.
+        if gic == crate::vgic5::GicInterface::V5 {
+            return Err(rejected(
+                plan,
+                "gic",
+                String::from(
+                    "a partition with the GICv5 interface can only be in the boot plan: its VM in the IRS is set up once at boot; ask for gic = \"v3\" (on a host with FEAT_GCIE_LEGACY) or put it in the plan",
+                ),
+                false,
+            ));
+        }
         let mut all: Vec<PartitionPlan> = others.into_iter().cloned().collect();
         all.push(plan.clone());
         if let Err(e) = pinfold_config::isolation::check_isolation(&all, &self.resources) {

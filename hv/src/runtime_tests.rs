@@ -913,3 +913,32 @@ fn a_restarted_partitions_functions_are_reset_before_its_images_are_written() {
     );
     assert!(hw.log_has("partition alpha (start): pci 00:02.0"));
 }
+
+/// The vIRS is planned once at boot: on a GICv5 host a partition made (or
+/// changed) at run time with the GICv5 interface is refused naming `gic`,
+/// and nothing is created; the GICv3-compatible interface is still given.
+#[test]
+fn a_gicv5_partition_at_run_time_is_refused_naming_gic() {
+    let sys = super::gicv5_system(true, |plan| {
+        plan.partitions.remove(0);
+    });
+    for p in sys.partitions() {
+        p.set_state(State::Stopped, 0);
+    }
+    let mut hw = FakeHw::new();
+    let before = sys.partitions().len();
+
+    let r = rejection(sys.create_partition(plan("gamma", &[1], 64), &mut hw, 0));
+    assert_eq!(r.field, "gic");
+    assert!(r.message.starts_with("partition \"gamma\": gic: a partition with the GICv5 interface can only be in the boot plan"), "{}", r.message);
+    assert_eq!(sys.partitions().len(), before, "nothing created");
+    assert!(hw.zeroed.is_empty());
+
+    let mut v3 = plan("gamma", &[1], 64);
+    v3.gic = pinfold_config::GicSetting::V3;
+    let index = sys.create_partition(v3, &mut hw, 0).unwrap() as usize;
+    assert_eq!(
+        sys.partition(index).unwrap().gic,
+        crate::vgic5::GicInterface::V3
+    );
+}
