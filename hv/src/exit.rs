@@ -721,10 +721,10 @@ fn its_access(
     let value = a.write.then(|| trap::mmio_store_value(a, regs.reg(a.reg)));
     let owner = |device: u32| {
         p.vpci.as_ref().is_some_and(|v| {
-            v.assignment.functions.iter().any(|f| {
-                let b = f.bdf;
-                u32::from(b.bus) << 8 | u32::from(b.dev) << 3 | u32::from(b.func) == device
-            })
+            v.assignment
+                .functions
+                .iter()
+                .any(|f| u32::from(f.bdf.rid()) == device)
         })
     };
     let out = crate::its::access(

@@ -689,12 +689,10 @@ impl Partition {
         let its = self.has_vits();
         // Its functions' requester IDs only, each its own DeviceID at the
         // virtual ITS (the physical ITS sees the same ones).
-        let rids: Vec<u16> = self.vpci.as_ref().map_or_else(Vec::new, |v| {
-            v.bdfs()
-                .iter()
-                .map(|b| u16::from(b.bus) << 8 | u16::from(b.dev) << 3 | u16::from(b.func))
-                .collect()
-        });
+        let rids: Vec<u16> = self
+            .vpci
+            .as_ref()
+            .map_or_else(Vec::new, |v| v.bdfs().iter().map(|b| b.rid()).collect());
         let msi_map = crate::dtb::msi_map(&rids, crate::dtb::GUEST_ITS_PHANDLE);
         let extra: &[ExtraNode] = match &self.pcie {
             Some(c) => {

@@ -61,6 +61,12 @@ pub struct Bdf {
 }
 
 impl Bdf {
+    /// Its requester ID (PCIe: bus [15:8], device [7:3], function [2:0]),
+    /// what an SMMU's and an ITS's ID maps start from.
+    pub const fn rid(self) -> u16 {
+        (self.bus as u16) << 8 | (self.dev as u16) << 3 | self.func as u16
+    }
+
     /// Offset of its 4 KiB configuration space in an ECAM window whose
     /// first bus is `first_bus`.
     pub fn ecam_offset(self, first_bus: u8) -> u64 {
@@ -233,12 +239,30 @@ impl fmt::Display for NoReset {
 /// What a secondary bus reset may reach: the buses configuration requests
 /// reach (the host bridge's, as [`functions`] walks them) and who holds
 /// each function.
-#[derive(Clone, Copy)]
 pub struct ResetScope<'a> {
     pub buses: (u8, u8),
     /// Whether the function at a BDF is not the resetting owner's (another
     /// partition's, one the hypervisor keeps, or one nobody was given).
     pub foreign: &'a dyn Fn(Bdf) -> bool,
+    /// [`functions`] on `buses`, walked at the first bus reset considered
+    /// (or given by a caller that already walked them) and kept for the
+    /// rest of the call: one walk however many functions lack FLR.
+    reached: core::cell::OnceCell<Vec<Bdf>>,
+}
+
+impl<'a> ResetScope<'a> {
+    pub fn new(buses: (u8, u8), foreign: &'a dyn Fn(Bdf) -> bool) -> Self {
+        ResetScope {
+            buses,
+            foreign,
+            reached: core::cell::OnceCell::new(),
+        }
+    }
+
+    /// The functions on `buses`, walked once.
+    fn reached(&self, cfg: &mut impl ConfigSpace) -> &[Bdf] {
+        self.reached.get_or_init(|| functions(cfg, self.buses))
+    }
 }
 
 impl Quiesced {
@@ -317,8 +341,10 @@ pub fn quiesce_all(
     buses: (u8, u8),
     foreign: &dyn Fn(Bdf) -> bool,
 ) -> Vec<Quiesced> {
-    let scope = ResetScope { buses, foreign };
-    functions(cfg, buses)
+    let scope = ResetScope::new(buses, foreign);
+    let found = functions(cfg, buses);
+    let _ = scope.reached.set(found.clone());
+    found
         .into_iter()
         .map(|bdf| quiesce_function(cfg, bdf, &scope))
         .collect()
@@ -350,10 +376,9 @@ pub fn functions(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Bdf> {
                     continue;
                 }
                 found.push(bdf);
-                if cfg.read(bdf, HEADER_TYPE, 1) & 0x7f != 1 {
+                let Some(secondary) = secondary_bus(cfg, bdf) else {
                     continue;
-                }
-                let secondary = cfg.read(bdf, SECONDARY_BUS, 1) as u8;
+                };
                 if secondary > bus
                     && (buses.0..=buses.1).contains(&secondary)
                     && !reached.contains(&secondary)
@@ -364,6 +389,12 @@ pub fn functions(cfg: &mut impl ConfigSpace, buses: (u8, u8)) -> Vec<Bdf> {
         }
     }
     found
+}
+
+/// The Secondary Bus Number of the PCI-to-PCI bridge (header type 1) at
+/// `bdf`; None for any other header.
+fn secondary_bus(cfg: &mut impl ConfigSpace, bdf: Bdf) -> Option<u8> {
+    (cfg.read(bdf, HEADER_TYPE, 1) & 0x7f == 1).then(|| cfg.read(bdf, SECONDARY_BUS, 1) as u8)
 }
 
 /// A function answers at `bdf`. An SR-IOV VF's vendor and device ID read
@@ -548,15 +579,11 @@ pub fn bus_reset_bridge(
     bdf: Bdf,
     scope: &ResetScope<'_>,
 ) -> Result<Bdf, NoReset> {
-    let reached = functions(cfg, scope.buses);
+    let reached = scope.reached(cfg);
     let bridge = reached
         .iter()
         .copied()
-        .find(|&b| {
-            b.bus < bdf.bus
-                && cfg.read(b, HEADER_TYPE, 1) & 0x7f == 1
-                && cfg.read(b, SECONDARY_BUS, 1) as u8 == bdf.bus
-        })
+        .find(|&b| b.bus < bdf.bus && secondary_bus(cfg, b) == Some(bdf.bus))
         .ok_or(NoReset::NoBridge)?;
     let subordinate = (cfg.read(bridge, SUBORDINATE_BUS, 1) as u8).max(bdf.bus);
     let behind = reached

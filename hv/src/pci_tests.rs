@@ -183,10 +183,7 @@ fn root_port(bus: u8) -> Function {
 
 /// A scope in which every function is the resetting owner's.
 fn alone(first: u8, last: u8) -> ResetScope<'static> {
-    ResetScope {
-        buses: (first, last),
-        foreign: &|_| false,
-    }
+    ResetScope::new((first, last), &|_| false)
 }
 
 fn flr_function(command: u16) -> Function {
@@ -739,10 +736,7 @@ fn a_secondary_bus_reset_is_refused_when_another_owner_shares_the_bus() {
     let mut fake = behind_a_root_port(true);
     let sibling = Bdf { func: 1, ..BEHIND };
     let theirs = move |b: Bdf| b == sibling;
-    let scope = ResetScope {
-        buses: (0, 255),
-        foreign: &theirs,
-    };
+    let scope = ResetScope::new((0, 255), &theirs);
 
     let q = quiesce_function(&mut fake, BEHIND, &scope);
 

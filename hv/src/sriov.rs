@@ -184,7 +184,7 @@ impl Sriov {
         if n >= self.total_vfs {
             return None;
         }
-        let pf_rid = u32::from(pf.bus) << 8 | u32::from(pf.dev) << 3 | u32::from(pf.func);
+        let pf_rid = u32::from(pf.rid());
         let rid = pf_rid + u32::from(self.first_offset) + u32::from(n) * u32::from(self.stride);
         (rid <= 0xffff).then_some(Bdf {
             bus: (rid >> 8) as u8,

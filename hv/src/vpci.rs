@@ -676,10 +676,7 @@ pub fn reset_functions(
     functions: &[Bdf],
 ) -> Vec<Quiesced> {
     let foreign = |b: Bdf| !functions.contains(&b);
-    let scope = ResetScope {
-        buses,
-        foreign: &foreign,
-    };
+    let scope = ResetScope::new(buses, &foreign);
     let mut done = Vec::new();
     for &bdf in functions {
         if present(cfg, bdf) {

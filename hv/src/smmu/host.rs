@@ -67,7 +67,7 @@ impl FunctionOwners for System {
             .find(|p| {
                 p.vpci
                     .as_ref()
-                    .is_some_and(|v| v.bdfs().iter().any(|&b| rid(b) == stream))
+                    .is_some_and(|v| v.bdfs().iter().any(|&b| b.rid() == stream))
             })
             .or_else(|| partitions.iter().find(|p| p.plan.pci_host_bridge))
             .map(|p| binding_of(p))
@@ -80,10 +80,6 @@ fn binding_of(p: &Partition) -> Binding {
         vmid: p.vmid,
         stage2_root: p.dma_root,
     }
-}
-
-fn rid(bdf: Bdf) -> u16 {
-    u16::from(bdf.bus) << 8 | u16::from(bdf.dev) << 3 | u16::from(bdf.func)
 }
 
 impl System {
@@ -181,7 +177,7 @@ impl System {
                 regs,
                 mem,
                 &unit.maps,
-                functions.iter().map(|&b| rid(b)),
+                functions.iter().map(|&b| b.rid()),
                 self,
             )?;
         }
