@@ -630,6 +630,16 @@ fn mgmt_owns_the_bridge(plan: &mut Plan) {
     }
 }
 
+/// The plan's partition 0 (alpha) given the PCI function 00:02.0.
+fn alpha_gets_00_02_0(plan: &mut Plan) {
+    plan.partitions[0].pci = alloc::vec![pinfold_config::plan::PciAddress {
+        segment: 0,
+        bus: 0,
+        device: 2,
+        function: 0,
+    }];
+}
+
 /// [`smmu_system`] with the plan changed by `change` and `functions`
 /// found behind the bridge (one 32-bit memory window for their BARs).
 fn smmu_system_with(
@@ -703,14 +713,7 @@ fn a_pci_partitions_function_dmas_through_its_own_stage2_not_the_bridge_owners()
         func: 0,
     };
     let (sys, mut hw) = smmu_system_with(
-        |plan| {
-            plan.partitions[0].pci = alloc::vec![pinfold_config::plan::PciAddress {
-                segment: 0,
-                bus: 0,
-                device: 2,
-                function: 0,
-            }];
-        },
+        alpha_gets_00_02_0,
         alloc::vec![HostFunction {
             bdf: nic,
             vendor: 0x1af4,
@@ -3233,7 +3236,9 @@ fn the_boot_virs_takes_every_gicv5_partition_by_its_index_and_tables_from_free_r
         spis: 64,
     };
 
-    let boot = sys.plan_virs(&layout, &caps).expect("planned");
+    let boot = sys
+        .plan_virs(&sys.virs_members(), &layout, &caps)
+        .expect("planned");
 
     assert_eq!(boot.vms, [0, 2]);
     let doorbells: Vec<(u16, u16, u32)> = boot

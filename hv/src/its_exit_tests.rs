@@ -141,14 +141,7 @@ fn its_system_of(
     );
     tweak(&mut h);
     let (sys, tables) = system_and_tables(
-        |plan| {
-            plan.partitions[0].pci = vec![pinfold_config::plan::PciAddress {
-                segment: 0,
-                bus: 0,
-                device: 2,
-                function: 0,
-            }];
-        },
+        alpha_gets_00_02_0,
         None,
         Default::default(),
         h,
@@ -441,14 +434,7 @@ fn only_a_linux_partition_with_functions_on_a_host_with_an_its_gets_a_vits() {
     assert!(!by("beta").has_vits(), "beta has no functions");
     // Without the platform's ITS the same plan gives nobody one.
     let plain = system_with_functions(
-        |plan| {
-            plan.partitions[0].pci = vec![pinfold_config::plan::PciAddress {
-                segment: 0,
-                bus: 0,
-                device: 2,
-                function: 0,
-            }];
-        },
+        alpha_gets_00_02_0,
         None,
         Default::default(),
         {

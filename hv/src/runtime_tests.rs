@@ -841,17 +841,7 @@ fn alpha_with_a_function() -> (&'static System, FakeHw, Arc<Partition>, u64) {
         dev: 2,
         func: 0,
     };
-    let (sys, mut hw) = smmu_system_with(
-        |plan| {
-            plan.partitions[0].pci = alloc::vec![pinfold_config::plan::PciAddress {
-                segment: 0,
-                bus: 0,
-                device: 2,
-                function: 0,
-            }];
-        },
-        alloc::vec![nic_function(nic)],
-    );
+    let (sys, mut hw) = smmu_system_with(alpha_gets_00_02_0, alloc::vec![nic_function(nic)]);
     for p in sys.partitions() {
         p.set_state(State::Stopped, 0);
     }

@@ -404,19 +404,19 @@ impl System {
             .collect()
     }
 
-    /// The boot's vIRS (`vgic5::plan_boot_virs`) for [`Self::virs_members`],
-    /// each VM's tables taken from the free pool (from the top, as the
-    /// platform's own tables are); the platform zeroes them and applies
-    /// the ops. Run once, after the partitions are built, before any
-    /// starts.
+    /// The boot's vIRS (`vgic5::plan_boot_virs`) for `members` (what
+    /// [`Self::virs_members`] gave), each VM's tables taken from the free
+    /// pool (from the top, as the platform's own tables are); the platform
+    /// zeroes them and applies the ops. Run once, after the partitions are
+    /// built, before any starts.
     pub fn plan_virs(
         &self,
+        members: &[crate::vgic5::VirsMember],
         layout: &crate::vgic5::IrsLayout,
         caps: &crate::vgic5::VirsCaps,
     ) -> Result<crate::vgic5::VirsBoot, crate::vgic5::VirsRefusal> {
-        let members = self.virs_members();
         let mut pool = self.pool.lock(LockPath::Management);
-        crate::vgic5::plan_boot_virs(&members, layout, caps, &mut |bytes, align| {
+        crate::vgic5::plan_boot_virs(members, layout, caps, &mut |bytes, align| {
             pool.free.take_top(bytes, align)
         })
     }

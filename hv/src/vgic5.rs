@@ -552,6 +552,13 @@ impl IrsLayout {
     pub fn doorbell_lpis(&self) -> core::ops::Range<u32> {
         self.doorbell_base..self.doorbell_base + self.doorbells
     }
+
+    /// CPU `cpu`'s doorbell LPI (the vCPU pinned there is woken by it), if
+    /// the layout has one for it.
+    pub fn doorbell_lpi(&self, cpu: usize) -> Option<u32> {
+        let lpi = self.doorbell_base.checked_add(u32::try_from(cpu).ok()?)?;
+        self.doorbell_lpis().contains(&lpi).then_some(lpi)
+    }
 }
 
 // ---- the vIRS: virtual SPIs and IPIs ----------------------------------------
@@ -929,14 +936,13 @@ pub fn plan_boot_virs(
             .map_err(|_| refuse(m, "cpus", "too many vCPUs for a VM".into()))?;
         let mut doorbells = Vec::new();
         for &(cpu, mpidr) in &m.cpus {
-            let lpi = layout.doorbell_base + cpu as u32;
-            if !layout.doorbell_lpis().contains(&lpi) {
+            let Some(lpi) = layout.doorbell_lpi(cpu) else {
                 return Err(refuse(
                     m,
                     "cpus",
                     alloc::format!("CPU {cpu} has no doorbell LPI"),
                 ));
-            }
+            };
             doorbells.push(Doorbell { lpi, mpidr });
         }
         let spis: Vec<u32> = m.spis.iter().map(|&(i, _)| i).collect();
@@ -1009,7 +1015,7 @@ pub fn plan_boot_virs(
                     .find(|m| {
                         m.cpus
                             .iter()
-                            .any(|&(c, _)| layout.doorbell_base + c as u32 == *lpi)
+                            .any(|&(c, _)| layout.doorbell_lpi(c) == Some(*lpi))
                     })
                     .map_or_else(String::new, |m| m.name.clone()),
                 "cpus",

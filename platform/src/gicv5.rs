@@ -69,14 +69,17 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
     else {
         return Err("the interrupt chip is not a GICv5 IRS".into());
     };
-    let Some(vm_id_bits) = vm_id_bits_for(&sys.virs_members()) else {
+    let members = sys.virs_members();
+    let Some(vm_id_bits) = vm_id_bits_for(&members) else {
         hvlog!("gicv5: no gicv5 partition: the vIRS is not set up");
         return Ok(());
     };
     let caps = irs
         .init_virs(l.vmt, vm_id_bits)
         .map_err(|e| format!("the IRS's vIRS did not come up: {e:?}"))?;
-    let boot = sys.plan_virs(&l.lpis, &caps).map_err(|r| r.to_string())?;
+    let boot = sys
+        .plan_virs(&members, &l.lpis, &caps)
+        .map_err(|r| r.to_string())?;
     for &(base, bytes) in &boot.memory {
         // SAFETY: taken from free RAM by `plan_virs` for these tables
         // (identity mapped, normal memory at EL2); nothing else uses it.
