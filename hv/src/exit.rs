@@ -337,7 +337,8 @@ pub fn handle_sync(
             }
         } else if let Some((ipa, a)) = trap::mmio_access(esr, far, hpfar) {
             let offset = ipa.0.wrapping_sub(pinfold_vboard::GUEST_GICD_BASE);
-            if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE {
+            // A `gicv5` partition's frame there is its IRS's (`virs_frame`).
+            if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE && p.virs_frame.is_none() {
                 if let Some(value) = crate::vgic::dist::constant_register(offset, a.width) {
                     let value =
                         crate::vgic::dist::partition_constant(offset, value, p.vits.is_some());
@@ -628,6 +629,9 @@ fn mmio(
         0
     };
     let result = match device {
+        EmulatedDevice::Gicd { offset } if p.virs_frame.is_some() => {
+            virs_frame_access(hw, p, offset, a, value)
+        }
         EmulatedDevice::Gicd { offset } if !a.write => {
             match crate::vgic::dist::constant_register(offset, a.width) {
                 Some(v) => crate::vgic::dist::partition_constant(offset, v, p.vits.is_some()),
@@ -752,6 +756,50 @@ fn its_access(
             regs.set_reg(r, trap::mmio_load_value(a, out.value));
         }
     }
+}
+
+/// A `gicv5` partition's access to its IRS config frame (`vgic5::frame`),
+/// under the partition's frame lock: the frame decides, a refusal is the
+/// partition's fault, an SPI's trigger mode goes to the physical SPI.
+#[cold]
+#[inline(never)]
+fn virs_frame_access(
+    hw: &mut impl Hw,
+    p: &Partition,
+    offset: u64,
+    a: &MmioAccess,
+    value: u64,
+) -> u64 {
+    use crate::vgic5::frame::FrameAction;
+    let Some(frame) = p.virs_frame.as_ref() else {
+        return 0;
+    };
+    let out = {
+        let mut f = frame.lock(LockPath::GicdTrap);
+        if a.write {
+            f.write(offset, a.width, value)
+        } else {
+            f.read(offset, a.width)
+        }
+    };
+    if let Some(why) = out.fault {
+        let kind = match why {
+            crate::vgic5::frame::FrameFault::ForeignSpi { .. } => FaultKind::ForeignSpi,
+            _ => FaultKind::Virs,
+        };
+        fault(p, hw, kind, format_args!("{why}"));
+    }
+    match out.action {
+        Some(FrameAction::SpiTrigger { intid, level }) => hw.spi(
+            LockPath::PhysDist,
+            SpiOp::SetEdge {
+                intid,
+                edge: !level,
+            },
+        ),
+        None => {}
+    }
+    out.value
 }
 
 /// A GICD register whose value is state: under the partition's lock.

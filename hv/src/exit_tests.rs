@@ -3328,3 +3328,61 @@ fn gic_info_on_a_gicv5_host_reports_its_irses_gcie_legacy_and_each_interface() {
     );
     assert_eq!(mgr.host_info().gic_version, 5);
 }
+
+#[test]
+fn a_gicv5_guests_gicd_frame_is_its_irs_frame_refusals_counted_trigger_applied() {
+    // beta (CPU 3) is GICv5 and owns SPI 40 (core INTID 72) through a device.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].devices.push(pinfold_config::DevicePlan {
+            name: "dev".into(),
+            mmio: vec![pinfold_config::MmioRange {
+                base: 0x904_0000,
+                size: 0x1000,
+            }],
+            spis: vec![72],
+            compatible: None,
+            host_node: None,
+        });
+    });
+    let beta = sys.partition(1).unwrap();
+    let (mut hw, mut cpu) = started(sys, 1, 3);
+    let mut regs = GuestRegs::default();
+    let faults = || beta.faults.load(core::sync::atomic::Ordering::Relaxed);
+    let mut access = |hw: &mut FakeHw, regs: &mut GuestRegs, offset: u64, write: bool| {
+        run(
+            sys,
+            &mut cpu,
+            hw,
+            regs,
+            mmio(GUEST_GICD_BASE + offset, 4, write, 2),
+        );
+    };
+
+    // IRS_IDR2 (GICD_IIDR's offset in a GICv3 distributor): LPIs, the VM's
+    // LPI ID bits.
+    access(&mut hw, &mut regs, 0x8, false);
+    let idr2 = regs.x[2];
+    // IRS_SPI_SELR of SPI 41, not beta's: counted, SPI_STATUSR.V = 0.
+    regs.x[2] = 41;
+    access(&mut hw, &mut regs, 0x108, true);
+    let after_foreign = faults();
+    access(&mut hw, &mut regs, 0x118, false);
+    let foreign_status = regs.x[2];
+    // Its own SPI 40 made level.
+    regs.x[2] = 40;
+    access(&mut hw, &mut regs, 0x108, true);
+    regs.x[2] = 1;
+    access(&mut hw, &mut regs, 0x114, true);
+
+    assert_eq!(idr2, u64::from(crate::vgic5::VM_LPI_ID_BITS) | 1 << 5);
+    assert_eq!(after_foreign, 1);
+    assert_eq!(foreign_status, 1, "IDLE, not V");
+    assert_eq!(faults(), 1, "its own SPI is no fault");
+    assert_eq!(
+        hw.spi_ops,
+        [SpiOp::SetEdge {
+            intid: 72,
+            edge: false
+        }]
+    );
+}

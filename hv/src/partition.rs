@@ -180,6 +180,11 @@ pub struct Partition {
     /// Its virtual ITS (`its`), when its functions may use MSI/MSI-X
     /// (`its::msi_path`): the guest's GITS frame under this lock.
     pub vits: Option<CountedLock<crate::its::PartitionVits>>,
+    /// With the GICv5 interface: its guest's IRS config frame, at the GICD
+    /// address (`vgic5::frame`). A lock because any vCPU may select an SPI
+    /// or PE and configure it in a second access, so no per-CPU design can
+    /// hold it; taken only on that frame's traps (`LockPath::GicdTrap`).
+    pub virs_frame: Option<CountedLock<crate::vgic5::frame::VirsFrame>>,
     /// Physical LPIs its vITS may take (the MSI vectors of its functions on
     /// the trapped path; 0 with direct vLPIs or without a vITS): counted
     /// against the pool when the next partition is built (`pci_held`).
@@ -506,6 +511,16 @@ impl Partition {
             })
             .collect();
         let dist = VDist::new(&vcpu_mpidrs, &GUEST_EMULATED_SPIS, &spis);
+        let virs_frame = (gic == crate::vgic5::GicInterface::V5).then(|| {
+            CountedLock::new(
+                crate::vgic5::frame::VirsFrame::new(crate::vgic5::frame::FrameSpec {
+                    vcpus: pp.cpus.len() as u16,
+                    spis: spis.clone(),
+                    ram: (ram_ipa, pp.ram_size),
+                }),
+                stat,
+            )
+        });
         Ok(Partition {
             index,
             name: pp.name.clone(),
@@ -526,6 +541,7 @@ impl Partition {
             spis,
             devices,
             dist: CountedLock::new(dist, stat),
+            virs_frame,
             console: CountedLock::new(
                 Console {
                     pl011: Pl011::new(),

@@ -45,10 +45,13 @@ pub enum FaultKind {
     PciConfig = 11,
     /// A virtual ITS command or register write refused (`its`).
     Its = 12,
+    /// A guest access to its IRS config frame refused (`vgic5::frame`), or
+    /// an IRS software error its VM caused (`vgic5::VirsFault`).
+    Virs = 13,
 }
 
 impl FaultKind {
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
 }
 
 #[derive(Default)]

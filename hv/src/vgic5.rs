@@ -36,6 +36,8 @@
 //! Everything here is host-tested; the register effects are tested in
 //! `pinfold_drivers::gicv5` against the `pinfold-gicv5model` model.
 
+pub mod frame;
+
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -946,12 +948,7 @@ pub fn plan_boot_virs(
             doorbells.push(Doorbell { lpi, mpidr });
         }
         let spis: Vec<u32> = m.spis.iter().map(|&(i, _)| i).collect();
-        let highest = spis
-            .iter()
-            .filter_map(|&i| i.checked_sub(32))
-            .max()
-            .map_or(0, |n| n + 1);
-        let spi_id_bits = id_bits(highest.max(pinfold_vboard::GUEST_SPI_COUNT));
+        let spi_id_bits = frame::vm_spi_id_bits(&spis);
         let (at, bytes) = vm_block(vcpus, spi_id_bits);
         let Some(base) = take(bytes, 0x1000) else {
             return Err(refuse(

@@ -314,6 +314,34 @@ fn spi_routed_through_the_irs_and_rerouted() {
 }
 
 #[test]
+fn a_guests_irs_frame_trigger_mode_reaches_its_physical_spi_on_the_irs() {
+    use pinfold_hv::vgic5::frame::{reg, FrameAction, FrameSpec, VirsFrame};
+    let mut r = rig();
+    let mut frame = VirsFrame::new(FrameSpec {
+        vcpus: 1,
+        spis: std::vec![32 + 5, 32 + 6],
+        ram: (0x4000_0000, 0x100_0000),
+    });
+    r.irs.spi_set_edge(32 + 6, true);
+    // What the exit path does with the frame's action (`SpiOp::SetEdge`).
+    let mut apply = |irs: &mut Gicv5Irs<_, _>, offset, v| {
+        if let Some(FrameAction::SpiTrigger { intid, level }) = frame.write(offset, 4, v).action {
+            irs.spi_set_edge(intid, !level);
+        }
+    };
+
+    apply(&mut r.irs, reg::SPI_SELR, 6);
+    apply(&mut r.irs, reg::SPI_CFGR, 1);
+    apply(&mut r.irs, reg::SPI_SELR, 7);
+    apply(&mut r.irs, reg::SPI_CFGR, 1);
+
+    assert!(r.m.borrow().spi(6).level, "the guest's level SPI 6");
+    assert!(!r.m.borrow().spi(7).level, "SPI 7 is not the partition's");
+    assert!(!r.m.borrow().spi(5).level);
+    r.no_misuse();
+}
+
+#[test]
 fn an_spi_beyond_the_cores_numbers_is_ended_at_el2_and_reported_as_none() {
     // The core numbers SPI n as 32 + n below 1020 (GICv3's range, its SPI
     // tables' size); a GICv5 may have far more SPIs. One it cannot number
