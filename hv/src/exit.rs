@@ -190,6 +190,17 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn vlpi_frame(&mut self) -> Option<&mut dyn V40Hw> {
         None
     }
+    /// The oldest IRS software error record's syndrome, cleared (a GICv5
+    /// host's `Gicv5Irs::take_swerr`); `None` when there is none, or no
+    /// IRS. Drained by [`System::virs_poll`].
+    fn virs_swerr(&mut self) -> Option<u64> {
+        None
+    }
+    /// Re-arm the doorbell of vPE `vpe` of VM `vm`, which is the doorbell
+    /// LPI of CPU `cpu` (`Gicv5Irs::rearm_doorbell`, under the IRS's lock).
+    fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
+        let _ = (vm, vpe, cpu);
+    }
     /// Zero `bytes` of hypervisor memory at `pa` (a vPE's pending table,
     /// non-resident) and make the zeros visible to the GIC.
     fn zero_table(&mut self, pa: u64, bytes: usize) {
@@ -1519,8 +1530,10 @@ fn management_call(
         hw: &cell,
     };
     if p.plan.management {
-        // DMA faults are counted before the manager reads any count.
+        // DMA faults and IRS software errors are counted before the
+        // manager reads any count.
         sys.smmu_poll(&mut **cell.borrow_mut());
+        sys.virs_poll(&mut **cell.borrow_mut());
     }
     let out = hypercall::dispatch(p.plan.management, &args, &mut caller, &mut mgr);
     regs.x[..4].copy_from_slice(&out);
@@ -1936,6 +1949,45 @@ pub fn after_guest_irq(cpu: &mut Cpu) -> Next {
     // A start or CPU_ON while this vCPU runs is stale: CPU_ON was refused by
     // the power state machine, and a start follows a stop.
     Next::Resume
+}
+
+/// A vPE doorbell taken on this CPU (the driver's `ack` ended it and kept
+/// it, `Gicv5Cpu::take_doorbell`): the doorbell LPI of CPU `doorbell_cpu`,
+/// which belongs to the vCPU pinned there (`vgic5::IrsLayout::doorbell_lpi`,
+/// as the boot's vIRS armed it). The core decides (`vgic5::on_doorbell`);
+/// a woken vCPU's doorbell is re-armed; an IRS event is also a bounded
+/// point to drain the IRS's software error records ([`System::virs_poll`]).
+#[cold]
+#[inline(never)]
+pub fn doorbell(
+    sys: &System,
+    cpu: &Cpu,
+    hw: &mut impl Hw,
+    doorbell_cpu: usize,
+) -> crate::vgic5::DoorbellAction {
+    use crate::vgic5::{on_doorbell, DoorbellAction, DoorbellVcpu, GicInterface};
+    let owner = sys.assigned(doorbell_cpu).and_then(|id| {
+        let p = sys.partition(id.partition)?;
+        let shared = p.vcpus.get(id.vcpu)?;
+        (p.gic == GicInterface::V5).then(|| DoorbellVcpu {
+            vm: id.partition as u16,
+            vpe: id.vcpu as u16,
+            loaded_here: doorbell_cpu == cpu.state.index
+                && cpu.state.loaded.as_ref().is_some_and(|l| l.id == id),
+            power: shared.power.state(),
+            up: p.state().is_up(),
+        })
+    });
+    let action = on_doorbell(owner);
+    match action {
+        DoorbellAction::Wake { vm, vpe } => hw.virs_rearm(vm, vpe, doorbell_cpu),
+        DoorbellAction::Unowned => hw.log(format_args!(
+            "gicv5: doorbell of CPU {doorbell_cpu}, which runs no gicv5 vCPU: ignored"
+        )),
+        DoorbellAction::Resident | DoorbellAction::Parked { .. } => {}
+    }
+    sys.virs_poll(hw);
+    action
 }
 
 /// The idle loop's decision: which vCPU to enter, if a request says so.

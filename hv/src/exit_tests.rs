@@ -34,6 +34,10 @@ struct FakeHw {
     ppi_changes: Vec<PpiStateChange>,
     sgis: Vec<(u64, u32)>,
     spi_ops: Vec<SpiOp>,
+    /// IRS software error syndromes `virs_swerr` hands out, oldest first.
+    swerrs: Vec<u64>,
+    /// `virs_rearm` calls: (VM, vPE, doorbell CPU).
+    rearmed: Vec<(u16, u16, usize)>,
     deactivated: Vec<u32>,
     log: Vec<String>,
     lines: Vec<Vec<u8>>,
@@ -109,6 +113,8 @@ impl FakeHw {
             ppi_changes: Vec::new(),
             sgis: Vec::new(),
             spi_ops: Vec::new(),
+            swerrs: Vec::new(),
+            rearmed: Vec::new(),
             deactivated: Vec::new(),
             log: Vec::new(),
             lines: Vec::new(),
@@ -376,6 +382,12 @@ impl Hw for FakeHw {
     }
     fn zero_table(&mut self, pa: u64, bytes: usize) {
         self.tables_zeroed.push((pa, bytes));
+    }
+    fn virs_swerr(&mut self) -> Option<u64> {
+        (!self.swerrs.is_empty()).then(|| self.swerrs.remove(0))
+    }
+    fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
+        self.rearmed.push((vm, vpe, cpu));
     }
     fn config_read(&mut self, pa: u64, width: u8) -> u32 {
         let word = self.config.get(&(pa & !3)).copied().unwrap_or(u32::MAX);
@@ -3385,4 +3397,130 @@ fn a_gicv5_guests_gicd_frame_is_its_irs_frame_refusals_counted_trigger_applied()
             edge: false
         }]
     );
+}
+
+/// An IRS_SWERR_SYNDROMER0 value: a virtual (VIRTUAL = 1) record of VM
+/// `vm` naming LPI (type 2) `id`.
+fn swerr(vm: u16, id: u32) -> u64 {
+    (1 << 63) | (2 << 60) | (u64::from(id) << 32) | u64::from(vm)
+}
+
+#[test]
+fn irs_software_errors_are_counted_against_the_partition_whose_vm_caused_them() {
+    // alpha (0) and mgmt (2) are GICv5, beta (1) the GICv3-compatible one.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let faults = |i: usize| {
+        sys.partition(i)
+            .unwrap()
+            .faults
+            .load(core::sync::atomic::Ordering::Relaxed)
+    };
+    let before = [faults(0), faults(1), faults(2)];
+    let mut hw = FakeHw::new();
+    // alpha's twice, beta's VM (it has none), a physical-domain record, a VM
+    // no partition has.
+    hw.swerrs = vec![swerr(0, 5), swerr(0, 9), swerr(1, 5), 5 << 32, swerr(7, 1)];
+
+    let drained = sys.virs_poll(&mut hw);
+
+    assert_eq!(drained, 5);
+    assert_eq!(
+        [
+            faults(0) - before[0],
+            faults(1) - before[1],
+            faults(2) - before[2]
+        ],
+        [2, 0, 0]
+    );
+    assert!(
+        hw.log_has("virtual LPI 5 its VM does not have"),
+        "{:?}",
+        hw.log
+    );
+    assert_eq!(
+        hw.log
+            .iter()
+            .filter(|l| l.contains("not from a guest's VM"))
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn irs_software_errors_are_drained_a_bounded_number_at_a_time() {
+    let sys = gicv5_system(true, |_| {});
+    let mut hw = FakeHw::new();
+    hw.swerrs = vec![swerr(0, 1); 40];
+
+    let first = sys.virs_poll(&mut hw);
+    let second = sys.virs_poll(&mut hw);
+
+    assert_eq!((first, second), (crate::vgic5::SWERR_DRAIN_MAX, 8));
+}
+
+#[test]
+fn a_management_call_drains_the_irs_software_errors_first() {
+    let sys = gicv5_system(true, |_| {});
+    let alpha = sys.partition(0).unwrap();
+    let before = alpha.faults.load(core::sync::atomic::Ordering::Relaxed);
+    let (mut hw, mut cpu) = started(sys, 2, 0);
+    hw.swerrs = vec![swerr(0, 3)];
+
+    hvc(
+        sys,
+        &mut cpu,
+        &mut hw,
+        [fid::PINFOLD_64_BASE as u64, 0, 0, 0],
+    );
+
+    assert!(hw.swerrs.is_empty());
+    assert_eq!(
+        alpha.faults.load(core::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+}
+
+#[test]
+fn a_doorbell_wakes_only_a_powered_vcpu_that_is_not_resident_and_rearms_it() {
+    use crate::vgic5::DoorbellAction;
+    // alpha: vCPU 0 on CPU 1, vCPU 1 on CPU 2; beta: vCPU 0 on CPU 3.
+    let sys = gicv5_system(true, |_| {});
+    let (mut hw, cpu1) = started(sys, 0, 1);
+    let idle2 = Cpu::new(sys, 2);
+
+    // alpha's vCPU 0 is resident on CPU 1: the doorbell raced its load.
+    let resident = doorbell(sys, &cpu1, &mut hw, 1);
+    // alpha's vCPU 1 is off (no CPU_ON yet): not woken.
+    let off = doorbell(sys, &idle2, &mut hw, 2);
+    // beta is not running.
+    let down = doorbell(sys, &idle2, &mut hw, 3);
+    let rearmed_before = hw.rearmed.len();
+    // CPU_ON of alpha's vCPU 1 accepted, its CPU not yet in the guest.
+    let alpha = sys.partition(0).unwrap();
+    assert!(alpha.vcpus[1].power.try_claim_on().is_ok());
+    let on = doorbell(sys, &idle2, &mut hw, 2);
+
+    assert_eq!(resident, DoorbellAction::Resident);
+    assert_eq!(off, DoorbellAction::Parked { vm: 0, vpe: 1 });
+    assert_eq!(down, DoorbellAction::Parked { vm: 1, vpe: 0 });
+    assert_eq!(rearmed_before, 0);
+    assert_eq!(on, DoorbellAction::Wake { vm: 0, vpe: 1 });
+    assert_eq!(hw.rearmed, [(0, 1, 2)]);
+}
+
+#[test]
+fn a_doorbell_of_a_cpu_with_no_gicv5_vcpu_is_logged_as_the_hypervisors() {
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let mut hw = FakeHw::new();
+    let cpu = Cpu::new(sys, 3);
+
+    let action = doorbell(sys, &cpu, &mut hw, 3);
+
+    assert_eq!(action, crate::vgic5::DoorbellAction::Unowned);
+    assert!(hw.rearmed.is_empty());
+    assert!(hw.log_has("runs no gicv5 vCPU"), "{:?}", hw.log);
 }

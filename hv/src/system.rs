@@ -624,6 +624,41 @@ impl System {
         }
     }
 
+    /// Drain up to `vgic5::SWERR_DRAIN_MAX` IRS software error records
+    /// (`Hw::virs_swerr`) at a bounded point (before a management call,
+    /// the stats report, a doorbell): each one a guest's GIC command caused
+    /// is that partition's fault (`FaultKind::Virs`, in its fault count and
+    /// log like its other faults; `vgic5::attribute_swerr`: VM = partition
+    /// index, a partition with the GICv5 interface), any other is the
+    /// hypervisor's own and logged. Returns how many were drained.
+    pub fn virs_poll(&self, hw: &mut impl Hw) -> u32 {
+        use crate::vgic5::{attribute_swerr, GicInterface, SwerrOwner, SWERR_DRAIN_MAX};
+        let mut drained = 0;
+        while drained < SWERR_DRAIN_MAX {
+            let Some(syndrome) = hw.virs_swerr() else {
+                break;
+            };
+            drained += 1;
+            let gicv5 = |i: usize| self.partition(i).is_some_and(|p| p.gic == GicInterface::V5);
+            match attribute_swerr(syndrome, gicv5) {
+                SwerrOwner::Partition { index, fault } => {
+                    if let Some(p) = self.partition(index) {
+                        crate::exit::fault(
+                            &p,
+                            hw,
+                            crate::ratelimit::FaultKind::Virs,
+                            format_args!("{fault}"),
+                        );
+                    }
+                }
+                SwerrOwner::Hypervisor { syndrome } => hw.log(format_args!(
+                    "gicv5: IRS software error {syndrome:#x} not from a guest's VM"
+                )),
+            }
+        }
+        drained
+    }
+
     pub fn reset_pci(&self, p: &Partition, hw: &mut impl Hw, why: &str) {
         let (Some(v), Some(bridge)) = (&p.vpci, self.host.pcie.as_ref()) else {
             return;
@@ -711,6 +746,7 @@ impl System {
             self.locks.hot_total(),
         ));
         self.smmu_poll(hw);
+        self.virs_poll(hw);
         if let Some((events, overflows, streams)) = self.smmu_stats() {
             hw.report(format_args!(
                 "stats smmu streams={streams} events={events} overflows={overflows}"

@@ -25,7 +25,11 @@
 //! driver applies. A guest's GIC commands reach only the VM the hypervisor
 //! loads into ICH_CONTEXTR_EL2.VM; one naming a vPE or an ID its VM lacks
 //! does nothing and leaves an IRS software error, counted against the
-//! guest's partition ([`VirsFault`], [`VirsFaults`]).
+//! guest's partition ([`VirsFault`], [`VirsFaults`], [`attribute_swerr`]:
+//! drained a bounded number at a time by `System::virs_poll`). A doorbell
+//! is decided by [`on_doorbell`] (re-armed for a vCPU about to be entered,
+//! left for one that is off). The guest's own IRS config frame is
+//! emulated by [`frame`].
 //!
 //! The INTID mapping between the core's GICv3-style numbers and GICv5's
 //! typed IDs ([`CoreIntid`]) lets `exit::dispatch_irq` and the rest of the
@@ -1039,6 +1043,118 @@ pub fn doorbell_owner(vms: &[VmSpec], lpi: u32) -> Option<(u16, u16)> {
             .position(|d| d.lpi == lpi)
             .map(|n| (v.vm, n as u16))
     })
+}
+
+/// The vCPU a doorbell taken on a CPU belongs to, as the core sees it
+/// when the doorbell arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DoorbellVcpu {
+    /// Its VM (the partition index) and vPE (the vCPU index).
+    pub vm: u16,
+    pub vpe: u16,
+    /// It is loaded, so resident, on the CPU that took the doorbell.
+    pub loaded_here: bool,
+    /// Its PSCI power state.
+    pub power: crate::psci::PowerState,
+    /// Its partition is running (not stopped, crashed or restarting).
+    pub up: bool,
+}
+
+/// What a vPE doorbell means for the vCPU it belongs to ([`on_doorbell`]).
+///
+/// With pinned vCPUs and HCR_EL2.TWI clear (a guest's WFI sleeps at EL1 on
+/// its own CPU and a virtual interrupt of the resident vPE wakes it there,
+/// as for GICv4.0 direct vLPIs, `vgic::v40`), a vPE is non-resident only
+/// between a CPU_ON and the load that follows it, and while its vCPU is
+/// off or its partition is down. So there is no WFI-trapped vCPU to
+/// resume: the GICv3 and GICv4.0 paths never idle a running vCPU at EL2
+/// either, and "waking" is the idle loop's entry on the CPU the doorbell
+/// interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoorbellAction {
+    /// Its vCPU is resident here: the IRS delivers to it directly; the
+    /// doorbell raced the load. Nothing to do.
+    Resident,
+    /// Its vCPU is powered on and not yet loaded (a CPU_ON on its way):
+    /// the doorbell's interrupt woke this CPU from its idle WFI, the idle
+    /// loop enters the vCPU (the interrupt waiting in its VM is delivered
+    /// at the load) and its doorbell is re-armed
+    /// (`Gicv5Irs::rearm_doorbell`) for the next time it is not resident.
+    Wake { vm: u16, vpe: u16 },
+    /// Its vCPU is off (PSCI CPU_OFF ends only with CPU_ON) or its
+    /// partition is down: not woken, the interrupt stays pending in its VM
+    /// for its next residency, and the doorbell is not re-armed, so a
+    /// parked vCPU's interrupts do not keep interrupting its CPU.
+    Parked { vm: u16, vpe: u16 },
+    /// No GICv5 vCPU in the vIRS is pinned to the CPU whose doorbell this
+    /// is: the hypervisor's own mistake, logged.
+    Unowned,
+}
+
+/// Decide what a doorbell taken for `owner` (`None`: no vCPU of a
+/// partition in the vIRS is pinned to its CPU) means.
+pub const fn on_doorbell(owner: Option<DoorbellVcpu>) -> DoorbellAction {
+    use crate::psci::PowerState;
+    let Some(v) = owner else {
+        return DoorbellAction::Unowned;
+    };
+    if v.loaded_here {
+        return DoorbellAction::Resident;
+    }
+    match v.power {
+        PowerState::On | PowerState::OnPending if v.up => DoorbellAction::Wake {
+            vm: v.vm,
+            vpe: v.vpe,
+        },
+        _ => DoorbellAction::Parked {
+            vm: v.vm,
+            vpe: v.vpe,
+        },
+    }
+}
+
+/// At most this many IRS software error records are drained at one
+/// bounded point ([`attribute_swerr`], `System::virs_poll`); the rest
+/// wait for the next.
+pub const SWERR_DRAIN_MAX: u32 = 32;
+
+/// Whose an IRS software error record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwerrOwner {
+    /// A guest command of partition `index` (its VM) named something its
+    /// VM lacks: that partition's fault.
+    Partition { index: usize, fault: VirsFault },
+    /// A record about the physical domain, or about a VM no running
+    /// `gicv5` partition has: the hypervisor's own, logged.
+    Hypervisor { syndrome: u64 },
+}
+
+/// Attribute a syndrome (IRS_SWERR_SYNDROMER0) to the partition whose VM
+/// caused it: VM ID = partition index, when `gicv5_partition(index)` (a
+/// partition with the GICv5 interface is at that index).
+pub fn attribute_swerr(syndrome: u64, gicv5_partition: impl Fn(usize) -> bool) -> SwerrOwner {
+    match VirsFault::from_syndrome(syndrome) {
+        Some(fault) if gicv5_partition(usize::from(fault.vm)) => SwerrOwner::Partition {
+            index: usize::from(fault.vm),
+            fault,
+        },
+        _ => SwerrOwner::Hypervisor { syndrome },
+    }
+}
+
+impl fmt::Display for VirsFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.ty {
+            2 => "LPI",
+            3 => "SPI",
+            _ => "interrupt",
+        };
+        write!(
+            f,
+            "IRS software error: a GIC command named virtual {what} {} its VM does not have: ignored",
+            self.id
+        )
+    }
 }
 
 /// An IRS software error record (IRS_SWERR_SYNDROMER0: VM_ID [15:0], ID

@@ -8,7 +8,10 @@
 //! (`hw::DIST`), and each CPU's own GICv5 half (`Gicv5Cpu`: PPIs, its 16
 //! IPI LPIs, its doorbell range) from its own bring-up, and once the
 //! partitions are built the vIRS ([`init_virs`]: the VM table, the core's
-//! plan of every GICv5 partition's VM applied under the IRS's lock).
+//! plan of every GICv5 partition's VM applied under the IRS's lock), and
+//! at run time what the core decides about the vIRS: a doorbell re-armed
+//! ([`rearm_doorbell`], `exit::doorbell`), software error records taken
+//! ([`take_swerr`], `System::virs_poll`), both under that lock.
 //! Nothing here runs
 //! on a GICv3 host. No emulator runs EL2 on a GICv5, so this is built and
 //! linted, not booted (docs/GICV5.md).
@@ -95,6 +98,42 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
     );
     VIRS_VMS.call_once(|| boot.vms);
     Ok(())
+}
+
+/// The IRS behind its counted lock (`hw::DIST`), for the vIRS's run-time
+/// steps; `None` on a GICv3 host or before bring-up.
+fn with_irs<T>(f: impl FnOnce(&mut Gicv5Irs<IrsFrame, SysRegs>) -> T) -> Option<T> {
+    let dist = crate::hw::DIST.get()?;
+    let mut chip = dist.lock(LockPath::PhysDist);
+    let irs = chip
+        .as_any_mut()?
+        .downcast_mut::<Gicv5Irs<IrsFrame, SysRegs>>()?;
+    Some(f(irs))
+}
+
+/// The CPU whose doorbell `lpi` is (`IrsLayout::doorbell_lpis`: one per
+/// CPU, by the core's CPU index), for `exit::doorbell`.
+pub fn doorbell_cpu(lpi: u32) -> Option<usize> {
+    let range = LAYOUT.get()?.lpis.doorbell_lpis();
+    range.contains(&lpi).then(|| (lpi - range.start) as usize)
+}
+
+/// Re-arm the doorbell of vPE `vpe` of VM `vm`, CPU `cpu`'s doorbell LPI,
+/// as the core decided (`vgic5::DoorbellAction::Wake`), under the IRS's
+/// lock: the shared IRS has one VPE_SELR.
+pub fn rearm_doorbell(vm: u16, vpe: u16, cpu: usize) {
+    let Some(lpi) = LAYOUT.get().and_then(|l| l.lpis.doorbell_lpi(cpu)) else {
+        return;
+    };
+    if let Some(Err(e)) = with_irs(|irs| irs.rearm_doorbell(vm, vpe, lpi)) {
+        hvlog!("gicv5: doorbell of VM {vm} vPE {vpe} not re-armed: {e:?}");
+    }
+}
+
+/// The oldest IRS software error record (`Gicv5Irs::take_swerr`), for the
+/// core's `System::virs_poll`, under the IRS's lock.
+pub fn take_swerr() -> Option<u64> {
+    with_irs(|irs| irs.take_swerr()).flatten()
 }
 
 /// Whether partition `index`'s VM is in the vIRS (its guest's GIC

@@ -466,4 +466,10 @@ impl Hw for V5Hw<'_> {
     )> {
         self.0.smmu_io(base)
     }
+    fn virs_swerr(&mut self) -> Option<u64> {
+        crate::gicv5::take_swerr()
+    }
+    fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
+        crate::gicv5::rearm_doorbell(vm, vpe, cpu)
+    }
 }

@@ -87,13 +87,19 @@ pub extern "C" fn pinfold_gicv5_root_irq_guest() {
 
 /// One interrupt per exception, as [`root_loop`]. The driver's `ack`
 /// answers 1023 for what the core has no number for, and for a vPE
-/// doorbell, which it has already ended (nothing wakes a vCPU on one yet:
-/// the vIRS is not set up at boot).
+/// doorbell, which it has already ended and kept (`take_doorbell`): the
+/// core decides what it means for the vCPU pinned to that doorbell's CPU
+/// (`exit::doorbell`: re-armed when its vCPU is to be entered, left while
+/// it is off; the IRS's software errors drained there too).
 #[inline(always)]
 fn root_loop_v5(local: &mut CpuLocal) {
     let mut hw = V5Hw(&mut local.hw);
     let intid = hw.ack();
     if intid >= 1020 {
+        let lpi = hw.0.v5.as_mut().and_then(|c| c.take_doorbell());
+        if let Some(cpu) = lpi.and_then(crate::gicv5::doorbell_cpu) {
+            exit::doorbell(local.sys, &local.state, &mut hw, cpu);
+        }
         return;
     }
     hw.priority_drop(intid);
