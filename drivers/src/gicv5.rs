@@ -12,7 +12,9 @@
 //! (`Gicv5Irs::init_virs`) and the core's `vgic5::plan_virs` applied
 //! (`Gicv5Irs::apply_virs`: VM and vPE table entries written through
 //! [`TableMem`], VMs, virtual ISTs and vPEs made valid, doorbells armed,
-//! the partitions' own SPIs assigned to their VMs), doorbell LPIs taken in
+//! the partitions' own SPIs assigned to their VMs; and for a destroyed
+//! partition its SPIs given back to the physical domain and its VM
+//! unmapped), doorbell LPIs taken in
 //! `ack` (`Gicv5Cpu::take_doorbell`), IRS software errors drained
 //! (`Gicv5Irs::take_swerr`) for the core to count.
 //!
@@ -413,6 +415,8 @@ pub mod irs {
     pub const VPE_CR0_DPS: u32 = 1;
     pub const VPE_DBR_DBV: u64 = 1 << 63;
     pub const VMAP_M: u64 = 1 << 63;
+    /// IRS_VMAP_VMR.U: with M, unmap the VM.
+    pub const VMAP_U: u64 = 1 << 62;
     pub const SWERR_V: u32 = 1;
     /// Table entries: a VMTE is four words (VM descriptor, vPE table +
     /// VPE_ID_BITS [63:59], LPI IST, SPI IST; the ISTs' ID_BITS [63:59]);
@@ -649,6 +653,26 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
                         irs::VPE_STATUSR_IDLE,
                         "IRS_VPE_STATUSR.IDLE",
                     )?;
+                }
+                VirsOp::ReleaseSpi { spi } => {
+                    self.mmio.write32(irs::SPI_SELR, spi);
+                    self.wait(
+                        irs::SPI_STATUSR,
+                        irs::SPI_STATUSR_IDLE,
+                        "IRS_SPI_STATUSR.IDLE",
+                    )?;
+                    if self.mmio.read32(irs::SPI_STATUSR) & irs::SPI_STATUSR_V == 0 {
+                        return Err(IrsError::SpiNotValid(spi));
+                    }
+                    self.mmio.write64(irs::SPI_VMR, 0);
+                    self.wait(
+                        irs::SPI_STATUSR,
+                        irs::SPI_STATUSR_IDLE,
+                        "IRS_SPI_STATUSR.IDLE",
+                    )?;
+                }
+                VirsOp::UnmapVm { vm } => {
+                    self.vm_op(irs::VMAP_VMR, irs::VMAP_M | irs::VMAP_U | u64::from(vm))?
                 }
                 VirsOp::AssignSpi { spi, vm } => {
                     self.mmio.write32(irs::SPI_SELR, spi);

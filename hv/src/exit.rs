@@ -201,6 +201,12 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
         let _ = (vm, vpe, cpu);
     }
+    /// Apply vIRS steps the core decided at run time (`vgic5::release_virs`
+    /// for VM `vm`'s destroyed partition) to the IRS, under its lock; a
+    /// VM the boot did not put in the vIRS is left alone.
+    fn virs_apply(&mut self, vm: u16, ops: &[crate::vgic5::VirsOp]) {
+        let _ = (vm, ops);
+    }
     /// Zero `bytes` of hypervisor memory at `pa` (a vPE's pending table,
     /// non-resident) and make the zeros visible to the GIC.
     fn zero_table(&mut self, pa: u64, bytes: usize) {

@@ -38,6 +38,8 @@ struct FakeHw {
     swerrs: Vec<u64>,
     /// `virs_rearm` calls: (VM, vPE, doorbell CPU).
     rearmed: Vec<(u16, u16, usize)>,
+    /// `virs_apply` calls: (VM, steps).
+    virs_applied: Vec<(u16, Vec<crate::vgic5::VirsOp>)>,
     deactivated: Vec<u32>,
     log: Vec<String>,
     lines: Vec<Vec<u8>>,
@@ -115,6 +117,7 @@ impl FakeHw {
             spi_ops: Vec::new(),
             swerrs: Vec::new(),
             rearmed: Vec::new(),
+            virs_applied: Vec::new(),
             deactivated: Vec::new(),
             log: Vec::new(),
             lines: Vec::new(),
@@ -388,6 +391,9 @@ impl Hw for FakeHw {
     }
     fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
         self.rearmed.push((vm, vpe, cpu));
+    }
+    fn virs_apply(&mut self, vm: u16, ops: &[crate::vgic5::VirsOp]) {
+        self.virs_applied.push((vm, ops.to_vec()));
     }
     fn config_read(&mut self, pa: u64, width: u8) -> u32 {
         let word = self.config.get(&(pa & !3)).copied().unwrap_or(u32::MAX);

@@ -416,6 +416,12 @@ impl System {
                 },
             );
         }
+        if p.gic == crate::vgic5::GicInterface::V5 {
+            // Its SPIs back to the physical domain and its VM out of the
+            // vIRS, so a partition later given one of them receives it.
+            let vm = p.index as u16;
+            hw.virs_apply(vm, &crate::vgic5::release_virs(vm, &p.spis));
+        }
         hw.log(format_args!(
             "partition {}: destroyed; its {} MiB of RAM are scrubbed (in the background) before reuse",
             p.name,

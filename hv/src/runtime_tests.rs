@@ -932,3 +932,56 @@ fn a_gicv5_partition_at_run_time_is_refused_naming_gic() {
         crate::vgic5::GicInterface::V3
     );
 }
+
+/// A destroyed boot partition with the GICv5 interface gives its SPIs back
+/// to the physical domain and its VM up (`vgic5::release_virs`), so a
+/// `gicv3` partition later given one of them receives it; a `gicv3` one
+/// has nothing in the vIRS.
+#[test]
+fn destroying_a_gicv5_partition_releases_its_vm_and_spis_in_the_irs() {
+    // alpha (0) gicv3, beta (1) gicv5 with SPI 40 (core INTID 72).
+    let sys = super::gicv5_system(true, |plan| {
+        plan.partitions[0].gic = pinfold_config::GicSetting::V3;
+        plan.partitions[1].devices.push(pinfold_config::DevicePlan {
+            name: "dev".into(),
+            mmio: vec![pinfold_config::MmioRange {
+                base: 0x904_0000,
+                size: 0x1000,
+            }],
+            spis: vec![72],
+            compatible: None,
+            host_node: None,
+        });
+    });
+    for p in sys.partitions() {
+        p.set_state(State::Stopped, 0);
+    }
+    let mut hw = FakeHw::new();
+
+    sys.destroy_partition(0, &mut hw).unwrap();
+    let after_gicv3 = hw.virs_applied.len();
+    sys.destroy_partition(1, &mut hw).unwrap();
+
+    assert_eq!(after_gicv3, 0, "a gicv3 partition has no VM");
+    assert_eq!(
+        hw.virs_applied,
+        [(
+            1,
+            vec![
+                crate::vgic5::VirsOp::ReleaseSpi { spi: 40 },
+                crate::vgic5::VirsOp::UnmapVm { vm: 1 }
+            ]
+        )]
+    );
+    let mut v3 = plan("gamma", &[3], 64);
+    v3.gic = pinfold_config::GicSetting::V3;
+    v3.devices.push(pinfold_config::DevicePlan {
+        name: "dev".into(),
+        mmio: vec![],
+        spis: vec![72],
+        compatible: None,
+        host_node: None,
+    });
+    let gamma = sys.create_partition(v3, &mut hw, 0).unwrap() as usize;
+    assert_eq!(sys.partition(gamma).unwrap().spis, [72], "the SPI is free");
+}

@@ -28,8 +28,9 @@
 //! guest's partition ([`VirsFault`], [`VirsFaults`], [`attribute_swerr`]:
 //! drained a bounded number at a time by `System::virs_poll`). A doorbell
 //! is decided by [`on_doorbell`] (re-armed for a vCPU about to be entered,
-//! left for one that is off). The guest's own IRS config frame is
-//! emulated by [`frame`].
+//! left for one that is off). A destroyed partition's SPIs go back to
+//! the physical domain and its VM is unmapped ([`release_virs`]). The
+//! guest's own IRS config frame is emulated by [`frame`].
 //!
 //! The INTID mapping between the core's GICv3-style numbers and GICv5's
 //! typed IDs ([`CoreIntid`]) lets `exit::dispatch_irq` and the rest of the
@@ -644,6 +645,27 @@ pub enum VirsOp {
     /// IRS_SPI_SELR + IRS_SPI_VMR: physical SPI `spi` is the VM's virtual
     /// SPI `spi`.
     AssignSpi { spi: u32, vm: u16 },
+    /// IRS_SPI_SELR + IRS_SPI_VMR with VIRT = 0: physical SPI `spi` is no
+    /// VM's any more, a physical SPI again.
+    ReleaseSpi { spi: u32 },
+    /// IRS_VMAP_VMR with U: VM `vm` (its vPEs and virtual ISTs with it) is
+    /// no longer valid.
+    UnmapVm { vm: u16 },
+}
+
+/// The steps that take a destroyed partition's VM out of the vIRS
+/// ([`release_virs`]): each of its own SPIs (core INTIDs) is first given
+/// back to the physical domain, so a partition later given one (a `gicv3`
+/// one: a `gicv5` partition is boot-plan only) receives it, then the VM is
+/// unmapped, so nothing more is delivered to it and its vPEs' doorbells
+/// cannot ring. Its tables' memory stays reserved (taken at boot, outside
+/// any partition's RAM, and the IRS may cache what it read of them).
+pub fn release_virs(vm: u16, spis: &[u32]) -> Vec<VirsOp> {
+    spis.iter()
+        .filter_map(|&i| i.checked_sub(32))
+        .map(|spi| VirsOp::ReleaseSpi { spi })
+        .chain(core::iter::once(VirsOp::UnmapVm { vm }))
+        .collect()
 }
 
 /// Why the vIRS plan was refused; every variant names what is wrong.
@@ -1212,6 +1234,21 @@ impl VirsFaults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_released_vm_gives_back_each_of_its_spis_then_is_unmapped() {
+        let ops = release_virs(3, &[32 + 6, 33, 32 + 900]);
+
+        assert_eq!(
+            ops,
+            [
+                VirsOp::ReleaseSpi { spi: 6 },
+                VirsOp::ReleaseSpi { spi: 1 },
+                VirsOp::ReleaseSpi { spi: 900 },
+                VirsOp::UnmapVm { vm: 3 },
+            ]
+        );
+    }
     use std::string::ToString;
 
     #[test]

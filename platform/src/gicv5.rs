@@ -11,7 +11,9 @@
 //! plan of every GICv5 partition's VM applied under the IRS's lock), and
 //! at run time what the core decides about the vIRS: a doorbell re-armed
 //! ([`rearm_doorbell`], `exit::doorbell`), software error records taken
-//! ([`take_swerr`], `System::virs_poll`), both under that lock.
+//! ([`take_swerr`], `System::virs_poll`), a destroyed partition's VM and
+//! SPIs released ([`virs_apply`], `vgic5::release_virs`), all under that
+//! lock.
 //! Nothing here runs
 //! on a GICv3 host. No emulator runs EL2 on a GICv5, so this is built and
 //! linted, not booted (docs/GICV5.md).
@@ -44,8 +46,9 @@ struct Layout {
 static LAYOUT: spin::Once<Layout> = spin::Once::new();
 
 /// The partitions (indices) whose VM the boot put in the vIRS
-/// (`vgic5::VirsBoot::vms`).
-static VIRS_VMS: spin::Once<Vec<usize>> = spin::Once::new();
+/// (`vgic5::VirsBoot::vms`), each with whether its destroy took it out
+/// again (`virs_apply`); read lock-free by every vCPU load.
+static VIRS_VMS: spin::Once<Vec<(usize, core::sync::atomic::AtomicBool)>> = spin::Once::new();
 
 /// After the partitions are built, before any starts, when any partition
 /// has the GICv5 interface: the IRS gets its VM table (`Gicv5Irs::
@@ -96,7 +99,12 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
         boot.vms,
         boot.ops.len()
     );
-    VIRS_VMS.call_once(|| boot.vms);
+    VIRS_VMS.call_once(|| {
+        boot.vms
+            .into_iter()
+            .map(|i| (i, core::sync::atomic::AtomicBool::new(false)))
+            .collect()
+    });
     Ok(())
 }
 
@@ -141,7 +149,32 @@ pub fn take_swerr() -> Option<u64> {
 /// Only the partitions the boot planned: one created at run time has no
 /// VM.
 pub fn in_virs(index: usize) -> bool {
-    VIRS_VMS.get().is_some_and(|v| v.contains(&index))
+    use core::sync::atomic::Ordering;
+    VIRS_VMS.get().is_some_and(|v| {
+        v.iter()
+            .any(|(i, gone)| *i == index && !gone.load(Ordering::Acquire))
+    })
+}
+
+/// Apply the core's run-time vIRS steps for VM `vm` (a destroyed boot
+/// partition's `vgic5::release_virs`) under the IRS's lock, only while the
+/// boot's vIRS still has that VM; afterwards it has not.
+pub fn virs_apply(vm: u16, ops: &[pinfold_hv::vgic5::VirsOp]) {
+    use core::sync::atomic::Ordering;
+    let Some(entry) = VIRS_VMS
+        .get()
+        .and_then(|v| v.iter().find(|(i, _)| *i == usize::from(vm)))
+    else {
+        return;
+    };
+    if entry.1.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    match with_irs(|irs| irs.apply_virs(&mut PhysMem, ops)) {
+        Some(Ok(())) => hvlog!("gicv5: VM {vm} and its SPIs released from the vIRS"),
+        Some(Err(e)) => hvlog!("gicv5: VM {vm} not released from the vIRS: {e:?}"),
+        None => {}
+    }
 }
 
 /// Bring the GICv5 up for `cpu_count` CPUs, the boot CPU being `index`:

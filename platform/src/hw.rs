@@ -472,4 +472,7 @@ impl Hw for V5Hw<'_> {
     fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
         crate::gicv5::rearm_doorbell(vm, vpe, cpu)
     }
+    fn virs_apply(&mut self, vm: u16, ops: &[pinfold_hv::vgic5::VirsOp]) {
+        crate::gicv5::virs_apply(vm, ops)
+    }
 }

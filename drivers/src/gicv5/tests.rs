@@ -1017,3 +1017,45 @@ fn the_boot_virs_sequence_makes_each_partitions_index_its_vm_on_the_irs() {
     }));
     r.no_misuse();
 }
+
+#[test]
+fn a_released_vm_no_longer_holds_its_spi_which_reaches_the_host_again() {
+    use pinfold_hv::vgic5::{plan_boot_virs, release_virs, IrsLayout, VirsMember};
+    let mut r = rig();
+    let layout = IrsLayout::for_cpus(4);
+    let caps = r.irs.init_virs(VMT, layout.vm_id_bits).expect("vIRS");
+    let members = [VirsMember {
+        index: 3,
+        name: "alpha".into(),
+        cpus: std::vec![(1, CPUS[1].0)],
+        spis: std::vec![(32 + 6, "devices")],
+    }];
+    let mut next = 0xc000_0000u64;
+    let boot = plan_boot_virs(&members, &layout, &caps, &mut |bytes, align| {
+        let at = next.next_multiple_of(align);
+        next = at + bytes;
+        Some(at)
+    })
+    .expect("planned");
+    r.irs
+        .apply_virs(&mut ModelMem(r.m.clone()), &boot.ops)
+        .expect("applied");
+    assert!(r.m.borrow().vpe_valid(3, 0));
+
+    r.irs
+        .apply_virs(&mut ModelMem(r.m.clone()), &release_virs(3, &[32 + 6]))
+        .expect("released");
+
+    assert!(!r.m.borrow().vpe_valid(3, 0), "VM 3 unmapped");
+    // Its VM table entry (32 bytes each) is no longer VALID.
+    assert_eq!(r.m.borrow().mem_read64(VMT + 3 * 32) & 1, 0);
+    // A gicv3 partition given SPI 6 now: routed to its CPU 0, physical.
+    let spi = 32 + 6;
+    r.irs.spi_set_edge(spi, false);
+    r.irs.spi_route(spi, CPUS[0].0);
+    r.irs.spi_enable(spi, true);
+    r.m.borrow_mut().set_spi_line(6, true);
+    assert!(r.m.borrow().irq_signalled(0));
+    assert_eq!(r.cpus[0].ack(), spi);
+    r.no_misuse();
+}
