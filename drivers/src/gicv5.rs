@@ -897,8 +897,9 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
         self.doorbells = lpis;
     }
 
-    /// The doorbell LPI the last `ack` took, if any (the platform wakes
-    /// the vCPU `vgic5::doorbell_owner` names).
+    /// The doorbell LPI the last `ack` took, if any (the platform's root
+    /// handler hands its CPU to `exit::doorbell`, which decides for the
+    /// vCPU pinned there: the one `vgic5::doorbell_owner` names for it).
     pub fn take_doorbell(&mut self) -> Option<u32> {
         self.doorbell.take()
     }
