@@ -190,6 +190,11 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn vlpi_frame(&mut self) -> Option<&mut dyn V40Hw> {
         None
     }
+    /// This CPU's own GICv4.1 redistributor VLPI frame and the ITSes'
+    /// GITS_SGIR for direct vSGIs (`vsgi`), if the platform set them up.
+    fn v41(&mut self) -> Option<&mut dyn crate::vgic::v41::V41Hw> {
+        None
+    }
     /// Zero `bytes` of hypervisor memory at `pa` (a vPE's pending table,
     /// non-resident) and make the zeros visible to the GIC.
     fn zero_table(&mut self, pa: u64, bytes: usize) {
@@ -1573,6 +1578,11 @@ pub fn load(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, boot: &Boot) -> VcpuC
         .loaded
         .as_ref()
         .map_or_else(Default::default, |l| l.vredist.hw_ppis());
+    // Its vPE resident here (GICv4.1 direct vSGIs): the vSGIs sent while
+    // it was off are in its virtual CPU interface before it enters.
+    if p.vsgi.is_some() {
+        crate::vsgi::load(sys, &mut cpu.vsgi, hw, p, id.vcpu);
+    }
     p.vcpus[id.vcpu].power.set_on();
     VcpuContext {
         vmpidr: mpidr,
@@ -1617,6 +1627,9 @@ pub fn put(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
             }
         }
     }
+    // Its vSGI vPE leaves too: what is sent from here on waits for the
+    // next load.
+    crate::vsgi::put(sys, &mut cpu.vsgi, hw, &p, loaded.id.vcpu);
     // The last use of `p` here: its clone is dropped after the vCPU reads
     // as off, so a destroy that waits for all-off may still find it held
     // for a moment (`runtime::reap`).
