@@ -779,6 +779,11 @@ fn gicd_write(
     dist.write(offset, width, value, &mut |act| {
         dist_action(sys, cpu, hw, p, act)
     });
+    if p.vsgi.is_some() && offset < 4 {
+        // GICD_CTLR: its group enables reach every vCPU's vPE.
+        let ctlr = dist.read(0, 4) as u32;
+        crate::vsgi::groups_written(sys, cpu, hw, p, ctlr);
+    }
 }
 
 /// Another vCPU's redistributor: Linux reads GICR_TYPER of every frame to
@@ -826,11 +831,14 @@ fn redist_access(
         loaded,
         public,
         vlpi,
+        vsgi,
         ..
     } = cpu;
     let Some(loaded) = loaded.as_mut() else {
         return 0;
     };
+    // GICv4.1: the SGI configuration before the write, to send what changed.
+    let sgis_before = (write && p.vsgi.is_some()).then(|| loaded.vredist.sgi_configs());
     let vcpu = loaded.id.vcpu as u16;
     if !write {
         let held = lrs.private_bits(&Lrs(hw));
@@ -866,6 +874,10 @@ fn redist_access(
             ),
             RedistAction::LpisOn { propbaser } => vlpis_resident(sys, vlpi, hw, p, vcpu, propbaser),
         });
+    if let Some(before) = sgis_before {
+        let after = loaded.vredist.sgi_configs();
+        crate::vsgi::reconfigure(sys, vsgi, p, usize::from(vcpu), &before, &after);
+    }
     cpu.hw_ppis = loaded.vredist.hw_ppis();
     0
 }
@@ -1644,7 +1656,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
         PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         SGI_MAILBOX => {
             hw.deactivate(intid);
-            drain_mailbox(cpu, hw);
+            drain_mailbox(sys, cpu, hw);
         }
         crate::vgic::pits::LPI_BASE.. => lpi(sys, cpu, hw, intid),
         _ => {
@@ -1655,7 +1667,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
 }
 
 #[inline(never)]
-fn drain_mailbox(cpu: &mut Cpu, hw: &mut impl Hw) {
+fn drain_mailbox(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
     let Cpu {
         resident,
         state: cpu,
@@ -1674,6 +1686,10 @@ fn drain_mailbox(cpu: &mut Cpu, hw: &mut impl Hw) {
     bell.for_each_sgi(|intid| apply_op(cpu, hw, p, MailboxOp::Sgi(intid)));
     if bell.has_slots() {
         drain_slots(cpu, hw, p, bell);
+    }
+    // A kick from a GICD_CTLR write (`vsgi::groups_written`).
+    if p.vsgi.is_some() {
+        crate::vsgi::regroup(sys, &mut cpu.vsgi, hw, p, cpu.vcpu);
     }
 }
 

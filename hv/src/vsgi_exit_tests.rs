@@ -106,6 +106,7 @@ fn gicd_ctlr(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, value: u64) {
 }
 
 const ISENABLER0: u64 = 0x1_0100;
+const VPENDBASER_GRP1: u64 = 1 << 58;
 
 /// alpha's vCPUs loaded on CPUs 1 and 2, the guest's group 1 on and all
 /// its SGIs enabled on vCPU 1 (the receiver), every kick drained.
@@ -209,4 +210,50 @@ fn a_restart_unmaps_the_vpes_frees_their_tables_and_the_next_load_maps_afresh() 
     assert_eq!(m.lock().resident(1), Some(1));
     assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
     assert!(m.lock().take_events().is_empty(), "no command error");
+}
+
+#[test]
+fn a_guests_sgi_enable_write_sends_vsgi_and_vsync_and_a_ppi_only_write_sends_nothing() {
+    let (sys, m, queue) = v41_system();
+    let mut hw = hw_on(&m, 1);
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let before = queue.words.lock().len();
+
+    gicr_write(sys, &mut cpu, &mut hw, 0, ISENABLER0, 1 << 27); // a PPI
+    assert_eq!(queue.words.lock().len(), before);
+
+    gicr_write(sys, &mut cpu, &mut hw, 0, ISENABLER0, 1 << 3);
+    let words = queue.words.lock();
+    assert_eq!(words.len(), before + 2);
+    assert_eq!(words[before][0] & 0xFF, crate::vgic::v41::cmd::VSGI);
+    assert_eq!(words[before + 1][0] & 0xFF, crate::vgic::v41::cmd::VSYNC);
+    drop(words);
+    assert!(m.lock().sgi_config(1, 3).unwrap().enabled);
+    assert!(!m.lock().sgi_config(1, 4).unwrap().enabled);
+}
+
+#[test]
+fn a_gicd_ctlr_group_change_reloads_every_vcpus_vpe_on_its_own_cpu() {
+    let (sys, m, _) = v41_system();
+    let mut hw1 = hw_on(&m, 1);
+    let mut hw2 = hw_on(&m, 2);
+    let mut c1 = loaded_cpu(sys, &mut hw1, 1);
+    let mut c2 = loaded_cpu(sys, &mut hw2, 2);
+    let grp1 = |cpu| m.lock().vlpi_read(cpu, reg::GICR_VPENDBASER) & VPENDBASER_GRP1 != 0;
+    assert!(!grp1(1) && !grp1(2));
+
+    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+
+    // Here at once; CPU 2 kicked, and re-loaded at its mailbox drain.
+    assert!(grp1(1));
+    assert!(!grp1(2));
+    assert_eq!(hw1.sgis, [(0x102, SGI_MAILBOX)]);
+    dispatch_irq(sys, &mut c2, &mut hw2, SGI_MAILBOX);
+    assert!(grp1(2));
+    assert_eq!(m.lock().resident(2), Some(2));
+    // Writing the same enables again re-loads nothing.
+    hw1.sgis.clear();
+    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+    assert!(hw1.sgis.is_empty());
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
 }
