@@ -1289,6 +1289,17 @@ fn send_sgi(
     v: usize,
     value: u64,
 ) {
+    // GICv4.1: each target's vPE straight through the ITS, no receiver exit.
+    if let Some(direct) = p.vsgi.as_ref().map(|d| &d.direct) {
+        if let Some(frame) = hw.v41() {
+            let its = crate::vsgi::its_for_cpu(cpu.index);
+            let res = direct.send(frame, &p.sgi, &p.vcpu_mpidrs, value, v, its);
+            if res.outside > 0 {
+                sgi_outside(p, hw, (value >> 24 & 0xF) as u8, res.outside);
+            }
+            return;
+        }
+    }
     let (intid, res) = p.sgi.resolve(&p.vcpu_mpidrs, value, v);
     // The common IPI: one sibling, nobody outside.
     if res.outside == 0 && res.vcpus.is_power_of_two() {

@@ -9,7 +9,7 @@ use super::*;
 use crate::its::HostIts;
 use crate::vgic::pits::ItsTyper;
 use alloc::sync::Arc;
-use pinfold_gicmodel::{reg, Config, Model};
+use pinfold_gicmodel::{reg, Config, Event, Model};
 
 type SharedModel = Arc<spin::Mutex<Model>>;
 
@@ -255,5 +255,57 @@ fn a_gicd_ctlr_group_change_reloads_every_vcpus_vpe_on_its_own_cpu() {
     hw1.sgis.clear();
     gicd_ctlr(sys, &mut c1, &mut hw1, 2);
     assert!(hw1.sgis.is_empty());
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
+
+#[test]
+fn an_sgi_trapped_from_a_vcpu_reaches_its_resident_sibling_with_no_exit_and_no_mailbox() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), _) = alpha_running(sys, &m);
+    hw1.sgis.clear();
+
+    sgi_to(sys, &mut c1, &mut hw1, 5 << 24 | 0b10); // SGI 5 to vCPU 1
+
+    let model = m.lock();
+    assert_eq!(
+        model.events(),
+        [Event::Delivered {
+            cpu: 2,
+            vpe: 2,
+            intid: 5
+        }]
+    );
+    assert_eq!(model.receiver_exits(), 0);
+    assert!(hw1.sgis.is_empty(), "no mailbox doorbell");
+    let mut posted = 0;
+    sys.cpus[2].mailbox.drain(|_| posted += 1);
+    assert_eq!(posted, 0);
+}
+
+#[test]
+fn an_sgi_to_a_vcpu_that_was_put_is_kept_pending_and_seen_at_its_next_load() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running(sys, &m);
+    put(sys, &mut c2, &mut hw2);
+    assert_eq!(m.lock().resident(2), None);
+
+    sgi_to(sys, &mut c1, &mut hw1, 7 << 24 | 0b10);
+    assert!(m.lock().events().is_empty());
+    assert_eq!(m.lock().pending(2), 1 << 7);
+
+    // CPU_ON: the vCPU loads again. Its redistributor starts from reset,
+    // so the guest enables its SGIs again before it takes one; the vSGI
+    // waited meanwhile.
+    let mut c2 = loaded_cpu(sys, &mut hw2, 2);
+    assert_eq!(m.lock().resident(2), Some(2));
+    gicr_write(sys, &mut c2, &mut hw2, 1, ISENABLER0, 1 << 7);
+    assert_eq!(
+        m.lock().take_events(),
+        [Event::Delivered {
+            cpu: 2,
+            vpe: 2,
+            intid: 7
+        }]
+    );
     assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
 }
