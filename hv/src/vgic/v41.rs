@@ -42,10 +42,16 @@
 //!   [`group_enables`] (GICR_VPENDBASER's group enables follow the guest's
 //!   GICD_CTLR, as KVM does).
 //!
-//! The platform wiring (the MMIO `V41Hw` over the real GICR VLPI frame and
-//! the ITS's SGI frame, the exit path calling [`DirectSgi::send`] in place
-//! of the mailbox when the host chose [`SgiDelivery::Direct`]) comes with a
-//! GICv4.1 host to run it on; nothing else in the core changes.
+//! - [`vpe_table_for`]: which vPE table a CPU's GICR_VPROPBASER (4.1
+//!   layout) names: the ITS's GITS_BASER<n> of type vPE where the ITS shares
+//!   it (GITS_TYPER.SVPET, GITS_MPIDR against GICR_TYPER.CommonLPIAff), else
+//!   one table per CommonLPIAff group.
+//!
+//! Wired by `crate::vsgi` (vPEs per partition, load/put, the exit path's
+//! send, reconfiguration, group enables) and applied by the platform's
+//! `v41.rs` (the vPE tables, each CPU's MMIO `V41Hw` over its own VLPI frame
+//! and ITS 0's GITS_SGIR), only when the host chose [`SgiDelivery::Direct`].
+//! Untested on GICv4.1 hardware.
 
 use super::sgi::{SgiMap, SgiResolution};
 use crate::bits::ones;
