@@ -241,13 +241,13 @@ pub fn release(sys: &System, p: &Partition) {
         return;
     };
     if let Some(its) = sys.its.lock(LockPath::PhysIts).as_mut() {
-        unmap_locked(its, host, p, v);
+        unmap_locked(its, host, v);
     }
 }
 
 /// Unmaps `p`'s mapped vPEs (VMAPP V = 0 on every ITS, Alloc on the last)
 /// and frees their tables; nothing when none are mapped.
-fn unmap_locked(its: &mut crate::its::HostIts, host: &VsgiHost, p: &Partition, v: &PartitionVsgi) {
+fn unmap_locked(its: &mut crate::its::HostIts, host: &VsgiHost, v: &PartitionVsgi) {
     let vconf = v.vconf.swap(0, Ordering::AcqRel);
     let bytes = vpt_bytes(VPT_BITS);
     for (n, slot) in v.vpts.iter().enumerate() {
@@ -265,7 +265,6 @@ fn unmap_locked(its: &mut crate::its::HostIts, host: &VsgiHost, p: &Partition, v
     if vconf != 0 {
         its.queue_mut().free_vpt(vconf, bytes);
     }
-    let _ = p;
 }
 
 /// vCPU load on its own CPU: its vPE mapped at the first load of a run,
@@ -279,6 +278,17 @@ pub fn load(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vc
     let Some(vpe) = v.direct.vpe(vcpu) else {
         return;
     };
+    if hw.v41().is_none() {
+        // The platform gave this CPU no frame (its redistributor or ITS 0
+        // turned out not to do vSGIs): nothing is sent to the ITS for it,
+        // and its sends keep the mailbox path.
+        return fault(
+            p,
+            hw,
+            FaultKind::Dropped,
+            format_args!("vCPU {vcpu}: this CPU has no GICv4.1 VLPI frame: no vPE, SGIs to it are not delivered"),
+        );
+    }
     if v.vpts[vcpu].load(Ordering::Acquire) == 0 {
         // The first load of this run: the mapping sends the reset
         // configuration.

@@ -309,3 +309,22 @@ fn an_sgi_to_a_vcpu_that_was_put_is_kept_pending_and_seen_at_its_next_load() {
     );
     assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
 }
+
+#[test]
+fn a_cpu_the_platform_gave_no_frame_maps_no_vpe_and_keeps_the_mailbox() {
+    let (sys, m, queue) = v41_system();
+    let mut hw = FakeHw::new();
+    hw.cpu = 1;
+
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10);
+
+    assert!(queue.words.lock().is_empty(), "nothing sent to the ITS");
+    assert!(!m.lock().mapped(0, 1));
+    assert_eq!(hw.sgis, [(0x102, SGI_MAILBOX)]);
+    assert!(
+        hw.log.iter().any(|l| l.contains("no GICv4.1 VLPI frame")),
+        "{:?}",
+        hw.log
+    );
+}

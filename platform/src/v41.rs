@@ -19,7 +19,7 @@ use alloc::vec::Vec;
 use pinfold_drivers::gicv3::GicV3Redist;
 use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::system::System;
-use pinfold_hv::vgic::v41::{self, V41Hw, VpeTable};
+use pinfold_hv::vgic::v41::{self, SgiDelivery, V41Hw, VpeTable};
 
 /// GITS_TYPER, GITS_MPIDR (GICv4.1) and GITS_BASER<n> in the ITS control
 /// frame; GITS_SGIR in the ITS's third 64 KiB frame (ITS_base + 0x2_0000,
@@ -76,10 +76,25 @@ pub fn init(sys: &System) {
         return;
     };
     if its_size < ITS_V41_SIZE {
-        hvlog!("v41: the ITS at {its:#x} is described without its SGI frame: vSGIs are not sent");
+        hvlog!(
+            "v41: the ITS at {its:#x} is described with {its_size:#x} bytes: its SGI frame is used at +0x2_0000 regardless, as Linux does"
+        );
     }
     let its = its as usize;
     let gits_typer = read64(its + GITS_TYPER);
+    // The core chose vSGIs if any ITS offers them; only ITS 0 is driven
+    // (`vsgi::its_for_cpu`). If it does not, no CPU gets a frame: the
+    // core then maps no vPE and every SGI keeps the mailbox path.
+    let rd_typers: Vec<u64> = host
+        .cpus
+        .iter()
+        .filter_map(|&mpidr| rd_of(host, mpidr))
+        .map(|rd| read64(rd + 8))
+        .collect();
+    if SgiDelivery::choose(&rd_typers, Some(gits_typer)) != SgiDelivery::Direct {
+        hvlog!("v41: ITS 0 ({its:#x}) has no GICv4.1 vSGIs: SGIs stay trapped");
+        return;
+    }
     let gits_mpidr = read64(its + GITS_MPIDR);
     let vpe_baser = (0..8)
         .map(|n| read64(its + GITS_BASER0 + 8 * n))
