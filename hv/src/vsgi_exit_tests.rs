@@ -328,3 +328,21 @@ fn a_cpu_the_platform_gave_no_frame_maps_no_vpe_and_keeps_the_mailbox() {
         hw.log
     );
 }
+
+#[test]
+fn deleting_a_stopped_partition_unmaps_its_vpes_and_frees_their_tables() {
+    let (sys, m, queue) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running(sys, &m);
+    put(sys, &mut c1, &mut hw1);
+    put(sys, &mut c2, &mut hw2);
+    let index = sys.assigned(1).unwrap().partition;
+    sys.partition(index).unwrap().set_state(State::Stopped, 0);
+    assert_eq!(queue.vpts_live(), 3);
+
+    sys.destroy_partition(index, &mut hw1).unwrap();
+
+    assert!(!m.lock().mapped(0, 1) && !m.lock().mapped(0, 2));
+    assert_eq!(queue.vpts_live(), 0, "VCONF and both VPTs freed");
+    assert!(m.lock().take_events().is_empty(), "no command error");
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
