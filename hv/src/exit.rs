@@ -207,6 +207,11 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn virs_apply(&mut self, vm: u16, ops: &[crate::vgic5::VirsOp]) {
         let _ = (vm, ops);
     }
+    /// This CPU's own GICv4.1 redistributor VLPI frame and the ITSes'
+    /// GITS_SGIR for direct vSGIs (`vsgi`), if the platform set them up.
+    fn v41(&mut self) -> Option<&mut dyn crate::vgic::v41::V41Hw> {
+        None
+    }
     /// Zero `bytes` of hypervisor memory at `pa` (a vPE's pending table,
     /// non-resident) and make the zeros visible to the GIC.
     fn zero_table(&mut self, pa: u64, bytes: usize) {
@@ -839,6 +844,11 @@ fn gicd_write(
     dist.write(offset, width, value, &mut |act| {
         dist_action(sys, cpu, hw, p, act)
     });
+    if p.vsgi.is_some() && offset < 4 {
+        // GICD_CTLR: its group enables reach every vCPU's vPE.
+        let ctlr = dist.read(0, 4) as u32;
+        crate::vsgi::groups_written(sys, cpu, hw, p, ctlr);
+    }
 }
 
 /// Another vCPU's redistributor: Linux reads GICR_TYPER of every frame to
@@ -886,11 +896,14 @@ fn redist_access(
         loaded,
         public,
         vlpi,
+        vsgi,
         ..
     } = cpu;
     let Some(loaded) = loaded.as_mut() else {
         return 0;
     };
+    // GICv4.1: the SGI configuration before the write, to send what changed.
+    let sgis_before = (write && p.vsgi.is_some()).then(|| loaded.vredist.sgi_configs());
     let vcpu = loaded.id.vcpu as u16;
     if !write {
         let held = lrs.private_bits(&Lrs(hw));
@@ -926,6 +939,10 @@ fn redist_access(
             ),
             RedistAction::LpisOn { propbaser } => vlpis_resident(sys, vlpi, hw, p, vcpu, propbaser),
         });
+    if let Some(before) = sgis_before {
+        let after = loaded.vredist.sgi_configs();
+        crate::vsgi::reconfigure(sys, vsgi, p, usize::from(vcpu), &before, &after);
+    }
     cpu.hw_ppis = loaded.vredist.hw_ppis();
     0
 }
@@ -1337,6 +1354,17 @@ fn send_sgi(
     v: usize,
     value: u64,
 ) {
+    // GICv4.1: each target's vPE straight through the ITS, no receiver exit.
+    if let Some(direct) = p.vsgi.as_ref().map(|d| &d.direct) {
+        if let Some(frame) = hw.v41() {
+            let its = crate::vsgi::its_for_cpu(cpu.index);
+            let res = direct.send(frame, &p.sgi, &p.vcpu_mpidrs, value, v, its);
+            if res.outside > 0 {
+                sgi_outside(p, hw, (value >> 24 & 0xF) as u8, res.outside);
+            }
+            return;
+        }
+    }
     let (intid, res) = p.sgi.resolve(&p.vcpu_mpidrs, value, v);
     // The common IPI: one sibling, nobody outside.
     if res.outside == 0 && res.vcpus.is_power_of_two() {
@@ -1640,6 +1668,11 @@ pub fn load(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, boot: &Boot) -> VcpuC
         .loaded
         .as_ref()
         .map_or_else(Default::default, |l| l.vredist.hw_ppis());
+    // Its vPE resident here (GICv4.1 direct vSGIs): the vSGIs sent while
+    // it was off are in its virtual CPU interface before it enters.
+    if p.vsgi.is_some() {
+        crate::vsgi::load(sys, &mut cpu.vsgi, hw, p, id.vcpu);
+    }
     p.vcpus[id.vcpu].power.set_on();
     VcpuContext {
         vmpidr: mpidr,
@@ -1684,6 +1717,9 @@ pub fn put(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
             }
         }
     }
+    // Its vSGI vPE leaves too: what is sent from here on waits for the
+    // next load.
+    crate::vsgi::put(sys, &mut cpu.vsgi, hw, &p, loaded.id.vcpu);
     // The last use of `p` here: its clone is dropped after the vCPU reads
     // as off, so a destroy that waits for all-off may still find it held
     // for a moment (`runtime::reap`).
@@ -1698,7 +1734,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
         PPI_VTIMER | PPI_PTIMER | PPI_PMU => timer_ppi(sys, cpu, hw, intid),
         SGI_MAILBOX => {
             hw.deactivate(intid);
-            drain_mailbox(cpu, hw);
+            drain_mailbox(sys, cpu, hw);
         }
         crate::vgic::pits::LPI_BASE.. => lpi(sys, cpu, hw, intid),
         _ => {
@@ -1709,7 +1745,7 @@ pub fn dispatch_irq(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw, intid: u32) {
 }
 
 #[inline(never)]
-fn drain_mailbox(cpu: &mut Cpu, hw: &mut impl Hw) {
+fn drain_mailbox(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
     let Cpu {
         resident,
         state: cpu,
@@ -1728,6 +1764,10 @@ fn drain_mailbox(cpu: &mut Cpu, hw: &mut impl Hw) {
     bell.for_each_sgi(|intid| apply_op(cpu, hw, p, MailboxOp::Sgi(intid)));
     if bell.has_slots() {
         drain_slots(cpu, hw, p, bell);
+    }
+    // A kick from a GICD_CTLR write (`vsgi::groups_written`).
+    if p.vsgi.is_some() {
+        crate::vsgi::regroup(sys, &mut cpu.vsgi, hw, p, cpu.vcpu);
     }
 }
 

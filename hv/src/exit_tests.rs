@@ -63,6 +63,8 @@ struct FakeHw {
     smmu2: Option<crate::smmu::tests::Rig>,
     /// This CPU's GICv4 VLPI frame, when the test gives it one.
     vlpi: Option<FakeVlpiFrame>,
+    /// This CPU's GICv4.1 frame over the model (`vsgi_exit_tests`).
+    v41: Option<vsgi_exit::FakeV41>,
     /// Every `zero_table` call.
     tables_zeroed: Vec<(u64, usize)>,
     /// PCI configuration space by ECAM address, 32-bit words (absent:
@@ -136,6 +138,7 @@ impl FakeHw {
             smmu: None,
             smmu2: None,
             vlpi: None,
+            v41: None,
             tables_zeroed: Vec::new(),
             config: alloc::collections::BTreeMap::new(),
             trace: Vec::new(),
@@ -383,6 +386,11 @@ impl Hw for FakeHw {
             .as_mut()
             .map(|f| f as &mut dyn crate::vgic::v40::V40Hw)
     }
+    fn v41(&mut self) -> Option<&mut dyn crate::vgic::v41::V41Hw> {
+        self.v41
+            .as_mut()
+            .map(|f| f as &mut dyn crate::vgic::v41::V41Hw)
+    }
     fn zero_table(&mut self, pa: u64, bytes: usize) {
         self.tables_zeroed.push((pa, bytes));
     }
@@ -610,6 +618,9 @@ mod runtime;
 
 #[path = "its_exit_tests.rs"]
 mod its_exit;
+
+#[path = "vsgi_exit_tests.rs"]
+mod vsgi_exit;
 
 /// The fake SMMU's model, told `p`'s RAM (its walks fault outside it).
 fn smmu_model_with_ram(

@@ -58,6 +58,9 @@ pub trait ItsQueue: Send {
     fn send(&mut self, cmd: &ItsCmd);
     /// The same for a GICv4.0 command (or a GICv3 one inside [`V4Cmd`]).
     fn send_v4(&mut self, cmd: &V4Cmd);
+    /// The same for a command the core encoded itself (GICv4.1's VMAPP,
+    /// VSGI, VSYNC: `vsgi`).
+    fn send_words(&mut self, words: [u64; 4]);
     /// Zeroed, 256-byte aligned memory no guest can reach, for an ITT.
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64>;
     fn free_itt(&mut self, pa: u64, bytes: usize);
@@ -125,6 +128,16 @@ impl HostIts {
             valid: true,
         });
         self.queue.send(&ItsCmd::Sync { rdbase });
+    }
+
+    /// The command queue, for the GICv4.1 vPE commands (`vsgi`).
+    pub fn queue_mut(&mut self) -> &mut dyn ItsQueue {
+        &mut *self.queue
+    }
+
+    /// CPU `cpu`'s RDbase, once its collection is mapped.
+    pub fn rdbase_for(&self, cpu: usize) -> Option<u64> {
+        self.rdbase.get(cpu).copied().flatten()
     }
 
     pub fn lpis_in_use(&self) -> u32 {

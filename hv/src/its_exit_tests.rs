@@ -21,6 +21,25 @@ pub(super) struct FakeQueue {
     next_itt: u64,
     /// Pending tables handed out and not given back.
     vpts: Arc<spin::Mutex<Vec<u64>>>,
+    /// Every command sent through `send_words` (GICv4.1).
+    pub(super) words: Arc<spin::Mutex<Vec<[u64; 4]>>>,
+    /// The GICv4.1 model those commands also go to (`vsgi_exit_tests`).
+    pub(super) model: Option<Arc<spin::Mutex<pinfold_gicmodel::Model>>>,
+}
+
+impl FakeQueue {
+    /// A queue whose `send_words` commands also go to ITS 0 of `model`.
+    pub(super) fn with_model(model: Arc<spin::Mutex<pinfold_gicmodel::Model>>) -> FakeQueue {
+        FakeQueue {
+            model: Some(model),
+            ..Default::default()
+        }
+    }
+
+    /// Pending (and configuration) tables handed out and not given back.
+    pub(super) fn vpts_live(&self) -> usize {
+        self.vpts.lock().len()
+    }
 }
 
 impl ItsQueue for FakeQueue {
@@ -34,6 +53,12 @@ impl ItsQueue for FakeQueue {
     fn free_itt(&mut self, _: u64, _: usize) {}
     fn send_v4(&mut self, cmd: &V4Cmd) {
         self.sent_v4.lock().push(*cmd);
+    }
+    fn send_words(&mut self, words: [u64; 4]) {
+        self.words.lock().push(words);
+        if let Some(m) = self.model.as_ref() {
+            m.lock().enqueue(0, words);
+        }
     }
     fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {
         let mut vpts = self.vpts.lock();
@@ -69,7 +94,7 @@ fn its_system_on(
 
 /// [`its_system`] on a GICv4.0 host: the ITS reports Virtual and direct
 /// vLPIs are on. Returns the fake queue (sharing its records).
-fn v4_system() -> (&'static System, FakeQueue) {
+pub(super) fn v4_system() -> (&'static System, FakeQueue) {
     let (sys, queue, _) = its_system_of(|_| {}, true);
     assert!(sys.its_direct);
     (sys, queue)

@@ -51,4 +51,5 @@ pub mod trap;
 pub mod vgic;
 pub mod vgic5;
 pub mod vpci;
+pub mod vsgi;
 pub mod wdog;

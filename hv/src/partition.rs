@@ -150,6 +150,8 @@ pub struct Partition {
     pub vcpu_mpidrs: Vec<u64>,
     /// SGI routing precomputed from `vcpu_mpidrs` for the trap path.
     pub sgi: SgiMap,
+    /// Its vCPUs' GICv4.1 vPEs, when its SGIs are direct vSGIs (`vsgi`).
+    pub vsgi: Option<crate::vsgi::PartitionVsgi>,
     /// Physical SPIs this partition owns (devices and the PCIe bridge).
     pub spis: Vec<u32>,
     /// Its pass-through MMIO devices, for the guest DTB.
@@ -498,7 +500,7 @@ impl Partition {
             _ => s2.root(),
         };
         let vcpu_mpidrs: Vec<u64> = (0..pp.cpus.len()).map(vcpu_mpidr).collect();
-        let vcpus = pp
+        let vcpus: Vec<VcpuShared> = pp
             .cpus
             .iter()
             .zip(&vcpu_mpidrs)
@@ -521,6 +523,8 @@ impl Partition {
                 stat,
             )
         });
+        let pcpus: Vec<usize> = vcpus.iter().map(|v| v.pcpu).collect();
+        let vsgi = crate::vsgi::PartitionVsgi::for_partition(pci_host.vsgi, gic, &pcpus);
         Ok(Partition {
             index,
             name: pp.name.clone(),
@@ -537,6 +541,7 @@ impl Partition {
             msi,
             vcpus,
             sgi: SgiMap::new(&vcpu_mpidrs),
+            vsgi,
             vcpu_mpidrs,
             spis,
             devices,

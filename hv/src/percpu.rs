@@ -218,6 +218,9 @@ pub struct CpuState<'s> {
     /// The vPE resident on this CPU's redistributor (GICv4.0 direct
     /// vLPIs, `vgic::v40`); only this CPU changes it.
     pub vlpi: crate::vgic::v40::Residency,
+    /// The vPE resident on this CPU for direct vSGIs (GICv4.1, `vsgi`);
+    /// only this CPU changes it.
+    pub vsgi: crate::vsgi::VsgiCpu,
 }
 
 /// Which pass-through PPIs the loaded vCPU has enabled, and their
@@ -255,6 +258,7 @@ impl<'s> CpuState<'s> {
             hw_ppis: HwPpis::default(),
             hang: crate::lifecycle::HangWatch::default(),
             vlpi: crate::vgic::v40::Residency::new(),
+            vsgi: crate::vsgi::VsgiCpu::default(),
         }
     }
 }

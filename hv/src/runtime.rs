@@ -273,6 +273,7 @@ impl System {
         );
         held.its = self.its_typer;
         held.vlpi = self.its_direct;
+        held.vsgi = self.vsgi.is_some();
         let tables = hw.tables();
         let mut p = Partition::build(
             index,
@@ -455,6 +456,8 @@ impl System {
         self.reset_pci(p, hw, "delete");
         // Every vCPU is put: its vPEs (direct vLPIs) can be unmapped.
         crate::its::release_vpes(&self.its, p);
+        // Its vSGI vPEs (GICv4.1) likewise, their tables freed.
+        crate::vsgi::release(self, p);
         // No device DMA through its tables or into its RAM from here on.
         self.smmu_release(hw, p.index);
         pool.scrub.push(p.ram.0, p.ram_size);

@@ -128,6 +128,8 @@ pub struct System {
     pub its_typer: Option<crate::vgic::pits::ItsTyper>,
     /// Its MSIs are direct vLPIs (GICv4.0): partitions' vITSes take vPEs.
     pub its_direct: bool,
+    /// GICv4.1 direct vSGIs are on (`vsgi`): partitions' vCPUs take vPEs.
+    pub vsgi: Option<crate::vsgi::VsgiHost>,
 }
 
 /// What the platform hands to [`System::new`].
@@ -179,6 +181,7 @@ impl System {
         } = inputs;
         let its_typer = its.as_ref().map(|i| i.typer);
         let its_direct = its.as_ref().is_some_and(crate::its::HostIts::direct);
+        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its_typer.as_ref(), locks);
         let cpu_count = host.cpus.len().min(MAX_CPUS);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
@@ -199,6 +202,7 @@ impl System {
             let mut held = crate::partition::pci_held(&pci_functions, partitions.iter());
             held.its = its_typer;
             held.vlpi = its_direct;
+            held.vsgi = vsgi.is_some();
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
@@ -267,6 +271,7 @@ impl System {
             its: CountedLock::new(its, locks),
             its_typer,
             its_direct,
+            vsgi,
         };
         let mixed = sys
             .entropy
@@ -581,6 +586,9 @@ impl System {
             );
             return Err(e);
         }
+        // The last run's vPEs (GICv4.1 direct vSGIs) unmapped, every vCPU
+        // being off; each vCPU's first load maps its own afresh.
+        crate::vsgi::restart(self, p);
         let boot = p.boot_count.fetch_add(1, Ordering::Relaxed) + 1;
         self.boot_marker(p, hw, boot, now);
         self.event(

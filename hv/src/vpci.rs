@@ -328,6 +328,8 @@ pub struct PciHost<'a> {
     pub its: Option<crate::vgic::pits::ItsTyper>,
     /// That ITS injects MSIs as direct vLPIs (GICv4.0, `its::HostIts::direct`).
     pub vlpi: bool,
+    /// SGIs between vCPUs are GICv4.1 direct vSGIs (`vsgi`).
+    pub vsgi: bool,
 }
 
 /// A partition's assigned functions: where they are and its filter.

@@ -53,6 +53,9 @@ pub struct PlatformHw {
     /// This CPU's GICv4 VLPI frame, when partitions' MSIs are direct vLPIs
     /// (`its::init_cpu`).
     pub vlpi: Option<crate::its::VlpiFrame>,
+    /// This CPU's GICv4.1 VLPI frame and ITS 0's GITS_SGIR, when SGIs are
+    /// direct vSGIs (`v41::init_cpu`).
+    pub v41: Option<crate::v41::V41Frame>,
 }
 
 /// An SMMUv3's register frames (page 0 and 1) through the EL2 identity
@@ -116,6 +119,7 @@ impl PlatformHw {
             smmu: SmmuMmio { base: 0 },
             dma: SmmuDma,
             vlpi: None,
+            v41: None,
         }
     }
 
@@ -304,6 +308,11 @@ impl Hw for PlatformHw {
         self.vlpi
             .as_mut()
             .map(|f| f as &mut dyn pinfold_hv::vgic::v40::V40Hw)
+    }
+    fn v41(&mut self) -> Option<&mut dyn pinfold_hv::vgic::v41::V41Hw> {
+        self.v41
+            .as_mut()
+            .map(|f| f as &mut dyn pinfold_hv::vgic::v41::V41Hw)
     }
     fn zero_table(&mut self, pa: u64, bytes: usize) {
         // SAFETY: `pa` is a vPE pending table the core got from

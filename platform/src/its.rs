@@ -69,6 +69,11 @@ impl ItsQueue for Queue {
         self.0.send_words(cmd.encode());
         self.check_read(lost, cmd);
     }
+    fn send_words(&mut self, words: [u64; 4]) {
+        let lost = self.0.timeouts;
+        self.0.send_words(words);
+        self.check_read(lost, &words);
+    }
     fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {
         gic_table(bytes, VPT_ALIGN)
     }

@@ -37,6 +37,7 @@ mod irq;
 mod its;
 mod log;
 mod percpu;
+mod v41;
 mod vcpu;
 
 use aarch64_cpu::registers::{Writeable, HCR_EL2, VBAR_EL2};
@@ -455,6 +456,9 @@ fn boot(handoff: BootHandoff) -> ! {
         &mut |args| hvlog!("{}", args),
     );
     let sys = SYSTEM.call_once(|| sys);
+    // GICv4.1 direct vSGIs, when the core turned them on: every CPU's vPE
+    // table, before any CPU's bring-up writes its GICR_VPROPBASER.
+    v41::init(sys);
     if host_gic == HostGic::V5 {
         // Every GICv5 partition's VM, before any partition starts.
         if let Err(e) = gicv5::init_virs(sys) {
@@ -468,6 +472,7 @@ fn boot(handoff: BootHandoff) -> ! {
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
     its::init_cpu(sys, index, me, &mut local.hw);
+    v41::init_cpu(sys, index, me, &mut local.hw);
     ablate::log_ablations();
     #[cfg(not(feature = "ablate-irq-fnptr"))]
     irq::install_root_handler(host_gic);
@@ -580,6 +585,7 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
     its::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
+    v41::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
     sys.cpus[index]
         .online
         .store(true, core::sync::atomic::Ordering::Release);

@@ -42,10 +42,16 @@
 //!   [`group_enables`] (GICR_VPENDBASER's group enables follow the guest's
 //!   GICD_CTLR, as KVM does).
 //!
-//! The platform wiring (the MMIO `V41Hw` over the real GICR VLPI frame and
-//! the ITS's SGI frame, the exit path calling [`DirectSgi::send`] in place
-//! of the mailbox when the host chose [`SgiDelivery::Direct`]) comes with a
-//! GICv4.1 host to run it on; nothing else in the core changes.
+//! - [`vpe_table_for`]: which vPE table a CPU's GICR_VPROPBASER (4.1
+//!   layout) names: the ITS's GITS_BASER<n> of type vPE where the ITS shares
+//!   it (GITS_TYPER.SVPET, GITS_MPIDR against GICR_TYPER.CommonLPIAff), else
+//!   one table per CommonLPIAff group.
+//!
+//! Wired by `crate::vsgi` (vPEs per partition, load/put, the exit path's
+//! send, reconfiguration, group enables) and applied by the platform's
+//! `v41.rs` (the vPE tables, each CPU's MMIO `V41Hw` over its own VLPI frame
+//! and ITS 0's GITS_SGIR), only when the host chose [`SgiDelivery::Direct`].
+//! Untested on GICv4.1 hardware.
 
 use super::sgi::{SgiMap, SgiResolution};
 use crate::bits::ones;
@@ -138,7 +144,7 @@ impl Residency {
     /// vPE's pending vSGIs are in its virtual CPU interface before entry.
     pub fn load(
         &mut self,
-        hw: &mut impl V41Hw,
+        hw: &mut (impl V41Hw + ?Sized),
         chip_lock: &CountedLock<()>,
         vpe: u16,
         grp0: bool,
@@ -165,7 +171,7 @@ impl Residency {
     /// be woken).
     pub fn put(
         &mut self,
-        hw: &mut impl V41Hw,
+        hw: &mut (impl V41Hw + ?Sized),
         chip_lock: &CountedLock<()>,
     ) -> Result<bool, ResidencyError> {
         let Some(vpe) = self.resident.take() else {
@@ -178,7 +184,7 @@ impl Residency {
     }
 }
 
-fn wait_clean(hw: &mut impl V41Hw) -> Result<u64, ResidencyError> {
+fn wait_clean(hw: &mut (impl V41Hw + ?Sized)) -> Result<u64, ResidencyError> {
     for _ in 0..DIRTY_POLLS {
         let v = hw.read_vpendbaser();
         if v & VPENDBASER_DIRTY == 0 {
@@ -228,7 +234,7 @@ impl DirectSgi {
     #[inline(always)]
     pub fn send(
         &self,
-        hw: &mut impl V41Hw,
+        hw: &mut (impl V41Hw + ?Sized),
         map: &SgiMap,
         vcpu_mpidrs: &[u64],
         value: u64,
@@ -253,7 +259,7 @@ impl DirectSgi {
     #[inline(never)]
     pub fn send_general(
         &self,
-        hw: &mut impl V41Hw,
+        hw: &mut (impl V41Hw + ?Sized),
         map: &SgiMap,
         vcpu_mpidrs: &[u64],
         value: u64,
@@ -273,6 +279,116 @@ impl DirectSgi {
 /// GITS_SGIR: vPEID [47:32], vINTID [3:0], everything else RES0.
 pub const fn sgir(vpe: u16, intid: u8) -> u64 {
     (vpe as u64) << 32 | (intid & 0xF) as u64
+}
+
+// GICR_TYPER.CommonLPIAff [25:24] and Affinity [63:32]; GITS_TYPER.SVPET
+// [20:19]; GITS_BASER<n> fields the redistributors' copy takes.
+const GICR_TYPER_COMMON_LPI_AFF_SHIFT: u32 = 24;
+const GITS_TYPER_SVPET_SHIFT: u32 = 19;
+const BASER_VALID: u64 = 1 << 63;
+const BASER_INDIRECT: u64 = 1 << 62;
+const BASER_TYPE_SHIFT: u32 = 56;
+/// GITS_BASER<n>.Type of the vPE table.
+pub const BASER_TYPE_VPE: u64 = 2;
+// GICR_VPROPBASER, GICv4.1 layout (Arm IHI 0069H, 12.11.37).
+const VPROP41_VALID: u64 = 1 << 63;
+const VPROP41_INDIRECT: u64 = 1 << 55;
+const VPROP41_PAGE_SIZE_SHIFT: u32 = 53;
+const VPROP41_Z: u64 = 1 << 52;
+const VPROP41_ADDR: u64 = 0x000F_FFFF_FFFF_F000;
+const VPROP41_ENTRY_SIZE_SHIFT: u32 = 59;
+/// Inner Shareable [11:10], Inner write-back read/write-allocate [9:7]:
+/// the EL2 heap's attributes.
+const VPROP41_ATTRS: u64 = 1 << 10 | 7 << 7;
+
+/// Where a CPU's redistributor gets the GICv4.1 vPE table its
+/// GICR_VPROPBASER names (the table is shared: an ITS's VMAPP with Alloc
+/// and the redistributor's residency changes read the same entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VpeTable {
+    /// The ITS's (GITS_BASER<n> of type vPE): the ITS shares it with the
+    /// redistributors of its affinity (GITS_TYPER.SVPET, GITS_MPIDR), as
+    /// this one; the value to write to GICR_VPROPBASER.
+    Its(u64),
+    /// Not the ITS's: one table for each group of redistributors that
+    /// GICR_TYPER.CommonLPIAff says share one, named by their common
+    /// affinity (every CPU of the group points at the same table).
+    Group(u32),
+}
+
+/// The affinity a redistributor shares its vPE table at: GICR_TYPER's
+/// Affinity with the levels below CommonLPIAff cleared (CommonLPIAff 0:
+/// every redistributor shares one table; 3: those of one Aff3.Aff2.Aff1).
+pub fn common_aff(gicr_typer: u64) -> u32 {
+    let aff = (gicr_typer >> 32) as u32;
+    let level = (gicr_typer >> GICR_TYPER_COMMON_LPI_AFF_SHIFT & 3) as u32;
+    aff & !u32::MAX.checked_shr(level * 8).unwrap_or(0)
+}
+
+/// The vPE table CPU with `gicr_typer` uses: the ITS's when the ITS shares
+/// it (SVPET != 0, its table valid) with the redistributors of this one's
+/// common affinity (GITS_MPIDR read as a GICR_TYPER Affinity with SVPET
+/// as CommonLPIAff, as Linux's `inherit_vpe_l1_table_from_its` does), else
+/// the group's own.
+pub fn vpe_table_for(
+    gicr_typer: u64,
+    gits_typer: u64,
+    gits_mpidr: u64,
+    vpe_baser: Option<u64>,
+) -> VpeTable {
+    let svpet = gits_typer >> GITS_TYPER_SVPET_SHIFT & 3;
+    let its_aff =
+        common_aff(svpet << GICR_TYPER_COMMON_LPI_AFF_SHIFT | (gits_mpidr & 0xFFFF_FF00) << 32);
+    let mine = common_aff(gicr_typer);
+    match vpe_baser {
+        Some(b) if svpet != 0 && b & BASER_VALID != 0 && its_aff == mine => {
+            VpeTable::Its(vpropbaser_from_its(b))
+        }
+        _ => VpeTable::Group(mine),
+    }
+}
+
+/// Whether GITS_BASER<n> value `baser` is the vPE table's.
+pub fn is_vpe_baser(baser: u64) -> bool {
+    baser >> BASER_TYPE_SHIFT & 7 == BASER_TYPE_VPE
+}
+
+/// GICR_VPROPBASER (4.1) naming the ITS's vPE table `baser`: Valid, its
+/// Indirect, Page_Size, address (a 64 KiB page's PA[51:48] is in
+/// GITS_BASER [15:12]), shareability and inner cacheability, Size = its
+/// pages - 1. Entry_Size is the redistributor's (read-only).
+pub fn vpropbaser_from_its(baser: u64) -> u64 {
+    let page_size = baser >> 8 & 3;
+    let addr = if page_size == 2 {
+        baser & 0x0000_FFFF_FFFF_0000 | (baser >> 12 & 0xF) << 48
+    } else {
+        baser & 0x0000_FFFF_FFFF_F000
+    };
+    let mut v = VPROP41_VALID
+        | page_size << VPROP41_PAGE_SIZE_SHIFT
+        | addr & VPROP41_ADDR
+        | baser & (3 << 10)
+        | (baser >> 59 & 7) << 7
+        | baser & 0x7F;
+    if baser & BASER_INDIRECT != 0 {
+        v |= VPROP41_INDIRECT;
+    }
+    v
+}
+
+/// 4 KiB pages of a group's own flat vPE table for every vPE ID the
+/// hypervisor hands out, from the redistributor's GICR_VPROPBASER as read
+/// (Entry_Size [61:59]: (n + 1) doublewords).
+pub fn own_vpe_table_pages(vpropbaser_read: u64) -> usize {
+    let esz = ((vpropbaser_read >> VPROP41_ENTRY_SIZE_SHIFT & 7) as usize + 1) * 8;
+    (usize::from(super::v40::VPE_COUNT) * esz).div_ceil(4096)
+}
+
+/// GICR_VPROPBASER (4.1) naming a group's own zeroed flat table at `pa`
+/// of `pages` 4 KiB pages (Z: the redistributor need not read it to know
+/// it holds no vPE).
+pub fn vpropbaser_own(pa: u64, pages: usize) -> u64 {
+    VPROP41_VALID | VPROP41_Z | pa & VPROP41_ADDR | VPROP41_ATTRS | (pages.clamp(1, 128) as u64 - 1)
 }
 
 /// One SGI's configuration as the VSGI command carries it.

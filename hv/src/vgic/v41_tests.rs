@@ -554,3 +554,86 @@ fn the_single_target_fast_path_sends_what_the_general_path_sends() {
     }
     assert!(fast_taken > 0);
 }
+
+/// GICR_TYPER of a redistributor at affinity `aff` (Aff3.Aff2.Aff1.Aff0)
+/// sharing its vPE table at CommonLPIAff `level`, with VLPIS/RVPEID/VSGI.
+fn gicr_typer(aff: u32, level: u64) -> u64 {
+    u64::from(aff) << 32 | level << 24 | 1 << 26 | 1 << 7 | 1 << 1
+}
+
+/// GITS_BASER2 of type vPE: Valid, Inner WB (7), Inner Shareable, 64 KiB
+/// pages, 2 pages, at 0x8_1234_0000 with PA[51:48] = 0x3.
+const VPE_BASER_64K: u64 =
+    1 << 63 | 7 << 59 | BASER_TYPE_VPE << 56 | 0x0008_1234_0000 | 0x3 << 12 | 1 << 10 | 2 << 8 | 1;
+
+#[test]
+fn a_redistributor_shares_the_its_vpe_table_only_within_the_its_common_affinity() {
+    // SVPET = 1 (shared at Aff3), GITS_MPIDR Aff3 = 1.
+    let gits_typer = GITS_TYPER_VIRTUAL | GITS_TYPER_VMAPP | GITS_TYPER_VSGI | 1 << 19;
+    let gits_mpidr = 0x0100_0000;
+    let same = gicr_typer(0x0102_0304, 1);
+    let other = gicr_typer(0x0202_0304, 1);
+
+    let mine = vpe_table_for(same, gits_typer, gits_mpidr, Some(VPE_BASER_64K));
+    let theirs = vpe_table_for(other, gits_typer, gits_mpidr, Some(VPE_BASER_64K));
+
+    let VpeTable::Its(v) = mine else {
+        panic!("{mine:?}")
+    };
+    assert_eq!(v >> 63, 1, "Valid");
+    assert_eq!(v >> 53 & 3, 2, "64 KiB pages");
+    assert_eq!(
+        v & 0x000F_FFFF_FFFF_F000,
+        0x0003_0008_1234_0000,
+        "PA[51:48] moved"
+    );
+    assert_eq!(v >> 10 & 3, 1, "Inner Shareable");
+    assert_eq!(v >> 7 & 7, 7, "inner cacheability");
+    assert_eq!(v & 0x7F, 1, "Size: pages - 1");
+    assert_eq!(v >> 55 & 1, 0, "flat");
+    assert_eq!(theirs, VpeTable::Group(0x0200_0000));
+    // An ITS that shares with nobody (SVPET = 0), or has no valid table.
+    let private = gits_typer & !(3 << 19);
+    assert_eq!(
+        vpe_table_for(same, private, gits_mpidr, Some(VPE_BASER_64K)),
+        VpeTable::Group(0x0100_0000)
+    );
+    // SVPET = 0 even where the affinities agree (all at level 0).
+    assert_eq!(
+        vpe_table_for(gicr_typer(0x0102_0304, 0), private, 0, Some(VPE_BASER_64K)),
+        VpeTable::Group(0)
+    );
+    assert_eq!(
+        vpe_table_for(
+            same,
+            gits_typer,
+            gits_mpidr,
+            Some(VPE_BASER_64K & !(1 << 63))
+        ),
+        VpeTable::Group(0x0100_0000)
+    );
+}
+
+#[test]
+fn common_lpi_aff_groups_redistributors_by_the_levels_above_it() {
+    let at = |level| common_aff(gicr_typer(0x0102_0304, level));
+    assert_eq!(at(0), 0, "every redistributor shares one table");
+    assert_eq!(at(1), 0x0100_0000);
+    assert_eq!(at(2), 0x0102_0000);
+    assert_eq!(at(3), 0x0102_0300);
+}
+
+#[test]
+fn a_groups_own_vpe_table_covers_every_vpe_id_at_the_redistributors_entry_size() {
+    // Entry_Size 3: 4 doublewords, 32 bytes; 1024 vPEs = 8 pages.
+    let pages = own_vpe_table_pages(3 << 59);
+    assert_eq!(pages, 8);
+    let v = vpropbaser_own(0x4_0000_0000, pages);
+    assert_eq!(v >> 63, 1);
+    assert_eq!(v >> 52 & 1, 1, "Z: zeroed");
+    assert_eq!(v & 0x000F_FFFF_FFFF_F000, 0x4_0000_0000);
+    assert_eq!(v & 0x7F, 7);
+    assert_eq!(v >> 53 & 3, 0, "4 KiB pages");
+    assert!(is_vpe_baser(VPE_BASER_64K));
+    assert!(!is_vpe_baser(VPE_BASER_64K & !(7 << 56) | 1 << 56));
+}

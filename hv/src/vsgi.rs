@@ -1,0 +1,440 @@
+//! GICv4.1 direct vSGIs wired into the system: the decisions of
+//! `vgic::v41` applied at partition start and delete, vCPU load and put,
+//! a guest's ICC_SGI1R_EL1 trap, its SGI configuration writes and its
+//! GICD_CTLR group enables. The platform applies them (`platform::v41`:
+//! the shared vPE table, each CPU's GICR_VPROPBASER and its own VLPI frame
+//! and GITS_SGIR as [`V41Hw`] through `exit::Hw::v41`).
+//!
+//! - Which partitions: on a host where `v41::SgiDelivery::choose` said
+//!   Direct (`gichost::GicFound::direct_vsgi`) and the ITS came up, every
+//!   partition with the GICv3 interface ([`PartitionVsgi::for_partition`]).
+//!   A GICv3 or GICv4.0 host has no [`VsgiHost`] and nothing here runs.
+//! - vPE IDs: vCPU n's vPE is the ID of the CPU it is pinned to ([`vpe_of`]):
+//!   a CPU runs one vCPU, so IDs are unique host-wide with no allocator.
+//! - vPE creation (at a vCPU's first load of a run, on its own CPU, so its
+//!   redistributor is online; under the physical ITS's lock): the VM's
+//!   configuration table (VCONF, the vLPI property table; no vLPI is mapped
+//!   on a GICv4.1 host yet, so it stays zero) once per partition and the
+//!   vCPU's pending table (VPT) from the EL2 heap, zeroed; its vPE VMAPP'd
+//!   with Alloc to its CPU's redistributor on ITS 0 ([`its_for_cpu`]), then
+//!   its SGIs' reset configuration (VSGI, VSYNC). A start ([`restart`])
+//!   unmaps the previous run's vPEs and frees their tables; delete
+//!   ([`release`]) does the same once every vCPU is put. An SGI to a vCPU
+//!   that was never loaded this run is dropped, as the trapped path's
+//!   mailbox post is (a load clears it).
+//! - Load/put ([`load`], [`put`]): on the vCPU's own CPU, through its own
+//!   redistributor, no lock shared between CPUs (`V41Hw::lockless`). Load
+//!   writes GICR_VPENDBASER with the vPE ID, Valid and the group enables of
+//!   the guest's GICD_CTLR (`v41::group_enables`) and waits for Dirty; put
+//!   writes Valid = 0 and waits for Dirty.
+//! - Send (`exit::send_sgi`): the guest's ICC_SGI1R_EL1 write still traps
+//!   (an EL1 write of ICC_SGI*R_EL1 traps to EL2 while HCR_EL2.IMO is set;
+//!   GICv4.1 adds no untrapped SGI generation). KVM does the same: the trap
+//!   is emulated and a hardware vSGI is made pending by Linux's
+//!   `its_sgi_set_irqchip_state`, one GITS_SGIR write of vPE ID and vINTID,
+//!   no ITS command. Here each target is one GITS_SGIR write
+//!   (`v41::DirectSgi::send`) to [`its_for_cpu`]'s ITS; only the receiver
+//!   is spared its exit.
+//! - Reconfigure ([`reconfigure`]): a guest write to its redistributor that
+//!   changed an SGI's enable or priority becomes VSGI + VSYNC.
+//! - Group enables ([`groups_written`]): a GICD_CTLR write that changes
+//!   EnableGrp0/1 re-loads every vCPU's vPE on its own CPU (here at once,
+//!   elsewhere at the kick's mailbox drain, [`regroup`]), as KVM's
+//!   KVM_REQ_RELOAD_GICv4.
+//!
+//! Deviations: SGIs keep no active state (a GICv4.1 vSGI has none; the
+//! guest's GICD_TYPER2.nASSGIcap is not offered, Linux does not depend on
+//! it); a guest's GICR_ISPENDR0/ICPENDR0 write of an SGI bit goes through
+//! the list registers as on the trapped path. No doorbells: a vCPU whose
+//! vPE is not resident is off (pinned vCPUs), and sees its vSGIs at load.
+//! Untested on GICv4.1 hardware (no emulator has it): host-tested against
+//! `pinfold-gicmodel` through the exit path (`vsgi_exit_tests.rs`).
+
+use crate::exit::{fault, Hw};
+use crate::lockstat::{CountedLock, LockPath, LockStat};
+use crate::partition::Partition;
+use crate::ratelimit::FaultKind;
+use crate::system::System;
+use crate::vgic::redist::VRedist;
+use crate::vgic::v40::{vpt_bytes, VPE_COUNT};
+use crate::vgic::v41::{self, cmd, DirectSgi, Residency, SgiCfgs};
+use crate::vgic5::GicInterface;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// vINTID bits of every vPE's pending table and the VM's configuration
+/// table: the fewest VMAPP takes (no vLPI is mapped to these vPEs yet).
+pub const VPT_BITS: u8 = 14;
+
+/// The ITS a CPU's vSGI commands and GITS_SGIR writes go to (an index in
+/// the host's ITS list). ITS 0 until multi-ITS bring-up points this at
+/// `vgic::its_choice::choose`'s answer; every vPE is mapped on ITS 0 only.
+#[inline(always)]
+pub fn its_for_cpu(cpu: usize) -> usize {
+    let _ = cpu;
+    0
+}
+
+/// The vPE ID of a vCPU pinned to CPU `pcpu`.
+pub fn vpe_of(pcpu: usize) -> Option<u16> {
+    u16::try_from(pcpu).ok().filter(|&v| v < VPE_COUNT)
+}
+
+/// The host's side: present when direct vSGIs are on.
+pub struct VsgiHost {
+    /// ITSes every vPE is VMAPP'd on (`v41::map_vpe`).
+    pub its_count: usize,
+    /// `v41::Residency`'s chip lock. Never taken here: the frame every
+    /// load and put goes through is the CPU's own redistributor
+    /// (`V41Hw::lockless`); it exists for a chip that is not, and counts.
+    chip_lock: CountedLock<()>,
+}
+
+impl VsgiHost {
+    /// On when the host offers direct vSGIs (`GicFound::direct_vsgi`:
+    /// every redistributor VLPIS/RVPEID/VSGI, a GICv4.1 ITS) and an ITS
+    /// with a vPE table came up.
+    pub fn choose(
+        found: &crate::gichost::GicFound,
+        its: Option<&crate::vgic::pits::ItsTyper>,
+        stat: &'static LockStat,
+    ) -> Option<VsgiHost> {
+        (found.direct_vsgi && its.is_some_and(|t| t.virt)).then(|| VsgiHost {
+            its_count: 1,
+            chip_lock: CountedLock::new((), stat),
+        })
+    }
+}
+
+/// A partition's direct vSGIs: its vCPUs' vPEs and, while mapped, their
+/// tables.
+pub struct PartitionVsgi {
+    pub direct: DirectSgi,
+    /// EnableGrp0 [0], EnableGrp1 [1] of the guest's GICD_CTLR: written
+    /// under its distributor's lock, read at load without it.
+    groups: AtomicU8,
+    /// The VM's configuration table while its vPEs are mapped (0: none)
+    /// and each vCPU's pending table; changed only under the physical
+    /// ITS's lock ([`map_partition`], [`release`]).
+    vconf: AtomicU64,
+    vpts: Vec<AtomicU64>,
+}
+
+impl PartitionVsgi {
+    /// Direct vSGIs for a partition of `gic` interface whose vCPUs are
+    /// pinned to `pcpus`, when the host has them (`host_direct`): not for
+    /// a GICv5-interface partition, nor one with a CPU beyond the vPE IDs.
+    pub fn for_partition(host_direct: bool, gic: GicInterface, pcpus: &[usize]) -> Option<Self> {
+        if !host_direct || gic != GicInterface::V3 {
+            return None;
+        }
+        let vpes = pcpus
+            .iter()
+            .map(|&c| vpe_of(c))
+            .collect::<Option<Vec<u16>>>()?;
+        Some(PartitionVsgi {
+            direct: DirectSgi::new(vpes),
+            groups: AtomicU8::new(0),
+            vconf: AtomicU64::new(0),
+            vpts: pcpus.iter().map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    /// (EnableGrp0, EnableGrp1) as the guest last wrote them.
+    pub fn groups(&self) -> (bool, bool) {
+        let g = self.groups.load(Ordering::Acquire);
+        (g & 1 != 0, g & 2 != 0)
+    }
+
+    /// Whether the vPEs are mapped (tables held).
+    pub fn mapped(&self) -> bool {
+        self.vconf.load(Ordering::Acquire) != 0
+    }
+}
+
+/// What one CPU keeps of the vPE resident on it. Owned by its CPU.
+#[derive(Clone, Debug, Default)]
+pub struct VsgiCpu {
+    pub residency: Residency,
+    /// The group enables the resident vPE was loaded with.
+    groups: u8,
+    /// The SGI configuration this CPU last sent for its vCPU's vPE, when
+    /// it is not the reset one `map_partition` sent (None).
+    sent: Option<SgiCfgs>,
+}
+
+/// vCPU `vcpu`'s SGI configuration out of reset (what a load starts its
+/// redistributor with, `exit::load`).
+fn reset_cfg(p: &Partition, vcpu: usize) -> SgiCfgs {
+    let last = vcpu + 1 == p.vcpus.len();
+    VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, 0).sgi_configs()
+}
+
+/// Sends `words` on ITS `its` (only ITS 0, the host's `HostIts`, exists).
+fn send_on(host_its: &mut crate::its::HostIts, its: usize, words: [u64; 4]) {
+    if its == 0 {
+        host_its.queue_mut().send_words(words);
+    }
+}
+
+/// Partition start, every vCPU off: the previous run's vPEs unmapped and
+/// their tables freed; each vCPU's is mapped afresh at its first load
+/// ([`load`], on its own CPU, whose redistributor is then surely online).
+pub fn restart(sys: &System, p: &Partition) {
+    release(sys, p);
+}
+
+/// vCPU `vcpu`'s vPE VMAPP'd with Alloc to its CPU's redistributor, with
+/// a fresh zeroed pending table (and the VM's configuration table, if no
+/// vCPU made it yet), then its SGIs' reset configuration. Under the
+/// physical ITS's lock; once per run of the partition. On failure nothing
+/// of this vCPU is kept and the error says why.
+fn map_vcpu(
+    sys: &System,
+    host: &VsgiHost,
+    v: &PartitionVsgi,
+    p: &Partition,
+    vcpu: usize,
+) -> Result<(), &'static str> {
+    let mut guard = sys.its.lock(LockPath::PhysIts);
+    let its = guard.as_mut().ok_or("no ITS")?;
+    if v.vpts[vcpu].load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let vpe = v.direct.vpe(vcpu).ok_or("no vPE ID")?;
+    let rd = its
+        .rdbase_for(p.vcpus[vcpu].pcpu)
+        .ok_or("its CPU's redistributor is not online")?;
+    let bytes = vpt_bytes(VPT_BITS);
+    let mut vconf = v.vconf.load(Ordering::Acquire);
+    if vconf == 0 {
+        vconf = its
+            .queue_mut()
+            .alloc_vpt(bytes)
+            .ok_or("no memory for the VM's configuration table")?;
+        v.vconf.store(vconf, Ordering::Release);
+    }
+    let vpt = its
+        .queue_mut()
+        .alloc_vpt(bytes)
+        .ok_or("no memory for a pending table")?;
+    let m = cmd::Vmapp {
+        vpe,
+        rd: rd as u32,
+        vpt,
+        vpt_bits: VPT_BITS,
+        vconf,
+        alloc: true,
+        doorbell: None,
+    };
+    for (i, c) in v41::map_vpe(&m, host.its_count, &reset_cfg(p, vcpu)) {
+        send_on(its, i, c);
+    }
+    v.vpts[vcpu].store(vpt, Ordering::Release);
+    Ok(())
+}
+
+/// Partition delete, every vCPU put: its vPEs unmapped, tables freed.
+pub fn release(sys: &System, p: &Partition) {
+    let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
+        return;
+    };
+    if let Some(its) = sys.its.lock(LockPath::PhysIts).as_mut() {
+        unmap_locked(its, host, v);
+    }
+}
+
+/// Unmaps `p`'s mapped vPEs (VMAPP V = 0 on every ITS, Alloc on the last)
+/// and frees their tables; nothing when none are mapped.
+fn unmap_locked(its: &mut crate::its::HostIts, host: &VsgiHost, v: &PartitionVsgi) {
+    let vconf = v.vconf.swap(0, Ordering::AcqRel);
+    let bytes = vpt_bytes(VPT_BITS);
+    for (n, slot) in v.vpts.iter().enumerate() {
+        let vpt = slot.swap(0, Ordering::AcqRel);
+        if vpt == 0 {
+            continue;
+        }
+        if let Some(vpe) = v.direct.vpe(n) {
+            for (i, c) in v41::unmap_vpe(vpe, host.its_count) {
+                send_on(its, i, c);
+            }
+        }
+        its.queue_mut().free_vpt(vpt, bytes);
+    }
+    if vconf != 0 {
+        its.queue_mut().free_vpt(vconf, bytes);
+    }
+}
+
+/// vCPU load on its own CPU: its vPE mapped at the first load of a run,
+/// else its SGI configuration brought back to reset if this CPU had
+/// changed it (a CPU_ON after the guest's own changes); then made
+/// resident with the guest's group enables.
+pub fn load(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vcpu: usize) {
+    let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
+        return;
+    };
+    let Some(vpe) = v.direct.vpe(vcpu) else {
+        return;
+    };
+    if hw.v41().is_none() {
+        // The platform gave this CPU no frame (its redistributor or ITS 0
+        // turned out not to do vSGIs): nothing is sent to the ITS for it,
+        // and its sends keep the mailbox path.
+        return fault(
+            p,
+            hw,
+            FaultKind::Dropped,
+            format_args!("vCPU {vcpu}: this CPU has no GICv4.1 VLPI frame: no vPE, SGIs to it are not delivered"),
+        );
+    }
+    if v.vpts[vcpu].load(Ordering::Acquire) == 0 {
+        // The first load of this run: the mapping sends the reset
+        // configuration.
+        cpu.sent = None;
+        if let Err(why) = map_vcpu(sys, host, v, p, vcpu) {
+            return fault(
+                p,
+                hw,
+                FaultKind::Dropped,
+                format_args!("vCPU {vcpu}: no vPE ({why}): its SGIs are not delivered"),
+            );
+        }
+    } else if let Some(sent) = cpu.sent.take() {
+        send_reconfigure(sys, vpe, &sent, &reset_cfg(p, vcpu));
+    }
+    make_resident(host, v, cpu, hw, p, vcpu, vpe);
+}
+
+fn make_resident(
+    host: &VsgiHost,
+    v: &PartitionVsgi,
+    cpu: &mut VsgiCpu,
+    hw: &mut impl Hw,
+    p: &Partition,
+    vcpu: usize,
+    vpe: u16,
+) {
+    let (g0, g1) = v.groups();
+    let why = match hw.v41() {
+        None => String::from("this CPU has no GICv4.1 VLPI frame: its SGIs stay pending"),
+        Some(frame) => {
+            // A vPE still resident from an earlier run goes first.
+            let _ = cpu.residency.put(frame, &host.chip_lock);
+            match cpu.residency.load(frame, &host.chip_lock, vpe, g0, g1) {
+                Ok(()) => {
+                    cpu.groups = u8::from(g0) | u8::from(g1) << 1;
+                    return;
+                }
+                Err(e) => alloc::format!("vPE {vpe} not made resident: {e:?}"),
+            }
+        }
+    };
+    fault(
+        p,
+        hw,
+        FaultKind::Dropped,
+        format_args!("vCPU {vcpu}: {why}"),
+    );
+}
+
+/// vCPU put: its vPE leaves this CPU's redistributor (Valid = 0, Dirty
+/// waited for); vSGIs sent from here on stay pending in the GIC.
+pub fn put(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vcpu: usize) {
+    let Some(host) = sys.vsgi.as_ref() else {
+        return;
+    };
+    if cpu.residency.resident().is_none() {
+        return;
+    }
+    let stuck = match hw.v41() {
+        Some(frame) => cpu.residency.put(frame, &host.chip_lock).is_err(),
+        None => false,
+    };
+    if stuck {
+        hw.log(format_args!(
+            "partition {}: vCPU {vcpu}'s vPE did not leave this CPU (GICR_VPENDBASER.Dirty stuck)",
+            p.name
+        ));
+    }
+}
+
+/// The guest of vCPU `vcpu` wrote its redistributor: SGI configuration
+/// `before` became `after`; what changed goes to its vPE (VSGI + VSYNC,
+/// under the physical ITS's lock; nothing when no SGI changed).
+pub fn reconfigure(
+    sys: &System,
+    cpu: &mut VsgiCpu,
+    p: &Partition,
+    vcpu: usize,
+    before: &SgiCfgs,
+    after: &SgiCfgs,
+) {
+    let Some(vpe) = p.vsgi.as_ref().and_then(|v| v.direct.vpe(vcpu)) else {
+        return;
+    };
+    if send_reconfigure(sys, vpe, before, after) {
+        cpu.sent = Some(*after);
+    }
+}
+
+/// True when something was sent.
+fn send_reconfigure(sys: &System, vpe: u16, before: &SgiCfgs, after: &SgiCfgs) -> bool {
+    let cmds = v41::reconfigure(vpe, before, after);
+    if cmds.is_empty() {
+        return false;
+    }
+    if let Some(its) = sys.its.lock(LockPath::PhysIts).as_mut() {
+        for c in cmds {
+            send_on(its, 0, c);
+        }
+    }
+    true
+}
+
+/// The guest wrote GICD_CTLR, which now reads `ctlr` (under its
+/// distributor's lock): when its group enables changed, every vCPU's vPE
+/// is re-loaded with them on its own CPU, this one's here and the others'
+/// at their mailbox drain after a kick ([`regroup`]).
+pub fn groups_written(
+    sys: &System,
+    cpu: &mut crate::percpu::CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    ctlr: u32,
+) {
+    let Some(v) = p.vsgi.as_ref() else {
+        return;
+    };
+    let (g0, g1) = v41::group_enables(ctlr);
+    let g = u8::from(g0) | u8::from(g1) << 1;
+    if v.groups.swap(g, Ordering::AcqRel) == g {
+        return;
+    }
+    let me = cpu.index;
+    for s in &p.vcpus {
+        if s.pcpu == me {
+            regroup(sys, &mut cpu.vsgi, hw, p, cpu.vcpu);
+        } else {
+            sys.kick(hw, me, s.pcpu);
+        }
+    }
+}
+
+/// On a vCPU's own CPU: its resident vPE re-loaded (put, then load) when
+/// the guest's group enables differ from those it was loaded with.
+pub fn regroup(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vcpu: usize) {
+    let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
+        return;
+    };
+    let (g0, g1) = v.groups();
+    let Some(vpe) = cpu.residency.resident() else {
+        return;
+    };
+    if cpu.groups == u8::from(g0) | u8::from(g1) << 1 {
+        return;
+    }
+    put(sys, cpu, hw, p, vcpu);
+    make_resident(host, v, cpu, hw, p, vcpu, vpe);
+}

@@ -1,0 +1,348 @@
+//! GICv4.1 direct vSGIs through the exit path (`vsgi`): vCPU load and put,
+//! the guest's ICC_SGI1R_EL1 trap, its SGI configuration and GICD_CTLR
+//! writes and a restart, against the register-level model
+//! (`pinfold-gicmodel`), which both the CPUs' frames and the physical
+//! ITS's command queue drive.
+
+use super::its_exit::{FakeQueue, QEMU_TYPER};
+use super::*;
+use crate::its::HostIts;
+use crate::vgic::pits::ItsTyper;
+use alloc::sync::Arc;
+use pinfold_gicmodel::{reg, Config, Event, Model};
+
+type SharedModel = Arc<spin::Mutex<Model>>;
+
+/// One CPU's GICv4.1 frame over the model: its own redistributor and the
+/// ITS's GITS_SGIR.
+pub(super) struct FakeV41 {
+    m: SharedModel,
+    cpu: usize,
+}
+
+impl crate::vgic::v41::V41Hw for FakeV41 {
+    fn lockless(&self) -> bool {
+        true
+    }
+    fn read_vpendbaser(&mut self) -> u64 {
+        self.m.lock().vlpi_read(self.cpu, reg::GICR_VPENDBASER)
+    }
+    fn write_vpendbaser(&mut self, value: u64) {
+        self.m
+            .lock()
+            .vlpi_write(self.cpu, reg::GICR_VPENDBASER, value)
+    }
+    fn write_sgir(&mut self, its: usize, value: u64) {
+        self.m.lock().its_sgi_write(its, reg::GITS_SGIR, value)
+    }
+}
+
+/// What the platform finds on a GICv4.1 with vSGIs.
+fn gicv4_1_found() -> crate::gichost::GicFound {
+    crate::gichost::GicFound {
+        version: 4,
+        v4_1: true,
+        direct_vlpi: true,
+        direct_vsgi: true,
+        probed: true,
+        ..Default::default()
+    }
+}
+
+/// The standard system (alpha: vCPUs 0, 1 on CPUs 1, 2; beta on CPU 3;
+/// mgmt on CPU 0) on a GICv4.1 host whose ITS (a GICv4 one, with a vPE
+/// table) and redistributors are the model's; every CPU online.
+fn v41_system() -> (&'static System, SharedModel, FakeQueue) {
+    let mut m = Model::new(Config::default());
+    m.its_write(0, reg::GITS_CBASER, reg::CBASER_VALID | 0x8000_0000);
+    m.its_write(0, reg::GITS_CTLR, reg::CTLR_ENABLED);
+    for cpu in 0..4 {
+        m.vlpi_write(cpu, reg::GICR_VPROPBASER, reg::VPROP_VALID | 0x9000_0000);
+    }
+    let model: SharedModel = Arc::new(spin::Mutex::new(m));
+    let queue = FakeQueue::with_model(model.clone());
+    let records = queue.clone();
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x3_0000)];
+    h.gic.found = gicv4_1_found();
+    let mut its = HostIts::new(ItsTyper::decode(QEMU_TYPER | 1 << 1), Box::new(queue), 4);
+    assert!(
+        !its.enable_direct(&gicv4_1_found()),
+        "no GICv4.0 vLPIs here"
+    );
+    let (sys, _) = system_and_tables(|_| {}, None, Default::default(), h, Vec::new(), Some(its));
+    for cpu in 0..4 {
+        sys.its_cpu_online(cpu, cpu as u16, 0);
+    }
+    (sys, model, records)
+}
+
+/// A fake for CPU `cpu` with its GICv4.1 frame.
+fn hw_on(m: &SharedModel, cpu: usize) -> FakeHw {
+    let mut hw = FakeHw::new();
+    hw.cpu = cpu;
+    hw.v41 = Some(FakeV41 { m: m.clone(), cpu });
+    hw
+}
+
+/// A guest write of `value` at `offset` of vCPU `vcpu`'s redistributor.
+fn gicr_write(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, vcpu: u64, offset: u64, value: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[2] = value;
+    let ipa = GUEST_GICR_BASE + vcpu * pinfold_vboard::GICR_STRIDE + offset;
+    assert_eq!(
+        run(sys, cpu, hw, &mut regs, mmio(ipa, 4, true, 2)),
+        Next::Resume
+    );
+}
+
+fn gicd_ctlr(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, value: u64) {
+    let mut regs = GuestRegs::default();
+    regs.x[1] = value;
+    assert_eq!(
+        run(sys, cpu, hw, &mut regs, mmio(GUEST_GICD_BASE, 4, true, 1)),
+        Next::Resume
+    );
+}
+
+const ISENABLER0: u64 = 0x1_0100;
+const VPENDBASER_GRP1: u64 = 1 << 58;
+
+/// alpha's vCPUs loaded on CPUs 1 and 2, the guest's group 1 on and all
+/// its SGIs enabled on vCPU 1 (the receiver), every kick drained.
+fn alpha_running(
+    sys: &'static System,
+    m: &SharedModel,
+) -> ((Cpu<'static>, FakeHw), (Cpu<'static>, FakeHw)) {
+    let mut hw1 = hw_on(m, 1);
+    let mut hw2 = hw_on(m, 2);
+    let mut c1 = loaded_cpu(sys, &mut hw1, 1);
+    let mut c2 = loaded_cpu(sys, &mut hw2, 2);
+    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+    dispatch_irq(sys, &mut c2, &mut hw2, SGI_MAILBOX);
+    gicr_write(sys, &mut c2, &mut hw2, 1, ISENABLER0, 0xFFFF);
+    m.lock().take_events();
+    ((c1, hw1), (c2, hw2))
+}
+
+#[test]
+fn on_a_gicv4_1_host_gicv3_partitions_get_vpes_named_by_their_cpus() {
+    let (sys, _, _) = v41_system();
+    assert!(sys.vsgi.is_some());
+    let vpes = |name: &str| {
+        let p = sys
+            .partitions()
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap();
+        let v = p.vsgi.as_ref().expect("direct vSGIs");
+        (0..p.vcpus.len())
+            .map(|n| v.direct.vpe(n))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(vpes("alpha"), [Some(1), Some(2)]);
+    assert_eq!(vpes("beta"), [Some(3)]);
+    // Nothing is mapped before a vCPU loads.
+    assert!(!sys.partitions()[0].vsgi.as_ref().unwrap().mapped());
+}
+
+#[test]
+fn on_a_gicv3_or_gicv4_0_host_nothing_changes_and_sgis_keep_the_mailbox() {
+    let (v40, _) = super::its_exit::v4_system();
+    let v3 = system();
+    for sys in [v40, v3] {
+        assert!(sys.vsgi.is_none());
+        assert!(sys.partitions().iter().all(|p| p.vsgi.is_none()));
+        // Even a CPU with a GICv4.1 frame sends through the mailbox.
+        let m: SharedModel = Arc::new(spin::Mutex::new(Model::new(Config::default())));
+        let mut hw = hw_on(&m, 1);
+        let mut cpu = loaded_cpu(sys, &mut hw, 1);
+        sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10);
+        assert_eq!(hw.sgis, [(0x102, SGI_MAILBOX)]);
+        assert_eq!(m.lock().sgir_writes(0), 0);
+        assert_eq!(m.lock().resident(1), None);
+    }
+}
+
+#[test]
+fn a_vcpu_load_maps_its_vpe_and_makes_it_resident_with_the_guests_group_enables() {
+    let (sys, m, queue) = v41_system();
+    let mut hw = hw_on(&m, 1);
+
+    let cpu = loaded_cpu(sys, &mut hw, 1);
+
+    let mut model = m.lock();
+    assert!(model.mapped(0, 1));
+    assert_eq!(model.target(1), Some(1));
+    assert_eq!(model.resident(1), Some(1));
+    // GICD_CTLR is 0 out of reset: both groups off.
+    assert_eq!(model.vlpi_read(1, reg::GICR_VPENDBASER) & (3 << 58), 0);
+    // Its own pending table and the VM's configuration table.
+    let (vpt, vconf) = model.vpe_tables(1).unwrap();
+    assert_ne!(vpt, vconf);
+    assert!(model.misuse().is_empty(), "{:?}", model.misuse());
+    assert!(model.take_events().is_empty());
+    assert_eq!(
+        queue.words.lock().len(),
+        1 + 16 + 1,
+        "VMAPP, 16 VSGI, VSYNC"
+    );
+    assert_eq!(cpu.state.vsgi.residency.resident(), Some(1));
+    assert!(hw.log.is_empty(), "{:?}", hw.log);
+}
+
+#[test]
+fn a_restart_unmaps_the_vpes_frees_their_tables_and_the_next_load_maps_afresh() {
+    let (sys, m, queue) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running(sys, &m);
+    put(sys, &mut c1, &mut hw1);
+    put(sys, &mut c2, &mut hw2);
+    let p = sys.partition(sys.assigned(1).unwrap().partition).unwrap();
+    assert_eq!(queue.vpts_live(), 3, "VCONF and two VPTs");
+
+    crate::vsgi::restart(sys, &p);
+
+    assert!(!m.lock().mapped(0, 1) && !m.lock().mapped(0, 2));
+    assert_eq!(queue.vpts_live(), 0);
+    assert!(!p.vsgi.as_ref().unwrap().mapped());
+    let _c1 = loaded_cpu(sys, &mut hw1, 1);
+    assert!(m.lock().mapped(0, 1));
+    assert_eq!(m.lock().resident(1), Some(1));
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+    assert!(m.lock().take_events().is_empty(), "no command error");
+}
+
+#[test]
+fn a_guests_sgi_enable_write_sends_vsgi_and_vsync_and_a_ppi_only_write_sends_nothing() {
+    let (sys, m, queue) = v41_system();
+    let mut hw = hw_on(&m, 1);
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    let before = queue.words.lock().len();
+
+    gicr_write(sys, &mut cpu, &mut hw, 0, ISENABLER0, 1 << 27); // a PPI
+    assert_eq!(queue.words.lock().len(), before);
+
+    gicr_write(sys, &mut cpu, &mut hw, 0, ISENABLER0, 1 << 3);
+    let words = queue.words.lock();
+    assert_eq!(words.len(), before + 2);
+    assert_eq!(words[before][0] & 0xFF, crate::vgic::v41::cmd::VSGI);
+    assert_eq!(words[before + 1][0] & 0xFF, crate::vgic::v41::cmd::VSYNC);
+    drop(words);
+    assert!(m.lock().sgi_config(1, 3).unwrap().enabled);
+    assert!(!m.lock().sgi_config(1, 4).unwrap().enabled);
+}
+
+#[test]
+fn a_gicd_ctlr_group_change_reloads_every_vcpus_vpe_on_its_own_cpu() {
+    let (sys, m, _) = v41_system();
+    let mut hw1 = hw_on(&m, 1);
+    let mut hw2 = hw_on(&m, 2);
+    let mut c1 = loaded_cpu(sys, &mut hw1, 1);
+    let mut c2 = loaded_cpu(sys, &mut hw2, 2);
+    let grp1 = |cpu| m.lock().vlpi_read(cpu, reg::GICR_VPENDBASER) & VPENDBASER_GRP1 != 0;
+    assert!(!grp1(1) && !grp1(2));
+
+    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+
+    // Here at once; CPU 2 kicked, and re-loaded at its mailbox drain.
+    assert!(grp1(1));
+    assert!(!grp1(2));
+    assert_eq!(hw1.sgis, [(0x102, SGI_MAILBOX)]);
+    dispatch_irq(sys, &mut c2, &mut hw2, SGI_MAILBOX);
+    assert!(grp1(2));
+    assert_eq!(m.lock().resident(2), Some(2));
+    // Writing the same enables again re-loads nothing.
+    hw1.sgis.clear();
+    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+    assert!(hw1.sgis.is_empty());
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
+
+#[test]
+fn an_sgi_trapped_from_a_vcpu_reaches_its_resident_sibling_with_no_exit_and_no_mailbox() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), _) = alpha_running(sys, &m);
+    hw1.sgis.clear();
+
+    sgi_to(sys, &mut c1, &mut hw1, 5 << 24 | 0b10); // SGI 5 to vCPU 1
+
+    let model = m.lock();
+    assert_eq!(
+        model.events(),
+        [Event::Delivered {
+            cpu: 2,
+            vpe: 2,
+            intid: 5
+        }]
+    );
+    assert_eq!(model.receiver_exits(), 0);
+    assert!(hw1.sgis.is_empty(), "no mailbox doorbell");
+    let mut posted = 0;
+    sys.cpus[2].mailbox.drain(|_| posted += 1);
+    assert_eq!(posted, 0);
+}
+
+#[test]
+fn an_sgi_to_a_vcpu_that_was_put_is_kept_pending_and_seen_at_its_next_load() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running(sys, &m);
+    put(sys, &mut c2, &mut hw2);
+    assert_eq!(m.lock().resident(2), None);
+
+    sgi_to(sys, &mut c1, &mut hw1, 7 << 24 | 0b10);
+    assert!(m.lock().events().is_empty());
+    assert_eq!(m.lock().pending(2), 1 << 7);
+
+    // CPU_ON: the vCPU loads again. Its redistributor starts from reset,
+    // so the guest enables its SGIs again before it takes one; the vSGI
+    // waited meanwhile.
+    let mut c2 = loaded_cpu(sys, &mut hw2, 2);
+    assert_eq!(m.lock().resident(2), Some(2));
+    gicr_write(sys, &mut c2, &mut hw2, 1, ISENABLER0, 1 << 7);
+    assert_eq!(
+        m.lock().take_events(),
+        [Event::Delivered {
+            cpu: 2,
+            vpe: 2,
+            intid: 7
+        }]
+    );
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
+
+#[test]
+fn a_cpu_the_platform_gave_no_frame_maps_no_vpe_and_keeps_the_mailbox() {
+    let (sys, m, queue) = v41_system();
+    let mut hw = FakeHw::new();
+    hw.cpu = 1;
+
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+    sgi_to(sys, &mut cpu, &mut hw, 3 << 24 | 0b10);
+
+    assert!(queue.words.lock().is_empty(), "nothing sent to the ITS");
+    assert!(!m.lock().mapped(0, 1));
+    assert_eq!(hw.sgis, [(0x102, SGI_MAILBOX)]);
+    assert!(
+        hw.log.iter().any(|l| l.contains("no GICv4.1 VLPI frame")),
+        "{:?}",
+        hw.log
+    );
+}
+
+#[test]
+fn deleting_a_stopped_partition_unmaps_its_vpes_and_frees_their_tables() {
+    let (sys, m, queue) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running(sys, &m);
+    put(sys, &mut c1, &mut hw1);
+    put(sys, &mut c2, &mut hw2);
+    let index = sys.assigned(1).unwrap().partition;
+    sys.partition(index).unwrap().set_state(State::Stopped, 0);
+    assert_eq!(queue.vpts_live(), 3);
+
+    sys.destroy_partition(index, &mut hw1).unwrap();
+
+    assert!(!m.lock().mapped(0, 1) && !m.lock().mapped(0, 2));
+    assert_eq!(queue.vpts_live(), 0, "VCONF and both VPTs freed");
+    assert!(m.lock().take_events().is_empty(), "no command error");
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
