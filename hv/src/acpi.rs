@@ -367,6 +367,12 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
     if let Some(iort) = &iort {
         if let Some(pcie) = host.pcie.as_mut() {
             pcie.iommu_map = iort.pci_iommu_map(0);
+            let its: Vec<(u32, u64)> = its_ids
+                .iter()
+                .copied()
+                .zip(host.gic.its.iter().map(|&(base, _)| base))
+                .collect();
+            pcie.msi_map = iort.pci_msi_map(0, &its)?;
         }
         // On any board: the IORT is a table, not AML. Without a host
         // bridge nothing programs them, but their frames stay the

@@ -84,6 +84,7 @@ fn its_system_host_bridge() -> Option<crate::dtb::PcieInfo> {
         interrupt_map: Vec::new(),
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),
+        msi_map: alloc::vec::Vec::new(),
         iommu_map: Vec::new(),
     })
 }
