@@ -272,6 +272,7 @@ impl System {
             existing.iter().filter(|p| p.index != index).map(|p| &**p),
         );
         held.its = self.its_typer;
+        held.msi_routing = self.its.as_ref().map(|i| i.routing.clone());
         held.vlpi = self.its_direct;
         let tables = hw.tables();
         let mut p = Partition::build(
@@ -448,7 +449,7 @@ impl System {
         // Its functions reset before its RAM is scrubbed and reused.
         self.reset_pci(p, hw, "delete");
         // Every vCPU is put: its vPEs (direct vLPIs) can be unmapped.
-        crate::its::release_vpes(&self.its, p);
+        crate::its::release_vpes(self.its.as_ref(), p);
         // No device DMA through its tables or into its RAM from here on.
         self.smmu_release(hw, p.index);
         pool.scrub.push(p.ram.0, p.ram_size);
