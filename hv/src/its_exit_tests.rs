@@ -1082,18 +1082,29 @@ fn a_reset_unmaps_the_device_on_the_its_it_reaches_only() {
 
 #[test]
 fn on_two_its_a_foreign_device_id_is_still_refused_with_nothing_sent_anywhere() {
-    let (sys, [q0, q1]) = two_its_system(false, [true, true]);
-    let mut hw = FakeHw::new();
-    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
-    // DeviceID 0x18 (00:03.0, beta's side of the bus) reaches ITS 1 too,
-    // and DeviceID 1 reaches ITS 0: neither is alpha's.
-    queue_commands(&mut hw, &p, 0, &[mapd(0x18, 4), mapd(1, 4)]);
-    let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
+    // 0x18 (00:03.0, beta's side of the bus) reaches ITS 1 too, 1 reaches
+    // ITS 0, and 0x4000 is the NIC's own DeviceID at ITS 1, which a guest
+    // never names (its DeviceIDs are requester IDs): none is alpha's.
+    for foreign in [0x18, 1, NIC_AT_ITS1] {
+        let (sys, [q0, q1]) = two_its_system(false, [true, true]);
+        let mut hw = FakeHw::new();
+        let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+        queue_commands(
+            &mut hw,
+            &p,
+            0,
+            &[mapd(foreign, 4), mapti(foreign, 1, 8300, 0)],
+        );
+        let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
 
-    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(2 * 32));
+        its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(2 * 32));
 
-    assert_one_fault(&p, before, &hw, "ForeignDevice");
-    assert!(q0.sent.lock().is_empty() && q1.sent.lock().is_empty());
+        assert_one_fault(&p, before, &hw, "ForeignDevice");
+        assert!(
+            q0.sent.lock().is_empty() && q1.sent.lock().is_empty(),
+            "{foreign:#x}"
+        );
+    }
 }
 
 #[test]
@@ -1141,6 +1152,15 @@ fn on_gicv4_0_every_vpe_is_mapped_on_both_itses_and_the_vlpi_on_the_devices_only
     assert_eq!(on_0.len(), 2, "{:?}", q0.sent_v4.lock());
     assert_eq!(on_0.iter().map(|v| v.1).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(on_0, vmapps(&q1));
+    // Each ITS syncs each vPE it mapped before anything else is sent to it.
+    for q in [&q0, &q1] {
+        let sent = q.sent_v4.lock().clone();
+        for (k, c) in sent.iter().enumerate() {
+            if let V4Cmd::Vmapp { vpe, .. } = *c {
+                assert_eq!(sent.get(k + 1), Some(&V4Cmd::Vsync { vpe }), "{sent:?}");
+            }
+        }
+    }
     let vmapti = |q: &FakeQueue| {
         q.sent_v4
             .lock()
