@@ -114,9 +114,7 @@ pub fn init(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostI
     }
     let pend_stride = PEND_TABLE_BYTES.next_multiple_of(0x1_0000);
     let lpi_bytes = (PROP_TABLE_BYTES.next_multiple_of(0x1_0000) + cpus * pend_stride) as u64;
-    let Some(lpi_region) = take_zeroed(free, lpi_bytes, "the LPI tables: MSI stays off") else {
-        return None;
-    };
+    let lpi_region = take_zeroed(free, lpi_bytes, "the LPI tables: MSI stays off")?;
     let prop = lpi_region as usize;
     let pend: Vec<usize> = (0..cpus)
         .map(|c| prop + PROP_TABLE_BYTES.next_multiple_of(0x1_0000) + c * pend_stride)
