@@ -143,7 +143,15 @@ impl HostIts {
     /// command queue set up, enabled) for `cpus` CPUs; no collection is
     /// mapped yet ([`ItsSet::cpu_online`]).
     pub fn new(typer: ItsTyper, queue: Box<dyn ItsQueue>, cpus: usize) -> HostIts {
-        HostIts::several(alloc::vec![Some((typer, queue))], cpus).expect("one ITS")
+        HostIts {
+            typer,
+            units: alloc::vec![Some(ItsUnit {
+                typer,
+                queue,
+                rdbase: alloc::vec![None; cpus],
+            })],
+            vpe_ids: None,
+        }
     }
 
     /// Every ITS of the host description, each initialised or None (it
