@@ -49,7 +49,9 @@
 //!   devices behind different ITSes (different partitions, different
 //!   sockets) do not contend, and no command needs two ITSes at once
 //!   (a vPE is mapped, and a SYNC sent, one ITS after the other, each
-//!   under its own lock; never two held together);
+//!   under its own lock; never two held together). One CWRITER write's
+//!   commands keep the lock while they go to the same ITS (`Held`): a
+//!   guest's MAPD, MAPC, MAPTI, INV take it once;
 //! - the machine-wide LPI pool and vPE IDs (`phys_its` too, held only for
 //!   an allocation or a free): an LPI INTID is global (any ITS may take
 //!   one; one freed by a partition is reused by another), and a vPE ID
@@ -784,6 +786,26 @@ impl V4Env for Env<'_, '_> {
     }
 }
 
+/// The one ITS lock a batch of a partition's commands holds: kept while
+/// consecutive commands go to the same ITS (one acquisition for a
+/// guest's whole MAPD..MAPTI..INV run), released before another ITS's is
+/// taken, so never two at once.
+struct Held<'s> {
+    set: &'s ItsSet,
+    at: Option<(usize, spin::MutexGuard<'s, ItsUnit>)>,
+}
+
+impl<'s> Held<'s> {
+    /// ITS `i`, locked (kept from the last command when it was the same).
+    fn unit(&mut self, i: usize) -> Option<&mut spin::MutexGuard<'s, ItsUnit>> {
+        if self.at.as_ref().map(|&(j, _)| j) != Some(i) {
+            self.at = None;
+            self.at = Some((i, self.set.unit(i)?));
+        }
+        self.at.as_mut().map(|(_, unit)| unit)
+    }
+}
+
 /// The ITSes a partition's accepted command is applied on: the one its
 /// DeviceID reaches, or for SYNC and INVALL (which name none) every ITS
 /// that came up; Err when its DeviceID reaches none.
@@ -888,6 +910,7 @@ pub fn access(
         direct_commands(v, set, p, sink.cmds, &mut out);
         return out;
     }
+    let mut held = Held { set, at: None };
     for cmd in sink.cmds {
         let on = match targets(set, &cmd) {
             Ok(on) => on,
@@ -915,10 +938,10 @@ pub fn access(
             _ => {}
         }
         for i in on {
-            let Some(mut unit) = set.unit(i) else {
+            let Some(unit) = held.unit(i) else {
                 continue;
             };
-            let mut env = Env::on(set, i, &mut unit, Some(routes), p);
+            let mut env = Env::on(set, i, unit, Some(routes), p);
             let applied = v.pits.apply(cmd, &mut env).map_err(|e| pits_fault(cmd, e));
             record(&mut out, cmd, applied, |device, event, vcpu| {
                 let lpi = v.pits.lpi_of(device, event).unwrap_or(0);
@@ -973,6 +996,7 @@ fn direct_commands(
     cmds: Vec<PhysCmd>,
     out: &mut Outcome,
 ) {
+    let mut held = Held { set, at: None };
     for cmd in cmds {
         let on = match targets(set, &cmd) {
             Ok(on) => on,
@@ -981,6 +1005,10 @@ fn direct_commands(
                 continue;
             }
         };
+        if v.vlpis.is_none() {
+            // Making the vPEs takes each ITS's lock in turn.
+            held.at = None;
+        }
         let vl = match v.vlpis_ready(set, p) {
             Ok(vl) => vl,
             Err(why) => {
@@ -991,11 +1019,11 @@ fn direct_commands(
             }
         };
         for i in on {
-            let Some(mut unit) = set.unit(i) else {
+            let Some(unit) = held.unit(i) else {
                 continue;
             };
             let applied = vl
-                .apply(cmd, &mut Env::on(set, i, &mut unit, None, p))
+                .apply(cmd, &mut Env::on(set, i, unit, None, p))
                 .map_err(|e| {
                     alloc::format!("ITS command {cmd:?} not applied as a direct vLPI: {e:?}")
                 });

@@ -1265,3 +1265,16 @@ fn a_partitions_functions_must_all_reach_one_its_that_came_up() {
         })
     );
 }
+
+#[test]
+fn a_guests_command_batch_takes_its_devices_its_lock_once_and_the_pool_lock_per_lpi() {
+    let (sys, _) = two_its_system(false, [true, true]);
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    let before = sys.locks.count(LockPath::PhysIts);
+
+    // MAPD, MAPC, MAPTI, INV of the NIC behind ITS 1: one LPI.
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+
+    assert_eq!(sys.locks.count(LockPath::PhysIts) - before, 2);
+}
