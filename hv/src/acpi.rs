@@ -9,7 +9,8 @@
 //! (timer INTIDs), SPCR (console UART), FADT (PSCI conduit), MCFG (ECAM)
 //! and IORT (kept in `Iort`; its SMMUv3 nodes become `arm,smmu-v3` host
 //! devices and its root complex's mappings into them the host bridge's
-//! `iommu_map`, as the DT describes them), and
+//! `iommu_map`, its mappings that end in an ITS group the bridge's
+//! `msi_map`, as the DT describes them), and
 //! the SRAT's GICC and GIC ITS affinity (the CPUs' and ITSes' NUMA nodes,
 //! `srat`; each CPU's ITS is chosen by them).
 //! On a GICv5 host the GTDT's and SPCR's GSIVs are read in the GICv5
