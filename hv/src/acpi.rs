@@ -9,7 +9,8 @@
 //! (timer INTIDs), SPCR (console UART), FADT (PSCI conduit), MCFG (ECAM)
 //! and IORT (kept in `Iort`; its SMMUv3 nodes become `arm,smmu-v3` host
 //! devices and its root complex's mappings into them the host bridge's
-//! `iommu_map`, as the DT describes them), and
+//! `iommu_map`, its mappings that end in an ITS group the bridge's
+//! `msi_map`, as the DT describes them), and
 //! the SRAT's GICC and GIC ITS affinity (the CPUs' and ITSes' NUMA nodes,
 //! `srat`; each CPU's ITS is chosen by them).
 //! On a GICv5 host the GTDT's and SPCR's GSIVs are read in the GICv5
@@ -367,6 +368,12 @@ pub fn parse_host_acpi(rsdp: u64, mem: &dyn PhysRead) -> Result<AcpiTables, Acpi
     if let Some(iort) = &iort {
         if let Some(pcie) = host.pcie.as_mut() {
             pcie.iommu_map = iort.pci_iommu_map(0);
+            let its: Vec<(u32, u64)> = its_ids
+                .iter()
+                .copied()
+                .zip(host.gic.its.iter().map(|&(base, _)| base))
+                .collect();
+            pcie.msi_map = iort.pci_msi_map(0, &its)?;
         }
         // On any board: the IORT is a table, not AML. Without a host
         // bridge nothing programs them, but their frames stay the

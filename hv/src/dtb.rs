@@ -22,8 +22,8 @@ pub(crate) use host::gicv5_host_dtb;
 pub use host::{
     chosen_initrd, describes_hardware, early_uart, host_resources, parse_host_dtb,
     parse_host_gicv5, Conduit, EarlyUart, GicInfo, Gicv5Info, Gicv5Irs, HostDevice, HostInfo,
-    NumaInfo, PciIntxMap, PciIommuMap, PciRange, PciSpace, PcieInfo, PsciInfo, SmmuModel,
-    TimerPpis, UartInfo,
+    NumaInfo, PciIntxMap, PciIommuMap, PciMsiMap, PciRange, PciSpace, PcieInfo, PsciInfo,
+    SmmuModel, TimerPpis, UartInfo,
 };
 pub use pcie::{msi_map, pcie_cells, pcie_cells_for, PcieCells};
 pub use writer::{FdtWriter, NodeToken};

@@ -754,7 +754,7 @@ fn its_access(
         })
     };
     let out = crate::its::access(
-        &sys.its,
+        sys.its.as_ref(),
         &sys.lpi_routes,
         p,
         &owner,
@@ -962,7 +962,7 @@ fn vlpis_resident(
     vcpu: u16,
     propbaser: u64,
 ) {
-    let why = match crate::its::lpis_on(&sys.its, p, vcpu, propbaser) {
+    let why = match crate::its::lpis_on(sys.its.as_ref(), p, vcpu, propbaser) {
         None => return,
         Some(Err(why)) => why,
         Some(Ok(d)) => {

@@ -694,6 +694,7 @@ fn smmu_system_of(
         interrupt_map: Vec::new(),
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),
+        msi_map: alloc::vec::Vec::new(),
         iommu_map: vec![PciIommuMap {
             rid_base: 0,
             iommu_base: 0x905_0000,
@@ -899,6 +900,7 @@ fn with_two_smmus_each_functions_stream_goes_to_the_smmu_its_requester_id_maps_t
         interrupt_map: Vec::new(),
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),
+        msi_map: alloc::vec::Vec::new(),
         iommu_map: vec![
             PciIommuMap {
                 rid_base: 0,

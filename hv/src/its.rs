@@ -1,32 +1,66 @@
-//! A partition's virtual ITS wired to the physical one (GICv3 host): the
-//! guest's GITS frame accesses go to its [`Vits`] under the partition's
-//! lock, the commands it accepts are applied on the physical ITS through
-//! the partition's [`PartitionIts`] under the physical ITS's lock, and the
-//! guest's INV/INVALL become a re-check of the vLPI on the redistributor
-//! of the vCPU the event targets (`VRedist::lpi_recheck`, through the
-//! mailbox when that vCPU runs on another CPU).
+//! A partition's virtual ITS wired to the physical ITSes (GICv3 host):
+//! the guest's GITS frame accesses go to its [`Vits`] under the
+//! partition's lock, the commands it accepts are applied through the
+//! partition's [`PartitionIts`] on the physical ITS that owns the device
+//! under that ITS's lock, and the guest's INV/INVALL become a re-check of
+//! the vLPI on the redistributor of the vCPU the event targets
+//! (`VRedist::lpi_recheck`, through the mailbox when that vCPU runs on
+//! another CPU).
+//!
+//! A host may have several ITSes (one per socket, or one per PCIe root
+//! complex as on Ampere Altra). Each requester ID's MSIs reach the ITS the
+//! host bridge's `msi-map`/`msi-parent` or IORT names, as the DeviceID it
+//! names ([`MsiRouting`]); a guest's DeviceID is its function's requester
+//! ID, turned into that ITS's DeviceID only when a command is sent (`Env`).
+//! A command naming a device goes to that device's ITS only; SYNC and
+//! INVALL (no device) go to every ITS that came up. Every CPU maps its
+//! collection (ICID = CPU index) on every ITS ([`ItsSet::cpu_online`]). A
+//! partition's functions must all reach one ITS that came up, whose
+//! translater its one doorbell is ([`MsiRouting::partition_its`]);
+//! otherwise it gets no vITS ([`NoMsi::SeveralIts`], [`NoMsi::NoRoute`]).
+//! An ITS that did not come up serves nobody; the others keep working.
+//! Each CPU's own ITS (its NUMA node's, `vgic::its_choice`) is chosen once
+//! at boot ([`ItsSet::local_its`]) for the GICv4.1 vSGIs.
 //!
 //! On a GICv4.0 host ([`HostIts::enable_direct`]) a partition's MSIs are
 //! direct vLPIs instead (`vgic::v40`, [`LpiDelivery::Direct`]): its vCPUs
 //! get vPEs (IDs and zeroed pending tables from the platform, VMAPP'd to
-//! their pinned CPUs' redistributors) at the first need, the guest's
-//! commands become VMAPTI/VMOVI/VSYNC/VINVALL on them, and a device's MSI
-//! reaches the resident vCPU with no exit. A vCPU's vPE is made resident
-//! on its own CPU when its guest sets EnableLPIs ([`lpis_on`]: the guest's
+//! their pinned CPUs' redistributors on every ITS that came up: any may
+//! own a device of the partition, and a vLPI reaches only a vPE its ITS
+//! has mapped) at the first need, the guest's commands become
+//! VMAPTI/VMOVI/VSYNC/VINVALL on them (VSYNC and VINVALL on every ITS, as
+//! SYNC), and a device's MSI reaches the resident vCPU with no exit. No
+//! VMOVP is ever sent: vCPUs are pinned, so a vPE never moves, and the
+//! GITS_TYPER.VMOVP = 0 form (the ITSList/SequenceNumber VMOVP to every
+//! ITS) never arises; a vPE's mapping is the same RDbase on each ITS,
+//! made and undone one ITS at a time. A vCPU's vPE is made resident on its
+//! own CPU when its guest sets EnableLPIs ([`lpis_on`]: the guest's
 //! property table checked inside its RAM; `exit` applies it through the
 //! CPU's own VLPI frame, no lock) and non-resident at its put. A reset
 //! unmaps the devices and keeps the vPEs; deletion unmaps and frees them
 //! ([`release_vpes`]).
 //!
-//! Two locks, taken in this order, both counted:
+//! Locks, taken in this order, all counted:
 //! - the partition's vITS (`its_trap`): its command queue is one device
 //!   that every vCPU of the partition may program, like its distributor;
-//! - the physical ITS (`phys_its`, [`HostIts`]): one command queue for the
-//!   whole machine, with the LPI pool its commands allocate from. No
-//!   per-CPU design works: the ITS has one GITS_CWRITER, and an LPI freed
-//!   by one partition is reused by another. Taken only on this slow path
-//!   (a guest's ITS command, a partition's reset, a CPU coming online),
-//!   never when an LPI is delivered (`LpiRoutes` is read lock-free).
+//! - one physical ITS (`phys_its`, [`ItsSet`]: one lock per ITS): its one
+//!   GITS_CWRITER, its collections' RDbases and the ITT memory its
+//!   commands name. One lock per ITS, not one for all: commands for
+//!   devices behind different ITSes (different partitions, different
+//!   sockets) do not contend, and no command needs two ITSes at once
+//!   (a vPE is mapped, and a SYNC sent, one ITS after the other, each
+//!   under its own lock; never two held together). One CWRITER write's
+//!   commands keep the lock while they go to the same ITS (`Held`): a
+//!   guest's MAPD, MAPC, MAPTI, INV take it once;
+//! - the machine-wide LPI pool and vPE IDs (`phys_its` too, held only for
+//!   an allocation or a free): an LPI INTID is global (any ITS may take
+//!   one; one freed by a partition is reused by another), and a vPE ID
+//!   names the same vPE on every ITS.
+//!
+//! No per-CPU design works for either, and both are taken only on this
+//! slow path (a guest's ITS command, a partition's reset, a CPU coming
+//! online), never when an LPI is delivered (`LpiRoutes` is read
+//! lock-free).
 //!
 //! Which partitions get a vITS (their ECAM filter's `msi_doorbell` and the
 //! DT's ITS node and `msi-map`), and how their devices' MSIs reach the
@@ -36,6 +70,7 @@
 use crate::exit::Hw;
 use crate::lockstat::{CountedLock, LockPath};
 use crate::partition::{HostMemory, Partition};
+use crate::vgic::its_choice;
 use crate::vgic::pits::{
     ItsCmd, ItsPlacement, ItsTyper, LpiPool, LpiRoute, LpiRoutes, PartitionIts, PitsEnv, PitsError,
     LPI_COUNT,
@@ -51,7 +86,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use pinfold_vboard::GUEST_ITS_DOORBELL;
 
-/// The physical ITS's command queue and the memory ITTs come from, as the
+/// One physical ITS's command queue and the memory ITTs come from, as the
 /// platform drives them (`drivers::gicv3_its`); a fake in the tests.
 pub trait ItsQueue: Send {
     /// Queues one command and waits until the ITS has read it.
@@ -70,37 +105,103 @@ pub trait ItsQueue: Send {
     fn free_vpt(&mut self, pa: u64, bytes: usize);
 }
 
-/// The physical ITS as the core keeps it, behind `System::its`.
-pub struct HostIts {
+/// One physical ITS as the core drives it: its GITS_TYPER, its command
+/// queue, and each CPU's RDbase once its collection (ICID = CPU index) is
+/// mapped on it. Behind its own lock in [`ItsSet`].
+pub struct ItsUnit {
     pub typer: ItsTyper,
     queue: Box<dyn ItsQueue>,
-    pool: LpiPool,
-    /// Each CPU's RDbase once its collection (ICID = CPU index) is mapped.
     rdbase: Vec<Option<u64>>,
+}
+
+impl ItsUnit {
+    /// The command queue, for the GICv4.1 vPE commands (`vsgi`).
+    pub fn queue_mut(&mut self) -> &mut dyn ItsQueue {
+        &mut *self.queue
+    }
+
+    /// CPU `cpu`'s RDbase on this ITS, once its collection is mapped.
+    pub fn rdbase_for(&self, cpu: usize) -> Option<u64> {
+        self.rdbase.get(cpu).copied().flatten()
+    }
+}
+
+/// The physical ITSes the platform brought up, in the host description's
+/// order (`GicInfo::its`; None for one that did not come up), before the
+/// system holds them ([`ItsSet`]).
+pub struct HostIts {
+    /// What every partition's vITS and ITTs are sized by: the narrowest of
+    /// the ITSes that came up ([`narrowest`]).
+    pub typer: ItsTyper,
+    units: Vec<Option<ItsUnit>>,
     /// GICv4.0 direct vLPIs are on ([`HostIts::enable_direct`]): the vPE
     /// IDs handed out.
     vpe_ids: Option<VpeIds>,
 }
 
+/// One GITS_TYPER that suits every ITS of `typers`: the largest ITT entry,
+/// the fewest EventID bits and collections held in the ITS, the most
+/// DeviceID bits (a partition's DeviceIDs are requester IDs, checked
+/// against the ITS they reach when routed, [`MsiRouting`]), Virtual only
+/// when all are. PTA is each ITS's own (its RDbases).
+fn narrowest(typers: impl Iterator<Item = ItsTyper>) -> Option<ItsTyper> {
+    typers.reduce(|a, b| ItsTyper {
+        itt_entry_bytes: a.itt_entry_bytes.max(b.itt_entry_bytes),
+        id_bits: a.id_bits.min(b.id_bits),
+        device_bits: a.device_bits.max(b.device_bits),
+        pta: a.pta,
+        hcc: a.hcc.min(b.hcc),
+        virt: a.virt && b.virt,
+    })
+}
+
 impl HostIts {
-    /// An initialised ITS (tables and command queue set up, enabled) for
-    /// `cpus` CPUs; no collection is mapped yet ([`HostIts::cpu_online`]).
+    /// One ITS (the host description's first), initialised (tables and
+    /// command queue set up, enabled) for `cpus` CPUs; no collection is
+    /// mapped yet ([`ItsSet::cpu_online`]).
     pub fn new(typer: ItsTyper, queue: Box<dyn ItsQueue>, cpus: usize) -> HostIts {
         HostIts {
             typer,
-            queue,
-            pool: LpiPool::new(LPI_COUNT),
-            rdbase: alloc::vec![None; cpus],
+            units: alloc::vec![Some(ItsUnit {
+                typer,
+                queue,
+                rdbase: alloc::vec![None; cpus],
+            })],
             vpe_ids: None,
         }
     }
 
+    /// Every ITS of the host description, each initialised or None (it
+    /// did not come up: its devices get no MSI). None when none came up.
+    pub fn several(
+        units: Vec<Option<(ItsTyper, Box<dyn ItsQueue>)>>,
+        cpus: usize,
+    ) -> Option<HostIts> {
+        let units: Vec<Option<ItsUnit>> = units
+            .into_iter()
+            .map(|u| {
+                u.map(|(typer, queue)| ItsUnit {
+                    typer,
+                    queue,
+                    rdbase: alloc::vec![None; cpus],
+                })
+            })
+            .collect();
+        let typer = narrowest(units.iter().flatten().map(|u| u.typer))?;
+        Some(HostIts {
+            typer,
+            units,
+            vpe_ids: None,
+        })
+    }
+
     /// Direct vLPI injection on, when the host offers it
     /// (`found.direct_vlpi`: every redistributor VLPIS, an ITS Virtual)
-    /// and is a GICv4.0, and this ITS is a GICv4 one (GITS_TYPER.Virtual:
-    /// it took a vPE table at init). A GICv4.1 keeps the trapped path: its
-    /// VMAPP and GICR_VPENDBASER have the 4.1 layouts (vPE ID, shared vPE
-    /// table) that `vgic::v40` does not speak. False, and nothing changed,
+    /// and is a GICv4.0, and every ITS that came up is a GICv4 one
+    /// (GITS_TYPER.Virtual: it took a vPE table at init; a vPE is mapped
+    /// on each). A GICv4.1 keeps the trapped path: its VMAPP and
+    /// GICR_VPENDBASER have the 4.1 layouts (vPE ID, shared vPE table)
+    /// that `vgic::v40` does not speak. False, and nothing changed,
     /// otherwise.
     pub fn enable_direct(&mut self, found: &crate::gichost::GicFound) -> bool {
         if found.direct_vlpi && !found.v4_1 && self.typer.virt && self.vpe_ids.is_none() {
@@ -113,51 +214,220 @@ impl HostIts {
     pub fn direct(&self) -> bool {
         self.vpe_ids.is_some()
     }
+}
+
+/// Where each requester ID's MSIs go: the ITS (its place in the host
+/// description) and the DeviceID it sees there, from the host bridge's
+/// `msi_map` (`dtb::PciMsiMap`: DT `msi-map`/`msi-parent`, ACPI IORT).
+/// A host bridge that names none sends every requester ID to the first
+/// ITS as itself (QEMU virt without its `msi-map`). Requester IDs no entry
+/// covers, or whose ITS did not come up or is not described, reach none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MsiRouting {
+    /// (first requester ID, count, ITS, first DeviceID).
+    map: Vec<(u32, u32, usize, u32)>,
+    /// Each ITS's control frame, when it came up.
+    live: Vec<Option<u64>>,
+    /// Each live ITS's DeviceID bits.
+    device_bits: Vec<u8>,
+}
+
+/// A requester ID's MSI target: ITS `its` (index in the host
+/// description), as DeviceID `device`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsiTarget {
+    pub its: usize,
+    pub device: u32,
+}
+
+impl MsiRouting {
+    /// `its`: the host description's ITSes (base, size); `live[i]`: ITS i
+    /// came up, with its GITS_TYPER.
+    pub fn new(
+        msi_map: &[crate::dtb::PciMsiMap],
+        its: &[(u64, u64)],
+        live: &[Option<ItsTyper>],
+    ) -> MsiRouting {
+        let map = if msi_map.is_empty() {
+            alloc::vec![(0, 0x1_0000, 0, 0)]
+        } else {
+            msi_map
+                .iter()
+                .filter_map(|m| {
+                    let i = its.iter().position(|&(base, _)| base == m.its_base)?;
+                    Some((m.rid_base, m.len, i, m.device_base))
+                })
+                .collect()
+        };
+        MsiRouting {
+            map,
+            live: its
+                .iter()
+                .enumerate()
+                .map(|(i, &(base, _))| live.get(i).copied().flatten().map(|_| base))
+                .collect(),
+            device_bits: its
+                .iter()
+                .enumerate()
+                .map(|(i, _)| live.get(i).copied().flatten().map_or(0, |t| t.device_bits))
+                .collect(),
+        }
+    }
+
+    /// The ITS and DeviceID requester ID `rid`'s MSIs reach, if that ITS
+    /// came up and the DeviceID fits its GITS_TYPER.Devbits.
+    pub fn route(&self, rid: u32) -> Option<MsiTarget> {
+        let &(base, _, its, device_base) = self
+            .map
+            .iter()
+            .find(|&&(base, len, _, _)| rid.checked_sub(base).is_some_and(|o| o < len))?;
+        self.live.get(its).copied().flatten()?;
+        let device = device_base.checked_add(rid - base)?;
+        let bits = *self.device_bits.get(its)?;
+        (bits >= 32 || device >> bits == 0).then_some(MsiTarget { its, device })
+    }
+
+    /// ITS `its`'s control frame, when it came up.
+    pub fn base(&self, its: usize) -> Option<u64> {
+        self.live.get(its).copied().flatten()
+    }
+
+    /// The ITSes that came up.
+    pub fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.live.len()).filter(|&i| self.live[i].is_some())
+    }
+
+    /// The one ITS the requester IDs `rids` (a partition's functions) all
+    /// reach, as its control frame: a partition's vITS has one doorbell,
+    /// so functions reaching no ITS or two refuse it MSI (were the doorbell
+    /// the page of one, a function behind another would write that one's
+    /// translater with whatever DeviceID the interconnect gives it there,
+    /// which could be another partition's device).
+    pub fn partition_its(&self, rids: impl Iterator<Item = u32>) -> Result<u64, NoMsi> {
+        let mut one: Option<usize> = None;
+        for rid in rids {
+            let t = self.route(rid).ok_or(NoMsi::NoRoute { rid })?;
+            match one {
+                Some(i) if i != t.its => {
+                    return Err(NoMsi::SeveralIts {
+                        first: i,
+                        second: t.its,
+                    })
+                }
+                _ => one = Some(t.its),
+            }
+        }
+        one.and_then(|i| self.base(i)).ok_or(NoMsi::NoHostIts)
+    }
+}
+
+/// What the machine-wide side of the ITSes holds: the LPI pool (an LPI
+/// INTID is global: any ITS may take one, and one freed by a partition is
+/// reused by another) and the vPE IDs (a vPE is mapped on every ITS).
+struct Shared {
+    pool: LpiPool,
+    vpe_ids: Option<VpeIds>,
+}
+
+/// The physical ITSes as the system holds them, behind `System::its`: each
+/// ITS behind its own counted lock, the LPI pool and vPE IDs behind one
+/// more, the routing and each CPU's local ITS read without a lock.
+pub struct ItsSet {
+    /// See [`HostIts::typer`].
+    pub typer: ItsTyper,
+    units: Vec<Option<CountedLock<ItsUnit>>>,
+    pub routing: MsiRouting,
+    shared: CountedLock<Shared>,
+    /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that came up.
+    local: Vec<usize>,
+    direct: bool,
+}
+
+impl ItsSet {
+    /// The platform's ITSes as the system keeps them: routed by the host
+    /// bridge's `msi_map`, each CPU given the ITS of its NUMA node
+    /// ([`its_choice::choose`], at boot, once).
+    pub fn new(
+        its: HostIts,
+        host: &crate::dtb::HostInfo,
+        cpus: usize,
+        locks: &'static crate::lockstat::LockStat,
+    ) -> ItsSet {
+        let live: Vec<Option<ItsTyper>> = its
+            .units
+            .iter()
+            .map(|u| u.as_ref().map(|u| u.typer))
+            .collect();
+        let routing = MsiRouting::new(
+            host.pcie.as_ref().map_or(&[][..], |p| &p.msi_map),
+            &host.gic.its,
+            &live,
+        );
+        let usable: Vec<bool> = live.iter().map(Option::is_some).collect();
+        let first = usable.iter().position(|&u| u).unwrap_or(0);
+        let local = its_choice::choose(&host.numa, cpus, &usable)
+            .into_iter()
+            .map(|c| c.unwrap_or(first))
+            .collect();
+        ItsSet {
+            typer: its.typer,
+            direct: its.vpe_ids.is_some(),
+            units: its
+                .units
+                .into_iter()
+                .map(|u| u.map(|u| CountedLock::new(u, locks)))
+                .collect(),
+            routing,
+            shared: CountedLock::new(
+                Shared {
+                    pool: LpiPool::new(LPI_COUNT),
+                    vpe_ids: its.vpe_ids,
+                },
+                locks,
+            ),
+            local,
+        }
+    }
+
+    /// Whether partitions' MSIs are injected directly ([`LpiDelivery`]).
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+
+    /// The ITS CPU `cpu` sends its ITS traffic to (the lowest-numbered one
+    /// of its NUMA node, else the lowest-numbered that came up): for the
+    /// vSGIs of GICv4.1.
+    pub fn local_its(&self, cpu: usize) -> usize {
+        self.local.get(cpu).copied().unwrap_or(0)
+    }
+
+    /// ITS `i`, locked, if it came up.
+    pub(crate) fn unit(&self, i: usize) -> Option<spin::MutexGuard<'_, ItsUnit>> {
+        Some(self.units.get(i)?.as_ref()?.lock(LockPath::PhysIts))
+    }
 
     /// CPU `cpu` has enabled LPIs on its redistributor: its collection is
-    /// mapped to it (MAPC ICID = cpu, then SYNC).
-    pub fn cpu_online(&mut self, cpu: usize, processor_number: u16, redist_pa: u64) {
-        let Some(slot) = self.rdbase.get_mut(cpu) else {
-            return;
-        };
-        let rdbase = self.typer.rdbase(processor_number, redist_pa);
-        *slot = Some(rdbase);
-        self.queue.send(&ItsCmd::Mapc {
-            icid: cpu as u16,
-            rdbase,
-            valid: true,
-        });
-        self.queue.send(&ItsCmd::Sync { rdbase });
-    }
-
-    /// The command queue, for the GICv4.1 vPE commands (`vsgi`).
-    pub fn queue_mut(&mut self) -> &mut dyn ItsQueue {
-        &mut *self.queue
-    }
-
-    /// CPU `cpu`'s RDbase, once its collection is mapped.
-    pub fn rdbase_for(&self, cpu: usize) -> Option<u64> {
-        self.rdbase.get(cpu).copied().flatten()
+    /// mapped to it on every ITS (MAPC ICID = cpu, then SYNC), one lock at
+    /// a time.
+    pub fn cpu_online(&self, cpu: usize, processor_number: u16, redist_pa: u64) {
+        for i in self.routing.live() {
+            let Some(mut u) = self.unit(i) else { continue };
+            let rdbase = u.typer.rdbase(processor_number, redist_pa);
+            let Some(slot) = u.rdbase.get_mut(cpu) else {
+                return;
+            };
+            *slot = Some(rdbase);
+            u.queue.send(&ItsCmd::Mapc {
+                icid: cpu as u16,
+                rdbase,
+                valid: true,
+            });
+            u.queue.send(&ItsCmd::Sync { rdbase });
+        }
     }
 
     pub fn lpis_in_use(&self) -> u32 {
-        self.pool.in_use()
-    }
-
-    /// The CPU vCPU `vcpu` of `p` is pinned to, if its collection is
-    /// mapped (a CPU that did not come online cannot take the interrupt).
-    fn cpu_of(&self, p: &Partition, vcpu: u16) -> Option<u16> {
-        let cpu = p.vcpus.get(usize::from(vcpu))?.pcpu;
-        self.rdbase.get(cpu)?.map(|_| cpu as u16)
-    }
-
-    /// CPU `cpu`'s RDbase (0 for one not online: never named by a mapping).
-    fn rdbase_of(&self, cpu: u16) -> u64 {
-        self.rdbase
-            .get(usize::from(cpu))
-            .copied()
-            .flatten()
-            .unwrap_or(0)
+        self.shared.lock(LockPath::PhysIts).pool.in_use()
     }
 }
 
@@ -200,32 +470,43 @@ impl PartitionVits {
         }
     }
 
-    /// The partition's vPEs, made and mapped (VMAPP to each vCPU's CPU)
-    /// if they are not yet: one ID and one zeroed pending table per vCPU.
-    /// On failure nothing is kept.
+    /// The partition's vPEs, made and mapped (VMAPP to each vCPU's CPU on
+    /// every ITS that came up: any of them may own one of its devices, so
+    /// any may deliver it a vLPI) if they are not yet: one ID and one
+    /// zeroed pending table per vCPU. On failure nothing is kept (the
+    /// ITSes already mapped are unmapped again).
     fn vlpis_ready(
         &mut self,
-        host: &mut HostIts,
+        set: &ItsSet,
         p: &Partition,
     ) -> Result<&mut PartitionVlpis, alloc::string::String> {
         if self.vlpis.is_none() {
             let mut vl = PartitionVlpis::new(self.typer, Vec::new(), LPI_ID_BITS);
             let made = (0..self.limits.vcpus).try_for_each(|vcpu| {
-                let vpe = new_vpe(host, vcpu)?;
+                let vpe = new_vpe(set, vcpu)?;
                 vl.push_vpe(vpe);
                 Ok(())
             });
+            let mut mapped_on = Vec::new();
             let mapped = made.and_then(|()| {
-                let mut env = Env {
-                    host: &mut *host,
-                    routes: None,
-                    p,
-                };
-                vl.map_vpes(&mut env)
-                    .map_err(|e| alloc::format!("VMAPP refused: {e:?}"))
+                set.routing.live().try_for_each(|i| {
+                    let Some(mut unit) = set.unit(i) else {
+                        return Ok(());
+                    };
+                    let mut env = Env::on(set, i, &mut unit, None, p);
+                    vl.map_vpes(&mut env)
+                        .map_err(|e| alloc::format!("VMAPP refused on ITS {i}: {e:?}"))?;
+                    mapped_on.push(i);
+                    Ok(())
+                })
             });
             if let Err(why) = mapped {
-                give_back(host, &vl);
+                for i in mapped_on {
+                    if let Some(mut unit) = set.unit(i) {
+                        vl.unmap_vpes(&mut Env::on(set, i, &mut unit, None, p));
+                    }
+                }
+                give_back(set, &vl);
                 return Err(why);
             }
             self.vlpis = Some(vl);
@@ -234,17 +515,26 @@ impl PartitionVits {
     }
 }
 
+/// The queue vPE pending tables come from (any ITS's: they are EL2 heap
+/// memory the redistributors read, no ITS's own).
+fn vpt_unit(set: &ItsSet) -> Option<spin::MutexGuard<'_, ItsUnit>> {
+    set.routing.live().next().and_then(|i| set.unit(i))
+}
+
 /// One vPE for vCPU `vcpu`: an ID and a zeroed pending table, or nothing.
-fn new_vpe(host: &mut HostIts, vcpu: u16) -> Result<Vpe, alloc::string::String> {
-    let id = host
+fn new_vpe(set: &ItsSet, vcpu: u16) -> Result<Vpe, alloc::string::String> {
+    let id = set
+        .shared
+        .lock(LockPath::PhysIts)
         .vpe_ids
         .as_mut()
         .and_then(VpeIds::alloc)
         .ok_or_else(|| alloc::format!("no vPE ID left for vCPU {vcpu}"))?;
-    match host.queue.alloc_vpt(vpt_bytes(LPI_ID_BITS)) {
+    let vpt = vpt_unit(set).and_then(|mut u| u.queue.alloc_vpt(vpt_bytes(LPI_ID_BITS)));
+    match vpt {
         Some(vpt) => Ok(Vpe { id, vpt }),
         None => {
-            if let Some(ids) = host.vpe_ids.as_mut() {
+            if let Some(ids) = set.shared.lock(LockPath::PhysIts).vpe_ids.as_mut() {
                 ids.free(id);
             }
             Err(alloc::format!("no memory for vCPU {vcpu}'s pending table"))
@@ -253,11 +543,15 @@ fn new_vpe(host: &mut HostIts, vcpu: u16) -> Result<Vpe, alloc::string::String> 
 }
 
 /// A partition's vPE IDs and pending tables back to the host.
-fn give_back(host: &mut HostIts, vl: &PartitionVlpis) {
+fn give_back(set: &ItsSet, vl: &PartitionVlpis) {
     let bytes = vpt_bytes(vl.vpt_bits());
-    for v in vl.vpes() {
-        host.queue.free_vpt(v.vpt, bytes);
-        if let Some(ids) = host.vpe_ids.as_mut() {
+    if let Some(mut u) = vpt_unit(set) {
+        for v in vl.vpes() {
+            u.queue.free_vpt(v.vpt, bytes);
+        }
+    }
+    if let Some(ids) = set.shared.lock(LockPath::PhysIts).vpe_ids.as_mut() {
+        for v in vl.vpes() {
             ids.free(v.id);
         }
     }
@@ -287,6 +581,13 @@ pub enum NoMsi {
     Management,
     /// The host has no ITS, or it did not come up.
     NoHostIts,
+    /// Function requester ID `rid`'s MSIs reach no ITS that came up (the
+    /// host bridge's `msi_map` names none for it, or its ITS is down).
+    NoRoute { rid: u32 },
+    /// The partition's functions reach two ITSes (`first`, `second`, by
+    /// place in the host description): its vITS has one doorbell
+    /// ([`MsiRouting::partition_its`]).
+    SeveralIts { first: usize, second: usize },
     /// No SMMU, and the host's translater (`translater`) is not at the
     /// guest's doorbell: a device's MSI would be a DMA write to whatever
     /// sits at the doorbell's physical address.
@@ -313,6 +614,14 @@ impl fmt::Display for NoMsi {
         match self {
             NoMsi::Management => write!(f, "INTx only: the manager (Hermit) has no ITS driver"),
             NoMsi::NoHostIts => write!(f, "INTx only: the host's ITS is absent or did not come up"),
+            NoMsi::NoRoute { rid } => write!(
+                f,
+                "INTx only: requester ID {rid:#06x}'s MSIs reach no host ITS that came up"
+            ),
+            NoMsi::SeveralIts { first, second } => write!(
+                f,
+                "INTx only: its functions' MSIs reach two host ITSes ({first} and {second}), its virtual ITS has one doorbell"
+            ),
             NoMsi::Misplaced { translater } => write!(
                 f,
                 "INTx only: no SMMU, and the host's GITS_TRANSLATER {translater:#x} is not at the guest's doorbell {GUEST_ITS_DOORBELL:#x}"
@@ -390,36 +699,76 @@ impl VitsSink for Collected {
     }
 }
 
-/// [`PitsEnv`] over the locked physical ITS and the partition's pinning.
-struct Env<'a> {
-    host: &'a mut HostIts,
+/// [`PitsEnv`] over one locked physical ITS (ITS `its`), the machine-wide
+/// LPI pool and the partition's pinning. A command's DeviceID is the
+/// guest's (its function's requester ID) until it is sent: then the
+/// DeviceID that ITS sees ([`MsiRouting::route`]).
+struct Env<'a, 'u> {
+    set: &'a ItsSet,
+    its: usize,
+    unit: &'a mut spin::MutexGuard<'u, ItsUnit>,
     /// The LPI routes the GICv3 path sets (None on the GICv4.0 path,
     /// which takes no physical LPI).
     routes: Option<&'a LpiRoutes>,
     p: &'a Partition,
 }
 
-impl ItsPlacement for Env<'_> {
-    fn cpu_of(&self, vcpu: u16) -> Option<u16> {
-        self.host.cpu_of(self.p, vcpu)
+impl<'a, 'u> Env<'a, 'u> {
+    fn on(
+        set: &'a ItsSet,
+        its: usize,
+        unit: &'a mut spin::MutexGuard<'u, ItsUnit>,
+        routes: Option<&'a LpiRoutes>,
+        p: &'a Partition,
+    ) -> Env<'a, 'u> {
+        Env {
+            set,
+            its,
+            unit,
+            routes,
+            p,
+        }
     }
-    fn rdbase(&self, cpu: u16) -> u64 {
-        self.host.rdbase_of(cpu)
-    }
-    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
-        self.host.queue.alloc_itt(bytes)
-    }
-    fn free_itt(&mut self, pa: u64, bytes: usize) {
-        self.host.queue.free_itt(pa, bytes)
+
+    /// The DeviceID this ITS sees for the guest's `device`; None when it
+    /// reaches another ITS or none (never sent: the caller routed first).
+    fn phys_device(&self, device: u32) -> Option<u32> {
+        self.set
+            .routing
+            .route(device)
+            .filter(|t| t.its == self.its)
+            .map(|t| t.device)
     }
 }
 
-impl PitsEnv for Env<'_> {
+impl ItsPlacement for Env<'_, '_> {
+    fn cpu_of(&self, vcpu: u16) -> Option<u16> {
+        let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
+        self.unit.rdbase.get(cpu)?.map(|_| cpu as u16)
+    }
+    fn rdbase(&self, cpu: u16) -> u64 {
+        // 0 for a CPU not online: never named by a mapping.
+        self.unit
+            .rdbase
+            .get(usize::from(cpu))
+            .copied()
+            .flatten()
+            .unwrap_or(0)
+    }
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
+        self.unit.queue.alloc_itt(bytes)
+    }
+    fn free_itt(&mut self, pa: u64, bytes: usize) {
+        self.unit.queue.free_itt(pa, bytes)
+    }
+}
+
+impl PitsEnv for Env<'_, '_> {
     fn alloc_lpi(&mut self) -> Option<u32> {
-        self.host.pool.alloc()
+        self.set.shared.lock(LockPath::PhysIts).pool.alloc()
     }
     fn free_lpi(&mut self, lpi: u32) {
-        self.host.pool.free(lpi)
+        self.set.shared.lock(LockPath::PhysIts).pool.free(lpi)
     }
     fn route(&mut self, lpi: u32, route: Option<LpiRoute>) {
         if let Some(routes) = self.routes {
@@ -427,14 +776,70 @@ impl PitsEnv for Env<'_> {
         }
     }
     fn send(&mut self, cmd: ItsCmd) {
-        self.host.queue.send(&cmd)
+        let cmd = match cmd.device() {
+            None => cmd,
+            Some(d) => match self.phys_device(d) {
+                Some(to) => cmd.with_device(to),
+                None => return,
+            },
+        };
+        self.unit.queue.send(&cmd)
     }
 }
 
 /// The same [`Env`] on the GICv4.0 path: its commands as [`V4Cmd`]s.
-impl V4Env for Env<'_> {
+impl V4Env for Env<'_, '_> {
     fn send(&mut self, cmd: V4Cmd) {
-        self.host.queue.send_v4(&cmd)
+        let cmd = match cmd.device() {
+            None => cmd,
+            Some(d) => match self.phys_device(d) {
+                Some(to) => cmd.with_device(to),
+                None => return,
+            },
+        };
+        self.unit.queue.send_v4(&cmd)
+    }
+}
+
+/// The one ITS lock a batch of a partition's commands holds: kept while
+/// consecutive commands go to the same ITS (one acquisition for a
+/// guest's whole MAPD..MAPTI..INV run), released before another ITS's is
+/// taken, so never two at once.
+struct Held<'s> {
+    set: &'s ItsSet,
+    at: Option<(usize, spin::MutexGuard<'s, ItsUnit>)>,
+}
+
+impl<'s> Held<'s> {
+    /// ITS `i`, locked (kept from the last command when it was the same).
+    fn unit(&mut self, i: usize) -> Option<&mut spin::MutexGuard<'s, ItsUnit>> {
+        if self.at.as_ref().map(|&(j, _)| j) != Some(i) {
+            self.at = None;
+            self.at = Some((i, self.set.unit(i)?));
+        }
+        self.at.as_mut().map(|(_, unit)| unit)
+    }
+}
+
+/// The ITSes a partition's accepted command is applied on: the one its
+/// DeviceID reaches, or for SYNC and INVALL (which name none) every ITS
+/// that came up; Err when its DeviceID reaches none.
+fn targets(set: &ItsSet, cmd: &PhysCmd) -> Result<Vec<usize>, alloc::string::String> {
+    let device = match *cmd {
+        PhysCmd::Mapd { device, .. }
+        | PhysCmd::Mapti { device, .. }
+        | PhysCmd::Movi { device, .. }
+        | PhysCmd::Discard { device, .. }
+        | PhysCmd::Inv { device, .. }
+        | PhysCmd::Int { device, .. }
+        | PhysCmd::Clear { device, .. } => device,
+        PhysCmd::InvAll { .. } | PhysCmd::Sync { .. } => return Ok(set.routing.live().collect()),
+    };
+    match set.routing.route(device) {
+        Some(t) => Ok(alloc::vec![t.its]),
+        None => Err(alloc::format!(
+            "ITS command {cmd:?} not applied: DeviceID {device:#x} reaches no host ITS that came up"
+        )),
     }
 }
 
@@ -466,7 +871,7 @@ pub struct Outcome {
 /// physical ITS; a CPU write here has no DeviceID to give).
 #[allow(clippy::too_many_arguments)]
 pub fn access(
-    its: &CountedLock<Option<HostIts>>,
+    its: Option<&ItsSet>,
     routes: &LpiRoutes,
     p: &Partition,
     owner: &impl crate::vgic::vits::DeviceOwner,
@@ -512,16 +917,23 @@ pub fn access(
     if sink.cmds.is_empty() {
         return out;
     }
-    let mut host = its.lock(LockPath::PhysIts);
-    let Some(host) = host.as_mut() else {
+    let Some(set) = its else {
         return out;
     };
     let v = &mut *v;
     if v.delivery == LpiDelivery::Direct {
-        direct_commands(v, host, p, sink.cmds, &mut out);
+        direct_commands(v, set, p, sink.cmds, &mut out);
         return out;
     }
+    let mut held = Held { set, at: None };
     for cmd in sink.cmds {
+        let on = match targets(set, &cmd) {
+            Ok(on) => on,
+            Err(why) => {
+                out.faults.push(why);
+                continue;
+            }
+        };
         match cmd {
             PhysCmd::Inv { device, event } => {
                 if let Some((vcpu, vintid)) = v.pits.route_of(device, event) {
@@ -540,17 +952,18 @@ pub fn access(
             }
             _ => {}
         }
-        let mut env = Env {
-            host: &mut *host,
-            routes: Some(routes),
-            p,
-        };
-        let applied = v.pits.apply(cmd, &mut env).map_err(|e| pits_fault(cmd, e));
-        record(&mut out, cmd, applied, |device, event, vcpu| {
-            let lpi = v.pits.lpi_of(device, event).unwrap_or(0);
-            let cpu = env.cpu_of(vcpu).unwrap_or(0);
-            alloc::format!("LPI {lpi} on CPU {cpu}")
-        });
+        for i in on {
+            let Some(unit) = held.unit(i) else {
+                continue;
+            };
+            let mut env = Env::on(set, i, unit, Some(routes), p);
+            let applied = v.pits.apply(cmd, &mut env).map_err(|e| pits_fault(cmd, e));
+            record(&mut out, cmd, applied, |device, event, vcpu| {
+                let lpi = v.pits.lpi_of(device, event).unwrap_or(0);
+                let cpu = env.cpu_of(vcpu).unwrap_or(0);
+                alloc::format!("LPI {lpi} on CPU {cpu}, ITS {i}")
+            });
+        }
     }
     out
 }
@@ -593,13 +1006,25 @@ fn record(
 /// becomes the physical INV/VINVALL.
 fn direct_commands(
     v: &mut PartitionVits,
-    host: &mut HostIts,
+    set: &ItsSet,
     p: &Partition,
     cmds: Vec<PhysCmd>,
     out: &mut Outcome,
 ) {
+    let mut held = Held { set, at: None };
     for cmd in cmds {
-        let vl = match v.vlpis_ready(host, p) {
+        let on = match targets(set, &cmd) {
+            Ok(on) => on,
+            Err(why) => {
+                out.faults.push(why);
+                continue;
+            }
+        };
+        if v.vlpis.is_none() {
+            // Making the vPEs takes each ITS's lock in turn.
+            held.at = None;
+        }
+        let vl = match v.vlpis_ready(set, p) {
             Ok(vl) => vl,
             Err(why) => {
                 out.faults.push(alloc::format!(
@@ -608,20 +1033,20 @@ fn direct_commands(
                 continue;
             }
         };
-        let applied = vl
-            .apply(
-                cmd,
-                &mut Env {
-                    host,
-                    routes: None,
-                    p,
-                },
-            )
-            .map_err(|e| alloc::format!("ITS command {cmd:?} not applied as a direct vLPI: {e:?}"));
-        record(out, cmd, applied, |_, _, vcpu| {
-            let vpe = vl.vpe(vcpu).map_or(0, |x| x.id);
-            alloc::format!("direct to vPE {vpe} (GICv4.0, no exit)")
-        });
+        for i in on {
+            let Some(unit) = held.unit(i) else {
+                continue;
+            };
+            let applied = vl
+                .apply(cmd, &mut Env::on(set, i, unit, None, p))
+                .map_err(|e| {
+                    alloc::format!("ITS command {cmd:?} not applied as a direct vLPI: {e:?}")
+                });
+            record(out, cmd, applied, |_, _, vcpu| {
+                let vpe = vl.vpe(vcpu).map_or(0, |x| x.id);
+                alloc::format!("direct to vPE {vpe} (GICv4.0, no exit), ITS {i}")
+            });
+        }
     }
 }
 
@@ -641,7 +1066,7 @@ pub struct DirectLpis {
 /// checked to lie wholly inside its RAM (`v40::vpropbaser`), or the error
 /// says why its vLPIs stay off.
 pub fn lpis_on(
-    its: &CountedLock<Option<HostIts>>,
+    its: Option<&ItsSet>,
     p: &Partition,
     vcpu: u16,
     propbaser: u64,
@@ -664,9 +1089,7 @@ pub fn lpis_on(
             )))
         }
     };
-    let mut host = its.lock(LockPath::PhysIts);
-    let host = host.as_mut()?;
-    let vl = match v.vlpis_ready(host, p) {
+    let vl = match v.vlpis_ready(its?, p) {
         Ok(vl) => vl,
         Err(why) => return Some(Err(why)),
     };
@@ -680,8 +1103,8 @@ pub fn lpis_on(
 }
 
 /// The partition is being deleted (every vCPU put): its vPEs unmapped
-/// (VMAPP V = 0) and their IDs and pending tables given back.
-pub fn release_vpes(its: &CountedLock<Option<HostIts>>, p: &Partition) {
+/// (VMAPP V = 0) on every ITS and their IDs and pending tables given back.
+pub fn release_vpes(its: Option<&ItsSet>, p: &Partition) {
     let Some(lock) = p.vits.as_ref() else {
         return;
     };
@@ -689,39 +1112,47 @@ pub fn release_vpes(its: &CountedLock<Option<HostIts>>, p: &Partition) {
     let Some(mut vl) = v.vlpis.take() else {
         return;
     };
-    let mut host = its.lock(LockPath::PhysIts);
-    if let Some(host) = host.as_mut() {
-        vl.release(&mut Env {
-            host,
-            routes: None,
-            p,
-        });
-        give_back(host, &vl);
+    let Some(set) = its else {
+        return;
+    };
+    for i in set.routing.live() {
+        if let Some(mut unit) = set.unit(i) {
+            let mut env = Env::on(set, i, &mut unit, None, p);
+            vl.release_devices_where(&mut env, |d| on_its(set, d, i));
+            vl.unmap_vpes(&mut env);
+        }
     }
+    give_back(set, &vl);
+}
+
+/// Whether the guest's DeviceID `device` reaches ITS `its`.
+fn on_its(set: &ItsSet, device: u32, its: usize) -> bool {
+    set.routing.route(device).is_some_and(|t| t.its == its)
 }
 
 /// The partition's vITS starts afresh (its start, stop, crash or
 /// deletion, after its functions were quiesced): every device unmapped on
-/// the physical ITS, its LPIs and ITTs given back, its routes cleared.
-pub fn reset(its: &CountedLock<Option<HostIts>>, routes: &LpiRoutes, p: &Partition) {
+/// the ITS it reaches, its LPIs and ITTs given back, its routes cleared.
+pub fn reset(its: Option<&ItsSet>, routes: &LpiRoutes, p: &Partition) {
     let Some(lock) = p.vits.as_ref() else {
         return;
     };
     let mut v = lock.lock(LockPath::Management);
     if v.pits.lpis() > 0 || v.vits.devices() > 0 || v.vlpis.is_some() {
-        let mut host = its.lock(LockPath::PhysIts);
-        if let Some(host) = host.as_mut() {
-            v.pits.release(&mut Env {
-                host,
-                routes: Some(routes),
-                p,
-            });
-            if let Some(vl) = v.vlpis.as_mut() {
-                vl.release_devices(&mut Env {
-                    host,
-                    routes: None,
-                    p,
-                });
+        if let Some(set) = its {
+            for i in set.routing.live() {
+                let Some(mut unit) = set.unit(i) else {
+                    continue;
+                };
+                v.pits
+                    .release_where(&mut Env::on(set, i, &mut unit, Some(routes), p), |d| {
+                        on_its(set, d, i)
+                    });
+                if let Some(vl) = v.vlpis.as_mut() {
+                    vl.release_devices_where(&mut Env::on(set, i, &mut unit, None, p), |d| {
+                        on_its(set, d, i)
+                    });
+                }
             }
         }
     }

@@ -109,6 +109,7 @@ fn its_system_host_bridge() -> Option<crate::dtb::PcieInfo> {
         interrupt_map: Vec::new(),
         interrupt_map_mask: [0; 4],
         node_path: "/pcie@10000000".into(),
+        msi_map: alloc::vec::Vec::new(),
         iommu_map: Vec::new(),
     })
 }
@@ -634,9 +635,7 @@ fn on_gicv4_a_guests_mapti_is_a_vmapti_to_its_vcpus_resident_vpe_and_nothing_rea
     })));
     // No physical LPI, no route, nothing on the GICv3 path.
     assert!(q.sent.lock().is_empty(), "{:?}", q.sent.lock());
-    let its = sys.its.lock(LockPath::Management);
-    assert_eq!(its.as_ref().unwrap().lpis_in_use(), 0);
-    drop(its);
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 0);
     assert_eq!(sys.lpi_routes.get(LPI_BASE), None);
     assert!(
         hw.log.iter().any(|l| l.contains("direct to vPE")),
@@ -666,7 +665,7 @@ fn on_gicv4_a_guests_mapti_is_a_vmapti_to_its_vcpus_resident_vpe_and_nothing_rea
     assert!(!sent.iter().any(|c| matches!(c, V4Cmd::Vmapp { .. })));
     // Deletion unmaps them and gives the pending tables back.
     assert_eq!(q.vpts.lock().len(), 2);
-    crate::its::release_vpes(&sys.its, &p);
+    crate::its::release_vpes(sys.its.as_ref(), &p);
     let sent = q.sent_v4.lock().clone();
     for vpe in [vpe0, vpe1] {
         assert!(sent
@@ -764,25 +763,11 @@ fn a_partition_reset_unmaps_its_devices_and_gives_its_lpis_back() {
     );
     its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(3 * 32));
     assert!(sys.lpi_routes.get(LPI_BASE).is_some());
-    assert_eq!(
-        sys.its
-            .lock(LockPath::Management)
-            .as_ref()
-            .unwrap()
-            .lpis_in_use(),
-        1
-    );
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 1);
     sent.lock().clear();
     sys.reset_pci(&p, &mut hw, "stop");
     assert_eq!(sys.lpi_routes.get(LPI_BASE), None, "route cleared");
-    assert_eq!(
-        sys.its
-            .lock(LockPath::Management)
-            .as_ref()
-            .unwrap()
-            .lpis_in_use(),
-        0
-    );
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 0);
     assert!(sent.lock().iter().any(|c| matches!(
         c,
         ItsCmd::Mapd {
@@ -820,9 +805,7 @@ fn a_guest_maps_no_more_events_than_its_functions_have_msi_vectors() {
     );
     let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
     its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(6 * 32));
-    let its = sys.its.lock(LockPath::Management);
-    assert_eq!(its.as_ref().unwrap().lpis_in_use(), 3);
-    drop(its);
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 3);
     assert_one_fault(&p, before, &hw, "TooManyMappings");
 }
 
@@ -964,4 +947,359 @@ fn the_guest_dts_msi_map_sends_only_its_own_functions_rids_to_its_vits() {
         dt_cells(bridge.property("msi-map").expect("msi-map").value),
         [0x10, its_phandle, 0x10, 1, 0x20, its_phandle, 0x20, 1]
     );
+}
+
+// --- several physical ITSes --------------------------------------------
+
+/// ITS 0 (node 0) at 0x0a00_0000, ITS 1 (node 1) at QEMU's 0x0808_0000
+/// (so its translater is the guest's doorbell: no SMMU needed); CPUs 0-1
+/// on node 0, 2-3 on node 1.
+const ITS0_BASE: u64 = 0x0a00_0000;
+const ITS1_BASE: u64 = 0x0808_0000;
+/// The DeviceID ITS 1 sees for alpha's NIC (requester ID 0x10).
+const NIC_AT_ITS1: u32 = 0x4000;
+
+/// A two-socket host whose bridge sends requester IDs 0x00-0x0f to ITS 0
+/// as themselves and 0x10-0xff to ITS 1 from DeviceID 0x4000 (the
+/// per-root-complex shape of an Ampere Altra); `up[i]`: ITS i came up.
+/// alpha (CPUs 1, 2) is assigned 00:02.0 (0x10: behind ITS 1); CPUs 1 and
+/// 2 have mapped their collections. Returns each ITS's fake queue.
+fn two_its_system(v4: bool, up: [bool; 2]) -> (&'static System, [FakeQueue; 2]) {
+    use crate::dtb::PciMsiMap;
+    use crate::pci::Bdf;
+    let mut h = host(4);
+    h.gic.its = vec![(ITS0_BASE, 0x2_0000), (ITS1_BASE, 0x2_0000)];
+    h.numa = crate::dtb::NumaInfo {
+        cpus: vec![Some(0), Some(0), Some(1), Some(1)],
+        its: vec![Some(0), Some(1)],
+    };
+    let mut bridge = its_system_host_bridge().unwrap();
+    bridge.msi_map = vec![
+        PciMsiMap {
+            rid_base: 0,
+            its_base: ITS0_BASE,
+            device_base: 0,
+            len: 0x10,
+        },
+        PciMsiMap {
+            rid_base: 0x10,
+            its_base: ITS1_BASE,
+            device_base: NIC_AT_ITS1,
+            len: 0xf0,
+        },
+    ];
+    h.pcie = Some(bridge);
+    let queues = [FakeQueue::default(), FakeQueue::default()];
+    let typer = ItsTyper::decode(if v4 { QEMU_TYPER | 1 << 1 } else { QEMU_TYPER });
+    let units = queues
+        .iter()
+        .zip(up)
+        .map(|(q, up)| up.then(|| (typer, Box::new(q.clone()) as Box<dyn ItsQueue>)))
+        .collect();
+    let mut its = HostIts::several(units, 4).unwrap();
+    assert_eq!(its.enable_direct(&gicv4_0_found()), v4);
+    let (sys, _) = system_and_tables(
+        alpha_gets_00_02_0,
+        None,
+        Default::default(),
+        h,
+        vec![nic_function(Bdf {
+            bus: 0,
+            dev: 2,
+            func: 0,
+        })],
+        Some(its),
+    );
+    for cpu in [1, 2] {
+        sys.its_cpu_online(cpu, cpu as u16, 0);
+    }
+    for q in &queues {
+        q.sent.lock().clear();
+        q.sent_v4.lock().clear();
+    }
+    (sys, queues)
+}
+
+#[test]
+fn a_device_behind_its_1_is_mapped_on_its_1_with_its_device_id_there_and_nothing_on_its_0() {
+    let (sys, [q0, q1]) = two_its_system(false, [true, true]);
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+
+    let sent = q1.sent.lock().clone();
+    assert!(
+        sent.iter().any(|c| matches!(
+            c,
+            ItsCmd::Mapd {
+                device: NIC_AT_ITS1,
+                valid: true,
+                ..
+            }
+        )),
+        "{sent:?}"
+    );
+    assert!(sent.contains(&ItsCmd::Mapti {
+        device: NIC_AT_ITS1,
+        event: 1,
+        intid: LPI_BASE,
+        icid: 1
+    }));
+    assert!(sent.iter().all(|c| c.device() != Some(NIC)), "{sent:?}");
+    assert!(q0.sent.lock().is_empty(), "{:?}", q0.sent.lock());
+    // The LPI is the machine's pool's, routed to alpha's vCPU 0.
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 1);
+    assert_eq!(
+        sys.lpi_routes.get(LPI_BASE),
+        Some(LpiRoute {
+            slot: p.index as u16,
+            vcpu: 0,
+            vintid: 8300
+        })
+    );
+    assert_eq!(p.msi, Some(Ok(crate::its::MsiPath::Direct)));
+}
+
+#[test]
+fn every_cpu_maps_its_collection_on_every_its() {
+    let (sys, [q0, q1]) = two_its_system(false, [true, true]);
+
+    sys.its_cpu_online(3, 3, 0);
+
+    for q in [&q0, &q1] {
+        assert_eq!(
+            *q.sent.lock(),
+            [
+                ItsCmd::Mapc {
+                    icid: 3,
+                    rdbase: 3,
+                    valid: true
+                },
+                ItsCmd::Sync { rdbase: 3 }
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_reset_unmaps_the_device_on_the_its_it_reaches_only() {
+    let (sys, [q0, q1]) = two_its_system(false, [true, true]);
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+    q1.sent.lock().clear();
+
+    sys.reset_pci(&p, &mut hw, "stop");
+
+    assert!(q1.sent.lock().iter().any(|c| matches!(
+        c,
+        ItsCmd::Mapd {
+            device: NIC_AT_ITS1,
+            valid: false,
+            ..
+        }
+    )));
+    assert!(q0.sent.lock().iter().all(|c| c.device().is_none()));
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 0);
+    assert_eq!(sys.lpi_routes.get(LPI_BASE), None);
+}
+
+#[test]
+fn on_two_its_a_foreign_device_id_is_still_refused_with_nothing_sent_anywhere() {
+    // 0x18 (00:03.0, beta's side of the bus) reaches ITS 1 too, 1 reaches
+    // ITS 0, and 0x4000 is the NIC's own DeviceID at ITS 1, which a guest
+    // never names (its DeviceIDs are requester IDs): none is alpha's.
+    for foreign in [0x18, 1, NIC_AT_ITS1] {
+        let (sys, [q0, q1]) = two_its_system(false, [true, true]);
+        let mut hw = FakeHw::new();
+        let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+        queue_commands(
+            &mut hw,
+            &p,
+            0,
+            &[mapd(foreign, 4), mapti(foreign, 1, 8300, 0)],
+        );
+        let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
+
+        its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(2 * 32));
+
+        assert_one_fault(&p, before, &hw, "ForeignDevice");
+        assert!(
+            q0.sent.lock().is_empty() && q1.sent.lock().is_empty(),
+            "{foreign:#x}"
+        );
+    }
+}
+
+#[test]
+fn with_its_1_down_a_partition_whose_functions_reach_it_gets_no_vits_and_its_0_still_serves() {
+    let (sys, [q0, q1]) = two_its_system(false, [true, false]);
+    let alpha = sys.partition(sys.assigned(1).unwrap().partition).unwrap();
+
+    assert_eq!(
+        alpha.msi,
+        Some(Err(crate::its::NoMsi::NoRoute { rid: NIC }))
+    );
+    assert!(alpha.vits.is_none());
+    // ITS 0 took CPU 3's collection; nothing went to the one down.
+    sys.its_cpu_online(3, 3, 0);
+    assert_eq!(q0.sent.lock().len(), 2);
+    assert!(q1.sent.lock().is_empty());
+}
+
+#[test]
+fn on_gicv4_0_every_vpe_is_mapped_on_both_itses_and_the_vlpi_on_the_devices_only() {
+    let (sys, [q0, q1]) = two_its_system(true, [true, true]);
+    let mut hw = FakeHw::new();
+    hw.vlpi = Some(Default::default());
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+
+    let vmapps = |q: &FakeQueue| {
+        q.sent_v4
+            .lock()
+            .iter()
+            .filter_map(|c| match *c {
+                V4Cmd::Vmapp {
+                    vpe,
+                    rdbase,
+                    valid: true,
+                    ..
+                } => Some((vpe, rdbase)),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // alpha's two vCPUs (CPUs 1 and 2), the same vPEs on each ITS.
+    let on_0 = vmapps(&q0);
+    assert_eq!(on_0.len(), 2, "{:?}", q0.sent_v4.lock());
+    assert_eq!(on_0.iter().map(|v| v.1).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(on_0, vmapps(&q1));
+    // Each ITS syncs each vPE it mapped before anything else is sent to it.
+    for q in [&q0, &q1] {
+        let sent = q.sent_v4.lock().clone();
+        for (k, c) in sent.iter().enumerate() {
+            if let V4Cmd::Vmapp { vpe, .. } = *c {
+                assert_eq!(sent.get(k + 1), Some(&V4Cmd::Vsync { vpe }), "{sent:?}");
+            }
+        }
+    }
+    let vmapti = |q: &FakeQueue| {
+        q.sent_v4
+            .lock()
+            .iter()
+            .filter(|c| matches!(c, V4Cmd::Vmapti { .. } | V4Cmd::Phys(ItsCmd::Mapd { .. })))
+            .copied()
+            .collect::<Vec<_>>()
+    };
+    assert!(vmapti(&q0).is_empty(), "{:?}", vmapti(&q0));
+    assert!(vmapti(&q1).iter().any(|c| matches!(
+        c,
+        V4Cmd::Vmapti {
+            device: NIC_AT_ITS1,
+            event: 1,
+            vintid: 8300,
+            ..
+        }
+    )));
+    // Deletion unmaps the vPEs on both.
+    crate::exit::put(sys, &mut cpu, &mut hw);
+    crate::its::release_vpes(sys.its.as_ref(), &p);
+    for q in [&q0, &q1] {
+        let unmapped = q
+            .sent_v4
+            .lock()
+            .iter()
+            .filter(|c| matches!(c, V4Cmd::Vmapp { valid: false, .. }))
+            .count();
+        assert_eq!(unmapped, 2);
+    }
+}
+
+#[test]
+fn each_cpu_keeps_the_its_of_its_numa_node() {
+    let (sys, _) = two_its_system(false, [true, true]);
+    let its = sys.its.as_ref().unwrap();
+
+    assert_eq!(
+        (0..4).map(|c| its.local_its(c)).collect::<Vec<_>>(),
+        [0, 0, 1, 1]
+    );
+
+    // With ITS 1 down, node 1's CPUs fall back to ITS 0.
+    let (sys, _) = two_its_system(false, [true, false]);
+    let its = sys.its.as_ref().unwrap();
+    assert_eq!((0..4).map(|c| its.local_its(c)).collect::<Vec<_>>(), [0; 4]);
+}
+
+#[test]
+fn a_partitions_functions_must_all_reach_one_its_that_came_up() {
+    use crate::dtb::PciMsiMap;
+    use crate::its::{MsiRouting, NoMsi};
+    let typer = Some(ItsTyper::decode(QEMU_TYPER));
+    let map = [
+        PciMsiMap {
+            rid_base: 0,
+            its_base: ITS0_BASE,
+            device_base: 0,
+            len: 0x100,
+        },
+        PciMsiMap {
+            rid_base: 0x100,
+            its_base: ITS1_BASE,
+            device_base: 0xfff0,
+            len: 0x100,
+        },
+    ];
+    let its = [(ITS0_BASE, 0x2_0000), (ITS1_BASE, 0x2_0000)];
+    let r = MsiRouting::new(&map, &its, &[typer, typer]);
+
+    assert_eq!(r.partition_its([0x10, 0x20].into_iter()), Ok(ITS0_BASE));
+    assert_eq!(r.partition_its([0x100].into_iter()), Ok(ITS1_BASE));
+    assert_eq!(
+        r.partition_its([0x10, 0x100].into_iter()),
+        Err(NoMsi::SeveralIts {
+            first: 0,
+            second: 1
+        })
+    );
+    // Beyond every entry; past ITS 1's 16 DeviceID bits (0xfff0 + 0x10).
+    assert_eq!(
+        r.partition_its([0x200].into_iter()),
+        Err(NoMsi::NoRoute { rid: 0x200 })
+    );
+    assert_eq!(
+        r.partition_its([0x110].into_iter()),
+        Err(NoMsi::NoRoute { rid: 0x110 })
+    );
+    // ITS 1 down.
+    let r = MsiRouting::new(&map, &its, &[typer, None]);
+    assert_eq!(
+        r.partition_its([0x100].into_iter()),
+        Err(NoMsi::NoRoute { rid: 0x100 })
+    );
+    // No msi-map: every requester ID to the first ITS as itself.
+    let r = MsiRouting::new(&[], &its, &[typer, typer]);
+    assert_eq!(
+        r.route(0x123),
+        Some(crate::its::MsiTarget {
+            its: 0,
+            device: 0x123
+        })
+    );
+}
+
+#[test]
+fn a_guests_command_batch_takes_its_devices_its_lock_once_and_the_pool_lock_per_lpi() {
+    let (sys, _) = two_its_system(false, [true, true]);
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    let before = sys.locks.count(LockPath::PhysIts);
+
+    // MAPD, MAPC, MAPTI, INV of the NIC behind ITS 1: one LPI.
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+
+    assert_eq!(sys.locks.count(LockPath::PhysIts) - before, 2);
 }

@@ -49,9 +49,9 @@ pub enum LockPath {
     /// A guest access to its virtual ITS (`its`: the partition's lock; any
     /// of its vCPUs may program its one command queue).
     ItsTrap = 14,
-    /// The physical ITS's command queue and LPI pool (`its::HostIts`: one
-    /// queue for the machine): a guest's accepted ITS command, a
-    /// partition's reset, a CPU mapping its collection.
+    /// A physical ITS's command queue (`its::ItsSet`: one lock per ITS)
+    /// and the machine-wide LPI pool and vPE IDs: a guest's accepted ITS
+    /// command, a partition's reset, a CPU mapping its collection.
     PhysIts = 15,
 }
 

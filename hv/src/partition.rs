@@ -427,10 +427,14 @@ impl Partition {
             ));
             let mut fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
             let smmu = !bridge.iommu_map.is_empty();
-            let host_its = pci_host
-                .its
-                .and(host.gic.its.first().map(|&(base, _)| base));
-            let path = crate::its::msi_path(pp.management, host_its, smmu);
+            // The one ITS its functions' MSIs reach (`MsiRouting`).
+            let path = match (pp.management, &pci_host.msi_routing) {
+                (true, _) => Err(crate::its::NoMsi::Management),
+                (false, None) => Err(crate::its::NoMsi::NoHostIts),
+                (false, Some(r)) => r
+                    .partition_its(a.functions.iter().map(|f| u32::from(f.bdf.rid())))
+                    .and_then(|base| crate::its::msi_path(false, Some(base), smmu)),
+            };
             if let (Ok(_), Some(typer)) = (path, pci_host.its) {
                 let vectors = lpi_budget(pp, &a, pci_host)?;
                 fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);

@@ -272,6 +272,7 @@ impl System {
             existing.iter().filter(|p| p.index != index).map(|p| &**p),
         );
         held.its = self.its_typer;
+        held.msi_routing = self.its.as_ref().map(|i| i.routing.clone());
         held.vlpi = self.its_direct;
         held.vsgi = self.vsgi.is_some();
         let tables = hw.tables();
@@ -455,7 +456,7 @@ impl System {
         // Its functions reset before its RAM is scrubbed and reused.
         self.reset_pci(p, hw, "delete");
         // Every vCPU is put: its vPEs (direct vLPIs) can be unmapped.
-        crate::its::release_vpes(&self.its, p);
+        crate::its::release_vpes(self.its.as_ref(), p);
         // Its vSGI vPEs (GICv4.1) likewise, their tables freed.
         crate::vsgi::release(self, p);
         // No device DMA through its tables or into its RAM from here on.

@@ -612,6 +612,7 @@ mod tests {
             interrupt_map: Vec::new(),
             interrupt_map_mask: [0; 4],
             node_path: alloc::string::String::from("/pcie@10000000"),
+            msi_map: alloc::vec::Vec::new(),
             iommu_map: Vec::new(),
         }
     }

@@ -121,9 +121,9 @@ pub struct System {
     pub(crate) smmu_on: AtomicBool,
     /// The functions behind the host bridge, found at boot (`vpci`).
     pub pci_functions: Vec<crate::vpci::HostFunction>,
-    /// The physical ITS, once initialised (`its`): its command queue and
-    /// LPI pool behind the `phys_its` lock.
-    pub its: CountedLock<Option<crate::its::HostIts>>,
+    /// The physical ITSes, once initialised (`its`): each ITS's command
+    /// queue behind its own `phys_its` lock, the LPI pool behind one more.
+    pub its: Option<crate::its::ItsSet>,
     /// Its GITS_TYPER (read without the lock: which partitions get a vITS).
     pub its_typer: Option<crate::vgic::pits::ItsTyper>,
     /// Its MSIs are direct vLPIs (GICv4.0): partitions' vITSes take vPEs.
@@ -179,10 +179,11 @@ impl System {
             pci_functions,
             its,
         } = inputs;
-        let its_typer = its.as_ref().map(|i| i.typer);
-        let its_direct = its.as_ref().is_some_and(crate::its::HostIts::direct);
-        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its_typer.as_ref(), locks);
         let cpu_count = host.cpus.len().min(MAX_CPUS);
+        let its = its.map(|i| crate::its::ItsSet::new(i, &host, cpu_count, locks));
+        let its_typer = its.as_ref().map(|i| i.typer);
+        let its_direct = its.as_ref().is_some_and(crate::its::ItsSet::direct);
+        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its_typer.as_ref(), locks);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
                 "{} CPUs in the host description; driving the first {} (MAX_CPUS), the rest stay offline",
@@ -201,6 +202,7 @@ impl System {
             }
             let mut held = crate::partition::pci_held(&pci_functions, partitions.iter());
             held.its = its_typer;
+            held.msi_routing = its.as_ref().map(|i| i.routing.clone());
             held.vlpi = its_direct;
             held.vsgi = vsgi.is_some();
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
@@ -268,7 +270,7 @@ impl System {
             smmu: CountedLock::new(None, locks),
             smmu_on: AtomicBool::new(false),
             pci_functions,
-            its: CountedLock::new(its, locks),
+            its,
             its_typer,
             its_direct,
             vsgi,
@@ -627,7 +629,7 @@ impl System {
     /// CPU `cpu` has enabled LPIs on its redistributor (the platform, from
     /// that CPU's bring-up): its collection is mapped on the physical ITS.
     pub fn its_cpu_online(&self, cpu: usize, processor_number: u16, redist_pa: u64) {
-        if let Some(its) = self.its.lock(LockPath::PhysIts).as_mut() {
+        if let Some(its) = self.its.as_ref() {
             its.cpu_online(cpu, processor_number, redist_pa);
         }
     }
@@ -678,7 +680,7 @@ impl System {
             hw.log(format_args!("partition {} ({why}): {q}", p.name));
         }
         // Its functions are quiet: their MSIs' physical state goes too.
-        crate::its::reset(&self.its, &self.lpi_routes, p);
+        crate::its::reset(self.its.as_ref(), &self.lpi_routes, p);
         *p.pci_found.lock(LockPath::Management) = pci_report(&done);
     }
 

@@ -326,6 +326,9 @@ pub struct PciHost<'a> {
     /// The physical ITS, when it came up: partitions that may use MSI get
     /// a virtual ITS in front of it (`its::msi_path`).
     pub its: Option<crate::vgic::pits::ItsTyper>,
+    /// Where each requester ID's MSIs go (`its::MsiRouting`), with the
+    /// ITSes that came up: a partition's functions must all reach one.
+    pub msi_routing: Option<crate::its::MsiRouting>,
     /// That ITS injects MSIs as direct vLPIs (GICv4.0, `its::HostIts::direct`).
     pub vlpi: bool,
     /// SGIs between vCPUs are GICv4.1 direct vSGIs (`vsgi`).

@@ -152,6 +152,7 @@ fn host_bridge() -> PcieInfo {
         interrupt_map_mask: [0x1800, 0, 0, 7],
         iommu_map: Vec::new(),
         node_path: String::from("/pcie@10000000"),
+        msi_map: alloc::vec::Vec::new(),
     }
 }
 

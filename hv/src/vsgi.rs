@@ -51,7 +51,7 @@
 //! `pinfold-gicmodel` through the exit path (`vsgi_exit_tests.rs`).
 
 use crate::exit::{fault, Hw};
-use crate::lockstat::{CountedLock, LockPath, LockStat};
+use crate::lockstat::{CountedLock, LockStat};
 use crate::partition::Partition;
 use crate::ratelimit::FaultKind;
 use crate::system::System;
@@ -171,11 +171,18 @@ fn reset_cfg(p: &Partition, vcpu: usize) -> SgiCfgs {
     VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, 0).sgi_configs()
 }
 
-/// Sends `words` on ITS `its` (only ITS 0, the host's `HostIts`, exists).
-fn send_on(host_its: &mut crate::its::HostIts, its: usize, words: [u64; 4]) {
+/// Sends `words` on ITS `its` when it is the one whose lock `unit` is
+/// (ITS 0: `VsgiHost::its_count` is 1, the platform drives vSGIs on ITS 0
+/// only).
+fn send_on(unit: &mut crate::its::ItsUnit, its: usize, words: [u64; 4]) {
     if its == 0 {
-        host_its.queue_mut().send_words(words);
+        unit.queue_mut().send_words(words);
     }
+}
+
+/// ITS 0's unit, under its `phys_its` lock: the vSGI commands' ITS.
+fn vsgi_unit(sys: &System) -> Option<spin::MutexGuard<'_, crate::its::ItsUnit>> {
+    sys.its.as_ref()?.unit(0)
 }
 
 /// Partition start, every vCPU off: the previous run's vPEs unmapped and
@@ -197,8 +204,8 @@ fn map_vcpu(
     p: &Partition,
     vcpu: usize,
 ) -> Result<(), &'static str> {
-    let mut guard = sys.its.lock(LockPath::PhysIts);
-    let its = guard.as_mut().ok_or("no ITS")?;
+    let mut guard = vsgi_unit(sys).ok_or("no ITS")?;
+    let its = &mut *guard;
     if v.vpts[vcpu].load(Ordering::Acquire) != 0 {
         return Ok(());
     }
@@ -240,14 +247,14 @@ pub fn release(sys: &System, p: &Partition) {
     let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
         return;
     };
-    if let Some(its) = sys.its.lock(LockPath::PhysIts).as_mut() {
-        unmap_locked(its, host, v);
+    if let Some(mut its) = vsgi_unit(sys) {
+        unmap_locked(&mut its, host, v);
     }
 }
 
 /// Unmaps `p`'s mapped vPEs (VMAPP V = 0 on every ITS, Alloc on the last)
 /// and frees their tables; nothing when none are mapped.
-fn unmap_locked(its: &mut crate::its::HostIts, host: &VsgiHost, v: &PartitionVsgi) {
+fn unmap_locked(its: &mut crate::its::ItsUnit, host: &VsgiHost, v: &PartitionVsgi) {
     let vconf = v.vconf.swap(0, Ordering::AcqRel);
     let bytes = vpt_bytes(VPT_BITS);
     for (n, slot) in v.vpts.iter().enumerate() {
@@ -385,9 +392,9 @@ fn send_reconfigure(sys: &System, vpe: u16, before: &SgiCfgs, after: &SgiCfgs) -
     if cmds.is_empty() {
         return false;
     }
-    if let Some(its) = sys.its.lock(LockPath::PhysIts).as_mut() {
+    if let Some(mut its) = vsgi_unit(sys) {
         for c in cmds {
-            send_on(its, 0, c);
+            send_on(&mut its, 0, c);
         }
     }
     true

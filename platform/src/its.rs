@@ -1,16 +1,22 @@
-//! The host's GICv3 ITS, the platform half: found from the host description
-//! (`arm,gic-v3-its`), its tables and command queue set up once at boot
-//! (`drivers::gicv3_its`) in host RAM taken before any partition is placed,
-//! the physical LPI property table and one pending table per CPU, each
-//! CPU's GICR_PROPBASER/PENDBASER/EnableLPIs from its own bring-up, and the
-//! command queue the core drives (`pinfold_hv::its::ItsQueue`; the core
-//! keeps it behind its one `phys_its` lock). A host without an ITS, or one
-//! that does not come up, keeps MSI off (no partition gets a virtual ITS).
-//! On a GICv4.0 host (every redistributor VLPIS, the ITS Virtual: the
-//! driver gives the ITS its vPE table at init) direct vLPIs are turned on
-//! (`HostIts::enable_direct`), vPE pending tables come from the EL2 heap,
-//! and each CPU's VLPI frame ([`VlpiFrame`]) is handed to its own
-//! `PlatformHw` for the core's residency changes (`vgic::v40::Residency`).
+//! The host's GICv3 ITSes, the platform half: found from the host
+//! description (every enabled `arm,gic-v3-its`, DT or MADT order), set up
+//! once at boot in host RAM taken before any partition is placed: the
+//! physical LPI property table and one pending table per CPU (one set for
+//! the machine: LPIs are the redistributors'), then each ITS's own tables
+//! and command queue (`drivers::gicv3_its`); each CPU's
+//! GICR_PROPBASER/PENDBASER/EnableLPIs from its own bring-up, and each
+//! ITS's command queue for the core (`pinfold_hv::its::ItsQueue`; the
+//! core keeps each behind its own `phys_its` lock and routes each
+//! device's commands to the ITS the host bridge's `msi-map`/IORT names).
+//! An ITS that does not come up is said on the log and left out: the
+//! devices whose MSIs it takes get none, the other ITSes keep working. A
+//! host without an ITS, or with none that came up, keeps MSI off (no
+//! partition gets a virtual ITS). On a GICv4.0 host (every redistributor
+//! VLPIS, every ITS Virtual: the driver gives each its vPE table at init)
+//! direct vLPIs are turned on (`HostIts::enable_direct`), vPE pending
+//! tables come from the EL2 heap, and each CPU's VLPI frame
+//! ([`VlpiFrame`]) is handed to its own `PlatformHw` for the core's
+//! residency changes (`vgic::v40::Residency`).
 
 use crate::{arch, hvlog};
 use alloc::boxed::Box;
@@ -21,13 +27,26 @@ use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::its::{HostIts, ItsQueue};
 use pinfold_hv::memmap::FreeMemory;
 use pinfold_hv::system::System;
-use pinfold_hv::vgic::pits::ITT_ALIGN;
+use pinfold_hv::vgic::pits::{ItsTyper, ITT_ALIGN};
 use pinfold_hv::vgic::v40::{V40Hw, V4Cmd, VPT_ALIGN};
 
-/// Host RAM for the ITS's flat tables (a 16-bit DeviceID space of 8-byte
-/// entries is 512 KiB), the command queue, the property table and the
-/// CPUs' pending tables (64 KiB aligned each).
+/// Host RAM for one ITS's flat tables (a 16-bit DeviceID space of 8-byte
+/// entries is 512 KiB; the collection and, on a GICv4 ITS, vPE tables) and
+/// its command queue, 64 KiB aligned each.
 const REGION: u64 = 2 << 20;
+
+/// Host RAM, zeroed, of `bytes` (64 KiB aligned), taken from the top of
+/// `free`; None (said on the log, naming `what`) when there is none.
+fn take_zeroed(free: &mut FreeMemory, bytes: u64, what: &str) -> Option<u64> {
+    let Some(region) = free.take_top(bytes, 0x1_0000) else {
+        hvlog!("its: no {} KiB of RAM for {what}", bytes >> 10);
+        return None;
+    };
+    // SAFETY: `region` was just taken from free RAM (identity mapped,
+    // normal memory at EL2); nothing else uses it.
+    unsafe { core::ptr::write_bytes(region as *mut u8, 0, bytes as usize) };
+    Some(region)
+}
 
 /// The physical LPI tables every CPU's redistributor points at.
 struct LpiTables {
@@ -88,21 +107,63 @@ impl ItsQueue for Queue {
     }
 }
 
-/// Sets up the first ITS of the host description for `cpus` CPUs, its
-/// memory taken from `free`; None (said on the log) without one or when
-/// it does not come up.
+/// Sets up every ITS of the host description for `cpus` CPUs, their
+/// memory taken from `free`: the LPI property table and one pending table
+/// per CPU (shared by every ITS: an LPI is the redistributor's), then each
+/// ITS's tables and command queue. An ITS that does not come up is said
+/// on the log and left out (the core routes nothing to it: the devices
+/// whose MSIs it would take get none); None without any that came up.
 pub fn init(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostIts> {
-    let &(base, _) = host.gic.its.first()?;
-    let Some(region) = free.take_top(REGION, 0x1_0000) else {
-        hvlog!(
-            "its: no {} KiB of RAM for its tables: MSI stays off",
-            REGION >> 10
-        );
+    if host.gic.its.is_empty() {
+        return None;
+    }
+    let pend_stride = PEND_TABLE_BYTES.next_multiple_of(0x1_0000);
+    let lpi_bytes = (PROP_TABLE_BYTES.next_multiple_of(0x1_0000) + cpus * pend_stride) as u64;
+    let lpi_region = take_zeroed(free, lpi_bytes, "the LPI tables: MSI stays off")?;
+    let prop = lpi_region as usize;
+    let pend: Vec<usize> = (0..cpus)
+        .map(|c| prop + PROP_TABLE_BYTES.next_multiple_of(0x1_0000) + c * pend_stride)
+        .collect();
+    // Every physical LPI enabled at one priority: the guest's own
+    // property table decides at injection (`vgic::pits`).
+    // SAFETY: `prop` is PROP_TABLE_BYTES of the region above.
+    unsafe { core::ptr::write_bytes(prop as *mut u8, LPI_CONFIG, PROP_TABLE_BYTES) };
+    arch::clean_dcache_range(lpi_region, lpi_bytes);
+    let units = host
+        .gic
+        .its
+        .iter()
+        .enumerate()
+        .map(|(i, &(base, _))| init_one(i, base, free, cpus))
+        .collect();
+    let Some(mut host_its) = HostIts::several(units, cpus) else {
+        // The tables stay taken: nothing points at them, they are small.
+        hvlog!("its: no ITS came up: MSI stays off");
         return None;
     };
-    // SAFETY: `region` was just taken from free RAM (identity mapped,
-    // normal memory at EL2); nothing else uses it.
-    unsafe { core::ptr::write_bytes(region as *mut u8, 0, REGION as usize) };
+    TABLES.call_once(|| LpiTables { prop, pend });
+    // The vPE tables were given at init (a GICv4 ITS asks for one); direct
+    // injection also needs every redistributor's VLPIS and every ITS that
+    // came up to be a GICv4 one.
+    if host_its.enable_direct(&host.gic.found) {
+        hvlog!(
+            "its: GICv4.0: partitions' MSIs are direct vLPIs ({} vPEs, no doorbells)",
+            pinfold_hv::vgic::v40::VPE_COUNT
+        );
+    }
+    Some(host_its)
+}
+
+/// ITS `index` of the host description, at `base`: its tables and command
+/// queue in [`REGION`] of host RAM, initialised and enabled; None (said
+/// on the log) when it does not come up.
+fn init_one(
+    index: usize,
+    base: u64,
+    free: &mut FreeMemory,
+    cpus: usize,
+) -> Option<(ItsTyper, Box<dyn ItsQueue>)> {
+    let region = take_zeroed(free, REGION, "an ITS's tables: its devices get no MSI")?;
     let end = region + REGION;
     let mut next = region;
     let mut alloc = |bytes: usize, align: usize| {
@@ -112,46 +173,24 @@ pub fn init(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostI
             at as usize
         })
     };
-    // SAFETY: `base` is the ITS control frame the host description names,
+    // SAFETY: `base` is an ITS control frame the host description names,
     // device memory in the EL2 identity map; this is its only user.
     let mut its = unsafe { GicV3Its::new(base as usize) };
     if let Err(e) = its.init(cpus, &mut alloc) {
-        hvlog!("its: the ITS at {base:#x} did not come up ({e:?}): MSI stays off");
+        // Its memory stays taken: the ITS may already point at it.
+        hvlog!("its: ITS {index} at {base:#x} did not come up ({e:?}): its devices get no MSI");
         return None;
     }
-    let (Some(prop), Some(pend)) = (
-        alloc(PROP_TABLE_BYTES, 4096),
-        (0..cpus)
-            .map(|_| alloc(PEND_TABLE_BYTES, 0x1_0000))
-            .collect::<Option<Vec<usize>>>(),
-    ) else {
-        hvlog!("its: no room for the LPI tables: MSI stays off");
-        return None;
-    };
-    // Every physical LPI enabled at one priority: the guest's own
-    // property table decides at injection (`vgic::pits`).
-    // SAFETY: `prop` is PROP_TABLE_BYTES of the region above.
-    unsafe { core::ptr::write_bytes(prop as *mut u8, LPI_CONFIG, PROP_TABLE_BYTES) };
     arch::clean_dcache_range(region, REGION);
-    TABLES.call_once(|| LpiTables { prop, pend });
     let typer = its.typer();
     hvlog!(
-        "its: GICv3 ITS at {base:#x}: DeviceID bits {}, EventID bits {}, {} LPIs from {}",
+        "its: ITS {index}: GICv3 ITS at {base:#x}: DeviceID bits {}, EventID bits {}, {} LPIs from {}",
         typer.device_bits,
         typer.id_bits,
         pinfold_hv::vgic::pits::LPI_COUNT,
         pinfold_hv::vgic::pits::LPI_BASE
     );
-    let mut host_its = HostIts::new(typer, Box::new(Queue(its)), cpus);
-    // The vPE table was given at init (a GICv4 ITS asks for one); direct
-    // injection also needs every redistributor's VLPIS.
-    if host_its.enable_direct(&host.gic.found) {
-        hvlog!(
-            "its: GICv4.0: partitions' MSIs are direct vLPIs ({} vPEs, no doorbells)",
-            pinfold_hv::vgic::v40::VPE_COUNT
-        );
-    }
-    Some(host_its)
+    Some((typer, Box::new(Queue(its))))
 }
 
 /// A CPU's own redistributor VLPI frame (RD_base + 0x2_0000 on a GICv4

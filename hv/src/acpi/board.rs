@@ -76,6 +76,7 @@ fn qemu_virt(host: &mut HostInfo, ecam: Ecam) {
         interrupt_map,
         interrupt_map_mask: [0x1800, 0, 0, 7],
         node_path: "/pcie@10000000".to_string(),
+        msi_map: alloc::vec::Vec::new(),
         // Filled from the IORT, when there is one (`parse_host_acpi`,
         // which also adds its SMMUv3s to `devices`).
         iommu_map: alloc::vec::Vec::new(),

@@ -4,8 +4,10 @@
 //! path makes of the node, its Model carried as the device's
 //! `SmmuModel`: HiSilicon Hi161x, Cavium CN99xx) and the root complex's mappings to an SMMUv3
 //! the host bridge's `iommu_map` (`Iort::pci_iommu_map`), which together
-//! are what `hv::smmu` finds and programs; the ITS groups are
-//! kept for the vITS work. A GICv5 host's IWBs (wire-to-MSI bridges) are
+//! are what `hv::smmu` finds and programs; the mappings that end in an
+//! ITS group, directly or through an SMMUv3, are the host bridge's
+//! `msi_map` (`Iort::pci_msi_map`: which ITS each requester ID's MSIs
+//! reach, as which DeviceID). A GICv5 host's IWBs (wire-to-MSI bridges) are
 //! IORT nodes too (type 7, IORT revision E.g; ACPICA `acpi_iort_iwb`), not
 //! MADT entries: `Iort::iwbs` (base, index, namespace path), read but not
 //! used (a GICv5 host does not boot partitions yet, docs/GICV5.md).
@@ -17,7 +19,7 @@
 use alloc::vec::Vec;
 
 use super::{AcpiError, Bytes, Table};
-use crate::dtb::{HostDevice, PciIommuMap, SmmuModel};
+use crate::dtb::{HostDevice, PciIommuMap, PciMsiMap, SmmuModel};
 
 /// Node types (IORT table 4).
 const ITS_GROUP: u8 = 0;
@@ -270,6 +272,86 @@ impl Iort {
                 })
             })
             .collect()
+    }
+
+    /// The requester ID -> DeviceID mappings of PCI segment `segment`'s
+    /// root complex into ITS groups, as the DT's `msi-map` gives them:
+    /// directly (the RC's mapping names the group) or through an SMMUv3
+    /// (the RC's StreamIDs through the SMMU's own mappings into a group;
+    /// each overlap one entry). A group's ITS is its first (as Linux's
+    /// `iort_dev_find_its_id`), named by MADT GIC ITS ID: `its` pairs each
+    /// MADT ITS's ID with its base. Single mappings (an SMMU's own MSIs)
+    /// are left out, and so are mappings into a group whose ITS the MADT
+    /// does not list (those requester IDs get no MSI: the host's own
+    /// description of the ITS is missing, not only its routing); a group
+    /// with no ITS is refused.
+    pub fn pci_msi_map(
+        &self,
+        segment: u32,
+        its: &[(u32, u64)],
+    ) -> Result<Vec<PciMsiMap>, AcpiError> {
+        let group_base = |at: u32| -> Result<Option<u64>, AcpiError> {
+            let Some(g) = self.its_groups.iter().find(|g| g.offset == at) else {
+                return Ok(None);
+            };
+            let id = g
+                .its_ids
+                .first()
+                .ok_or(self.malformed("ITS group with no ITS"))?;
+            Ok(its.iter().find(|&&(i, _)| i == *id).map(|&(_, base)| base))
+        };
+        let mut map = Vec::new();
+        let rc_maps = self
+            .root_complexes
+            .iter()
+            .filter(|rc| rc.segment == segment)
+            .flat_map(|rc| &rc.id_mappings)
+            .filter(|m| m.flags & 1 == 0);
+        for m in rc_maps {
+            let (rid_base, len) = (m.input_base, u64::from(m.num_ids) + 1);
+            if let Some(its_base) = group_base(m.output_ref)? {
+                map.push(PciMsiMap {
+                    rid_base,
+                    its_base,
+                    device_base: m.output_base,
+                    len: len as u32,
+                });
+                continue;
+            }
+            let Some(smmu) = self.smmus.iter().find(|s| s.offset == m.output_ref) else {
+                continue;
+            };
+            // StreamIDs [sid, sid_end) from the RC, through each SMMU
+            // mapping's input range into its group.
+            let (sid, sid_end) = (u64::from(m.output_base), u64::from(m.output_base) + len);
+            for s in smmu.id_mappings.iter().filter(|s| s.flags & 1 == 0) {
+                let Some(its_base) = group_base(s.output_ref)? else {
+                    continue;
+                };
+                let (lo, hi) = (
+                    u64::from(s.input_base),
+                    u64::from(s.input_base) + u64::from(s.num_ids) + 1,
+                );
+                let (from, to) = (sid.max(lo), sid_end.min(hi));
+                if from >= to {
+                    continue;
+                }
+                map.push(PciMsiMap {
+                    rid_base: (u64::from(rid_base) + from - sid) as u32,
+                    its_base,
+                    device_base: (u64::from(s.output_base) + from - lo) as u32,
+                    len: (to - from) as u32,
+                });
+            }
+        }
+        Ok(map)
+    }
+
+    fn malformed(&self, what: &'static str) -> AcpiError {
+        AcpiError::Malformed {
+            table: super::Signature::IORT,
+            what,
+        }
     }
 }
 

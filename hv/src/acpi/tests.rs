@@ -1859,3 +1859,102 @@ fn iort_gicv5_iwb_nodes_are_read_and_a_bad_name_is_refused() {
         ))
     );
 }
+
+#[test]
+fn iort_root_complex_mappings_into_two_its_groups_are_the_bridges_msi_map() {
+    // ITS groups at 48 (ITS ID 0) and 72 (ITS ID 7), RC at 96: buses 0
+    // and 1 to the first as themselves, buses 2-3 to the second from
+    // DeviceID 0x1_0000.
+    let g0 = node(0, 1, &words(&[1, 0]), &[]);
+    let g1 = node(0, 1, &words(&[1, 7]), &[]);
+    let mut rc_data = words(&[1, 0, 0, 0]);
+    rc_data.extend_from_slice(&[48, 0, 0, 0]);
+    let rc = node(
+        2,
+        1,
+        &rc_data,
+        &[[0, 0x1ff, 0, 48, 0], [0x200, 0x1ff, 0x1_0000, 72, 0]],
+    );
+    let iort = iort(&[g0, g1, rc]).parse().unwrap().iort.unwrap();
+    let madt_its = [(0, 0x808_0000), (7, 0x80c_0000)];
+
+    let map = iort.pci_msi_map(0, &madt_its).unwrap();
+
+    let entry = |rid_base, its_base, device_base| crate::dtb::PciMsiMap {
+        rid_base,
+        its_base,
+        device_base,
+        len: 0x200,
+    };
+    assert_eq!(
+        map,
+        [entry(0, 0x808_0000, 0), entry(0x200, 0x80c_0000, 0x1_0000)]
+    );
+    assert_eq!(iort.pci_msi_map(1, &madt_its), Ok(vec![]));
+    // A group naming an ITS the MADT does not have: no MSI there.
+    assert_eq!(
+        iort.pci_msi_map(0, &madt_its[..1]),
+        Ok(vec![entry(0, 0x808_0000, 0)])
+    );
+}
+
+#[test]
+fn iort_msi_map_through_an_smmu_composes_its_stream_ids_into_the_its_group() {
+    // ITS groups at 48 (ID 0) and 72 (ID 1), SMMUv3 at 96 sending
+    // StreamIDs 0-0xff to group 0 and 0x100-0x1ff to group 1 from
+    // DeviceID 0x4000; the RC sends requester IDs 0x80-0x17f to StreamIDs
+    // from 0x80.
+    let g0 = node(0, 1, &words(&[1, 0]), &[]);
+    let g1 = node(0, 1, &words(&[1, 1]), &[]);
+    let mut smmu_data = 0x905_0000u64.to_le_bytes().to_vec();
+    smmu_data.extend_from_slice(&words(&[0, 0]));
+    smmu_data.extend_from_slice(&0u64.to_le_bytes());
+    smmu_data.extend_from_slice(&words(&[0, 106, 107, 108, 109, 0, 0]));
+    let smmu = node(
+        4,
+        4,
+        &smmu_data,
+        &[
+            [0, 0xff, 0, 48, 0],
+            [0x100, 0xff, 0x4000, 72, 0],
+            [0, 0, 0x9, 48, 1],
+        ],
+    );
+    let mut rc_data = words(&[1, 0, 0, 0]);
+    rc_data.extend_from_slice(&[48, 0, 0, 0]);
+    let rc = node(2, 1, &rc_data, &[[0x80, 0xff, 0x80, 96, 0]]);
+    let iort = iort(&[g0, g1, smmu, rc]).parse().unwrap().iort.unwrap();
+
+    let map = iort
+        .pci_msi_map(0, &[(0, 0x808_0000), (1, 0x80a_0000)])
+        .unwrap();
+
+    let entry = |rid_base, its_base, device_base| crate::dtb::PciMsiMap {
+        rid_base,
+        its_base,
+        device_base,
+        len: 0x80,
+    };
+    assert_eq!(
+        map,
+        [
+            entry(0x80, 0x808_0000, 0x80),
+            entry(0x100, 0x80a_0000, 0x4000)
+        ]
+    );
+}
+
+#[test]
+fn qemu_acpi_msi_map_is_the_dt_ones() {
+    let pcie = qemu().parse().unwrap().host.pcie.unwrap();
+
+    assert_eq!(
+        pcie.msi_map,
+        [crate::dtb::PciMsiMap {
+            rid_base: 0,
+            its_base: 0x808_0000,
+            device_base: 0,
+            len: 0x1_0000
+        }]
+    );
+}

@@ -1,6 +1,7 @@
 //! Reads the DTB firmware hands the hypervisor (x0 at entry): memory, CPUs,
-//! GIC frames, timer PPIs, console UART, PSCI conduit, PCIe host bridge and
-//! every device node with MMIO (an SMMUv3's errata from its quirk
+//! GIC frames, timer PPIs, console UART, PSCI conduit, PCIe host bridge
+//! (with its `iommu-map` and its `msi-map`/`msi-parent`: which SMMU and
+//! which ITS each requester ID reaches) and every device node with MMIO (an SMMUv3's errata from its quirk
 //! properties, `SmmuModel`); turns that into the `HostResources` the
 //! plan's isolation check runs against; and finds the console UART alone
 //! (`early_uart`) when the full parse fails, so the error can be printed.
@@ -316,6 +317,37 @@ pub struct PcieInfo {
     /// `iommu-map` (bindings/pci/pci-iommu.txt): which SMMU each requester
     /// ID reaches and as which StreamID; empty when DMA is not translated.
     pub iommu_map: Vec<PciIommuMap>,
+    /// `msi-map` / `msi-parent` (bindings/pci/pci-msi.txt), or the ACPI
+    /// IORT's root complex mappings into ITS groups: which ITS each
+    /// requester ID's MSIs reach and with which DeviceID. Empty when the
+    /// description names none (every requester ID then goes to the first
+    /// ITS as its own DeviceID, `its::MsiRouting`).
+    pub msi_map: Vec<PciMsiMap>,
+}
+
+/// One `msi-map` entry: `len` requester IDs from `rid_base` reach the
+/// ITS whose first `reg` is at `its_base` as DeviceIDs from
+/// `device_base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PciMsiMap {
+    pub rid_base: u32,
+    pub its_base: u64,
+    pub device_base: u32,
+    pub len: u32,
+}
+
+impl PciMsiMap {
+    /// The DeviceID of requester ID `rid`, if this entry maps it.
+    pub fn device_id(&self, rid: u32) -> Option<u32> {
+        let off = rid.checked_sub(self.rid_base).filter(|&o| o < self.len)?;
+        Some(self.device_base + off)
+    }
+
+    fn overlaps(&self, rid_base: u32, len: u32) -> bool {
+        let end = |b: u32, l: u32| u64::from(b) + u64::from(l);
+        u64::from(rid_base) < end(self.rid_base, self.len)
+            && u64::from(self.rid_base) < end(rid_base, len)
+    }
 }
 
 /// One `iommu-map` entry: `len` requester IDs from `rid_base` reach the
@@ -827,7 +859,77 @@ fn parse_pcie(tree: &Tree, gic: usize) -> Result<Option<PcieInfo>, DtbError> {
         interrupt_map_mask,
         node_path: tree.path(pcie),
         iommu_map: parse_iommu_map(tree, pcie)?,
+        msi_map: parse_msi_map(tree, pcie)?,
     }))
+}
+
+/// The ITS a host bridge's `msi-map` or `msi-parent` names by phandle:
+/// an `arm,gic-v3-its` node's first `reg`, with `#msi-cells` absent or 1
+/// (the DeviceID); anything else refused naming `prop`.
+fn msi_its_base(
+    tree: &Tree,
+    pcie: usize,
+    phandle: u32,
+    prop: &'static str,
+) -> Result<u64, DtbError> {
+    let its = tree
+        .by_phandle(phandle)
+        .filter(|&n| tree.is_compatible(n, &["arm,gic-v3-its"]))
+        .ok_or_else(|| tree.bad(pcie, prop))?;
+    if !matches!(tree.u32_prop(its, "#msi-cells")?, None | Some(1)) {
+        return Err(tree.bad(its, "#msi-cells"));
+    }
+    let &(base, _) = tree.reg(its)?.first().ok_or_else(|| tree.bad(its, "reg"))?;
+    Ok(base)
+}
+
+/// `msi-map = <rid-base &its device-base length>...` (each ITS with one
+/// `#msi-cells`), or else `msi-parent = <&its>`: every requester ID to
+/// that ITS as its own DeviceID. `msi-map-mask` other than 0xffff is
+/// refused (it would fold requester IDs together), as is an entry whose
+/// ranges overflow or overlap an earlier one's requester IDs.
+fn parse_msi_map(tree: &Tree, pcie: usize) -> Result<Vec<PciMsiMap>, DtbError> {
+    let Some(raw) = tree.cells_prop(pcie, "msi-map")? else {
+        let Some(parent) = tree.cells_prop(pcie, "msi-parent")? else {
+            return Ok(Vec::new());
+        };
+        if parent.len() != 1 {
+            return Err(tree.bad(pcie, "msi-parent"));
+        }
+        return Ok(alloc::vec![PciMsiMap {
+            rid_base: 0,
+            its_base: msi_its_base(tree, pcie, parent.get(0), "msi-parent")?,
+            device_base: 0,
+            len: 0x1_0000,
+        }]);
+    };
+    let bad = || tree.bad(pcie, "msi-map");
+    match tree.cells_prop(pcie, "msi-map-mask")? {
+        None => {}
+        Some(m) if m.len() == 1 && m.get(0) == 0xffff => {}
+        Some(_) => return Err(tree.bad(pcie, "msi-map-mask")),
+    }
+    if raw.len() % 4 != 0 {
+        return Err(bad());
+    }
+    let mut map: Vec<PciMsiMap> = Vec::new();
+    for e in raw.chunks(4) {
+        let (rid_base, device_base, len) = (e.get(0), e.get(2), e.get(3));
+        if len == 0
+            || rid_base.checked_add(len - 1).is_none()
+            || device_base.checked_add(len - 1).is_none()
+            || map.iter().any(|m| m.overlaps(rid_base, len))
+        {
+            return Err(bad());
+        }
+        map.push(PciMsiMap {
+            rid_base,
+            its_base: msi_its_base(tree, pcie, e.get(1), "msi-map")?,
+            device_base,
+            len,
+        });
+    }
+    Ok(map)
 }
 
 /// `iommu-map = <rid-base &iommu iommu-base length>...`, each IOMMU with
@@ -2077,6 +2179,12 @@ mod tests {
     /// Two sockets of two CPUs (numa-node-id 0 and 1) and three ITSes:
     /// node 1, a disabled one, node 0, node 1.
     fn two_socket_dtb() -> Vec<u8> {
+        two_socket_dtb_with_bridge(|_| {})
+    }
+
+    /// [`two_socket_dtb`] with a host bridge whose MSI properties `msi`
+    /// writes; the ITSes have phandles 0x10, 0x11 (disabled), 0x12, 0x13.
+    fn two_socket_dtb_with_bridge(msi: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
         let mut w = FdtWriter::new();
         node(&mut w, "", |w| {
             w.prop_u32("#address-cells", 2).unwrap();
@@ -2122,14 +2230,140 @@ mod tests {
                         w.prop_null("msi-controller").unwrap();
                         w.prop_cells("reg", &[0, base, 0, 0x2_0000]).unwrap();
                         w.prop_string("status", status).unwrap();
+                        w.prop_u32("#msi-cells", 1).unwrap();
+                        w.prop_u32("phandle", 0x10 + (base - 0x808_0000) / 0x2_0000)
+                            .unwrap();
                         if let Some(n) = numa {
                             w.prop_u32("numa-node-id", n).unwrap();
                         }
                     });
                 }
             });
+            node(w, "pcie@10000000", |w| {
+                w.prop_string("compatible", "pci-host-ecam-generic")
+                    .unwrap();
+                w.prop_string("device_type", "pci").unwrap();
+                w.prop_u32("#address-cells", 3).unwrap();
+                w.prop_u32("#size-cells", 2).unwrap();
+                w.prop_cells("reg", &[0x40, 0x1000_0000, 0, 0x1000_0000])
+                    .unwrap();
+                msi(w);
+            });
         });
         w.finish().unwrap()
+    }
+
+    #[test]
+    fn msi_map_sends_each_requester_id_range_to_the_its_it_names() {
+        // Buses 0-1 to the node-1 ITS as themselves, buses 2-3 to the
+        // node-0 ITS from DeviceID 0x1_0000 (Ampere Altra's shape: one ITS
+        // per root complex).
+        let dtb = two_socket_dtb_with_bridge(|w| {
+            w.prop_cells(
+                "msi-map",
+                &[0, 0x10, 0, 0x200, 0x200, 0x12, 0x1_0000, 0x200],
+            )
+            .unwrap();
+        });
+
+        let pcie = parse_host_dtb(&dtb).unwrap().pcie.unwrap();
+
+        assert_eq!(
+            pcie.msi_map,
+            [
+                PciMsiMap {
+                    rid_base: 0,
+                    its_base: 0x808_0000,
+                    device_base: 0,
+                    len: 0x200
+                },
+                PciMsiMap {
+                    rid_base: 0x200,
+                    its_base: 0x80c_0000,
+                    device_base: 0x1_0000,
+                    len: 0x200
+                }
+            ]
+        );
+        assert_eq!(pcie.msi_map[1].device_id(0x210), Some(0x1_0010));
+        assert_eq!(pcie.msi_map[1].device_id(0x400), None);
+    }
+
+    #[test]
+    fn msi_parent_sends_every_requester_id_to_one_its_as_its_own_device_id() {
+        let dtb = two_socket_dtb_with_bridge(|w| w.prop_u32("msi-parent", 0x13).unwrap());
+
+        let pcie = parse_host_dtb(&dtb).unwrap().pcie.unwrap();
+
+        assert_eq!(
+            pcie.msi_map,
+            [PciMsiMap {
+                rid_base: 0,
+                its_base: 0x80e_0000,
+                device_base: 0,
+                len: 0x1_0000
+            }]
+        );
+        let none = parse_host_dtb(&two_socket_dtb()).unwrap().pcie.unwrap();
+        assert_eq!(none.msi_map, []);
+    }
+
+    #[test]
+    fn a_malformed_msi_map_is_refused_naming_the_property() {
+        let refused = |prop: &str, cells: &[u32]| {
+            let dtb = two_socket_dtb_with_bridge(|w| w.prop_cells(prop, cells).unwrap());
+            match parse_host_dtb(&dtb) {
+                Err(DtbError::BadProperty { node, prop }) => (node, prop),
+                other => panic!("{prop} {cells:x?}: {other:?}"),
+            }
+        };
+        let bridge = |prop| (String::from("/pcie@10000000"), prop);
+
+        // The GIC, not an ITS; a phandle nobody has.
+        assert_eq!(refused("msi-map", &[0, 1, 0, 0x100]), bridge("msi-map"));
+        assert_eq!(refused("msi-map", &[0, 0x99, 0, 0x100]), bridge("msi-map"));
+        // Empty, overflowing, overlapping an earlier entry, ragged.
+        assert_eq!(refused("msi-map", &[0, 0x10, 0, 0]), bridge("msi-map"));
+        assert_eq!(
+            refused("msi-map", &[0, 0x10, 0xffff_ff00, 0x200]),
+            bridge("msi-map")
+        );
+        assert_eq!(
+            refused("msi-map", &[0, 0x10, 0, 0x200, 0x100, 0x12, 0, 0x10]),
+            bridge("msi-map")
+        );
+        assert_eq!(refused("msi-map", &[0, 0x10, 0]), bridge("msi-map"));
+        assert_eq!(refused("msi-parent", &[0x10, 5]), bridge("msi-parent"));
+        assert_eq!(refused("msi-parent", &[1]), bridge("msi-parent"));
+    }
+
+    #[test]
+    fn an_msi_map_mask_that_folds_requester_ids_is_refused() {
+        let dtb = two_socket_dtb_with_bridge(|w| {
+            w.prop_cells("msi-map", &[0, 0x10, 0, 0x100]).unwrap();
+            w.prop_u32("msi-map-mask", 0xff00).unwrap();
+        });
+
+        assert_eq!(
+            parse_host_dtb(&dtb),
+            Err(DtbError::BadProperty {
+                node: "/pcie@10000000".into(),
+                prop: "msi-map-mask"
+            })
+        );
+    }
+
+    #[test]
+    fn qemu_virt_msi_map_sends_every_requester_id_to_its_its() {
+        assert_eq!(
+            qemu().pcie.unwrap().msi_map,
+            [PciMsiMap {
+                rid_base: 0,
+                its_base: 0x808_0000,
+                device_base: 0,
+                len: 0x1_0000
+            }]
+        );
     }
 
     #[test]

@@ -155,6 +155,7 @@ mod tests {
             ],
             interrupt_map_mask: [0x1800, 0, 0, 7],
             node_path: String::from("/pcie@10000000"),
+            msi_map: alloc::vec::Vec::new(),
             iommu_map: alloc::vec::Vec::new(),
         }
     }

@@ -8,8 +8,9 @@
 //! GICv4.1 host (Linux's "Use local 4_1 ITS to generate VSGI", the issue's
 //! seed 004: 12% of the IPI latency).
 //!
-//! Computed once at boot into one entry per CPU, so the send path reads its
-//! own CPU's entry and nothing else.
+//! Computed once at boot into one entry per CPU (`its::ItsSet::new`, over
+//! the ITSes that came up), so the send path reads its own CPU's entry and
+//! nothing else (`ItsSet::local_its`).
 
 use alloc::vec::Vec;
 

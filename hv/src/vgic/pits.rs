@@ -110,6 +110,39 @@ pub enum ItsCmd {
     },
 }
 
+impl ItsCmd {
+    /// The DeviceID the command names, if any (MAPC, INVALL and SYNC name
+    /// none).
+    pub fn device(&self) -> Option<u32> {
+        match *self {
+            ItsCmd::Mapd { device, .. }
+            | ItsCmd::Mapti { device, .. }
+            | ItsCmd::Movi { device, .. }
+            | ItsCmd::Discard { device, .. }
+            | ItsCmd::Inv { device, .. }
+            | ItsCmd::Int { device, .. }
+            | ItsCmd::Clear { device, .. } => Some(device),
+            ItsCmd::Mapc { .. } | ItsCmd::Invall { .. } | ItsCmd::Sync { .. } => None,
+        }
+    }
+
+    /// The same command naming DeviceID `to` (one that names none is
+    /// unchanged).
+    pub fn with_device(mut self, to: u32) -> ItsCmd {
+        match &mut self {
+            ItsCmd::Mapd { device, .. }
+            | ItsCmd::Mapti { device, .. }
+            | ItsCmd::Movi { device, .. }
+            | ItsCmd::Discard { device, .. }
+            | ItsCmd::Inv { device, .. }
+            | ItsCmd::Int { device, .. }
+            | ItsCmd::Clear { device, .. } => *device = to,
+            ItsCmd::Mapc { .. } | ItsCmd::Invall { .. } | ItsCmd::Sync { .. } => {}
+        }
+        self
+    }
+}
+
 fn dev_event(op: u64, device: u32, event: u32) -> [u64; 4] {
     [op | u64::from(device) << 32, u64::from(event), 0, 0]
 }
@@ -679,7 +712,13 @@ impl PartitionIts {
     /// Every device unmapped and every LPI given back (the partition
     /// stops, restarts or goes; its functions were quiesced first).
     pub fn release(&mut self, env: &mut impl PitsEnv) {
-        let devices: Vec<u32> = self.devices.keys().copied().collect();
+        self.release_where(env, |_| true);
+    }
+
+    /// [`PartitionIts::release`] of the devices `on` names only (those of
+    /// one physical ITS, the caller holding its lock), then a SYNC.
+    pub fn release_where(&mut self, env: &mut impl PitsEnv, on: impl Fn(u32) -> bool) {
+        let devices: Vec<u32> = self.devices.keys().copied().filter(|&d| on(d)).collect();
         for device in devices {
             self.unmap_device(env, device);
         }

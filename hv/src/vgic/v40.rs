@@ -239,6 +239,50 @@ pub enum V4Cmd {
     },
 }
 
+impl V4Cmd {
+    /// The DeviceID the command names, if any.
+    pub fn device(&self) -> Option<u32> {
+        match *self {
+            V4Cmd::Phys(c) => c.device(),
+            V4Cmd::Vmapti { device, .. } | V4Cmd::Vmovi { device, .. } => Some(device),
+            V4Cmd::Vmapp { .. } | V4Cmd::Vsync { .. } | V4Cmd::Vinvall { .. } => None,
+        }
+    }
+
+    /// The same command naming DeviceID `to` (one that names none is
+    /// unchanged).
+    pub fn with_device(self, to: u32) -> V4Cmd {
+        match self {
+            V4Cmd::Phys(c) => V4Cmd::Phys(c.with_device(to)),
+            V4Cmd::Vmapti {
+                event,
+                vpe,
+                vintid,
+                doorbell,
+                ..
+            } => V4Cmd::Vmapti {
+                device: to,
+                event,
+                vpe,
+                vintid,
+                doorbell,
+            },
+            V4Cmd::Vmovi {
+                event,
+                vpe,
+                doorbell,
+                ..
+            } => V4Cmd::Vmovi {
+                device: to,
+                event,
+                vpe,
+                doorbell,
+            },
+            other => other,
+        }
+    }
+}
+
 const fn vpe_dw1(vpe: u16) -> u64 {
     (vpe as u64) << 32
 }
@@ -588,7 +632,13 @@ impl PartitionVlpis {
     /// partition may still be resident on its CPU until its put, and the
     /// next start uses them again.
     pub fn release_devices(&mut self, env: &mut impl V4Env) {
-        let devices: Vec<u32> = self.devices.keys().copied().collect();
+        self.release_devices_where(env, |_| true);
+    }
+
+    /// [`PartitionVlpis::release_devices`] of the devices `on` names only
+    /// (those of one physical ITS, the caller holding its lock).
+    pub fn release_devices_where(&mut self, env: &mut impl V4Env, on: impl Fn(u32) -> bool) {
+        let devices: Vec<u32> = self.devices.keys().copied().filter(|&d| on(d)).collect();
         let any = !devices.is_empty();
         for device in devices {
             self.unmap_device(env, device);
@@ -605,6 +655,12 @@ impl PartitionVlpis {
     /// vCPU put first): the vPE IDs and pending tables may then be reused.
     pub fn release(&mut self, env: &mut impl V4Env) {
         self.release_devices(env);
+        self.unmap_vpes(env);
+    }
+
+    /// Every vPE unmapped (VMAPP V = 0) on the ITS `env` drives: with
+    /// several ITSes, [`PartitionVlpis::release`]'s second half on each.
+    pub fn unmap_vpes(&self, env: &mut impl V4Env) {
         // A vCPU without a CPU cannot have been mapped: nothing to undo.
         let _ = self.vmapp(env, false);
     }
