@@ -3281,6 +3281,46 @@ fn the_boot_virs_takes_every_gicv5_partition_by_its_index_and_tables_from_free_r
     }
 }
 
+#[test]
+fn an_spi_no_irs_has_is_refused_at_boot_naming_the_partition_and_field() {
+    // beta (1, gicv3: its SPIs are on an IRS too) owns SPI 40; the IRSes
+    // have SPIs 0..32 and 32..40, then 0..32 and 32..64.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+        plan.partitions[1].devices.push(pinfold_config::DevicePlan {
+            name: "dev".into(),
+            mmio: vec![pinfold_config::MmioRange {
+                base: 0x904_0000,
+                size: 0x1000,
+            }],
+            spis: vec![32 + 40],
+            compatible: None,
+            host_node: None,
+        });
+    });
+    let routes = |second: core::ops::Range<u32>| crate::vgic5::irses::IrsRoutes {
+        irses: vec![
+            crate::vgic5::irses::IrsServes {
+                cpus: vec![0, 1],
+                spis: 0..32,
+            },
+            crate::vgic5::irses::IrsServes {
+                cpus: vec![2, 3],
+                spis: second,
+            },
+        ],
+    };
+
+    let short = sys.check_irs_spis(&routes(32..40)).unwrap_err();
+    let covered = sys.check_irs_spis(&routes(32..64));
+
+    assert_eq!(
+        short.to_string(),
+        "partition \"beta\": devices: SPI 40 is in no IRS's SPI range (the IRSes have [0..32, 32..40])"
+    );
+    assert_eq!(covered, Ok(()));
+}
+
 /// The host view of a GICv5 as the platform finds it at boot
 /// (`GicFound::from_v5` over the description and the probed registers),
 /// through GIC_INFO: version 5, its IRSes and GCIE_LEGACY; a partition
