@@ -290,12 +290,7 @@ mod tests {
         );
         assert_eq!(
             split[1],
-            [
-                ops[0],
-                ops[3],
-                ops[4],
-                VirsOp::AssignSpi { spi: 40, vm: 1 }
-            ]
+            [ops[0], ops[3], ops[4], VirsOp::AssignSpi { spi: 40, vm: 1 }]
         );
     }
 
