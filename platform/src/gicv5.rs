@@ -184,14 +184,9 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
         unsafe { core::ptr::write_bytes(base as *mut u8, 0, bytes as usize) };
         crate::arch::clean_dcache_range(base, bytes);
     }
-    let cpu_of = |vm: u16, vpe: u16| {
-        members
-            .iter()
-            .find(|m| m.index == usize::from(vm))
-            .and_then(|m| m.cpus.get(usize::from(vpe)))
-            .map(|&(cpu, _)| cpu)
-    };
-    apply_split(&boot.ops, cpu_of)?;
+    apply_split(&boot.ops, |vm, vpe| {
+        pinfold_hv::vgic5::irses::vpe_cpu(&members, vm, vpe)
+    })?;
     hvlog!(
         "gicv5: vIRS on {} IRSes: VMs for partitions {:?} ({} steps)",
         irses.len(),

@@ -38,7 +38,7 @@
 //! re-armed on socket 1) need not contend, as Linux's per-IRS
 //! `spi_config_lock` has it.
 
-use super::{CoreIntid, VirsOp, VirsRefusal};
+use super::{CoreIntid, VirsMember, VirsOp, VirsRefusal};
 use alloc::vec::Vec;
 use core::ops::Range;
 use pinfold_vboard::same_cpu;
@@ -162,6 +162,17 @@ impl IrsRoutes {
         }
         Ok(out)
     }
+}
+
+/// The CPU vPE `vpe` of VM `vm` is pinned to, among the boot's vIRS
+/// `members` (VM = partition index, vPE = vCPU): what
+/// [`IrsRoutes::split_virs`] asks to put a vPE on its CPU's IRS.
+pub fn vpe_cpu(members: &[VirsMember], vm: u16, vpe: u16) -> Option<usize> {
+    members
+        .iter()
+        .find(|m| m.index == usize::from(vm))
+        .and_then(|m| m.cpus.get(usize::from(vpe)))
+        .map(|&(cpu, _)| cpu)
 }
 
 #[cfg(test)]
