@@ -33,7 +33,7 @@ use pinfold_hv::exit::SpiOp;
 use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange, SharedIrqChip};
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::memmap::FreeMemory;
-use pinfold_hv::vgic5::irses::IrsRoutes;
+use pinfold_hv::vgic5::irses::{IrsDown, IrsRoutes};
 use pinfold_hv::vgic5::{
     check_host, vm_id_bits_for, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsOp,
 };
@@ -333,12 +333,8 @@ pub fn init(
         let frame = d.config.0;
         let range = spi_range_of(&mut IrsFrame(frame as usize));
         let ist = (n == IrsRoutes::IST_OWNER).then_some((region, lpis.lpi_id_bits));
-        let irs = Gicv5Irs::init(IrsFrame(frame as usize), SysRegs, cpus, ist).map_err(|e| {
-            let served: Vec<u64> = d.cpus.iter().map(|&(m, _)| m).collect();
-            format!(
-                "the IRS at {frame:#x} did not come up: {e:?}; it would have served the CPUs with MPIDR {served:#x?} and SPIs {range:?}"
-            )
-        })?;
+        let irs = Gicv5Irs::init(IrsFrame(frame as usize), SysRegs, cpus, ist)
+            .map_err(|e| format!("{}", IrsDown::new(d, range.clone(), format_args!("{e:?}"))))?;
         hvlog!(
             "gicv5: IRS at {frame:#x}: SPIs {range:?}, {} CPUs{}",
             d.cpus.len(),

@@ -164,6 +164,44 @@ impl IrsRoutes {
     }
 }
 
+/// An IRS that did not come up at boot, as the refusal that stops boot
+/// names it: its config frame, why, and what it would have served (its
+/// CPUs by MPIDR, its SPI range), since none of those has another IRS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IrsDown {
+    pub frame: u64,
+    pub why: alloc::string::String,
+    pub cpus: Vec<u64>,
+    pub spis: Range<u32>,
+}
+
+impl IrsDown {
+    /// The described IRS `irs` with SPI range `spis` (read from its
+    /// IRS_IDR7/IDR6 before it was enabled) failed for `why`.
+    pub fn new(irs: &crate::dtb::Gicv5Irs, spis: Range<u32>, why: impl core::fmt::Display) -> Self {
+        IrsDown {
+            frame: irs.config.0,
+            why: alloc::format!("{why}"),
+            cpus: irs.cpus.iter().map(|&(m, _)| m).collect(),
+            spis,
+        }
+    }
+}
+
+impl core::fmt::Display for IrsDown {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "the IRS at {:#x} did not come up ({}); it would have served the CPUs with MPIDR",
+            self.frame, self.why
+        )?;
+        for (n, m) in self.cpus.iter().enumerate() {
+            write!(f, "{}{m:#x}", if n == 0 { " " } else { ", " })?;
+        }
+        write!(f, " and SPIs {:?}", self.spis)
+    }
+}
+
 /// The CPU vPE `vpe` of VM `vm` is pinned to, among the boot's vIRS
 /// `members` (VM = partition index, vPE = vCPU): what
 /// [`IrsRoutes::split_virs`] asks to put a vPE on its CPU's IRS.
@@ -216,6 +254,23 @@ mod tests {
         assert_eq!(r.irses[0].cpus, [1, 2]);
         assert_eq!(r.irses[1].cpus, [0, 3]);
         assert_eq!(r.irses[1].spis, 32..96);
+    }
+
+    #[test]
+    fn an_irs_that_does_not_come_up_is_named_with_the_cpus_and_spis_it_would_serve() {
+        let irs = crate::dtb::Gicv5Irs {
+            config: (0x2f1c_0000, 0x1_0000),
+            cpus: alloc::vec![(0x1_0000, 2), (0x1_0001, 3)],
+            its: Vec::new(),
+        };
+
+        let down = IrsDown::new(&irs, 32..96, "Timeout(\"IRS_CR0.IDLE\")");
+
+        assert_eq!(
+            alloc::string::ToString::to_string(&down),
+            "the IRS at 0x2f1c0000 did not come up (Timeout(\"IRS_CR0.IDLE\")); \
+             it would have served the CPUs with MPIDR 0x10000, 0x10001 and SPIs 32..96"
+        );
     }
 
     #[test]
