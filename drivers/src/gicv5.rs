@@ -364,6 +364,18 @@ pub mod irs {
     pub const IDR0: usize = 0x0000;
     pub const IDR2: usize = 0x0008;
     pub const IDR5: usize = 0x0014;
+    /// IRS_IDR6.SPI_IRS_RANGE [24:0], IRS_IDR7.SPI_BASE [23:0]: this IRS's
+    /// SPIs (Linux's `gicv5_irs_init`).
+    pub const IDR6: usize = 0x0018;
+    pub const IDR7: usize = 0x001c;
+    /// IRS_PE_SELR.IAFFID [15:0], IRS_PE_STATUSR (IDLE [0], V [1]),
+    /// IRS_PE_CR0.DPS [0] (Linux's `gicv5_irs_register_cpu`).
+    pub const PE_SELR: usize = 0x0140;
+    pub const PE_STATUSR: usize = 0x0144;
+    pub const PE_CR0: usize = 0x0148;
+    pub const PE_STATUSR_IDLE: u32 = 1;
+    pub const PE_STATUSR_V: u32 = 1 << 1;
+    pub const PE_CR0_DPS: u32 = 1;
     pub const CR0: usize = 0x0080;
     pub const SPI_SELR: usize = 0x0108;
     pub const SPI_CFGR: usize = 0x0114;
@@ -456,12 +468,25 @@ pub enum IrsError {
     VpeNotValid { vm: u16, vpe: u16 },
     /// An SPI IRS_SPI_SELR did not accept.
     SpiNotValid(u32),
+    /// An IAFFID IRS_PE_SELR did not accept (not a PE this IRS serves).
+    PeNotValid(u16),
 }
 
-/// The shared half: the IRS config frame, plus the CDxx instructions any
-/// CPU may issue for an SPI. The platform keeps it behind a CountedLock,
-/// like the GICv3 distributor, and takes it only at boot and on the slow
-/// guest-configuration path (never on vCPU load/put or the timer path).
+/// The SPI IDs of the IRS whose config frame is `mmio` (IRS_IDR7.SPI_BASE,
+/// IRS_IDR6.SPI_IRS_RANGE), readable before it is enabled (for naming
+/// what an IRS that does not come up would have served).
+pub fn spi_range_of(mmio: &mut impl IrsMmio) -> core::ops::Range<u32> {
+    let base = mmio.read32(irs::IDR7) & 0xff_ffff;
+    let count = mmio.read32(irs::IDR6) & 0x1ff_ffff;
+    base..base.saturating_add(count)
+}
+
+/// The shared half: one IRS's config frame, plus the CDxx instructions any
+/// CPU may issue for an SPI. The platform keeps each IRS behind its own
+/// CountedLock (`vgic5::irses` says why) and takes it only at boot and on
+/// the slow guest-configuration path (never on vCPU load/put or the timer
+/// path); the core's `vgic5::irses::IrsRoutes` says which IRS an SPI, a
+/// CPU's PE or a vIRS step goes to.
 pub struct Gicv5Irs<M: IrsMmio, R: CpuRegs> {
     mmio: M,
     cpu: R,
@@ -471,27 +496,32 @@ pub struct Gicv5Irs<M: IrsMmio, R: CpuRegs> {
 }
 
 impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
-    /// Read what the IRS offers, give it an IST of 2^`lpi_bits` LPIs at
-    /// physical address `ist` (zeroed, 4 bytes an entry, linear), enable it.
-    /// `cpus` maps MPIDR to IAFFID (DT `arm,iaffids` / MADT).
+    /// Read what the IRS offers, give it (`ist`: the IRS that holds the
+    /// LPI IST, `vgic5::irses::IrsRoutes::IST_OWNER`) an IST of
+    /// 2^`lpi_bits` LPIs at physical address `base` (zeroed, 4 bytes an
+    /// entry, linear), enable it. The other IRSes of a host with several
+    /// get no IST (`None`): the LPI space is the system's, and Linux gives
+    /// only its first IRS one. `cpus` maps MPIDR to IAFFID (DT
+    /// `arm,iaffids` / MADT).
     pub fn init(
         mut mmio: M,
         cpu: R,
         cpus: &'static [(u64, u16)],
-        ist: u64,
-        lpi_bits: u32,
+        ist: Option<(u64, u32)>,
     ) -> Result<Self, IrsError> {
         let idr0 = mmio.read32(irs::IDR0);
         let idr2 = mmio.read32(irs::IDR2);
         let have = idr2 & irs::IDR2_ID_BITS;
         let lpis = idr2 & irs::IDR2_LPI != 0;
-        if lpis && lpi_bits > have {
-            return Err(IrsError::TooFewLpiBits {
-                need: lpi_bits,
-                have,
-            });
+        if let (true, Some((_, lpi_bits))) = (lpis, ist) {
+            if lpi_bits > have {
+                return Err(IrsError::TooFewLpiBits {
+                    need: lpi_bits,
+                    have,
+                });
+            }
         }
-        if lpis {
+        if let (true, Some((ist, lpi_bits))) = (lpis, ist) {
             mmio.write32(irs::IST_CFGR, lpi_bits);
             mmio.write64(irs::IST_BASER, ist | irs::IST_BASER_VALID);
             if !poll(|| mmio.read32(irs::IST_STATUSR) & irs::IST_STATUSR_IDLE != 0) {
@@ -517,9 +547,28 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
         })
     }
 
-    /// Number of SPIs (IRS_IDR5.SPI_RANGE).
+    /// Number of SPIs of the whole system (IRS_IDR5.SPI_RANGE).
     pub fn spi_count(&mut self) -> u32 {
         self.mmio.read32(irs::IDR5) & 0xff_ffff
+    }
+
+    /// This IRS's own SPI IDs (IRS_IDR7.SPI_BASE, IRS_IDR6.SPI_IRS_RANGE),
+    /// for the core's `vgic5::irses::IrsRoutes`.
+    pub fn spi_range(&mut self) -> core::ops::Range<u32> {
+        spi_range_of(&mut self.mmio)
+    }
+
+    /// Set up the PE with IAFFID `iaffid`, one this IRS serves (the core's
+    /// `IrsRoutes::of_cpu`): IRS_PE_SELR, then IRS_PE_CR0.DPS (targeted
+    /// routing only; 1-of-N is not used), each waited idle.
+    pub fn register_pe(&mut self, iaffid: u16) -> Result<(), IrsError> {
+        self.mmio.write32(irs::PE_SELR, u32::from(iaffid));
+        self.wait(irs::PE_STATUSR, irs::PE_STATUSR_IDLE, "IRS_PE_STATUSR.IDLE")?;
+        if self.mmio.read32(irs::PE_STATUSR) & irs::PE_STATUSR_V == 0 {
+            return Err(IrsError::PeNotValid(iaffid));
+        }
+        self.mmio.write32(irs::PE_CR0, irs::PE_CR0_DPS);
+        self.wait(irs::PE_STATUSR, irs::PE_STATUSR_IDLE, "IRS_PE_STATUSR.IDLE")
     }
 
     fn iaffid(&self, mpidr: u64) -> Option<u16> {
@@ -533,9 +582,11 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
 
 /// The vIRS half of the IRS (virtual SPIs and LPIs of the partitions'
 /// VMs). Like the rest of `Gicv5Irs` it runs on the slow path only: once
-/// when the partitions are set up (the platform's `gicv5::init_virs`
-/// reaches it through `SharedIrqChip::as_any_mut` under the IRS's lock),
-/// and when an IRS software error is drained (not wired yet).
+/// when the partitions are set up (the platform's `gicv5::init_virs`, on
+/// every IRS under its own lock, each given its share of the core's plan
+/// as `vgic5::irses::IrsRoutes::split_virs` decides), when a doorbell is
+/// re-armed, a destroyed partition released, and when IRS software errors
+/// are drained.
 impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     /// Give the IRS a linear VM table of 2^`vm_id_bits` 32-byte entries at
     /// `vmt` (zeroed, 32-byte aligned) and return what the vIRS offers.
@@ -751,13 +802,7 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
     }
 }
 
-impl<M: IrsMmio + 'static, R: CpuRegs + 'static> SharedIrqChip for Gicv5Irs<M, R> {
-    /// The IRS, for its vIRS half (`init_virs`, `apply_virs`) under the
-    /// lock the platform keeps it behind.
-    fn as_any_mut(&mut self) -> Option<&mut dyn core::any::Any> {
-        Some(self)
-    }
-
+impl<M: IrsMmio, R: CpuRegs> SharedIrqChip for Gicv5Irs<M, R> {
     fn spi_enable(&mut self, intid: u32, enable: bool) {
         let CoreIntid::Spi(n) = CoreIntid::from_core(intid) else {
             return;

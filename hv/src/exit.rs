@@ -190,20 +190,23 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn vlpi_frame(&mut self) -> Option<&mut dyn V40Hw> {
         None
     }
-    /// The oldest IRS software error record's syndrome, cleared (a GICv5
-    /// host's `Gicv5Irs::take_swerr`); `None` when there is none, or no
+    /// An IRS software error record's syndrome, cleared (a GICv5 host's
+    /// `Gicv5Irs::take_swerr` of the first IRS that has one: records are
+    /// drained from every IRS); `None` when no IRS has one, or there is no
     /// IRS. Drained by [`System::virs_poll`].
     fn virs_swerr(&mut self) -> Option<u64> {
         None
     }
     /// Re-arm the doorbell of vPE `vpe` of VM `vm`, which is the doorbell
-    /// LPI of CPU `cpu` (`Gicv5Irs::rearm_doorbell`, under the IRS's lock).
+    /// LPI of CPU `cpu` (`Gicv5Irs::rearm_doorbell` on the IRS serving
+    /// `cpu`, `vgic5::irses::IrsRoutes::of_cpu`, under that IRS's lock).
     fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
         let _ = (vm, vpe, cpu);
     }
     /// Apply vIRS steps the core decided at run time (`vgic5::release_virs`
-    /// for VM `vm`'s destroyed partition) to the IRS, under its lock; a
-    /// VM the boot did not put in the vIRS is left alone.
+    /// for VM `vm`'s destroyed partition) to the IRSes as
+    /// `vgic5::irses::IrsRoutes::split_virs` splits them, each under its
+    /// own lock; a VM the boot did not put in the vIRS is left alone.
     fn virs_apply(&mut self, vm: u16, ops: &[crate::vgic5::VirsOp]) {
         let _ = (vm, ops);
     }

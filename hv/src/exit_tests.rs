@@ -3294,6 +3294,101 @@ fn the_boot_virs_takes_every_gicv5_partition_by_its_index_and_tables_from_free_r
     }
 }
 
+#[test]
+fn the_boot_virs_on_two_irses_puts_each_vpe_and_doorbell_on_the_irs_of_its_cpu() {
+    // alpha (0) has vCPUs on CPUs 1 and 2, mgmt (2) on CPU 0; IRS 0 serves
+    // CPUs 0 and 1, IRS 1 CPUs 2 and 3.
+    use crate::vgic5::irses::{vpe_cpu, IrsRoutes, IrsServes};
+    use crate::vgic5::VirsOp;
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let layout = crate::vgic5::IrsLayout::for_cpus(4);
+    let caps = crate::vgic5::VirsCaps {
+        vm_id_bits: layout.vm_id_bits,
+        vpe_id_bits: 4,
+        spis: 64,
+    };
+    let routes = IrsRoutes {
+        irses: vec![
+            IrsServes {
+                cpus: vec![0, 1],
+                spis: 0..32,
+            },
+            IrsServes {
+                cpus: vec![2, 3],
+                spis: 32..64,
+            },
+        ],
+    };
+    let members = sys.virs_members();
+    let boot = sys.plan_virs(&members, &layout, &caps).expect("planned");
+
+    let split = routes
+        .split_virs(&boot.ops, |vm, vpe| vpe_cpu(&members, vm, vpe))
+        .expect("every step has an IRS");
+
+    let vpes = |irs: usize| -> Vec<(u16, u16, u32)> {
+        split[irs]
+            .iter()
+            .filter_map(|o| match o {
+                VirsOp::ArmDoorbell { vm, vpe, db } => Some((*vm, *vpe, db.lpi)),
+                _ => None,
+            })
+            .collect()
+    };
+    let db = layout.doorbell_base;
+    assert_eq!(vpes(0), [(0, 0, db + 1), (2, 0, db)]);
+    assert_eq!(vpes(1), [(0, 1, db + 2)]);
+    let mapped = |irs: usize| {
+        split[irs]
+            .iter()
+            .filter(|o| matches!(o, VirsOp::MapVm { .. }))
+            .count()
+    };
+    assert_eq!((mapped(0), mapped(1)), (2, 2), "both VMs on both IRSes");
+}
+
+#[test]
+fn an_spi_no_irs_has_is_refused_at_boot_naming_the_partition_and_field() {
+    // beta (1, gicv3: its SPIs are on an IRS too) owns SPI 40; the IRSes
+    // have SPIs 0..32 and 32..40, then 0..32 and 32..64.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+        plan.partitions[1].devices.push(pinfold_config::DevicePlan {
+            name: "dev".into(),
+            mmio: vec![pinfold_config::MmioRange {
+                base: 0x904_0000,
+                size: 0x1000,
+            }],
+            spis: vec![32 + 40],
+            compatible: None,
+            host_node: None,
+        });
+    });
+    let routes = |second: core::ops::Range<u32>| crate::vgic5::irses::IrsRoutes {
+        irses: vec![
+            crate::vgic5::irses::IrsServes {
+                cpus: vec![0, 1],
+                spis: 0..32,
+            },
+            crate::vgic5::irses::IrsServes {
+                cpus: vec![2, 3],
+                spis: second,
+            },
+        ],
+    };
+
+    let short = sys.check_irs_spis(&routes(32..40)).unwrap_err();
+    let covered = sys.check_irs_spis(&routes(32..64));
+
+    assert_eq!(
+        short.to_string(),
+        "partition \"beta\": devices: SPI 40 is in no IRS's SPI range (the IRSes have [0..32, 32..40])"
+    );
+    assert_eq!(covered, Ok(()));
+}
+
 /// The host view of a GICv5 as the platform finds it at boot
 /// (`GicFound::from_v5` over the description and the probed registers),
 /// through GIC_INFO: version 5, its IRSes and GCIE_LEGACY; a partition

@@ -64,12 +64,6 @@ pub trait SharedIrqChip {
     fn spi_route(&mut self, intid: u32, mpidr: u64);
     /// Level (false) or edge (true) triggered.
     fn spi_set_edge(&mut self, intid: u32, edge: bool);
-    /// The chip itself, for a platform that must reach a driver's own
-    /// operations under this same lock (a GICv5 IRS's vIRS set-up at boot,
-    /// `drivers::gicv5::Gicv5Irs`); `None` for a chip that has none.
-    fn as_any_mut(&mut self) -> Option<&mut dyn core::any::Any> {
-        None
-    }
 }
 
 /// Applies a per-CPU interrupt state change the way the chip allows:

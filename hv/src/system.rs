@@ -157,6 +157,18 @@ pub struct BootInputs<'a, T: TableMemory> {
     pub its: Option<crate::its::HostIts>,
 }
 
+/// The plan field partition `p`'s SPI `intid` comes from: a device's
+/// `spis`, else its PCIe host bridge's or its `pci` functions' INTx.
+fn spi_field(p: &Partition, intid: u32) -> &'static str {
+    if p.plan.devices.iter().any(|d| d.spis.contains(&intid)) {
+        "devices"
+    } else if p.plan.pci_host_bridge {
+        "pci_host_bridge"
+    } else {
+        "pci"
+    }
+}
+
 impl System {
     /// Build every partition of the plan. Partitions that cannot be set up
     /// are reported through `log` and left out; the others still boot.
@@ -396,19 +408,31 @@ impl System {
                 spis: p
                     .spis
                     .iter()
-                    .map(|&intid| {
-                        let field = if p.plan.devices.iter().any(|d| d.spis.contains(&intid)) {
-                            "devices"
-                        } else if p.plan.pci_host_bridge {
-                            "pci_host_bridge"
-                        } else {
-                            "pci"
-                        };
-                        (intid, field)
-                    })
+                    .map(|&intid| (intid, spi_field(p, intid)))
                     .collect(),
             })
             .collect()
+    }
+
+    /// On a GICv5 host with several IRSes: every partition's SPIs (any
+    /// interface: a `gicv3` partition's SPIs are on an IRS too) in some
+    /// IRS's SPI range (`vgic5::irses::IrsRoutes::check_spis`), or the
+    /// first that is not refused naming its partition and plan field.
+    /// Run at boot, once the IRSes are up and the partitions built.
+    pub fn check_irs_spis(
+        &self,
+        routes: &crate::vgic5::irses::IrsRoutes,
+    ) -> Result<(), crate::vgic5::VirsRefusal> {
+        let parts = self.partitions();
+        let spis: Vec<crate::vgic5::irses::PlanSpi> = parts
+            .iter()
+            .flat_map(|p| {
+                p.spis
+                    .iter()
+                    .map(move |&intid| (p.name.as_str(), intid, spi_field(p, intid)))
+            })
+            .collect();
+        routes.check_spis(&spis)
     }
 
     /// The boot's vIRS (`vgic5::plan_boot_virs`) for `members` (what

@@ -42,6 +42,7 @@
 //! `pinfold_drivers::gicv5` against the `pinfold-gicv5model` model.
 
 pub mod frame;
+pub mod irses;
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;

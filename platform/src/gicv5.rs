@@ -1,19 +1,24 @@
-//! A GICv5 host, the platform half: the IRS brought up at boot with its
-//! LPI IST (and the vIRS's VM table after it) in host RAM taken before
-//! partitions are placed (`vgic5::IrsLayout` decides the sizes, as the
-//! GICv3 ITS takes its region in `its.rs`), the boot CPU's interface
-//! probed and the host checked (`vgic5::check_host`, naming what is
-//! missing), the host view made from the registers (`GicFound::from_v5`),
-//! the IRS put behind the same counted lock as a GICv3 distributor
-//! (`hw::DIST`), and each CPU's own GICv5 half (`Gicv5Cpu`: PPIs, its 16
-//! IPI LPIs, its doorbell range) from its own bring-up, and once the
-//! partitions are built the vIRS ([`init_virs`]: the VM table, the core's
-//! plan of every GICv5 partition's VM applied under the IRS's lock), and
-//! at run time what the core decides about the vIRS: a doorbell re-armed
-//! ([`rearm_doorbell`], `exit::doorbell`), software error records taken
+//! A GICv5 host, the platform half: every IRS the description names
+//! brought up at boot (IRSEN), the first with the LPI IST, each with a
+//! vIRS VM table, in host RAM taken before partitions are placed
+//! (`vgic5::IrsLayout` decides the sizes, as the GICv3 ITS takes its
+//! region in `its.rs`), each CPU's PE set up on the IRS that serves it,
+//! the boot CPU's interface probed and the host checked
+//! (`vgic5::check_host`, naming what is missing), the host view made from
+//! the registers (`GicFound::from_v5`), each IRS behind its own counted
+//! lock ([`IRSES`]; `vgic5::irses` says why one per IRS) and the core's
+//! routes (`Layout::routes`, `vgic5::irses::IrsRoutes`: which IRS an
+//! SPI, a CPU or a vIRS step goes to), an SPI operation sent to its IRS
+//! ([`spi`]), and each CPU's own GICv5 half (`Gicv5Cpu`: PPIs, its 16 IPI
+//! LPIs, its doorbell range) from its own bring-up, and once the
+//! partitions are built every partition's SPI checked against the IRSes'
+//! ranges and the vIRS ([`init_virs`]: each IRS's VM table, the core's
+//! plan of every GICv5 partition's VM split by IRS and applied under each
+//! one's lock), and at run time what the core decides about the vIRS: a
+//! doorbell re-armed on its CPU's IRS ([`rearm_doorbell`],
+//! `exit::doorbell`), software error records taken from every IRS
 //! ([`take_swerr`], `System::virs_poll`), a destroyed partition's VM and
-//! SPIs released ([`virs_apply`], `vgic5::release_virs`), all under that
-//! lock.
+//! SPIs released on their IRSes ([`virs_apply`], `vgic5::release_virs`).
 //! Nothing here runs
 //! on a GICv3 host. No emulator runs EL2 on a GICv5, so this is built and
 //! linted, not booted (docs/GICV5.md).
@@ -22,13 +27,15 @@ use crate::hvlog;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use pinfold_drivers::gicv5::hw::{IrsFrame, PhysMem, SysRegs};
-use pinfold_drivers::gicv5::{Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
+use pinfold_drivers::gicv5::{spi_range_of, Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
 use pinfold_hv::dtb::HostInfo;
-use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange};
+use pinfold_hv::exit::SpiOp;
+use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange, SharedIrqChip};
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::memmap::FreeMemory;
+use pinfold_hv::vgic5::irses::{IrsDown, IrsRoutes};
 use pinfold_hv::vgic5::{
-    check_host, vm_id_bits_for, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext,
+    check_host, vm_id_bits_for, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsOp,
 };
 use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 
@@ -38,51 +45,136 @@ use pinfold_vboard::{same_cpu, PPI_HYP_TIMER, PPI_MAINTENANCE};
 struct Layout {
     lpis: IrsLayout,
     cpus: &'static [(u64, u16)],
-    /// Physical address of the vIRS's VM table (zeroed), given to the IRS
-    /// by [`init_virs`].
-    vmt: u64,
+    /// Physical address of each IRS's vIRS VM table (zeroed), by IRS,
+    /// given to it by [`init_virs`].
+    vmts: Vec<u64>,
+    /// Each IRS's config frame, by IRS (for messages).
+    frames: Vec<u64>,
+    /// Which IRS each CPU, SPI and vIRS step goes to (the core decides).
+    routes: IrsRoutes,
 }
 
 static LAYOUT: spin::Once<Layout> = spin::Once::new();
+
+/// One IRS's driver.
+type Irs = Gicv5Irs<IrsFrame, SysRegs>;
+
+/// Every IRS, in description order, each behind its own counted lock:
+/// an operation on one (select-then-act on its own frame) never waits for
+/// another's (`vgic5::irses`).
+pub static IRSES: spin::Once<Vec<CountedLock<Irs>>> = spin::Once::new();
+
+/// IRS `i` under its lock, counted against `path`; `None` on a GICv3
+/// host, before bring-up or for an IRS there is not.
+fn with_irs<T>(i: usize, path: LockPath, f: impl FnOnce(&mut Irs) -> T) -> Option<T> {
+    let irs = IRSES.get()?.get(i)?;
+    let mut g = irs.lock(path);
+    Some(f(&mut g))
+}
+
+/// An SPI operation the core decided (`Hw::spi`), sent to the IRS whose
+/// SPI range holds it (`IrsRoutes::of_intid`) under that IRS's lock only;
+/// an SPI no IRS has (refused at boot for every partition's own,
+/// `System::check_irs_spis`) is logged and dropped.
+pub fn spi(path: LockPath, op: SpiOp) {
+    let intid = match op {
+        SpiOp::Enable { intid, .. } | SpiOp::Route { intid, .. } | SpiOp::SetEdge { intid, .. } => {
+            intid
+        }
+    };
+    let Some(i) = LAYOUT.get().and_then(|l| l.routes.of_intid(intid)) else {
+        hvlog!("gicv5: interrupt {intid} is no IRS's SPI: {op:?} dropped");
+        return;
+    };
+    with_irs(i, path, |irs| match op {
+        SpiOp::Enable { intid, enable } => irs.spi_enable(intid, enable),
+        SpiOp::Route { intid, mpidr } => irs.spi_route(intid, mpidr),
+        SpiOp::SetEdge { intid, edge } => irs.spi_set_edge(intid, edge),
+    });
+}
+
+/// Apply `ops` as the core's routes split them, each IRS's share under
+/// its own lock; `cpu_of(vm, vpe)` is the CPU a vPE's vCPU is pinned to.
+fn apply_split(
+    ops: &[VirsOp],
+    cpu_of: impl Fn(u16, u16) -> Option<usize>,
+) -> Result<(), alloc::string::String> {
+    use alloc::format;
+    let Some(l) = LAYOUT.get() else {
+        return Err("the IRSes are not up".into());
+    };
+    let split = l
+        .routes
+        .split_virs(ops, cpu_of)
+        .map_err(|op| format!("no IRS takes the vIRS step {op:?}"))?;
+    for (i, ops) in split.iter().enumerate().filter(|(_, o)| !o.is_empty()) {
+        let frame = l.frames.get(i).copied().unwrap_or(0);
+        match with_irs(i, LockPath::PhysDist, |irs| {
+            irs.apply_virs(&mut PhysMem, ops)
+        }) {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                return Err(format!(
+                    "the IRS at {frame:#x} refused the vIRS steps: {e:?}"
+                ))
+            }
+            None => return Err(format!("IRS {i} is not up")),
+        }
+    }
+    Ok(())
+}
 
 /// The partitions (indices) whose VM the boot put in the vIRS
 /// (`vgic5::VirsBoot::vms`), each with whether its destroy took it out
 /// again (`virs_apply`); read lock-free by every vCPU load.
 static VIRS_VMS: spin::Once<Vec<(usize, core::sync::atomic::AtomicBool)>> = spin::Once::new();
 
-/// After the partitions are built, before any starts, when any partition
-/// has the GICv5 interface: the IRS gets its VM table (`Gicv5Irs::
-/// init_virs`, with the VM ID bits the highest such partition needs,
-/// `vgic5::vm_id_bits_for`), the core plans every GICv5 partition's VM
-/// (`System::plan_virs`: VM = partition index, vPE = vCPU, doorbells, its
-/// own SPIs, the VM's tables from free RAM), the tables are zeroed and the
-/// plan applied (`apply_virs`), all under the IRS's own counted lock
-/// (`hw::DIST`). `Err` is the reason boot stops: a refusal names the
-/// partition and the plan field. Nothing here runs on a GICv3 host.
+/// After the partitions are built, before any starts: every partition's
+/// SPIs checked against the IRSes' ranges (`System::check_irs_spis`: one
+/// no IRS has stops boot naming the partition and plan field), then, when
+/// any partition has the GICv5 interface, each IRS gets its VM table
+/// (`Gicv5Irs::init_virs`, with the VM ID bits the highest such partition
+/// needs, `vgic5::vm_id_bits_for`), the core plans every GICv5
+/// partition's VM (`System::plan_virs`: VM = partition index, vPE =
+/// vCPU, doorbells, its own SPIs, the VM's tables from free RAM), the
+/// tables are zeroed and the plan applied, split by IRS
+/// (`IrsRoutes::split_virs`: each vPE on its CPU's IRS, each SPI on its
+/// own, the VM on every IRS), each share under that IRS's counted lock.
+/// `Err` is the reason boot stops. Nothing here runs on a GICv3 host.
 pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::String> {
     use alloc::format;
     use alloc::string::ToString;
-    let Some(l) = LAYOUT.get() else {
-        return Err("the IRS is not up".into());
+    let (Some(l), Some(irses)) = (LAYOUT.get(), IRSES.get()) else {
+        return Err("the IRSes are not up".into());
     };
-    let Some(dist) = crate::hw::DIST.get() else {
-        return Err("the IRS is not up".into());
-    };
-    let mut chip = dist.lock(LockPath::PhysDist);
-    let Some(irs) = chip
-        .as_any_mut()
-        .and_then(|c| c.downcast_mut::<Gicv5Irs<IrsFrame, SysRegs>>())
-    else {
-        return Err("the interrupt chip is not a GICv5 IRS".into());
-    };
+    sys.check_irs_spis(&l.routes).map_err(|r| r.to_string())?;
     let members = sys.virs_members();
     let Some(vm_id_bits) = vm_id_bits_for(&members) else {
         hvlog!("gicv5: no gicv5 partition: the vIRS is not set up");
         return Ok(());
     };
-    let caps = irs
-        .init_virs(l.vmt, vm_id_bits)
-        .map_err(|e| format!("the IRS's vIRS did not come up: {e:?}"))?;
+    // What every IRS offers: the VM ID bits asked of each, the fewest vPE
+    // ID bits any has, the system's SPIs.
+    let mut caps: Option<pinfold_hv::vgic5::VirsCaps> = None;
+    for (i, irs) in irses.iter().enumerate() {
+        let c = irs
+            .lock(LockPath::PhysDist)
+            .init_virs(l.vmts[i], vm_id_bits)
+            .map_err(|e| {
+                format!(
+                    "the vIRS of the IRS at {:#x} did not come up: {e:?}",
+                    l.frames[i]
+                )
+            })?;
+        caps = Some(caps.map_or(c, |k| pinfold_hv::vgic5::VirsCaps {
+            vpe_id_bits: k.vpe_id_bits.min(c.vpe_id_bits),
+            spis: k.spis.min(c.spis),
+            ..k
+        }));
+    }
+    let Some(caps) = caps else {
+        return Err("no IRS".into());
+    };
     let boot = sys
         .plan_virs(&members, &l.lpis, &caps)
         .map_err(|r| r.to_string())?;
@@ -92,10 +184,12 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
         unsafe { core::ptr::write_bytes(base as *mut u8, 0, bytes as usize) };
         crate::arch::clean_dcache_range(base, bytes);
     }
-    irs.apply_virs(&mut PhysMem, &boot.ops)
-        .map_err(|e| format!("the IRS refused the vIRS plan: {e:?}"))?;
+    apply_split(&boot.ops, |vm, vpe| {
+        pinfold_hv::vgic5::irses::vpe_cpu(&members, vm, vpe)
+    })?;
     hvlog!(
-        "gicv5: vIRS: VMs for partitions {:?} ({} steps)",
+        "gicv5: vIRS on {} IRSes: VMs for partitions {:?} ({} steps)",
+        irses.len(),
         boot.vms,
         boot.ops.len()
     );
@@ -108,17 +202,6 @@ pub fn init_virs(sys: &pinfold_hv::system::System) -> Result<(), alloc::string::
     Ok(())
 }
 
-/// The IRS behind its counted lock (`hw::DIST`), for the vIRS's run-time
-/// steps; `None` on a GICv3 host or before bring-up.
-fn with_irs<T>(f: impl FnOnce(&mut Gicv5Irs<IrsFrame, SysRegs>) -> T) -> Option<T> {
-    let dist = crate::hw::DIST.get()?;
-    let mut chip = dist.lock(LockPath::PhysDist);
-    let irs = chip
-        .as_any_mut()?
-        .downcast_mut::<Gicv5Irs<IrsFrame, SysRegs>>()?;
-    Some(f(irs))
-}
-
 /// The CPU whose doorbell `lpi` is (`IrsLayout::doorbell_lpis`: one per
 /// CPU, by the core's CPU index), for `exit::doorbell`.
 pub fn doorbell_cpu(lpi: u32) -> Option<usize> {
@@ -127,21 +210,29 @@ pub fn doorbell_cpu(lpi: u32) -> Option<usize> {
 }
 
 /// Re-arm the doorbell of vPE `vpe` of VM `vm`, CPU `cpu`'s doorbell LPI,
-/// as the core decided (`vgic5::DoorbellAction::Wake`), under the IRS's
-/// lock: the shared IRS has one VPE_SELR.
+/// as the core decided (`vgic5::DoorbellAction::Wake`), on the IRS that
+/// serves `cpu` (where the vPE is) under its lock: an IRS has one
+/// VPE_SELR.
 pub fn rearm_doorbell(vm: u16, vpe: u16, cpu: usize) {
-    let Some(lpi) = LAYOUT.get().and_then(|l| l.lpis.doorbell_lpi(cpu)) else {
+    let Some((lpi, irs)) = LAYOUT
+        .get()
+        .and_then(|l| Some((l.lpis.doorbell_lpi(cpu)?, l.routes.of_cpu(cpu)?)))
+    else {
         return;
     };
-    if let Some(Err(e)) = with_irs(|irs| irs.rearm_doorbell(vm, vpe, lpi)) {
+    if let Some(Err(e)) = with_irs(irs, LockPath::PhysDist, |irs| {
+        irs.rearm_doorbell(vm, vpe, lpi)
+    }) {
         hvlog!("gicv5: doorbell of VM {vm} vPE {vpe} not re-armed: {e:?}");
     }
 }
 
-/// The oldest IRS software error record (`Gicv5Irs::take_swerr`), for the
-/// core's `System::virs_poll`, under the IRS's lock.
+/// An IRS software error record (`Gicv5Irs::take_swerr`), for the core's
+/// `System::virs_poll`: the first IRS in description order that has one,
+/// each asked under its own lock; `None` once no IRS has any.
 pub fn take_swerr() -> Option<u64> {
-    with_irs(|irs| irs.take_swerr()).flatten()
+    let count = IRSES.get().map_or(0, Vec::len);
+    (0..count).find_map(|i| with_irs(i, LockPath::PhysDist, |irs| irs.take_swerr()).flatten())
 }
 
 /// Whether partition `index`'s VM is in the vIRS (its guest's GIC
@@ -157,8 +248,9 @@ pub fn in_virs(index: usize) -> bool {
 }
 
 /// Apply the core's run-time vIRS steps for VM `vm` (a destroyed boot
-/// partition's `vgic5::release_virs`) under the IRS's lock, only while the
-/// boot's vIRS still has that VM; afterwards it has not.
+/// partition's `vgic5::release_virs`: each SPI released on its IRS, the VM
+/// unmapped on every IRS, `IrsRoutes::split_virs`) under each IRS's lock,
+/// only while the boot's vIRS still has that VM; afterwards it has not.
 pub fn virs_apply(vm: u16, ops: &[pinfold_hv::vgic5::VirsOp]) {
     use core::sync::atomic::Ordering;
     let Some(entry) = VIRS_VMS
@@ -170,23 +262,25 @@ pub fn virs_apply(vm: u16, ops: &[pinfold_hv::vgic5::VirsOp]) {
     if entry.1.swap(true, Ordering::AcqRel) {
         return;
     }
-    match with_irs(|irs| irs.apply_virs(&mut PhysMem, ops)) {
-        Some(Ok(())) => hvlog!("gicv5: VM {vm} and its SPIs released from the vIRS"),
-        Some(Err(e)) => hvlog!("gicv5: VM {vm} not released from the vIRS: {e:?}"),
-        None => {}
+    // A release names no vPE.
+    match apply_split(ops, |_, _| None) {
+        Ok(()) => hvlog!("gicv5: VM {vm} and its SPIs released from the vIRS"),
+        Err(e) => hvlog!("gicv5: VM {vm} not released from the vIRS: {e}"),
     }
 }
 
 /// Bring the GICv5 up for `cpu_count` CPUs, the boot CPU being `index`:
-/// the IRS with its IST, the boot CPU probed, the host checked. Returns
-/// the IRS for `hw::DIST` and what was found for the host view; `Err` is
-/// the reason boot stops (printed by the caller).
+/// every IRS the description names (the first with the LPI IST, each
+/// with a VM table), each CPU's PE on the IRS that serves it, the boot
+/// CPU probed, the host checked; the IRSes kept in [`IRSES`]. `Err` is
+/// the reason boot stops (printed by the caller): an IRS that does not
+/// come up is named with the CPUs and SPIs it would have served.
 pub fn init(
     host: &mut HostInfo,
     free: &mut FreeMemory,
     cpu_count: usize,
     index: usize,
-) -> Result<Gicv5Irs<IrsFrame, SysRegs>, alloc::string::String> {
+) -> Result<(), alloc::string::String> {
     use alloc::format;
     let Some(v5) = host.gic.v5.as_ref() else {
         return Err("no GICv5 in the host description".into());
@@ -217,31 +311,64 @@ pub fn init(
     // normal memory at EL2); nothing else uses it.
     unsafe { core::ptr::write_bytes(region as *mut u8, 0, lpis.region as usize) };
     crate::arch::clean_dcache_range(region, lpis.region);
-    // Every IRS serves its own CPUs; Pinfold drives the first (one IRS is
-    // what the driver and the model know).
-    let frame = v5.irs[0].config.0;
-    if v5.irs.len() > 1 {
-        hvlog!(
-            "gicv5: {} IRSes described; only the first ({frame:#x}) is driven",
-            v5.irs.len()
-        );
+    // The first IRS's VM table follows the IST; each other IRS has its own.
+    let mut vmts = alloc::vec![region + lpis.vmt_offset];
+    let vmt_block = lpis.vmt_bytes.next_multiple_of(0x1000);
+    for _ in 1..v5.irs.len() {
+        let Some(vmt) = free.take_top(vmt_block, 0x1000) else {
+            return Err(format!(
+                "no {} KiB of RAM for an IRS's VM table",
+                vmt_block >> 10
+            ));
+        };
+        // SAFETY: as `region`.
+        unsafe { core::ptr::write_bytes(vmt as *mut u8, 0, vmt_block as usize) };
+        crate::arch::clean_dcache_range(vmt, vmt_block);
+        vmts.push(vmt);
     }
-    let mut irs = Gicv5Irs::init(
-        IrsFrame(frame as usize),
-        SysRegs,
-        cpus,
-        region,
-        lpis.lpi_id_bits,
-    )
-    .map_err(|e| format!("the IRS at {frame:#x} did not come up: {e:?}"))?;
+    let frames: Vec<u64> = v5.irs.iter().map(|d| d.config.0).collect();
+    let mut irses: Vec<Irs> = Vec::new();
+    let mut spis = Vec::new();
+    for (n, d) in v5.irs.iter().enumerate() {
+        let frame = d.config.0;
+        let range = spi_range_of(&mut IrsFrame(frame as usize));
+        let ist = (n == IrsRoutes::IST_OWNER).then_some((region, lpis.lpi_id_bits));
+        let irs = Gicv5Irs::init(IrsFrame(frame as usize), SysRegs, cpus, ist)
+            .map_err(|e| format!("{}", IrsDown::new(d, range.clone(), format_args!("{e:?}"))))?;
+        hvlog!(
+            "gicv5: IRS at {frame:#x}: SPIs {range:?}, {} CPUs{}",
+            d.cpus.len(),
+            if ist.is_some() { ", the LPI IST" } else { "" }
+        );
+        spis.push(range);
+        irses.push(irs);
+    }
+    let described = &host.cpus[..cpu_count.min(host.cpus.len())];
+    let routes = IrsRoutes::from_description(&v5.irs, described, &spis);
+    // Each CPU's PE on the IRS that serves it.
+    for (cpu, &(mpidr, iaffid)) in cpus.iter().enumerate() {
+        let Some(i) = routes.of_cpu(cpu) else {
+            return Err(format!("CPU {cpu} (MPIDR {mpidr:#x}) is served by no IRS"));
+        };
+        irses[i].register_pe(iaffid).map_err(|e| {
+            format!(
+                "the IRS at {:#x} did not take CPU {cpu}'s PE (MPIDR {mpidr:#x}, IAFFID {iaffid}): {e:?}",
+                frames[i]
+            )
+        })?;
+    }
+    let Some(owner) = irses.get_mut(IrsRoutes::IST_OWNER) else {
+        return Err("no IRS in the host description".into());
+    };
     // The boot CPU's interface, only to probe its PPIs and GCIE_LEGACY
     // (its own bring-up, `init_cpu`, sets it up again).
     let mut probe = Gicv5Cpu::init_this_cpu(SysRegs, index as u32, lpis.ipi_base, cpus, GICV5_CAPS);
-    probe.probe(&mut irs.host);
-    check_host(&irs.host).map_err(|m| format!("{m}"))?;
-    host.gic.found = pinfold_hv::gichost::GicFound::from_v5(&host.gic, &irs.host);
+    probe.probe(&mut owner.host);
+    check_host(&owner.host).map_err(|m| format!("{m}"))?;
+    host.gic.found = pinfold_hv::gichost::GicFound::from_v5(&host.gic, &owner.host);
     hvlog!(
-        "gicv5: IRS at {frame:#x}: IST of {} LPIs at {region:#x} (IPIs from {}, doorbells {:?}), VM table for {} VMs",
+        "gicv5: {} IRSes; IST of {} LPIs at {region:#x} on the first (IPIs from {}, doorbells {:?}), VM tables for {} VMs",
+        irses.len(),
         1u64 << lpis.lpi_id_bits,
         lpis.ipi_base,
         lpis.doorbell_lpis(),
@@ -250,9 +377,17 @@ pub fn init(
     LAYOUT.call_once(|| Layout {
         lpis,
         cpus,
-        vmt: region + lpis.vmt_offset,
+        vmts,
+        frames,
+        routes,
     });
-    Ok(irs)
+    IRSES.call_once(|| {
+        irses
+            .into_iter()
+            .map(|i| CountedLock::new(i, &crate::LOCKSTAT))
+            .collect()
+    });
+    Ok(())
 }
 
 /// This CPU's GICv5 half, from its own bring-up: PPIs off, its IPI LPIs

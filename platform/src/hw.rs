@@ -11,8 +11,9 @@
 //! instead: the same hardware with the CPU-interface operations (ack,
 //! priority drop, deactivate, IPIs, PPI state) on the GICv5. `PlatformHw`'s
 //! own GICv3 operations are unchanged, so the GICv3 paths carry no branch
-//! for it. The shared half of either chip (the GICv3 distributor or the
-//! GICv5 IRS) is [`DIST`].
+//! for it. The shared half is the GICv3 distributor, [`DIST`], or on a
+//! GICv5 host its IRSes, each behind its own lock (`gicv5::IRSES`,
+//! reached by `Hw::spi` through `gicv5::spi`).
 
 use crate::{arch, log};
 use aarch64_cpu::registers::ICH_HCR_EL2;
@@ -27,10 +28,12 @@ use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::partition::HostMemory;
 use pinfold_hv::trap::SysRegId;
 
-/// The physical distributor (GICv3) or IRS (GICv5): one device every CPU may need (a guest
+/// The physical GICv3 distributor: one device every CPU may need (a guest
 /// enabling or routing its own SPI, a forwarded SPI the guest has masked).
 /// It is global state of the machine, so no per-CPU design can hold it; it
 /// is never taken on vCPU load/put, timer PPI or local injection paths.
+/// A GICv5 host leaves it unset: its IRSes each have their own lock
+/// (`gicv5::IRSES`, `gicv5::spi`).
 pub static DIST: spin::Once<CountedLock<Box<dyn SharedIrqChip + Send>>> = spin::Once::new();
 
 /// ICH_HCR_EL2.En.
@@ -232,13 +235,16 @@ impl Hw for PlatformHw {
         }
     }
     fn spi(&mut self, path: LockPath, op: SpiOp) {
-        if let Some(d) = DIST.get() {
-            let mut d = d.lock(path);
-            match op {
-                SpiOp::Enable { intid, enable } => d.spi_enable(intid, enable),
-                SpiOp::Route { intid, mpidr } => d.spi_route(intid, mpidr),
-                SpiOp::SetEdge { intid, edge } => d.spi_set_edge(intid, edge),
-            }
+        let Some(d) = DIST.get() else {
+            // A GICv5 host: the IRS whose SPI range holds it.
+            crate::gicv5::spi(path, op);
+            return;
+        };
+        let mut d = d.lock(path);
+        match op {
+            SpiOp::Enable { intid, enable } => d.spi_enable(intid, enable),
+            SpiOp::Route { intid, mpidr } => d.spi_route(intid, mpidr),
+            SpiOp::SetEdge { intid, edge } => d.spi_set_edge(intid, edge),
         }
     }
     // Inlined into the exit code as before the GICv5 view (`V5Hw`) made

@@ -424,9 +424,7 @@ fn boot(handoff: BootHandoff) -> ! {
         HostGic::V5 => {
             // The IRS's IST and VM table, taken the same way.
             match gicv5::init(&mut host, &mut free, cpu_count, index) {
-                Ok(irs) => {
-                    hw::DIST.call_once(|| CountedLock::new(Box::new(irs), &LOCKSTAT));
-                }
+                Ok(()) => {}
                 Err(e) => {
                     hvprint!("GICv5: {e}: halting");
                     halt()

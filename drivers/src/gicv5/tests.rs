@@ -126,8 +126,8 @@ fn pe(m: &Shared, pe: usize) -> (ModelPe, Rc<Cell<u64>>) {
 fn rig_with(caps: IrqChipCaps) -> Rig {
     let m: Shared = Rc::new(RefCell::new(Model::new(Config::default())));
     let (irs_cpu, _) = pe(&m, 0);
-    let mut irs =
-        Gicv5Irs::init(ModelIrs(m.clone()), irs_cpu, &CPUS, 0x8000_0000, 14).expect("IRS init");
+    let mut irs = Gicv5Irs::init(ModelIrs(m.clone()), irs_cpu, &CPUS, Some((0x8000_0000, 14)))
+        .expect("IRS init");
     let mut cpus = Vec::new();
     let mut ops = Vec::new();
     for i in 0..2 {
@@ -239,7 +239,7 @@ fn an_irs_without_enough_lpi_bits_is_refused() {
         ..Config::default()
     })));
     let (regs, _) = pe(&m, 0);
-    let e = Gicv5Irs::init(ModelIrs(m.clone()), regs, &CPUS, 0x8000_0000, 14).err();
+    let e = Gicv5Irs::init(ModelIrs(m.clone()), regs, &CPUS, Some((0x8000_0000, 14))).err();
     assert_eq!(e, Some(IrsError::TooFewLpiBits { need: 14, have: 10 }));
 }
 
@@ -352,8 +352,8 @@ fn an_spi_beyond_the_cores_numbers_is_ended_at_el2_and_reported_as_none() {
         ..Config::default()
     })));
     let (irs_cpu, _) = pe(&m, 0);
-    let mut irs =
-        Gicv5Irs::init(ModelIrs(m.clone()), irs_cpu, &CPUS, 0x8000_0000, 14).expect("IRS init");
+    let mut irs = Gicv5Irs::init(ModelIrs(m.clone()), irs_cpu, &CPUS, Some((0x8000_0000, 14)))
+        .expect("IRS init");
     let (regs, _) = pe(&m, 0);
     let mut cpu = Gicv5Cpu::init_this_cpu(regs, 0, IPI_BASE, &CPUS, GICV5_CAPS);
     for n in [987, 1000] {
@@ -1058,4 +1058,309 @@ fn a_released_vm_no_longer_holds_its_spi_which_reaches_the_host_again() {
     assert!(r.m.borrow().irq_signalled(0));
     assert_eq!(r.cpus[0].ack(), spi);
     r.no_misuse();
+}
+
+// ---- several IRSes ------------------------------------------------------
+
+/// Four CPUs on two sockets: CPUs 0 and 1 (IAFFIDs 0, 1) on IRS 0, CPUs 2
+/// and 3 (IAFFIDs 2, 3) on IRS 1.
+static CPUS4: [(u64, u16); 4] = [
+    (0x8000_0000, 0),
+    (0x8000_0001, 1),
+    (0x8001_0000, 2),
+    (0x8001_0001, 3),
+];
+
+/// A GIC instruction the boot CPU issued for an LPI: (instruction, Xt).
+type LpiCmds = Rc<RefCell<Vec<(u32, u64)>>>;
+
+/// The boot CPU's GIC instructions as the hardware routes them: one
+/// naming an SPI to the IRS whose range holds it, GSB to every IRS. One
+/// naming an LPI is recorded: the LPI space is the system's and the
+/// models do not talk to each other (docs/GICV5.md).
+struct Fabric {
+    irses: [Shared; 2],
+    lpis: LpiCmds,
+}
+
+impl CpuRegs for Fabric {
+    fn read(&mut self, reg: u32) -> u64 {
+        panic!("the IRS read system register {reg:#x}")
+    }
+    fn write(&mut self, reg: u32, _value: u64) {
+        panic!("the IRS wrote system register {reg:#x}")
+    }
+    fn gic(&mut self, op: u32, xt: u64) {
+        if op == insn::GSB_SYS || op == insn::GSB_ACK {
+            for m in &self.irses {
+                assert_eq!(
+                    m.borrow_mut().sys(0, El::El2, enc(op), xt),
+                    Access::Value(0)
+                );
+            }
+            return;
+        }
+        let id = (xt & 0xff_ffff) as u32;
+        match (xt >> 29) & 7 {
+            TYPE_SPI => {
+                let m = self
+                    .irses
+                    .iter()
+                    .find(|m| m.borrow().config().has_spi(id))
+                    .expect("an SPI some IRS has");
+                assert_eq!(
+                    m.borrow_mut().sys(0, El::El2, enc(op), xt),
+                    Access::Value(0)
+                );
+            }
+            _ => self.lpis.borrow_mut().push((op, xt)),
+        }
+    }
+    fn cdia(&mut self) -> u64 {
+        panic!("the IRS acknowledged")
+    }
+}
+
+struct TwoIrses {
+    models: [Shared; 2],
+    irses: Vec<Gicv5Irs<ModelIrs, Fabric>>,
+    lpis: LpiCmds,
+    routes: pinfold_hv::vgic5::irses::IrsRoutes,
+}
+
+impl TwoIrses {
+    fn no_misuse(&self) {
+        for m in &self.models {
+            assert_eq!(m.borrow().misuse(), &[] as &[Misuse]);
+        }
+    }
+    /// IRS `irs`'s IRS_SPI_VMR for SPI `spi` (selected first).
+    fn spi_vmr(&self, irs: usize, spi: u32) -> u64 {
+        let mut m = self.models[irs].borrow_mut();
+        m.irs_write(irs::SPI_SELR as u64, u64::from(spi));
+        m.irs_read(irs::SPI_VMR as u64)
+    }
+}
+
+/// Two IRSes of a system of 64 SPIs: IRS 0 with SPIs 0..32, the LPI IST
+/// and CPUs 0 and 1; IRS 1 with SPIs 32..64 and CPUs 2 and 3. Each
+/// brought up as the platform does (only IRS 0 given the IST), the
+/// core's routes made from their SPI ranges.
+fn two_irses() -> TwoIrses {
+    use pinfold_hv::vgic5::irses::{IrsRoutes, IrsServes};
+    let model = |spi_base, first_iaffid| -> Shared {
+        Rc::new(RefCell::new(Model::new(Config {
+            spis: 32,
+            spi_base,
+            system_spis: Some(64),
+            first_iaffid,
+            ..Config::default()
+        })))
+    };
+    let models = [model(0, 0), model(32, 2)];
+    let lpis: LpiCmds = Rc::default();
+    let mut irses = Vec::new();
+    for (i, m) in models.iter().enumerate() {
+        let fabric = Fabric {
+            irses: models.clone(),
+            lpis: lpis.clone(),
+        };
+        let ist = (i == IrsRoutes::IST_OWNER).then_some((0x8000_0000, 14));
+        irses.push(Gicv5Irs::init(ModelIrs(m.clone()), fabric, &CPUS4, ist).expect("IRS init"));
+    }
+    let routes = IrsRoutes {
+        irses: std::vec![
+            IrsServes {
+                cpus: std::vec![0, 1],
+                spis: irses[0].spi_range(),
+            },
+            IrsServes {
+                cpus: std::vec![2, 3],
+                spis: irses[1].spi_range(),
+            },
+        ],
+    };
+    TwoIrses {
+        models,
+        irses,
+        lpis,
+        routes,
+    }
+}
+
+#[test]
+fn two_irses_come_up_each_with_its_spi_range_and_only_the_first_holds_the_ist() {
+    let t = two_irses();
+
+    let ist = t
+        .models
+        .each_ref()
+        .map(|m| m.borrow_mut().irs_read(irs::IST_BASER as u64) & irs::IST_BASER_VALID);
+    let irsen = t
+        .models
+        .each_ref()
+        .map(|m| m.borrow_mut().irs_read(irs::CR0 as u64) as u32 & irs::CR0_IRSEN);
+
+    assert_eq!(ist, [1, 0], "the LPI IST on IRS 0 only");
+    assert_eq!(irsen, [1, 1]);
+    assert_eq!(t.routes.irses[0].spis, 0..32);
+    assert_eq!(t.routes.irses[1].spis, 32..64);
+    t.no_misuse();
+}
+
+#[test]
+fn each_cpus_pe_is_set_up_on_the_irs_that_serves_it() {
+    let mut t = two_irses();
+
+    for (cpu, &(_, iaffid)) in CPUS4.iter().enumerate() {
+        let irs = t.routes.of_cpu(cpu).expect("served");
+        t.irses[irs].register_pe(iaffid).expect("its IRS's PE");
+    }
+
+    let dps = |irs: usize| {
+        (0..4)
+            .map(|i| t.models[irs].borrow().pe_dps(i))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(dps(0), [true, true, false, false]);
+    assert_eq!(dps(1), [false, false, true, true]);
+    assert_eq!(t.irses[0].register_pe(2), Err(IrsError::PeNotValid(2)));
+    t.no_misuse();
+}
+
+#[test]
+fn an_spis_trigger_and_route_reach_the_irs_whose_range_holds_it_and_never_the_other() {
+    let mut t = two_irses();
+    // SPI 40 (IRS 1) level, at CPU 2; SPI 5 (IRS 0) level, at CPU 1.
+
+    for (intid, mpidr) in [(32 + 40, CPUS4[2].0), (32 + 5, CPUS4[1].0)] {
+        let irs = t.routes.of_intid(intid).expect("an IRS has it");
+        t.irses[irs].spi_set_edge(intid, false);
+        t.irses[irs].spi_route(intid, mpidr);
+        t.irses[irs].spi_enable(intid, true);
+    }
+
+    let s40 = t.models[1].borrow().spi(40);
+    let s5 = t.models[0].borrow().spi(5);
+    assert!(s40.level && s40.enabled && s40.iaffid == 2, "{s40:?}");
+    assert!(s5.level && s5.enabled && s5.iaffid == 1, "{s5:?}");
+    let selected = t
+        .models
+        .each_ref()
+        .map(|m| m.borrow_mut().irs_read(irs::SPI_SELR as u64));
+    assert_eq!(selected, [5, 40], "IRS 0 never selected SPI 40");
+    t.no_misuse();
+}
+
+/// alpha (VM 0): vCPU 0 on CPU 1 (IRS 0), vCPU 1 on CPU 2 (IRS 1); SPIs
+/// 5 (IRS 0) and 40 (IRS 1), planned by the core, split by its routes,
+/// each IRS given its own VM table and its share.
+fn alpha_on_two_irses(t: &mut TwoIrses) -> &'static [u32] {
+    static DB: [Doorbell; 2] = [
+        Doorbell {
+            lpi: 9001,
+            mpidr: 0x8000_0001,
+        },
+        Doorbell {
+            lpi: 9002,
+            mpidr: 0x8001_0000,
+        },
+    ];
+    static SPIS: [u32; 2] = [32 + 5, 32 + 40];
+    let spec = VmSpec {
+        vm: 0,
+        partition: "alpha",
+        vcpus: 2,
+        spis: &SPIS,
+        lpi_id_bits: 8,
+        spi_id_bits: 6,
+        doorbells: &DB,
+        tables: vm_tables(0xa000_0000),
+    };
+    let mut caps = Vec::new();
+    for (irs, vmt) in t.irses.iter_mut().zip([VMT, VMT + 0x1000]) {
+        caps.push(irs.init_virs(vmt, 4).expect("vIRS init"));
+    }
+    let ops = plan_virs(&caps[0], &[spec]).expect("plan");
+    let split = t
+        .routes
+        .split_virs(&ops, alpha_cpu_of)
+        .expect("every step has an IRS");
+    for (i, ops) in split.iter().enumerate() {
+        t.irses[i]
+            .apply_virs(&mut ModelMem(t.models[i].clone()), ops)
+            .expect("apply");
+    }
+    &SPIS
+}
+
+fn alpha_cpu_of(_vm: u16, vpe: u16) -> Option<usize> {
+    [1, 2].get(usize::from(vpe)).copied()
+}
+
+#[test]
+fn the_virs_on_two_irses_puts_each_vpe_on_its_cpus_irs_and_each_spi_on_its_own() {
+    let mut t = two_irses();
+
+    let spis = alpha_on_two_irses(&mut t);
+
+    let vpes = |irs: usize| [0, 1].map(|v| t.models[irs].borrow().vpe_valid(0, v));
+    assert_eq!(vpes(0), [true, false]);
+    assert_eq!(vpes(1), [false, true]);
+    assert_eq!(t.spi_vmr(0, 5), irs::SPI_VMR_VIRT);
+    assert_eq!(t.spi_vmr(1, 40), irs::SPI_VMR_VIRT);
+    let cdaff: Vec<u64> = t
+        .lpis
+        .borrow()
+        .iter()
+        .filter(|&&(op, _)| op == insn::GIC_CDAFF)
+        .map(|&(_, xt)| xt)
+        .collect();
+    assert_eq!(
+        cdaff,
+        [
+            operand(TYPE_LPI, 9001) | (1 << 32),
+            operand(TYPE_LPI, 9002) | (2 << 32)
+        ],
+        "each doorbell at its vCPU's CPU"
+    );
+    t.no_misuse();
+
+    // The destroy: each SPI released on its IRS, the VM unmapped on both.
+    let release = pinfold_hv::vgic5::release_virs(0, spis);
+    let split = t.routes.split_virs(&release, alpha_cpu_of).expect("routed");
+    for (i, ops) in split.iter().enumerate() {
+        t.irses[i]
+            .apply_virs(&mut ModelMem(t.models[i].clone()), ops)
+            .expect("release");
+    }
+    assert_eq!((t.spi_vmr(0, 5), t.spi_vmr(1, 40)), (0, 0));
+    assert_eq!((vpes(0), vpes(1)), ([false; 2], [false; 2]));
+    t.no_misuse();
+}
+
+#[test]
+fn software_errors_are_taken_from_the_irs_that_recorded_them() {
+    let mut t = two_irses();
+    alpha_on_two_irses(&mut t);
+    // alpha's vCPU 1, resident on CPU 2 (IRS 1's PE 0), names vPE 5,
+    // which VM 0 does not have.
+    {
+        let mut m = t.models[1].borrow_mut();
+        for (r, v) in [
+            (reg::ICH_HFGITR_EL2, 0x7ff),
+            (reg::ICH_VCTLR_EL2, VCTLR_EN),
+            (reg::ICH_CONTEXTR_EL2, CONTEXTR_V | (1 << 32)),
+        ] {
+            assert_eq!(m.write(0, El::El2, enc(r), v), Access::Value(0));
+        }
+        m.enter_guest(0);
+        m.sys(0, El::El1, enc(insn::GIC_CDAFF), VLPI3 | (5 << 32));
+    }
+
+    let taken: Vec<_> = t.irses.iter_mut().map(|i| i.take_swerr()).collect();
+
+    assert_eq!(taken[0], None);
+    let fault = taken[1].and_then(VirsFault::from_syndrome);
+    assert_eq!(fault.map(|f| f.vm), Some(0), "{taken:x?}");
 }

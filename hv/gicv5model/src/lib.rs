@@ -62,7 +62,8 @@
 //!   never trap. Reset 0 (the register's reset value is not one software
 //!   may rely on; 0 makes a hypervisor that never writes it visible).
 //!
-//! The IRS (one, shared by all PEs): IRS_IDR0..2, IRS_CR0 (IRSEN, IDLE),
+//! The IRS (shared by all its PEs): IRS_IDR0..2, IRS_IDR5..7 (SPI ranges), IRS_PE_SELR/
+//! STATUSR/CR0, IRS_CR0 (IRSEN, IDLE),
 //! IRS_CR1, IRS_SYNCR/IRS_SYNC_STATUSR, IRS_SPI_SELR/CFGR/STATUSR,
 //! IRS_IST_BASER/CFGR/STATUSR over a linear IST of 4-byte entries; SPIs and
 //! LPIs get enable, pending, active, priority, handling mode and a target
@@ -71,6 +72,19 @@
 //! [`Misuse::LpiOutsideIst`]); an IRS write while IRSEN = 0 to the SPI or
 //! IST registers works, a CDxx to an SPI or LPI while IRSEN = 0 is
 //! [`Misuse::IrsDisabled`].
+//!
+//! One model is one IRS with the PEs it serves. A host with several IRSes
+//! is several models, each with its own SPI range ([`Config::spi_base`],
+//! [`Config::spis`]: IRS_IDR7.SPI_BASE, IRS_IDR6.SPI_IRS_RANGE, and
+//! IRS_IDR5.SPI_RANGE the system's, [`Config::system_spis`], as Linux's
+//! `gicv5_irs_init` reads them; an SPI outside the range reads
+//! IRS_SPI_STATUSR.V = 0 and a CDxx naming it is
+//! [`Misuse::NoSuchInterrupt`]) and its own PEs ([`Config::first_iaffid`]:
+//! IRS_PE_SELR of another IAFFID reads IRS_PE_STATUSR.V = 0, as Linux's
+//! `gicv5_irs_register_cpu` expects, and IRS_PE_CR0 after it is
+//! [`Misuse::NoSuchPe`]; IRS_PE_CR0.DPS kept per PE, [`Model::pe_dps`]).
+//! The models do not talk to each other: a CDxx is the model's of the PE
+//! that issues it, not forwarded to the IRS that owns the interrupt.
 //!
 //! The vIRS: a linear VM table (IRS_VMT_BASER/CFGR) of 32-byte entries in
 //! the model's own physical memory ([`Model::mem_write64`]), each naming a
@@ -486,8 +500,19 @@ pub struct Config {
     pub impl_ppis: [u64; 2],
     /// Which of the implemented PPIs are level-sensitive (ICC_PPI_HMR).
     pub level_ppis: [u64; 2],
-    /// SPI IDs 0..spis.
+    /// This IRS's SPIs: IDs `spi_base .. spi_base + spis` (IRS_IDR7.
+    /// SPI_BASE, IRS_IDR6.SPI_IRS_RANGE). A host with several IRSes gives
+    /// each its own range; an SPI outside it is not this IRS's: selecting
+    /// it reads IRS_SPI_STATUSR.V = 0 and a GIC CDxx naming it is
+    /// [`Misuse::NoSuchInterrupt`] here.
     pub spis: u32,
+    pub spi_base: u32,
+    /// IRS_IDR5.SPI_RANGE, the SPIs of the whole system (every IRS's);
+    /// `None`: this IRS's own end, `spi_base + spis`.
+    pub system_spis: Option<u32>,
+    /// The IAFFID of PE 0; PE n has `first_iaffid + n` (a second IRS's
+    /// model serves other CPUs). IRS_PE_SELR accepts only these.
+    pub first_iaffid: u16,
     /// IRS_IDR2.ID_BITS: the largest LPI ID width the IRS supports.
     pub lpi_id_bits: u8,
     /// FEAT_GCIE_LEGACY: the GICv3-compatible virtual interface exists
@@ -507,6 +532,18 @@ pub const PPI_CNTHP: u32 = 26;
 pub const PPI_CNTV: u32 = 27;
 pub const PPI_CNTP: u32 = 30;
 
+impl Config {
+    /// One past this IRS's last SPI ID.
+    pub fn spi_end(&self) -> u32 {
+        self.spi_base + self.spis
+    }
+
+    /// Whether SPI ID `id` is this IRS's.
+    pub fn has_spi(&self, id: u32) -> bool {
+        (self.spi_base..self.spi_end()).contains(&id)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         // PPIs 0..=31 implemented (the architected ones live there), the
@@ -517,6 +554,9 @@ impl Default for Config {
             impl_ppis: [0xffff_ffff, 0],
             level_ppis: [level, 0],
             spis: 64,
+            spi_base: 0,
+            system_spis: None,
+            first_iaffid: 0,
             lpi_id_bits: 16,
             gcie_legacy: true,
             pri_bits_minus1: 4,
@@ -737,6 +777,18 @@ pub mod irs {
     pub const IST_STATUSR_IDLE: u32 = 1;
     /// IRS_IDR0.VIRT: the IRS supports virtualisation.
     pub const IDR0_VIRT: u32 = 1 << 6;
+
+    /// IAFFID [15:0]: the PE IRS_PE_CR0 configures (Linux's
+    /// `gicv5_irs_register_cpu`; the same offsets as the guest frame's in
+    /// `pinfold_hv::vgic5::frame`).
+    pub const PE_SELR: u64 = 0x0140;
+    /// IDLE [0], V [1] (the IAFFID names a PE this IRS serves).
+    pub const PE_STATUSR: u64 = 0x0144;
+    /// DPS [0].
+    pub const PE_CR0: u64 = 0x0148;
+    pub const PE_STATUSR_IDLE: u32 = 1;
+    pub const PE_STATUSR_V: u32 = 1 << 1;
+    pub const PE_CR0_DPS: u64 = 1;
 }
 
 #[derive(Debug, Clone)]
@@ -754,6 +806,11 @@ struct Irs {
     // ---- the vIRS ----
     /// The VM each physical SPI is assigned to (IRS_SPI_VMR).
     spi_vm: Vec<Option<u16>>,
+    /// IRS_PE_SELR's IAFFID, valid when it names a PE of this IRS.
+    pe_selr: u16,
+    pe_selr_valid: bool,
+    /// IRS_PE_CR0.DPS of each PE software set up, by IAFFID.
+    pe_dps: BTreeMap<u16, bool>,
     vmt_baser: u64,
     vmt_cfgr: u32,
     vpe_selr: u64,
@@ -818,7 +875,7 @@ impl Model {
         }
         let pes = (0..cfg.pes)
             .map(|i| Pe {
-                iaffid: i as u16,
+                iaffid: cfg.first_iaffid + i as u16,
                 cr0: 0,
                 // Reset: PCR = 0 masks everything (priority must be below).
                 pcr: 0,
@@ -848,10 +905,13 @@ impl Model {
             spi_selr_valid: false,
             ist_baser: 0,
             ist_cfgr: 0,
-            spis: vec![IntState::default(); cfg.spis as usize],
+            spis: vec![IntState::default(); cfg.spi_end() as usize],
             lpis: BTreeMap::new(),
             syncs: 0,
-            spi_vm: vec![None; cfg.spis as usize],
+            spi_vm: vec![None; cfg.spi_end() as usize],
+            pe_selr: 0,
+            pe_selr_valid: false,
+            pe_dps: BTreeMap::new(),
             vmt_baser: 0,
             vmt_cfgr: 0,
             vpe_selr: 0,
@@ -1040,6 +1100,12 @@ impl Model {
             .vms
             .get(&vm)
             .is_some_and(|v| v.vpes.contains_key(&vpe))
+    }
+
+    /// IRS_PE_CR0.DPS of the PE with IAFFID `iaffid` as software set it
+    /// (false for one never set up, or not this IRS's).
+    pub fn pe_dps(&self, iaffid: u16) -> bool {
+        self.irs.pe_dps.get(&iaffid).copied().unwrap_or(false)
     }
 
     /// The software error records not yet cleared.
@@ -1679,7 +1745,7 @@ impl Model {
                     self.bad(Misuse::LpiOutsideIst(id.id));
                     return Access::Value(0);
                 }
-                if id.ty == IntType::Spi && id.id >= self.cfg.spis {
+                if id.ty == IntType::Spi && !self.cfg.has_spi(id.id) {
                     self.bad(Misuse::NoSuchInterrupt(id));
                     return Access::Value(0);
                 }
@@ -1825,9 +1891,19 @@ impl Model {
             irs::IDR1 => (self.cfg.pes as u64).saturating_sub(1),
             // ID_BITS [4:0], LPI [5], MIN_LPI_ID_BITS [9:6] = 0 here.
             irs::IDR2 => u64::from(self.cfg.lpi_id_bits) | (1 << 5),
-            irs::IDR5 => u64::from(self.cfg.spis),
+            irs::IDR5 => u64::from(self.cfg.system_spis.unwrap_or(self.cfg.spi_end())),
             irs::IDR6 => u64::from(self.cfg.spis),
-            irs::IDR7 => 0,
+            irs::IDR7 => u64::from(self.cfg.spi_base),
+            irs::PE_SELR => u64::from(self.irs.pe_selr),
+            irs::PE_STATUSR => u64::from(
+                irs::PE_STATUSR_IDLE
+                    | if self.irs.pe_selr_valid {
+                        irs::PE_STATUSR_V
+                    } else {
+                        0
+                    },
+            ),
+            irs::PE_CR0 => u64::from(self.pe_dps(self.irs.pe_selr)),
             irs::IIDR => 0x0050_043b,
             irs::AIDR => 0x0000_0050,
             irs::CR0 => u64::from(self.irs.cr0 | irs::CR0_IDLE),
@@ -1887,11 +1963,24 @@ impl Model {
                 self.irs.cr0 = value as u32 & irs::CR0_IRSEN;
             }
             irs::CR1 => self.irs.cr1 = value as u32,
+            irs::PE_SELR => {
+                let iaffid = (value & 0xffff) as u16;
+                self.irs.pe_selr = iaffid;
+                self.irs.pe_selr_valid = self.pe_of(iaffid).is_some();
+            }
+            irs::PE_CR0 => {
+                if !self.irs.pe_selr_valid {
+                    self.bad(Misuse::NoSuchPe(self.irs.pe_selr));
+                    return;
+                }
+                let dps = value & irs::PE_CR0_DPS != 0;
+                self.irs.pe_dps.insert(self.irs.pe_selr, dps);
+            }
             irs::SYNCR => self.irs.syncs += 1,
             irs::SPI_SELR => {
                 let id = value as u32 & 0xff_ffff;
                 self.irs.spi_selr = id;
-                self.irs.spi_selr_valid = id < self.cfg.spis;
+                self.irs.spi_selr_valid = self.cfg.has_spi(id);
             }
             irs::SPI_CFGR => {
                 if self.irs.spi_selr_valid {
@@ -2299,6 +2388,59 @@ mod tests {
         assert!(m.irq_signalled(1));
         m.sys(0, El::El2, Insn::Cdaff.enc(), x | (7 << 32));
         assert_eq!(m.take_misuse(), [Misuse::NoSuchPe(7)]);
+    }
+
+    #[test]
+    fn an_irs_with_an_spi_range_has_only_its_own_spis() {
+        // The second IRS of a system of 96 SPIs: SPIs 32..64.
+        let mut m = Model::new(Config {
+            spis: 32,
+            spi_base: 32,
+            system_spis: Some(96),
+            ..Config::default()
+        });
+        m.irs_write(irs::CR0, 1);
+        let (idr5, idr6, idr7) = (
+            m.irs_read(irs::IDR5),
+            m.irs_read(irs::IDR6),
+            m.irs_read(irs::IDR7),
+        );
+        let selected = |m: &mut Model, id: u64| {
+            m.irs_write(irs::SPI_SELR, id);
+            m.irs_read(irs::SPI_STATUSR) & u64::from(irs::SPI_STATUSR_V) != 0
+        };
+
+        let valid = [5, 31, 32, 63, 64].map(|id| selected(&mut m, id));
+        m.sys(0, El::El2, Insn::Cden.enc(), IntId::spi(5).raw());
+        m.sys(0, El::El2, Insn::Cden.enc(), IntId::spi(40).raw());
+
+        assert_eq!((idr5, idr6, idr7), (96, 32, 32));
+        assert_eq!(valid, [false, false, true, true, false]);
+        assert_eq!(m.take_misuse(), [Misuse::NoSuchInterrupt(IntId::spi(5))]);
+        assert!(m.spi(40).enabled);
+    }
+
+    #[test]
+    fn irs_pe_selr_takes_only_the_pes_the_irs_serves() {
+        // An IRS serving the PEs with IAFFIDs 2 and 3.
+        let mut m = Model::new(Config {
+            first_iaffid: 2,
+            ..Config::default()
+        });
+        let select = |m: &mut Model, iaffid: u64| {
+            m.irs_write(irs::PE_SELR, iaffid);
+            m.irs_read(irs::PE_STATUSR) & u64::from(irs::PE_STATUSR_V) != 0
+        };
+
+        let foreign = select(&mut m, 0);
+        m.irs_write(irs::PE_CR0, irs::PE_CR0_DPS);
+        let own = select(&mut m, 3);
+        m.irs_write(irs::PE_CR0, irs::PE_CR0_DPS);
+
+        assert!(!foreign && own);
+        assert_eq!(m.take_misuse(), [Misuse::NoSuchPe(0)]);
+        assert!(m.pe_dps(3) && !m.pe_dps(0) && !m.pe_dps(2));
+        assert_eq!(m.irs_read(irs::PE_CR0), 1);
     }
 
     #[test]
