@@ -1388,9 +1388,11 @@ fn send_sgi(
     value: u64,
 ) {
     // GICv4.1, once the guest set GICD_CTLR.nASSGIreq: each target's vPE
-    // straight through the ITS, no receiver exit.
-    if let Some(direct) = p.vsgi.as_ref().filter(|d| d.direct()).map(|d| &d.direct) {
-        if let Some(frame) = hw.v41() {
+    // straight through the ITS, no receiver exit. The frame is tested
+    // before the flag, so a chip that has none (GICv5's) drops the test.
+    if let Some(d) = p.vsgi.as_ref() {
+        if let Some(frame) = hw.v41().filter(|_| d.direct()) {
+            let direct = &d.direct;
             let its = crate::vsgi::its_for_cpu(cpu.index);
             let res = direct.send(frame, &p.sgi, &p.vcpu_mpidrs, value, v, its);
             if res.outside > 0 {

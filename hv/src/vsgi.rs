@@ -168,9 +168,12 @@ impl PartitionVsgi {
 
     /// Whether the guest's SGIs are sent to its vPEs (it set
     /// GICD_CTLR.nASSGIreq); otherwise they take the trapped path.
+    /// Relaxed (a plain byte load on the send path): the flag publishes
+    /// nothing the sender reads, and an SGI sent either way while the
+    /// switch is under way is delivered from where it lands.
     #[inline(always)]
     pub fn direct(&self) -> bool {
-        self.nassgireq.load(Ordering::Acquire)
+        self.nassgireq.load(Ordering::Relaxed)
     }
 
     /// Whether the vPEs are mapped (tables held).
