@@ -211,10 +211,15 @@ fn send_on(host_its: &mut crate::its::HostIts, its: usize, words: [u64; 4]) {
 }
 
 /// Partition start, every vCPU off: the previous run's vPEs unmapped and
-/// their tables freed; each vCPU's is mapped afresh at its first load
+/// their tables freed, the guest's nASSGIreq cleared; each vCPU's is mapped afresh at its first load
 /// ([`load`], on its own CPU, whose redistributor is then surely online).
 pub fn restart(sys: &System, p: &Partition) {
     release(sys, p);
+    // nASSGIreq resets to 0: the new guest asks again (or not).
+    if let Some(v) = p.vsgi.as_ref() {
+        p.dist.lock(LockPath::Management).reset_nassgireq();
+        v.nassgireq.store(false, Ordering::Release);
+    }
 }
 
 /// vCPU `vcpu`'s vPE VMAPP'd with Alloc to its CPU's redistributor, with

@@ -235,6 +235,8 @@ fn a_restart_unmaps_the_vpes_frees_their_tables_and_the_next_load_maps_afresh() 
     assert!(!m.lock().mapped(0, 1) && !m.lock().mapped(0, 2));
     assert_eq!(queue.vpts_live(), 0);
     assert!(!p.vsgi.as_ref().unwrap().mapped());
+    assert!(!p.dist.lock(LockPath::Management).nassgireq(), "reset");
+    assert!(!p.vsgi.as_ref().unwrap().direct());
     let _c1 = loaded_cpu(sys, &mut hw1, 1);
     assert!(m.lock().mapped(0, 1));
     assert_eq!(m.lock().resident(1), Some(1));

@@ -254,6 +254,11 @@ impl VDist {
         self.nassgireq
     }
 
+    /// nASSGIreq back to its reset value, 0 (the partition starts again).
+    pub fn reset_nassgireq(&mut self) {
+        self.nassgireq = false;
+    }
+
     /// The vCPU an SPI is routed to. Interrupt_Routing_Mode = 1 ("any") and
     /// an affinity naming no vCPU of the partition both mean vCPU 0: a
     /// physical SPI must land on some CPU of the partition, and a guest that
