@@ -365,8 +365,12 @@ pub fn handle_sync(
             // A `gicv5` partition's frame there is its IRS's (`virs_frame`).
             if !a.write && offset < pinfold_vboard::GUEST_GICD_SIZE && p.virs_frame.is_none() {
                 if let Some(value) = crate::vgic::dist::constant_register(offset, a.width) {
-                    let value =
-                        crate::vgic::dist::partition_constant(offset, value, p.vits.is_some());
+                    let value = crate::vgic::dist::partition_constant(
+                        offset,
+                        value,
+                        p.vits.is_some(),
+                        p.vsgi.is_some(),
+                    );
                     cpu.public.counters.exit(ExitClass::Mmio);
                     // Constant registers are 32-bit: a plain LDR of one
                     // zero-extends into W or X alike; other forms (LDRSW)
@@ -659,7 +663,12 @@ fn mmio(
         }
         EmulatedDevice::Gicd { offset } if !a.write => {
             match crate::vgic::dist::constant_register(offset, a.width) {
-                Some(v) => crate::vgic::dist::partition_constant(offset, v, p.vits.is_some()),
+                Some(v) => crate::vgic::dist::partition_constant(
+                    offset,
+                    v,
+                    p.vits.is_some(),
+                    p.vsgi.is_some(),
+                ),
                 None => gicd_read(p, offset, a.width),
             }
         }
@@ -848,9 +857,33 @@ fn gicd_write(
         dist_action(sys, cpu, hw, p, act)
     });
     if p.vsgi.is_some() && offset < 4 {
-        // GICD_CTLR: its group enables reach every vCPU's vPE.
+        // GICD_CTLR: its group enables reach every vCPU's vPE, its
+        // nASSGIreq switches every vCPU's SGIs (here at once, elsewhere
+        // after the kick).
         let ctlr = dist.read(0, 4) as u32;
-        crate::vsgi::groups_written(sys, cpu, hw, p, ctlr);
+        if crate::vsgi::ctlr_written(sys, cpu, hw, p, ctlr) {
+            vsgi_resync(sys, cpu, hw, p);
+        }
+    }
+}
+
+/// GICv4.1, on the CPU of a loaded vCPU of `p` after its GICD_CTLR
+/// changed: its vPE re-loaded with the group enables (`vsgi::regroup`) and
+/// its SGIs switched to the vPE when the guest set nASSGIreq, those pending
+/// in the list registers moved there (`vsgi::follow`, `vsgi::pend`).
+#[cold]
+#[inline(never)]
+fn vsgi_resync(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition) {
+    if cpu.loaded.is_none() {
+        return;
+    }
+    crate::vsgi::regroup(sys, &mut cpu.vsgi, hw, p, cpu.vcpu);
+    if crate::vsgi::follow(&mut cpu.vsgi, p) {
+        let pending = cpu.lrs.private_bits(&Lrs(hw)).pending & 0xFFFF;
+        for intid in ones(u64::from(pending)) {
+            cpu.lrs.retract(&mut Lrs(hw), intid);
+        }
+        crate::vsgi::pend(hw, cpu.index, p, cpu.vcpu, pending as u16);
     }
 }
 
@@ -1357,9 +1390,12 @@ fn send_sgi(
     v: usize,
     value: u64,
 ) {
-    // GICv4.1: each target's vPE straight through the ITS, no receiver exit.
-    if let Some(direct) = p.vsgi.as_ref().map(|d| &d.direct) {
-        if let Some(frame) = hw.v41() {
+    // GICv4.1, once the guest set GICD_CTLR.nASSGIreq: each target's vPE
+    // straight through the ITS, no receiver exit. The frame is tested
+    // before the flag, so a chip that has none (GICv5's) drops the test.
+    if let Some(d) = p.vsgi.as_ref() {
+        if let Some(frame) = hw.v41().filter(|_| d.direct()) {
+            let direct = &d.direct;
             let its = crate::vsgi::its_for_cpu(cpu.index);
             let res = direct.send(frame, &p.sgi, &p.vcpu_mpidrs, value, v, its);
             if res.outside > 0 {
@@ -1768,9 +1804,9 @@ fn drain_mailbox(sys: &System, cpu: &mut Cpu, hw: &mut impl Hw) {
     if bell.has_slots() {
         drain_slots(cpu, hw, p, bell);
     }
-    // A kick from a GICD_CTLR write (`vsgi::groups_written`).
+    // A kick from a GICD_CTLR write (`vsgi::ctlr_written`).
     if p.vsgi.is_some() {
-        crate::vsgi::regroup(sys, &mut cpu.vsgi, hw, p, cpu.vcpu);
+        vsgi_resync(sys, cpu, hw, p);
     }
 }
 

@@ -516,7 +516,15 @@ impl Partition {
                 context: AtomicU64::new(0),
             })
             .collect();
+        let pcpus: Vec<usize> = vcpus.iter().map(|v| v.pcpu).collect();
+        let vsgi = crate::vsgi::PartitionVsgi::for_partition(pci_host.vsgi, gic, &pcpus);
         let dist = VDist::new(&vcpu_mpidrs, &GUEST_EMULATED_SPIS, &spis);
+        // GICv4.1 direct vSGIs are offered, not imposed: the guest opts in.
+        let dist = if vsgi.is_some() {
+            dist.with_nassgicap()
+        } else {
+            dist
+        };
         let virs_frame = (gic == crate::vgic5::GicInterface::V5).then(|| {
             CountedLock::new(
                 crate::vgic5::frame::VirsFrame::new(crate::vgic5::frame::FrameSpec {
@@ -527,8 +535,6 @@ impl Partition {
                 stat,
             )
         });
-        let pcpus: Vec<usize> = vcpus.iter().map(|v| v.pcpu).collect();
-        let vsgi = crate::vsgi::PartitionVsgi::for_partition(pci_host.vsgi, gic, &pcpus);
         Ok(Partition {
             index,
             name: pp.name.clone(),

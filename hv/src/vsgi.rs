@@ -7,8 +7,13 @@
 //!
 //! - Which partitions: on a host where `v41::SgiDelivery::choose` said
 //!   Direct (`gichost::GicFound::direct_vsgi`) and the ITS came up, every
-//!   partition with the GICv3 interface ([`PartitionVsgi::for_partition`]).
-//!   A GICv3 or GICv4.0 host has no [`VsgiHost`] and nothing here runs.
+//!   partition with the GICv3 interface ([`PartitionVsgi::for_partition`])
+//!   gets vPEs, and its distributor offers GICD_TYPER2.nASSGIcap
+//!   (`vgic::dist`). Its SGIs go to the vPEs only while the guest has
+//!   GICD_CTLR.nASSGIreq set ([`PartitionVsgi::direct`]): a vSGI has no
+//!   active state, which the guest must accept (GICv4.1; KVM does the
+//!   same, Linux's gic_dist_init asks). A GICv3 or GICv4.0 host has no
+//!   [`VsgiHost`] and nothing here runs.
 //! - vPE IDs: vCPU n's vPE is the ID of the CPU it is pinned to ([`vpe_of`]):
 //!   a CPU runs one vCPU, so IDs are unique host-wide with no allocator.
 //! - vPE creation (at a vCPU's first load of a run, on its own CPU, so its
@@ -27,7 +32,7 @@
 //!   writes GICR_VPENDBASER with the vPE ID, Valid and the group enables of
 //!   the guest's GICD_CTLR (`v41::group_enables`) and waits for Dirty; put
 //!   writes Valid = 0 and waits for Dirty.
-//! - Send (`exit::send_sgi`): the guest's ICC_SGI1R_EL1 write still traps
+//! - Send (`exit::send_sgi`, while nASSGIreq is set): the guest's ICC_SGI1R_EL1 write still traps
 //!   (an EL1 write of ICC_SGI*R_EL1 traps to EL2 while HCR_EL2.IMO is set;
 //!   GICv4.1 adds no untrapped SGI generation). KVM does the same: the trap
 //!   is emulated and a hardware vSGI is made pending by Linux's
@@ -37,21 +42,30 @@
 //!   is spared its exit.
 //! - Reconfigure ([`reconfigure`]): a guest write to its redistributor that
 //!   changed an SGI's enable or priority becomes VSGI + VSYNC.
-//! - Group enables ([`groups_written`]): a GICD_CTLR write that changes
-//!   EnableGrp0/1 re-loads every vCPU's vPE on its own CPU (here at once,
-//!   elsewhere at the kick's mailbox drain, [`regroup`]), as KVM's
-//!   KVM_REQ_RELOAD_GICv4.
+//!   The vPE's configuration follows the guest's whether or not nASSGIreq
+//!   is set, so the switch re-sends none.
+//! - GICD_CTLR ([`ctlr_written`]): a write that changes EnableGrp0/1 or
+//!   nASSGIreq kicks every other vCPU's CPU; each, on its own CPU (the
+//!   writer's at once, the others at the kick's mailbox drain), re-loads
+//!   its vPE with the group enables ([`regroup`], as KVM's
+//!   KVM_REQ_RELOAD_GICv4) and follows nASSGIreq ([`follow`]): turned on,
+//!   the SGIs pending in its list registers move to its vPE ([`pend`], as
+//!   KVM's vgic_v4_enable_vsgis); turned off, the vSGIs on the vPE stay
+//!   there and are delivered by it (it stays resident at every load).
 //!
-//! Deviations: SGIs keep no active state (a GICv4.1 vSGI has none; the
-//! guest's GICD_TYPER2.nASSGIcap is not offered, Linux does not depend on
-//! it); a guest's GICR_ISPENDR0/ICPENDR0 write of an SGI bit goes through
-//! the list registers as on the trapped path. No doorbells: a vCPU whose
-//! vPE is not resident is off (pinned vCPUs), and sees its vSGIs at load.
+//! Deviations: vSGIs keep no active state (the guest asked for that); a
+//! guest's GICR_ISPENDR0/ICPENDR0 write of an SGI bit goes through the
+//! list registers as on the trapped path, and its GICR_ISPENDR0 does not
+//! read the vPE's pending vSGIs; those left on the vPE when nASSGIreq is
+//! turned off are delivered without active state (KVM reads them back
+//! through GICR_VSGIR, which [`V41Hw`] does not have). No doorbells: a
+//! vCPU whose vPE is not resident is off (pinned vCPUs), and sees its
+//! vSGIs at load.
 //! Untested on GICv4.1 hardware (no emulator has it): host-tested against
 //! `pinfold-gicmodel` through the exit path (`vsgi_exit_tests.rs`).
 
 use crate::exit::{fault, Hw};
-use crate::lockstat::{CountedLock, LockStat};
+use crate::lockstat::{CountedLock, LockPath, LockStat};
 use crate::partition::Partition;
 use crate::ratelimit::FaultKind;
 use crate::system::System;
@@ -61,7 +75,7 @@ use crate::vgic::v41::{self, cmd, DirectSgi, Residency, SgiCfgs};
 use crate::vgic5::GicInterface;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// vINTID bits of every vPE's pending table and the VM's configuration
 /// table: the fewest VMAPP takes (no vLPI is mapped to these vPEs yet).
@@ -114,6 +128,10 @@ pub struct PartitionVsgi {
     /// EnableGrp0 [0], EnableGrp1 [1] of the guest's GICD_CTLR: written
     /// under its distributor's lock, read at load without it.
     groups: AtomicU8,
+    /// GICD_CTLR.nASSGIreq of the guest: its SGIs go to the vPEs only
+    /// while set (written under its distributor's lock, read on the send
+    /// path without it).
+    nassgireq: AtomicBool,
     /// The VM's configuration table while its vPEs are mapped (0: none)
     /// and each vCPU's pending table; changed only under the physical
     /// ITS's lock ([`map_partition`], [`release`]).
@@ -136,6 +154,7 @@ impl PartitionVsgi {
         Some(PartitionVsgi {
             direct: DirectSgi::new(vpes),
             groups: AtomicU8::new(0),
+            nassgireq: AtomicBool::new(false),
             vconf: AtomicU64::new(0),
             vpts: pcpus.iter().map(|_| AtomicU64::new(0)).collect(),
         })
@@ -145,6 +164,16 @@ impl PartitionVsgi {
     pub fn groups(&self) -> (bool, bool) {
         let g = self.groups.load(Ordering::Acquire);
         (g & 1 != 0, g & 2 != 0)
+    }
+
+    /// Whether the guest's SGIs are sent to its vPEs (it set
+    /// GICD_CTLR.nASSGIreq); otherwise they take the trapped path.
+    /// Relaxed (a plain byte load on the send path): the flag publishes
+    /// nothing the sender reads, and an SGI sent either way while the
+    /// switch is under way is delivered from where it lands.
+    #[inline(always)]
+    pub fn direct(&self) -> bool {
+        self.nassgireq.load(Ordering::Relaxed)
     }
 
     /// Whether the vPEs are mapped (tables held).
@@ -159,6 +188,9 @@ pub struct VsgiCpu {
     pub residency: Residency,
     /// The group enables the resident vPE was loaded with.
     groups: u8,
+    /// Whether the loaded vCPU's SGIs were switched to its vPE (the
+    /// partition's nASSGIreq as this CPU last followed it, [`follow`]).
+    direct: bool,
     /// The SGI configuration this CPU last sent for its vCPU's vPE, when
     /// it is not the reset one `map_partition` sent (None).
     sent: Option<SgiCfgs>,
@@ -186,10 +218,15 @@ fn vsgi_unit(sys: &System) -> Option<spin::MutexGuard<'_, crate::its::ItsUnit>> 
 }
 
 /// Partition start, every vCPU off: the previous run's vPEs unmapped and
-/// their tables freed; each vCPU's is mapped afresh at its first load
+/// their tables freed, the guest's nASSGIreq cleared; each vCPU's is mapped afresh at its first load
 /// ([`load`], on its own CPU, whose redistributor is then surely online).
 pub fn restart(sys: &System, p: &Partition) {
     release(sys, p);
+    // nASSGIreq resets to 0: the new guest asks again (or not).
+    if let Some(v) = p.vsgi.as_ref() {
+        p.dist.lock(LockPath::Management).reset_nassgireq();
+        v.nassgireq.store(false, Ordering::Release);
+    }
 }
 
 /// vCPU `vcpu`'s vPE VMAPP'd with Alloc to its CPU's redistributor, with
@@ -282,6 +319,8 @@ pub fn load(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vc
     let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
         return;
     };
+    // Its list registers are empty: nothing to move whichever way it goes.
+    cpu.direct = v.direct();
     let Some(vpe) = v.direct.vpe(vcpu) else {
         return;
     };
@@ -401,31 +440,68 @@ fn send_reconfigure(sys: &System, vpe: u16, before: &SgiCfgs, after: &SgiCfgs) -
 }
 
 /// The guest wrote GICD_CTLR, which now reads `ctlr` (under its
-/// distributor's lock): when its group enables changed, every vCPU's vPE
-/// is re-loaded with them on its own CPU, this one's here and the others'
-/// at their mailbox drain after a kick ([`regroup`]).
-pub fn groups_written(
+/// distributor's lock): when its group enables or its nASSGIreq changed,
+/// every other vCPU's CPU is kicked to follow at its mailbox drain
+/// (`exit`'s vSGI resync: [`regroup`], [`follow`]). Returns whether they
+/// changed, for this CPU to follow at once.
+pub fn ctlr_written(
     sys: &System,
-    cpu: &mut crate::percpu::CpuState,
+    cpu: &crate::percpu::CpuState,
     hw: &mut impl Hw,
     p: &Partition,
     ctlr: u32,
-) {
+) -> bool {
     let Some(v) = p.vsgi.as_ref() else {
-        return;
+        return false;
     };
     let (g0, g1) = v41::group_enables(ctlr);
     let g = u8::from(g0) | u8::from(g1) << 1;
-    if v.groups.swap(g, Ordering::AcqRel) == g {
-        return;
+    let regrouped = v.groups.swap(g, Ordering::AcqRel) != g;
+    let req = ctlr & crate::vgic::dist::CTLR_NASSGIREQ != 0;
+    let switched = v.nassgireq.swap(req, Ordering::AcqRel) != req;
+    if !regrouped && !switched {
+        return false;
     }
     let me = cpu.index;
-    for s in &p.vcpus {
-        if s.pcpu == me {
-            regroup(sys, &mut cpu.vsgi, hw, p, cpu.vcpu);
-        } else {
-            sys.kick(hw, me, s.pcpu);
-        }
+    for s in p.vcpus.iter().filter(|s| s.pcpu != me) {
+        sys.kick(hw, me, s.pcpu);
+    }
+    true
+}
+
+/// On a vCPU's own CPU, loaded: its SGIs follow the partition's
+/// nASSGIreq. Turning on, the SGIs pending in its list registers (the
+/// trapped path's) are taken out and made pending on its vPE
+/// (`pending`, one GITS_SGIR each) by the caller. Turning off, nothing
+/// moves: the vPE stays mapped and resident at every load, so the vSGIs it
+/// holds are still delivered by it; new SGIs take the trapped path. The
+/// vPE's SGI configuration needs no re-send: [`reconfigure`] keeps it in
+/// step with the guest's redistributor whether or not nASSGIreq is set.
+/// Returns whether the SGIs pending in the list registers must move.
+pub fn follow(cpu: &mut VsgiCpu, p: &Partition) -> bool {
+    let Some(v) = p.vsgi.as_ref() else {
+        return false;
+    };
+    let on = v.direct();
+    if cpu.direct == on {
+        return false;
+    }
+    cpu.direct = on;
+    on
+}
+
+/// vCPU `vcpu`'s SGIs `intids` (a bit each) made pending on its vPE from
+/// its own CPU (GITS_SGIR through [`its_for_cpu`]'s ITS).
+pub fn pend(hw: &mut impl Hw, cpu_index: usize, p: &Partition, vcpu: usize, intids: u16) {
+    let (Some(v), Some(frame)) = (p.vsgi.as_ref(), hw.v41()) else {
+        return;
+    };
+    let Some(vpe) = v.direct.vpe(vcpu) else {
+        return;
+    };
+    let its = its_for_cpu(cpu_index);
+    for intid in crate::bits::ones(u64::from(intids)) {
+        frame.write_sgir(its, v41::sgir(vpe, intid as u8));
     }
 }
 

@@ -108,17 +108,47 @@ fn gicd_ctlr(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, value: u64) {
 const ISENABLER0: u64 = 0x1_0100;
 const VPENDBASER_GRP1: u64 = 1 << 58;
 
-/// alpha's vCPUs loaded on CPUs 1 and 2, the guest's group 1 on and all
-/// its SGIs enabled on vCPU 1 (the receiver), every kick drained.
+fn gicd_read(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, offset: u64) -> u64 {
+    let mut regs = GuestRegs::default();
+    assert_eq!(
+        run(
+            sys,
+            cpu,
+            hw,
+            &mut regs,
+            mmio(GUEST_GICD_BASE + offset, 4, false, 1)
+        ),
+        Next::Resume
+    );
+    regs.x[1]
+}
+
+const GICD_TYPER2: u64 = 0xC;
+/// GICD_CTLR as Linux's gic_dist_init writes it on a distributor that
+/// offers nASSGIcap: EnableGrp1 and nASSGIreq.
+const CTLR_GRP1_NASSGIREQ: u64 = 1 << 8 | 2;
+
+/// alpha's vCPUs loaded on CPUs 1 and 2, the guest's group 1 on with
+/// nASSGIreq (direct vSGIs, as Linux asks for them) and all its SGIs
+/// enabled on vCPU 1 (the receiver), every kick drained.
 fn alpha_running(
     sys: &'static System,
     m: &SharedModel,
+) -> ((Cpu<'static>, FakeHw), (Cpu<'static>, FakeHw)) {
+    alpha_running_with(sys, m, CTLR_GRP1_NASSGIREQ)
+}
+
+/// [`alpha_running`] with GICD_CTLR written `ctlr`.
+fn alpha_running_with(
+    sys: &'static System,
+    m: &SharedModel,
+    ctlr: u64,
 ) -> ((Cpu<'static>, FakeHw), (Cpu<'static>, FakeHw)) {
     let mut hw1 = hw_on(m, 1);
     let mut hw2 = hw_on(m, 2);
     let mut c1 = loaded_cpu(sys, &mut hw1, 1);
     let mut c2 = loaded_cpu(sys, &mut hw2, 2);
-    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+    gicd_ctlr(sys, &mut c1, &mut hw1, ctlr);
     dispatch_irq(sys, &mut c2, &mut hw2, SGI_MAILBOX);
     gicr_write(sys, &mut c2, &mut hw2, 1, ISENABLER0, 0xFFFF);
     m.lock().take_events();
@@ -205,6 +235,8 @@ fn a_restart_unmaps_the_vpes_frees_their_tables_and_the_next_load_maps_afresh() 
     assert!(!m.lock().mapped(0, 1) && !m.lock().mapped(0, 2));
     assert_eq!(queue.vpts_live(), 0);
     assert!(!p.vsgi.as_ref().unwrap().mapped());
+    assert!(!p.dist.lock(LockPath::Management).nassgireq(), "reset");
+    assert!(!p.vsgi.as_ref().unwrap().direct());
     let _c1 = loaded_cpu(sys, &mut hw1, 1);
     assert!(m.lock().mapped(0, 1));
     assert_eq!(m.lock().resident(1), Some(1));
@@ -344,5 +376,102 @@ fn deleting_a_stopped_partition_unmaps_its_vpes_and_frees_their_tables() {
     assert!(!m.lock().mapped(0, 1) && !m.lock().mapped(0, 2));
     assert_eq!(queue.vpts_live(), 0, "VCONF and both VPTs freed");
     assert!(m.lock().take_events().is_empty(), "no command error");
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
+
+#[test]
+fn nassgicap_is_offered_on_a_gicv4_1_host_and_nassgireq_reads_back() {
+    let (sys, m, _) = v41_system();
+    let mut hw = hw_on(&m, 1);
+    let mut cpu = loaded_cpu(sys, &mut hw, 1);
+
+    assert_eq!(gicd_read(sys, &mut cpu, &mut hw, GICD_TYPER2), 1 << 8);
+    gicd_ctlr(sys, &mut cpu, &mut hw, CTLR_GRP1_NASSGIREQ);
+    assert_eq!(gicd_read(sys, &mut cpu, &mut hw, 0), 0x152);
+}
+
+#[test]
+fn on_a_gicv3_or_gicv4_0_host_typer2_is_zero_and_nassgireq_is_raz_wi() {
+    let (v40, _) = super::its_exit::v4_system();
+    for sys in [v40, system()] {
+        let mut hw = FakeHw::new();
+        hw.cpu = 1;
+        let mut cpu = loaded_cpu(sys, &mut hw, 1);
+
+        assert_eq!(gicd_read(sys, &mut cpu, &mut hw, GICD_TYPER2), 0);
+        gicd_ctlr(sys, &mut cpu, &mut hw, CTLR_GRP1_NASSGIREQ);
+        assert_eq!(gicd_read(sys, &mut cpu, &mut hw, 0), 0x52);
+    }
+}
+
+#[test]
+fn before_the_guest_sets_nassgireq_an_sgi_takes_the_trapped_path() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), _) = alpha_running_with(sys, &m, 2);
+    hw1.sgis.clear();
+
+    sgi_to(sys, &mut c1, &mut hw1, 5 << 24 | 0b10);
+
+    assert_eq!(hw1.sgis, [(0x102, SGI_MAILBOX)], "the mailbox doorbell");
+    assert_eq!(m.lock().sgir_writes(0), 0);
+    let mut posted = 0;
+    sys.cpus[2].mailbox.drain(|_| posted += 1);
+    assert_eq!(posted, 1);
+}
+
+#[test]
+fn an_sgi_pending_in_the_list_registers_moves_to_the_vpe_when_the_guest_sets_nassgireq() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running_with(sys, &m, 2);
+    // Disabled first, as gic_dist_init does, so nothing is delivered
+    // before the switch; SGI 5 trapped and pending in vCPU 1's LRs.
+    gicd_ctlr(sys, &mut c1, &mut hw1, 0);
+    sgi_to(sys, &mut c1, &mut hw1, 5 << 24 | 0b10);
+    dispatch_irq(sys, &mut c2, &mut hw2, SGI_MAILBOX);
+    let lrs = |c: &Cpu, hw: &mut FakeHw| c.state.lrs.private_bits(&Lrs(hw)).pending;
+    assert_eq!(lrs(&c2, &mut hw2), 1 << 5);
+    m.lock().take_events();
+
+    gicd_ctlr(sys, &mut c1, &mut hw1, CTLR_GRP1_NASSGIREQ);
+    dispatch_irq(sys, &mut c2, &mut hw2, SGI_MAILBOX); // the kick
+
+    assert_eq!(lrs(&c2, &mut hw2), 0, "out of the list registers");
+    assert_eq!(
+        m.lock().take_events(),
+        [Event::Delivered {
+            cpu: 2,
+            vpe: 2,
+            intid: 5
+        }]
+    );
+    assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
+}
+
+#[test]
+fn a_vsgi_pending_on_the_vpe_survives_nassgireq_turned_off_and_new_sgis_are_trapped() {
+    let (sys, m, _) = v41_system();
+    let ((mut c1, mut hw1), (mut c2, mut hw2)) = alpha_running(sys, &m);
+    put(sys, &mut c2, &mut hw2);
+    sgi_to(sys, &mut c1, &mut hw1, 7 << 24 | 0b10);
+    assert_eq!(m.lock().pending(2), 1 << 7);
+
+    // gic_dist_init of a guest that does not ask for nASSGIreq.
+    gicd_ctlr(sys, &mut c1, &mut hw1, 0);
+    gicd_ctlr(sys, &mut c1, &mut hw1, 2);
+    assert_eq!(gicd_read(sys, &mut c1, &mut hw1, 0) & 1 << 8, 0);
+    let mut c2 = loaded_cpu(sys, &mut hw2, 2);
+    gicr_write(sys, &mut c2, &mut hw2, 1, ISENABLER0, 1 << 7);
+
+    assert_eq!(
+        m.lock().take_events(),
+        [Event::Delivered {
+            cpu: 2,
+            vpe: 2,
+            intid: 7
+        }]
+    );
+    hw1.sgis.clear();
+    sgi_to(sys, &mut c1, &mut hw1, 3 << 24 | 0b10);
+    assert_eq!(hw1.sgis, [(0x102, SGI_MAILBOX)], "trapped again");
     assert!(m.lock().misuse().is_empty(), "{:?}", m.lock().misuse());
 }

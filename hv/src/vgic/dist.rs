@@ -10,6 +10,12 @@
 //! presents it), so the SGI/PPI parts of the banked registers are RAZ/WI
 //! (they live in each redistributor) and everything is Group 1.
 //!
+//! A partition with GICv4.1 direct vSGIs (`crate::vsgi`) has a distributor
+//! [`VDist::with_nassgicap`]: GICD_TYPER2.nASSGIcap [8] reads 1 and
+//! GICD_CTLR.nASSGIreq [8] is writable, changed only by a write that does
+//! not leave EnableGrp1 set when it was set (KVM's rule); the caller makes
+//! the switch. Elsewhere GICD_TYPER2 reads 0 and nASSGIreq is RAZ/WI.
+//!
 //! Accesses: 32-bit to every register, also 8-bit to GICD_IPRIORITYR<n>,
 //! also 64-bit to GICD_IROUTER<n> (GICv3 spec 12.1.3). An access that is
 //! not naturally aligned or of another width reads as zero and is ignored on
@@ -62,6 +68,15 @@ const CTLR_ENABLE_GRP0: u32 = 1 << 0;
 const CTLR_ENABLE_GRP1: u32 = 1 << 1;
 const CTLR_ARE: u32 = 1 << 4;
 const CTLR_DS: u32 = 1 << 6;
+/// GICD_CTLR.nASSGIreq [8] (GICv4.1): the guest accepts SGIs without an
+/// active state. Writable only in a distributor that offers
+/// GICD_TYPER2.nASSGIcap [8], and only by a write that does not leave
+/// EnableGrp1 set when it was set (KVM's rule, `vgic_mmio_write_v3_misc`:
+/// a distributor that stays enabled keeps it).
+pub const CTLR_NASSGIREQ: u32 = 1 << 8;
+/// GICD_TYPER2.nASSGIcap [8]: SGIs may be delivered without an active
+/// state once the guest sets GICD_CTLR.nASSGIreq.
+pub const TYPER2_NASSGICAP: u32 = 1 << 8;
 
 /// First SPI and one past the last SPI the partition sees.
 const SPI_FIRST: u32 = 32;
@@ -166,14 +181,15 @@ pub const fn constant_register(offset: u64, width: u8) -> Option<u64> {
 const TYPER_LPIS: u32 = (TYPER & !(0x1F << 19)) | 15 << 19 | 1 << 17;
 
 /// A constant register's value as a partition sees it: GICD_TYPER reports
-/// LPIs when it has a virtual ITS (`lpis`); the others are the same for
-/// every partition.
+/// LPIs when it has a virtual ITS (`lpis`), GICD_TYPER2 nASSGIcap when it
+/// has GICv4.1 direct vSGIs (`nassgicap`, `Partition::vsgi`); the others
+/// are the same for every partition.
 #[inline]
-pub const fn partition_constant(offset: u64, value: u64, lpis: bool) -> u64 {
-    if lpis && offset == GICD_TYPER {
-        TYPER_LPIS as u64
-    } else {
-        value
+pub const fn partition_constant(offset: u64, value: u64, lpis: bool, nassgicap: bool) -> u64 {
+    match offset {
+        GICD_TYPER if lpis => TYPER_LPIS as u64,
+        GICD_TYPER2 if nassgicap => TYPER2_NASSGICAP as u64,
+        _ => value,
     }
 }
 
@@ -182,6 +198,10 @@ pub struct VDist {
     vcpu_mpidrs: Vec<u64>,
     enable_grp0: bool,
     enable_grp1: bool,
+    /// GICD_TYPER2.nASSGIcap offered (the partition has direct vSGIs).
+    nassgicap: bool,
+    /// GICD_CTLR.nASSGIreq as the guest set it (never without nassgicap).
+    nassgireq: bool,
     spis: [Spi; GUEST_SPI_COUNT as usize],
 }
 
@@ -198,6 +218,8 @@ impl VDist {
             vcpu_mpidrs: vcpu_mpidrs.to_vec(),
             enable_grp0: false,
             enable_grp1: false,
+            nassgicap: false,
+            nassgireq: false,
             spis: [Spi::UNOWNED; GUEST_SPI_COUNT as usize],
         };
         let owners = [
@@ -214,9 +236,27 @@ impl VDist {
         dist
     }
 
+    /// The distributor of a partition with GICv4.1 direct vSGIs: its
+    /// GICD_TYPER2 offers nASSGIcap and its GICD_CTLR.nASSGIreq is
+    /// writable (RAZ/WI otherwise).
+    pub fn with_nassgicap(mut self) -> Self {
+        self.nassgicap = true;
+        self
+    }
+
     /// GICD_CTLR.EnableGrp1: the guest has switched on the distributor.
     pub fn enabled(&self) -> bool {
         self.enable_grp1
+    }
+
+    /// GICD_CTLR.nASSGIreq: the guest asked for SGIs without active state.
+    pub fn nassgireq(&self) -> bool {
+        self.nassgireq
+    }
+
+    /// nASSGIreq back to its reset value, 0 (the partition starts again).
+    pub fn reset_nassgireq(&mut self) {
+        self.nassgireq = false;
     }
 
     /// The vCPU an SPI is routed to. Interrupt_Routing_Mode = 1 ("any") and
@@ -290,7 +330,7 @@ impl VDist {
             return 0;
         }
         if let Some(v) = constant_register(offset, width) {
-            return v;
+            return partition_constant(offset, v, false, self.nassgicap);
         }
         match offset {
             GICD_IPRIORITYR..GICD_IPRIORITYR_END => match width {
@@ -369,6 +409,9 @@ impl VDist {
         if self.enable_grp1 {
             value |= CTLR_ENABLE_GRP1;
         }
+        if self.nassgireq {
+            value |= CTLR_NASSGIREQ;
+        }
         value
     }
 
@@ -376,6 +419,12 @@ impl VDist {
         // EnableGrp0 is kept for read-back; nothing is in Group 0.
         self.enable_grp0 = value & CTLR_ENABLE_GRP0 != 0;
         let grp1 = value & CTLR_ENABLE_GRP1 != 0;
+        // nASSGIreq changes only while the distributor is, or becomes,
+        // disabled (Linux's gic_dist_init writes 0, then the enables with
+        // it): an enabled distributor's SGIs never change kind under it.
+        if self.nassgicap && !(self.enable_grp1 && grp1) {
+            self.nassgireq = value & CTLR_NASSGIREQ != 0;
+        }
         if grp1 == self.enable_grp1 {
             return;
         }
@@ -745,15 +794,45 @@ mod tests {
 
     #[test]
     fn typer_of_a_partition_with_a_vits_reports_lpis_and_sixteen_id_bits() {
-        let typer = partition_constant(GICD_TYPER, TYPER as u64, true);
+        let typer = partition_constant(GICD_TYPER, TYPER as u64, true, false);
         assert_eq!(typer & (1 << 17), 1 << 17, "LPIS");
         assert_eq!((typer >> 19) & 0x1F, 15, "IDbits");
         assert_eq!(typer & 0x1F, TYPER as u64 & 0x1F, "ITLinesNumber unchanged");
         assert_eq!(
-            partition_constant(GICD_TYPER, TYPER as u64, false),
+            partition_constant(GICD_TYPER, TYPER as u64, false, true),
             TYPER as u64
         );
-        assert_eq!(partition_constant(GICD_IIDR, 7, true), 7);
+        assert_eq!(partition_constant(GICD_IIDR, 7, true, true), 7);
+    }
+
+    #[test]
+    fn typer2_offers_nassgicap_only_to_a_partition_with_direct_vsgis() {
+        assert_eq!(partition_constant(GICD_TYPER2, 0, false, true), 1 << 8);
+        assert_eq!(partition_constant(GICD_TYPER2, 0, true, false), 0);
+        assert_eq!(dist().with_nassgicap().read(GICD_TYPER2, 4), 1 << 8);
+        assert_eq!(dist().read(GICD_TYPER2, 4), 0);
+    }
+
+    #[test]
+    fn nassgireq_is_raz_wi_without_nassgicap() {
+        let mut d = dist();
+        write(&mut d, GICD_CTLR, 4, 0x112);
+        assert_eq!(d.read(GICD_CTLR, 4), 0x52);
+        assert!(!d.nassgireq());
+    }
+
+    #[test]
+    fn nassgireq_changes_only_while_the_distributor_is_or_becomes_disabled() {
+        let mut d = dist().with_nassgicap();
+        write(&mut d, GICD_CTLR, 4, 0x112); // Linux's gic_dist_init, from disabled
+        assert_eq!(d.read(GICD_CTLR, 4), 0x152);
+        write(&mut d, GICD_CTLR, 4, 0x12); // stays enabled: kept
+        assert!(d.nassgireq());
+        write(&mut d, GICD_CTLR, 4, 0); // disabled by the write: taken
+        assert_eq!(d.read(GICD_CTLR, 4), 0x50);
+        write(&mut d, GICD_CTLR, 4, 0x12);
+        write(&mut d, GICD_CTLR, 4, 0x112); // stays enabled: not taken
+        assert!(!d.nassgireq());
     }
 
     #[test]
