@@ -538,6 +538,9 @@ pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResourc
         // GICv5: no distributor; the IRS config frames are the GIC's.
         gic.retain(|&(_, size)| size != 0);
         gic.extend(v5.irs.iter().map(|i| i.config));
+        // A translate frame is an ITS's too: a guest mapping it could
+        // write any DeviceID's events.
+        gic.extend(v5.its_translate.iter().flatten());
     }
     for device in &info.devices {
         if device
