@@ -401,6 +401,7 @@ pub fn init_cpu(local: &mut crate::percpu::CpuLocal) {
     let index = local.state.state.index as u32;
     let mut chip = Gicv5Cpu::init_this_cpu(SysRegs, index, l.lpis.ipi_base, l.cpus, GICV5_CAPS);
     chip.set_doorbells(l.lpis.doorbell_lpis());
+    chip.set_msi_lpis(l.lpis.msi_base..l.lpis.msi_base + l.lpis.msi_lpis);
     chip.apply_ppi(PpiStateChange::Enable(PPI_MAINTENANCE, true));
     chip.apply_ppi(PpiStateChange::Enable(PPI_HYP_TIMER, true));
     local.hw.v5 = Some(chip);

@@ -387,6 +387,41 @@ fn ipi_is_an_lpi_from_one_cpu_to_the_other() {
     r.no_misuse();
 }
 
+#[test]
+fn an_msi_pool_lpi_is_acked_as_the_cores_lpi_and_deactivated_at_once() {
+    let mut r = rig();
+    r.cpus[1].set_msi_lpis(200..300);
+    route_lpi(r.cpus[0].regs(), 205, Some(CPUS[1].1));
+    let pend = |r: &mut Rig| {
+        let op = operand(TYPE_LPI, 205) | (1 << 32);
+        r.cpus[0].regs().gic(insn::GIC_CDPEND, op);
+    };
+
+    pend(&mut r);
+    let first = r.cpus[1].ack();
+    r.cpus[1].priority_drop(first);
+    pend(&mut r);
+    let second = r.cpus[1].ack();
+
+    assert_eq!((first, second), (LPI_BASE + 5, LPI_BASE + 5));
+    assert!(!r.m.borrow().irq_signalled(0), "targeted at CPU 1 only");
+    r.no_misuse();
+}
+
+#[test]
+fn a_routed_off_msi_lpi_is_not_taken() {
+    let mut r = rig();
+    r.cpus[1].set_msi_lpis(200..300);
+    route_lpi(r.cpus[0].regs(), 205, Some(CPUS[1].1));
+    route_lpi(r.cpus[0].regs(), 205, None);
+
+    let op = operand(TYPE_LPI, 205) | (1 << 32);
+    r.cpus[0].regs().gic(insn::GIC_CDPEND, op);
+
+    assert_eq!(r.cpus[1].ack(), 1023);
+    r.no_misuse();
+}
+
 fn guest_ready_ctx() -> VPpiContext {
     let mut ctx = VPpiContext::default();
     // The guest has enabled its timers and PMU at priority 8, its
