@@ -307,6 +307,14 @@ pub fn route_lpi(regs: &mut impl CpuRegs, lpi: u32, iaffid: Option<u16>) {
     regs.gic(insn::GSB_SYS, 0);
 }
 
+/// LPI `lpi` made pending (or not) with GIC CDPEND, closed with GSB SYS:
+/// a GICv3 INT / CLEAR of a device event on a GICv5 host.
+pub fn pend_lpi(regs: &mut impl CpuRegs, lpi: u32, pending: bool) {
+    let op = operand(TYPE_LPI, lpi) | (u64::from(pending) << 32);
+    regs.gic(insn::GIC_CDPEND, op);
+    regs.gic(insn::GSB_SYS, 0);
+}
+
 /// GICv5 priorities are 5 bits; lower is more urgent. Everything the
 /// hypervisor owns runs at one priority (as on GICv3, where all are 0x80).
 pub const DEFAULT_PRIORITY: u64 = 0x10;
@@ -1344,4 +1352,4 @@ pub mod hw {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

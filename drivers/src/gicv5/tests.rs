@@ -28,10 +28,10 @@ fn enc(v: u32) -> Enc {
     }
 }
 
-type Shared = Rc<RefCell<Model>>;
+pub(crate) type Shared = Rc<RefCell<Model>>;
 
 /// One PE's system registers and instructions, at EL2, in the model.
-struct ModelPe {
+pub(crate) struct ModelPe {
     m: Shared,
     pe: usize,
     /// System register accesses and GIC instructions issued.
@@ -88,7 +88,7 @@ impl IrsMmio for ModelIrs {
     }
 }
 
-struct ModelMem(Shared);
+pub(crate) struct ModelMem(pub(crate) Shared);
 
 impl TableMem for ModelMem {
     fn write64(&mut self, pa: u64, value: u64) {
@@ -97,21 +97,21 @@ impl TableMem for ModelMem {
 }
 
 /// MPIDR and IAFFID of the two CPUs.
-static CPUS: [(u64, u16); 2] = [(0x8000_0000, 0), (0x8000_0001, 1)];
+pub(crate) static CPUS: [(u64, u16); 2] = [(0x8000_0000, 0), (0x8000_0001, 1)];
 const IPI_BASE: u32 = 8192;
 /// A guest whose VM is in the vIRS: no GIC instruction traps.
 const ALL_INSNS: UntrappedInsns = UntrappedInsns::for_vcpu(true);
 
-struct Rig {
-    m: Shared,
+pub(crate) struct Rig {
+    pub(crate) m: Shared,
     irs: Gicv5Irs<ModelIrs, ModelPe>,
-    cpus: Vec<Gicv5Cpu<ModelPe>>,
+    pub(crate) cpus: Vec<Gicv5Cpu<ModelPe>>,
     ops: Vec<Rc<Cell<u64>>>,
     stat: &'static LockStat,
     lock: CountedLock<()>,
 }
 
-fn pe(m: &Shared, pe: usize) -> (ModelPe, Rc<Cell<u64>>) {
+pub(crate) fn pe(m: &Shared, pe: usize) -> (ModelPe, Rc<Cell<u64>>) {
     let ops = Rc::new(Cell::new(0));
     (
         ModelPe {
@@ -148,12 +148,12 @@ fn rig_with(caps: IrqChipCaps) -> Rig {
     }
 }
 
-fn rig() -> Rig {
+pub(crate) fn rig() -> Rig {
     rig_with(GICV5_CAPS)
 }
 
 impl Rig {
-    fn no_misuse(&self) {
+    pub(crate) fn no_misuse(&self) {
         assert_eq!(self.m.borrow().misuse(), &[] as &[Misuse]);
     }
     fn guest_cdia(&self, pe: usize) -> u64 {
