@@ -49,6 +49,14 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
+/// Where in a GICv5 ITS's translate frame a device writes its MSI:
+/// Linux's MSI address is the frame's base (`its_translate_frame_address`,
+/// `gicv5_its_compose_msi_msg`). The register's name and offset in IHI
+/// 0101 were not read; a guest's GICv3 doorbell is at 0x40 in its page,
+/// so `its::msi_path_to` refuses the SMMU path to such a frame
+/// (`NoMsi::TranslaterOffset`).
+pub const TRANSLATER_OFFSET: u64 = 0;
+
 /// One step on a GICv5 ITS or the IRS, for the driver to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Its5Op {

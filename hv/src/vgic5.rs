@@ -482,7 +482,6 @@ impl CoreIntid {
     }
 }
 
-
 /// GICv5 interrupt types, as the host DT binding's first specifier cell
 /// and an ACPI GSIV's bits [31:29] give them (IHI 0101's INTID.Type: the
 /// same values GIC CDxx operands carry).
@@ -591,7 +590,9 @@ impl IrsLayout {
     /// pool's: what the driver's acknowledge gives the exit path, which
     /// routes it as a GICv3 LPI (`LpiRoutes`).
     pub fn msi_core_intid(&self, lpi: u32) -> Option<u32> {
-        let n = lpi.checked_sub(self.msi_base).filter(|&n| n < self.msi_lpis)?;
+        let n = lpi
+            .checked_sub(self.msi_base)
+            .filter(|&n| n < self.msi_lpis)?;
         Some(LPI_BASE + n)
     }
 
@@ -1475,7 +1476,10 @@ mod tests {
         assert_eq!((l.msi_base, l.msi_lpis), (68, LPI_COUNT));
         assert!(u64::from(l.msi_base + l.msi_lpis) <= 1 << l.lpi_id_bits);
         assert_eq!(l.msi_lpi(LPI_BASE), Some(68));
-        assert_eq!(l.msi_lpi(LPI_BASE + LPI_COUNT - 1), Some(68 + LPI_COUNT - 1));
+        assert_eq!(
+            l.msi_lpi(LPI_BASE + LPI_COUNT - 1),
+            Some(68 + LPI_COUNT - 1)
+        );
         assert_eq!(l.msi_lpi(LPI_BASE + LPI_COUNT), None, "beyond the pool");
         assert_eq!(l.msi_lpi(40), None, "an SPI");
         assert_eq!(l.msi_core_intid(68 + 7), Some(LPI_BASE + 7));
