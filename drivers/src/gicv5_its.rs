@@ -260,5 +260,32 @@ impl<M: ItsMmio> Gicv5Its<M> {
     }
 }
 
+/// The config frame through the EL2 identity map, for the platform.
+#[cfg(target_arch = "aarch64")]
+pub mod hw {
+    use super::ItsMmio;
+
+    /// An ITS config frame (device memory) at the address the host
+    /// description names.
+    pub struct ItsFrame(pub usize);
+
+    impl ItsMmio for ItsFrame {
+        fn read32(&mut self, offset: usize) -> u32 {
+            // SAFETY: the ITS config frame the host description named,
+            // device memory; the offsets are its registers.
+            unsafe { ((self.0 + offset) as *const u32).read_volatile() }
+        }
+        fn write32(&mut self, offset: usize, value: u32) {
+            // SAFETY: as `read32`.
+            unsafe { ((self.0 + offset) as *mut u32).write_volatile(value) }
+        }
+        fn write64(&mut self, offset: usize, value: u64) {
+            // SAFETY: as `read32`; ITS_DT_BASER, ITS_DIDR and ITS_SYNCR
+            // are 64-bit registers.
+            unsafe { ((self.0 + offset) as *mut u64).write_volatile(value) }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;
