@@ -146,6 +146,18 @@ pub(crate) mod tests {
     /// first two), a PL011 on SPI 1 and, with `timer`, an
     /// "arm,armv8-timer" whose four GICv5 PPI specifiers are `timer`.
     pub(crate) fn gicv5_host_dtb(iaffids: &[u16], timer: Option<[u32; 4]>, cpus: u32) -> Vec<u8> {
+        gicv5_host_dtb_with(iaffids, timer, cpus, None)
+    }
+
+    /// [`gicv5_host_dtb`] with, when `msi_map` is given, an ECAM host
+    /// bridge whose `msi-map` is it (the ITS's translate frame child has
+    /// phandle 0x20).
+    fn gicv5_host_dtb_with(
+        iaffids: &[u16],
+        timer: Option<[u32; 4]>,
+        cpus: u32,
+        msi_map: Option<&[u32]>,
+    ) -> Vec<u8> {
         let mut w = FdtWriter::new();
         node(&mut w, "", |w| {
             w.prop_u32("#address-cells", 2).unwrap();
@@ -202,6 +214,7 @@ pub(crate) mod tests {
                             w.prop_string("reg-names", "ns-translate").unwrap();
                             w.prop_u32("#msi-cells", 1).unwrap();
                             w.prop_null("msi-controller").unwrap();
+                            w.prop_u32("phandle", 0x20).unwrap();
                         });
                     });
                 });
@@ -218,12 +231,36 @@ pub(crate) mod tests {
                 w.prop_cells("reg", &[0, 0x0900_0000, 0, 0x1000]).unwrap();
                 w.prop_cells("interrupts", &[3, 1, 4]).unwrap();
             });
+            if let Some(map) = msi_map {
+                node(w, "pcie@10000000", |w| {
+                    w.prop_string("compatible", "pci-host-ecam-generic")
+                        .unwrap();
+                    w.prop_string("device_type", "pci").unwrap();
+                    w.prop_u32("#address-cells", 3).unwrap();
+                    w.prop_u32("#size-cells", 2).unwrap();
+                    w.prop_cells("reg", &[0x40, 0x1000_0000, 0, 0x1000_0000])
+                        .unwrap();
+                    w.prop_cells("msi-map", map).unwrap();
+                });
+            }
         });
         w.finish().unwrap()
     }
 
     /// The binding's timer order: secure phys, phys, virt, hyp.
     const TIMER: [u32; 4] = [29, 30, 27, 26];
+
+    #[test]
+    fn a_bridges_msi_map_naming_a_gicv5_translate_frame_routes_to_its_its() {
+        let dtb = gicv5_host_dtb_with(&[0, 1], Some(TIMER), 2, Some(&[0, 0x20, 0, 0x100]));
+
+        let host = parse_host_dtb(&dtb).unwrap();
+
+        let map = &host.pcie.unwrap().msi_map;
+        assert_eq!(map.len(), 1);
+        assert_eq!(map[0].its_base, 0x2f12_0000, "the ITS's config frame");
+        assert_eq!(host.gic.its, [(0x2f12_0000, 0x1_0000)]);
+    }
 
     #[test]
     fn an_its_translate_frame_is_read_beside_its_config_frame_and_kept_from_guests() {
