@@ -1,4 +1,6 @@
-//! A partition's virtual ITS wired to the physical ITSes (GICv3 host):
+//! A partition's virtual ITS wired to the physical ITSes (a GICv3 host's,
+//! or a GICv5 host's through `its5::V5Its` behind the same [`ItsQueue`],
+//! whose MSI address is its translate frame, [`MsiRouting::translater`]):
 //! the guest's GITS frame accesses go to its [`Vits`] under the
 //! partition's lock, the commands it accepts are applied through the
 //! partition's [`PartitionIts`] on the physical ITS that owns the device
