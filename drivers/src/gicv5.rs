@@ -36,12 +36,15 @@
 //!
 //! The core keeps GICv3 INTID numbers (`pinfold_hv::vgic5::CoreIntid`):
 //! PPIs 16..31 are GICv5 PPIs 16..31, SGI n to CPU c is the LPI
-//! `ipi_base + 16 c + n`, core INTID 32 + n is SPI n.
+//! `ipi_base + 16 c + n`, core INTID 32 + n is SPI n, core INTID
+//! `LPI_BASE + n` (a device event's LPI, as on GICv3) is the MSI pool's
+//! LPI `msi_base + n` (`Gicv5Cpu::set_msi_lpis`).
 
 use pinfold_hv::irqchip::{
     change_percpu_state, IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip,
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
+use pinfold_hv::vgic::pits::LPI_BASE;
 use pinfold_hv::vgic5::{
     ipi_lpi, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsCaps,
     VirsOp, CORE_SPIS,
@@ -281,6 +284,35 @@ pub const CDIA_VALID: u64 = 1 << 32;
 
 const fn operand(ty: u64, id: u32) -> u64 {
     (ty << 29) | (id as u64 & 0xff_ffff)
+}
+
+/// A device event's LPI (the MSI pool's, `vgic5::IrsLayout::msi_lpi`)
+/// made ready to be taken at the PE `iaffid` names: the default
+/// priority, edge (an MSI is an edge), targeted there with GIC CDAFF,
+/// enabled; or, with `iaffid` None, disabled. The GIC instructions go from
+/// the CPU that runs this (any: the LPI is named, not the CPU), closed
+/// with GSB SYS so the IRS has them before the ITS can translate an event
+/// to the LPI.
+pub fn route_lpi(regs: &mut impl CpuRegs, lpi: u32, iaffid: Option<u16>) {
+    let op = operand(TYPE_LPI, lpi);
+    match iaffid {
+        Some(iaffid) => {
+            regs.gic(insn::GIC_CDPRI, op | (DEFAULT_PRIORITY << 35));
+            regs.gic(insn::GIC_CDHM, op); // HM = 0: edge
+            regs.gic(insn::GIC_CDAFF, op | (u64::from(iaffid) << 32));
+            regs.gic(insn::GIC_CDEN, op);
+        }
+        None => regs.gic(insn::GIC_CDDIS, op),
+    }
+    regs.gic(insn::GSB_SYS, 0);
+}
+
+/// LPI `lpi` made pending (or not) with GIC CDPEND, closed with GSB SYS:
+/// a GICv3 INT / CLEAR of a device event on a GICv5 host.
+pub fn pend_lpi(regs: &mut impl CpuRegs, lpi: u32, pending: bool) {
+    let op = operand(TYPE_LPI, lpi) | (u64::from(pending) << 32);
+    regs.gic(insn::GIC_CDPEND, op);
+    regs.gic(insn::GSB_SYS, 0);
 }
 
 /// GICv5 priorities are 5 bits; lower is more urgent. Everything the
@@ -858,6 +890,10 @@ pub struct Gicv5Cpu<R: CpuRegs> {
     /// The physical LPIs that are vPE doorbells, and the last one taken.
     doorbells: core::ops::Range<u32>,
     doorbell: Option<u32>,
+    /// The physical LPIs device events are mapped to (`vgic5::IrsLayout`'s
+    /// MSI pool): `ack` gives LPI `msi.start + n` as core INTID
+    /// `LPI_BASE + n`.
+    msi: core::ops::Range<u32>,
 }
 
 impl<R: CpuRegs> Gicv5Cpu<R> {
@@ -916,6 +952,7 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
             cpus,
             doorbells: 0..0,
             doorbell: None,
+            msi: 0..0,
         }
     }
 
@@ -940,6 +977,13 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
     /// them at EL2 and keeps the last for [`Self::take_doorbell`].
     pub fn set_doorbells(&mut self, lpis: core::ops::Range<u32>) {
         self.doorbells = lpis;
+    }
+
+    /// The LPIs of the MSI pool (`IrsLayout::msi_base ..`): `ack` gives
+    /// them to the core as its GICv3 LPI numbers, for `exit::dispatch_irq`
+    /// to route through `LpiRoutes`.
+    pub fn set_msi_lpis(&mut self, lpis: core::ops::Range<u32>) {
+        self.msi = lpis;
     }
 
     /// The doorbell LPI the last `ack` took, if any (the platform's root
@@ -1153,6 +1197,14 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
                 self.doorbell = Some(id);
                 1023
             }
+            // A device event. A GICv3 LPI has no active state, and the
+            // core's trapped LPI path (`exit::lpi`) never deactivates one:
+            // it is deactivated here, so the next event of the same LPI is
+            // taken as soon as the priority drops.
+            TYPE_LPI if self.msi.contains(&id) => {
+                self.regs.gic(insn::GIC_CDDI, operand(TYPE_LPI, id));
+                LPI_BASE + (id - self.msi.start)
+            }
             // Not something the core numbers (a PPI above 31, an SPI from
             // CORE_SPIS on, a stray LPI): end it here and report none.
             ty => {
@@ -1173,6 +1225,8 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
             CoreIntid::Sgi(n) => operand(TYPE_LPI, self.ipi_range().start + n),
             CoreIntid::Ppi(n) => operand(TYPE_PPI, n),
             CoreIntid::Spi(n) => operand(TYPE_SPI, n),
+            // Already deactivated in `ack`.
+            CoreIntid::Lpi(_) => return,
         };
         self.regs.gic(insn::GIC_CDDI, op);
     }
@@ -1298,4 +1352,4 @@ pub mod hw {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,5 +7,6 @@
 pub mod gicv3;
 pub mod gicv3_its;
 pub mod gicv5;
+pub mod gicv5_its;
 pub mod pl011;
 pub mod timer;

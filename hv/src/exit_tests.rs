@@ -3150,6 +3150,7 @@ fn gicv5_host(cpus: usize, gcie_legacy: bool) -> HostInfo {
             its: vec![],
         }],
         maintenance_ppi: Some(25),
+        its_translate: vec![],
     };
     let mut gic = GicInfo::gicv5(info);
     let found = crate::vgic5::HostGicv5 {
@@ -3406,6 +3407,7 @@ fn gic_info_on_a_gicv5_host_reports_its_irses_gcie_legacy_and_each_interface() {
     host.gic = GicInfo::gicv5(crate::dtb::Gicv5Info {
         irs: alloc::vec![irs(0x2f1a_0000, 0..2), irs(0x2f1c_0000, 2..4)],
         maintenance_ppi: Some(25),
+        its_translate: Vec::new(),
     });
     let probed = crate::vgic5::HostGicv5 {
         irs: true,

@@ -388,6 +388,7 @@ mod tests {
                 },
             ],
             maintenance_ppi: Some(25),
+            its_translate: vec![None],
         };
         let gic = GicInfo::gicv5(info);
         assert_eq!(HostGic::of(&gic), HostGic::V5);

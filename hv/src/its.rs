@@ -1,4 +1,6 @@
-//! A partition's virtual ITS wired to the physical ITSes (GICv3 host):
+//! A partition's virtual ITS wired to the physical ITSes (a GICv3 host's,
+//! or a GICv5 host's through `its5::V5Its` behind the same [`ItsQueue`],
+//! whose MSI address is its translate frame, [`MsiRouting::translater`]):
 //! the guest's GITS frame accesses go to its [`Vits`] under the
 //! partition's lock, the commands it accepts are applied through the
 //! partition's [`PartitionIts`] on the physical ITS that owns the device
@@ -230,6 +232,10 @@ pub struct MsiRouting {
     live: Vec<Option<u64>>,
     /// Each live ITS's DeviceID bits.
     device_bits: Vec<u8>,
+    /// On a GICv5 host, each ITS's translate frame (`Gicv5Info::
+    /// its_translate`); empty on GICv3, whose translater is in the ITS's
+    /// own second frame.
+    translate: Vec<Option<u64>>,
 }
 
 /// A requester ID's MSI target: ITS `its` (index in the host
@@ -271,7 +277,28 @@ impl MsiRouting {
                 .enumerate()
                 .map(|(i, _)| live.get(i).copied().flatten().map_or(0, |t| t.device_bits))
                 .collect(),
+            translate: Vec::new(),
         }
+    }
+
+    /// A GICv5 host's ITSes: each one's translate frame, in the host
+    /// description's order (`Gicv5Info::its_translate`).
+    pub fn with_translate_frames(mut self, frames: &[Option<(u64, u64)>]) -> MsiRouting {
+        self.translate = frames.iter().map(|f| f.map(|(base, _)| base)).collect();
+        self
+    }
+
+    /// The address a device's MSI must reach for the ITS whose control
+    /// frame is `base`: GITS_TRANSLATER in its second frame (GICv3), or
+    /// on a GICv5 host its translate frame's base (Linux's MSI address,
+    /// `its5::TRANSLATER_OFFSET`); None for a GICv5 ITS that names no
+    /// translate frame.
+    pub fn translater(&self, base: u64) -> Option<u64> {
+        if self.translate.is_empty() {
+            return Some(base + TRANSLATER_FRAME + TRANSLATER_OFFSET);
+        }
+        let i = self.live.iter().position(|&b| b == Some(base))?;
+        Some(self.translate.get(i).copied().flatten()? + crate::its5::TRANSLATER_OFFSET)
     }
 
     /// The ITS and DeviceID requester ID `rid`'s MSIs reach, if that ITS
@@ -358,11 +385,14 @@ impl ItsSet {
             .iter()
             .map(|u| u.as_ref().map(|u| u.typer))
             .collect();
-        let routing = MsiRouting::new(
+        let mut routing = MsiRouting::new(
             host.pcie.as_ref().map_or(&[][..], |p| &p.msi_map),
             &host.gic.its,
             &live,
         );
+        if let Some(v5) = &host.gic.v5 {
+            routing = routing.with_translate_frames(&v5.its_translate);
+        }
         let usable: Vec<bool> = live.iter().map(Option::is_some).collect();
         let first = usable.iter().position(|&u| u).unwrap_or(0);
         let local = its_choice::choose(&host.numa, cpus, &usable)
@@ -592,6 +622,13 @@ pub enum NoMsi {
     /// guest's doorbell: a device's MSI would be a DMA write to whatever
     /// sits at the doorbell's physical address.
     Misplaced { translater: u64 },
+    /// An SMMU, but the host's translater (`translater`) is not at the
+    /// doorbell's offset in its page (GICv3's GITS_TRANSLATER is at 0x40,
+    /// a GICv5 translate frame's MSI address is its base): a page
+    /// mapping cannot send the device's write to it.
+    TranslaterOffset { translater: u64 },
+    /// A GICv5 ITS whose description names no translate frame.
+    NoTranslateFrame,
 }
 
 impl fmt::Display for MsiPath {
@@ -626,6 +663,14 @@ impl fmt::Display for NoMsi {
                 f,
                 "INTx only: no SMMU, and the host's GITS_TRANSLATER {translater:#x} is not at the guest's doorbell {GUEST_ITS_DOORBELL:#x}"
             ),
+            NoMsi::TranslaterOffset { translater } => write!(
+                f,
+                "INTx only: the host's translater {translater:#x} is not at the guest doorbell's offset in its page ({GUEST_ITS_DOORBELL:#x}), so the SMMU cannot map one onto the other"
+            ),
+            NoMsi::NoTranslateFrame => write!(
+                f,
+                "INTx only: the host's GICv5 ITS names no translate frame"
+            ),
         }
     }
 }
@@ -640,12 +685,32 @@ impl fmt::Display for NoMsi {
 /// the ITS with whatever DeviceID the interconnect gives CPU writes
 /// (implementation defined), which could be another partition's device.
 pub fn msi_path(management: bool, host_its: Option<u64>, smmu: bool) -> Result<MsiPath, NoMsi> {
+    msi_path_to(
+        management,
+        host_its.map(|base| Some(base + TRANSLATER_FRAME + TRANSLATER_OFFSET)),
+        smmu,
+    )
+}
+
+/// [`msi_path`] to the translater address itself (`MsiRouting::
+/// translater`; `Some(None)`: the host's ITS has none, a GICv5 ITS with
+/// no translate frame). The SMMU maps pages: the translater must sit at
+/// the doorbell's offset in its page, or the device's write lands
+/// elsewhere in the frame.
+pub fn msi_path_to(
+    management: bool,
+    translater: Option<Option<u64>>,
+    smmu: bool,
+) -> Result<MsiPath, NoMsi> {
     if management {
         return Err(NoMsi::Management);
     }
-    let base = host_its.ok_or(NoMsi::NoHostIts)?;
-    let translater = base + TRANSLATER_FRAME + TRANSLATER_OFFSET;
-    if smmu {
+    let translater = translater
+        .ok_or(NoMsi::NoHostIts)?
+        .ok_or(NoMsi::NoTranslateFrame)?;
+    if smmu && translater & PAGE_MASK != GUEST_ITS_DOORBELL & PAGE_MASK {
+        Err(NoMsi::TranslaterOffset { translater })
+    } else if smmu {
         Ok(MsiPath::Smmu {
             ipa: GUEST_ITS_DOORBELL & !PAGE_MASK,
             pa: translater & !PAGE_MASK,

@@ -1303,3 +1303,168 @@ fn a_guests_command_batch_takes_its_devices_its_lock_once_and_the_pool_lock_per_
 
     assert_eq!(sys.locks.count(LockPath::PhysIts) - before, 2);
 }
+
+// ---- a GICv5 ITS behind the seam (`its5`) -------------------------------
+
+/// Records every GICv5 ITS step.
+#[derive(Clone, Default)]
+struct V5Rec {
+    ops: Arc<spin::Mutex<Vec<crate::its5::Its5Op>>>,
+}
+
+impl crate::its5::Its5Hw for V5Rec {
+    fn apply(&mut self, op: &crate::its5::Its5Op) -> bool {
+        self.ops.lock().push(*op);
+        true
+    }
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
+        Some(0x7000_0000 + bytes as u64)
+    }
+    fn free_itt(&mut self, _: u64, _: usize) {}
+}
+
+/// CPU n's IAFFID in [`v5_its_system`].
+const fn iaffid(cpu: u16) -> u16 {
+    0x100 + cpu
+}
+
+/// [`its_system`] with its ITS a GICv5 one behind `its5::V5Its` (16
+/// DeviceID and 11 EventID bits, the four CPUs' IAFFIDs 0x100..): alpha's
+/// vITS commands reach it as `Its5Op`s.
+fn v5_its_system() -> (
+    &'static System,
+    Arc<spin::Mutex<Vec<crate::its5::Its5Op>>>,
+    crate::vgic5::IrsLayout,
+) {
+    use crate::pci::Bdf;
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x2_0000)];
+    h.pcie = its_system_host_bridge();
+    let rec = V5Rec::default();
+    let ops = rec.ops.clone();
+    let layout = crate::vgic5::IrsLayout::for_cpus(4);
+    let typer = crate::its5::typer(16, 11);
+    let queue = crate::its5::V5Its::new(rec, typer, layout, (0..4).map(iaffid).collect());
+    let its = HostIts::new(typer, Box::new(queue), 4);
+    let (sys, _) = system_and_tables(
+        alpha_gets_00_02_0,
+        None,
+        Default::default(),
+        h,
+        vec![nic_function(Bdf {
+            bus: 0,
+            dev: 2,
+            func: 0,
+        })],
+        Some(its),
+    );
+    for cpu in [1, 2] {
+        sys.its_cpu_online(cpu, cpu as u16, 0);
+    }
+    assert!(ops.lock().is_empty(), "no collections on a GICv5 ITS");
+    (sys, ops, layout)
+}
+
+#[test]
+fn on_a_gicv5_its_a_guests_mapti_targets_its_vcpus_cpu_and_the_lpi_is_injected_as_its_vlpi() {
+    use crate::its5::Its5Op;
+    let (sys, ops, layout) = v5_its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    let prop = p.host_addr(p.ram_ipa + PROP + (8300 - 8192), 1).unwrap();
+    HostMemory::write(&mut hw, prop, &[0x60 | 1]);
+
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+
+    let ops = ops.lock().clone();
+    assert!(
+        matches!(
+            ops[0],
+            Its5Op::Device {
+                device: NIC,
+                itt: Some(_),
+                event_bits: 5
+            }
+        ),
+        "{ops:?}"
+    );
+    // vCPU 0 is pinned to CPU 1: the LPI targeted there, then mapped.
+    let Its5Op::Target {
+        lpi,
+        iaffid: Some(at),
+    } = ops[1]
+    else {
+        panic!("{ops:?}")
+    };
+    assert_eq!(at, iaffid(1));
+    assert!(matches!(
+        ops[2],
+        Its5Op::Event { device: NIC, event: 1, lpi: Some(l), .. } if l == lpi
+    ));
+    let core = layout.msi_core_intid(lpi).expect("an MSI pool LPI");
+    assert_eq!(
+        sys.lpi_routes.get(core),
+        Some(LpiRoute {
+            slot: p.index as u16,
+            vcpu: 0,
+            vintid: 8300
+        })
+    );
+    // The device's MSI: the driver's ack gives the pool LPI as `core`.
+    dispatch_irq(sys, &mut cpu, &mut hw, core);
+    assert_eq!(hw.injected(), [8300]);
+    assert_eq!(sys.locks.hot_total(), 0);
+}
+
+#[test]
+fn on_a_gicv5_its_a_foreign_deviceid_reaches_nothing_and_is_the_guests_fault() {
+    let (sys, ops, _) = v5_its_system();
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    queue_commands(&mut hw, &p, 0, &[mapd(0x18, 4), mapti(0x18, 0, 8300, 0)]);
+    let before = p.faults.load(core::sync::atomic::Ordering::Relaxed);
+
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(2 * 32));
+
+    assert!(ops.lock().is_empty(), "{:?}", ops.lock());
+    assert_one_fault(&p, before, &hw, "ForeignDevice(24)");
+}
+
+#[test]
+fn a_gicv5_its_translate_frame_is_the_msi_address_which_the_doorbell_page_cannot_reach() {
+    use crate::its::{msi_path_to, MsiRouting, NoMsi};
+    let its = [(0x2f12_0000, 0x1_0000), (0x2f22_0000, 0x1_0000)];
+    let live = [Some(crate::its5::typer(16, 11)); 2];
+    let v3 = MsiRouting::new(&[], &its, &live);
+    let v5 = MsiRouting::new(&[], &its, &live)
+        .with_translate_frames(&[Some((0x2f13_0000, 0x1_0000)), None]);
+
+    assert_eq!(
+        v3.translater(0x2f12_0000),
+        Some(0x2f13_0040),
+        "GITS_TRANSLATER"
+    );
+    assert_eq!(
+        v5.translater(0x2f12_0000),
+        Some(0x2f13_0000),
+        "the frame's base"
+    );
+    assert_eq!(v5.translater(0x2f22_0000), None, "no translate frame");
+    assert_eq!(
+        msi_path_to(false, Some(v5.translater(0x2f12_0000)), true),
+        Err(NoMsi::TranslaterOffset {
+            translater: 0x2f13_0000
+        })
+    );
+    assert_eq!(
+        msi_path_to(false, Some(v5.translater(0x2f12_0000)), false),
+        Err(NoMsi::Misplaced {
+            translater: 0x2f13_0000
+        })
+    );
+    assert_eq!(
+        msi_path_to(false, Some(v5.translater(0x2f22_0000)), true),
+        Err(NoMsi::NoTranslateFrame)
+    );
+    assert!(msi_path_to(false, Some(v3.translater(0x2f12_0000)), true).is_ok());
+}

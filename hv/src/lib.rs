@@ -26,6 +26,7 @@ pub mod hypercall;
 pub mod images;
 pub mod irqchip;
 pub mod its;
+pub mod its5;
 pub mod layout;
 pub mod lifecycle;
 pub mod lockstat;

@@ -433,7 +433,9 @@ impl Partition {
                 (false, None) => Err(crate::its::NoMsi::NoHostIts),
                 (false, Some(r)) => r
                     .partition_its(a.functions.iter().map(|f| u32::from(f.bdf.rid())))
-                    .and_then(|base| crate::its::msi_path(false, Some(base), smmu)),
+                    .and_then(|base| {
+                        crate::its::msi_path_to(false, Some(r.translater(base)), smmu)
+                    }),
             };
             if let (Ok(_), Some(typer)) = (path, pci_host.its) {
                 let vectors = lpi_budget(pp, &a, pci_host)?;

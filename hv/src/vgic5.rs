@@ -44,6 +44,7 @@
 pub mod frame;
 pub mod irses;
 
+use crate::vgic::pits::{LPI_BASE, LPI_COUNT};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -463,6 +464,11 @@ pub enum CoreIntid {
     Sgi(u32),
     Ppi(u32),
     Spi(u32),
+    /// A device event's LPI: core INTID `pits::LPI_BASE + n` (the GICv3
+    /// LPI the core's `LpiPool` hands out and `LpiRoutes` routes) is the
+    /// MSI pool's LPI n, the physical LPI `IrsLayout::msi_base + n`
+    /// ([`IrsLayout::msi_lpi`]).
+    Lpi(u32),
 }
 
 impl CoreIntid {
@@ -470,6 +476,7 @@ impl CoreIntid {
         match intid {
             0..=15 => CoreIntid::Sgi(intid),
             16..=31 => CoreIntid::Ppi(intid),
+            LPI_BASE.. => CoreIntid::Lpi(intid - LPI_BASE),
             _ => CoreIntid::Spi(intid - 32),
         }
     }
@@ -512,8 +519,10 @@ pub const MIN_LPI_ID_BITS: u32 = 14;
 /// takes `region` bytes of host RAM aligned to `align`, like the GICv3
 /// ITS's tables): each CPU's 16 IPIs (the core's SGIs, `ipi_lpi`), then
 /// one doorbell per CPU (every vCPU is pinned to its own CPU, so there are
-/// never more vCPUs than CPUs), in a linear IST of 4 bytes an LPI at the
-/// start of the region; the vIRS's VM table (32 bytes a VM, a VM ID for
+/// never more vCPUs than CPUs), then the pool of LPIs device events
+/// (MSIs through the GICv5 ITS) are mapped to, `pits::LPI_COUNT` of them
+/// as the GICv3 ITS's pool (core INTIDs `LPI_BASE ..`, [`CoreIntid::Lpi`]),
+/// in a linear IST of 4 bytes an LPI at the start of the region; the vIRS's VM table (32 bytes a VM, a VM ID for
 /// each possible partition: never more partitions than CPUs) after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IrsLayout {
@@ -521,6 +530,9 @@ pub struct IrsLayout {
     /// Doorbell LPIs: `doorbell_base ..  doorbell_base + doorbells`.
     pub doorbell_base: u32,
     pub doorbells: u32,
+    /// Device-event LPIs: `msi_base .. msi_base + msi_lpis`.
+    pub msi_base: u32,
+    pub msi_lpis: u32,
     pub lpi_id_bits: u32,
     pub ist_bytes: u64,
     pub vm_id_bits: u8,
@@ -536,7 +548,9 @@ impl IrsLayout {
         let cpus = cpus.max(1) as u32;
         let ipi_base = 0;
         let doorbell_base = ipi_base + 16 * cpus;
-        let lpis = doorbell_base + cpus;
+        let msi_base = doorbell_base + cpus;
+        let msi_lpis = LPI_COUNT;
+        let lpis = msi_base + msi_lpis;
         let lpi_id_bits = u32::from(id_bits(lpis)).max(MIN_LPI_ID_BITS);
         let ist_bytes = 4u64 << lpi_id_bits;
         let vm_id_bits = id_bits(cpus);
@@ -546,6 +560,8 @@ impl IrsLayout {
             ipi_base,
             doorbell_base,
             doorbells: cpus,
+            msi_base,
+            msi_lpis,
             lpi_id_bits,
             ist_bytes,
             vm_id_bits,
@@ -559,6 +575,25 @@ impl IrsLayout {
     /// The doorbell LPIs, for `Gicv5Cpu::set_doorbells`.
     pub fn doorbell_lpis(&self) -> core::ops::Range<u32> {
         self.doorbell_base..self.doorbell_base + self.doorbells
+    }
+
+    /// The physical LPI of core INTID `intid` when it is one of the MSI
+    /// pool's ([`CoreIntid::Lpi`]), for the driver's CDxx and the ITT.
+    pub fn msi_lpi(&self, intid: u32) -> Option<u32> {
+        match CoreIntid::from_core(intid) {
+            CoreIntid::Lpi(n) if n < self.msi_lpis => Some(self.msi_base + n),
+            _ => None,
+        }
+    }
+
+    /// The core INTID of physical LPI `lpi` when it is one of the MSI
+    /// pool's: what the driver's acknowledge gives the exit path, which
+    /// routes it as a GICv3 LPI (`LpiRoutes`).
+    pub fn msi_core_intid(&self, lpi: u32) -> Option<u32> {
+        let n = lpi
+            .checked_sub(self.msi_base)
+            .filter(|&n| n < self.msi_lpis)?;
+        Some(LPI_BASE + n)
     }
 
     /// CPU `cpu`'s doorbell LPI (the vCPU pinned there is woken by it), if
@@ -1430,7 +1465,26 @@ mod tests {
         assert_eq!(CoreIntid::from_core(3), CoreIntid::Sgi(3));
         assert_eq!(CoreIntid::from_core(27), CoreIntid::Ppi(27));
         assert_eq!(CoreIntid::from_core(40), CoreIntid::Spi(8));
+        assert_eq!(CoreIntid::from_core(LPI_BASE + 5), CoreIntid::Lpi(5));
         assert_eq!(ipi_lpi(8192, 1, 2), 8192 + 18);
+    }
+
+    #[test]
+    fn the_msi_pool_follows_the_doorbells_and_its_lpis_are_the_cores_gicv3_lpis() {
+        let l = IrsLayout::for_cpus(4);
+
+        assert_eq!((l.msi_base, l.msi_lpis), (68, LPI_COUNT));
+        assert!(u64::from(l.msi_base + l.msi_lpis) <= 1 << l.lpi_id_bits);
+        assert_eq!(l.msi_lpi(LPI_BASE), Some(68));
+        assert_eq!(
+            l.msi_lpi(LPI_BASE + LPI_COUNT - 1),
+            Some(68 + LPI_COUNT - 1)
+        );
+        assert_eq!(l.msi_lpi(LPI_BASE + LPI_COUNT), None, "beyond the pool");
+        assert_eq!(l.msi_lpi(40), None, "an SPI");
+        assert_eq!(l.msi_core_intid(68 + 7), Some(LPI_BASE + 7));
+        assert_eq!(l.msi_core_intid(67), None, "CPU 3's doorbell");
+        assert_eq!(l.msi_core_intid(68 + LPI_COUNT), None);
     }
 
     #[test]
@@ -1445,10 +1499,11 @@ mod tests {
             (2, 64 << 10, 128)
         );
         assert_eq!((l.region, l.align), (128 << 10, 64 << 10));
-        // 2048 CPUs: 32768 IPIs + 2048 doorbells need 16 bits.
+        // 2048 CPUs: 32768 IPIs + 2048 doorbells + 8192 MSI LPIs need
+        // 16 bits.
         let big = IrsLayout::for_cpus(2048);
         assert_eq!(big.lpi_id_bits, 16);
-        assert!(u64::from(big.doorbell_lpis().end) <= 1 << big.lpi_id_bits);
+        assert!(u64::from(big.msi_base + big.msi_lpis) <= 1 << big.lpi_id_bits);
         assert_eq!(big.ist_bytes, 256 << 10);
         assert_eq!(big.vmt_bytes, 32 << 11);
         assert!(big.vmt_offset + big.vmt_bytes <= big.region);

@@ -18,7 +18,11 @@
 //! doorbell re-armed on its CPU's IRS ([`rearm_doorbell`],
 //! `exit::doorbell`), software error records taken from every IRS
 //! ([`take_swerr`], `System::virs_poll`), a destroyed partition's VM and
-//! SPIs released on their IRSes ([`virs_apply`], `vgic5::release_virs`).
+//! SPIs released on their IRSes ([`virs_apply`], `vgic5::release_virs`),
+//! and every GICv5 ITS the description names ([`init_its`]: a linear
+//! device table each, `drivers::gicv5_its`, each given to the core as an
+//! `its::ItsQueue` through `its5::V5Its`, the core's `ItsSet` keeping
+//! each behind its own lock; every CPU online on them, [`its_cpu_online`]).
 //! Nothing here runs
 //! on a GICv3 host. No emulator runs EL2 on a GICv5, so this is built and
 //! linted, not booted (docs/GICV5.md).
@@ -28,11 +32,16 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use pinfold_drivers::gicv5::hw::{IrsFrame, PhysMem, SysRegs};
 use pinfold_drivers::gicv5::{spi_range_of, Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
+use pinfold_drivers::gicv5_its::hw::ItsFrame;
+use pinfold_drivers::gicv5_its::Gicv5Its;
 use pinfold_hv::dtb::HostInfo;
 use pinfold_hv::exit::SpiOp;
 use pinfold_hv::irqchip::{PerCpuIrqChip, PpiStateChange, SharedIrqChip};
+use pinfold_hv::its::HostIts;
+use pinfold_hv::its5::{typer, Its5Hw, Its5Op, V5Its};
 use pinfold_hv::lockstat::{CountedLock, LockPath};
 use pinfold_hv::memmap::FreeMemory;
+use pinfold_hv::vgic::pits::ITT_ALIGN;
 use pinfold_hv::vgic5::irses::{IrsDown, IrsRoutes};
 use pinfold_hv::vgic5::{
     check_host, vm_id_bits_for, IrsLayout, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsOp,
@@ -401,6 +410,7 @@ pub fn init_cpu(local: &mut crate::percpu::CpuLocal) {
     let index = local.state.state.index as u32;
     let mut chip = Gicv5Cpu::init_this_cpu(SysRegs, index, l.lpis.ipi_base, l.cpus, GICV5_CAPS);
     chip.set_doorbells(l.lpis.doorbell_lpis());
+    chip.set_msi_lpis(l.lpis.msi_base..l.lpis.msi_base + l.lpis.msi_lpis);
     chip.apply_ppi(PpiStateChange::Enable(PPI_MAINTENANCE, true));
     chip.apply_ppi(PpiStateChange::Enable(PPI_HYP_TIMER, true));
     local.hw.v5 = Some(chip);
@@ -470,5 +480,99 @@ pub fn vcpu_put(local: &mut crate::percpu::CpuLocal) {
     };
     if let Some(chip) = local.hw.v5.as_mut() {
         chip.vcpu_put(&CHIP_LOCK, &mut ctx, &plan, false);
+    }
+}
+
+/// The most DeviceID bits a GICv5 ITS's linear device table is given (a
+/// 512 KiB table); an ITS offering more is used for the first 2^16
+/// DeviceIDs (`MsiRouting` refuses a DeviceID beyond them).
+const ITS_DEVICE_BITS: u8 = 16;
+
+/// One GICv5 ITS as the core's `its5::V5Its` applies to it: the driver,
+/// table writes through the identity map, an LPI's target through this
+/// CPU's GIC instructions, ITTs from the EL2 heap.
+struct ItsHw(Gicv5Its<ItsFrame>);
+
+impl Its5Hw for ItsHw {
+    fn apply(&mut self, op: &Its5Op) -> bool {
+        match self.0.apply(&mut PhysMem, &mut SysRegs, op) {
+            Ok(()) => true,
+            Err(e) => {
+                hvlog!("gicv5: ITS: {op:?}: {e:?}");
+                false
+            }
+        }
+    }
+    fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
+        let at = crate::heap::alloc_zeroed(bytes, ITT_ALIGN)?;
+        crate::arch::clean_dcache_range(at.0, bytes as u64);
+        Some(at.0)
+    }
+    fn free_itt(&mut self, pa: u64, bytes: usize) {
+        crate::heap::free(pinfold_hv::addr::PhysAddr(pa), bytes, ITT_ALIGN);
+    }
+}
+
+/// Every GICv5 ITS of the host description brought up (after [`init`]:
+/// their events' LPIs are the first IRS's MSI pool): a zeroed linear
+/// device table from `free`, the driver's `init`, the core's `V5Its`
+/// over it. An ITS that does not come up is said on the log and left out;
+/// None when none did (no partition gets a vITS). Whether a partition's
+/// devices can reach a translate frame is the core's (`its::msi_path_to`).
+pub fn init_its(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostIts> {
+    let l = LAYOUT.get()?;
+    if host.gic.its.is_empty() {
+        return None;
+    }
+    let iaffids: Vec<u16> = l.cpus.iter().map(|&(_, iaffid)| iaffid).collect();
+    let units = host
+        .gic
+        .its
+        .iter()
+        .enumerate()
+        .map(|(i, &(base, _))| {
+            let mut frame = ItsFrame(base as usize);
+            let (have, _) = Gicv5Its::id_bits(&mut frame);
+            let bits = have.min(ITS_DEVICE_BITS);
+            let bytes = Gicv5Its::<ItsFrame>::table_bytes(bits).next_multiple_of(0x1_0000);
+            let Some(dt) = free.take_top(bytes, 0x1_0000) else {
+                hvlog!("gicv5: ITS {i}: no {} KiB for its device table", bytes >> 10);
+                return None;
+            };
+            // SAFETY: `dt` was just taken from free RAM (identity mapped,
+            // normal memory at EL2); nothing else uses it.
+            unsafe { core::ptr::write_bytes(dt as *mut u8, 0, bytes as usize) };
+            crate::arch::clean_dcache_range(dt, bytes);
+            match Gicv5Its::init(frame, dt, bits) {
+                Ok(its) => {
+                    let t = typer(its.device_bits(), its.event_bits());
+                    hvlog!(
+                        "gicv5: ITS {i} at {base:#x}: DeviceID bits {}, EventID bits {}",
+                        t.device_bits,
+                        t.id_bits
+                    );
+                    let q = V5Its::new(ItsHw(its), t, l.lpis, iaffids.clone());
+                    Some((t, Box::new(q) as Box<dyn pinfold_hv::its::ItsQueue>))
+                }
+                Err(e) => {
+                    hvlog!("gicv5: ITS {i} at {base:#x} did not come up ({e:?}): its devices get no MSI");
+                    None
+                }
+            }
+        })
+        .collect();
+    let its = HostIts::several(units, cpus);
+    if its.is_none() {
+        hvlog!("gicv5: no ITS came up: MSI stays off");
+    }
+    its
+}
+
+/// CPU `index` takes the GICv5 ITSes' events (its LPIs are targeted by
+/// IAFFID, no collection is mapped: the core's `ItsSet` only learns the
+/// CPU is there, ICID = its index).
+pub fn its_cpu_online(sys: &pinfold_hv::system::System, index: usize) {
+    if LAYOUT.get().is_some() {
+        sys.its_cpu_online(index, index as u16, 0);
     }
 }

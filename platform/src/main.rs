@@ -431,8 +431,7 @@ fn boot(handoff: BootHandoff) -> ! {
                 }
             }
             hvlog!("gic: {}", host.gic.found);
-            // The GICv5 ITS is not driven: no partition gets a vITS.
-            None
+            gicv5::init_its(&host, &mut free, cpu_count)
         }
     };
     let sys = System::new(
@@ -470,6 +469,7 @@ fn boot(handoff: BootHandoff) -> ! {
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
     its::init_cpu(sys, index, me, &mut local.hw);
+    gicv5::its_cpu_online(sys, index);
     v41::init_cpu(sys, index, me, &mut local.hw);
     ablate::log_ablations();
     #[cfg(not(feature = "ablate-irq-fnptr"))]
@@ -583,6 +583,7 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     let local = unsafe { percpu::this_cpu() };
     init_cpu_gic(local, &sys.host);
     its::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
+    gicv5::its_cpu_online(sys, index);
     v41::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
     sys.cpus[index]
         .online

@@ -28,10 +28,10 @@ fn enc(v: u32) -> Enc {
     }
 }
 
-type Shared = Rc<RefCell<Model>>;
+pub(crate) type Shared = Rc<RefCell<Model>>;
 
 /// One PE's system registers and instructions, at EL2, in the model.
-struct ModelPe {
+pub(crate) struct ModelPe {
     m: Shared,
     pe: usize,
     /// System register accesses and GIC instructions issued.
@@ -88,7 +88,7 @@ impl IrsMmio for ModelIrs {
     }
 }
 
-struct ModelMem(Shared);
+pub(crate) struct ModelMem(pub(crate) Shared);
 
 impl TableMem for ModelMem {
     fn write64(&mut self, pa: u64, value: u64) {
@@ -97,21 +97,21 @@ impl TableMem for ModelMem {
 }
 
 /// MPIDR and IAFFID of the two CPUs.
-static CPUS: [(u64, u16); 2] = [(0x8000_0000, 0), (0x8000_0001, 1)];
+pub(crate) static CPUS: [(u64, u16); 2] = [(0x8000_0000, 0), (0x8000_0001, 1)];
 const IPI_BASE: u32 = 8192;
 /// A guest whose VM is in the vIRS: no GIC instruction traps.
 const ALL_INSNS: UntrappedInsns = UntrappedInsns::for_vcpu(true);
 
-struct Rig {
-    m: Shared,
+pub(crate) struct Rig {
+    pub(crate) m: Shared,
     irs: Gicv5Irs<ModelIrs, ModelPe>,
-    cpus: Vec<Gicv5Cpu<ModelPe>>,
+    pub(crate) cpus: Vec<Gicv5Cpu<ModelPe>>,
     ops: Vec<Rc<Cell<u64>>>,
     stat: &'static LockStat,
     lock: CountedLock<()>,
 }
 
-fn pe(m: &Shared, pe: usize) -> (ModelPe, Rc<Cell<u64>>) {
+pub(crate) fn pe(m: &Shared, pe: usize) -> (ModelPe, Rc<Cell<u64>>) {
     let ops = Rc::new(Cell::new(0));
     (
         ModelPe {
@@ -148,12 +148,12 @@ fn rig_with(caps: IrqChipCaps) -> Rig {
     }
 }
 
-fn rig() -> Rig {
+pub(crate) fn rig() -> Rig {
     rig_with(GICV5_CAPS)
 }
 
 impl Rig {
-    fn no_misuse(&self) {
+    pub(crate) fn no_misuse(&self) {
         assert_eq!(self.m.borrow().misuse(), &[] as &[Misuse]);
     }
     fn guest_cdia(&self, pe: usize) -> u64 {
@@ -384,6 +384,41 @@ fn ipi_is_an_lpi_from_one_cpu_to_the_other() {
     // And back.
     r.cpus[1].send_sgi(CPUS[0].0, 15);
     assert_eq!(r.cpus[0].ack(), 15);
+    r.no_misuse();
+}
+
+#[test]
+fn an_msi_pool_lpi_is_acked_as_the_cores_lpi_and_deactivated_at_once() {
+    let mut r = rig();
+    r.cpus[1].set_msi_lpis(200..300);
+    route_lpi(r.cpus[0].regs(), 205, Some(CPUS[1].1));
+    let pend = |r: &mut Rig| {
+        let op = operand(TYPE_LPI, 205) | (1 << 32);
+        r.cpus[0].regs().gic(insn::GIC_CDPEND, op);
+    };
+
+    pend(&mut r);
+    let first = r.cpus[1].ack();
+    r.cpus[1].priority_drop(first);
+    pend(&mut r);
+    let second = r.cpus[1].ack();
+
+    assert_eq!((first, second), (LPI_BASE + 5, LPI_BASE + 5));
+    assert!(!r.m.borrow().irq_signalled(0), "targeted at CPU 1 only");
+    r.no_misuse();
+}
+
+#[test]
+fn a_routed_off_msi_lpi_is_not_taken() {
+    let mut r = rig();
+    r.cpus[1].set_msi_lpis(200..300);
+    route_lpi(r.cpus[0].regs(), 205, Some(CPUS[1].1));
+    route_lpi(r.cpus[0].regs(), 205, None);
+
+    let op = operand(TYPE_LPI, 205) | (1 << 32);
+    r.cpus[0].regs().gic(insn::GIC_CDPEND, op);
+
+    assert_eq!(r.cpus[1].ack(), 1023);
     r.no_misuse();
 }
 

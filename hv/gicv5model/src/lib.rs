@@ -102,7 +102,12 @@
 //! guest); for a vPE resident nowhere the doorbell rings once (DBV clears)
 //! when one becomes deliverable.
 //!
-//! Not modelled: the ITS and IWB (MSIs), interrupt routing modes other than
+//! The ITS ([`its::Its`], one model per ITS): its config frame over a
+//! linear device table and ITTs in the model's memory, the invalidate
+//! and sync registers, and a device's MSI write translated to an LPI made
+//! pending here ([`Model::its_lpi`]); its module says what it decides.
+//!
+//! Not modelled: the IWB, interrupt routing modes other than
 //! targeted (IRM = 1, 1-of-N), NMIs (GICR CDNMIA), the logical/secure/realm
 //! domains, the two-level VM table and ISTs, the vIRS's own use of the VM
 //! and vPE descriptors (their contents), DBPM and ICH_CONTEXTR_EL2.DB,
@@ -116,6 +121,8 @@
 
 use std::collections::BTreeMap;
 use std::vec::Vec;
+
+pub mod its;
 
 /// Exception level of an access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -1179,6 +1186,22 @@ impl Model {
         if let Some(pe) = self.pe_of(target) {
             self.signal(pe);
         }
+    }
+
+    /// An ITS delivers LPI `id` (an event it translated): pending in the
+    /// IST and signalled at its target PE. False, and nothing changed,
+    /// when the IRS holds no IST for it (IRSEN = 0 or outside the IST).
+    pub fn its_lpi(&mut self, id: u32) -> bool {
+        if self.irs.cr0 & irs::CR0_IRSEN == 0 || !self.lpi_in_ist(id) {
+            return false;
+        }
+        let s = self.irs.lpis.entry(id).or_default();
+        s.latch = true;
+        let target = s.iaffid;
+        if let Some(pe) = self.pe_of(target) {
+            self.signal(pe);
+        }
+        true
     }
 
     fn pe_of(&self, iaffid: u16) -> Option<usize> {

@@ -211,6 +211,13 @@ fn gicv5_host(t: Bytes<'_>, v5: AcpiGicv5) -> Result<Madt, AcpiError> {
     })?;
     let mut info = v5.info;
     let its: Vec<(u64, u64)> = v5.its.iter().map(|i| i.config).collect();
+    // Each ITS's first linked translate frame: the one Linux's
+    // `iort_its_translate_pa` gives a device of that ITS group.
+    info.its_translate = v5
+        .its
+        .iter()
+        .map(|i| i.translate_frames.first().map(|&(_, frame)| frame))
+        .collect();
     let gic = match info.irs.as_mut_slice() {
         [only] => {
             only.its = its;
@@ -417,6 +424,8 @@ pub(super) fn parse_gicv5(table: Table<'_>) -> Result<Option<AcpiGicv5>, AcpiErr
         info: Gicv5Info {
             irs,
             maintenance_ppi,
+            // Filled beside `GicInfo::its` (`gicv5_host`).
+            its_translate: Vec::new(),
         },
         its,
     }))

@@ -1592,6 +1592,7 @@ fn a_gicv5_madt_gives_the_irs_the_cpus_with_their_iaffids_and_the_its_frames() {
                 its: vec![],
             }],
             maintenance_ppi: Some(25),
+            its_translate: vec![],
         }
     );
     assert_eq!(
@@ -1733,6 +1734,7 @@ fn itses_of_a_gicv5_with_several_irses_are_the_gics_under_no_irs() {
     let v5 = gic.v5.as_ref().unwrap();
     assert!(v5.irs.iter().all(|i| i.its.is_empty()));
     assert_eq!(gic.its, [(0x2f12_0000, 0x1_0000)]);
+    assert_eq!(v5.its_translate, [None], "ITS 3 links no translate frame");
     assert_eq!((gic.found.irs_count, gic.found.its_count), (2, 1));
 }
 

@@ -538,6 +538,9 @@ pub fn host_resources(info: &HostInfo, hypervisor: &[(u64, u64)]) -> HostResourc
         // GICv5: no distributor; the IRS config frames are the GIC's.
         gic.retain(|&(_, size)| size != 0);
         gic.extend(v5.irs.iter().map(|i| i.config));
+        // A translate frame is an ITS's too: a guest mapping it could
+        // write any DeviceID's events.
+        gic.extend(v5.its_translate.iter().flatten());
     }
     for device in &info.devices {
         if device
@@ -864,16 +867,36 @@ fn parse_pcie(tree: &Tree, gic: usize) -> Result<Option<PcieInfo>, DtbError> {
 }
 
 /// The ITS a host bridge's `msi-map` or `msi-parent` names by phandle:
-/// an `arm,gic-v3-its` node's first `reg`, with `#msi-cells` absent or 1
-/// (the DeviceID); anything else refused naming `prop`.
+/// an `arm,gic-v3-its` node's first `reg`, or (a GICv5 host) the
+/// `arm,gic-v5-its` whose translate frame child it names (the binding's
+/// `msi-controller`, whose `reg-names` is "ns-translate"): that ITS's
+/// config frame, as `GicInfo::its` keeps it; with `#msi-cells` absent or
+/// 1 (the DeviceID); anything else refused naming `prop`.
 fn msi_its_base(
     tree: &Tree,
     pcie: usize,
     phandle: u32,
     prop: &'static str,
 ) -> Result<u64, DtbError> {
-    let its = tree
+    let node = tree
         .by_phandle(phandle)
+        .ok_or_else(|| tree.bad(pcie, prop))?;
+    let v5_its = tree
+        .parent(node)
+        .filter(|&p| tree.is_compatible(p, &["arm,gic-v5-its"]))
+        .filter(|_| {
+            tree.strings_prop(node, "reg-names")
+                .iter()
+                .any(|n| n == "ns-translate")
+        });
+    if let Some(its) = v5_its {
+        if !matches!(tree.u32_prop(node, "#msi-cells")?, None | Some(1)) {
+            return Err(tree.bad(node, "#msi-cells"));
+        }
+        let &(base, _) = tree.reg(its)?.first().ok_or_else(|| tree.bad(its, "reg"))?;
+        return Ok(base);
+    }
+    let its = Some(node)
         .filter(|&n| tree.is_compatible(n, &["arm,gic-v3-its"]))
         .ok_or_else(|| tree.bad(pcie, prop))?;
     if !matches!(tree.u32_prop(its, "#msi-cells")?, None | Some(1)) {

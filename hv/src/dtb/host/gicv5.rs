@@ -4,7 +4,11 @@
 //! with one "arm,gic-v5-irs" child per IRS, whose first `reg` window is its
 //! config frame, whose `cpus` names the CPUs it serves and whose
 //! `arm,iaffids` (16-bit cells) gives each of them its interrupt affinity
-//! ID, and whose "arm,gic-v5-its" children are its ITSes.
+//! ID, and whose "arm,gic-v5-its" children are its ITSes: each one's
+//! config frame its first `reg` window, its translate frame (where devices
+//! write their MSIs) the window a child (the binding's `msi-controller`)
+//! names `reg-names = "ns-translate"`, as Linux's
+//! `its_translate_frame_address` finds it.
 //!
 //! `parse_host_dtb` recognises a GICv5 host through this module: the host
 //! description then carries it (`GicInfo::v5`, version 5), every interrupt
@@ -34,6 +38,10 @@ pub struct Gicv5Info {
     pub irs: Vec<Gicv5Irs>,
     /// The virtual interface maintenance PPI (the node's `interrupts`).
     pub maintenance_ppi: Option<u32>,
+    /// Each ITS's translate frame (base, size), in `GicInfo::its` order
+    /// (the IRSes' ITSes in turn, then the ACPI ITSes under no IRS); None
+    /// for an ITS that names none (its devices get no MSI).
+    pub its_translate: Vec<Option<(u64, u64)>>,
 }
 
 impl Gicv5Info {
@@ -43,8 +51,21 @@ impl Gicv5Info {
     }
 }
 
+/// The translate frame of ITS node `its`: the `reg` window named
+/// "ns-translate" of the first enabled child that names one.
+fn translate_frame(tree: &Tree, its: usize) -> Option<(u64, u64)> {
+    tree.children(its)
+        .filter(|&c| tree.enabled(c))
+        .find_map(|c| {
+            let names = tree.strings_prop(c, "reg-names");
+            let at = names.iter().position(|n| n == "ns-translate")?;
+            tree.reg(c).ok()?.get(at).copied()
+        })
+}
+
 pub(super) fn parse(tree: &Tree, gic: usize) -> Result<Gicv5Info, DtbError> {
     let mut irs = Vec::new();
+    let mut its_translate = Vec::new();
     for i in tree
         .children(gic)
         .filter(|&i| tree.is_compatible(i, &["arm,gic-v5-irs"]) && tree.enabled(i))
@@ -74,11 +95,17 @@ pub(super) fn parse(tree: &Tree, gic: usize) -> Result<Gicv5Info, DtbError> {
             let iaffid = u16::from_be_bytes([iaffids[2 * n], iaffids[2 * n + 1]]);
             cpus.push((reg.read(0, cells), iaffid));
         }
-        let its = tree
+        let mut its = Vec::new();
+        for c in tree
             .children(i)
             .filter(|&c| tree.is_compatible(c, &["arm,gic-v5-its"]) && tree.enabled(c))
-            .filter_map(|c| tree.reg(c).ok()?.first().copied())
-            .collect();
+        {
+            let Some(frame) = tree.reg(c).ok().and_then(|r| r.first().copied()) else {
+                continue;
+            };
+            its.push(frame);
+            its_translate.push(translate_frame(tree, c));
+        }
         irs.push(Gicv5Irs { config, cpus, its });
     }
     if irs.is_empty() {
@@ -92,6 +119,7 @@ pub(super) fn parse(tree: &Tree, gic: usize) -> Result<Gicv5Info, DtbError> {
     Ok(Gicv5Info {
         irs,
         maintenance_ppi,
+        its_translate,
     })
 }
 
@@ -118,6 +146,18 @@ pub(crate) mod tests {
     /// first two), a PL011 on SPI 1 and, with `timer`, an
     /// "arm,armv8-timer" whose four GICv5 PPI specifiers are `timer`.
     pub(crate) fn gicv5_host_dtb(iaffids: &[u16], timer: Option<[u32; 4]>, cpus: u32) -> Vec<u8> {
+        gicv5_host_dtb_with(iaffids, timer, cpus, None)
+    }
+
+    /// [`gicv5_host_dtb`] with, when `msi_map` is given, an ECAM host
+    /// bridge whose `msi-map` is it (the ITS's translate frame child has
+    /// phandle 0x20).
+    fn gicv5_host_dtb_with(
+        iaffids: &[u16],
+        timer: Option<[u32; 4]>,
+        cpus: u32,
+        msi_map: Option<&[u32]>,
+    ) -> Vec<u8> {
         let mut w = FdtWriter::new();
         node(&mut w, "", |w| {
             w.prop_u32("#address-cells", 2).unwrap();
@@ -165,7 +205,17 @@ pub(crate) mod tests {
                     node(w, "its@2f120000", |w| {
                         w.prop_string("compatible", "arm,gic-v5-its").unwrap();
                         w.prop_cells("reg", &[0, 0x2f12_0000, 0, 0x1_0000]).unwrap();
-                        w.prop_null("msi-controller").unwrap();
+                        w.prop_string("reg-names", "ns-config").unwrap();
+                        w.prop_u32("#address-cells", 2).unwrap();
+                        w.prop_u32("#size-cells", 2).unwrap();
+                        w.prop_null("ranges").unwrap();
+                        node(w, "msi-controller@2f130000", |w| {
+                            w.prop_cells("reg", &[0, 0x2f13_0000, 0, 0x1_0000]).unwrap();
+                            w.prop_string("reg-names", "ns-translate").unwrap();
+                            w.prop_u32("#msi-cells", 1).unwrap();
+                            w.prop_null("msi-controller").unwrap();
+                            w.prop_u32("phandle", 0x20).unwrap();
+                        });
                     });
                 });
             });
@@ -181,12 +231,47 @@ pub(crate) mod tests {
                 w.prop_cells("reg", &[0, 0x0900_0000, 0, 0x1000]).unwrap();
                 w.prop_cells("interrupts", &[3, 1, 4]).unwrap();
             });
+            if let Some(map) = msi_map {
+                node(w, "pcie@10000000", |w| {
+                    w.prop_string("compatible", "pci-host-ecam-generic")
+                        .unwrap();
+                    w.prop_string("device_type", "pci").unwrap();
+                    w.prop_u32("#address-cells", 3).unwrap();
+                    w.prop_u32("#size-cells", 2).unwrap();
+                    w.prop_cells("reg", &[0x40, 0x1000_0000, 0, 0x1000_0000])
+                        .unwrap();
+                    w.prop_cells("msi-map", map).unwrap();
+                });
+            }
         });
         w.finish().unwrap()
     }
 
     /// The binding's timer order: secure phys, phys, virt, hyp.
     const TIMER: [u32; 4] = [29, 30, 27, 26];
+
+    #[test]
+    fn a_bridges_msi_map_naming_a_gicv5_translate_frame_routes_to_its_its() {
+        let dtb = gicv5_host_dtb_with(&[0, 1], Some(TIMER), 2, Some(&[0, 0x20, 0, 0x100]));
+
+        let host = parse_host_dtb(&dtb).unwrap();
+
+        let map = &host.pcie.unwrap().msi_map;
+        assert_eq!(map.len(), 1);
+        assert_eq!(map[0].its_base, 0x2f12_0000, "the ITS's config frame");
+        assert_eq!(host.gic.its, [(0x2f12_0000, 0x1_0000)]);
+    }
+
+    #[test]
+    fn an_its_translate_frame_is_read_beside_its_config_frame_and_kept_from_guests() {
+        let host = parse_host_dtb(&gicv5_host_dtb(&[0, 1], Some(TIMER), 2)).unwrap();
+
+        let v5 = host.gic.v5.as_ref().unwrap();
+        assert_eq!(host.gic.its, [(0x2f12_0000, 0x1_0000)], "the config frame");
+        assert_eq!(v5.its_translate, [Some((0x2f13_0000, 0x1_0000))]);
+        let res = crate::dtb::host_resources(&host, &[]);
+        assert!(res.gic.contains(&(0x2f13_0000, 0x1_0000)), "{:x?}", res.gic);
+    }
 
     #[test]
     fn gicv5_host_dt_is_parsed_into_irs_cpus_and_iaffids() {
@@ -203,6 +288,7 @@ pub(crate) mod tests {
                     its: alloc::vec![(0x2f12_0000, 0x1_0000)],
                 }],
                 maintenance_ppi: Some(25),
+                its_translate: alloc::vec![Some((0x2f13_0000, 0x1_0000))],
             }
         );
     }
