@@ -507,6 +507,12 @@ pub enum IrsError {
 /// The SPI IDs of the IRS whose config frame is `mmio` (IRS_IDR7.SPI_BASE,
 /// IRS_IDR6.SPI_IRS_RANGE), readable before it is enabled (for naming
 /// what an IRS that does not come up would have served).
+/// IRS_IDR2.ID_BITS: the widest LPI ID this IRS's IST can take (what
+/// `vgic5::IrsLayout::for_cpus_within` sizes the MSI pool by).
+pub fn lpi_id_bits_of(mmio: &mut impl IrsMmio) -> u32 {
+    mmio.read32(irs::IDR2) & irs::IDR2_ID_BITS
+}
+
 pub fn spi_range_of(mmio: &mut impl IrsMmio) -> core::ops::Range<u32> {
     let base = mmio.read32(irs::IDR7) & 0xff_ffff;
     let count = mmio.read32(irs::IDR6) & 0x1ff_ffff;

@@ -139,6 +139,10 @@ pub struct HostIts {
     /// GICv4.0 direct vLPIs are on ([`HostIts::enable_direct`]): the vPE
     /// IDs handed out.
     vpe_ids: Option<VpeIds>,
+    /// How many LPIs the machine-wide pool hands out: `LPI_COUNT`, or
+    /// fewer where the interrupt controller holds fewer
+    /// ([`HostIts::with_lpis`]).
+    lpis: u32,
 }
 
 /// One GITS_TYPER that suits every ITS of `typers`: the largest ITT entry,
@@ -170,6 +174,7 @@ impl HostIts {
                 rdbase: alloc::vec![None; cpus],
             })],
             vpe_ids: None,
+            lpis: LPI_COUNT,
         }
     }
 
@@ -194,7 +199,17 @@ impl HostIts {
             typer,
             units,
             vpe_ids: None,
+            lpis: LPI_COUNT,
         })
+    }
+
+    /// The pool limited to `lpis` LPIs (at most `LPI_COUNT`): a GICv5
+    /// host's MSI pool is what its IST has room for
+    /// (`vgic5::IrsLayout::msi_lpis`), so no LPI is handed out that the
+    /// GICv5 ITS would then refuse as outside it.
+    pub fn with_lpis(mut self, lpis: u32) -> HostIts {
+        self.lpis = lpis.min(LPI_COUNT);
+        self
     }
 
     /// Direct vLPI injection on, when the host offers it
@@ -410,7 +425,7 @@ impl ItsSet {
             routing,
             shared: CountedLock::new(
                 Shared {
-                    pool: LpiPool::new(LPI_COUNT),
+                    pool: LpiPool::new(its.lpis),
                     vpe_ids: its.vpe_ids,
                 },
                 locks,

@@ -1336,16 +1336,27 @@ fn v5_its_system() -> (
     Arc<spin::Mutex<Vec<crate::its5::Its5Op>>>,
     crate::vgic5::IrsLayout,
 ) {
+    v5_its_system_with(crate::vgic5::IrsLayout::for_cpus(4))
+}
+
+/// [`v5_its_system`] with the IRS layout `layout`, whose MSI pool the
+/// ITS's LPI pool is limited to (as the platform's `gicv5::init_its`).
+fn v5_its_system_with(
+    layout: crate::vgic5::IrsLayout,
+) -> (
+    &'static System,
+    Arc<spin::Mutex<Vec<crate::its5::Its5Op>>>,
+    crate::vgic5::IrsLayout,
+) {
     use crate::pci::Bdf;
     let mut h = host(4);
     h.gic.its = vec![(0x0808_0000, 0x2_0000)];
     h.pcie = its_system_host_bridge();
     let rec = V5Rec::default();
     let ops = rec.ops.clone();
-    let layout = crate::vgic5::IrsLayout::for_cpus(4);
     let typer = crate::its5::typer(16, 11);
     let queue = crate::its5::V5Its::new(rec, typer, layout, (0..4).map(iaffid).collect());
-    let its = HostIts::new(typer, Box::new(queue), 4);
+    let its = HostIts::new(typer, Box::new(queue), 4).with_lpis(layout.msi_lpis);
     let (sys, _) = system_and_tables(
         alpha_gets_00_02_0,
         None,
@@ -1414,6 +1425,35 @@ fn on_a_gicv5_its_a_guests_mapti_targets_its_vcpus_cpu_and_the_lpi_is_injected_a
     dispatch_irq(sys, &mut cpu, &mut hw, core);
     assert_eq!(hw.injected(), [8300]);
     assert_eq!(sys.locks.hot_total(), 0);
+}
+
+#[test]
+fn on_a_gicv5_its_the_lpi_pool_is_what_the_irs_has_room_for() {
+    use crate::its5::Its5Op;
+    // An IST just one LPI past the 4 CPUs' IPIs and doorbells (68 of them).
+    let mut layout = crate::vgic5::IrsLayout::for_cpus(4);
+    layout.msi_lpis = 1;
+    let (sys, ops, _) = v5_its_system_with(layout);
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+    queue_commands(&mut hw, &p, 4, &[mapti(NIC, 2, 8301, 0)]);
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(5 * 32));
+
+    let events: Vec<u32> = ops
+        .lock()
+        .iter()
+        .filter_map(|op| match *op {
+            Its5Op::Event {
+                event,
+                lpi: Some(_),
+                ..
+            } => Some(event),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events, [1], "event 2 got no LPI beyond the IST's room");
+    assert_eq!(sys.its.as_ref().unwrap().lpis_in_use(), 1);
 }
 
 #[test]

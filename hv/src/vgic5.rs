@@ -513,6 +513,8 @@ pub const fn ipi_lpi(ipi_base: u32, cpu: u32, sgi: u32) -> u32 {
 /// 64 KiB linear IST): room beyond the IPIs and doorbells a small host
 /// needs, and the IST stays one 64 KiB-aligned block.
 pub const MIN_LPI_ID_BITS: u32 = 14;
+/// The widest LPI ID GICv5 has (IRS_IDR2.ID_BITS up to 24).
+pub const MAX_LPI_ID_BITS: u32 = 24;
 
 /// The physical LPIs of a GICv5 host and the IRS tables that hold them,
 /// decided from the CPU count before partitions are placed (the platform
@@ -544,12 +546,30 @@ pub struct IrsLayout {
 }
 
 impl IrsLayout {
+    /// The layout for `cpus` CPUs on an IRS with every LPI ID bit
+    /// (`MAX_LPI_ID_BITS`): the whole MSI pool.
     pub fn for_cpus(cpus: usize) -> IrsLayout {
+        IrsLayout::for_cpus_within(cpus, MAX_LPI_ID_BITS)
+    }
+
+    /// The layout for `cpus` CPUs on an IRS whose IRS_IDR2.ID_BITS is
+    /// `have_bits`: the IPIs and doorbells first, then as much of the MSI
+    /// pool (at most `LPI_COUNT`) as fits below 2^`have_bits`, so a host
+    /// whose IST is just big enough for the IPIs and doorbells still boots
+    /// (with fewer, or no, device-event LPIs) instead of being refused for
+    /// the pool. When even the IPIs and doorbells do not fit, the layout
+    /// asks for more bits than the IRS has and the driver refuses it
+    /// (`IrsError::TooFewLpiBits`), naming both.
+    pub fn for_cpus_within(cpus: usize, have_bits: u32) -> IrsLayout {
         let cpus = cpus.max(1) as u32;
         let ipi_base = 0;
         let doorbell_base = ipi_base + 16 * cpus;
         let msi_base = doorbell_base + cpus;
-        let msi_lpis = LPI_COUNT;
+        let room = 1u64
+            .checked_shl(have_bits.min(MAX_LPI_ID_BITS))
+            .unwrap_or(0)
+            .saturating_sub(u64::from(msi_base));
+        let msi_lpis = (LPI_COUNT as u64).min(room) as u32;
         let lpis = msi_base + msi_lpis;
         let lpi_id_bits = u32::from(id_bits(lpis)).max(MIN_LPI_ID_BITS);
         let ist_bytes = 4u64 << lpi_id_bits;
@@ -1467,6 +1487,25 @@ mod tests {
         assert_eq!(CoreIntid::from_core(40), CoreIntid::Spi(8));
         assert_eq!(CoreIntid::from_core(LPI_BASE + 5), CoreIntid::Lpi(5));
         assert_eq!(ipi_lpi(8192, 1, 2), 8192 + 18);
+    }
+
+    #[test]
+    fn the_msi_pool_shrinks_to_the_ist_the_irs_has_instead_of_asking_for_more_bits() {
+        // 512 CPUs: 8192 IPIs + 512 doorbells, so the whole pool would need
+        // 15 ID bits; an IRS with 14 gets the 7680 that fit.
+        let wide = IrsLayout::for_cpus(512);
+        assert_eq!((wide.msi_lpis, wide.lpi_id_bits), (LPI_COUNT, 15));
+        let l = IrsLayout::for_cpus_within(512, 14);
+        assert_eq!((l.msi_base, l.msi_lpis, l.lpi_id_bits), (8704, 7680, 14));
+        assert_eq!(l.ist_bytes, 4 << 14);
+        assert_eq!(l.msi_lpi(LPI_BASE + 7679), Some(16383));
+        assert_eq!(l.msi_lpi(LPI_BASE + 7680), None, "beyond what fits");
+        // A small host keeps the whole pool within the minimum IST.
+        assert_eq!(IrsLayout::for_cpus_within(4, 14).msi_lpis, LPI_COUNT);
+        // No room at all: no pool, and the IPIs and doorbells still ask
+        // for what they need (the driver refuses that, naming both).
+        let none = IrsLayout::for_cpus_within(1024, 14);
+        assert_eq!((none.msi_lpis, none.lpi_id_bits), (0, 15));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::hvlog;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use pinfold_drivers::gicv5::hw::{IrsFrame, PhysMem, SysRegs};
-use pinfold_drivers::gicv5::{spi_range_of, Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
+use pinfold_drivers::gicv5::{lpi_id_bits_of, spi_range_of, Gicv5Cpu, Gicv5Irs, GICV5_CAPS};
 use pinfold_drivers::gicv5_its::hw::ItsFrame;
 use pinfold_drivers::gicv5_its::Gicv5Its;
 use pinfold_hv::dtb::HostInfo;
@@ -309,7 +309,12 @@ pub fn init(
         })
         .collect();
     let cpus: &'static [(u64, u16)] = Box::leak(cpus.into_boxed_slice());
-    let lpis = IrsLayout::for_cpus(cpu_count);
+    // The MSI pool is sized to what the IST's owner can hold.
+    let have_bits = v5
+        .irs
+        .get(IrsRoutes::IST_OWNER)
+        .map_or(0, |d| lpi_id_bits_of(&mut IrsFrame(d.config.0 as usize)));
+    let lpis = IrsLayout::for_cpus_within(cpu_count, have_bits);
     let Some(region) = free.take_top(lpis.region, lpis.align) else {
         return Err(format!(
             "no {} KiB of RAM for the IRS's IST and VM table",
@@ -561,7 +566,7 @@ pub fn init_its(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<H
             }
         })
         .collect();
-    let its = HostIts::several(units, cpus);
+    let its = HostIts::several(units, cpus).map(|i| i.with_lpis(l.lpis.msi_lpis));
     if its.is_none() {
         hvlog!("gicv5: no ITS came up: MSI stays off");
     }
