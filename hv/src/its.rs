@@ -19,8 +19,11 @@
 //! translater its one doorbell is ([`MsiRouting::partition_its`]);
 //! otherwise it gets no vITS ([`NoMsi::SeveralIts`], [`NoMsi::NoRoute`]).
 //! An ITS that did not come up serves nobody; the others keep working.
-//! Each CPU's own ITS (its NUMA node's, `vgic::its_choice`) is chosen once
-//! at boot ([`ItsSet::local_its`]) for the GICv4.1 vSGIs.
+//! Each CPU's own ITS (its NUMA node's among those offering GICv4.1 vSGIs,
+//! `vgic::its_choice`) is chosen once at boot ([`ItsSet::local_its`]): the
+//! GITS_SGIR its vSGIs are written to and the ITS its vPE's SGI
+//! configuration goes through; every vPE is mapped on every ITS offering
+//! vSGIs ([`ItsSet::vsgi_itses`], `crate::vsgi`), one ITS's lock at a time.
 //!
 //! On a GICv4.0 host ([`HostIts::enable_direct`]) a partition's MSIs are
 //! direct vLPIs instead (`vgic::v40`, [`LpiDelivery::Direct`]): its vCPUs
@@ -152,6 +155,7 @@ fn narrowest(typers: impl Iterator<Item = ItsTyper>) -> Option<ItsTyper> {
         pta: a.pta,
         hcc: a.hcc.min(b.hcc),
         virt: a.virt && b.virt,
+        vsgi: a.vsgi && b.vsgi,
     })
 }
 
@@ -338,8 +342,12 @@ pub struct ItsSet {
     units: Vec<Option<CountedLock<ItsUnit>>>,
     pub routing: MsiRouting,
     shared: CountedLock<Shared>,
-    /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that came up.
+    /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that offer
+    /// vSGIs (over those that came up when none does).
     local: Vec<usize>,
+    /// The ITSes that came up and offer vSGIs (`ItsTyper::vsgi`), lowest
+    /// first: every vPE of the vSGI path is mapped on each.
+    vsgi: Vec<usize>,
     direct: bool,
 }
 
@@ -363,9 +371,14 @@ impl ItsSet {
             &host.gic.its,
             &live,
         );
-        let usable: Vec<bool> = live.iter().map(Option::is_some).collect();
+        let up: Vec<bool> = live.iter().map(Option::is_some).collect();
+        let vsgi_mask: Vec<bool> = live.iter().map(|t| t.is_some_and(|t| t.vsgi)).collect();
+        let vsgi: Vec<usize> = (0..vsgi_mask.len()).filter(|&i| vsgi_mask[i]).collect();
+        // A CPU's ITS is for its vSGIs: among those that offer them when
+        // any does, else among those that came up (then nothing reads it).
+        let usable = if vsgi.is_empty() { &up } else { &vsgi_mask };
         let first = usable.iter().position(|&u| u).unwrap_or(0);
-        let local = its_choice::choose(&host.numa, cpus, &usable)
+        let local = its_choice::choose(&host.numa, cpus, usable)
             .into_iter()
             .map(|c| c.unwrap_or(first))
             .collect();
@@ -386,6 +399,7 @@ impl ItsSet {
                 locks,
             ),
             local,
+            vsgi,
         }
     }
 
@@ -394,11 +408,23 @@ impl ItsSet {
         self.direct
     }
 
-    /// The ITS CPU `cpu` sends its ITS traffic to (the lowest-numbered one
-    /// of its NUMA node, else the lowest-numbered that came up): for the
-    /// vSGIs of GICv4.1.
+    /// The ITS CPU `cpu` sends its vSGIs to (GITS_SGIR) and its vPE's
+    /// SGI configuration through (VSGI, VSYNC): the lowest-numbered ITS
+    /// offering vSGIs in its NUMA node, else the lowest-numbered offering
+    /// them anywhere (seed 004: Linux's `find_4_1_its` after "Use local
+    /// 4_1 ITS to generate VSGI"). When no ITS offers vSGIs, the same
+    /// choice among those that came up, which nothing uses.
     pub fn local_its(&self, cpu: usize) -> usize {
         self.local.get(cpu).copied().unwrap_or(0)
+    }
+
+    /// The ITSes that came up and offer GICv4.1 vSGIs, lowest first: the
+    /// vSGI path maps every vPE on each (a GITS_SGIR write reaches only a
+    /// vPE its ITS has mapped, and each CPU writes its own [`local_its`]).
+    ///
+    /// [`local_its`]: ItsSet::local_its
+    pub fn vsgi_itses(&self) -> &[usize] {
+        &self.vsgi
     }
 
     /// ITS `i`, locked, if it came up.

@@ -25,13 +25,24 @@ pub(super) struct FakeQueue {
     pub(super) words: Arc<spin::Mutex<Vec<[u64; 4]>>>,
     /// The GICv4.1 model those commands also go to (`vsgi_exit_tests`).
     pub(super) model: Option<Arc<spin::Mutex<pinfold_gicmodel::Model>>>,
+    /// The model's ITS this queue is.
+    model_its: usize,
 }
 
 impl FakeQueue {
     /// A queue whose `send_words` commands also go to ITS 0 of `model`.
     pub(super) fn with_model(model: Arc<spin::Mutex<pinfold_gicmodel::Model>>) -> FakeQueue {
+        FakeQueue::with_model_its(model, 0)
+    }
+
+    /// A queue whose `send_words` commands also go to ITS `its` of `model`.
+    pub(super) fn with_model_its(
+        model: Arc<spin::Mutex<pinfold_gicmodel::Model>>,
+        its: usize,
+    ) -> FakeQueue {
         FakeQueue {
             model: Some(model),
+            model_its: its,
             ..Default::default()
         }
     }
@@ -57,7 +68,7 @@ impl ItsQueue for FakeQueue {
     fn send_words(&mut self, words: [u64; 4]) {
         self.words.lock().push(words);
         if let Some(m) = self.model.as_ref() {
-            m.lock().enqueue(0, words);
+            m.lock().enqueue(self.model_its, words);
         }
     }
     fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {

@@ -195,7 +195,7 @@ impl System {
         let its = its.map(|i| crate::its::ItsSet::new(i, &host, cpu_count, locks));
         let its_typer = its.as_ref().map(|i| i.typer);
         let its_direct = its.as_ref().is_some_and(crate::its::ItsSet::direct);
-        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its_typer.as_ref(), locks);
+        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its.as_ref(), locks);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
                 "{} CPUs in the host description; driving the first {} (MAX_CPUS), the rest stay offline",

@@ -56,7 +56,7 @@ pub struct PlatformHw {
     /// This CPU's GICv4 VLPI frame, when partitions' MSIs are direct vLPIs
     /// (`its::init_cpu`).
     pub vlpi: Option<crate::its::VlpiFrame>,
-    /// This CPU's GICv4.1 VLPI frame and ITS 0's GITS_SGIR, when SGIs are
+    /// This CPU's GICv4.1 VLPI frame and its own ITS's GITS_SGIR, when SGIs are
     /// direct vSGIs (`v41::init_cpu`).
     pub v41: Option<crate::v41::V41Frame>,
 }
