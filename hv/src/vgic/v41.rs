@@ -43,6 +43,11 @@
 //!   [`group_enables`] (GICR_VPENDBASER's group enables follow the guest's
 //!   GICD_CTLR, as KVM does).
 //!
+//! - [`choose_vlpis`], [`vconf_offset`]: direct vLPIs on a GICv4.1 host,
+//!   decided and not applied ([`DIRECT_VLPIS_WIRED`] is false, so every
+//!   partition's MSIs there stay trapped): the vSGI path's vPEs, a VCONF
+//!   copy of the guest's property table, no doorbells.
+//!
 //! - [`vpe_table_for`]: which vPE table a CPU's GICR_VPROPBASER (4.1
 //!   layout) names: the ITS's GITS_BASER<n> of type vPE where the ITS shares
 //!   it (GITS_TYPER.SVPET, GITS_MPIDR against GICR_TYPER.CommonLPIAff), else
@@ -478,6 +483,79 @@ pub fn unmap_vpe(vpe: u16, itses: &[usize]) -> alloc::vec::Vec<(usize, [u64; 4])
         .enumerate()
         .map(|(n, &its)| (its, cmd::vunmapp(vpe, n + 1 == itses.len())))
         .collect()
+}
+
+/// Whether the rest of the GICv4.1 direct-vLPI path exists: the VCONF
+/// copy kept from the guest's property table on MAPTI/INV/INVALL, the
+/// vITS commands sent on the vSGI path's vPEs, EnableLPIs without the
+/// GICv4.0 residency, the release leaving the vPEs to `vsgi`. Until it
+/// does, [`choose_vlpis`] keeps every GICv4.1 partition's MSIs trapped, so
+/// nothing changes on any host (docs/DEVICES.md, "GICv4.1 direct vLPIs").
+pub const DIRECT_VLPIS_WIRED: bool = false;
+
+/// Why a partition's MSIs stay on the trapped path (`pits`) on a GICv4.1
+/// host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VlpisOff {
+    /// It has no virtual ITS (no function with MSIs).
+    NoVits,
+    /// Its vCPUs have no vPEs (`vsgi::PartitionVsgi`: not the GICv3
+    /// interface, or a CPU beyond the vPE IDs, or no vSGIs on the host).
+    NoVpes,
+    /// The ITS its functions reach (`its::MsiRouting::partition_its`) does
+    /// not offer vSGIs, so the vPEs are not mapped on it and a VMAPTI there
+    /// would name an unmapped vPE.
+    ItsWithoutVpes { its: usize },
+    /// The path is not complete ([`DIRECT_VLPIS_WIRED`]).
+    NotWired,
+}
+
+/// The core's decision for a partition on a GICv4.1 host: its MSIs become
+/// direct vLPIs on the vSGI path's vPEs (one per vCPU, mapped on every ITS
+/// with vSGIs at its first load, `ItsSet::vsgi_itses`) when it has a
+/// virtual ITS, its vCPUs have those vPEs, the ITS its functions reach is
+/// one they are mapped on, and the path is `wired`. One vPE serves both
+/// (a GICv4.1 vPE has one VPT, one VCONF and one residency); its VPT covers
+/// the vITS's vINTIDs and its VCONF is the partition's copy of the guest's
+/// property table, because VMAPP (at the first load) comes before the
+/// guest names its table (EnableLPIs) and VCONF_Addr cannot change while
+/// the vPE is mapped (KVM keeps its own vprop table for the same reason).
+/// Doorbells: none, as on GICv4.0 (pinned vCPUs are resident while their
+/// partition runs): VMAPP's Default_Doorbell and VMAPTI's Dbell_pINTID are
+/// 1023, VMOVI's D is 0 (GICv4.1 has no per-vLPI doorbell).
+pub fn choose_vlpis(
+    has_vits: bool,
+    has_vpes: bool,
+    its: usize,
+    vsgi_itses: &[usize],
+    wired: bool,
+) -> Result<(), VlpisOff> {
+    if !has_vits {
+        return Err(VlpisOff::NoVits);
+    }
+    if !has_vpes {
+        return Err(VlpisOff::NoVpes);
+    }
+    if !vsgi_itses.contains(&its) {
+        return Err(VlpisOff::ItsWithoutVpes { its });
+    }
+    if !wired {
+        return Err(VlpisOff::NotWired);
+    }
+    Ok(())
+}
+
+/// The byte of vINTID `vintid` in the guest's property table and in the
+/// partition's VCONF copy (the same offset, vINTID - 8192), when the vINTID
+/// is inside both: below 2^`guest_bits` (one more than the guest's
+/// GICR_PROPBASER IDbits, as `v40::vpropbaser` accepted it within its RAM)
+/// and
+/// 2^`vconf_bits` (the bits the copy and the VPT cover). None otherwise:
+/// the MAPTI is refused, so the GIC never reads past either table.
+pub fn vconf_offset(vintid: u32, guest_bits: u8, vconf_bits: u8) -> Option<u64> {
+    let limit = 1u64 << guest_bits.min(vconf_bits).min(32);
+    (vintid >= super::pits::LPI_BASE && u64::from(vintid) < limit)
+        .then(|| u64::from(vintid - super::pits::LPI_BASE))
 }
 
 /// GICR_VPENDBASER's vGrp0En and vGrp1En for a partition whose virtual

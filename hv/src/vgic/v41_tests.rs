@@ -639,3 +639,38 @@ fn a_groups_own_vpe_table_covers_every_vpe_id_at_the_redistributors_entry_size()
     assert!(is_vpe_baser(VPE_BASER_64K));
     assert!(!is_vpe_baser(VPE_BASER_64K & !(7 << 56) | 1 << 56));
 }
+
+#[test]
+fn a_gicv4_1_partition_gets_direct_vlpis_only_with_a_vits_vpes_and_an_its_they_are_mapped_on() {
+    let itses = [0, 2];
+
+    assert_eq!(choose_vlpis(true, true, 2, &itses, true), Ok(()));
+    assert_eq!(
+        choose_vlpis(false, true, 0, &itses, true),
+        Err(VlpisOff::NoVits)
+    );
+    assert_eq!(
+        choose_vlpis(true, false, 0, &itses, true),
+        Err(VlpisOff::NoVpes)
+    );
+    assert_eq!(
+        choose_vlpis(true, true, 1, &itses, true),
+        Err(VlpisOff::ItsWithoutVpes { its: 1 })
+    );
+    // Until the path is whole, every GICv4.1 partition keeps the trapped path.
+    assert_eq!(
+        choose_vlpis(true, true, 0, &itses, DIRECT_VLPIS_WIRED),
+        Err(VlpisOff::NotWired)
+    );
+}
+
+#[test]
+fn a_vconf_byte_is_copied_only_for_a_vintid_inside_both_tables() {
+    assert_eq!(vconf_offset(8192, 14, 16), Some(0));
+    assert_eq!(vconf_offset(8300, 16, 16), Some(108));
+    // The guest's 14-bit table ends at 16383; the copy's 16 bits do not
+    // widen it, nor the guest's 20 bits the copy.
+    assert_eq!(vconf_offset(16384, 14, 16), None);
+    assert_eq!(vconf_offset(1 << 16, 20, 16), None);
+    assert_eq!(vconf_offset(8191, 16, 16), None, "not an LPI");
+}
