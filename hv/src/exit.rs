@@ -770,7 +770,7 @@ fn its_access(
         &sys.lpi_routes,
         p,
         &owner,
-        &*hw,
+        &mut *hw,
         ipa - pinfold_vboard::GUEST_ITS_BASE,
         a.width,
         value,

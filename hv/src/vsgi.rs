@@ -102,8 +102,10 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// vINTID bits of every vPE's pending table and the VM's configuration
-/// table: the fewest VMAPP takes (no vLPI is mapped to these vPEs yet).
-pub const VPT_BITS: u8 = 14;
+/// table: the vITS's (`vgic::redist::LPI_ID_BITS`), so the same vPEs take
+/// the partition's direct vLPIs (`its`, `vgic::v41::choose_vlpis`). 64 KiB
+/// each either way (`v40::vpt_bytes`).
+pub const VPT_BITS: u8 = crate::vgic::redist::LPI_ID_BITS;
 
 /// The vPE ID of a vCPU pinned to CPU `pcpu`.
 pub fn vpe_of(pcpu: usize) -> Option<u16> {
@@ -192,6 +194,21 @@ impl PartitionVsgi {
     /// Whether the vPEs are mapped (tables held).
     pub fn mapped(&self) -> bool {
         self.vconf.load(Ordering::Acquire) != 0
+    }
+
+    /// Whether vCPU `vcpu`'s vPE is mapped this run (on every ITS with
+    /// vSGIs: it has loaded once): a VMAPTI may name it.
+    pub fn vpe_mapped(&self, vcpu: usize) -> bool {
+        self.vpts
+            .get(vcpu)
+            .is_some_and(|t| t.load(Ordering::Acquire) != 0)
+    }
+
+    /// The VM's configuration table (VCONF) while the vPEs are mapped, 0
+    /// otherwise: on a partition with direct vLPIs, the hypervisor's copy
+    /// of the guest's property table (`its`).
+    pub fn vconf(&self) -> u64 {
+        self.vconf.load(Ordering::Acquire)
     }
 }
 

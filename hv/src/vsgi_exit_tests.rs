@@ -673,3 +673,196 @@ fn a_cpu_whose_node_has_no_vsgi_its_sends_through_the_first_its_with_vsgis() {
     assert!(q1.words.lock().is_empty(), "nothing to the GICv4.0 ITS");
     assert!(!model.mapped(1, 1) && !model.mapped(1, 2));
 }
+
+/// alpha with the NIC (00:02.0, DeviceID 0x10) on a GICv4.1 host whose one
+/// ITS offers vSGIs: its MSIs are direct vLPIs on its vSGI path's vPEs.
+/// The queue's commands, GICv4.0-encoded ones included, go to the model.
+fn v41_nic_system() -> (&'static System, SharedModel, FakeQueue) {
+    use super::its_exit::{its_system_host_bridge, NIC};
+    let mut m = Model::new(Config::default());
+    m.its_write(0, reg::GITS_CBASER, reg::CBASER_VALID | 0x8000_0000);
+    m.its_write(0, reg::GITS_CTLR, reg::CTLR_ENABLED);
+    for cpu in 0..4 {
+        m.vlpi_write(cpu, reg::GICR_VPROPBASER, reg::VPROP_VALID | 0x9000_0000);
+    }
+    let model: SharedModel = Arc::new(spin::Mutex::new(m));
+    let queue = FakeQueue::with_model(model.clone());
+    let records = queue.clone();
+    let mut h = host(4);
+    h.gic.its = vec![(0x0808_0000, 0x3_0000)];
+    h.pcie = its_system_host_bridge();
+    h.gic.found = gicv4_1_found();
+    let its = HostIts::new(ItsTyper::decode(V41_TYPER), Box::new(queue), 4);
+    let (sys, _) = system_and_tables(
+        alpha_gets_00_02_0,
+        None,
+        Default::default(),
+        h,
+        vec![nic_function(crate::pci::Bdf {
+            bus: 0,
+            dev: 2,
+            func: 0,
+        })],
+        Some(its),
+    );
+    for cpu in 0..4 {
+        sys.its_cpu_online(cpu, cpu as u16, 0);
+    }
+    assert_eq!(NIC, 0x10);
+    (sys, model, records)
+}
+
+/// CPU 1's fake for [`v41_nic_system`]: sparse RAM whose writes the model
+/// also sees (the VCONF copy), its GICv4.1 frame.
+fn nic_hw(sys: &System, m: &SharedModel) -> FakeHw {
+    let mut hw = FakeHw::sparse();
+    hw.cpu = 1;
+    hw.v41 = hw_on(sys, m, 1).v41.take();
+    hw.model_mem = Some(m.clone());
+    hw
+}
+
+/// The guest's property byte of vINTID `vintid` in alpha's table.
+fn guest_prop(hw: &mut FakeHw, p: &Partition, vintid: u64, byte: u8) {
+    use super::its_exit::PROP;
+    let at = p.host_addr(p.ram_ipa + PROP + vintid - 8192, 1).unwrap();
+    crate::partition::HostMemory::write(hw, at, &[byte]);
+}
+
+const VLPI_8300_ON_VPE_1: Event = Event::VlpiDelivered {
+    cpu: 1,
+    vpe: 1,
+    vintid: 8300,
+};
+
+#[test]
+fn a_device_msi_to_a_vmapti_d_event_reaches_the_resident_vpe_with_no_exit() {
+    use super::its_exit::{alpha_with_lpis, map_nic_event_1, NIC};
+    let (sys, m, queue) = v41_nic_system();
+    let mut hw = nic_hw(sys, &m);
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    assert!(p.vits.as_ref().unwrap().lock(LockPath::Management).v41());
+    guest_prop(&mut hw, &p, 8300, 0xA0 | 1);
+
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+    m.lock().take_events();
+    m.lock().translate(0, NIC, 1);
+
+    let model = m.lock();
+    assert_eq!(model.vlpi_route(0, NIC, 1), Some((1, 8300)));
+    assert_eq!(model.events(), [VLPI_8300_ON_VPE_1]);
+    assert_eq!(model.receiver_exits(), 0);
+    assert!(model.misuse().is_empty(), "{:?}", model.misuse());
+    assert!(
+        !queue
+            .sent_v4
+            .lock()
+            .iter()
+            .any(|c| matches!(c, crate::vgic::v40::V4Cmd::Vmapp { .. })),
+        "no GICv4.0 VMAPP: the vPE is the vSGI path's"
+    );
+    assert_eq!(p.faults.load(Ordering::Relaxed), 0, "{:?}", hw.log);
+}
+
+#[test]
+fn a_vlpi_for_a_vcpu_that_was_put_is_kept_pending_and_seen_at_its_next_load() {
+    use super::its_exit::{alpha_with_lpis, map_nic_event_1, NIC};
+    let (sys, m, _) = v41_nic_system();
+    let mut hw = nic_hw(sys, &m);
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    guest_prop(&mut hw, &p, 8300, 1);
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+    put(sys, &mut cpu, &mut hw);
+    m.lock().take_events();
+
+    m.lock().translate(0, NIC, 1);
+    assert!(m.lock().take_events().is_empty());
+    assert_eq!(m.lock().vlpis_pending(1), [8300]);
+    let _cpu = loaded_cpu(sys, &mut hw, 1);
+
+    assert_eq!(m.lock().take_events(), [VLPI_8300_ON_VPE_1]);
+}
+
+#[test]
+fn the_vconf_copy_follows_the_guests_table_at_each_inv() {
+    use super::its_exit::{alpha_with_lpis, map_nic_event_1, NIC};
+    let (sys, m, _) = v41_nic_system();
+    let mut hw = nic_hw(sys, &m);
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p); // the byte is 0: disabled
+    m.lock().take_events();
+    m.lock().translate(0, NIC, 1);
+    assert!(m.lock().take_events().is_empty(), "disabled: held");
+
+    // The guest enables it and INVs (one more command in its queue).
+    guest_prop(&mut hw, &p, 8300, 1);
+    queue_commands_at(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &p,
+        4,
+        &[[0x0C | u64::from(NIC) << 32, 1, 0, 0]],
+    );
+
+    assert_eq!(m.lock().take_events(), [VLPI_8300_ON_VPE_1]);
+}
+
+/// The guest's `cmds` at slot `first` of alpha's queue, then GITS_CWRITER
+/// past them.
+fn queue_commands_at(
+    sys: &System,
+    cpu: &mut Cpu,
+    hw: &mut FakeHw,
+    p: &Partition,
+    first: u64,
+    cmds: &[[u64; 4]],
+) {
+    super::its_exit::queue_commands(hw, p, first, cmds);
+    super::its_exit::its_reg(
+        sys,
+        cpu,
+        hw,
+        0x88,
+        8,
+        Some((first + cmds.len() as u64) * 32),
+    );
+}
+
+#[test]
+fn a_mapti_to_a_vcpu_that_has_not_run_is_refused_and_nothing_is_sent() {
+    use super::its_exit::{alpha_with_lpis, map_nic_event_1, NIC};
+    let (sys, m, queue) = v41_nic_system();
+    let mut hw = nic_hw(sys, &m);
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+    queue.sent_v4.lock().clear();
+    let before = p.faults.load(Ordering::Relaxed);
+
+    // MAPC ICID 1 to vCPU 1 (on CPU 2, never loaded), MAPTI event 2 there.
+    queue_commands_at(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &p,
+        4,
+        &[
+            [0x09, 0, 1 << 63 | 1 << 16 | 1, 0],
+            [0x0A | u64::from(NIC) << 32, 2 | 8301 << 32, 1, 0],
+        ],
+    );
+
+    assert_eq!(p.faults.load(Ordering::Relaxed), before + 1);
+    assert!(
+        hw.log.iter().any(|l| l.contains("not mapped yet")),
+        "{:?}",
+        hw.log
+    );
+    assert!(queue.sent_v4.lock().is_empty());
+    let model = m.lock();
+    assert_eq!(model.vlpi_route(0, NIC, 2), None);
+    assert!(model
+        .events()
+        .iter()
+        .all(|e| !matches!(e, Event::CommandError { .. })));
+}

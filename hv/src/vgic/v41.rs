@@ -43,9 +43,8 @@
 //!   [`group_enables`] (GICR_VPENDBASER's group enables follow the guest's
 //!   GICD_CTLR, as KVM does).
 //!
-//! - [`choose_vlpis`], [`vconf_offset`]: direct vLPIs on a GICv4.1 host,
-//!   decided and not applied ([`DIRECT_VLPIS_WIRED`] is false, so every
-//!   partition's MSIs there stay trapped): the vSGI path's vPEs, a VCONF
+//! - [`choose_vlpis`], [`vconf_offset`]: direct vLPIs on a GICv4.1 host
+//!   (applied by `partition` and `its`): the vSGI path's vPEs, a VCONF
 //!   copy of the guest's property table, no doorbells.
 //!
 //! - [`vpe_table_for`]: which vPE table a CPU's GICR_VPROPBASER (4.1
@@ -485,14 +484,6 @@ pub fn unmap_vpe(vpe: u16, itses: &[usize]) -> alloc::vec::Vec<(usize, [u64; 4])
         .collect()
 }
 
-/// Whether the rest of the GICv4.1 direct-vLPI path exists: the VCONF
-/// copy kept from the guest's property table on MAPTI/INV/INVALL, the
-/// vITS commands sent on the vSGI path's vPEs, EnableLPIs without the
-/// GICv4.0 residency, the release leaving the vPEs to `vsgi`. Until it
-/// does, [`choose_vlpis`] keeps every GICv4.1 partition's MSIs trapped, so
-/// nothing changes on any host (docs/DEVICES.md, "GICv4.1 direct vLPIs").
-pub const DIRECT_VLPIS_WIRED: bool = false;
-
 /// Why a partition's MSIs stay on the trapped path (`pits`) on a GICv4.1
 /// host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -506,15 +497,14 @@ pub enum VlpisOff {
     /// not offer vSGIs, so the vPEs are not mapped on it and a VMAPTI there
     /// would name an unmapped vPE.
     ItsWithoutVpes { its: usize },
-    /// The path is not complete ([`DIRECT_VLPIS_WIRED`]).
-    NotWired,
 }
 
 /// The core's decision for a partition on a GICv4.1 host: its MSIs become
 /// direct vLPIs on the vSGI path's vPEs (one per vCPU, mapped on every ITS
 /// with vSGIs at its first load, `ItsSet::vsgi_itses`) when it has a
 /// virtual ITS, its vCPUs have those vPEs, the ITS its functions reach is
-/// one they are mapped on, and the path is `wired`. One vPE serves both
+/// one they are mapped on (applied by `partition` and `its`). One vPE
+/// serves both
 /// (a GICv4.1 vPE has one VPT, one VCONF and one residency); its VPT covers
 /// the vITS's vINTIDs and its VCONF is the partition's copy of the guest's
 /// property table, because VMAPP (at the first load) comes before the
@@ -528,7 +518,6 @@ pub fn choose_vlpis(
     has_vpes: bool,
     its: usize,
     vsgi_itses: &[usize],
-    wired: bool,
 ) -> Result<(), VlpisOff> {
     if !has_vits {
         return Err(VlpisOff::NoVits);
@@ -538,9 +527,6 @@ pub fn choose_vlpis(
     }
     if !vsgi_itses.contains(&its) {
         return Err(VlpisOff::ItsWithoutVpes { its });
-    }
-    if !wired {
-        return Err(VlpisOff::NotWired);
     }
     Ok(())
 }

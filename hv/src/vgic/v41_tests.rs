@@ -644,23 +644,12 @@ fn a_groups_own_vpe_table_covers_every_vpe_id_at_the_redistributors_entry_size()
 fn a_gicv4_1_partition_gets_direct_vlpis_only_with_a_vits_vpes_and_an_its_they_are_mapped_on() {
     let itses = [0, 2];
 
-    assert_eq!(choose_vlpis(true, true, 2, &itses, true), Ok(()));
+    assert_eq!(choose_vlpis(true, true, 2, &itses), Ok(()));
+    assert_eq!(choose_vlpis(false, true, 0, &itses), Err(VlpisOff::NoVits));
+    assert_eq!(choose_vlpis(true, false, 0, &itses), Err(VlpisOff::NoVpes));
     assert_eq!(
-        choose_vlpis(false, true, 0, &itses, true),
-        Err(VlpisOff::NoVits)
-    );
-    assert_eq!(
-        choose_vlpis(true, false, 0, &itses, true),
-        Err(VlpisOff::NoVpes)
-    );
-    assert_eq!(
-        choose_vlpis(true, true, 1, &itses, true),
+        choose_vlpis(true, true, 1, &itses),
         Err(VlpisOff::ItsWithoutVpes { its: 1 })
-    );
-    // Until the path is whole, every GICv4.1 partition keeps the trapped path.
-    assert_eq!(
-        choose_vlpis(true, true, 0, &itses, DIRECT_VLPIS_WIRED),
-        Err(VlpisOff::NotWired)
     );
 }
 
