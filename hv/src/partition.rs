@@ -255,18 +255,21 @@ impl fmt::Display for LoadError {
 
 /// The events `pp`'s vITS may map: the MSI vectors of its functions
 /// (`HostFunction::msi_vectors`), refused naming the `pci` entry that
-/// takes the partition past the physical LPIs other partitions left.
+/// takes the partition past the physical LPIs other partitions left,
+/// unless its MSIs are `direct` vLPIs (GICv4.0 or GICv4.1: no physical
+/// LPI is taken for them).
 fn lpi_budget(
     pp: &PartitionPlan,
     a: &crate::vpci::Assignment,
     pci_host: &crate::vpci::PciHost,
+    direct: bool,
 ) -> Result<u32, SetupError> {
     let left = crate::vgic::pits::LPI_COUNT.saturating_sub(pci_host.lpis_held);
     let mut vectors = 0u32;
     for placed in &a.functions {
         let f = pci_host.functions.iter().find(|f| f.bdf == placed.bdf);
         vectors = vectors.saturating_add(f.map_or(0, |f| f.msi_vectors));
-        if vectors > left && !pci_host.vlpi {
+        if vectors > left && !direct {
             let index = pp
                 .pci
                 .iter()
@@ -436,8 +439,6 @@ impl Partition {
                     .and_then(|base| crate::its::msi_path(false, Some(base), smmu)),
             };
             if let (Ok(_), Some(typer)) = (path, pci_host.its) {
-                let vectors = lpi_budget(pp, &a, pci_host)?;
-                fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
                 // GICv4.1: direct vLPIs on the vSGI path's vPEs when its
                 // functions' ITS has them mapped (`v41::choose_vlpis`).
                 let v41 = !pci_host.vlpi && pci_host.vsgi && {
@@ -454,6 +455,8 @@ impl Partition {
                             .is_ok()
                     })
                 };
+                let vectors = lpi_budget(pp, &a, pci_host, pci_host.vlpi || v41)?;
+                fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
                 let delivery = if pci_host.vlpi || v41 {
                     crate::vgic::v40::LpiDelivery::Direct
                 } else {

@@ -678,6 +678,13 @@ fn a_cpu_whose_node_has_no_vsgi_its_sends_through_the_first_its_with_vsgis() {
 /// ITS offers vSGIs: its MSIs are direct vLPIs on its vSGI path's vPEs.
 /// The queue's commands, GICv4.0-encoded ones included, go to the model.
 fn v41_nic_system() -> (&'static System, SharedModel, FakeQueue) {
+    v41_nic_system_with(|_| {})
+}
+
+/// [`v41_nic_system`] with the NIC changed by `nic`.
+fn v41_nic_system_with(
+    nic: impl FnOnce(&mut crate::vpci::HostFunction),
+) -> (&'static System, SharedModel, FakeQueue) {
     use super::its_exit::{its_system_host_bridge, NIC};
     let mut m = Model::new(Config::default());
     m.its_write(0, reg::GITS_CBASER, reg::CBASER_VALID | 0x8000_0000);
@@ -698,11 +705,15 @@ fn v41_nic_system() -> (&'static System, SharedModel, FakeQueue) {
         None,
         Default::default(),
         h,
-        vec![nic_function(crate::pci::Bdf {
-            bus: 0,
-            dev: 2,
-            func: 0,
-        })],
+        {
+            let mut f = nic_function(crate::pci::Bdf {
+                bus: 0,
+                dev: 2,
+                func: 0,
+            });
+            nic(&mut f);
+            vec![f]
+        },
         Some(its),
     );
     for cpu in 0..4 {
@@ -865,4 +876,22 @@ fn a_mapti_to_a_vcpu_that_has_not_run_is_refused_and_nothing_is_sent() {
         .events()
         .iter()
         .all(|e| !matches!(e, Event::CommandError { .. })));
+}
+
+#[test]
+fn a_partition_with_direct_vlpis_is_not_held_to_the_physical_lpi_pool() {
+    // More MSI vectors than the host ITS has LPIs: refused on the trapped
+    // path, but direct vLPIs take none.
+    let (sys, _, _) = v41_nic_system_with(|f| f.msi_vectors = 9000);
+
+    let alpha = sys.partitions().into_iter().find(|p| p.name == "alpha");
+
+    let alpha = alpha.expect("alpha created");
+    assert!(alpha
+        .vits
+        .as_ref()
+        .unwrap()
+        .lock(LockPath::Management)
+        .v41());
+    assert_eq!(alpha.lpis_reserved, 0);
 }
