@@ -895,3 +895,82 @@ fn a_partition_with_direct_vlpis_is_not_held_to_the_physical_lpi_pool() {
         .v41());
     assert_eq!(alpha.lpis_reserved, 0);
 }
+
+/// alpha with the NIC (requester ID 0x10) routed by the bridge's `msi-map`
+/// to ITS 1 of two, on a GICv4.1 host; `vsgi[i]`: ITS i offers vSGIs.
+fn nic_behind_its_1(vsgi: [bool; 2]) -> &'static System {
+    use crate::dtb::PciMsiMap;
+    let (its0, its1) = (0x0a00_0000, 0x0808_0000);
+    let mut h = host(4);
+    h.gic.its = vec![(its0, 0x3_0000), (its1, 0x3_0000)];
+    h.gic.found = gicv4_1_found();
+    let mut bridge = super::its_exit::its_system_host_bridge().unwrap();
+    bridge.msi_map = vec![
+        PciMsiMap {
+            rid_base: 0,
+            its_base: its0,
+            device_base: 0,
+            len: 0x10,
+        },
+        PciMsiMap {
+            rid_base: 0x10,
+            its_base: its1,
+            device_base: 0x10,
+            len: 0xf0,
+        },
+    ];
+    h.pcie = Some(bridge);
+    let units = vsgi
+        .map(|v| {
+            let typer = if v { V41_TYPER } else { QEMU_TYPER | 1 << 1 };
+            Some((
+                ItsTyper::decode(typer),
+                Box::new(FakeQueue::default()) as Box<dyn crate::its::ItsQueue>,
+            ))
+        })
+        .into_iter()
+        .collect();
+    let its = HostIts::several(units, 4).unwrap();
+    let (sys, _) = system_and_tables(
+        alpha_gets_00_02_0,
+        None,
+        Default::default(),
+        h,
+        vec![nic_function(crate::pci::Bdf {
+            bus: 0,
+            dev: 2,
+            func: 0,
+        })],
+        Some(its),
+    );
+    sys
+}
+
+#[test]
+fn direct_vlpis_only_when_the_functions_its_has_the_vpes_mapped() {
+    let v41 = |sys: &System| {
+        let alpha = sys
+            .partitions()
+            .into_iter()
+            .find(|p| p.name == "alpha")
+            .unwrap();
+        let v = alpha
+            .vits
+            .as_ref()
+            .expect("a vITS")
+            .lock(LockPath::Management);
+        (v.v41(), v.delivery)
+    };
+    use crate::vgic::v40::LpiDelivery;
+
+    // ITS 1 offers vSGIs too: direct on the vSGI path's vPEs.
+    assert_eq!(
+        v41(nic_behind_its_1([true, true])),
+        (true, LpiDelivery::Direct)
+    );
+    // ITS 1 is a GICv4.0 one: no vPE is mapped there, so trapped.
+    assert_eq!(
+        v41(nic_behind_its_1([true, false])),
+        (false, LpiDelivery::Trapped)
+    );
+}
