@@ -770,7 +770,7 @@ fn its_access(
         &sys.lpi_routes,
         p,
         &owner,
-        &*hw,
+        &mut *hw,
         ipa - pinfold_vboard::GUEST_ITS_BASE,
         a.width,
         value,
@@ -883,7 +883,7 @@ fn vsgi_resync(sys: &System, cpu: &mut CpuState, hw: &mut impl Hw, p: &Partition
         for intid in ones(u64::from(pending)) {
             cpu.lrs.retract(&mut Lrs(hw), intid);
         }
-        crate::vsgi::pend(hw, cpu.index, p, cpu.vcpu, pending as u16);
+        crate::vsgi::pend(hw, p, cpu.vcpu, pending as u16);
     }
 }
 
@@ -1396,8 +1396,7 @@ fn send_sgi(
     if let Some(d) = p.vsgi.as_ref() {
         if let Some(frame) = hw.v41().filter(|_| d.direct()) {
             let direct = &d.direct;
-            let its = crate::vsgi::its_for_cpu(cpu.index);
-            let res = direct.send(frame, &p.sgi, &p.vcpu_mpidrs, value, v, its);
+            let res = direct.send(frame, &p.sgi, &p.vcpu_mpidrs, value, v);
             if res.outside > 0 {
                 sgi_outside(p, hw, (value >> 24 & 0xF) as u8, res.outside);
             }

@@ -65,6 +65,9 @@ struct FakeHw {
     vlpi: Option<FakeVlpiFrame>,
     /// This CPU's GICv4.1 frame over the model (`vsgi_exit_tests`).
     v41: Option<vsgi_exit::FakeV41>,
+    /// The GICv4.1 model that sees every RAM write too (the VCONF copy
+    /// the GIC reads, `vsgi_exit_tests`).
+    model_mem: Option<alloc::sync::Arc<spin::Mutex<pinfold_gicmodel::Model>>>,
     /// Every `zero_table` call.
     tables_zeroed: Vec<(u64, usize)>,
     /// PCI configuration space by ECAM address, 32-bit words (absent:
@@ -139,6 +142,7 @@ impl FakeHw {
             smmu2: None,
             vlpi: None,
             v41: None,
+            model_mem: None,
             tables_zeroed: Vec::new(),
             config: alloc::collections::BTreeMap::new(),
             trace: Vec::new(),
@@ -160,7 +164,7 @@ impl FakeHw {
     }
 
     /// A fake whose RAM is sparse: every PA its own byte.
-    fn sparse() -> Self {
+    pub(super) fn sparse() -> Self {
         FakeHw {
             pages: Some(alloc::collections::BTreeMap::new()),
             ..FakeHw::new()
@@ -241,6 +245,12 @@ impl HostMemory for FakeHw {
             pa: pa.0,
             len: bytes.len() as u64,
         });
+        if let Some(m) = &self.model_mem {
+            let mut m = m.lock();
+            for (i, &b) in bytes.iter().enumerate() {
+                m.mem_write_byte(pa.0 + i as u64, b);
+            }
+        }
         if let Some(pages) = &mut self.pages {
             for (i, &b) in bytes.iter().enumerate() {
                 let at = pa.0 + i as u64;
@@ -660,7 +670,7 @@ fn mgmt_owns_the_bridge(plan: &mut Plan) {
 }
 
 /// The plan's partition 0 (alpha) given the PCI function 00:02.0.
-fn alpha_gets_00_02_0(plan: &mut Plan) {
+pub(super) fn alpha_gets_00_02_0(plan: &mut Plan) {
     plan.partitions[0].pci = alloc::vec![pinfold_config::plan::PciAddress {
         segment: 0,
         bus: 0,
@@ -852,7 +862,7 @@ fn the_bridge_owners_functions_dma_through_its_stage2_and_nobody_elses() {
 const SECOND_SMMU: u64 = 0x90a_0000;
 
 /// A virtio-net function at `bdf` with one 4 KiB 32-bit BAR.
-fn nic_function(bdf: crate::pci::Bdf) -> crate::vpci::HostFunction {
+pub(super) fn nic_function(bdf: crate::pci::Bdf) -> crate::vpci::HostFunction {
     use crate::vpci::{BarSpace, HostBar, HostFunction};
     HostFunction {
         bdf,

@@ -21,8 +21,11 @@
 //! translater its one doorbell is ([`MsiRouting::partition_its`]);
 //! otherwise it gets no vITS ([`NoMsi::SeveralIts`], [`NoMsi::NoRoute`]).
 //! An ITS that did not come up serves nobody; the others keep working.
-//! Each CPU's own ITS (its NUMA node's, `vgic::its_choice`) is chosen once
-//! at boot ([`ItsSet::local_its`]) for the GICv4.1 vSGIs.
+//! Each CPU's own ITS (its NUMA node's among those offering GICv4.1 vSGIs,
+//! `vgic::its_choice`) is chosen once at boot ([`ItsSet::local_its`]): the
+//! GITS_SGIR its vSGIs are written to and the ITS its vPE's SGI
+//! configuration goes through; every vPE is mapped on every ITS offering
+//! vSGIs ([`ItsSet::vsgi_itses`], `crate::vsgi`), one ITS's lock at a time.
 //!
 //! On a GICv4.0 host ([`HostIts::enable_direct`]) a partition's MSIs are
 //! direct vLPIs instead (`vgic::v40`, [`LpiDelivery::Direct`]): its vCPUs
@@ -41,6 +44,17 @@
 //! CPU's own VLPI frame, no lock) and non-resident at its put. A reset
 //! unmaps the devices and keeps the vPEs; deletion unmaps and frees them
 //! ([`release_vpes`]).
+//!
+//! On a GICv4.1 host with direct vSGIs a partition whose functions reach an
+//! ITS offering vSGIs gets direct vLPIs too (`vgic::v41::choose_vlpis`,
+//! [`PartitionVits::v41`]): on the vSGI path's vPEs (`crate::vsgi` maps,
+//! unmaps and makes them resident; nothing here VMAPPs), with the same
+//! command translation (the GICv4.0 encodings of VMAPTI/VMOVI/VSYNC/
+//! VINVALL hold), the VCONF being the partition's copy of the guest's
+//! property table, refreshed before each MAPTI, MOVI, INV and INVALL is
+//! sent (VMAPP precedes EnableLPIs and VCONF_Addr cannot change while the
+//! vPE is mapped). A MAPTI or MOVI to a vCPU whose vPE is not yet mapped is
+//! refused.
 //!
 //! Locks, taken in this order, all counted:
 //! - the partition's vITS (`its_trap`): its command queue is one device
@@ -158,6 +172,7 @@ fn narrowest(typers: impl Iterator<Item = ItsTyper>) -> Option<ItsTyper> {
         pta: a.pta,
         hcc: a.hcc.min(b.hcc),
         virt: a.virt && b.virt,
+        vsgi: a.vsgi && b.vsgi,
     })
 }
 
@@ -216,10 +231,10 @@ impl HostIts {
     /// (`found.direct_vlpi`: every redistributor VLPIS, an ITS Virtual)
     /// and is a GICv4.0, and every ITS that came up is a GICv4 one
     /// (GITS_TYPER.Virtual: it took a vPE table at init; a vPE is mapped
-    /// on each). A GICv4.1 keeps the trapped path: its VMAPP and
-    /// GICR_VPENDBASER have the 4.1 layouts (vPE ID, shared vPE table)
-    /// that `vgic::v40` does not speak. False, and nothing changed,
-    /// otherwise.
+    /// on each). Not on a GICv4.1, whose VMAPP and GICR_VPENDBASER have
+    /// the 4.1 layouts (vPE ID, shared vPE table): its direct vLPIs use
+    /// the vSGI path's vPEs instead (`vgic::v41::choose_vlpis`). False,
+    /// and nothing changed, otherwise.
     pub fn enable_direct(&mut self, found: &crate::gichost::GicFound) -> bool {
         if found.direct_vlpi && !found.v4_1 && self.typer.virt && self.vpe_ids.is_none() {
             self.vpe_ids = Some(VpeIds::new(VPE_COUNT));
@@ -380,8 +395,12 @@ pub struct ItsSet {
     units: Vec<Option<CountedLock<ItsUnit>>>,
     pub routing: MsiRouting,
     shared: CountedLock<Shared>,
-    /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that came up.
+    /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that offer
+    /// vSGIs (over those that came up when none does).
     local: Vec<usize>,
+    /// The ITSes that came up and offer vSGIs (`ItsTyper::vsgi`), lowest
+    /// first: every vPE of the vSGI path is mapped on each.
+    vsgi: Vec<usize>,
     direct: bool,
 }
 
@@ -408,9 +427,14 @@ impl ItsSet {
         if let Some(v5) = &host.gic.v5 {
             routing = routing.with_translate_frames(&v5.its_translate);
         }
-        let usable: Vec<bool> = live.iter().map(Option::is_some).collect();
+        let up: Vec<bool> = live.iter().map(Option::is_some).collect();
+        let vsgi_mask: Vec<bool> = live.iter().map(|t| t.is_some_and(|t| t.vsgi)).collect();
+        let vsgi: Vec<usize> = (0..vsgi_mask.len()).filter(|&i| vsgi_mask[i]).collect();
+        // A CPU's ITS is for its vSGIs: among those that offer them when
+        // any does, else among those that came up (then nothing reads it).
+        let usable = if vsgi.is_empty() { &up } else { &vsgi_mask };
         let first = usable.iter().position(|&u| u).unwrap_or(0);
-        let local = its_choice::choose(&host.numa, cpus, &usable)
+        let local = its_choice::choose(&host.numa, cpus, usable)
             .into_iter()
             .map(|c| c.unwrap_or(first))
             .collect();
@@ -431,6 +455,7 @@ impl ItsSet {
                 locks,
             ),
             local,
+            vsgi,
         }
     }
 
@@ -439,11 +464,23 @@ impl ItsSet {
         self.direct
     }
 
-    /// The ITS CPU `cpu` sends its ITS traffic to (the lowest-numbered one
-    /// of its NUMA node, else the lowest-numbered that came up): for the
-    /// vSGIs of GICv4.1.
+    /// The ITS CPU `cpu` sends its vSGIs to (GITS_SGIR) and its vPE's
+    /// SGI configuration through (VSGI, VSYNC): the lowest-numbered ITS
+    /// offering vSGIs in its NUMA node, else the lowest-numbered offering
+    /// them anywhere (seed 004: Linux's `find_4_1_its` after "Use local
+    /// 4_1 ITS to generate VSGI"). When no ITS offers vSGIs, the same
+    /// choice among those that came up, which nothing uses.
     pub fn local_its(&self, cpu: usize) -> usize {
         self.local.get(cpu).copied().unwrap_or(0)
+    }
+
+    /// The ITSes that came up and offer GICv4.1 vSGIs, lowest first: the
+    /// vSGI path maps every vPE on each (a GITS_SGIR write reaches only a
+    /// vPE its ITS has mapped, and each CPU writes its own [`local_its`]).
+    ///
+    /// [`local_its`]: ItsSet::local_its
+    pub fn vsgi_itses(&self) -> &[usize] {
+        &self.vsgi
     }
 
     /// ITS `i`, locked, if it came up.
@@ -489,6 +526,13 @@ pub struct PartitionVits {
     pub vlpis: Option<PartitionVlpis>,
     limits: VitsLimits,
     typer: ItsTyper,
+    /// GICv4.1 direct vLPIs (`vgic::v41::choose_vlpis`): the vPEs are the
+    /// vSGI path's (`vsgi`, which maps, unmaps and makes them resident) and
+    /// the VCONF is its copy of the guest's property table, kept here.
+    v41: bool,
+    /// On GICv4.1: each vCPU's property table as its guest enabled LPIs
+    /// with it (`lpis_on`), where the VCONF copy's bytes come from.
+    v41_props: Vec<Option<Vprop>>,
 }
 
 impl PartitionVits {
@@ -512,7 +556,21 @@ impl PartitionVits {
             vlpis: None,
             limits,
             typer,
+            v41: false,
+            v41_props: alloc::vec![None; usize::from(vcpus)],
         }
+    }
+
+    /// The same with GICv4.1 direct vLPIs on the vSGI path's vPEs
+    /// (`delivery` Direct, `vgic::v41::choose_vlpis` said so).
+    pub fn on_vsgi_vpes(mut self) -> PartitionVits {
+        self.v41 = true;
+        self
+    }
+
+    /// Whether its direct vLPIs are GICv4.1's, on the vSGI path's vPEs.
+    pub fn v41(&self) -> bool {
+        self.v41
     }
 
     /// The partition's vPEs, made and mapped (VMAPP to each vCPU's CPU on
@@ -525,6 +583,19 @@ impl PartitionVits {
         set: &ItsSet,
         p: &Partition,
     ) -> Result<&mut PartitionVlpis, alloc::string::String> {
+        if self.vlpis.is_none() && self.v41 {
+            // GICv4.1: the vSGI path's vPEs, which it maps at each vCPU's
+            // first load and makes resident; nothing to VMAPP here.
+            let vsgi = p
+                .vsgi
+                .as_ref()
+                .ok_or_else(|| alloc::string::String::from("no vPEs (no direct vSGIs)"))?;
+            let vpes = (0..usize::from(self.limits.vcpus))
+                .map(|n| vsgi.direct.vpe(n).map(|id| Vpe { id, vpt: 0 }))
+                .collect::<Option<Vec<Vpe>>>()
+                .ok_or_else(|| alloc::string::String::from("a vCPU without a vPE ID"))?;
+            self.vlpis = Some(PartitionVlpis::new(self.typer, vpes, crate::vsgi::VPT_BITS));
+        }
         if self.vlpis.is_none() {
             let mut vl = PartitionVlpis::new(self.typer, Vec::new(), LPI_ID_BITS);
             let made = (0..self.limits.vcpus).try_for_each(|vcpu| {
@@ -955,7 +1026,7 @@ pub fn access(
     routes: &LpiRoutes,
     p: &Partition,
     owner: &impl crate::vgic::vits::DeviceOwner,
-    hw: &impl Hw,
+    hw: &mut impl Hw,
     offset: u64,
     width: u8,
     write: Option<u64>,
@@ -988,7 +1059,8 @@ pub fn access(
         (old & !mask) | ((value & 0xFFFF_FFFF) << shift)
     };
     let mut sink = Collected::default();
-    v.vits.write(reg, value, &Queue { p, hw }, owner, &mut sink);
+    v.vits
+        .write(reg, value, &Queue { p, hw: &*hw }, owner, &mut sink);
     for (e, at) in sink.faults {
         out.faults.push(alloc::format!(
             "ITS command at queue offset {at:#x} refused: {e:?}"
@@ -1002,7 +1074,7 @@ pub fn access(
     };
     let v = &mut *v;
     if v.delivery == LpiDelivery::Direct {
-        direct_commands(v, set, p, sink.cmds, &mut out);
+        direct_commands(v, set, p, hw, sink.cmds, &mut out);
         return out;
     }
     let mut held = Held { set, at: None };
@@ -1088,11 +1160,20 @@ fn direct_commands(
     v: &mut PartitionVits,
     set: &ItsSet,
     p: &Partition,
+    hw: &mut impl Hw,
     cmds: Vec<PhysCmd>,
     out: &mut Outcome,
 ) {
     let mut held = Held { set, at: None };
+    let gic = if v.v41 { "GICv4.1" } else { "GICv4.0" };
     for cmd in cmds {
+        if v.v41 {
+            if let Err(why) = v41_before(v, p, hw, cmd) {
+                out.faults
+                    .push(alloc::format!("ITS command {cmd:?} not applied: {why}"));
+                continue;
+            }
+        }
         let on = match targets(set, &cmd) {
             Ok(on) => on,
             Err(why) => {
@@ -1124,10 +1205,86 @@ fn direct_commands(
                 });
             record(out, cmd, applied, |_, _, vcpu| {
                 let vpe = vl.vpe(vcpu).map_or(0, |x| x.id);
-                alloc::format!("direct to vPE {vpe} (GICv4.0, no exit), ITS {i}")
+                alloc::format!("direct to vPE {vpe} ({gic}, no exit), ITS {i}")
             });
         }
     }
+}
+
+/// GICv4.1, before `cmd` goes to the ITS: a MAPTI/MOVI names only a vPE
+/// the vSGI path has mapped (its vCPU has loaded this run), and the VCONF
+/// copy takes the guest's byte of every vINTID the command makes the GIC
+/// read (MAPTI, MOVI, INV: the event's; INVALL: every one of the vCPU's),
+/// before the command is sent.
+fn v41_before(
+    v: &PartitionVits,
+    p: &Partition,
+    hw: &mut impl Hw,
+    cmd: PhysCmd,
+) -> Result<(), alloc::string::String> {
+    let Some(vsgi) = p.vsgi.as_ref() else {
+        return Err("no vPEs".into());
+    };
+    let vintids: Vec<(u16, u32)> = match cmd {
+        PhysCmd::Mapti { vintid, vcpu, .. } => alloc::vec![(vcpu, vintid)],
+        PhysCmd::Movi {
+            device,
+            event,
+            vcpu,
+        } => v
+            .vlpis
+            .as_ref()
+            .and_then(|vl| vl.route_of(device, event))
+            .map(|(_, vintid)| alloc::vec![(vcpu, vintid)])
+            .unwrap_or_default(),
+        PhysCmd::Inv { device, event } => v
+            .vlpis
+            .as_ref()
+            .and_then(|vl| vl.route_of(device, event))
+            .into_iter()
+            .collect(),
+        PhysCmd::InvAll { vcpu } => v
+            .vlpis
+            .as_ref()
+            .map(|vl| vl.vintids_of(vcpu).map(|i| (vcpu, i)).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if let PhysCmd::Mapti { vcpu, .. } | PhysCmd::Movi { vcpu, .. } = cmd {
+        if !vsgi.vpe_mapped(usize::from(vcpu)) {
+            return Err(alloc::format!(
+                "vCPU {vcpu}'s vPE is not mapped yet (the vCPU has not run this boot)"
+            ));
+        }
+    }
+    let vconf = vsgi.vconf();
+    for (vcpu, vintid) in vintids {
+        let Some(prop) = v.v41_props.get(usize::from(vcpu)).copied().flatten() else {
+            continue; // MAPTI is refused without it (NoPropertyTable).
+        };
+        copy_vconf_byte(hw, prop, vconf, vintid);
+    }
+    Ok(())
+}
+
+/// vINTID `vintid`'s byte of the guest's property table `prop` copied into
+/// the VCONF table at `vconf` (the same offset, `v41::vconf_offset`) and
+/// cleaned to the point of coherency for the GIC; nothing for a vINTID
+/// outside either table (the MAPTI is then refused) or without a VCONF.
+fn copy_vconf_byte(hw: &mut impl Hw, prop: Vprop, vconf: u64, vintid: u32) {
+    let Some(off) = crate::vgic::v41::vconf_offset(vintid, prop.id_bits, crate::vsgi::VPT_BITS)
+    else {
+        return;
+    };
+    if vconf == 0 {
+        return;
+    }
+    let guest = (prop.value & 0x000F_FFFF_FFFF_F000) + off;
+    let mut byte = [0u8];
+    HostMemory::read(&*hw, crate::addr::PhysAddr(guest), &mut byte);
+    let at = crate::addr::PhysAddr(vconf + off);
+    HostMemory::write(hw, at, &byte);
+    hw.clean_for_guest(at, 1);
 }
 
 /// What a vCPU's redistributor needs to take direct vLPIs: the vPE made
@@ -1142,7 +1299,8 @@ pub struct DirectLpis {
 
 /// The guest set EnableLPIs on vCPU `vcpu`'s redistributor with
 /// GICR_PROPBASER `propbaser`. None for a partition whose MSIs are not
-/// direct; otherwise its vPEs are made if needed and the guest's table is
+/// direct, or are GICv4.1's (the table kept for the VCONF copy; the vSGI
+/// path makes the vPE resident); otherwise its vPEs are made if needed and the guest's table is
 /// checked to lie wholly inside its RAM (`v40::vpropbaser`), or the error
 /// says why its vLPIs stay off.
 pub fn lpis_on(
@@ -1169,12 +1327,21 @@ pub fn lpis_on(
             )))
         }
     };
+    let v41 = v.v41;
     let vl = match v.vlpis_ready(its?, p) {
         Ok(vl) => vl,
         Err(why) => return Some(Err(why)),
     };
     let vpe = vl.vpe(vcpu)?;
     vl.set_property_table(vcpu, prop);
+    if v41 {
+        // GICv4.1: the vSGI path makes the vPE resident at every load;
+        // the table is where the VCONF copy's bytes come from.
+        if let Some(slot) = v.v41_props.get_mut(usize::from(vcpu)) {
+            *slot = Some(prop);
+        }
+        return None;
+    }
     Some(Ok(DirectLpis {
         prop,
         vpe,
@@ -1195,14 +1362,20 @@ pub fn release_vpes(its: Option<&ItsSet>, p: &Partition) {
     let Some(set) = its else {
         return;
     };
+    let v41 = v.v41;
     for i in set.routing.live() {
         if let Some(mut unit) = set.unit(i) {
             let mut env = Env::on(set, i, &mut unit, None, p);
             vl.release_devices_where(&mut env, |d| on_its(set, d, i));
-            vl.unmap_vpes(&mut env);
+            if !v41 {
+                vl.unmap_vpes(&mut env);
+            }
         }
     }
-    give_back(set, &vl);
+    // GICv4.1's vPEs are the vSGI path's: `vsgi::release` unmaps them.
+    if !v41 {
+        give_back(set, &vl);
+    }
 }
 
 /// Whether the guest's DeviceID `device` reaches ITS `its`.
@@ -1238,6 +1411,7 @@ pub fn reset(its: Option<&ItsSet>, routes: &LpiRoutes, p: &Partition) {
     }
     let limits = v.limits;
     v.vits = Vits::new(limits);
+    v.v41_props.iter_mut().for_each(|t| *t = None);
 }
 
 // Tested through the exit path: `its_exit_tests.rs`.

@@ -129,7 +129,7 @@ impl fmt::Display for Its5Refusal {
 /// The ITS's GITS_TYPER as the core's ITS code sizes things by: 8-byte
 /// ITT entries, the ITS's EventID and DeviceID bits (ITS_IDR2, the device
 /// table's), no collections to place (PTA = 0: an RDbase is the CPU index)
-/// and no GICv4 (Virtual = 0).
+/// and no GICv4 (Virtual = 0, no vSGIs).
 pub fn typer(device_bits: u8, event_bits: u8) -> ItsTyper {
     ItsTyper {
         itt_entry_bytes: 8,
@@ -138,6 +138,7 @@ pub fn typer(device_bits: u8, event_bits: u8) -> ItsTyper {
         pta: false,
         hcc: 0,
         virt: false,
+        vsgi: false,
     }
 }
 

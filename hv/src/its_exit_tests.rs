@@ -17,7 +17,7 @@ pub(super) const QEMU_TYPER: u64 = 1 | 7 << 4 | 15 << 8 | 15 << 13;
 pub(super) struct FakeQueue {
     sent: Arc<spin::Mutex<Vec<ItsCmd>>>,
     /// Every command sent through `send_v4`, GICv3 ones included.
-    sent_v4: Arc<spin::Mutex<Vec<V4Cmd>>>,
+    pub(super) sent_v4: Arc<spin::Mutex<Vec<V4Cmd>>>,
     next_itt: u64,
     /// Pending tables handed out and not given back.
     vpts: Arc<spin::Mutex<Vec<u64>>>,
@@ -25,13 +25,24 @@ pub(super) struct FakeQueue {
     pub(super) words: Arc<spin::Mutex<Vec<[u64; 4]>>>,
     /// The GICv4.1 model those commands also go to (`vsgi_exit_tests`).
     pub(super) model: Option<Arc<spin::Mutex<pinfold_gicmodel::Model>>>,
+    /// The model's ITS this queue is.
+    model_its: usize,
 }
 
 impl FakeQueue {
     /// A queue whose `send_words` commands also go to ITS 0 of `model`.
     pub(super) fn with_model(model: Arc<spin::Mutex<pinfold_gicmodel::Model>>) -> FakeQueue {
+        FakeQueue::with_model_its(model, 0)
+    }
+
+    /// A queue whose `send_words` commands also go to ITS `its` of `model`.
+    pub(super) fn with_model_its(
+        model: Arc<spin::Mutex<pinfold_gicmodel::Model>>,
+        its: usize,
+    ) -> FakeQueue {
         FakeQueue {
             model: Some(model),
+            model_its: its,
             ..Default::default()
         }
     }
@@ -53,11 +64,14 @@ impl ItsQueue for FakeQueue {
     fn free_itt(&mut self, _: u64, _: usize) {}
     fn send_v4(&mut self, cmd: &V4Cmd) {
         self.sent_v4.lock().push(*cmd);
+        if let Some(m) = self.model.as_ref() {
+            m.lock().enqueue(self.model_its, cmd.encode());
+        }
     }
     fn send_words(&mut self, words: [u64; 4]) {
         self.words.lock().push(words);
         if let Some(m) = self.model.as_ref() {
-            m.lock().enqueue(0, words);
+            m.lock().enqueue(self.model_its, words);
         }
     }
     fn alloc_vpt(&mut self, bytes: usize) -> Option<u64> {
@@ -72,9 +86,9 @@ impl ItsQueue for FakeQueue {
 }
 
 /// alpha's NIC: 00:02.0, DeviceID 0x10.
-const NIC: u32 = 0x10;
+pub(super) const NIC: u32 = 0x10;
 const CMDQ: u64 = 0x30_0000;
-const PROP: u64 = 0x10_0000;
+pub(super) const PROP: u64 = 0x10_0000;
 const PEND: u64 = 0x20_0000;
 
 /// alpha (vCPUs on CPUs 1, 2) assigned 00:02.0 on a host with an ITS and
@@ -101,7 +115,7 @@ pub(super) fn v4_system() -> (&'static System, FakeQueue) {
 }
 
 /// The host bridge of [`its_system`]'s host: QEMU virt's windows.
-fn its_system_host_bridge() -> Option<crate::dtb::PcieInfo> {
+pub(super) fn its_system_host_bridge() -> Option<crate::dtb::PcieInfo> {
     Some(crate::dtb::PcieInfo {
         ecam: (0x40_1000_0000, 0x1000_0000),
         bus_range: (0, 0xff),
@@ -186,7 +200,7 @@ fn its_system_of(
     (sys, records, tables)
 }
 
-fn its_reg(
+pub(super) fn its_reg(
     sys: &System,
     cpu: &mut Cpu,
     hw: &mut FakeHw,
@@ -211,7 +225,7 @@ fn its_reg(
 }
 
 /// Writes `cmds` into alpha's command queue from slot `first` on.
-fn queue_commands(hw: &mut FakeHw, p: &Partition, first: u64, cmds: &[[u64; 4]]) {
+pub(super) fn queue_commands(hw: &mut FakeHw, p: &Partition, first: u64, cmds: &[[u64; 4]]) {
     for (i, c) in cmds.iter().enumerate() {
         let at = p.host_addr(p.ram_ipa + CMDQ + (first + i as u64) * 32, 32);
         let mut bytes = [0u8; 32];
@@ -224,7 +238,10 @@ fn queue_commands(hw: &mut FakeHw, p: &Partition, first: u64, cmds: &[[u64; 4]])
 
 /// vCPU 0 of alpha loaded on CPU 1, its LPI tables at PROP/PEND, the
 /// vITS's queue at CMDQ and enabled.
-fn alpha_with_lpis(sys: &'static System, hw: &mut FakeHw) -> (Cpu<'static>, Arc<Partition>) {
+pub(super) fn alpha_with_lpis(
+    sys: &'static System,
+    hw: &mut FakeHw,
+) -> (Cpu<'static>, Arc<Partition>) {
     alpha_with_lpis_at(sys, hw, PROP)
 }
 
@@ -275,7 +292,7 @@ fn assert_one_fault(p: &Partition, before: u64, hw: &FakeHw, needle: &str) {
 
 /// alpha's guest maps its NIC's event 1 to vLPI 8300 on vCPU 0 (MAPD,
 /// MAPC, MAPTI, INV) and writes GITS_CWRITER past them.
-fn map_nic_event_1(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, p: &Partition) {
+pub(super) fn map_nic_event_1(sys: &System, cpu: &mut Cpu, hw: &mut FakeHw, p: &Partition) {
     queue_commands(
         hw,
         p,

@@ -255,18 +255,21 @@ impl fmt::Display for LoadError {
 
 /// The events `pp`'s vITS may map: the MSI vectors of its functions
 /// (`HostFunction::msi_vectors`), refused naming the `pci` entry that
-/// takes the partition past the physical LPIs other partitions left.
+/// takes the partition past the physical LPIs other partitions left,
+/// unless its MSIs are `direct` vLPIs (GICv4.0 or GICv4.1: no physical
+/// LPI is taken for them).
 fn lpi_budget(
     pp: &PartitionPlan,
     a: &crate::vpci::Assignment,
     pci_host: &crate::vpci::PciHost,
+    direct: bool,
 ) -> Result<u32, SetupError> {
     let left = crate::vgic::pits::LPI_COUNT.saturating_sub(pci_host.lpis_held);
     let mut vectors = 0u32;
     for placed in &a.functions {
         let f = pci_host.functions.iter().find(|f| f.bdf == placed.bdf);
         vectors = vectors.saturating_add(f.map_or(0, |f| f.msi_vectors));
-        if vectors > left && !pci_host.vlpi {
+        if vectors > left && !direct {
             let index = pp
                 .pci
                 .iter()
@@ -438,23 +441,44 @@ impl Partition {
                     }),
             };
             if let (Ok(_), Some(typer)) = (path, pci_host.its) {
-                let vectors = lpi_budget(pp, &a, pci_host)?;
+                // GICv4.1: direct vLPIs on the vSGI path's vPEs when its
+                // functions' ITS has them mapped (`v41::choose_vlpis`).
+                let v41 = !pci_host.vlpi && pci_host.vsgi && {
+                    let pcpus: Vec<usize> = pp.cpus.iter().map(|&c| c as usize).collect();
+                    let has_vpes =
+                        crate::vsgi::PartitionVsgi::for_partition(true, gic, &pcpus).is_some();
+                    let its = pci_host.msi_routing.as_ref().and_then(|r| {
+                        let rids = a.functions.iter().map(|f| u32::from(f.bdf.rid()));
+                        let base = r.partition_its(rids).ok()?;
+                        r.live().find(|&i| r.base(i) == Some(base))
+                    });
+                    its.is_some_and(|its| {
+                        crate::vgic::v41::choose_vlpis(true, has_vpes, its, &pci_host.vsgi_itses)
+                            .is_ok()
+                    })
+                };
+                let vectors = lpi_budget(pp, &a, pci_host, pci_host.vlpi || v41)?;
                 fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
-                let delivery = if pci_host.vlpi {
+                let delivery = if pci_host.vlpi || v41 {
                     crate::vgic::v40::LpiDelivery::Direct
                 } else {
                     // Physical LPIs are taken for its events: reserved.
                     lpis_reserved = vectors;
                     crate::vgic::v40::LpiDelivery::Trapped
                 };
+                let fresh_vits = crate::its::PartitionVits::new(
+                    index as u16,
+                    pp.cpus.len() as u16,
+                    typer,
+                    delivery,
+                    vectors,
+                );
                 vits = Some(CountedLock::new(
-                    crate::its::PartitionVits::new(
-                        index as u16,
-                        pp.cpus.len() as u16,
-                        typer,
-                        delivery,
-                        vectors,
-                    ),
+                    if v41 {
+                        fresh_vits.on_vsgi_vpes()
+                    } else {
+                        fresh_vits
+                    },
                     stat,
                 ));
             }

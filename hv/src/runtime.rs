@@ -275,6 +275,10 @@ impl System {
         held.msi_routing = self.its.as_ref().map(|i| i.routing.clone());
         held.vlpi = self.its_direct;
         held.vsgi = self.vsgi.is_some();
+        held.vsgi_itses = self
+            .its
+            .as_ref()
+            .map_or(Vec::new(), |s| s.vsgi_itses().to_vec());
         let tables = hw.tables();
         let mut p = Partition::build(
             index,

@@ -195,7 +195,7 @@ impl System {
         let its = its.map(|i| crate::its::ItsSet::new(i, &host, cpu_count, locks));
         let its_typer = its.as_ref().map(|i| i.typer);
         let its_direct = its.as_ref().is_some_and(crate::its::ItsSet::direct);
-        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its_typer.as_ref(), locks);
+        let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its.as_ref(), locks);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
                 "{} CPUs in the host description; driving the first {} (MAX_CPUS), the rest stay offline",
@@ -217,6 +217,7 @@ impl System {
             held.msi_routing = its.as_ref().map(|i| i.routing.clone());
             held.vlpi = its_direct;
             held.vsgi = vsgi.is_some();
+            held.vsgi_itses = its.as_ref().map_or(Vec::new(), |s| s.vsgi_itses().to_vec());
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));

@@ -333,6 +333,9 @@ pub struct PciHost<'a> {
     pub vlpi: bool,
     /// SGIs between vCPUs are GICv4.1 direct vSGIs (`vsgi`).
     pub vsgi: bool,
+    /// The ITSes the vSGI path maps every vPE on (`its::ItsSet::vsgi_itses`):
+    /// a partition whose functions reach one may take GICv4.1 direct vLPIs.
+    pub vsgi_itses: Vec<usize>,
 }
 
 /// A partition's assigned functions: where they are and its filter.

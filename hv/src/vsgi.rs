@@ -16,12 +16,23 @@
 //!   [`VsgiHost`] and nothing here runs.
 //! - vPE IDs: vCPU n's vPE is the ID of the CPU it is pinned to ([`vpe_of`]):
 //!   a CPU runs one vCPU, so IDs are unique host-wide with no allocator.
+//! - Which ITSes: every ITS that came up and offers vSGIs (GITS_TYPER
+//!   Virtual, VMAPP, VSGI: `ItsSet::vsgi_itses`). Every vPE is mapped on
+//!   each (a GITS_SGIR write reaches only a vPE its ITS has mapped), and
+//!   each CPU writes the GITS_SGIR of its own ([`ItsSet::local_its`]: the
+//!   lowest-numbered ITS with vSGIs in its NUMA node, else the
+//!   lowest-numbered with them; seed 004, Linux's "Use local 4_1 ITS to
+//!   generate VSGI": a write to the other socket's ITS costs about 100 ns).
+//!   A vPE's SGI configuration (VSGI, VSYNC) goes through one ITS only, its
+//!   CPU's own ([`cfg_its`]): the configuration lives with the vPE, not in
+//!   an ITS (Linux's `its_configure_sgi` sends it to the one ITS
+//!   `find_4_1_its` returns), and one ITS keeps a vPE's commands in order.
 //! - vPE creation (at a vCPU's first load of a run, on its own CPU, so its
-//!   redistributor is online; under the physical ITS's lock): the VM's
-//!   configuration table (VCONF, the vLPI property table; no vLPI is mapped
-//!   on a GICv4.1 host yet, so it stays zero) once per partition and the
-//!   vCPU's pending table (VPT) from the EL2 heap, zeroed; its vPE VMAPP'd
-//!   with Alloc to its CPU's redistributor on ITS 0 ([`its_for_cpu`]), then
+//!   redistributor is online): the VM's configuration table (VCONF, the
+//!   vLPI property table; no vLPI is mapped on a GICv4.1 host yet, so it
+//!   stays zero) once per partition and the vCPU's pending table (VPT) from
+//!   the EL2 heap, zeroed; its vPE VMAPP'd to its CPU's redistributor on
+//!   every ITS with vSGIs, Alloc on the first only (`v41::map_vpe`), then
 //!   its SGIs' reset configuration (VSGI, VSYNC). A start ([`restart`])
 //!   unmaps the previous run's vPEs and frees their tables; delete
 //!   ([`release`]) does the same once every vCPU is put. An SGI to a vCPU
@@ -38,8 +49,20 @@
 //!   is emulated and a hardware vSGI is made pending by Linux's
 //!   `its_sgi_set_irqchip_state`, one GITS_SGIR write of vPE ID and vINTID,
 //!   no ITS command. Here each target is one GITS_SGIR write
-//!   (`v41::DirectSgi::send`) to [`its_for_cpu`]'s ITS; only the receiver
-//!   is spared its exit.
+//!   (`v41::DirectSgi::send`) to this CPU's ITS, whose GITS_SGIR the
+//!   platform put in the CPU's frame at boot (so the send path names no
+//!   ITS and takes no lock); only the receiver is spared its exit.
+//!
+//! Locks: the ITS commands (map, unmap, reconfigure) take one ITS's
+//! `phys_its` lock at a time and never two (`its::ItsSet`'s rule), a run of
+//! commands for one ITS under one hold ([`send_each`]). The first ITS with
+//! vSGIs is the vPEs' home: its lock covers the check that a vPE is not
+//! yet mapped, the tables (from its queue's memory), its VMAPP with Alloc
+//! and, at unmap, its VMAPP V = 0 with Alloc (sent last) and the frees.
+//! Between the ITSes' holds a vPE is mapped on some ITSes only; nothing
+//! sends to it then (its own vCPU has not run yet, and an SGI written to
+//! an ITS it is not yet mapped on is ignored, as one to a vCPU not loaded
+//! this run is dropped).
 //! - Reconfigure ([`reconfigure`]): a guest write to its redistributor that
 //!   changed an SGI's enable or priority becomes VSGI + VSYNC.
 //!   The vPE's configuration follows the guest's whether or not nASSGIreq
@@ -65,6 +88,7 @@
 //! `pinfold-gicmodel` through the exit path (`vsgi_exit_tests.rs`).
 
 use crate::exit::{fault, Hw};
+use crate::its::ItsSet;
 use crate::lockstat::{CountedLock, LockPath, LockStat};
 use crate::partition::Partition;
 use crate::ratelimit::FaultKind;
@@ -78,17 +102,10 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// vINTID bits of every vPE's pending table and the VM's configuration
-/// table: the fewest VMAPP takes (no vLPI is mapped to these vPEs yet).
-pub const VPT_BITS: u8 = 14;
-
-/// The ITS a CPU's vSGI commands and GITS_SGIR writes go to (an index in
-/// the host's ITS list). ITS 0 until multi-ITS bring-up points this at
-/// `vgic::its_choice::choose`'s answer; every vPE is mapped on ITS 0 only.
-#[inline(always)]
-pub fn its_for_cpu(cpu: usize) -> usize {
-    let _ = cpu;
-    0
-}
+/// table: the vITS's (`vgic::redist::LPI_ID_BITS`), so the same vPEs take
+/// the partition's direct vLPIs (`its`, `vgic::v41::choose_vlpis`). 64 KiB
+/// each either way (`v40::vpt_bytes`).
+pub const VPT_BITS: u8 = crate::vgic::redist::LPI_ID_BITS;
 
 /// The vPE ID of a vCPU pinned to CPU `pcpu`.
 pub fn vpe_of(pcpu: usize) -> Option<u16> {
@@ -97,8 +114,6 @@ pub fn vpe_of(pcpu: usize) -> Option<u16> {
 
 /// The host's side: present when direct vSGIs are on.
 pub struct VsgiHost {
-    /// ITSes every vPE is VMAPP'd on (`v41::map_vpe`).
-    pub its_count: usize,
     /// `v41::Residency`'s chip lock. Never taken here: the frame every
     /// load and put goes through is the CPU's own redistributor
     /// (`V41Hw::lockless`); it exists for a chip that is not, and counts.
@@ -108,14 +123,14 @@ pub struct VsgiHost {
 impl VsgiHost {
     /// On when the host offers direct vSGIs (`GicFound::direct_vsgi`:
     /// every redistributor VLPIS/RVPEID/VSGI, a GICv4.1 ITS) and an ITS
-    /// with a vPE table came up.
+    /// that offers them came up (`ItsSet::vsgi_itses`: its GITS_TYPER
+    /// Virtual, VMAPP, VSGI).
     pub fn choose(
         found: &crate::gichost::GicFound,
-        its: Option<&crate::vgic::pits::ItsTyper>,
+        its: Option<&crate::its::ItsSet>,
         stat: &'static LockStat,
     ) -> Option<VsgiHost> {
-        (found.direct_vsgi && its.is_some_and(|t| t.virt)).then(|| VsgiHost {
-            its_count: 1,
+        (found.direct_vsgi && its.is_some_and(|s| !s.vsgi_itses().is_empty())).then(|| VsgiHost {
             chip_lock: CountedLock::new((), stat),
         })
     }
@@ -180,6 +195,21 @@ impl PartitionVsgi {
     pub fn mapped(&self) -> bool {
         self.vconf.load(Ordering::Acquire) != 0
     }
+
+    /// Whether vCPU `vcpu`'s vPE is mapped this run (on every ITS with
+    /// vSGIs: it has loaded once): a VMAPTI may name it.
+    pub fn vpe_mapped(&self, vcpu: usize) -> bool {
+        self.vpts
+            .get(vcpu)
+            .is_some_and(|t| t.load(Ordering::Acquire) != 0)
+    }
+
+    /// The VM's configuration table (VCONF) while the vPEs are mapped, 0
+    /// otherwise: on a partition with direct vLPIs, the hypervisor's copy
+    /// of the guest's property table (`its`).
+    pub fn vconf(&self) -> u64 {
+        self.vconf.load(Ordering::Acquire)
+    }
 }
 
 /// What one CPU keeps of the vPE resident on it. Owned by its CPU.
@@ -203,18 +233,29 @@ fn reset_cfg(p: &Partition, vcpu: usize) -> SgiCfgs {
     VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, 0).sgi_configs()
 }
 
-/// Sends `words` on ITS `its` when it is the one whose lock `unit` is
-/// (ITS 0: `VsgiHost::its_count` is 1, the platform drives vSGIs on ITS 0
-/// only).
-fn send_on(unit: &mut crate::its::ItsUnit, its: usize, words: [u64; 4]) {
-    if its == 0 {
-        unit.queue_mut().send_words(words);
+/// Sends `cmds` in order, each on its ITS, one ITS's lock at a time
+/// (`its::ItsSet`'s rule: never two held together): a run of commands for
+/// the same ITS goes under one hold of its lock. A command for an ITS that
+/// did not come up is not sent (none is made: the ITSes named are
+/// `ItsSet::vsgi_itses`).
+fn send_each(set: &ItsSet, cmds: &[(usize, [u64; 4])]) {
+    let mut rest = cmds;
+    while let Some(&(its, _)) = rest.first() {
+        let run = rest.iter().take_while(|c| c.0 == its).count();
+        if let Some(mut unit) = set.unit(its) {
+            for &(_, c) in &rest[..run] {
+                unit.queue_mut().send_words(c);
+            }
+        }
+        rest = &rest[run..];
     }
 }
 
-/// ITS 0's unit, under its `phys_its` lock: the vSGI commands' ITS.
-fn vsgi_unit(sys: &System) -> Option<spin::MutexGuard<'_, crate::its::ItsUnit>> {
-    sys.its.as_ref()?.unit(0)
+/// The ITS the vPE of a vCPU pinned to `pcpu` takes its SGI configuration
+/// (VSGI, VSYNC) through: its CPU's own ([`ItsSet::local_its`]), so one
+/// vPE's configuration always goes through one ITS's queue, in order.
+fn cfg_its(set: &ItsSet, pcpu: usize) -> usize {
+    set.local_its(pcpu)
 }
 
 /// Partition start, every vCPU off: the previous run's vPEs unmapped and
@@ -229,69 +270,97 @@ pub fn restart(sys: &System, p: &Partition) {
     }
 }
 
-/// vCPU `vcpu`'s vPE VMAPP'd with Alloc to its CPU's redistributor, with
-/// a fresh zeroed pending table (and the VM's configuration table, if no
-/// vCPU made it yet), then its SGIs' reset configuration. Under the
-/// physical ITS's lock; once per run of the partition. On failure nothing
-/// of this vCPU is kept and the error says why.
+/// vCPU `vcpu`'s vPE VMAPP'd to its CPU's redistributor on every ITS
+/// that offers vSGIs, with a fresh zeroed pending table (and the VM's
+/// configuration table, if no vCPU made it yet), then its SGIs' reset
+/// configuration. Once per run of the partition. On failure nothing of
+/// this vCPU is kept and the error says why.
+///
+/// Locks, one ITS's at a time ([`send_each`]): each ITS's for reading the
+/// CPU's RDbase there; the first ITS's (the one whose VMAPP has Alloc;
+/// the tables come from its queue's memory) for the check, the tables and
+/// that VMAPP, which serialises two vCPUs making the VM's configuration
+/// table; then each other ITS's for its VMAPP, then the configuration
+/// ITS's for the VSGIs and VSYNC. Between them the vPE is mapped on some
+/// ITSes only: an SGI written meanwhile to one it is not mapped on is
+/// ignored, as one to a vCPU not yet loaded is dropped (only this vCPU's
+/// own CPU maps it, at its first load, before it runs).
 fn map_vcpu(
     sys: &System,
-    host: &VsgiHost,
     v: &PartitionVsgi,
     p: &Partition,
     vcpu: usize,
 ) -> Result<(), &'static str> {
-    let mut guard = vsgi_unit(sys).ok_or("no ITS")?;
-    let its = &mut *guard;
-    if v.vpts[vcpu].load(Ordering::Acquire) != 0 {
-        return Ok(());
-    }
+    let set = sys.its.as_ref().ok_or("no ITS")?;
+    let itses = set.vsgi_itses();
+    let &home = itses.first().ok_or("no ITS with vSGIs")?;
+    let pcpu = p.vcpus[vcpu].pcpu;
     let vpe = v.direct.vpe(vcpu).ok_or("no vPE ID")?;
-    let rd = its
-        .rdbase_for(p.vcpus[vcpu].pcpu)
-        .ok_or("its CPU's redistributor is not online")?;
+    let mut rds = Vec::with_capacity(itses.len());
+    for &i in itses {
+        let rd = set
+            .unit(i)
+            .and_then(|u| u.rdbase_for(pcpu))
+            .ok_or("its CPU's redistributor is not online on every ITS with vSGIs")?;
+        rds.push((i, rd as u32));
+    }
     let bytes = vpt_bytes(VPT_BITS);
-    let mut vconf = v.vconf.load(Ordering::Acquire);
-    if vconf == 0 {
-        vconf = its
-            .queue_mut()
+    let cmds = {
+        let mut unit = set.unit(home).ok_or("no ITS")?;
+        if v.vpts[vcpu].load(Ordering::Acquire) != 0 {
+            return Ok(());
+        }
+        let queue = unit.queue_mut();
+        let mut vconf = v.vconf.load(Ordering::Acquire);
+        if vconf == 0 {
+            vconf = queue
+                .alloc_vpt(bytes)
+                .ok_or("no memory for the VM's configuration table")?;
+            v.vconf.store(vconf, Ordering::Release);
+        }
+        let vpt = queue
             .alloc_vpt(bytes)
-            .ok_or("no memory for the VM's configuration table")?;
-        v.vconf.store(vconf, Ordering::Release);
-    }
-    let vpt = its
-        .queue_mut()
-        .alloc_vpt(bytes)
-        .ok_or("no memory for a pending table")?;
-    let m = cmd::Vmapp {
-        vpe,
-        rd: rd as u32,
-        vpt,
-        vpt_bits: VPT_BITS,
-        vconf,
-        alloc: true,
-        doorbell: None,
+            .ok_or("no memory for a pending table")?;
+        let m = cmd::Vmapp {
+            vpe,
+            rd: 0,
+            vpt,
+            vpt_bits: VPT_BITS,
+            vconf,
+            alloc: true,
+            doorbell: None,
+        };
+        let cmds = v41::map_vpe(&m, &rds, cfg_its(set, pcpu), &reset_cfg(p, vcpu));
+        // The first ITS's VMAPP (with Alloc) under this hold.
+        let first = cmds.iter().take_while(|c| c.0 == home).count();
+        for &(_, c) in &cmds[..first] {
+            queue.send_words(c);
+        }
+        v.vpts[vcpu].store(vpt, Ordering::Release);
+        cmds.into_iter().skip(first).collect::<Vec<_>>()
     };
-    for (i, c) in v41::map_vpe(&m, host.its_count, &reset_cfg(p, vcpu)) {
-        send_on(its, i, c);
-    }
-    v.vpts[vcpu].store(vpt, Ordering::Release);
+    send_each(set, &cmds);
     Ok(())
 }
 
 /// Partition delete, every vCPU put: its vPEs unmapped, tables freed.
 pub fn release(sys: &System, p: &Partition) {
-    let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
+    let (Some(_), Some(v), Some(set)) = (sys.vsgi.as_ref(), p.vsgi.as_ref(), sys.its.as_ref())
+    else {
         return;
     };
-    if let Some(mut its) = vsgi_unit(sys) {
-        unmap_locked(&mut its, host, v);
-    }
+    unmap(set, v);
 }
 
-/// Unmaps `p`'s mapped vPEs (VMAPP V = 0 on every ITS, Alloc on the last)
-/// and frees their tables; nothing when none are mapped.
-fn unmap_locked(its: &mut crate::its::ItsUnit, host: &VsgiHost, v: &PartitionVsgi) {
+/// Unmaps `v`'s mapped vPEs (VMAPP V = 0 on every ITS with vSGIs, the
+/// first, with Alloc, last) and frees their tables (to the first ITS's
+/// queue, under its lock, after its VMAPP); nothing when none are mapped.
+/// One ITS's lock at a time ([`send_each`]).
+fn unmap(set: &ItsSet, v: &PartitionVsgi) {
+    let itses = set.vsgi_itses();
+    let Some(&home) = itses.first() else {
+        return;
+    };
     let vconf = v.vconf.swap(0, Ordering::AcqRel);
     let bytes = vpt_bytes(VPT_BITS);
     for (n, slot) in v.vpts.iter().enumerate() {
@@ -299,15 +368,25 @@ fn unmap_locked(its: &mut crate::its::ItsUnit, host: &VsgiHost, v: &PartitionVsg
         if vpt == 0 {
             continue;
         }
-        if let Some(vpe) = v.direct.vpe(n) {
-            for (i, c) in v41::unmap_vpe(vpe, host.its_count) {
-                send_on(its, i, c);
+        let cmds = v
+            .direct
+            .vpe(n)
+            .map_or(Vec::new(), |vpe| v41::unmap_vpe(vpe, itses));
+        // Every other ITS first; the first ITS's V = 0 with Alloc, then the
+        // free, under one hold of its lock.
+        let split = cmds.len() - cmds.iter().rev().take_while(|c| c.0 == home).count();
+        send_each(set, &cmds[..split]);
+        if let Some(mut unit) = set.unit(home) {
+            for &(_, c) in &cmds[split..] {
+                unit.queue_mut().send_words(c);
             }
+            unit.queue_mut().free_vpt(vpt, bytes);
         }
-        its.queue_mut().free_vpt(vpt, bytes);
     }
     if vconf != 0 {
-        its.queue_mut().free_vpt(vconf, bytes);
+        if let Some(mut unit) = set.unit(home) {
+            unit.queue_mut().free_vpt(vconf, bytes);
+        }
     }
 }
 
@@ -325,7 +404,7 @@ pub fn load(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vc
         return;
     };
     if hw.v41().is_none() {
-        // The platform gave this CPU no frame (its redistributor or ITS 0
+        // The platform gave this CPU no frame (its redistributor or its ITS
         // turned out not to do vSGIs): nothing is sent to the ITS for it,
         // and its sends keep the mailbox path.
         return fault(
@@ -339,7 +418,7 @@ pub fn load(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vc
         // The first load of this run: the mapping sends the reset
         // configuration.
         cpu.sent = None;
-        if let Err(why) = map_vcpu(sys, host, v, p, vcpu) {
+        if let Err(why) = map_vcpu(sys, v, p, vcpu) {
             return fault(
                 p,
                 hw,
@@ -348,7 +427,7 @@ pub fn load(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition, vc
             );
         }
     } else if let Some(sent) = cpu.sent.take() {
-        send_reconfigure(sys, vpe, &sent, &reset_cfg(p, vcpu));
+        send_reconfigure(sys, p.vcpus[vcpu].pcpu, vpe, &sent, &reset_cfg(p, vcpu));
     }
     make_resident(host, v, cpu, hw, p, vcpu, vpe);
 }
@@ -420,21 +499,29 @@ pub fn reconfigure(
     let Some(vpe) = p.vsgi.as_ref().and_then(|v| v.direct.vpe(vcpu)) else {
         return;
     };
-    if send_reconfigure(sys, vpe, before, after) {
+    if send_reconfigure(sys, p.vcpus[vcpu].pcpu, vpe, before, after) {
         cpu.sent = Some(*after);
     }
 }
 
-/// True when something was sent.
-fn send_reconfigure(sys: &System, vpe: u16, before: &SgiCfgs, after: &SgiCfgs) -> bool {
+/// The changed SGI configuration of the vPE of a vCPU pinned to `pcpu`,
+/// sent through its configuration ITS ([`cfg_its`]) under that ITS's lock
+/// alone. True when something was sent.
+fn send_reconfigure(
+    sys: &System,
+    pcpu: usize,
+    vpe: u16,
+    before: &SgiCfgs,
+    after: &SgiCfgs,
+) -> bool {
     let cmds = v41::reconfigure(vpe, before, after);
     if cmds.is_empty() {
         return false;
     }
-    if let Some(mut its) = vsgi_unit(sys) {
-        for c in cmds {
-            send_on(&mut its, 0, c);
-        }
+    if let Some(set) = sys.its.as_ref() {
+        let its = cfg_its(set, pcpu);
+        let cmds: Vec<_> = cmds.into_iter().map(|c| (its, c)).collect();
+        send_each(set, &cmds);
     }
     true
 }
@@ -491,17 +578,16 @@ pub fn follow(cpu: &mut VsgiCpu, p: &Partition) -> bool {
 }
 
 /// vCPU `vcpu`'s SGIs `intids` (a bit each) made pending on its vPE from
-/// its own CPU (GITS_SGIR through [`its_for_cpu`]'s ITS).
-pub fn pend(hw: &mut impl Hw, cpu_index: usize, p: &Partition, vcpu: usize, intids: u16) {
+/// its own CPU (GITS_SGIR of this CPU's ITS, `ItsSet::local_its`).
+pub fn pend(hw: &mut impl Hw, p: &Partition, vcpu: usize, intids: u16) {
     let (Some(v), Some(frame)) = (p.vsgi.as_ref(), hw.v41()) else {
         return;
     };
     let Some(vpe) = v.direct.vpe(vcpu) else {
         return;
     };
-    let its = its_for_cpu(cpu_index);
     for intid in crate::bits::ones(u64::from(intids)) {
-        frame.write_sgir(its, v41::sgir(vpe, intid as u8));
+        frame.write_sgir(v41::sgir(vpe, intid as u8));
     }
 }
 

@@ -56,7 +56,7 @@ pub struct PlatformHw {
     /// This CPU's GICv4 VLPI frame, when partitions' MSIs are direct vLPIs
     /// (`its::init_cpu`).
     pub vlpi: Option<crate::its::VlpiFrame>,
-    /// This CPU's GICv4.1 VLPI frame and ITS 0's GITS_SGIR, when SGIs are
+    /// This CPU's GICv4.1 VLPI frame and its own ITS's GITS_SGIR, when SGIs are
     /// direct vSGIs (`v41::init_cpu`).
     pub v41: Option<crate::v41::V41Frame>,
 }
@@ -172,8 +172,10 @@ impl PerCpuIrqChip for PlatformHw {
 impl HostMemory for PlatformHw {
     fn write(&mut self, pa: PhysAddr, bytes: &[u8]) {
         // SAFETY: the core checked that the span lies inside a partition's
-        // RAM (or the caller's own, for management calls), which the
-        // hypervisor owns and maps at EL2 with IPA-independent identity.
+        // RAM (or the caller's own, for management calls), or is a GIC
+        // table the platform's `ItsQueue::alloc_vpt` gave it from the EL2
+        // heap (the GICv4.1 VCONF copy, `pinfold_hv::its`), all of which
+        // the hypervisor owns and maps at EL2 with identity.
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), pa.0 as *mut u8, bytes.len()) };
     }
     fn read(&self, pa: PhysAddr, out: &mut [u8]) {

@@ -4,8 +4,10 @@
 //! redistributor, else one zeroed EL2-heap table per group of
 //! redistributors GICR_TYPER.CommonLPIAff says share one); at each CPU's
 //! bring-up its GICR_VPROPBASER (4.1 layout) written and its own VLPI
-//! frame, with ITS 0's GITS_SGIR, handed to its `PlatformHw` as the core's
-//! `V41Hw` (`pinfold_hv::vsgi`: vPEs, load/put, sends, reconfiguration).
+//! frame, with the GITS_SGIR of the ITS the core chose for it
+//! (`ItsSet::local_its`: its NUMA node's ITS with vSGIs, else the first
+//! with them, seed 004), handed to its `PlatformHw` as the core's `V41Hw`
+//! (`pinfold_hv::vsgi`: vPEs, load/put, sends, reconfiguration).
 //!
 //! Selected only when the core turned direct vSGIs on (`System::vsgi`:
 //! GICR_TYPER and GITS_TYPER say GICv4.1 with vSGIs); a GICv3 or GICv4.0
@@ -38,10 +40,11 @@ const VPENDBASER: usize = 0x78;
 
 /// What the boot decided for every CPU.
 struct Plan {
-    /// GICR_VPROPBASER of CPU i (0: its redistributor was not found).
+    /// GICR_VPROPBASER of CPU i (0: its redistributor was not found, or
+    /// its ITS has no vSGIs: no frame).
     vprop: Vec<u64>,
-    /// ITS 0's GITS_SGIR.
-    sgir: usize,
+    /// The GITS_SGIR of CPU i's ITS (`ItsSet::local_its`).
+    sgir: Vec<usize>,
 }
 
 static PLAN: spin::Once<Plan> = spin::Once::new();
@@ -64,50 +67,89 @@ fn rd_of(host: &HostInfo, mpidr: u64) -> Option<usize> {
     unsafe { GicV3Redist::find(&gic.redist_regions, gic.redist_stride, mpidr) }
 }
 
-/// Boot, on the boot CPU once the ITS is up (its vPE table given by the
-/// driver's init) and the core has decided: every CPU's vPE table planned.
-/// Nothing unless `sys.vsgi` is on.
-pub fn init(sys: &System) {
-    if sys.vsgi.is_none() {
-        return;
+/// One ITS as this plan reads it: its control frame, GITS_TYPER,
+/// GITS_MPIDR and its vPE table's GITS_BASER<n>.
+struct ItsRegs {
+    base: usize,
+    typer: u64,
+    mpidr: u64,
+    vpe_baser: Option<u64>,
+}
+
+fn its_regs(base: usize) -> ItsRegs {
+    ItsRegs {
+        base,
+        typer: read64(base + GITS_TYPER),
+        mpidr: read64(base + GITS_MPIDR),
+        vpe_baser: (0..8)
+            .map(|n| read64(base + GITS_BASER0 + 8 * n))
+            .find(|&b| v41::is_vpe_baser(b)),
     }
-    let host = &sys.host;
-    let Some(&(its, its_size)) = host.gic.its.first() else {
+}
+
+/// Boot, on the boot CPU once every ITS is up (each one's vPE table given
+/// by the driver's init) and the core has decided: every CPU's vPE table
+/// and GITS_SGIR planned. Each CPU's is its own ITS's, as the core chose
+/// it (`ItsSet::local_its`: its NUMA node's ITS with vSGIs, else the first
+/// with them): the vPE table that ITS shares with the CPU's redistributor
+/// when it does, and that ITS's GITS_SGIR. Nothing unless `sys.vsgi` is on.
+pub fn init(sys: &System) {
+    let (Some(_), Some(set)) = (sys.vsgi.as_ref(), sys.its.as_ref()) else {
         return;
     };
-    if its_size < ITS_V41_SIZE {
-        hvlog!(
-            "v41: the ITS at {its:#x} is described with {its_size:#x} bytes: its SGI frame is used at +0x2_0000 regardless, as Linux does"
-        );
+    let host = &sys.host;
+    for &i in set.vsgi_itses() {
+        if let Some(&(its, size)) = host.gic.its.get(i) {
+            if size < ITS_V41_SIZE {
+                hvlog!(
+                    "v41: ITS {i} at {its:#x} is described with {size:#x} bytes: its SGI frame is used at +0x2_0000 regardless, as Linux does"
+                );
+            }
+        }
     }
-    let its = its as usize;
-    let gits_typer = read64(its + GITS_TYPER);
-    // The core chose vSGIs if any ITS offers them; only ITS 0 is driven
-    // (`vsgi::its_for_cpu`). If it does not, no CPU gets a frame: the
-    // core then maps no vPE and every SGI keeps the mailbox path.
     let rd_typers: Vec<u64> = host
         .cpus
         .iter()
         .filter_map(|&mpidr| rd_of(host, mpidr))
         .map(|rd| read64(rd + 8))
         .collect();
-    if SgiDelivery::choose(&rd_typers, Some(gits_typer)) != SgiDelivery::Direct {
-        hvlog!("v41: ITS 0 ({its:#x}) has no GICv4.1 vSGIs: SGIs stay trapped");
-        return;
-    }
-    let gits_mpidr = read64(its + GITS_MPIDR);
-    let vpe_baser = (0..8)
-        .map(|n| read64(its + GITS_BASER0 + 8 * n))
-        .find(|&b| v41::is_vpe_baser(b));
+    let mut itses: Vec<(usize, ItsRegs)> = Vec::new();
     let mut groups: Vec<(u32, u64)> = Vec::new();
     let mut vprop = Vec::with_capacity(host.cpus.len());
-    for &mpidr in &host.cpus {
+    let mut sgir = Vec::with_capacity(host.cpus.len());
+    for (index, &mpidr) in host.cpus.iter().enumerate() {
+        let chosen = set.local_its(index);
+        let Some(&(base, _)) = host.gic.its.get(chosen) else {
+            vprop.push(0);
+            sgir.push(0);
+            continue;
+        };
+        if !itses.iter().any(|(i, _)| *i == chosen) {
+            itses.push((chosen, its_regs(base as usize)));
+        }
+        let Some((_, its)) = itses.iter().find(|(i, _)| *i == chosen) else {
+            vprop.push(0);
+            sgir.push(0);
+            continue;
+        };
+        sgir.push(its.base + GITS_SGIR);
+        // The core chose this ITS from the GITS_TYPER the driver read;
+        // checked again with every redistributor, so a CPU whose ITS turns
+        // out not to do vSGIs gets no frame (no vPE, the mailbox path).
+        if SgiDelivery::choose(&rd_typers, Some(its.typer)) != SgiDelivery::Direct {
+            hvlog!(
+                "v41: ITS {chosen} ({:#x}) has no GICv4.1 vSGIs: CPU {index}'s SGIs stay trapped",
+                its.base
+            );
+            vprop.push(0);
+            continue;
+        }
         let Some(rd) = rd_of(host, mpidr) else {
             vprop.push(0);
             continue;
         };
         let typer = read64(rd + 8);
-        let value = match v41::vpe_table_for(typer, gits_typer, gits_mpidr, vpe_baser) {
+        let value = match v41::vpe_table_for(typer, its.typer, its.mpidr, its.vpe_baser) {
             VpeTable::Its(value) => value,
             VpeTable::Group(aff) => match groups.iter().find(|g| g.0 == aff) {
                 Some(&(_, value)) => value,
@@ -128,18 +170,11 @@ pub fn init(sys: &System) {
         vprop.push(value);
     }
     hvlog!(
-        "v41: GICv4.1 direct vSGIs: vPE table {} ({} group table(s) of their own)",
-        if vpe_baser.is_some() {
-            "from the ITS"
-        } else {
-            "not in the ITS"
-        },
+        "v41: GICv4.1 direct vSGIs on ITSes {:?}, each CPU through its own ({} group vPE table(s) of their own)",
+        set.vsgi_itses(),
         groups.len()
     );
-    PLAN.call_once(|| Plan {
-        vprop,
-        sgir: its + GITS_SGIR,
-    });
+    PLAN.call_once(|| Plan { vprop, sgir });
 }
 
 /// This CPU's bring-up, after `its::init_cpu`: its GICR_VPROPBASER and
@@ -148,7 +183,10 @@ pub fn init_cpu(sys: &System, index: usize, mpidr: u64, hw: &mut crate::hw::Plat
     let (Some(_), Some(plan)) = (sys.vsgi.as_ref(), PLAN.get()) else {
         return;
     };
-    let Some(&value) = plan.vprop.get(index).filter(|&&v| v != 0) else {
+    let (Some(&value), Some(&sgir)) = (
+        plan.vprop.get(index).filter(|&&v| v != 0),
+        plan.sgir.get(index),
+    ) else {
         return;
     };
     let Some(rd) = rd_of(&sys.host, mpidr) else {
@@ -159,13 +197,11 @@ pub fn init_cpu(sys: &System, index: usize, mpidr: u64, hw: &mut crate::hw::Plat
     // in GICR_VPENDBASER, as the architecture asks.
     write64(vlpi + VPENDBASER, 0);
     write64(vlpi + VPROPBASER, value);
-    hw.v41 = Some(V41Frame {
-        vlpi,
-        sgir: plan.sgir,
-    });
+    hw.v41 = Some(V41Frame { vlpi, sgir });
 }
 
-/// A CPU's own redistributor VLPI frame and ITS 0's GITS_SGIR. Only its
+/// A CPU's own redistributor VLPI frame and its ITS's GITS_SGIR (the
+/// ITS of its NUMA node the core chose, `ItsSet::local_its`). Only its
 /// CPU uses it (`hw::PlatformHw`); GITS_SGIR takes one 64-bit write from
 /// any CPU at once with no lock (each write is one whole vSGI).
 pub struct V41Frame {
@@ -183,10 +219,7 @@ impl V41Hw for V41Frame {
     fn write_vpendbaser(&mut self, value: u64) {
         write64(self.vlpi + VPENDBASER, value)
     }
-    fn write_sgir(&mut self, its: usize, value: u64) {
-        // Only ITS 0 is driven (`vsgi::its_for_cpu`).
-        if its == 0 {
-            write64(self.sgir, value)
-        }
+    fn write_sgir(&mut self, value: u64) {
+        write64(self.sgir, value)
     }
 }

@@ -41,8 +41,22 @@
 //!   processing resumes on a GITS_CWRITER write with Retry = 1 (which meets
 //!   the same command again) or a new GITS_CBASER.
 //!
-//! vLPIs, doorbells and physical LPIs are not modelled; the vSGI rules do
-//! not need them.
+//! - vLPIs (GICv4.1): per ITS a device table (MAPD: DeviceID, Size, V) and
+//!   each device's events (VMAPTI: EventID to a vPE mapped on that ITS and
+//!   a vINTID, Dbell_pINTID 1023 only, GICv4.1 having no per-vLPI doorbell;
+//!   VMOVI with D = 0; DISCARD; INV; INT; CLEAR; SYNC), checked against the
+//!   device's Size and the vPE's VPT_size; a device's MSI ([`Model::translate`],
+//!   the write of its EventID to GITS_TRANSLATER with the DeviceID the
+//!   interconnect gives it) makes the vLPI pending in the vPE's state. It
+//!   reaches the vCPU interface ([`Event::VlpiDelivered`]) only while the
+//!   vPE is resident (Dirty clear) and the vLPI's byte in the vPE's VCONF
+//!   table (the last VMAPP's VCONF_Addr, memory written with
+//!   [`Model::mem_write_byte`]) has Enable [0] set; otherwise it stays
+//!   pending and is re-examined at the next residency, INV, VINVALL or
+//!   VMAPTI/VMOVI. A vLPI is always group 1: the group enables of
+//!   GICR_VPENDBASER do not hold it (they are for doorbell decisions).
+//!
+//! Doorbells and physical LPIs are not modelled; neither rule needs them.
 
 use std::collections::BTreeMap;
 
@@ -107,6 +121,22 @@ pub mod reg {
     pub const VMAPP_ADDR: u64 = 0x000F_FFFF_FFFF_0000;
     pub const CMD_VINVALL: u8 = 0x2D;
     pub const CMD_INVDB: u8 = 0x2E;
+    // The device commands the vLPI path uses (GICv3 numbers, acting on
+    // the vLPI mapping of an event VMAPTI made).
+    pub const CMD_INT: u8 = 0x03;
+    pub const CMD_CLEAR: u8 = 0x04;
+    pub const CMD_SYNC: u8 = 0x05;
+    pub const CMD_MAPD: u8 = 0x08;
+    pub const CMD_INV: u8 = 0x0C;
+    pub const CMD_DISCARD: u8 = 0x0F;
+    pub const CMD_VMOVI: u8 = 0x21;
+    pub const CMD_VMAPTI: u8 = 0x2A;
+    /// Dbell_pINTID meaning no doorbell.
+    pub const NO_DOORBELL: u64 = 1023;
+    /// The first LPI INTID; a vLPI's byte in VCONF is at vINTID - 8192.
+    pub const LPI_BASE: u32 = 8192;
+    /// LPI configuration byte: Enable [0].
+    pub const PROP_ENABLE: u8 = 1;
 }
 
 use reg::*;
@@ -158,6 +188,20 @@ pub enum CmdError {
     TargetOutOfRange(u64),
     /// A GICv4.1-only command on a GICv4.0 ITS.
     NotV41(u8),
+    /// A device command naming a DeviceID MAPD has not mapped on this ITS.
+    DeviceNotMapped(u32),
+    /// An EventID at or above 2^(the device's MAPD Size + 1).
+    EventOutOfRange {
+        device: u32,
+        event: u32,
+    },
+    /// A device command naming an event no VMAPTI mapped.
+    EventNotMapped {
+        device: u32,
+        event: u32,
+    },
+    /// A vINTID below 8192 or at/above 2^(the vPE's VPT_size + 1).
+    VintidOutOfRange(u32),
 }
 
 /// Something software could observe, or did wrong, in order.
@@ -165,6 +209,11 @@ pub enum CmdError {
 pub enum Event {
     /// vSGI `intid` of `vpe` reached the virtual CPU interface of `cpu`.
     Delivered { cpu: usize, vpe: u32, intid: u8 },
+    /// vLPI `vintid` of `vpe` reached the virtual CPU interface of `cpu`.
+    VlpiDelivered { cpu: usize, vpe: u32, vintid: u32 },
+    /// A device's MSI that ITS `its` could not translate (DeviceID or
+    /// EventID not mapped): dropped.
+    MsiDropped { its: usize, device: u32, event: u32 },
     /// The ITS stalled at the command at queue offset `offset`.
     CommandError {
         its: usize,
@@ -198,9 +247,21 @@ struct Vpe {
     mapped_on: u64,
     sgi: [SgiConfig; 16],
     pending: u16,
-    /// The last valid VMAPP's VPT_addr and VCONF_Addr.
+    /// The last valid VMAPP's VPT_addr and VCONF_Addr, and the vINTID
+    /// bits its VPT_size covers.
     vpt: u64,
     vconf: u64,
+    vpt_bits: u32,
+    /// vLPIs pending in the vPE's state (its VPT).
+    vlpi_pending: std::collections::BTreeSet<u32>,
+}
+
+/// One device an ITS has mapped (MAPD).
+#[derive(Clone, Debug, Default)]
+struct Device {
+    event_bits: u32,
+    /// EventID -> (vPE, vINTID), as VMAPTI/VMOVI left it.
+    events: BTreeMap<u32, (u32, u32)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -214,6 +275,8 @@ struct Its {
     sgir_writes: u64,
     /// Commands executed.
     commands: u64,
+    /// DeviceID -> its mapping on this ITS.
+    devices: BTreeMap<u32, Device>,
 }
 
 /// The whole modelled interrupt controller: redistributors, ITSes, the
@@ -301,6 +364,22 @@ impl Model {
     /// The VPT_addr and VCONF_Addr of `vpe`'s last valid VMAPP.
     pub fn vpe_tables(&self, vpe: u32) -> Option<(u64, u64)> {
         self.vpe(vpe).map(|v| (v.vpt, v.vconf))
+    }
+
+    /// The vLPIs pending in `vpe`'s state.
+    pub fn vlpis_pending(&self, vpe: u32) -> Vec<u32> {
+        self.vpe(vpe)
+            .map_or(Vec::new(), |v| v.vlpi_pending.iter().copied().collect())
+    }
+
+    /// Where ITS `its` sends `device`'s `event`: (vPE, vINTID).
+    pub fn vlpi_route(&self, its: usize, device: u32, event: u32) -> Option<(u32, u32)> {
+        self.its[its]
+            .devices
+            .get(&device)?
+            .events
+            .get(&event)
+            .copied()
     }
 
     /// GITS_SGIR writes ITS `its` received.
@@ -460,7 +539,7 @@ impl Model {
 
     fn last_put_pending(&self, cpu: usize) -> bool {
         let id = (self.rd[cpu].vpendbaser & VPEND_VPEID) as u32;
-        self.pending(id) != 0
+        self.pending(id) != 0 || !self.vlpis_pending(id).is_empty()
     }
 
     /// Dirty cleared on `cpu`: a resident vPE's pending vSGIs reach its
@@ -470,7 +549,61 @@ impl Model {
             for intid in 0..16 {
                 self.try_deliver(id, intid);
             }
+            self.try_deliver_vlpis(id);
         }
+    }
+
+    /// One byte of the memory tables live in (VCONF: the vLPI
+    /// configuration bytes).
+    pub fn mem_write_byte(&mut self, addr: u64, value: u8) {
+        let word = self.mem.entry(addr & !7).or_insert(0);
+        let shift = (addr & 7) * 8;
+        *word = *word & !(0xFF << shift) | u64::from(value) << shift;
+    }
+
+    fn mem_byte(&self, addr: u64) -> u8 {
+        (self.mem.get(&(addr & !7)).copied().unwrap_or(0) >> ((addr & 7) * 8)) as u8
+    }
+
+    /// Every pending vLPI of `vpe` that can be delivered now, delivered.
+    fn try_deliver_vlpis(&mut self, vpe: u32) {
+        for vintid in self.vlpis_pending(vpe) {
+            self.try_deliver_vlpi(vpe, vintid);
+        }
+    }
+
+    /// `vpe`'s pending vLPI `vintid` delivered if its vPE is resident
+    /// (Dirty clear) and its VCONF byte enables it.
+    fn try_deliver_vlpi(&mut self, vpe: u32, vintid: u32) {
+        let Some(v) = self.vpe(vpe) else { return };
+        if !v.vlpi_pending.contains(&vintid) || vintid < LPI_BASE {
+            return;
+        }
+        let cpu = v.rd;
+        let byte = self.mem_byte(v.vconf + u64::from(vintid - LPI_BASE));
+        if self.resident(cpu) != Some(vpe) || self.rd[cpu].dirty_left > 0 || byte & PROP_ENABLE == 0
+        {
+            return;
+        }
+        if let Some(Some(v)) = self.vpes.get_mut(vpe as usize) {
+            v.vlpi_pending.remove(&vintid);
+        }
+        self.events.push(Event::VlpiDelivered { cpu, vpe, vintid });
+    }
+
+    /// A device's MSI: EventID `event` written to ITS `its`'s
+    /// GITS_TRANSLATER with DeviceID `device`. A mapped event makes its
+    /// vLPI pending on its vPE (delivered at once when it can be); any
+    /// other is dropped ([`Event::MsiDropped`]).
+    pub fn translate(&mut self, its: usize, device: u32, event: u32) {
+        let Some((vpe, vintid)) = self.vlpi_route(its, device, event) else {
+            self.events.push(Event::MsiDropped { its, device, event });
+            return;
+        };
+        if let Some(Some(v)) = self.vpes.get_mut(vpe as usize) {
+            v.vlpi_pending.insert(vintid);
+        }
+        self.try_deliver_vlpi(vpe, vintid);
     }
 
     /// Whether `vpe`'s pending vSGI `intid` can be delivered now, and if
@@ -651,6 +784,25 @@ impl Model {
         Ok(())
     }
 
+    /// `device` mapped on `its` with `event` in its range.
+    fn device_event(&self, its: usize, device: u32, event: u32) -> Result<(), CmdError> {
+        let d = self.its[its]
+            .devices
+            .get(&device)
+            .ok_or(CmdError::DeviceNotMapped(device))?;
+        if u64::from(event) >> d.event_bits != 0 {
+            return Err(CmdError::EventOutOfRange { device, event });
+        }
+        Ok(())
+    }
+
+    /// The (vPE, vINTID) `device`'s `event` is mapped to on `its`.
+    fn mapped_event(&self, its: usize, device: u32, event: u32) -> Result<(u32, u32), CmdError> {
+        self.device_event(its, device, event)?;
+        self.vlpi_route(its, device, event)
+            .ok_or(CmdError::EventNotMapped { device, event })
+    }
+
     /// The GICv4.1 VMAPP's field rules (IHI 0069 "VMAPP", the 4.1 layout):
     /// DW0 Alloc [8], PTZ [9], VCONF_Addr [51:16]; DW1 Default_Doorbell
     /// [31:0], vPEID [47:32]; DW2 RDbase [50:16], V [63]; DW3 VPT_size
@@ -738,6 +890,7 @@ impl Model {
                     entry.mapped_on |= 1 << its;
                     entry.vpt = cmd[3] & VMAPP_ADDR;
                     entry.vconf = cmd[0] & VMAPP_ADDR;
+                    entry.vpt_bits = (cmd[3] & 0x1F) as u32 + 1;
                 } else if let Some(entry) = self.vpes[vpe as usize].as_mut() {
                     entry.mapped_on &= !(1 << its);
                     if entry.mapped_on == 0 {
@@ -770,7 +923,98 @@ impl Model {
                 self.try_deliver(vpe, intid);
                 Ok(())
             }
-            CMD_VSYNC | CMD_VINVALL | CMD_INVDB => self.mapped_vpe(its, vpe),
+            CMD_VSYNC | CMD_INVDB => self.mapped_vpe(its, vpe),
+            CMD_VINVALL => {
+                self.mapped_vpe(its, vpe)?;
+                self.try_deliver_vlpis(vpe);
+                Ok(())
+            }
+            CMD_MAPD => {
+                let device = (cmd[0] >> 32) as u32;
+                if cmd[2] >> 63 & 1 == 1 {
+                    if self.its[its].devices.contains_key(&device) {
+                        self.misuse_event(format!(
+                            "MAPD of device {device:#x} on ITS {its}: mapped again while mapped (UNPREDICTABLE)"
+                        ));
+                    }
+                    let event_bits = (cmd[1] & 0x1F) as u32 + 1;
+                    self.its[its].devices.insert(
+                        device,
+                        Device {
+                            event_bits,
+                            events: BTreeMap::new(),
+                        },
+                    );
+                } else {
+                    self.its[its].devices.remove(&device);
+                }
+                Ok(())
+            }
+            CMD_VMAPTI => {
+                let (device, event) = ((cmd[0] >> 32) as u32, cmd[1] as u32);
+                let vintid = cmd[2] as u32;
+                let db = cmd[2] >> 32;
+                self.device_event(its, device, event)?;
+                self.mapped_vpe(its, vpe)?;
+                let bits = self.vpe(vpe).map_or(0, |v| v.vpt_bits);
+                if vintid < LPI_BASE || u64::from(vintid) >> bits != 0 {
+                    return Err(CmdError::VintidOutOfRange(vintid));
+                }
+                if self.cfg.v4_1 && db != NO_DOORBELL {
+                    self.misuse_event(format!(
+                        "VMAPTI of device {device:#x} event {event} on ITS {its}: Dbell_pINTID {db} (GICv4.1 has no per-vLPI doorbell: 1023)"
+                    ));
+                }
+                if let Some(d) = self.its[its].devices.get_mut(&device) {
+                    d.events.insert(event, (vpe, vintid));
+                }
+                self.try_deliver_vlpi(vpe, vintid);
+                Ok(())
+            }
+            CMD_VMOVI => {
+                let (device, event) = ((cmd[0] >> 32) as u32, cmd[1] as u32);
+                let (_, vintid) = self.mapped_event(its, device, event)?;
+                self.mapped_vpe(its, vpe)?;
+                if self.cfg.v4_1 && cmd[2] & 1 == 1 {
+                    self.misuse_event(format!(
+                        "VMOVI of device {device:#x} event {event} on ITS {its}: D = 1 (GICv4.1 has no per-vLPI doorbell)"
+                    ));
+                }
+                if let Some(d) = self.its[its].devices.get_mut(&device) {
+                    d.events.insert(event, (vpe, vintid));
+                }
+                Ok(())
+            }
+            CMD_DISCARD | CMD_INV | CMD_INT | CMD_CLEAR => {
+                let (device, event) = ((cmd[0] >> 32) as u32, cmd[1] as u32);
+                let (target, vintid) = self.mapped_event(its, device, event)?;
+                match op {
+                    CMD_DISCARD => {
+                        if let Some(d) = self.its[its].devices.get_mut(&device) {
+                            d.events.remove(&event);
+                        }
+                        if let Some(Some(v)) = self.vpes.get_mut(target as usize) {
+                            v.vlpi_pending.remove(&vintid);
+                        }
+                    }
+                    CMD_INT | CMD_CLEAR => {
+                        if let Some(Some(v)) = self.vpes.get_mut(target as usize) {
+                            if op == CMD_INT {
+                                v.vlpi_pending.insert(vintid);
+                            } else {
+                                v.vlpi_pending.remove(&vintid);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                self.try_deliver_vlpi(target, vintid);
+                Ok(())
+            }
+            CMD_SYNC => {
+                self.rdbase(cmd[2])?;
+                Ok(())
+            }
             other => Err(CmdError::UnknownCommand(other)),
         }
     }
@@ -1022,5 +1266,132 @@ mod tests {
         assert_eq!(m.target(4), Some(3));
         m.its_sgi_write(1, GITS_SGIR, 4 << 32);
         assert_eq!(m.events(), [Event::SgirIgnored { its: 1, vpe: 4 }]);
+    }
+
+    /// MAPD of `device` with 2^`event_bits` events.
+    fn mapd(device: u32, event_bits: u64) -> [u64; 4] {
+        [
+            CMD_MAPD as u64 | u64::from(device) << 32,
+            event_bits - 1,
+            1 << 63 | 0x5100_0000,
+            0,
+        ]
+    }
+
+    fn vmapti(device: u32, event: u32, vpe: u32, vintid: u32, db: u64) -> [u64; 4] {
+        [
+            CMD_VMAPTI as u64 | u64::from(device) << 32,
+            u64::from(event) | u64::from(vpe) << 32,
+            u64::from(vintid) | db << 32,
+            0,
+        ]
+    }
+
+    fn dev_event(op: u8, device: u32, event: u32) -> [u64; 4] {
+        [op as u64 | u64::from(device) << 32, u64::from(event), 0, 0]
+    }
+
+    /// vPE 7 on redistributor 2 (VCONF at 0x7000_0000, 16 vINTID bits)
+    /// with device 0x10's event 3 as its vLPI 8300.
+    fn vlpi_model() -> Model {
+        let mut m = model();
+        m.enqueue(0, vmapp(7, 2));
+        m.enqueue(0, mapd(0x10, 4));
+        m.enqueue(0, vmapti(0x10, 3, 7, 8300, NO_DOORBELL));
+        assert!(m.take_events().is_empty());
+        m
+    }
+
+    #[test]
+    fn a_device_msi_reaches_a_resident_vpe_only_while_its_vconf_byte_enables_it() {
+        let mut m = vlpi_model();
+        m.vlpi_write(2, GICR_VPENDBASER, VPEND_VALID | VPEND_VGRP1EN | 7);
+        wait_clean(&mut m, 2);
+
+        m.translate(0, 0x10, 3);
+        assert!(m.take_events().is_empty(), "VCONF byte 0: held");
+        assert_eq!(m.vlpis_pending(7), [8300]);
+
+        m.mem_write_byte(0x7000_0000 + (8300 - 8192), 0xA0 | PROP_ENABLE);
+        m.enqueue(0, dev_event(CMD_INV, 0x10, 3));
+        assert_eq!(
+            m.take_events(),
+            [Event::VlpiDelivered {
+                cpu: 2,
+                vpe: 7,
+                vintid: 8300
+            }]
+        );
+        m.translate(0, 0x10, 3);
+        assert_eq!(m.take_events().len(), 1, "enabled: at once");
+        assert_eq!(m.receiver_exits(), 0);
+    }
+
+    #[test]
+    fn a_vlpi_for_a_vpe_resident_nowhere_stays_pending_until_it_is_loaded() {
+        let mut m = vlpi_model();
+        m.mem_write_byte(0x7000_0000 + (8300 - 8192), PROP_ENABLE);
+
+        m.translate(0, 0x10, 3);
+        assert!(m.take_events().is_empty());
+        m.vlpi_write(2, GICR_VPENDBASER, VPEND_VALID | 7);
+        assert!(m.take_events().is_empty(), "not before Dirty clears");
+        wait_clean(&mut m, 2);
+
+        assert_eq!(
+            m.take_events(),
+            [Event::VlpiDelivered {
+                cpu: 2,
+                vpe: 7,
+                vintid: 8300
+            }]
+        );
+        m.translate(0, 0x11, 0);
+        assert_eq!(
+            m.take_events(),
+            [Event::MsiDropped {
+                its: 0,
+                device: 0x11,
+                event: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn vmapti_is_checked_against_the_device_the_vpe_and_the_gicv4_1_doorbell_rule() {
+        let mut m = vlpi_model();
+        let errors = [
+            (
+                vmapti(0x11, 0, 7, 8300, NO_DOORBELL),
+                CmdError::DeviceNotMapped(0x11),
+            ),
+            (
+                vmapti(0x10, 16, 7, 8300, NO_DOORBELL),
+                CmdError::EventOutOfRange {
+                    device: 0x10,
+                    event: 16,
+                },
+            ),
+            (
+                vmapti(0x10, 1, 9, 8300, NO_DOORBELL),
+                CmdError::VpeNotMapped(9),
+            ),
+            (
+                vmapti(0x10, 1, 7, 8191, NO_DOORBELL),
+                CmdError::VintidOutOfRange(8191),
+            ),
+            (
+                vmapti(0x10, 1, 7, 1 << 16, NO_DOORBELL),
+                CmdError::VintidOutOfRange(1 << 16),
+            ),
+        ];
+        for (cmd, error) in errors {
+            assert_eq!(m.execute(0, cmd), Err(error));
+        }
+        assert_eq!(m.execute(0, vmapti(0x10, 1, 7, 8400, 8200)), Ok(()));
+        assert_eq!(m.misuse().len(), 1, "{:?}", m.misuse());
+        // DISCARD forgets the event: an MSI for it is then dropped.
+        assert_eq!(m.execute(0, dev_event(CMD_DISCARD, 0x10, 3)), Ok(()));
+        assert_eq!(m.vlpi_route(0, 0x10, 3), None);
     }
 }

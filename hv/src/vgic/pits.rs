@@ -217,6 +217,9 @@ pub struct ItsTyper {
     pub hcc: u16,
     /// Virtual: a GICv4 ITS (vPEs, VMAPP/VMAPTI; GITS_TYPER [1]).
     pub virt: bool,
+    /// A GICv4.1 ITS that takes vSGIs: Virtual, VMAPP [40] (the 4.1
+    /// command layouts) and VSGI [39] (GITS_SGIR, the VSGI command).
+    pub vsgi: bool,
 }
 
 impl ItsTyper {
@@ -228,6 +231,7 @@ impl ItsTyper {
             pta: typer >> 19 & 1 == 1,
             hcc: ((typer >> 24) & 0xFF) as u16,
             virt: typer >> 1 & 1 == 1,
+            vsgi: typer >> 1 & 1 == 1 && typer >> 39 & 3 == 3,
         }
     }
 

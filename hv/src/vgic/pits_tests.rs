@@ -174,10 +174,17 @@ fn typer_and_tables_are_sized_from_what_the_its_reports() {
             device_bits: 16,
             pta: false,
             hcc: 0,
-            virt: false
+            virt: false,
+            vsgi: false
         }
     );
     assert_eq!(t.rdbase(3, 0x080a_0000), 3);
+    // vSGIs: Virtual [1], VSGI [39] and VMAPP [40] together.
+    let v41 = QEMU_TYPER | 1 << 1 | 1 << 39 | 1 << 40;
+    assert!(ItsTyper::decode(v41).vsgi);
+    for missing in [1 << 1, 1 << 39, 1 << 40] {
+        assert!(!ItsTyper::decode(v41 & !missing).vsgi, "{missing:#x}");
+    }
     let pta = ItsTyper::decode(QEMU_TYPER | 1 << 19);
     assert_eq!(pta.rdbase(3, 0x080e_0000), 0x80e);
     // 2 events of 8 bytes still take one aligned 256-byte ITT.

@@ -2,7 +2,10 @@
 //! a fake ITS queue and a fake redistributor. `its` wires them to the
 //! partitions' virtual ITSes and `exit` to vCPU residency; the platform
 //! gives the ITS its vPE table and each CPU its VLPI frame
-//! (`platform/src/its.rs`); the `gicv4` boot case runs it on QEMU.
+//! (`platform/src/its.rs`); the `gicv4` boot case runs it on QEMU. On a
+//! GICv4.1 host [`PartitionVlpis::apply`] translates the guest's commands
+//! too (the same encodings), on the vSGI path's vPEs (`vgic::v41::choose_vlpis`);
+//! its VMAPP and [`Residency`] are GICv4.0's only.
 //!
 //! - [`LpiDelivery::choose`]: a partition gets direct vLPIs when every
 //!   redistributor's GICR_TYPER reports VLPIS, the ITS's GITS_TYPER reports
@@ -436,6 +439,15 @@ impl PartitionVlpis {
     /// Where a guest event goes: its vCPU and vINTID, if mapped.
     pub fn route_of(&self, device: u32, event: u32) -> Option<(u16, u32)> {
         self.devices.get(&device)?.events.get(&event).copied()
+    }
+
+    /// The vINTIDs mapped to vCPU `vcpu` (a guest INVALL's).
+    pub fn vintids_of(&self, vcpu: u16) -> impl Iterator<Item = u32> + '_ {
+        self.devices
+            .values()
+            .flat_map(|d| d.events.values())
+            .filter(move |e| e.0 == vcpu)
+            .map(|e| e.1)
     }
 
     fn vmapp(&self, env: &mut impl V4Env, valid: bool) -> Result<(), V4Error> {

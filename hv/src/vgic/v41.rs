@@ -21,7 +21,8 @@
 //!   register, KVM traps it too), is resolved against the partition's own
 //!   vCPUs with the same precomputed [`SgiMap`], and each target becomes one
 //!   GITS_SGIR write (vPE ID [47:32], vINTID [3:0]) to the ITS chosen for
-//!   the sending CPU (`vgic::its_choice`). The IPI Linux sends most (one
+//!   the sending CPU (`vgic::its_choice`), whose GITS_SGIR is the CPU's
+//!   `V41Hw` frame's own. The IPI Linux sends most (one
 //!   sibling named by Aff0 alone) is a mask test, a load of the target's
 //!   precomputed GITS_SGIR word and the store (23 instructions compiled;
 //!   docs/PERFORMANCE.md). The receiver takes no exit: a
@@ -42,6 +43,10 @@
 //!   [`group_enables`] (GICR_VPENDBASER's group enables follow the guest's
 //!   GICD_CTLR, as KVM does).
 //!
+//! - [`choose_vlpis`], [`vconf_offset`]: direct vLPIs on a GICv4.1 host
+//!   (applied by `partition` and `its`): the vSGI path's vPEs, a VCONF
+//!   copy of the guest's property table, no doorbells.
+//!
 //! - [`vpe_table_for`]: which vPE table a CPU's GICR_VPROPBASER (4.1
 //!   layout) names: the ITS's GITS_BASER<n> of type vPE where the ITS shares
 //!   it (GITS_TYPER.SVPET, GITS_MPIDR against GICR_TYPER.CommonLPIAff), else
@@ -50,7 +55,8 @@
 //! Wired by `crate::vsgi` (vPEs per partition, load/put, the exit path's
 //! send, reconfiguration, group enables) and applied by the platform's
 //! `v41.rs` (the vPE tables, each CPU's MMIO `V41Hw` over its own VLPI frame
-//! and ITS 0's GITS_SGIR), only when the host chose [`SgiDelivery::Direct`].
+//! and the GITS_SGIR of the CPU's own ITS, `its::ItsSet::local_its`), only
+//! when the host chose [`SgiDelivery::Direct`].
 //! Untested on GICv4.1 hardware.
 
 use super::sgi::{SgiMap, SgiResolution};
@@ -106,8 +112,10 @@ pub trait V41Hw {
     /// This CPU's GICR_VPENDBASER.
     fn read_vpendbaser(&mut self) -> u64;
     fn write_vpendbaser(&mut self, value: u64);
-    /// GITS_SGIR of ITS `its` (index in the host's ITS list).
-    fn write_sgir(&mut self, its: usize, value: u64);
+    /// This CPU's GITS_SGIR: that of the ITS the core chose for it
+    /// (`its::ItsSet::local_its`, its NUMA node's ITS with vSGIs), fixed
+    /// at boot, so the send path names no ITS.
+    fn write_sgir(&mut self, value: u64);
 }
 
 /// Why a residency change did not complete.
@@ -222,8 +230,8 @@ impl DirectSgi {
 
     /// The sender's path: an ICC_SGI1R_EL1 `value` written by vCPU
     /// `self_index`, resolved with the partition's `map` over its
-    /// `vcpu_mpidrs`, sent as one GITS_SGIR write per target vCPU to ITS
-    /// `its`. Targets outside the partition are not sent; the resolution
+    /// `vcpu_mpidrs`, sent as one GITS_SGIR write per target vCPU to this
+    /// CPU's ITS (`hw`'s GITS_SGIR). Targets outside the partition are not sent; the resolution
     /// is returned so the caller reports `outside` as today.
     ///
     /// One target named by Aff0 alone in a dense partition (vCPU i has
@@ -239,20 +247,19 @@ impl DirectSgi {
         vcpu_mpidrs: &[u64],
         value: u64,
         self_index: usize,
-        its: usize,
     ) -> SgiResolution {
         let list = value & 0xFFFF;
         if value & SGI1R_NOT_LIST_OR_INTID == 0 && list.is_power_of_two() && map.dense() {
             let t = list.trailing_zeros() as usize;
             if let Some(&word) = self.words.get(t) {
-                hw.write_sgir(its, word | (value >> 24 & 0xF));
+                hw.write_sgir(word | (value >> 24 & 0xF));
                 return SgiResolution {
                     vcpus: list,
                     outside: 0,
                 };
             }
         }
-        self.send_general(hw, map, vcpu_mpidrs, value, self_index, its)
+        self.send_general(hw, map, vcpu_mpidrs, value, self_index)
     }
 
     /// [`DirectSgi::send`] for any ICC_SGI1R_EL1 value.
@@ -264,12 +271,11 @@ impl DirectSgi {
         vcpu_mpidrs: &[u64],
         value: u64,
         self_index: usize,
-        its: usize,
     ) -> SgiResolution {
         let (intid, res) = map.resolve(vcpu_mpidrs, value, self_index);
         for t in ones(res.vcpus) {
             if let Some(&word) = self.words.get(t as usize) {
-                hw.write_sgir(its, word | u64::from(intid & 0xF));
+                hw.write_sgir(word | u64::from(intid & 0xF));
             }
         }
         res
@@ -404,29 +410,43 @@ pub struct SgiCfg {
 pub type SgiCfgs = [SgiCfg; 16];
 
 /// The commands that give a vCPU's vPE direct vSGIs, as (ITS index,
-/// command): VMAPP on each of `itses` ITSes (a GITS_SGIR write is only
-/// taken by an ITS the vPE is mapped on, and each CPU writes its own
-/// chosen ITS, `vgic::its_choice`), Alloc on the first only; then the
-/// guest's current configuration of its 16 SGIs as VSGIs and a VSYNC on
-/// ITS 0 (the configuration lives with the vPE, not in an ITS).
-pub fn map_vpe(m: &cmd::Vmapp, itses: usize, cfg: &SgiCfgs) -> alloc::vec::Vec<(usize, [u64; 4])> {
-    let mut out = alloc::vec::Vec::with_capacity(itses + 17);
-    for its in 0..itses {
+/// command): VMAPP on each ITS of `rds` (every ITS that offers vSGIs,
+/// lowest first, with the vPE's RDbase there: a GITS_SGIR write is only
+/// taken by an ITS the vPE is mapped on, and each CPU writes its own,
+/// `its::ItsSet::local_its`), Alloc on the first only (the GIC sets up the
+/// vPE table entry once; Linux's `its_send_vmapp` Allocs on the first
+/// mapping of a vPE, whichever ITS that is); then the guest's current
+/// configuration of its 16 SGIs as VSGIs and a VSYNC, all on `cfg_its`
+/// alone: the configuration lives with the vPE, not in an ITS, so one ITS
+/// the vPE is mapped on suffices (Linux's `its_configure_sgi` sends VSGI to
+/// the one ITS `find_4_1_its` returns). Nothing when `rds` is empty.
+pub fn map_vpe(
+    m: &cmd::Vmapp,
+    rds: &[(usize, u32)],
+    cfg_its: usize,
+    cfg: &SgiCfgs,
+) -> alloc::vec::Vec<(usize, [u64; 4])> {
+    let mut out = alloc::vec::Vec::with_capacity(rds.len() + 17);
+    if rds.is_empty() {
+        return out;
+    }
+    for (n, &(its, rd)) in rds.iter().enumerate() {
         out.push((
             its,
             cmd::vmapp(&cmd::Vmapp {
-                alloc: m.alloc && its == 0,
+                alloc: m.alloc && n == 0,
+                rd,
                 ..*m
             }),
         ));
     }
     for (n, c) in cfg.iter().enumerate() {
         out.push((
-            0,
+            cfg_its,
             cmd::vsgi(m.vpe, n as u8, c.enabled, c.priority, c.group1),
         ));
     }
-    out.push((0, cmd::vsync(m.vpe)));
+    out.push((cfg_its, cmd::vsync(m.vpe)));
     out
 }
 
@@ -451,12 +471,77 @@ pub fn reconfigure(vpe: u16, old: &SgiCfgs, new: &SgiCfgs) -> alloc::vec::Vec<[u
     out
 }
 
-/// The commands that take a vPE off every ITS: VMAPP V = 0 on each, Alloc
-/// on the last (the GIC then forgets the vPE; its tables may be freed).
-pub fn unmap_vpe(vpe: u16, itses: usize) -> alloc::vec::Vec<(usize, [u64; 4])> {
-    (0..itses)
-        .map(|its| (its, cmd::vunmapp(vpe, its + 1 == itses)))
+/// The commands that take a vPE off every ITS of `itses` ([`map_vpe`]'s
+/// ITSes, lowest first): VMAPP V = 0 on each in the reverse order, so the
+/// first, whose VMAPP had Alloc, is last and carries Alloc (the GIC then
+/// forgets the vPE; its tables may be freed).
+pub fn unmap_vpe(vpe: u16, itses: &[usize]) -> alloc::vec::Vec<(usize, [u64; 4])> {
+    itses
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(n, &its)| (its, cmd::vunmapp(vpe, n + 1 == itses.len())))
         .collect()
+}
+
+/// Why a partition's MSIs stay on the trapped path (`pits`) on a GICv4.1
+/// host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VlpisOff {
+    /// It has no virtual ITS (no function with MSIs).
+    NoVits,
+    /// Its vCPUs have no vPEs (`vsgi::PartitionVsgi`: not the GICv3
+    /// interface, or a CPU beyond the vPE IDs, or no vSGIs on the host).
+    NoVpes,
+    /// The ITS its functions reach (`its::MsiRouting::partition_its`) does
+    /// not offer vSGIs, so the vPEs are not mapped on it and a VMAPTI there
+    /// would name an unmapped vPE.
+    ItsWithoutVpes { its: usize },
+}
+
+/// The core's decision for a partition on a GICv4.1 host: its MSIs become
+/// direct vLPIs on the vSGI path's vPEs (one per vCPU, mapped on every ITS
+/// with vSGIs at its first load, `ItsSet::vsgi_itses`) when it has a
+/// virtual ITS, its vCPUs have those vPEs, the ITS its functions reach is
+/// one they are mapped on (applied by `partition` and `its`). One vPE
+/// serves both
+/// (a GICv4.1 vPE has one VPT, one VCONF and one residency); its VPT covers
+/// the vITS's vINTIDs and its VCONF is the partition's copy of the guest's
+/// property table, because VMAPP (at the first load) comes before the
+/// guest names its table (EnableLPIs) and VCONF_Addr cannot change while
+/// the vPE is mapped (KVM keeps its own vprop table for the same reason).
+/// Doorbells: none, as on GICv4.0 (pinned vCPUs are resident while their
+/// partition runs): VMAPP's Default_Doorbell and VMAPTI's Dbell_pINTID are
+/// 1023, VMOVI's D is 0 (GICv4.1 has no per-vLPI doorbell).
+pub fn choose_vlpis(
+    has_vits: bool,
+    has_vpes: bool,
+    its: usize,
+    vsgi_itses: &[usize],
+) -> Result<(), VlpisOff> {
+    if !has_vits {
+        return Err(VlpisOff::NoVits);
+    }
+    if !has_vpes {
+        return Err(VlpisOff::NoVpes);
+    }
+    if !vsgi_itses.contains(&its) {
+        return Err(VlpisOff::ItsWithoutVpes { its });
+    }
+    Ok(())
+}
+
+/// The byte of vINTID `vintid` in the guest's property table and in the
+/// partition's VCONF copy (the same offset, vINTID - 8192), when the vINTID
+/// is inside both: below 2^`guest_bits` (one more than the guest's
+/// GICR_PROPBASER IDbits, as `v40::vpropbaser` accepted it within its RAM)
+/// and
+/// 2^`vconf_bits` (the bits the copy and the VPT cover). None otherwise:
+/// the MAPTI is refused, so the GIC never reads past either table.
+pub fn vconf_offset(vintid: u32, guest_bits: u8, vconf_bits: u8) -> Option<u64> {
+    let limit = 1u64 << guest_bits.min(vconf_bits).min(32);
+    (vintid >= super::pits::LPI_BASE && u64::from(vintid) < limit)
+        .then(|| u64::from(vintid - super::pits::LPI_BASE))
 }
 
 /// GICR_VPENDBASER's vGrp0En and vGrp1En for a partition whose virtual

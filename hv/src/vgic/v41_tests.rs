@@ -12,6 +12,8 @@ struct Cpu<'a> {
     m: &'a mut Model,
     cpu: usize,
     lockless: bool,
+    /// The ITS whose GITS_SGIR this CPU writes.
+    its: usize,
 }
 
 impl V41Hw for Cpu<'_> {
@@ -24,8 +26,8 @@ impl V41Hw for Cpu<'_> {
     fn write_vpendbaser(&mut self, value: u64) {
         self.m.vlpi_write(self.cpu, reg::GICR_VPENDBASER, value)
     }
-    fn write_sgir(&mut self, its: usize, value: u64) {
-        self.m.its_sgi_write(its, reg::GITS_SGIR, value)
+    fn write_sgir(&mut self, value: u64) {
+        self.m.its_sgi_write(self.its, reg::GITS_SGIR, value)
     }
 }
 
@@ -34,6 +36,7 @@ fn on(m: &mut Model, cpu: usize) -> Cpu<'_> {
         m,
         cpu,
         lockless: true,
+        its: 0,
     }
 }
 
@@ -130,7 +133,7 @@ fn an_sgi_to_a_resident_vpe_is_delivered_without_a_receiver_exit() {
         .unwrap();
 
     // vCPU 0 sends SGI 5 to vCPU 1.
-    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(5, 0b10), 0, 0);
+    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(5, 0b10), 0);
 
     assert_eq!(res.vcpus, 0b10);
     assert_eq!(
@@ -156,8 +159,8 @@ fn an_sgi_to_a_non_resident_vpe_is_kept_pending_and_seen_on_load() {
     let (mut m, direct, map, mpidrs) = host(Config::default());
     let (chip_lock, _) = lock();
 
-    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(2, 0b100), 0, 0);
-    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(7, 0b100), 0, 0);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(2, 0b100), 0);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(7, 0b100), 0);
     assert!(m.events().is_empty());
     assert_eq!(m.pending(12), 1 << 2 | 1 << 7);
 
@@ -195,7 +198,7 @@ fn put_reports_pending_last_and_a_later_load_delivers() {
     assert!(!rx.put(&mut on(&mut m, 3), &chip_lock).unwrap());
     assert_eq!(m.resident(3), None);
 
-    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(1, 0b1000), 0, 0);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(1, 0b1000), 0);
     assert_eq!(
         rx.load(&mut on(&mut m, 3), &chip_lock, 13, false, true),
         Ok(())
@@ -239,21 +242,14 @@ fn targets_outside_the_partition_are_refused_and_never_written() {
     let (mut m, direct, map, mpidrs) = host(Config::default());
     // Aff0 4..7 and another cluster: no vCPUs of this partition (vPE IDs
     // beyond this partition's exist on the host: 14.. would be others').
-    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0xF0), 0, 0);
-    let res2 = direct.send(
-        &mut on(&mut m, 0),
-        &map,
-        &mpidrs,
-        3 << 24 | 1 << 16 | 1,
-        0,
-        0,
-    );
+    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0xF0), 0);
+    let res2 = direct.send(&mut on(&mut m, 0), &map, &mpidrs, 3 << 24 | 1 << 16 | 1, 0);
 
     assert_eq!((res.vcpus, res.outside), (0, 4));
     assert_eq!((res2.vcpus, res2.outside), (0, 1));
     assert_eq!(m.sgir_writes(0), 0);
     // A mixed list reaches only the partition's own.
-    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0x12), 0, 0);
+    let res = direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0x12), 0);
     assert_eq!((res.vcpus, res.outside), (0b10, 1));
     assert_eq!(m.sgir_writes(0), 1);
 }
@@ -276,10 +272,9 @@ fn a_hostile_sgi_storm_is_bounded() {
             &mpidrs,
             1 << 40 | (i % 16) << 24,
             0,
-            0,
         );
         assert_eq!(r.vcpus, 0b1110);
-        let r = direct.send(&mut on(&mut m, 0), &map, &mpidrs, 0xFFF0 | 1 << 24, 0, 0);
+        let r = direct.send(&mut on(&mut m, 0), &map, &mpidrs, 0xFFF0 | 1 << 24, 0);
         outside += u64::from(r.outside);
     }
 
@@ -313,6 +308,7 @@ fn load_and_put_take_no_shared_lock_on_a_lockless_chip_and_are_counted_on_one_wi
                 m: &mut m,
                 cpu: 2,
                 lockless,
+                its: 0,
             };
             rx.load(&mut hw, &chip_lock, 12, false, true).unwrap();
             rx.put(&mut hw, &chip_lock).unwrap();
@@ -410,7 +406,12 @@ fn map_vpe_maps_on_every_its_allocs_once_and_gives_the_guest_s_sgi_configuration
     // SGIs 0..7 enabled, SGI 1 at priority 0x90.
     let r = guest_redist(&[(ISENABLER0, 0xFF), (IPRIORITYR0, 0x90 << 8)]);
 
-    let cmds = map_vpe(&vmapp(5, 2, true), 3, &r.sgi_configs());
+    let cmds = map_vpe(
+        &vmapp(5, 2, true),
+        &[(0, 2), (1, 2), (2, 2)],
+        0,
+        &r.sgi_configs(),
+    );
     for &(its, c) in &cmds {
         m.enqueue(its, c);
     }
@@ -433,7 +434,7 @@ fn map_vpe_maps_on_every_its_allocs_once_and_gives_the_guest_s_sgi_configuration
 fn an_sgi_the_guest_enables_later_is_held_pending_then_delivered() {
     let mut m = bare(Config::default());
     let before = guest_redist(&[]);
-    for (its, c) in map_vpe(&vmapp(10, 0, true), 1, &before.sgi_configs()) {
+    for (its, c) in map_vpe(&vmapp(10, 0, true), &[(0, 0)], 0, &before.sgi_configs()) {
         m.enqueue(its, c);
     }
     let (chip_lock, _) = lock();
@@ -444,7 +445,7 @@ fn an_sgi_the_guest_enables_later_is_held_pending_then_delivered() {
     let direct = DirectSgi::new(alloc::vec![10]);
     let mpidrs = alloc::vec![0x8000_0000u64];
     let map = SgiMap::new(&mpidrs);
-    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0b1), 0, 0);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0b1), 0);
     assert!(m.events().is_empty(), "SGI 3 is disabled: held");
     assert_eq!(m.pending(10), 1 << 3);
 
@@ -470,7 +471,7 @@ fn an_sgi_the_guest_enables_later_is_held_pending_then_delivered() {
     for c in reconfigure(10, &after.sgi_configs(), &off.sgi_configs()) {
         m.enqueue(0, c);
     }
-    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0b1), 0, 0);
+    direct.send(&mut on(&mut m, 0), &map, &mpidrs, sgi1r(3, 0b1), 0);
     assert!(m.take_events().is_empty());
 }
 
@@ -481,7 +482,7 @@ fn a_distributor_with_group_1_off_holds_vsgis_and_unmap_leaves_every_its() {
         ..Config::default()
     });
     let r = guest_redist(&[(ISENABLER0, 0xFFFF)]);
-    for (its, c) in map_vpe(&vmapp(4, 1, true), 2, &r.sgi_configs()) {
+    for (its, c) in map_vpe(&vmapp(4, 1, true), &[(0, 1), (1, 1)], 0, &r.sgi_configs()) {
         m.enqueue(its, c);
     }
     let (chip_lock, _) = lock();
@@ -494,11 +495,12 @@ fn a_distributor_with_group_1_off_holds_vsgis_and_unmap_leaves_every_its() {
     assert_eq!(m.pending(4), 1 << 6);
     rx.put(&mut on(&mut m, 1), &chip_lock).unwrap();
 
-    let cmds = unmap_vpe(4, 2);
+    let cmds = unmap_vpe(4, &[0, 1]);
     assert_eq!(cmds.iter().filter(|(_, c)| c[0] >> 8 & 1 == 1).count(), 1);
     assert_eq!(
         cmds.last().map(|&(its, c)| (its, c[0] >> 8 & 1)),
-        Some((1, 1))
+        Some((0, 1)),
+        "the first ITS, whose VMAPP had Alloc, unmaps last with Alloc"
     );
     for (its, c) in cmds {
         m.enqueue(its, c);
@@ -507,9 +509,9 @@ fn a_distributor_with_group_1_off_holds_vsgis_and_unmap_leaves_every_its() {
     assert!(m.take_events().is_empty(), "no error, no misuse");
 }
 
-/// Records GITS_SGIR writes as (ITS, value).
+/// Records GITS_SGIR writes.
 #[derive(Default)]
-struct Writes(Vec<(usize, u64)>);
+struct Writes(Vec<u64>);
 
 impl V41Hw for Writes {
     fn lockless(&self) -> bool {
@@ -519,8 +521,8 @@ impl V41Hw for Writes {
         0
     }
     fn write_vpendbaser(&mut self, _: u64) {}
-    fn write_sgir(&mut self, its: usize, value: u64) {
-        self.0.push((its, value));
+    fn write_sgir(&mut self, value: u64) {
+        self.0.push(value);
     }
 }
 
@@ -543,8 +545,8 @@ fn the_single_target_fast_path_sends_what_the_general_path_sends() {
         for &value in &values {
             for me in 0..mpidrs.len() {
                 let (mut a, mut b) = (Writes::default(), Writes::default());
-                let ra = direct.send(&mut a, &map, mpidrs, value, me, 2);
-                let rb = direct.send_general(&mut b, &map, mpidrs, value, me, 2);
+                let ra = direct.send(&mut a, &map, mpidrs, value, me);
+                let rb = direct.send_general(&mut b, &map, mpidrs, value, me);
                 assert_eq!((ra, &a.0), (rb, &b.0), "value {value:#x} from vCPU {me}");
                 if map.dense() && a.0.len() == 1 && value & !(0xFFFF | 0xF << 24) == 0 {
                     fast_taken += 1;
@@ -636,4 +638,28 @@ fn a_groups_own_vpe_table_covers_every_vpe_id_at_the_redistributors_entry_size()
     assert_eq!(v >> 53 & 3, 0, "4 KiB pages");
     assert!(is_vpe_baser(VPE_BASER_64K));
     assert!(!is_vpe_baser(VPE_BASER_64K & !(7 << 56) | 1 << 56));
+}
+
+#[test]
+fn a_gicv4_1_partition_gets_direct_vlpis_only_with_a_vits_vpes_and_an_its_they_are_mapped_on() {
+    let itses = [0, 2];
+
+    assert_eq!(choose_vlpis(true, true, 2, &itses), Ok(()));
+    assert_eq!(choose_vlpis(false, true, 0, &itses), Err(VlpisOff::NoVits));
+    assert_eq!(choose_vlpis(true, false, 0, &itses), Err(VlpisOff::NoVpes));
+    assert_eq!(
+        choose_vlpis(true, true, 1, &itses),
+        Err(VlpisOff::ItsWithoutVpes { its: 1 })
+    );
+}
+
+#[test]
+fn a_vconf_byte_is_copied_only_for_a_vintid_inside_both_tables() {
+    assert_eq!(vconf_offset(8192, 14, 16), Some(0));
+    assert_eq!(vconf_offset(8300, 16, 16), Some(108));
+    // The guest's 14-bit table ends at 16383; the copy's 16 bits do not
+    // widen it, nor the guest's 20 bits the copy.
+    assert_eq!(vconf_offset(16384, 14, 16), None);
+    assert_eq!(vconf_offset(1 << 16, 20, 16), None);
+    assert_eq!(vconf_offset(8191, 16, 16), None, "not an LPI");
 }
