@@ -55,7 +55,6 @@ pub const PASSTHROUGH_PPIS: u32 = (1 << PPI_VTIMER) | (1 << PPI_PTIMER);
 /// The PPIs load and put reset on this CPU.
 const OWNED_PPIS: [u32; 3] = [PPI_VTIMER, PPI_PTIMER, PPI_PMU];
 
-/// The pass-through PPIs of a partition's vCPUs.
 /// The pass-through PPIs the loaded vCPU's emulated redistributor mirrors
 /// onto this CPU's own (`vgic5::mirrored_ppis`: none for a `gicv5`
 /// partition, whose timers are DVI).
@@ -823,15 +822,9 @@ fn virs_frame_access(
         };
         fault(p, hw, kind, format_args!("{why}"));
     }
-    match out.action {
-        Some(FrameAction::SpiTrigger { intid, level }) => hw.spi(
-            LockPath::PhysDist,
-            SpiOp::SetEdge {
-                intid,
-                edge: !level,
-            },
-        ),
-        None => {}
+    if let Some(FrameAction::SpiTrigger { intid, level }) = out.action {
+        let edge = !level;
+        hw.spi(LockPath::PhysDist, SpiOp::SetEdge { intid, edge });
     }
     out.value
 }

@@ -29,8 +29,8 @@
 //!   `find_4_1_its` returns), and one ITS keeps a vPE's commands in order.
 //! - vPE creation (at a vCPU's first load of a run, on its own CPU, so its
 //!   redistributor is online): the VM's configuration table (VCONF, the
-//!   vLPI property table; no vLPI is mapped on a GICv4.1 host yet, so it
-//!   stays zero) once per partition and the vCPU's pending table (VPT) from
+//!   vLPI property table: zero, or with direct vLPIs the hypervisor's copy
+//!   of the guest's property table, `its`) once per partition and the vCPU's pending table (VPT) from
 //!   the EL2 heap, zeroed; its vPE VMAPP'd to its CPU's redistributor on
 //!   every ITS with vSGIs, Alloc on the first only (`v41::map_vpe`), then
 //!   its SGIs' reset configuration (VSGI, VSYNC). A start ([`restart`])
@@ -180,7 +180,15 @@ impl PartitionVsgi {
         let g = self.groups.load(Ordering::Acquire);
         (g & 1 != 0, g & 2 != 0)
     }
+}
 
+/// (EnableGrp0, EnableGrp1) as the bits [`PartitionVsgi::groups`] and
+/// [`VsgiCpu`] keep them: Grp0 [0], Grp1 [1].
+fn group_bits((g0, g1): (bool, bool)) -> u8 {
+    u8::from(g0) | u8::from(g1) << 1
+}
+
+impl PartitionVsgi {
     /// Whether the guest's SGIs are sent to its vPEs (it set
     /// GICD_CTLR.nASSGIreq); otherwise they take the trapped path.
     /// Relaxed (a plain byte load on the send path): the flag publishes
@@ -449,7 +457,7 @@ fn make_resident(
             let _ = cpu.residency.put(frame, &host.chip_lock);
             match cpu.residency.load(frame, &host.chip_lock, vpe, g0, g1) {
                 Ok(()) => {
-                    cpu.groups = u8::from(g0) | u8::from(g1) << 1;
+                    cpu.groups = group_bits((g0, g1));
                     return;
                 }
                 Err(e) => alloc::format!("vPE {vpe} not made resident: {e:?}"),
@@ -541,8 +549,7 @@ pub fn ctlr_written(
     let Some(v) = p.vsgi.as_ref() else {
         return false;
     };
-    let (g0, g1) = v41::group_enables(ctlr);
-    let g = u8::from(g0) | u8::from(g1) << 1;
+    let g = group_bits(v41::group_enables(ctlr));
     let regrouped = v.groups.swap(g, Ordering::AcqRel) != g;
     let req = ctlr & crate::vgic::dist::CTLR_NASSGIREQ != 0;
     let switched = v.nassgireq.swap(req, Ordering::AcqRel) != req;
@@ -597,11 +604,10 @@ pub fn regroup(sys: &System, cpu: &mut VsgiCpu, hw: &mut impl Hw, p: &Partition,
     let (Some(host), Some(v)) = (sys.vsgi.as_ref(), p.vsgi.as_ref()) else {
         return;
     };
-    let (g0, g1) = v.groups();
     let Some(vpe) = cpu.residency.resident() else {
         return;
     };
-    if cpu.groups == u8::from(g0) | u8::from(g1) << 1 {
+    if cpu.groups == group_bits(v.groups()) {
         return;
     }
     put(sys, cpu, hw, p, vcpu);
