@@ -15,7 +15,8 @@
 //! names ([`MsiRouting`]); a guest's DeviceID is its function's requester
 //! ID, turned into that ITS's DeviceID only when a command is sent (`Env`).
 //! A command naming a device goes to that device's ITS only; SYNC and
-//! INVALL (no device) go to every ITS that came up. Every CPU maps its
+//! INVALL (no device) to the partition's own ITS (`PartitionVits::its`),
+//! the one all its functions reach. Every CPU maps its
 //! collection (ICID = CPU index) on every ITS ([`ItsSet::cpu_online`]). A
 //! partition's functions must all reach one ITS that came up, whose
 //! translater its one doorbell is ([`MsiRouting::partition_its`]);
@@ -33,8 +34,8 @@
 //! their pinned CPUs' redistributors on every ITS that came up: any may
 //! own a device of the partition, and a vLPI reaches only a vPE its ITS
 //! has mapped) at the first need, the guest's commands become
-//! VMAPTI/VMOVI/VSYNC/VINVALL on them (VSYNC and VINVALL on every ITS, as
-//! SYNC), and a device's MSI reaches the resident vCPU with no exit. No
+//! VMAPTI/VMOVI/VSYNC/VINVALL on them (VSYNC and VINVALL on the
+//! partition's own ITS, as SYNC), and a device's MSI reaches the resident vCPU with no exit. No
 //! VMOVP is ever sent: vCPUs are pinned, so a vPE never moves, and the
 //! GITS_TYPER.VMOVP = 0 form (the ITSList/SequenceNumber VMOVP to every
 //! ITS) never arises; a vPE's mapping is the same RDbase on each ITS,
@@ -361,6 +362,13 @@ impl MsiRouting {
     /// translater with whatever DeviceID the interconnect gives it there,
     /// which could be another partition's device).
     pub fn partition_its(&self, rids: impl Iterator<Item = u32>) -> Result<u64, NoMsi> {
+        self.partition_its_index(rids)
+            .and_then(|i| self.base(i).ok_or(NoMsi::NoHostIts))
+    }
+
+    /// [`MsiRouting::partition_its`] as the ITS's index (`GicInfo::its`
+    /// order): the one ITS a partition's vITS commands go to.
+    pub fn partition_its_index(&self, rids: impl Iterator<Item = u32>) -> Result<usize, NoMsi> {
         let mut one: Option<usize> = None;
         for rid in rids {
             let t = self.route(rid).ok_or(NoMsi::NoRoute { rid })?;
@@ -374,7 +382,8 @@ impl MsiRouting {
                 _ => one = Some(t.its),
             }
         }
-        one.and_then(|i| self.base(i)).ok_or(NoMsi::NoHostIts)
+        one.filter(|&i| self.base(i).is_some())
+            .ok_or(NoMsi::NoHostIts)
     }
 }
 
@@ -526,6 +535,9 @@ pub struct PartitionVits {
     pub vlpis: Option<PartitionVlpis>,
     limits: VitsLimits,
     typer: ItsTyper,
+    /// The one ITS its functions' MSIs reach (`MsiRouting::partition_its`):
+    /// where its SYNC and INVALL go.
+    its: usize,
     /// GICv4.1 direct vLPIs (`vgic::v41::choose_vlpis`): the vPEs are the
     /// vSGI path's (`vsgi`, which maps, unmaps and makes them resident) and
     /// the VCONF is its copy of the guest's property table, kept here.
@@ -537,13 +549,15 @@ pub struct PartitionVits {
 
 impl PartitionVits {
     /// `mappings`: the events it may map at once, all devices together
-    /// (its functions' MSI vectors: `partition::lpi_budget`).
+    /// (its functions' MSI vectors: `partition::lpi_budget`); `its`: the
+    /// ITS its functions reach (`MsiRouting::partition_its_index`).
     pub fn new(
         slot: u16,
         vcpus: u16,
         typer: ItsTyper,
         delivery: LpiDelivery,
         mappings: u32,
+        its: usize,
     ) -> PartitionVits {
         let limits = VitsLimits {
             max_mappings: mappings as usize,
@@ -556,6 +570,7 @@ impl PartitionVits {
             vlpis: None,
             limits,
             typer,
+            its,
             v41: false,
             v41_props: alloc::vec![None; usize::from(vcpus)],
         }
@@ -973,9 +988,12 @@ impl<'s> Held<'s> {
 }
 
 /// The ITSes a partition's accepted command is applied on: the one its
-/// DeviceID reaches, or for SYNC and INVALL (which name none) every ITS
-/// that came up; Err when its DeviceID reaches none.
-fn targets(set: &ItsSet, cmd: &PhysCmd) -> Result<Vec<usize>, alloc::string::String> {
+/// DeviceID reaches, or for SYNC and INVALL (which name none) the
+/// partition's own ITS `home` (every function it has reaches that one,
+/// `MsiRouting::partition_its`; another ITS holds none of its devices and,
+/// on GICv4.1, may not have its vPEs mapped); Err when its DeviceID
+/// reaches none.
+fn targets(set: &ItsSet, cmd: &PhysCmd, home: usize) -> Result<Vec<usize>, alloc::string::String> {
     let device = match *cmd {
         PhysCmd::Mapd { device, .. }
         | PhysCmd::Mapti { device, .. }
@@ -984,7 +1002,7 @@ fn targets(set: &ItsSet, cmd: &PhysCmd) -> Result<Vec<usize>, alloc::string::Str
         | PhysCmd::Inv { device, .. }
         | PhysCmd::Int { device, .. }
         | PhysCmd::Clear { device, .. } => device,
-        PhysCmd::InvAll { .. } | PhysCmd::Sync { .. } => return Ok(set.routing.live().collect()),
+        PhysCmd::InvAll { .. } | PhysCmd::Sync { .. } => return Ok(alloc::vec![home]),
     };
     match set.routing.route(device) {
         Some(t) => Ok(alloc::vec![t.its]),
@@ -1079,7 +1097,7 @@ pub fn access(
     }
     let mut held = Held { set, at: None };
     for cmd in sink.cmds {
-        let on = match targets(set, &cmd) {
+        let on = match targets(set, &cmd, v.its) {
             Ok(on) => on,
             Err(why) => {
                 out.faults.push(why);
@@ -1174,7 +1192,7 @@ fn direct_commands(
                 continue;
             }
         }
-        let on = match targets(set, &cmd) {
+        let on = match targets(set, &cmd, v.its) {
             Ok(on) => on,
             Err(why) => {
                 out.faults.push(why);

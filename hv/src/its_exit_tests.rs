@@ -1166,6 +1166,29 @@ fn with_its_1_down_a_partition_whose_functions_reach_it_gets_no_vits_and_its_0_s
 }
 
 #[test]
+fn a_guests_sync_and_invall_go_to_its_own_its_only() {
+    let (sys, [q0, q1]) = two_its_system(false, [true, true]);
+    let mut hw = FakeHw::new();
+    let (mut cpu, p) = alpha_with_lpis(sys, &mut hw);
+    map_nic_event_1(sys, &mut cpu, &mut hw, &p);
+    q1.sent.lock().clear();
+
+    // SYNC naming vCPU 0's redistributor, INVALL naming collection 0.
+    queue_commands(&mut hw, &p, 4, &[[0x05, 0, 0, 0], [0x0D, 0, 0, 0]]);
+    its_reg(sys, &mut cpu, &mut hw, 0x88, 8, Some(6 * 32));
+
+    // The SYNC on ITS 1 (the trapped path's INVALL is a re-check of the
+    // vLPIs, with nothing to send for them).
+    let sent = q1.sent.lock().clone();
+    assert!(
+        sent.iter().any(|c| matches!(c, ItsCmd::Sync { .. })),
+        "{sent:?}"
+    );
+    // ITS 0 holds none of alpha's devices: nothing goes there.
+    assert!(q0.sent.lock().is_empty(), "{:?}", q0.sent.lock());
+}
+
+#[test]
 fn on_gicv4_0_every_vpe_is_mapped_on_both_itses_and_the_vlpi_on_the_devices_only() {
     let (sys, [q0, q1]) = two_its_system(true, [true, true]);
     let mut hw = FakeHw::new();

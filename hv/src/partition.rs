@@ -431,31 +431,26 @@ impl Partition {
             let mut fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
             let smmu = !bridge.iommu_map.is_empty();
             // The one ITS its functions' MSIs reach (`MsiRouting`).
-            let path = match (pp.management, &pci_host.msi_routing) {
+            let its_index = match (pp.management, &pci_host.msi_routing) {
                 (true, _) => Err(crate::its::NoMsi::Management),
                 (false, None) => Err(crate::its::NoMsi::NoHostIts),
                 (false, Some(r)) => r
-                    .partition_its(a.functions.iter().map(|f| u32::from(f.bdf.rid())))
-                    .and_then(|base| {
-                        crate::its::msi_path_to(false, Some(r.translater(base)), smmu)
-                    }),
+                    .partition_its_index(a.functions.iter().map(|f| u32::from(f.bdf.rid())))
+                    .map(|i| (r, i)),
             };
-            if let (Ok(_), Some(typer)) = (path, pci_host.its) {
+            let path = its_index.and_then(|(r, i)| {
+                let base = r.base(i).ok_or(crate::its::NoMsi::NoHostIts)?;
+                crate::its::msi_path_to(false, Some(r.translater(base)), smmu)
+            });
+            if let (Ok(_), Ok((_, its)), Some(typer)) = (path, its_index, pci_host.its) {
                 // GICv4.1: direct vLPIs on the vSGI path's vPEs when its
                 // functions' ITS has them mapped (`v41::choose_vlpis`).
                 let v41 = !pci_host.vlpi && pci_host.vsgi && {
                     let pcpus: Vec<usize> = pp.cpus.iter().map(|&c| c as usize).collect();
                     let has_vpes =
                         crate::vsgi::PartitionVsgi::for_partition(true, gic, &pcpus).is_some();
-                    let its = pci_host.msi_routing.as_ref().and_then(|r| {
-                        let rids = a.functions.iter().map(|f| u32::from(f.bdf.rid()));
-                        let base = r.partition_its(rids).ok()?;
-                        r.live().find(|&i| r.base(i) == Some(base))
-                    });
-                    its.is_some_and(|its| {
-                        crate::vgic::v41::choose_vlpis(true, has_vpes, its, &pci_host.vsgi_itses)
-                            .is_ok()
-                    })
+                    crate::vgic::v41::choose_vlpis(true, has_vpes, its, &pci_host.vsgi_itses)
+                        .is_ok()
                 };
                 let vectors = lpi_budget(pp, &a, pci_host, pci_host.vlpi || v41)?;
                 fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
@@ -472,6 +467,7 @@ impl Partition {
                     typer,
                     delivery,
                     vectors,
+                    its,
                 );
                 vits = Some(CountedLock::new(
                     if v41 {
