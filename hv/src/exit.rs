@@ -2032,8 +2032,10 @@ pub fn after_guest_irq(cpu: &mut Cpu) -> Next {
 /// it, `Gicv5Cpu::take_doorbell`): the doorbell LPI of CPU `doorbell_cpu`,
 /// which belongs to the vCPU pinned there (`vgic5::IrsLayout::doorbell_lpi`,
 /// as the boot's vIRS armed it). The core decides (`vgic5::on_doorbell`);
-/// a woken vCPU's doorbell is re-armed; an IRS event is also a bounded
-/// point to drain the IRS's software error records ([`System::virs_poll`]).
+/// a woken vCPU's doorbell is re-armed (its IRS's lock, nothing else: the
+/// IRS's software error records wait for the next management call or
+/// stats report, [`System::virs_poll`], rather than every IRS's lock being
+/// taken here on an interrupt).
 #[cold]
 #[inline(never)]
 pub fn doorbell(
@@ -2063,7 +2065,6 @@ pub fn doorbell(
         )),
         DoorbellAction::Resident | DoorbellAction::Parked { .. } => {}
     }
-    sys.virs_poll(hw);
     action
 }
 

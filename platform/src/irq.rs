@@ -90,7 +90,7 @@ pub extern "C" fn pinfold_gicv5_root_irq_guest() {
 /// doorbell, which it has already ended and kept (`take_doorbell`): the
 /// core decides what it means for the vCPU pinned to that doorbell's CPU
 /// (`exit::doorbell`: re-armed when its vCPU is to be entered, left while
-/// it is off; the IRS's software errors drained there too).
+/// it is off).
 #[inline(always)]
 fn root_loop_v5(local: &mut CpuLocal) {
     let mut hw = V5Hw(&mut local.hw);
