@@ -473,10 +473,12 @@ pub mod irs {
     pub const ID_BITS_SHIFT: u32 = 59;
 }
 
-/// How long to poll an IDLE bit before giving up.
+/// How long to poll an IDLE bit before giving up (the IRS's and the
+/// ITS's, `gicv5_its`).
 const POLL_LIMIT: u32 = 1 << 20;
 
-fn poll(mut f: impl FnMut() -> bool) -> bool {
+/// True once `f` is, false after [`POLL_LIMIT`] tries.
+pub(crate) fn poll(mut f: impl FnMut() -> bool) -> bool {
     for _ in 0..POLL_LIMIT {
         if f() {
             return true;
@@ -504,15 +506,15 @@ pub enum IrsError {
     PeNotValid(u16),
 }
 
-/// The SPI IDs of the IRS whose config frame is `mmio` (IRS_IDR7.SPI_BASE,
-/// IRS_IDR6.SPI_IRS_RANGE), readable before it is enabled (for naming
-/// what an IRS that does not come up would have served).
 /// IRS_IDR2.ID_BITS: the widest LPI ID this IRS's IST can take (what
 /// `vgic5::IrsLayout::for_cpus_within` sizes the MSI pool by).
 pub fn lpi_id_bits_of(mmio: &mut impl IrsMmio) -> u32 {
     mmio.read32(irs::IDR2) & irs::IDR2_ID_BITS
 }
 
+/// The SPI IDs of the IRS whose config frame is `mmio` (IRS_IDR7.SPI_BASE,
+/// IRS_IDR6.SPI_IRS_RANGE), readable before it is enabled (for naming
+/// what an IRS that does not come up would have served).
 pub fn spi_range_of(mmio: &mut impl IrsMmio) -> core::ops::Range<u32> {
     let base = mmio.read32(irs::IDR7) & 0xff_ffff;
     let count = mmio.read32(irs::IDR6) & 0x1ff_ffff;
@@ -551,15 +553,13 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
         let idr2 = mmio.read32(irs::IDR2);
         let have = idr2 & irs::IDR2_ID_BITS;
         let lpis = idr2 & irs::IDR2_LPI != 0;
-        if let (true, Some((_, lpi_bits))) = (lpis, ist) {
+        if let (true, Some((ist, lpi_bits))) = (lpis, ist) {
             if lpi_bits > have {
                 return Err(IrsError::TooFewLpiBits {
                     need: lpi_bits,
                     have,
                 });
             }
-        }
-        if let (true, Some((ist, lpi_bits))) = (lpis, ist) {
             mmio.write32(irs::IST_CFGR, lpi_bits);
             mmio.write64(irs::IST_BASER, ist | irs::IST_BASER_VALID);
             if !poll(|| mmio.read32(irs::IST_STATUSR) & irs::IST_STATUSR_IDLE != 0) {
@@ -743,47 +743,36 @@ impl<M: IrsMmio, R: CpuRegs> Gicv5Irs<M, R> {
                         "IRS_VPE_STATUSR.IDLE",
                     )?;
                 }
-                VirsOp::ReleaseSpi { spi } => {
-                    self.mmio.write32(irs::SPI_SELR, spi);
-                    self.wait(
-                        irs::SPI_STATUSR,
-                        irs::SPI_STATUSR_IDLE,
-                        "IRS_SPI_STATUSR.IDLE",
-                    )?;
-                    if self.mmio.read32(irs::SPI_STATUSR) & irs::SPI_STATUSR_V == 0 {
-                        return Err(IrsError::SpiNotValid(spi));
-                    }
-                    self.mmio.write64(irs::SPI_VMR, 0);
-                    self.wait(
-                        irs::SPI_STATUSR,
-                        irs::SPI_STATUSR_IDLE,
-                        "IRS_SPI_STATUSR.IDLE",
-                    )?;
-                }
+                VirsOp::ReleaseSpi { spi } => self.set_spi_vmr(spi, 0)?,
                 VirsOp::UnmapVm { vm } => {
                     self.vm_op(irs::VMAP_VMR, irs::VMAP_M | irs::VMAP_U | u64::from(vm))?
                 }
                 VirsOp::AssignSpi { spi, vm } => {
-                    self.mmio.write32(irs::SPI_SELR, spi);
-                    self.wait(
-                        irs::SPI_STATUSR,
-                        irs::SPI_STATUSR_IDLE,
-                        "IRS_SPI_STATUSR.IDLE",
-                    )?;
-                    if self.mmio.read32(irs::SPI_STATUSR) & irs::SPI_STATUSR_V == 0 {
-                        return Err(IrsError::SpiNotValid(spi));
-                    }
-                    self.mmio
-                        .write64(irs::SPI_VMR, irs::SPI_VMR_VIRT | u64::from(vm));
-                    self.wait(
-                        irs::SPI_STATUSR,
-                        irs::SPI_STATUSR_IDLE,
-                        "IRS_SPI_STATUSR.IDLE",
-                    )?;
+                    self.set_spi_vmr(spi, irs::SPI_VMR_VIRT | u64::from(vm))?
                 }
             }
         }
         Ok(())
+    }
+
+    /// Physical SPI `spi` given to a VM or back (IRS_SPI_VMR = `vmr`):
+    /// selected, checked valid, written, each step waited idle.
+    fn set_spi_vmr(&mut self, spi: u32, vmr: u64) -> Result<(), IrsError> {
+        self.mmio.write32(irs::SPI_SELR, spi);
+        self.wait(
+            irs::SPI_STATUSR,
+            irs::SPI_STATUSR_IDLE,
+            "IRS_SPI_STATUSR.IDLE",
+        )?;
+        if self.mmio.read32(irs::SPI_STATUSR) & irs::SPI_STATUSR_V == 0 {
+            return Err(IrsError::SpiNotValid(spi));
+        }
+        self.mmio.write64(irs::SPI_VMR, vmr);
+        self.wait(
+            irs::SPI_STATUSR,
+            irs::SPI_STATUSR_IDLE,
+            "IRS_SPI_STATUSR.IDLE",
+        )
     }
 
     fn vm_op(&mut self, reg: usize, value: u64) -> Result<(), IrsError> {
@@ -1332,13 +1321,14 @@ pub mod hw {
         }
     }
 
-    /// The IRS config frame through the EL2 identity map (device memory).
+    /// An IRS config frame through the EL2 identity map (device memory);
+    /// also an ITS's config frame (`gicv5_its::hw::ItsFrame`).
     pub struct IrsFrame(pub usize);
 
     impl IrsMmio for IrsFrame {
         fn read32(&mut self, offset: usize) -> u32 {
-            // SAFETY: the frame the host description named for the IRS,
-            // device memory; the offsets are its registers.
+            // SAFETY: the frame the host description named for the IRS
+            // (or ITS), device memory; the offsets are its registers.
             unsafe { ((self.0 + offset) as *const u32).read_volatile() }
         }
         fn write32(&mut self, offset: usize, value: u32) {
@@ -1346,7 +1336,8 @@ pub mod hw {
             unsafe { ((self.0 + offset) as *mut u32).write_volatile(value) }
         }
         fn write64(&mut self, offset: usize, value: u64) {
-            // SAFETY: as `read32`; IRS_IST_BASER is a 64-bit register.
+            // SAFETY: as `read32`; IRS_IST_BASER (ITS_DT_BASER, ITS_DIDR,
+            // ITS_SYNCR) is a 64-bit register.
             unsafe { ((self.0 + offset) as *mut u64).write_volatile(value) }
         }
         fn read64(&mut self, offset: usize) -> u64 {

@@ -24,7 +24,7 @@
 //! partition's accepted vITS commands as [`Its5Op`]s); this module only
 //! encodes. Host-tested against `pinfold_gicv5model::its`.
 
-use crate::gicv5::{route_lpi, CpuRegs, TableMem};
+use crate::gicv5::{poll, route_lpi, CpuRegs, TableMem};
 use pinfold_hv::its5::Its5Op;
 
 /// An ITS config frame, 32- and 64-bit accesses.
@@ -85,9 +85,6 @@ pub enum ItsError {
     /// ITS_IDR2's (the core checked; a wrong table size would be a bug).
     OutOfRange { device: u32, event_bits: u8 },
 }
-
-/// How long to poll an IDLE bit before giving up.
-const POLL_LIMIT: u32 = 1 << 20;
 
 /// One ITS's config frame and its device table.
 pub struct Gicv5Its<M: ItsMmio> {
@@ -153,13 +150,12 @@ impl<M: ItsMmio> Gicv5Its<M> {
     }
 
     fn wait(&mut self, offset: usize, bit: u32, what: &'static str) -> Result<(), ItsError> {
-        for _ in 0..POLL_LIMIT {
-            if self.mmio.read32(offset) & bit != 0 {
-                return Ok(());
-            }
-            core::hint::spin_loop();
+        let mmio = &mut self.mmio;
+        if poll(|| mmio.read32(offset) & bit != 0) {
+            Ok(())
+        } else {
+            Err(ItsError::Timeout(what))
         }
-        Err(ItsError::Timeout(what))
     }
 
     fn check(&self, device: u32, event_bits: u8) -> Result<(), ItsError> {
@@ -260,29 +256,24 @@ impl<M: ItsMmio> Gicv5Its<M> {
     }
 }
 
-/// The config frame through the EL2 identity map, for the platform.
+/// The config frame through the EL2 identity map, for the platform: the
+/// IRS's frame type (`gicv5::hw::IrsFrame`, the same volatile accesses to
+/// a frame the host description names), as an ITS frame.
 #[cfg(target_arch = "aarch64")]
 pub mod hw {
     use super::ItsMmio;
-
-    /// An ITS config frame (device memory) at the address the host
-    /// description names.
-    pub struct ItsFrame(pub usize);
+    pub use crate::gicv5::hw::IrsFrame as ItsFrame;
+    use crate::gicv5::IrsMmio;
 
     impl ItsMmio for ItsFrame {
         fn read32(&mut self, offset: usize) -> u32 {
-            // SAFETY: the ITS config frame the host description named,
-            // device memory; the offsets are its registers.
-            unsafe { ((self.0 + offset) as *const u32).read_volatile() }
+            IrsMmio::read32(self, offset)
         }
         fn write32(&mut self, offset: usize, value: u32) {
-            // SAFETY: as `read32`.
-            unsafe { ((self.0 + offset) as *mut u32).write_volatile(value) }
+            IrsMmio::write32(self, offset, value)
         }
         fn write64(&mut self, offset: usize, value: u64) {
-            // SAFETY: as `read32`; ITS_DT_BASER, ITS_DIDR and ITS_SYNCR
-            // are 64-bit registers.
-            unsafe { ((self.0 + offset) as *mut u64).write_volatile(value) }
+            IrsMmio::write64(self, offset, value)
         }
     }
 }
