@@ -244,9 +244,9 @@ pub struct ResetScope<'a> {
     /// Whether the function at a BDF is not the resetting owner's (another
     /// partition's, one the hypervisor keeps, or one nobody was given).
     pub foreign: &'a dyn Fn(Bdf) -> bool,
-    /// [`functions`] on `buses`, walked at the first bus reset considered
-    /// (or given by a caller that already walked them) and kept for the
-    /// rest of the call: one walk however many functions lack FLR.
+    /// [`functions`] on `buses`, walked at the first need ([`quiesce_all`]'s
+    /// start, or the first bus reset considered) and kept for the rest of
+    /// the call: one walk however many functions lack FLR.
     reached: core::cell::OnceCell<Vec<Bdf>>,
 }
 
@@ -342,8 +342,7 @@ pub fn quiesce_all(
     foreign: &dyn Fn(Bdf) -> bool,
 ) -> Vec<Quiesced> {
     let scope = ResetScope::new(buses, foreign);
-    let found = functions(cfg, buses);
-    let _ = scope.reached.set(found.clone());
+    let found = scope.reached(cfg).to_vec();
     found
         .into_iter()
         .map(|bdf| quiesce_function(cfg, bdf, &scope))
@@ -436,26 +435,21 @@ pub fn quiesce_function(cfg: &mut impl ConfigSpace, bdf: Bdf, scope: &ResetScope
             _ => {}
         }
     }
-    let flr = caps
-        .iter()
-        .find(|&&(id, _)| id == CAP_EXP)
-        .map(|&(_, at)| at)
-        .filter(|&at| cfg.read(bdf, at + EXP_DEVCAP, 4) & DEVCAP_FLR != 0);
-    let virtio = (vendor == VIRTIO_VENDOR && VIRTIO_DEVICES.contains(&device))
-        .then(|| virtio_windows(cfg, bdf, &caps))
-        .flatten();
-    let pm = caps
-        .iter()
-        .find(|&&(id, _)| id == CAP_PM)
-        .map(|&(_, at)| at)
-        .filter(|&at| cfg.read(bdf, at + PM_CSR, 2) & PMCSR_NO_SOFT_RESET == 0);
-    q.reset = if let Some(exp) = flr {
+    // The first method the function has, in this order; each looked for
+    // only when the ones before it are missing.
+    let cap = |id: u32| caps.iter().find(|&&(c, _)| c == id).map(|&(_, at)| at);
+    let is_virtio = vendor == VIRTIO_VENDOR && VIRTIO_DEVICES.contains(&device);
+    q.reset = if let Some(exp) =
+        cap(CAP_EXP).filter(|&at| cfg.read(bdf, at + EXP_DEVCAP, 4) & DEVCAP_FLR != 0)
+    {
         ResetDone::Flr {
             ready: function_level_reset(cfg, bdf, exp),
         }
-    } else if let Some(w) = virtio {
+    } else if let Some(w) = is_virtio.then(|| virtio_windows(cfg, bdf, &caps)).flatten() {
         virtio_reset(cfg, bdf, w)
-    } else if let Some(pm) = pm {
+    } else if let Some(pm) =
+        cap(CAP_PM).filter(|&at| cfg.read(bdf, at + PM_CSR, 2) & PMCSR_NO_SOFT_RESET == 0)
+    {
         ResetDone::PowerManagement {
             ready: power_management_reset(cfg, bdf, pm),
         }
