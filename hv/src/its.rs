@@ -82,7 +82,8 @@
 //! Which partitions get a vITS (their ECAM filter's `msi_doorbell` and the
 //! DT's ITS node and `msi-map`), and how their devices' MSIs reach the
 //! physical translater (directly, or through the SMMU's stage 2), is
-//! [`msi_path`].
+//! [`MsiRouting::partition_its`] (the one ITS its functions reach) and
+//! [`msi_path_to`] (that ITS's translater against the doorbell page).
 
 use crate::exit::Hw;
 use crate::lockstat::{CountedLock, LockPath};
@@ -785,6 +786,7 @@ impl fmt::Display for NoMsi {
 /// it in the CPU's stage 2 too, a guest CPU's store there would signal
 /// the ITS with whatever DeviceID the interconnect gives CPU writes
 /// (implementation defined), which could be another partition's device.
+#[cfg(test)]
 pub fn msi_path(management: bool, host_its: Option<u64>, smmu: bool) -> Result<MsiPath, NoMsi> {
     msi_path_to(
         management,
@@ -793,7 +795,8 @@ pub fn msi_path(management: bool, host_its: Option<u64>, smmu: bool) -> Result<M
     )
 }
 
-/// [`msi_path`] to the translater address itself (`MsiRouting::
+/// The decision `msi_path` (the GICv3 form, kept for its tests) makes,
+/// for the translater address itself (`MsiRouting::
 /// translater`; `Some(None)`: the host's ITS has none, a GICv5 ITS with
 /// no translate frame). The SMMU maps pages: the translater must sit at
 /// the doorbell's offset in its page, or the device's write lands
@@ -910,16 +913,11 @@ impl<'a, 'u> Env<'a, 'u> {
 impl ItsPlacement for Env<'_, '_> {
     fn cpu_of(&self, vcpu: u16) -> Option<u16> {
         let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
-        self.unit.rdbase.get(cpu)?.map(|_| cpu as u16)
+        self.unit.rdbase_for(cpu).map(|_| cpu as u16)
     }
     fn rdbase(&self, cpu: u16) -> u64 {
         // 0 for a CPU not online: never named by a mapping.
-        self.unit
-            .rdbase
-            .get(usize::from(cpu))
-            .copied()
-            .flatten()
-            .unwrap_or(0)
+        self.unit.rdbase_for(usize::from(cpu)).unwrap_or(0)
     }
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
         self.unit.queue.alloc_itt(bytes)

@@ -144,7 +144,7 @@ pub struct Partition {
     /// CPU of the partition can reach.
     pub dma_root: PhysAddr,
     /// How its functions' MSIs reach the host ITS, or why they cannot
-    /// (`its::msi_path`); `None` without assigned functions.
+    /// (`its::msi_path_to`); `None` without assigned functions.
     pub msi: Option<Result<crate::its::MsiPath, crate::its::NoMsi>>,
     pub vcpus: Vec<VcpuShared>,
     pub vcpu_mpidrs: Vec<u64>,
@@ -180,7 +180,7 @@ pub struct Partition {
     /// The PCI functions found behind its host bridge at its last start.
     pub pci_found: CountedLock<Vec<PciFunction>>,
     /// Its virtual ITS (`its`), when its functions may use MSI/MSI-X
-    /// (`its::msi_path`): the guest's GITS frame under this lock.
+    /// (`its::msi_path_to`): the guest's GITS frame under this lock.
     pub vits: Option<CountedLock<crate::its::PartitionVits>>,
     /// With the GICv5 interface: its guest's IRS config frame, at the GICD
     /// address (`vgic5::frame`). A lock because any vCPU may select an SPI

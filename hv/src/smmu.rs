@@ -12,7 +12,7 @@
 //! - **Stream table entries** ([`ste`]): an owned stream gets Config =
 //!   stage-2 translate with S2VMID = its partition's VMID and S2TTB = its
 //!   DMA stage-2 root (`Partition::dma_root`: the CPU's tables, or their
-//!   copy that also maps the ITS doorbell page, `its::msi_path`), and the S2T0SZ/S2SL0/S2IR0/S2OR0/S2SH0/S2TG/S2PS fields
+//!   copy that also maps the ITS doorbell page, `its::msi_path_to`), and the S2T0SZ/S2SL0/S2IR0/S2OR0/S2SH0/S2TG/S2PS fields
 //!   taken from the CPU's VTCR_EL2 (`stage2::vtcr_el2`; the STE's word 2
 //!   bits [50:32] have VTCR's layout), PS capped at the SMMU's OAS; S2AA64
 //!   set, S2R set (faults are recorded in the event queue, not silent).

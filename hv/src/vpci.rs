@@ -33,7 +33,7 @@
 //!   keeps only I/O, memory, bus master, parity, SERR and INTx disable.
 //!   MSI and MSI-X: enables and message writes are refused while the
 //!   partition has no MSI doorbell (`msi_doorbell`: set by
-//!   `Partition::build` when it gets a virtual ITS, `its::msi_path`);
+//!   `Partition::build` when it gets a virtual ITS, `its::msi_path_to`);
 //!   clearing enables is allowed. With a doorbell, an MSI
 //!   capability's Message Address may only become the doorbell or zero
 //!   (MSI-X tables live in the function's BAR, mapped to the guest: their
@@ -324,7 +324,7 @@ pub struct PciHost<'a> {
     /// vectors (`Partition::lpis_reserved`), out of `vgic::pits::LPI_COUNT`.
     pub lpis_held: u32,
     /// The physical ITS, when it came up: partitions that may use MSI get
-    /// a virtual ITS in front of it (`its::msi_path`).
+    /// a virtual ITS in front of it (`its::msi_path_to`).
     pub its: Option<crate::vgic::pits::ItsTyper>,
     /// Where each requester ID's MSIs go (`its::MsiRouting`), with the
     /// ITSes that came up: a partition's functions must all reach one.

@@ -10,7 +10,7 @@
 //! reach, as which DeviceID). A GICv5 host's IWBs (wire-to-MSI bridges) are
 //! IORT nodes too (type 7, IORT revision E.g; ACPICA `acpi_iort_iwb`), not
 //! MADT entries: `Iort::iwbs` (base, index, namespace path), read but not
-//! used (a GICv5 host does not boot partitions yet, docs/GICV5.md).
+//! used (no partition is given an IWB's wires yet, docs/GICV5.md).
 //!
 //! Nodes are kept by their offset in the table, which is how ID mappings
 //! name their output node (`IortIdMapping::output_ref`); every mapping's

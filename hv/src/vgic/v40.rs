@@ -9,7 +9,7 @@
 //!
 //! - [`LpiDelivery::choose`]: a partition gets direct vLPIs when every
 //!   redistributor's GICR_TYPER reports VLPIS, the ITS's GITS_TYPER reports
-//!   Virtual, and the partition has a virtual ITS (`its::msi_path`);
+//!   Virtual, and the partition has a virtual ITS (`its::msi_path_to`);
 //!   otherwise its MSIs take the GICv3 path of `pits` (a physical LPI taken
 //!   at EL2 and injected through a list register). The host half is
 //!   `gichost::GicFound::direct_vlpi`, which the platform turns on with.
