@@ -315,29 +315,22 @@ pub fn init(
         .get(IrsRoutes::IST_OWNER)
         .map_or(0, |d| lpi_id_bits_of(&mut IrsFrame(d.config.0 as usize)));
     let lpis = IrsLayout::for_cpus_within(cpu_count, have_bits);
-    let Some(region) = free.take_top(lpis.region, lpis.align) else {
+    let Some(region) = crate::its::take_table(free, lpis.region, lpis.align) else {
         return Err(format!(
             "no {} KiB of RAM for the IRS's IST and VM table",
             lpis.region >> 10
         ));
     };
-    // SAFETY: `region` was just taken from free RAM (identity mapped,
-    // normal memory at EL2); nothing else uses it.
-    unsafe { core::ptr::write_bytes(region as *mut u8, 0, lpis.region as usize) };
-    crate::arch::clean_dcache_range(region, lpis.region);
     // The first IRS's VM table follows the IST; each other IRS has its own.
     let mut vmts = alloc::vec![region + lpis.vmt_offset];
     let vmt_block = lpis.vmt_bytes.next_multiple_of(0x1000);
     for _ in 1..v5.irs.len() {
-        let Some(vmt) = free.take_top(vmt_block, 0x1000) else {
+        let Some(vmt) = crate::its::take_table(free, vmt_block, 0x1000) else {
             return Err(format!(
                 "no {} KiB of RAM for an IRS's VM table",
                 vmt_block >> 10
             ));
         };
-        // SAFETY: as `region`.
-        unsafe { core::ptr::write_bytes(vmt as *mut u8, 0, vmt_block as usize) };
-        crate::arch::clean_dcache_range(vmt, vmt_block);
         vmts.push(vmt);
     }
     let frames: Vec<u64> = v5.irs.iter().map(|d| d.config.0).collect();
@@ -540,14 +533,10 @@ pub fn init_its(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<H
             let (have, _) = Gicv5Its::id_bits(&mut frame);
             let bits = have.min(ITS_DEVICE_BITS);
             let bytes = Gicv5Its::<ItsFrame>::table_bytes(bits).next_multiple_of(0x1_0000);
-            let Some(dt) = free.take_top(bytes, 0x1_0000) else {
+            let Some(dt) = crate::its::take_table(free, bytes, 0x1_0000) else {
                 hvlog!("gicv5: ITS {i}: no {} KiB for its device table", bytes >> 10);
                 return None;
             };
-            // SAFETY: `dt` was just taken from free RAM (identity mapped,
-            // normal memory at EL2); nothing else uses it.
-            unsafe { core::ptr::write_bytes(dt as *mut u8, 0, bytes as usize) };
-            crate::arch::clean_dcache_range(dt, bytes);
             match Gicv5Its::init(frame, dt, bits) {
                 Ok(its) => {
                     let t = typer(its.device_bits(), its.event_bits());

@@ -35,17 +35,27 @@ use pinfold_hv::vgic::v40::{V40Hw, V4Cmd, VPT_ALIGN};
 /// its command queue, 64 KiB aligned each.
 const REGION: u64 = 2 << 20;
 
-/// Host RAM, zeroed, of `bytes` (64 KiB aligned), taken from the top of
-/// `free`; None (said on the log, naming `what`) when there is none.
-fn take_zeroed(free: &mut FreeMemory, bytes: u64, what: &str) -> Option<u64> {
-    let Some(region) = free.take_top(bytes, 0x1_0000) else {
-        hvlog!("its: no {} KiB of RAM for {what}", bytes >> 10);
-        return None;
-    };
+/// Host RAM for a table an interrupt controller reads: `bytes`,
+/// `align`-aligned, taken from the top of `free` before partitions are
+/// placed, zeroed and cleaned to the point of coherency; None when there
+/// is none. (This file's ITS tables, and the GICv5 IST, VM tables and ITS
+/// device tables, `gicv5`.)
+pub(crate) fn take_table(free: &mut FreeMemory, bytes: u64, align: u64) -> Option<u64> {
+    let region = free.take_top(bytes, align)?;
     // SAFETY: `region` was just taken from free RAM (identity mapped,
     // normal memory at EL2); nothing else uses it.
     unsafe { core::ptr::write_bytes(region as *mut u8, 0, bytes as usize) };
+    arch::clean_dcache_range(region, bytes);
     Some(region)
+}
+
+/// [`take_table`], 64 KiB aligned; None said on the log, naming `what`.
+fn take_zeroed(free: &mut FreeMemory, bytes: u64, what: &str) -> Option<u64> {
+    let region = take_table(free, bytes, 0x1_0000);
+    if region.is_none() {
+        hvlog!("its: no {} KiB of RAM for {what}", bytes >> 10);
+    }
+    region
 }
 
 /// The physical LPI tables every CPU's redistributor points at.
