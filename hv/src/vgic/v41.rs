@@ -288,9 +288,9 @@ pub const fn sgir(vpe: u16, intid: u8) -> u64 {
 }
 
 // GICR_TYPER.CommonLPIAff [25:24] and Affinity [63:32]; GITS_TYPER.SVPET
-// [20:19]; GITS_BASER<n> fields the redistributors' copy takes.
+// [42:41] (bit 19 below it is PTA); GITS_BASER<n> fields the redistributors' copy takes.
 const GICR_TYPER_COMMON_LPI_AFF_SHIFT: u32 = 24;
-const GITS_TYPER_SVPET_SHIFT: u32 = 19;
+const GITS_TYPER_SVPET_SHIFT: u32 = 41;
 const BASER_VALID: u64 = 1 << 63;
 const BASER_INDIRECT: u64 = 1 << 62;
 const BASER_TYPE_SHIFT: u32 = 56;

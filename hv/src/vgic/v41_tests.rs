@@ -571,7 +571,7 @@ const VPE_BASER_64K: u64 =
 #[test]
 fn a_redistributor_shares_the_its_vpe_table_only_within_the_its_common_affinity() {
     // SVPET = 1 (shared at Aff3), GITS_MPIDR Aff3 = 1.
-    let gits_typer = GITS_TYPER_VIRTUAL | GITS_TYPER_VMAPP | GITS_TYPER_VSGI | 1 << 19;
+    let gits_typer = GITS_TYPER_VIRTUAL | GITS_TYPER_VMAPP | GITS_TYPER_VSGI | 1 << 41;
     let gits_mpidr = 0x0100_0000;
     let same = gicr_typer(0x0102_0304, 1);
     let other = gicr_typer(0x0202_0304, 1);
@@ -595,7 +595,7 @@ fn a_redistributor_shares_the_its_vpe_table_only_within_the_its_common_affinity(
     assert_eq!(v >> 55 & 1, 0, "flat");
     assert_eq!(theirs, VpeTable::Group(0x0200_0000));
     // An ITS that shares with nobody (SVPET = 0), or has no valid table.
-    let private = gits_typer & !(3 << 19);
+    let private = gits_typer & !(3 << 41);
     assert_eq!(
         vpe_table_for(same, private, gits_mpidr, Some(VPE_BASER_64K)),
         VpeTable::Group(0x0100_0000)
@@ -613,6 +613,37 @@ fn a_redistributor_shares_the_its_vpe_table_only_within_the_its_common_affinity(
             Some(VPE_BASER_64K & !(1 << 63))
         ),
         VpeTable::Group(0x0100_0000)
+    );
+}
+
+#[test]
+fn svpet_is_read_where_the_model_s_its_reports_it_and_pta_is_not_taken_for_it() {
+    // The model's GICv4.1 ITS reports SVPET = 1 (GITS_TYPER [42:41]) and
+    // its redistributors share one table (CommonLPIAff 0): every CPU uses
+    // the ITS's table, as Linux's inherit_vpe_l1_table_from_its does.
+    let cfg = Config {
+        v4_1: true,
+        ..Config::default()
+    };
+    let cpus = cfg.cpus;
+    let mut m = Model::new(cfg);
+    let gits_typer = m.its_read(0, reg::GITS_TYPER);
+    for cpu in 0..cpus {
+        let gicr_typer = m.gicr_read(cpu, reg::GICR_TYPER);
+        assert!(
+            matches!(
+                vpe_table_for(gicr_typer, gits_typer, 0, Some(VPE_BASER_64K)),
+                VpeTable::Its(_)
+            ),
+            "cpu {cpu} shares the ITS's vPE table"
+        );
+    }
+    // GITS_TYPER.PTA (bit 19) is not SVPET: an ITS with PTA = 1 and
+    // SVPET = 0 shares its table with nobody.
+    let pta_only = GITS_TYPER_VIRTUAL | GITS_TYPER_VMAPP | GITS_TYPER_VSGI | 1 << 19;
+    assert_eq!(
+        vpe_table_for(gicr_typer(0, 0), pta_only, 0, Some(VPE_BASER_64K)),
+        VpeTable::Group(0)
     );
 }
 
