@@ -118,6 +118,8 @@ pub mod reg {
     pub const CMD_VSYNC: u8 = 0x25;
     pub const CMD_VMAPP: u8 = 0x29;
     /// VMAPP's VCONF_Addr (DW0) and VPT_addr (DW3): bits [51:16].
+    /// RDbase (VMAPP, VMOVP DW2) is [51:16] too: 36 bits from 16.
+    pub const RDBASE: u64 = 0xF_FFFF_FFFF;
     pub const VMAPP_ADDR: u64 = 0x000F_FFFF_FFFF_0000;
     pub const CMD_VINVALL: u8 = 0x2D;
     pub const CMD_INVDB: u8 = 0x2E;
@@ -805,7 +807,7 @@ impl Model {
 
     /// The GICv4.1 VMAPP's field rules (IHI 0069 "VMAPP", the 4.1 layout):
     /// DW0 Alloc [8], PTZ [9], VCONF_Addr [51:16]; DW1 Default_Doorbell
-    /// [31:0], vPEID [47:32]; DW2 RDbase [50:16], V [63]; DW3 VPT_size
+    /// [31:0], vPEID [47:32]; DW2 RDbase [51:16], V [63]; DW3 VPT_size
     /// [4:0], VPT_addr [51:16]; everything else RES0. With V = 1 the vPE
     /// needs its virtual pending table (VPT_addr) and configuration
     /// (VCONF_Addr, the vLPI property table) and a VPT_size covering the
@@ -817,7 +819,7 @@ impl Model {
         let res0 = [
             cmd[0] & !(0xFF | 1 << 8 | 1 << 9 | VMAPP_ADDR),
             cmd[1] & !(0xFFFF_FFFF | 0xFFFF << 32),
-            cmd[2] & !(1 << 63 | 0x7_FFFF_FFFF << 16),
+            cmd[2] & !(1 << 63 | RDBASE << 16),
             cmd[3] & !(0x1F | VMAPP_ADDR),
         ];
         for (dw, bits) in res0.iter().enumerate() {
@@ -848,7 +850,7 @@ impl Model {
         } else {
             let fields = cmd[0] & (1 << 9 | VMAPP_ADDR)
                 | cmd[1] & 0xFFFF_FFFF
-                | cmd[2] & 0x7_FFFF_FFFF << 16
+                | cmd[2] & RDBASE << 16
                 | cmd[3];
             if fields != 0 {
                 wrong.push("V = 0 with fields other than Alloc set".into());
@@ -860,8 +862,8 @@ impl Model {
     }
 
     fn rdbase(&self, dw2: u64) -> Result<usize, CmdError> {
-        // PTA = 0: RDbase [50:16] is the target's Processor_Number.
-        let rd = (dw2 >> 16) & 0x7_FFFF_FFFF;
+        // PTA = 0: RDbase [51:16] is the target's Processor_Number.
+        let rd = (dw2 >> 16) & RDBASE;
         if rd >= self.cfg.cpus as u64 {
             return Err(CmdError::TargetOutOfRange(rd));
         }
@@ -1185,6 +1187,19 @@ mod tests {
             m.execute(0, [0x7F, 0, 0, 0]),
             Err(CmdError::UnknownCommand(0x7F))
         );
+    }
+
+    /// RDbase is DW2 [51:16] (Linux's `its_encode_target`, QEMU's VMAPP_2
+    /// RDBASE 16+36): bit 51 is part of the target, not RES0 (the model
+    /// had [50:16], as the driver did, and took the command for CPU 0).
+    #[test]
+    fn rdbase_is_dw2_bits_51_to_16() {
+        let mut m = model();
+        assert_eq!(
+            m.execute(0, vmapp(1, 1 << 35)),
+            Err(CmdError::TargetOutOfRange(1 << 35))
+        );
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
     }
 
     #[test]

@@ -57,6 +57,9 @@ const MAPTI: u64 = 0x0A;
 const INV: u64 = 0x0C;
 const INVALL: u64 = 0x0D;
 const DISCARD: u64 = 0x0F;
+/// RDbase in a command's DW2 is bits [51:16] (MAPC, SYNC, VMAPP, VMOVP):
+/// 36 bits, a Processor_Number (PTA = 0) or PA[51:16] (PTA = 1).
+pub const RDBASE_MASK: u64 = 0xF_FFFF_FFFF;
 
 /// One command for the physical ITS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +172,7 @@ impl ItsCmd {
             } => [
                 MAPC,
                 0,
-                u64::from(icid) | (rdbase & 0x7_FFFF_FFFF) << 16 | u64::from(valid) << 63,
+                u64::from(icid) | (rdbase & RDBASE_MASK) << 16 | u64::from(valid) << 63,
                 0,
             ],
             ItsCmd::Mapti {
@@ -197,7 +200,7 @@ impl ItsCmd {
             ItsCmd::Int { device, event } => dev_event(INT, device, event),
             ItsCmd::Clear { device, event } => dev_event(CLEAR, device, event),
             ItsCmd::Invall { icid } => [INVALL, 0, u64::from(icid), 0],
-            ItsCmd::Sync { rdbase } => [SYNC, 0, (rdbase & 0x7_FFFF_FFFF) << 16, 0],
+            ItsCmd::Sync { rdbase } => [SYNC, 0, (rdbase & RDBASE_MASK) << 16, 0],
         }
     }
 }

@@ -96,6 +96,33 @@ fn mapti(device: u32, event: u32, vintid: u32, vcpu: u16) -> PhysCmd {
     }
 }
 
+/// RDbase is DW2 [51:16] wherever a command names a redistributor (MAPC,
+/// SYNC, VMAPP; Linux's `its_encode_target` masks [51:16], QEMU's VMAPP_2
+/// and VMOVP_2 RDBASE are 36 bits from 16): with GITS_TYPER.PTA = 1 a
+/// redistributor at or above 2^51 keeps PA bit 51. The encoders had
+/// [50:16] and dropped it.
+#[test]
+fn rdbase_is_dw2_bits_51_to_16() {
+    let typer = ItsTyper::decode(QEMU_TYPER | 1 << 19);
+    let pa = 1u64 << 51 | 0x3_0000;
+    let rd = typer.rdbase(0, pa);
+    let mapc = ItsCmd::Mapc {
+        icid: 0,
+        rdbase: rd,
+        valid: true,
+    };
+    assert_eq!(mapc.encode()[2], 1 << 63 | pa);
+    assert_eq!(ItsCmd::Sync { rdbase: rd }.encode()[2], pa);
+    let vmapp = crate::vgic::v40::V4Cmd::Vmapp {
+        vpe: 1,
+        rdbase: rd,
+        vpt: 0,
+        vpt_bits: 16,
+        valid: true,
+    };
+    assert_eq!(vmapp.encode()[2], 1 << 63 | pa);
+}
+
 #[test]
 fn commands_encode_as_the_spec_lays_them_out() {
     let c = ItsCmd::Mapd {

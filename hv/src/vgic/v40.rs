@@ -56,7 +56,7 @@
 //! architecture specification, "ITS commands": VMAPP 0x29, VMAPTI 0x2A,
 //! VMAPI 0x2B, VMOVI 0x21, VSYNC 0x25, VINVALL 0x2D; vPEID DW1 [47:32],
 //! vINTID DW2 [31:0], Dbell_pINTID DW2 [63:32], VMOVI D DW2 [0], VMAPP
-//! V DW2 [63], RDbase DW2 [50:16], VPT_addr DW3 [51:16], VPT_size DW3
+//! V DW2 [63], RDbase DW2 [51:16], VPT_addr DW3 [51:16], VPT_size DW3
 //! [4:0]) and checked field by field against Linux's irq-gic-v3-its.c
 //! encoders.
 //!
@@ -303,7 +303,7 @@ impl V4Cmd {
             } => [
                 VMAPP,
                 vpe_dw1(vpe),
-                u64::from(valid) << 63 | (rdbase & 0x7_FFFF_FFFF) << 16,
+                u64::from(valid) << 63 | (rdbase & super::pits::RDBASE_MASK) << 16,
                 (vpt & 0x000F_FFFF_FFFF_0000) | u64::from(vpt_bits.saturating_sub(1) & 0x1F),
             ],
             V4Cmd::Vmapti {

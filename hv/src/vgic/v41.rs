@@ -566,9 +566,9 @@ pub mod cmd {
         (vpe as u64) << 32
     }
 
-    /// RDbase in DW2 [50:16] (GITS_TYPER.PTA = 0: the Processor_Number).
+    /// RDbase in DW2 [51:16] (GITS_TYPER.PTA = 0: the Processor_Number).
     const fn rdbase(rd: u32) -> u64 {
-        (rd as u64 & 0x7_FFFF_FFFF) << 16
+        (rd as u64 & super::super::pits::RDBASE_MASK) << 16
     }
 
     /// VCONF_Addr (DW0) and VPT_addr (DW3): bits [51:16], 64 KiB aligned.
@@ -597,7 +597,7 @@ pub mod cmd {
 
     /// VMAPP (GICv4.1 layout), mapping: DW0 Alloc [8], PTZ [9],
     /// VCONF_Addr [51:16]; DW1 Default_Doorbell [31:0], vPEID [47:32];
-    /// DW2 V [63], RDbase [50:16]; DW3 VPT_size [4:0] (ID bits - 1),
+    /// DW2 V [63], RDbase [51:16]; DW3 VPT_size [4:0] (ID bits - 1),
     /// VPT_addr [51:16]. (Linux's `its_build_vmapp_cmd` agrees.)
     pub const fn vmapp(m: &Vmapp) -> [u64; 4] {
         let db = match m.doorbell {

@@ -406,7 +406,7 @@ impl Vits {
     }
 
     fn rdbase(&self, dw2: u64) -> Result<u16, VitsError> {
-        let rd = (dw2 >> 16) & 0x7_FFFF_FFFF;
+        let rd = (dw2 >> 16) & super::pits::RDBASE_MASK;
         if rd >= u64::from(self.limits.vcpus) {
             return Err(VitsError::TargetOutOfRange(rd));
         }
