@@ -9,10 +9,12 @@
 //! waits for GITS_CREADR, and programs a redistributor's GICR_PROPBASER /
 //! GICR_PENDBASER / GICR_CTLR.EnableLPIs.
 //!
-//! One ITS serves the whole machine, so its command queue is shared: the
-//! platform keeps this object behind one lock, taken only on the slow path
-//! (a guest's vITS command, a partition starting or going), never when an
-//! LPI is delivered.
+//! Each ITS's command queue is shared by every CPU: the core keeps each
+//! ITS's object behind its own lock, taken only on the slow path (a
+//! guest's vITS command, a partition starting or going), never when an
+//! LPI is delivered. A GICv4.1 ITS whose earlier sibling (same SVPET
+//! affinity) already has a vPE table is given that table's GITS_BASER
+//! value instead of one of its own (`GicV3Its::init`'s `shared_vpe`).
 //!
 //! Memory attributes: Inner Shareable, Normal Inner/Outer write-back (the
 //! EL2 heap's attributes). An ITS that reads back Non-shareable would need
@@ -21,11 +23,14 @@
 
 use core::sync::atomic::{fence, Ordering};
 use pinfold_hv::vgic::pits::{
-    baser_value, cbaser_value, Baser, ItsCmd, ItsTyper, LPI_BASE, PAGE_SIZES,
+    baser_value, cbaser_value, Baser, BaserType, ItsCmd, ItsTyper, LPI_BASE, PAGE_SIZES,
 };
 
 const GITS_CTLR: usize = 0x0000;
 const GITS_TYPER: usize = 0x0008;
+/// GICv4.1 (GITS_TYPER.VMAPP [40]): the ITS's affinity, Affinity [31:8].
+const GITS_MPIDR: usize = 0x0018;
+const GITS_TYPER_VMAPP: u64 = 1 << 40;
 const GITS_CBASER: usize = 0x0080;
 const GITS_CWRITER: usize = 0x0088;
 const GITS_CREADR: usize = 0x0090;
@@ -65,6 +70,8 @@ pub enum ItsInitError {
 /// The physical ITS.
 pub struct GicV3Its {
     base: usize,
+    /// GITS_TYPER as read (the fields `typer` leaves out: SVPET, VMAPP).
+    typer_raw: u64,
     typer: ItsTyper,
     cmdq: usize,
     cwriter: usize,
@@ -104,10 +111,11 @@ impl GicV3Its {
     /// `base` must be the ITS's 64 KiB control frame, mapped as device
     /// memory and used through nothing else.
     pub unsafe fn new(base: usize) -> Self {
-        let typer = ItsTyper::decode(read64(base + GITS_TYPER));
+        let typer_raw = read64(base + GITS_TYPER);
         GicV3Its {
             base,
-            typer,
+            typer_raw,
+            typer: ItsTyper::decode(typer_raw),
             cmdq: 0,
             cwriter: 0,
             timeouts: 0,
@@ -118,14 +126,42 @@ impl GicV3Its {
         self.typer
     }
 
+    /// GITS_TYPER as read.
+    pub fn typer_raw(&self) -> u64 {
+        self.typer_raw
+    }
+
+    /// GITS_MPIDR on a GICv4.1 ITS (GITS_TYPER.VMAPP); 0 on an older one,
+    /// where the offset is reserved and not read.
+    pub fn mpidr(&self) -> u64 {
+        if self.typer_raw & GITS_TYPER_VMAPP != 0 {
+            read64(self.base + GITS_MPIDR) & 0xFFFF_FFFF
+        } else {
+            0
+        }
+    }
+
+    /// The GITS_BASER<n> of type vPE as it is now (after [`Self::init`]:
+    /// the table it was given), if the ITS has one.
+    pub fn vpe_baser(&self) -> Option<u64> {
+        (0..8)
+            .map(|n| read64(self.base + GITS_BASER0 + 8 * n))
+            .find(|&b| Baser::decode(b).kind == BaserType::Vpes)
+    }
+
     /// Disables the ITS, gives every table type it asks for a flat table
     /// from `alloc(bytes, align)` (zeroed memory, its physical address),
     /// sets up the command queue and enables it. `cpus`: collections
-    /// needed.
+    /// needed. `shared_vpe`: the vPE table's GITS_BASER<n> value of an
+    /// earlier sibling ITS (`pinfold_hv::vgic::v41::sibling_its`), written
+    /// as it is instead of allocating a table (Linux's `its_alloc_tables`
+    /// does the same); if the ITS does not keep it (Valid, address,
+    /// Page_Size read back otherwise) the table is allocated as usual.
     pub fn init(
         &mut self,
         cpus: usize,
         alloc: &mut impl FnMut(usize, usize) -> Option<usize>,
+        shared_vpe: Option<u64>,
     ) -> Result<(), ItsInitError> {
         let b = self.base;
         write_ctlr(b, read_ctlr(b) & !CTLR_ENABLED);
@@ -143,6 +179,13 @@ impl GicV3Its {
             };
             if entries == 0 {
                 continue;
+            }
+            if let Some(shared) = shared_vpe.filter(|_| baser.kind == BaserType::Vpes) {
+                write64(at, shared);
+                let kept = 1 << 63 | 0x0000_FFFF_FFFF_F000 | 3 << 8;
+                if read64(at) & kept == shared & kept {
+                    continue;
+                }
             }
             let mut done = false;
             for (code, page) in PAGE_SIZES {

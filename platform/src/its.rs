@@ -11,7 +11,11 @@
 //! An ITS that does not come up is said on the log and left out: the
 //! devices whose MSIs it takes get none, the other ITSes keep working. A
 //! host without an ITS, or with none that came up, keeps MSI off (no
-//! partition gets a virtual ITS). On a GICv4.0 host (every redistributor
+//! partition gets a virtual ITS). On a GICv4.1 host an ITS whose earlier
+//! sibling (same GITS_TYPER.SVPET != 0 and GITS_MPIDR affinity at that
+//! level, `pinfold_hv::vgic::v41::sibling_its`) already has a vPE table is
+//! given that table (its GITS_BASER value), not one of its own, as Linux's
+//! `find_sibling_its`. On a GICv4.0 host (every redistributor
 //! VLPIS, every ITS Virtual: the driver gives each its vPE table at init)
 //! direct vLPIs are turned on (`HostIts::enable_direct`), vPE pending
 //! tables come from the EL2 heap, and each CPU's VLPI frame
@@ -29,6 +33,7 @@ use pinfold_hv::memmap::FreeMemory;
 use pinfold_hv::system::System;
 use pinfold_hv::vgic::pits::{ItsTyper, ITT_ALIGN};
 use pinfold_hv::vgic::v40::{V40Hw, V4Cmd, VPT_ALIGN};
+use pinfold_hv::vgic::v41::{self, ItsVpeView};
 
 /// Host RAM for one ITS's flat tables (a 16-bit DeviceID space of 8-byte
 /// entries is 512 KiB; the collection and, on a GICv4 ITS, vPE tables) and
@@ -139,13 +144,13 @@ pub fn init(host: &HostInfo, free: &mut FreeMemory, cpus: usize) -> Option<HostI
     // SAFETY: `prop` is PROP_TABLE_BYTES of the region above.
     unsafe { core::ptr::write_bytes(prop as *mut u8, LPI_CONFIG, PROP_TABLE_BYTES) };
     arch::clean_dcache_range(lpi_region, lpi_bytes);
-    let units = host
-        .gic
-        .its
-        .iter()
-        .enumerate()
-        .map(|(i, &(base, _))| init_one(i, base, free, cpus))
-        .collect();
+    // The ITSes that came up (index, what a later sibling's decision
+    // reads of them).
+    let mut earlier: Vec<(usize, ItsVpeView)> = Vec::new();
+    let mut units = Vec::with_capacity(host.gic.its.len());
+    for (i, &(base, _)) in host.gic.its.iter().enumerate() {
+        units.push(init_one(i, base, free, cpus, &mut earlier));
+    }
     let Some(mut host_its) = HostIts::several(units, cpus) else {
         // The tables stay taken: nothing points at them, they are small.
         hvlog!("its: no ITS came up: MSI stays off");
@@ -172,6 +177,7 @@ fn init_one(
     base: u64,
     free: &mut FreeMemory,
     cpus: usize,
+    earlier: &mut Vec<(usize, ItsVpeView)>,
 ) -> Option<(ItsTyper, Box<dyn ItsQueue>)> {
     let region = take_zeroed(free, REGION, "an ITS's tables: its devices get no MSI")?;
     let end = region + REGION;
@@ -186,11 +192,33 @@ fn init_one(
     // SAFETY: `base` is an ITS control frame the host description names,
     // device memory in the EL2 identity map; this is its only user.
     let mut its = unsafe { GicV3Its::new(base as usize) };
-    if let Err(e) = its.init(cpus, &mut alloc) {
+    // A GICv4.1 sibling of an earlier ITS (same SVPET affinity) takes
+    // that ITS's vPE table, as Linux's `find_sibling_its`.
+    let (gits_typer, gits_mpidr) = (its.typer_raw(), its.mpidr());
+    let views: Vec<ItsVpeView> = earlier.iter().map(|e| e.1).collect();
+    let sibling = v41::sibling_its(gits_typer, gits_mpidr, &views).and_then(|s| earlier.get(s));
+    let shared = sibling.and_then(|s| s.1.vpe_baser);
+    if let Err(e) = its.init(cpus, &mut alloc, shared) {
         // Its memory stays taken: the ITS may already point at it.
         hvlog!("its: ITS {index} at {base:#x} did not come up ({e:?}): its devices get no MSI");
         return None;
     }
+    let vpe_baser = its.vpe_baser();
+    if let Some(&(s, _)) = sibling {
+        if vpe_baser == shared {
+            hvlog!("its: ITS {index} shares the vPE table of its sibling ITS {s}");
+        } else {
+            hvlog!("its: ITS {index} did not keep ITS {s}'s vPE table: it has its own");
+        }
+    }
+    earlier.push((
+        index,
+        ItsVpeView {
+            typer: gits_typer,
+            mpidr: gits_mpidr,
+            vpe_baser,
+        },
+    ));
     arch::clean_dcache_range(region, REGION);
     let typer = its.typer();
     hvlog!(

@@ -50,7 +50,11 @@
 //! - [`vpe_table_for`]: which vPE table a CPU's GICR_VPROPBASER (4.1
 //!   layout) names: the ITS's GITS_BASER<n> of type vPE where the ITS shares
 //!   it (GITS_TYPER.SVPET, GITS_MPIDR against GICR_TYPER.CommonLPIAff), else
-//!   one table per CommonLPIAff group.
+//!   one table per CommonLPIAff group. [`sibling_its`]: which earlier ITS
+//!   (same SVPET != 0, same GITS_MPIDR affinity at that level, both
+//!   GICv4.1) a later ITS shares its GITS_BASER vPE table with, as Linux's
+//!   `find_sibling_its` (applied by the platform's `its.rs` through the
+//!   driver's init).
 //!
 //! Wired by `crate::vsgi` (vPEs per partition, load/put, the exit path's
 //! send, reconfiguration, group enables) and applied by the platform's
@@ -352,6 +356,45 @@ pub fn vpe_table_for(
         }
         _ => VpeTable::Group(mine),
     }
+}
+
+/// What [`sibling_its`] reads of an ITS set up before this one: its
+/// GITS_TYPER, GITS_MPIDR and its vPE table's GITS_BASER<n> as it was
+/// left (None: it has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItsVpeView {
+    pub typer: u64,
+    pub mpidr: u64,
+    pub vpe_baser: Option<u64>,
+}
+
+/// The SVPET and the affinity at which a GICv4.1 ITS (GITS_TYPER.VMAPP)
+/// shares its vPE table: GITS_MPIDR's Affinity read as a GICR_TYPER's
+/// with SVPET as CommonLPIAff (Linux's `compute_its_aff`). None when
+/// SVPET is 0 (it shares with nobody) or the ITS is not GICv4.1.
+fn its_share_aff(gits_typer: u64, gits_mpidr: u64) -> Option<(u64, u32)> {
+    let svpet = gits_typer >> GITS_TYPER_SVPET_SHIFT & 3;
+    (gits_typer & GITS_TYPER_VMAPP != 0 && svpet != 0).then(|| {
+        let as_gicr = svpet << GICR_TYPER_COMMON_LPI_AFF_SHIFT | (gits_mpidr & 0xFFFF_FF00) << 32;
+        (svpet, common_aff(as_gicr))
+    })
+}
+
+/// Which ITS of `earlier` (those set up before this one, in order) is the
+/// sibling of the ITS with `gits_typer` and `gits_mpidr`: the first that
+/// is GICv4.1 with the same SVPET != 0, the same GITS_MPIDR affinity at
+/// that level, and a valid vPE table. That ITS's vPE GITS_BASER<n> value
+/// is then this one's too (one table for both, as Linux's
+/// `find_sibling_its` gives it in `its_alloc_tables`): a vPE mapped with
+/// Alloc on either is in the table the redistributors of that affinity
+/// name. None: this ITS gets a table of its own.
+pub fn sibling_its(gits_typer: u64, gits_mpidr: u64, earlier: &[ItsVpeView]) -> Option<usize> {
+    let mine = its_share_aff(gits_typer, gits_mpidr)?;
+    earlier.iter().position(|e| {
+        its_share_aff(e.typer, e.mpidr) == Some(mine)
+            && e.vpe_baser
+                .is_some_and(|b| b & BASER_VALID != 0 && is_vpe_baser(b))
+    })
 }
 
 /// Whether GITS_BASER<n> value `baser` is the vPE table's.

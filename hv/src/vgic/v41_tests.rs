@@ -694,3 +694,78 @@ fn a_vconf_byte_is_copied_only_for_a_vintid_inside_both_tables() {
     assert_eq!(vconf_offset(1 << 16, 20, 16), None);
     assert_eq!(vconf_offset(8191, 16, 16), None, "not an LPI");
 }
+
+/// GITS_MPIDR of an ITS at `aff3.aff2.aff1` (Affinity [31:8]).
+fn gits_mpidr(aff3: u8, aff2: u8, aff1: u8) -> u64 {
+    u64::from(aff3) << 24 | u64::from(aff2) << 16 | u64::from(aff1) << 8
+}
+
+#[test]
+fn a_later_its_of_the_same_svpet_affinity_takes_the_earlier_one_s_vpe_table() {
+    // The model's GICv4.1 ITS reports SVPET = 1 (tables shared at Aff3).
+    let gits_typer = Model::new(Config {
+        v4_1: true,
+        ..Config::default()
+    })
+    .its_read(0, reg::GITS_TYPER);
+    let first = ItsVpeView {
+        typer: gits_typer,
+        mpidr: gits_mpidr(0, 0, 0),
+        vpe_baser: Some(VPE_BASER_64K),
+    };
+    // Two ITSes on one node (Aff3 0; SVPET 1 ignores Aff2 and Aff1): the
+    // second is the first's sibling and takes its table.
+    assert_eq!(
+        sibling_its(gits_typer, gits_mpidr(0, 1, 2), &[first]),
+        Some(0)
+    );
+    // Two nodes (Aff3 0 and 1): each its own.
+    assert_eq!(sibling_its(gits_typer, gits_mpidr(1, 0, 0), &[first]), None);
+    // SVPET = 2 looks at Aff3.Aff2 too.
+    let svpet2 = gits_typer & !(3 << 41) | 2 << 41;
+    let first2 = ItsVpeView {
+        typer: svpet2,
+        ..first
+    };
+    assert_eq!(sibling_its(svpet2, gits_mpidr(0, 1, 0), &[first2]), None);
+    assert_eq!(sibling_its(svpet2, gits_mpidr(0, 0, 7), &[first2]), Some(0));
+    // A different SVPET is not a sibling, nor is SVPET = 0 (PTA alone,
+    // bit 19, is not SVPET), nor a GICv4.0 ITS (no VMAPP), nor an earlier
+    // ITS whose vPE table is not valid or not a vPE table.
+    assert_eq!(sibling_its(svpet2, gits_mpidr(0, 0, 0), &[first]), None);
+    let no_svpet = gits_typer & !(3 << 41) | 1 << 19;
+    assert_eq!(sibling_its(no_svpet, 0, &[first]), None);
+    assert_eq!(
+        sibling_its(
+            gits_typer,
+            0,
+            &[ItsVpeView {
+                typer: no_svpet,
+                ..first
+            }]
+        ),
+        None
+    );
+    let v40 = gits_typer & !GITS_TYPER_VMAPP;
+    assert_eq!(sibling_its(v40, 0, &[first]), None);
+    for baser in [
+        None,
+        Some(VPE_BASER_64K & !(1 << 63)),
+        Some(VPE_BASER_64K & !(7 << 56) | 1 << 56),
+    ] {
+        let earlier = ItsVpeView {
+            vpe_baser: baser,
+            ..first
+        };
+        assert_eq!(sibling_its(gits_typer, 0, &[earlier]), None, "{baser:?}");
+    }
+    // The first sibling in order is taken.
+    let other_node = ItsVpeView {
+        mpidr: gits_mpidr(1, 0, 0),
+        ..first
+    };
+    assert_eq!(
+        sibling_its(gits_typer, gits_mpidr(1, 0, 0), &[first, other_node, first]),
+        Some(1)
+    );
+}
