@@ -470,7 +470,7 @@ fn boot(handoff: BootHandoff) -> ! {
     init_cpu_gic(local, &sys.host);
     its::init_cpu(sys, index, me, &mut local.hw);
     gicv5::its_cpu_online(sys, index);
-    v41::init_cpu(sys, index, me, &mut local.hw);
+    v41::init_cpu(sys, index, &mut local.hw);
     ablate::log_ablations();
     #[cfg(not(feature = "ablate-irq-fnptr"))]
     irq::install_root_handler(host_gic);
@@ -584,7 +584,7 @@ extern "C" fn pinfold_secondary_main(index: u64) -> ! {
     init_cpu_gic(local, &sys.host);
     its::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
     gicv5::its_cpu_online(sys, index);
-    v41::init_cpu(sys, index, local.state.state.mpidr, &mut local.hw);
+    v41::init_cpu(sys, index, &mut local.hw);
     sys.cpus[index]
         .online
         .store(true, core::sync::atomic::Ordering::Release);

@@ -7,7 +7,10 @@
 //! frame, with the GITS_SGIR of the ITS the core chose for it
 //! (`ItsSet::local_its`: its NUMA node's ITS with vSGIs, else the first
 //! with them, seed 004), handed to its `PlatformHw` as the core's `V41Hw`
-//! (`pinfold_hv::vsgi`: vPEs, load/put, sends, reconfiguration).
+//! (`pinfold_hv::vsgi`: vPEs, load/put, sends, reconfiguration). Each
+//! CPU's redistributor is found once at boot (one walk of the regions per
+//! CPU, kept for its bring-up) and each chosen ITS is checked against
+//! every redistributor once, not once per CPU.
 //!
 //! Selected only when the core turned direct vSGIs on (`System::vsgi`:
 //! GICR_TYPER and GITS_TYPER say GICv4.1 with vSGIs); a GICv3 or GICv4.0
@@ -45,6 +48,8 @@ struct Plan {
     vprop: Vec<u64>,
     /// The GITS_SGIR of CPU i's ITS (`ItsSet::local_its`).
     sgir: Vec<usize>,
+    /// CPU i's redistributor RD_base, found once at boot.
+    rd: Vec<Option<usize>>,
 }
 
 static PLAN: spin::Once<Plan> = spin::Once::new();
@@ -68,22 +73,26 @@ fn rd_of(host: &HostInfo, mpidr: u64) -> Option<usize> {
 }
 
 /// One ITS as this plan reads it: its control frame, GITS_TYPER,
-/// GITS_MPIDR and its vPE table's GITS_BASER<n>.
+/// GITS_MPIDR, its vPE table's GITS_BASER<n>, and whether it offers
+/// vSGIs with every redistributor (checked once per ITS).
 struct ItsRegs {
     base: usize,
     typer: u64,
     mpidr: u64,
     vpe_baser: Option<u64>,
+    direct: bool,
 }
 
-fn its_regs(base: usize) -> ItsRegs {
+fn its_regs(base: usize, rd_typers: &[u64]) -> ItsRegs {
+    let typer = read64(base + GITS_TYPER);
     ItsRegs {
         base,
-        typer: read64(base + GITS_TYPER),
+        typer,
         mpidr: read64(base + GITS_MPIDR),
         vpe_baser: (0..8)
             .map(|n| read64(base + GITS_BASER0 + 8 * n))
             .find(|&b| v41::is_vpe_baser(b)),
+        direct: SgiDelivery::choose(rd_typers, Some(typer)) == SgiDelivery::Direct,
     }
 }
 
@@ -107,17 +116,16 @@ pub fn init(sys: &System) {
             }
         }
     }
-    let rd_typers: Vec<u64> = host
-        .cpus
-        .iter()
-        .filter_map(|&mpidr| rd_of(host, mpidr))
-        .map(|rd| read64(rd + 8))
-        .collect();
+    // One walk of the redistributor regions per CPU, kept for its
+    // bring-up; each CPU's GICR_TYPER read once.
+    let rds: Vec<Option<usize>> = host.cpus.iter().map(|&m| rd_of(host, m)).collect();
+    let rd_typers: Vec<Option<u64>> = rds.iter().map(|rd| rd.map(|rd| read64(rd + 8))).collect();
+    let found: Vec<u64> = rd_typers.iter().flatten().copied().collect();
     let mut itses: Vec<(usize, ItsRegs)> = Vec::new();
     let mut groups: Vec<(u32, u64)> = Vec::new();
     let mut vprop = Vec::with_capacity(host.cpus.len());
     let mut sgir = Vec::with_capacity(host.cpus.len());
-    for (index, &mpidr) in host.cpus.iter().enumerate() {
+    for index in 0..host.cpus.len() {
         let chosen = set.local_its(index);
         let Some(&(base, _)) = host.gic.its.get(chosen) else {
             vprop.push(0);
@@ -125,7 +133,7 @@ pub fn init(sys: &System) {
             continue;
         };
         if !itses.iter().any(|(i, _)| *i == chosen) {
-            itses.push((chosen, its_regs(base as usize)));
+            itses.push((chosen, its_regs(base as usize, &found)));
         }
         let Some((_, its)) = itses.iter().find(|(i, _)| *i == chosen) else {
             vprop.push(0);
@@ -134,9 +142,10 @@ pub fn init(sys: &System) {
         };
         sgir.push(its.base + GITS_SGIR);
         // The core chose this ITS from the GITS_TYPER the driver read;
-        // checked again with every redistributor, so a CPU whose ITS turns
-        // out not to do vSGIs gets no frame (no vPE, the mailbox path).
-        if SgiDelivery::choose(&rd_typers, Some(its.typer)) != SgiDelivery::Direct {
+        // checked again with every redistributor (once per ITS,
+        // `its_regs`), so a CPU whose ITS turns out not to do vSGIs gets
+        // no frame (no vPE, the mailbox path).
+        if !its.direct {
             hvlog!(
                 "v41: ITS {chosen} ({:#x}) has no GICv4.1 vSGIs: CPU {index}'s SGIs stay trapped",
                 its.base
@@ -144,11 +153,10 @@ pub fn init(sys: &System) {
             vprop.push(0);
             continue;
         }
-        let Some(rd) = rd_of(host, mpidr) else {
+        let (Some(rd), Some(typer)) = (rds[index], rd_typers[index]) else {
             vprop.push(0);
             continue;
         };
-        let typer = read64(rd + 8);
         let value = match v41::vpe_table_for(typer, its.typer, its.mpidr, its.vpe_baser) {
             VpeTable::Its(value) => value,
             VpeTable::Group(aff) => match groups.iter().find(|g| g.0 == aff) {
@@ -174,12 +182,16 @@ pub fn init(sys: &System) {
         set.vsgi_itses(),
         groups.len()
     );
-    PLAN.call_once(|| Plan { vprop, sgir });
+    PLAN.call_once(|| Plan {
+        vprop,
+        sgir,
+        rd: rds,
+    });
 }
 
 /// This CPU's bring-up, after `its::init_cpu`: its GICR_VPROPBASER and
 /// its frame for the core. Nothing without direct vSGIs.
-pub fn init_cpu(sys: &System, index: usize, mpidr: u64, hw: &mut crate::hw::PlatformHw) {
+pub fn init_cpu(sys: &System, index: usize, hw: &mut crate::hw::PlatformHw) {
     let (Some(_), Some(plan)) = (sys.vsgi.as_ref(), PLAN.get()) else {
         return;
     };
@@ -189,7 +201,7 @@ pub fn init_cpu(sys: &System, index: usize, mpidr: u64, hw: &mut crate::hw::Plat
     ) else {
         return;
     };
-    let Some(rd) = rd_of(&sys.host, mpidr) else {
+    let Some(&Some(rd)) = plan.rd.get(index) else {
         return;
     };
     let vlpi = rd + VLPI_FRAME;
