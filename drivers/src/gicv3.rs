@@ -110,18 +110,13 @@ impl GicV3Redist {
                 // SAFETY: GICR_TYPER is at offset 8 of every RD_base frame
                 // inside the region the caller vouched for.
                 let typer = unsafe { ((frame + 8) as *const u64).read_volatile() };
-                let stride = stride.unwrap_or(if typer & (1 << 1) != 0 {
-                    0x4_0000
-                } else {
-                    0x2_0000
-                });
                 if (typer >> 32) == want {
                     return Some(frame as usize);
                 }
                 if typer & (1 << 4) != 0 {
                     break;
                 }
-                frame += stride;
+                frame += rd_step(stride, typer);
             }
         }
         None
@@ -216,6 +211,19 @@ enum SgiReg {
     ClearPending,
     SetActive,
     ClearActive,
+}
+
+/// From one redistributor's RD_base to the next: the host's
+/// `redistributor-stride` (the DT parser refuses 0), else two 64 KiB
+/// frames, four when GICR_TYPER.VLPIS says the VLPI frames follow.
+pub fn rd_step(stride: Option<u64>, typer: u64) -> u64 {
+    stride
+        .filter(|&s| s != 0)
+        .unwrap_or(if typer & (1 << 1) != 0 {
+            0x4_0000
+        } else {
+            0x2_0000
+        })
 }
 
 pub mod ids;
@@ -321,4 +329,17 @@ impl PerCpuIrqChip for GicV3Cpu {
     fn deactivate(&mut self, _: u32) {}
     #[cfg(not(target_arch = "aarch64"))]
     fn send_sgi(&mut self, _: u64, _: u32) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rd_step;
+
+    #[test]
+    fn a_redistributor_steps_by_the_stride_else_by_its_frames() {
+        assert_eq!(rd_step(Some(0x8_0000), 0), 0x8_0000);
+        assert_eq!(rd_step(None, 0), 0x2_0000, "RD_base + SGI_base");
+        assert_eq!(rd_step(None, 1 << 1), 0x4_0000, "VLPIS: + VLPI frames");
+        assert_eq!(rd_step(Some(0), 1 << 1), 0x4_0000, "0 never steps");
+    }
 }

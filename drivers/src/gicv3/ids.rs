@@ -11,7 +11,6 @@ const GICD_PIDR2: u64 = 0xFFE8;
 const GICR_TYPER: u64 = 0x0008;
 const GITS_TYPER: u64 = 0x0008;
 /// GICR_TYPER.VLPIS [1]: the frame has VLPI_base and a reserved frame too.
-const GICR_TYPER_VLPIS: u64 = 1 << 1;
 /// GICR_TYPER.Last [4].
 const GICR_TYPER_LAST: u64 = 1 << 4;
 
@@ -43,14 +42,7 @@ pub unsafe fn read(
             if typer & GICR_TYPER_LAST != 0 {
                 break;
             }
-            frame +=
-                redist_stride
-                    .filter(|&s| s != 0)
-                    .unwrap_or(if typer & GICR_TYPER_VLPIS != 0 {
-                        0x4_0000
-                    } else {
-                        0x2_0000
-                    });
+            frame += super::rd_step(redist_stride, typer);
         }
     }
     for &(base, _) in its {

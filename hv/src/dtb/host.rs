@@ -756,10 +756,17 @@ fn parse_gic(tree: &Tree, gic: usize) -> Result<GicInfo, DtbError> {
         .gic_interrupts(gic, gic)?
         .first()
         .map(|&(intid, _)| intid);
+    // The binding's stride is a multiple of 64 KiB; one below a frame pair
+    // (RD_base + SGI_base, 128 KiB) would step into the frame it left, and
+    // 0 would never step: both are refused rather than walked.
+    let stride = tree.u64_prop(gic, "redistributor-stride")?;
+    if stride.is_some_and(|s| s < 0x2_0000 || s % 0x1_0000 != 0) {
+        return Err(tree.bad(gic, "redistributor-stride"));
+    }
     Ok(GicInfo::described(
         reg[0],
         reg[1..=regions].to_vec(),
-        tree.u64_prop(gic, "redistributor-stride")?,
+        stride,
         maintenance_intid,
         its_nodes(tree, gic).map(|(_, reg)| reg).collect(),
     ))
@@ -2565,6 +2572,8 @@ mod tests {
         memory: bool,
         /// Raw /chosen linux,initrd-start and linux,initrd-end values.
         initrd: (Option<&'static [u8]>, Option<&'static [u8]>),
+        /// The GIC's redistributor-stride.
+        redist_stride: u64,
     }
 
     impl Default for Board {
@@ -2576,6 +2585,7 @@ mod tests {
                 timer_parent: GIC_PHANDLE,
                 memory: true,
                 initrd: (None, None),
+                redist_stride: 0x4_0000,
             }
         }
     }
@@ -2686,7 +2696,8 @@ mod tests {
                     )
                     .unwrap();
                     w.prop_u32("#redistributor-regions", 2).unwrap();
-                    w.prop_u64("redistributor-stride", 0x4_0000).unwrap();
+                    w.prop_u64("redistributor-stride", self.redist_stride)
+                        .unwrap();
                     w.prop_cells("interrupts", &[1, 9, 4]).unwrap();
                     w.prop_u32("phandle", GIC_PHANDLE).unwrap();
                 });
@@ -2990,6 +3001,31 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn a_redistributor_stride_of_zero_or_below_a_frame_pair_is_refused() {
+        for stride in [0, 0x1_0000, 0x2_8000] {
+            let parsed = parse_host_dtb(
+                &Board {
+                    redist_stride: stride,
+                    ..Board::default()
+                }
+                .build(),
+            );
+            assert!(
+                matches!(
+                    parsed,
+                    Err(DtbError::BadProperty { prop, .. }) if prop == "redistributor-stride"
+                ),
+                "stride {stride:#x}: {parsed:?}"
+            );
+        }
+        let padded = Board {
+            redist_stride: 0x8_0000,
+            ..Board::default()
+        };
+        assert_eq!(board(padded).gic.redist_stride, Some(0x8_0000));
     }
 
     #[test]
