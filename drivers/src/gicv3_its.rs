@@ -193,7 +193,10 @@ impl GicV3Its {
                     continue;
                 };
                 let pa = alloc(pages * page, page).ok_or(ItsInitError::NoMemory)?;
-                write64(at, baser_value(read, pa as u64, code, pages));
+                let Some(value) = baser_value(read, pa as u64, code, pages) else {
+                    continue; // above 2^48: only 64 KiB pages can name it
+                };
+                write64(at, value);
                 let back = read64(at);
                 if (back >> 8) & 3 != code {
                     continue; // this page size is not supported

@@ -312,11 +312,19 @@ impl Baser {
 
 /// The GITS_BASER<n> value that points a flat table at `pa`: Valid,
 /// InnerCache RaWaWb, Inner Shareable, the read-only fields as read,
-/// Page_Size, Size = pages - 1.
-pub fn baser_value(read: u64, pa: u64, page_code: u64, pages: usize) -> u64 {
+/// Page_Size, Size = pages - 1; None where `pa` has no encoding at that
+/// page size.
+pub fn baser_value(read: u64, pa: u64, page_code: u64, pages: usize) -> Option<u64> {
     const RO: u64 = 7 << 56 | 0x1F << 48;
-    let addr = pa & 0x0000_FFFF_FFFF_F000;
-    1 << 63 | 7 << 59 | (read & RO) | addr | 1 << 10 | page_code << 8 | (pages as u64 - 1)
+    // Physical_Address is PA[47:12]; with 64 KiB pages PA[51:48] goes in
+    // [15:12] (the bits a 64 KiB-aligned PA has clear). A PA above 2^48
+    // has no encoding with 4 or 16 KiB pages.
+    let addr = match page_code {
+        2 if pa < 1 << 52 => pa & 0x0000_FFFF_FFFF_0000 | (pa >> 48 & 0xF) << 12,
+        _ if pa < 1 << 48 => pa & 0x0000_FFFF_FFFF_F000,
+        _ => return None,
+    };
+    Some(1 << 63 | 7 << 59 | (read & RO) | addr | 1 << 10 | page_code << 8 | (pages as u64 - 1))
 }
 
 /// GITS_CBASER for a command queue of `pages` 4 KiB pages at `pa`.

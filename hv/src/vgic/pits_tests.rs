@@ -241,12 +241,20 @@ fn typer_and_tables_are_sized_from_what_the_its_reports() {
     assert_eq!(vpes.entries(&v4, 4), Some(1024));
     assert_eq!(vpes.pages(1024, 0x1_0000), Some(1));
 
-    let v = baser_value(1 << 56 | 7 << 48, 0x4800_0000, 2, 8);
+    let v = baser_value(1 << 56 | 7 << 48, 0x4800_0000, 2, 8).unwrap();
     assert_eq!(v >> 63, 1);
     assert_eq!(v & 0xFF, 7);
     assert_eq!((v >> 8) & 3, 2);
     assert_eq!(v & 0x0000_FFFF_FFFF_F000, 0x4800_0000);
     assert_eq!(Baser::decode(v), dev);
+    // Above 2^48: PA[51:48] in [15:12] with 64 KiB pages (Linux's
+    // GITS_BASER_PHYS_52_to_48), no encoding with 4 or 16 KiB pages.
+    let high = baser_value(1 << 56 | 7 << 48, 0x000A_0012_3456_0000, 2, 8).unwrap();
+    assert_eq!(high & 0x0000_FFFF_FFFF_0000, 0x0012_3456_0000);
+    assert_eq!(high >> 12 & 0xF, 0xA, "PA[51:48]");
+    assert_eq!(baser_value(0, 0x000A_0012_3456_0000, 0, 8), None);
+    assert_eq!(baser_value(0, 0x000A_0012_3456_0000, 1, 8), None);
+    assert_eq!(baser_value(0, 1 << 52, 2, 8), None);
     let c = cbaser_value(0x4810_0000, 16);
     assert_eq!(c & 0xFF, 15);
     assert_eq!(c & 0x000F_FFFF_FFFF_F000, 0x4810_0000);
