@@ -221,6 +221,12 @@ pub const fn hw_emits(enc: u32) -> bool {
 }
 
 /// The GIC system instructions (`sys #op1, c12, cCRm, #op2, Xt`).
+///
+/// Every encoding here is the one binutils' `gas/testsuite/gas/aarch64`
+/// GCIE test disassembles and FreeBSD's GICv5 register header
+/// (`arm64/include/gicv5reg.h`) defines; the CD* ones and GSB also Linux's
+/// `arch_gicv5.h` (`insn_words_match_binutils_gcie_test` pins each as the
+/// 32-bit `sys` word binutils lists).
 pub mod insn {
     use super::sysreg;
     pub const GSB_SYS: u32 = sysreg(1, 0, 12, 0, 0);
@@ -235,6 +241,21 @@ pub mod insn {
     pub const GIC_CDHM: u32 = sysreg(1, 0, 12, 2, 1);
     /// `sysl Xt, #0, c12, c3, #0`.
     pub const GICR_CDIA: u32 = sysreg(1, 0, 12, 3, 0);
+
+    /// The EL2 virtual-domain instructions (IHI 0101 8.2): the CD* ones
+    /// with op1 = 4, acting on the VM the operand names. Confirmed
+    /// encodings, but nothing issues them yet: `hw`'s `sys` arm has op1 =
+    /// 0 fixed, the model does not decode them, and GIC VDPEND's operand
+    /// layout (PENDING [63], VM [47:32], TYPE [31:29], ID [23:0]) has one
+    /// source, FreeBSD's header (docs/GICV5.md, "Encodings").
+    pub const GIC_VDDIS: u32 = sysreg(1, 4, 12, 1, 0);
+    pub const GIC_VDEN: u32 = sysreg(1, 4, 12, 1, 1);
+    pub const GIC_VDPRI: u32 = sysreg(1, 4, 12, 1, 2);
+    pub const GIC_VDAFF: u32 = sysreg(1, 4, 12, 1, 3);
+    pub const GIC_VDPEND: u32 = sysreg(1, 4, 12, 1, 4);
+    pub const GIC_VDRCFG: u32 = sysreg(1, 4, 12, 1, 5);
+    pub const GIC_VDDI: u32 = sysreg(1, 4, 12, 2, 0);
+    pub const GIC_VDHM: u32 = sysreg(1, 4, 12, 2, 1);
 }
 
 const ICC_PPI_PRIORITYR: [u32; 16] = [
