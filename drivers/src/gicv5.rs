@@ -1004,7 +1004,7 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
 
     /// The doorbell LPI the last `ack` took, if any (the platform's root
     /// handler hands its CPU to `exit::doorbell`, which decides for the
-    /// vCPU pinned there: the one `vgic5::doorbell_owner` names for it).
+    /// vCPU pinned there).
     pub fn take_doorbell(&mut self) -> Option<u32> {
         self.doorbell.take()
     }
