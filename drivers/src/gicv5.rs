@@ -44,10 +44,9 @@ use pinfold_hv::irqchip::{
     change_percpu_state, IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip,
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
-use pinfold_hv::vgic::pits::LPI_BASE;
 use pinfold_hv::vgic5::{
-    ipi_lpi, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsCaps,
-    VirsOp, CORE_SPIS,
+    ipi_lpi, msi_pool_core_intid, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns,
+    VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
 };
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
@@ -1202,12 +1201,16 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
         }
         self.regs.gic(insn::GSB_ACK, 0);
         let id = (ia & 0xff_ffff) as u32;
-        match (ia >> 29) & 7 {
+        let ty = (ia >> 29) & 7;
+        let msi = (ty == TYPE_LPI)
+            .then(|| msi_pool_core_intid(self.msi.clone(), id))
+            .flatten();
+        match (ty, msi) {
             // GICv5 PPIs 0..15 are real PPIs, not the core's SGI numbers.
-            TYPE_PPI if (16..32).contains(&id) => id,
-            TYPE_SPI if id < CORE_SPIS => 32 + id,
-            TYPE_LPI if self.ipi_range().contains(&id) => id - self.ipi_range().start,
-            TYPE_LPI if self.doorbells.contains(&id) => {
+            (TYPE_PPI, _) if (16..32).contains(&id) => id,
+            (TYPE_SPI, _) if id < CORE_SPIS => 32 + id,
+            (TYPE_LPI, _) if self.ipi_range().contains(&id) => id - self.ipi_range().start,
+            (TYPE_LPI, _) if self.doorbells.contains(&id) => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
                 self.regs.gic(insn::GIC_CDDI, operand(TYPE_LPI, id));
                 self.doorbell = Some(id);
@@ -1217,13 +1220,13 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
             // core's trapped LPI path (`exit::lpi`) never deactivates one:
             // it is deactivated here, so the next event of the same LPI is
             // taken as soon as the priority drops.
-            TYPE_LPI if self.msi.contains(&id) => {
+            (TYPE_LPI, Some(core)) => {
                 self.regs.gic(insn::GIC_CDDI, operand(TYPE_LPI, id));
-                LPI_BASE + (id - self.msi.start)
+                core
             }
             // Not something the core numbers (a PPI above 31, an SPI from
             // CORE_SPIS on, a stray LPI): end it here and report none.
-            ty => {
+            (ty, _) => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
                 self.regs.gic(insn::GIC_CDDI, operand(ty, id));
                 1023

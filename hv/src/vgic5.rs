@@ -610,10 +610,7 @@ impl IrsLayout {
     /// pool's: what the driver's acknowledge gives the exit path, which
     /// routes it as a GICv3 LPI (`LpiRoutes`).
     pub fn msi_core_intid(&self, lpi: u32) -> Option<u32> {
-        let n = lpi
-            .checked_sub(self.msi_base)
-            .filter(|&n| n < self.msi_lpis)?;
-        Some(LPI_BASE + n)
+        msi_pool_core_intid(self.msi_base..self.msi_base + self.msi_lpis, lpi)
     }
 
     /// CPU `cpu`'s doorbell LPI (the vCPU pinned there is woken by it), if
@@ -622,6 +619,14 @@ impl IrsLayout {
         let lpi = self.doorbell_base.checked_add(u32::try_from(cpu).ok()?)?;
         self.doorbell_lpis().contains(&lpi).then_some(lpi)
     }
+}
+
+/// The core INTID of physical LPI `lpi` in the MSI pool `pool`
+/// (`IrsLayout::msi_core_intid`, and the driver's acknowledge, which keeps
+/// only the pool's range): LPI `pool.start + n` is core INTID
+/// `LPI_BASE + n`.
+pub fn msi_pool_core_intid(pool: core::ops::Range<u32>, lpi: u32) -> Option<u32> {
+    pool.contains(&lpi).then(|| LPI_BASE + (lpi - pool.start))
 }
 
 // ---- the vIRS: virtual SPIs and IPIs ----------------------------------------

@@ -8,6 +8,7 @@ extern crate std;
 use super::*;
 use pinfold_gicv5model::{Access, Config, El, Enc, IntId, Misuse, Model, GICR_CDIA as MODEL_CDIA};
 use pinfold_hv::lockstat::LockStat;
+use pinfold_hv::vgic::pits::LPI_BASE;
 use pinfold_hv::vgic5::{
     attribute_swerr, check_host, plan_virs, Doorbell, GicInsn, PpiPlan, SwerrOwner, UntrappedInsns,
     VirsFault, VmSpec, VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
