@@ -44,10 +44,9 @@ use pinfold_hv::irqchip::{
     change_percpu_state, IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip,
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
-use pinfold_hv::vgic::pits::LPI_BASE;
 use pinfold_hv::vgic5::{
-    ipi_lpi, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns, VPpiContext, VirsCaps,
-    VirsOp, CORE_SPIS,
+    ipi_lpi, msi_pool_core_intid, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns,
+    VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
 };
 
 /// GICv5 declares lockless per-CPU state: PPIs are the CPU's own system
@@ -221,6 +220,12 @@ pub const fn hw_emits(enc: u32) -> bool {
 }
 
 /// The GIC system instructions (`sys #op1, c12, cCRm, #op2, Xt`).
+///
+/// Every encoding here is the one binutils' `gas/testsuite/gas/aarch64`
+/// GCIE test disassembles and FreeBSD's GICv5 register header
+/// (`arm64/include/gicv5reg.h`) defines; the CD* ones and GSB also Linux's
+/// `arch_gicv5.h` (`insn_words_match_binutils_gcie_test` pins each as the
+/// 32-bit `sys` word binutils lists).
 pub mod insn {
     use super::sysreg;
     pub const GSB_SYS: u32 = sysreg(1, 0, 12, 0, 0);
@@ -235,6 +240,21 @@ pub mod insn {
     pub const GIC_CDHM: u32 = sysreg(1, 0, 12, 2, 1);
     /// `sysl Xt, #0, c12, c3, #0`.
     pub const GICR_CDIA: u32 = sysreg(1, 0, 12, 3, 0);
+
+    /// The EL2 virtual-domain instructions (IHI 0101 8.2): the CD* ones
+    /// with op1 = 4, acting on the VM the operand names. Confirmed
+    /// encodings, but nothing issues them yet: `hw`'s `sys` arm has op1 =
+    /// 0 fixed, the model does not decode them, and GIC VDPEND's operand
+    /// layout (PENDING [63], VM [47:32], TYPE [31:29], ID [23:0]) has one
+    /// source, FreeBSD's header (docs/GICV5.md, "Encodings").
+    pub const GIC_VDDIS: u32 = sysreg(1, 4, 12, 1, 0);
+    pub const GIC_VDEN: u32 = sysreg(1, 4, 12, 1, 1);
+    pub const GIC_VDPRI: u32 = sysreg(1, 4, 12, 1, 2);
+    pub const GIC_VDAFF: u32 = sysreg(1, 4, 12, 1, 3);
+    pub const GIC_VDPEND: u32 = sysreg(1, 4, 12, 1, 4);
+    pub const GIC_VDRCFG: u32 = sysreg(1, 4, 12, 1, 5);
+    pub const GIC_VDDI: u32 = sysreg(1, 4, 12, 2, 0);
+    pub const GIC_VDHM: u32 = sysreg(1, 4, 12, 2, 1);
 }
 
 const ICC_PPI_PRIORITYR: [u32; 16] = [
@@ -983,7 +1003,7 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
 
     /// The doorbell LPI the last `ack` took, if any (the platform's root
     /// handler hands its CPU to `exit::doorbell`, which decides for the
-    /// vCPU pinned there: the one `vgic5::doorbell_owner` names for it).
+    /// vCPU pinned there).
     pub fn take_doorbell(&mut self) -> Option<u32> {
         self.doorbell.take()
     }
@@ -1181,12 +1201,16 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
         }
         self.regs.gic(insn::GSB_ACK, 0);
         let id = (ia & 0xff_ffff) as u32;
-        match (ia >> 29) & 7 {
+        let ty = (ia >> 29) & 7;
+        let msi = (ty == TYPE_LPI)
+            .then(|| msi_pool_core_intid(self.msi.clone(), id))
+            .flatten();
+        match (ty, msi) {
             // GICv5 PPIs 0..15 are real PPIs, not the core's SGI numbers.
-            TYPE_PPI if (16..32).contains(&id) => id,
-            TYPE_SPI if id < CORE_SPIS => 32 + id,
-            TYPE_LPI if self.ipi_range().contains(&id) => id - self.ipi_range().start,
-            TYPE_LPI if self.doorbells.contains(&id) => {
+            (TYPE_PPI, _) if (16..32).contains(&id) => id,
+            (TYPE_SPI, _) if id < CORE_SPIS => 32 + id,
+            (TYPE_LPI, _) if self.ipi_range().contains(&id) => id - self.ipi_range().start,
+            (TYPE_LPI, _) if self.doorbells.contains(&id) => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
                 self.regs.gic(insn::GIC_CDDI, operand(TYPE_LPI, id));
                 self.doorbell = Some(id);
@@ -1196,13 +1220,13 @@ impl<R: CpuRegs> PerCpuIrqChip for Gicv5Cpu<R> {
             // core's trapped LPI path (`exit::lpi`) never deactivates one:
             // it is deactivated here, so the next event of the same LPI is
             // taken as soon as the priority drops.
-            TYPE_LPI if self.msi.contains(&id) => {
+            (TYPE_LPI, Some(core)) => {
                 self.regs.gic(insn::GIC_CDDI, operand(TYPE_LPI, id));
-                LPI_BASE + (id - self.msi.start)
+                core
             }
             // Not something the core numbers (a PPI above 31, an SPI from
             // CORE_SPIS on, a stray LPI): end it here and report none.
-            ty => {
+            (ty, _) => {
                 self.regs.gic(insn::GIC_CDEOI, 0);
                 self.regs.gic(insn::GIC_CDDI, operand(ty, id));
                 1023

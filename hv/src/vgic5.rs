@@ -18,14 +18,14 @@
 //! partitions claim one or it is out of range), its guest's IPIs are
 //! virtual LPIs it routes and raises itself with no exit, each vCPU has a
 //! doorbell LPI at its CPU for interrupts that arrive while it is not
-//! resident ([`doorbell_owner`]). At boot [`plan_boot_virs`] makes that
+//! resident (the vCPU pinned on the CPU that takes it). At boot [`plan_boot_virs`] makes that
 //! plan for the GICv5 partitions (`System::plan_virs`), with each VM's
 //! tables in free RAM, and names the partition and plan field when it
 //! refuses one. The plan is a list of [`VirsOp`]s the
 //! driver applies. A guest's GIC commands reach only the VM the hypervisor
 //! loads into ICH_CONTEXTR_EL2.VM; one naming a vPE or an ID its VM lacks
 //! does nothing and leaves an IRS software error, counted against the
-//! guest's partition ([`VirsFault`], [`VirsFaults`], [`attribute_swerr`]:
+//! guest's partition ([`VirsFault`], [`attribute_swerr`]:
 //! drained a bounded number at a time by `System::virs_poll`). A doorbell
 //! is decided by [`on_doorbell`] (re-armed for a vCPU about to be entered,
 //! left for one that is off). A destroyed partition's SPIs go back to
@@ -199,7 +199,7 @@ impl UntrappedInsns {
     /// PPI reaches its own virtual PPIs (the hidden ones RAZ/WI, HVIR),
     /// one naming an SPI or LPI reaches only the VM in ICH_CONTEXTR_EL2.VM
     /// (its own; a vPE or ID it lacks is an IRS software error counted
-    /// against it, `VirsFaults`), and the acknowledges and priority drop
+    /// against it, `attribute_swerr`), and the acknowledges and priority drop
     /// act on its own virtual CPU interface: a trap would buy no isolation
     /// and cost an exit per interrupt. Without a VM (a partition the boot
     /// did not plan into the vIRS) only what names no interrupt: its
@@ -610,10 +610,7 @@ impl IrsLayout {
     /// pool's: what the driver's acknowledge gives the exit path, which
     /// routes it as a GICv3 LPI (`LpiRoutes`).
     pub fn msi_core_intid(&self, lpi: u32) -> Option<u32> {
-        let n = lpi
-            .checked_sub(self.msi_base)
-            .filter(|&n| n < self.msi_lpis)?;
-        Some(LPI_BASE + n)
+        msi_pool_core_intid(self.msi_base..self.msi_base + self.msi_lpis, lpi)
     }
 
     /// CPU `cpu`'s doorbell LPI (the vCPU pinned there is woken by it), if
@@ -622,6 +619,14 @@ impl IrsLayout {
         let lpi = self.doorbell_base.checked_add(u32::try_from(cpu).ok()?)?;
         self.doorbell_lpis().contains(&lpi).then_some(lpi)
     }
+}
+
+/// The core INTID of physical LPI `lpi` in the MSI pool `pool`
+/// (`IrsLayout::msi_core_intid`, and the driver's acknowledge, which keeps
+/// only the pool's range): LPI `pool.start + n` is core INTID
+/// `LPI_BASE + n`.
+pub fn msi_pool_core_intid(pool: core::ops::Range<u32>, lpi: u32) -> Option<u32> {
+    pool.contains(&lpi).then(|| LPI_BASE + (lpi - pool.start))
 }
 
 // ---- the vIRS: virtual SPIs and IPIs ----------------------------------------
@@ -1113,16 +1118,6 @@ pub fn plan_boot_virs(
     })
 }
 
-/// Which vCPU a doorbell LPI wakes: (VM = partition index, vPE = vCPU).
-pub fn doorbell_owner(vms: &[VmSpec], lpi: u32) -> Option<(u16, u16)> {
-    vms.iter().find_map(|v| {
-        v.doorbells
-            .iter()
-            .position(|d| d.lpi == lpi)
-            .map(|n| (v.vm, n as u16))
-    })
-}
-
 /// The vCPU a doorbell taken on a CPU belongs to, as the core sees it
 /// when the doorbell arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1259,31 +1254,6 @@ impl VirsFault {
             ty: (s >> 60 & 7) as u8,
             id: (s >> 32 & 0xff_ffff) as u32,
         })
-    }
-}
-
-/// Per-partition counts of refused virtual-interrupt commands (by VM ID =
-/// partition index). Touched only on the IRS error path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VirsFaults {
-    pub by_vm: BTreeMap<u16, u64>,
-    /// Records for a VM no partition has (the hypervisor's own bug).
-    pub unattributed: u64,
-}
-
-impl VirsFaults {
-    /// Count `f` against its partition; returns the partition's name.
-    pub fn record<'a>(&mut self, vms: &[VmSpec<'a>], f: VirsFault) -> Option<&'a str> {
-        match vms.iter().find(|v| v.vm == f.vm) {
-            Some(v) => {
-                *self.by_vm.entry(f.vm).or_default() += 1;
-                Some(v.partition)
-            }
-            None => {
-                self.unattributed += 1;
-                None
-            }
-        }
     }
 }
 
@@ -1614,8 +1584,6 @@ mod tests {
                     db: db(102)
                 })
         );
-        assert_eq!(doorbell_owner(&vms, 102), Some((1, 1)));
-        assert_eq!(doorbell_owner(&vms, 7), None);
     }
 
     #[test]
@@ -1780,9 +1748,8 @@ mod tests {
 
     #[test]
     fn a_virtual_command_error_is_counted_against_its_partition() {
-        let (d1, d2) = ([db(1)], [db(2)]);
-        let vms = [vm("alpha", 1, &[], &d1), vm("beta", 1, &[], &d2)];
-        let mut faults = VirsFaults::default();
+        // Partitions 0 and 1 are GICv5 ones (VM = partition index).
+        let gicv5 = |i: usize| i < 2;
         // VIRTUAL, TYPE = LPI, ID 5, VM 1.
         let s = (1 << 63) | (2 << 60) | (5 << 32) | 1;
         let f = VirsFault::from_syndrome(s).unwrap();
@@ -1794,22 +1761,17 @@ mod tests {
                 id: 5
             }
         );
-        assert_eq!(faults.record(&vms, f), Some("beta"));
-        assert_eq!(faults.by_vm.get(&1), Some(&1));
-        assert_eq!(faults.by_vm.get(&0), None);
+        assert_eq!(
+            attribute_swerr(s, gicv5),
+            SwerrOwner::Partition { index: 1, fault: f }
+        );
         // A physical-domain record is not a guest's.
         assert_eq!(VirsFault::from_syndrome(s & !(1 << 63)), None);
+        // A VM no GICv5 partition has is the hypervisor's own.
+        let s9 = (1 << 63) | (2 << 60) | 9;
         assert_eq!(
-            faults.record(
-                &vms,
-                VirsFault {
-                    vm: 9,
-                    ty: 2,
-                    id: 0
-                }
-            ),
-            None
+            attribute_swerr(s9, gicv5),
+            SwerrOwner::Hypervisor { syndrome: s9 }
         );
-        assert_eq!(faults.unattributed, 1);
     }
 }

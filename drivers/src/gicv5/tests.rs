@@ -8,9 +8,10 @@ extern crate std;
 use super::*;
 use pinfold_gicv5model::{Access, Config, El, Enc, IntId, Misuse, Model, GICR_CDIA as MODEL_CDIA};
 use pinfold_hv::lockstat::LockStat;
+use pinfold_hv::vgic::pits::LPI_BASE;
 use pinfold_hv::vgic5::{
-    check_host, doorbell_owner, plan_virs, Doorbell, GicInsn, PpiPlan, UntrappedInsns, VirsFault,
-    VirsFaults, VmSpec, VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
+    attribute_swerr, check_host, plan_virs, Doorbell, GicInsn, PpiPlan, SwerrOwner, UntrappedInsns,
+    VirsFault, VmSpec, VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
 };
 use std::boxed::Box;
 use std::cell::{Cell, RefCell};
@@ -847,7 +848,8 @@ fn a_virtual_spi_for_a_non_resident_vpe_rings_its_doorbell_and_waits_for_the_loa
     assert!(r.m.borrow().irq_signalled(1));
     assert_eq!(r.cpus[1].ack(), 1023);
     let db = r.cpus[1].take_doorbell().expect("doorbell");
-    assert_eq!(doorbell_owner(&vms(), db), Some((0, 1)));
+    // ... the one the plan armed for alpha's (VM 0's) vCPU 1.
+    assert_eq!(vms()[0].doorbells[1].lpi, db);
     // Loading vCPU 1 delivers what was kept.
     load_guest(&mut r, 1, 0, 1);
     assert!(r.m.borrow().virq_signalled(1));
@@ -897,14 +899,15 @@ fn a_hostile_guest_cannot_raise_another_partitions_interrupts_and_is_counted() {
     }
     // The two refusals are beta's faults.
     let v = vms();
-    let mut faults = VirsFaults::default();
     let mut who = Vec::new();
     while let Some(s) = r.irs.take_swerr() {
-        let f = VirsFault::from_syndrome(s).expect("a guest's record");
-        who.push(faults.record(&v, f));
+        assert!(VirsFault::from_syndrome(s).is_some(), "a guest's record");
+        match attribute_swerr(s, |i| i < v.len()) {
+            SwerrOwner::Partition { index, .. } => who.push(v[index].partition),
+            other => panic!("{other:?}"),
+        }
     }
-    assert_eq!(who, [Some("beta"), Some("beta")]);
-    assert_eq!(faults.by_vm.get(&0), None);
+    assert_eq!(who, ["beta", "beta"]);
     r.no_misuse();
 }
 
@@ -979,6 +982,43 @@ fn encodings_match_linux_sysreg() {
     for (i, p) in ICH_PPI_PRIORITYR.iter().enumerate() {
         assert_eq!(fields(*p), (3, 4, 12, 14 + i as u8 / 8, i as u8 % 8));
     }
+}
+
+/// Each GIC instruction as the 32-bit `sys` word binutils' GCIE
+/// assembler test (`gas/testsuite/gas/aarch64`, `-march=armv8-a+gcie`)
+/// disassembles, with Rt = x0 (GSB with Rt = xzr): a second, independent
+/// reading beside Linux's `arch_gicv5.h` and FreeBSD's header, and one the
+/// model (which decodes our own packing) cannot give. GICR CDIA is left
+/// out: that test lists it as `d508c300` (SYS, L = 0), while Linux issues
+/// it as a read (`read_sysreg_s`, SYSL, `d528c300`) as `hw` does.
+#[test]
+fn insn_words_match_binutils_gcie_test() {
+    let sys = |enc: u32, rt: u32| 0xd500_0000 | enc | rt;
+    let table: &[(u32, u32, u32)] = &[
+        (insn::GIC_CDAFF, 0, 0xd508_c160),
+        (insn::GIC_CDDI, 0, 0xd508_c200),
+        (insn::GIC_CDDIS, 0, 0xd508_c100),
+        (insn::GIC_CDEN, 0, 0xd508_c120),
+        (insn::GIC_CDEOI, 0, 0xd508_c1e0),
+        (insn::GIC_CDHM, 0, 0xd508_c220),
+        (insn::GIC_CDPEND, 0, 0xd508_c180),
+        (insn::GIC_CDPRI, 0, 0xd508_c140),
+        (insn::GIC_VDAFF, 0, 0xd50c_c160),
+        (insn::GIC_VDDI, 0, 0xd50c_c200),
+        (insn::GIC_VDDIS, 0, 0xd50c_c100),
+        (insn::GIC_VDEN, 0, 0xd50c_c120),
+        (insn::GIC_VDHM, 0, 0xd50c_c220),
+        (insn::GIC_VDPEND, 0, 0xd50c_c180),
+        (insn::GIC_VDPRI, 0, 0xd50c_c140),
+        (insn::GIC_VDRCFG, 0, 0xd50c_c1a0),
+        (insn::GSB_SYS, 31, 0xd508_c01f),
+        (insn::GSB_ACK, 31, 0xd508_c03f),
+    ];
+    for &(e, rt, word) in table {
+        assert_eq!(sys(e, rt), word, "{:?}", fields(e));
+    }
+    // GICR CDIA as Linux's SYSL word (L = 1, bit 21).
+    assert_eq!(sys(insn::GICR_CDIA, 0) | 1 << 21, 0xd528_c300);
 }
 
 /// The guessed ICH_PPI_HVIR encodings (GICv3's ICH_MISR/EISR_EL2) are
