@@ -85,6 +85,7 @@
 //! [`MsiRouting::partition_its`] (the one ITS its functions reach) and
 //! [`msi_path_to`] (that ITS's translater against the doorbell page).
 
+use crate::dtb::PciMsiMap;
 use crate::exit::Hw;
 use crate::lockstat::{CountedLock, LockPath};
 use crate::partition::{HostMemory, Partition};
@@ -258,16 +259,28 @@ impl HostIts {
 /// covers, or whose ITS did not come up or is not described, reach none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MsiRouting {
-    /// (first requester ID, count, ITS, first DeviceID).
-    map: Vec<(u32, u32, usize, u32)>,
-    /// Each ITS's control frame, when it came up.
-    live: Vec<Option<u64>>,
-    /// Each live ITS's DeviceID bits.
-    device_bits: Vec<u8>,
-    /// On a GICv5 host, each ITS's translate frame (`Gicv5Info::
-    /// its_translate`); empty on GICv3, whose translater is in the ITS's
-    /// own second frame.
-    translate: Vec<Option<u64>>,
+    /// The `msi_map` entries whose ITS the host describes (or, when it
+    /// names none, one sending every requester ID to the first ITS as
+    /// itself), each with that ITS's place in the description; looked up
+    /// with `PciMsiMap::device_id`.
+    map: Vec<(PciMsiMap, usize)>,
+    /// Each described ITS, in the description's order.
+    its: Vec<RoutedIts>,
+    /// A GICv5 host's translate frames were named
+    /// ([`MsiRouting::with_translate_frames`]); false on GICv3, whose
+    /// translater is in the ITS's own second frame.
+    v5: bool,
+}
+
+/// What [`MsiRouting`] knows of one ITS of the host description.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RoutedIts {
+    /// Its control frame, when it came up.
+    live: Option<u64>,
+    /// Its DeviceID bits (0 when it did not come up).
+    device_bits: u8,
+    /// On a GICv5 host, its translate frame (`Gicv5Info::its_translate`).
+    translate: Option<u64>,
 }
 
 /// A requester ID's MSI target: ITS `its` (index in the host
@@ -281,42 +294,50 @@ pub struct MsiTarget {
 impl MsiRouting {
     /// `its`: the host description's ITSes (base, size); `live[i]`: ITS i
     /// came up, with its GITS_TYPER.
-    pub fn new(
-        msi_map: &[crate::dtb::PciMsiMap],
-        its: &[(u64, u64)],
-        live: &[Option<ItsTyper>],
-    ) -> MsiRouting {
+    pub fn new(msi_map: &[PciMsiMap], its: &[(u64, u64)], live: &[Option<ItsTyper>]) -> MsiRouting {
         let map = if msi_map.is_empty() {
-            alloc::vec![(0, 0x1_0000, 0, 0)]
+            let first = PciMsiMap {
+                rid_base: 0,
+                its_base: its.first().map_or(0, |&(base, _)| base),
+                device_base: 0,
+                len: 0x1_0000,
+            };
+            alloc::vec![(first, 0)]
         } else {
             msi_map
                 .iter()
                 .filter_map(|m| {
                     let i = its.iter().position(|&(base, _)| base == m.its_base)?;
-                    Some((m.rid_base, m.len, i, m.device_base))
+                    Some((*m, i))
                 })
                 .collect()
         };
+        let its = its
+            .iter()
+            .enumerate()
+            .map(|(i, &(base, _))| {
+                let typer = live.get(i).copied().flatten();
+                RoutedIts {
+                    live: typer.map(|_| base),
+                    device_bits: typer.map_or(0, |t| t.device_bits),
+                    translate: None,
+                }
+            })
+            .collect();
         MsiRouting {
             map,
-            live: its
-                .iter()
-                .enumerate()
-                .map(|(i, &(base, _))| live.get(i).copied().flatten().map(|_| base))
-                .collect(),
-            device_bits: its
-                .iter()
-                .enumerate()
-                .map(|(i, _)| live.get(i).copied().flatten().map_or(0, |t| t.device_bits))
-                .collect(),
-            translate: Vec::new(),
+            its,
+            v5: false,
         }
     }
 
     /// A GICv5 host's ITSes: each one's translate frame, in the host
     /// description's order (`Gicv5Info::its_translate`).
     pub fn with_translate_frames(mut self, frames: &[Option<(u64, u64)>]) -> MsiRouting {
-        self.translate = frames.iter().map(|f| f.map(|(base, _)| base)).collect();
+        self.v5 = !frames.is_empty();
+        for (i, its) in self.its.iter_mut().enumerate() {
+            its.translate = frames.get(i).copied().flatten().map(|(base, _)| base);
+        }
         self
     }
 
@@ -326,34 +347,32 @@ impl MsiRouting {
     /// `its5::TRANSLATER_OFFSET`); None for a GICv5 ITS that names no
     /// translate frame.
     pub fn translater(&self, base: u64) -> Option<u64> {
-        if self.translate.is_empty() {
+        if !self.v5 {
             return Some(base + TRANSLATER_FRAME + TRANSLATER_OFFSET);
         }
-        let i = self.live.iter().position(|&b| b == Some(base))?;
-        Some(self.translate.get(i).copied().flatten()? + crate::its5::TRANSLATER_OFFSET)
+        let its = self.its.iter().find(|its| its.live == Some(base))?;
+        Some(its.translate? + crate::its5::TRANSLATER_OFFSET)
     }
 
     /// The ITS and DeviceID requester ID `rid`'s MSIs reach, if that ITS
     /// came up and the DeviceID fits its GITS_TYPER.Devbits.
     pub fn route(&self, rid: u32) -> Option<MsiTarget> {
-        let &(base, _, its, device_base) = self
+        let (device, its) = self
             .map
             .iter()
-            .find(|&&(base, len, _, _)| rid.checked_sub(base).is_some_and(|o| o < len))?;
-        self.live.get(its).copied().flatten()?;
-        let device = device_base.checked_add(rid - base)?;
-        let bits = *self.device_bits.get(its)?;
+            .find_map(|(m, its)| Some((m.device_id(rid)?, *its)))?;
+        let bits = self.its.get(its).filter(|u| u.live.is_some())?.device_bits;
         (bits >= 32 || device >> bits == 0).then_some(MsiTarget { its, device })
     }
 
     /// ITS `its`'s control frame, when it came up.
     pub fn base(&self, its: usize) -> Option<u64> {
-        self.live.get(its).copied().flatten()
+        self.its.get(its)?.live
     }
 
     /// The ITSes that came up.
     pub fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.live.len()).filter(|&i| self.live[i].is_some())
+        (0..self.its.len()).filter(|&i| self.its[i].live.is_some())
     }
 
     /// The one ITS the requester IDs `rids` (a partition's functions) all
