@@ -213,11 +213,8 @@ impl System {
                 continue;
             }
             let mut held = crate::partition::pci_held(&pci_functions, partitions.iter());
-            held.its = its_typer;
-            held.msi_routing = its.as_ref().map(|i| i.routing.clone());
-            held.vlpi = its_direct;
+            held.its = its.as_ref();
             held.vsgi = vsgi.is_some();
-            held.vsgi_itses = its.as_ref().map_or(Vec::new(), |s| s.vsgi_itses().to_vec());
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
