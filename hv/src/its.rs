@@ -984,23 +984,45 @@ impl V4Env for Env<'_, '_> {
     }
 }
 
-/// The one ITS lock a batch of a partition's commands holds: kept while
-/// consecutive commands go to the same ITS (one acquisition for a
-/// guest's whole MAPD..MAPTI..INV run), released before another ITS's is
-/// taken, so never two at once.
-struct Held<'s> {
+/// The one ITS lock a batch of commands holds: kept while consecutive
+/// commands go to the same ITS (one acquisition for a guest's whole
+/// MAPD..MAPTI..INV run, or for the vSGI path's run of VMAPPs, VSGIs and
+/// VSYNC to one ITS, `vsgi`), released before another ITS's is taken, so
+/// never two at once.
+pub(crate) struct Held<'s> {
     set: &'s ItsSet,
     at: Option<(usize, spin::MutexGuard<'s, ItsUnit>)>,
 }
 
 impl<'s> Held<'s> {
+    /// Nothing held yet.
+    pub(crate) fn new(set: &'s ItsSet) -> Held<'s> {
+        Held { set, at: None }
+    }
+
     /// ITS `i`, locked (kept from the last command when it was the same).
-    fn unit(&mut self, i: usize) -> Option<&mut spin::MutexGuard<'s, ItsUnit>> {
+    pub(crate) fn unit(&mut self, i: usize) -> Option<&mut spin::MutexGuard<'s, ItsUnit>> {
         if self.at.as_ref().map(|&(j, _)| j) != Some(i) {
             self.at = None;
             self.at = Some((i, self.set.unit(i)?));
         }
         self.at.as_mut().map(|(_, unit)| unit)
+    }
+
+    /// The lock held, if any, let go.
+    pub(crate) fn release(&mut self) {
+        self.at = None;
+    }
+
+    /// `cmds` in order, each on its ITS (`ItsQueue::send_words`), a run
+    /// for the same ITS under one hold of its lock. A command for an ITS
+    /// that did not come up is not sent.
+    pub(crate) fn send_words(&mut self, cmds: &[(usize, [u64; 4])]) {
+        for &(i, cmd) in cmds {
+            if let Some(unit) = self.unit(i) {
+                unit.queue.send_words(cmd);
+            }
+        }
     }
 }
 
@@ -1112,7 +1134,7 @@ pub fn access(
         direct_commands(v, set, p, hw, sink.cmds, &mut out);
         return out;
     }
-    let mut held = Held { set, at: None };
+    let mut held = Held::new(set);
     for cmd in sink.cmds {
         let on = match targets(set, &cmd, v.its) {
             Ok(on) => on,
@@ -1199,7 +1221,7 @@ fn direct_commands(
     cmds: Vec<PhysCmd>,
     out: &mut Outcome,
 ) {
-    let mut held = Held { set, at: None };
+    let mut held = Held::new(set);
     let gic = if v.v41 { "GICv4.1" } else { "GICv4.0" };
     for cmd in cmds {
         if v.v41 {
@@ -1218,7 +1240,7 @@ fn direct_commands(
         };
         if v.vlpis.is_none() {
             // Making the vPEs takes each ITS's lock in turn.
-            held.at = None;
+            held.release();
         }
         let vl = match v.vlpis_ready(set, p) {
             Ok(vl) => vl,
