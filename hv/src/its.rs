@@ -61,8 +61,9 @@
 //! - the partition's vITS (`its_trap`): its command queue is one device
 //!   that every vCPU of the partition may program, like its distributor;
 //! - one physical ITS (`phys_its`, [`ItsSet`]: one lock per ITS): its one
-//!   GITS_CWRITER, its collections' RDbases and the ITT memory its
-//!   commands name. One lock per ITS, not one for all: commands for
+//!   GITS_CWRITER and the ITT memory its commands name (each CPU's RDbase
+//!   on it is stored under it once, at the CPU's bring-up, and read
+//!   without it: [`ItsSet::rdbase_for`]). One lock per ITS, not one for all: commands for
 //!   devices behind different ITSes (different partitions, different
 //!   sockets) do not contend, and no command needs two ITSes at once
 //!   (a vPE is mapped, and a SYNC sent, one ITS after the other, each
@@ -103,6 +104,7 @@ use crate::vgic::vits::{PhysCmd, QueueMemory, Vits, VitsError, VitsLimits, VitsS
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 use pinfold_vboard::GUEST_ITS_DOORBELL;
 
 /// One physical ITS's command queue and the memory ITTs come from, as the
@@ -124,24 +126,18 @@ pub trait ItsQueue: Send {
     fn free_vpt(&mut self, pa: u64, bytes: usize);
 }
 
-/// One physical ITS as the core drives it: its GITS_TYPER, its command
-/// queue, and each CPU's RDbase once its collection (ICID = CPU index) is
-/// mapped on it. Behind its own lock in [`ItsSet`].
+/// One physical ITS as the core drives it: its GITS_TYPER and its
+/// command queue. Behind its own lock in [`ItsSet`] (each CPU's RDbase on
+/// it beside the lock, [`ItsSet::rdbase_for`]).
 pub struct ItsUnit {
     pub typer: ItsTyper,
     queue: Box<dyn ItsQueue>,
-    rdbase: Vec<Option<u64>>,
 }
 
 impl ItsUnit {
     /// The command queue, for the GICv4.1 vPE commands (`vsgi`).
     pub fn queue_mut(&mut self) -> &mut dyn ItsQueue {
         &mut *self.queue
-    }
-
-    /// CPU `cpu`'s RDbase on this ITS, once its collection is mapped.
-    pub fn rdbase_for(&self, cpu: usize) -> Option<u64> {
-        self.rdbase.get(cpu).copied().flatten()
     }
 }
 
@@ -153,6 +149,8 @@ pub struct HostIts {
     /// the ITSes that came up ([`narrowest`]).
     pub typer: ItsTyper,
     units: Vec<Option<ItsUnit>>,
+    /// The CPUs each ITS will map a collection for ([`ItsSet::cpu_online`]).
+    cpus: usize,
     /// GICv4.0 direct vLPIs are on ([`HostIts::enable_direct`]): the vPE
     /// IDs handed out.
     vpe_ids: Option<VpeIds>,
@@ -186,11 +184,8 @@ impl HostIts {
     pub fn new(typer: ItsTyper, queue: Box<dyn ItsQueue>, cpus: usize) -> HostIts {
         HostIts {
             typer,
-            units: alloc::vec![Some(ItsUnit {
-                typer,
-                queue,
-                rdbase: alloc::vec![None; cpus],
-            })],
+            units: alloc::vec![Some(ItsUnit { typer, queue })],
+            cpus,
             vpe_ids: None,
             lpis: LPI_COUNT,
         }
@@ -204,18 +199,13 @@ impl HostIts {
     ) -> Option<HostIts> {
         let units: Vec<Option<ItsUnit>> = units
             .into_iter()
-            .map(|u| {
-                u.map(|(typer, queue)| ItsUnit {
-                    typer,
-                    queue,
-                    rdbase: alloc::vec![None; cpus],
-                })
-            })
+            .map(|u| u.map(|(typer, queue)| ItsUnit { typer, queue }))
             .collect();
         let typer = narrowest(units.iter().flatten().map(|u| u.typer))?;
         Some(HostIts {
             typer,
             units,
+            cpus,
             vpe_ids: None,
             lpis: LPI_COUNT,
         })
@@ -415,13 +405,29 @@ struct Shared {
     vpe_ids: Option<VpeIds>,
 }
 
+/// One ITS that came up, as [`ItsSet`] holds it.
+struct HeldUnit {
+    unit: CountedLock<ItsUnit>,
+    /// Each CPU's RDbase on this ITS once its collection is mapped
+    /// ([`NO_RDBASE`] before): stored once, at the CPU's bring-up under
+    /// `unit`'s lock after its MAPC and SYNC, and fixed from then on, so
+    /// read without the lock ([`ItsSet::rdbase_for`]).
+    rdbase: Vec<AtomicU64>,
+}
+
+/// A CPU whose collection is not mapped yet: no RDbase is all ones (a
+/// redistributor's 64 KiB-aligned address, or a processor number shifted
+/// by 16).
+const NO_RDBASE: u64 = u64::MAX;
+
 /// The physical ITSes as the system holds them, behind `System::its`: each
 /// ITS behind its own counted lock, the LPI pool and vPE IDs behind one
-/// more, the routing and each CPU's local ITS read without a lock.
+/// more, the routing, each CPU's RDbases and its local ITS read without a
+/// lock.
 pub struct ItsSet {
     /// See [`HostIts::typer`].
     pub typer: ItsTyper,
-    units: Vec<Option<CountedLock<ItsUnit>>>,
+    units: Vec<Option<HeldUnit>>,
     pub routing: MsiRouting,
     shared: CountedLock<Shared>,
     /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that offer
@@ -473,7 +479,12 @@ impl ItsSet {
             units: its
                 .units
                 .into_iter()
-                .map(|u| u.map(|u| CountedLock::new(u, locks)))
+                .map(|u| {
+                    u.map(|u| HeldUnit {
+                        unit: CountedLock::new(u, locks),
+                        rdbase: (0..its.cpus).map(|_| AtomicU64::new(NO_RDBASE)).collect(),
+                    })
+                })
                 .collect(),
             routing,
             shared: CountedLock::new(
@@ -514,26 +525,36 @@ impl ItsSet {
 
     /// ITS `i`, locked, if it came up.
     pub(crate) fn unit(&self, i: usize) -> Option<spin::MutexGuard<'_, ItsUnit>> {
-        Some(self.units.get(i)?.as_ref()?.lock(LockPath::PhysIts))
+        Some(self.units.get(i)?.as_ref()?.unit.lock(LockPath::PhysIts))
+    }
+
+    /// CPU `cpu`'s RDbase on ITS `i`, once its collection is mapped there.
+    /// No lock: it is fixed once stored ([`ItsSet::cpu_online`]).
+    pub fn rdbase_for(&self, i: usize, cpu: usize) -> Option<u64> {
+        let slot = self.units.get(i)?.as_ref()?.rdbase.get(cpu)?;
+        Some(slot.load(Ordering::Acquire)).filter(|&rd| rd != NO_RDBASE)
     }
 
     /// CPU `cpu` has enabled LPIs on its redistributor: its collection is
     /// mapped to it on every ITS (MAPC ICID = cpu, then SYNC), one lock at
-    /// a time.
+    /// a time, and its RDbase there kept.
     pub fn cpu_online(&self, cpu: usize, processor_number: u16, redist_pa: u64) {
         for i in self.routing.live() {
-            let Some(mut u) = self.unit(i) else { continue };
+            let Some(held) = self.units.get(i).and_then(Option::as_ref) else {
+                continue;
+            };
+            let mut u = held.unit.lock(LockPath::PhysIts);
             let rdbase = u.typer.rdbase(processor_number, redist_pa);
-            let Some(slot) = u.rdbase.get_mut(cpu) else {
+            let Some(slot) = held.rdbase.get(cpu) else {
                 return;
             };
-            *slot = Some(rdbase);
             u.queue.send(&ItsCmd::Mapc {
                 icid: cpu as u16,
                 rdbase,
                 valid: true,
             });
             u.queue.send(&ItsCmd::Sync { rdbase });
+            slot.store(rdbase, Ordering::Release);
         }
     }
 
@@ -932,11 +953,11 @@ impl<'a, 'u> Env<'a, 'u> {
 impl ItsPlacement for Env<'_, '_> {
     fn cpu_of(&self, vcpu: u16) -> Option<u16> {
         let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
-        self.unit.rdbase_for(cpu).map(|_| cpu as u16)
+        self.set.rdbase_for(self.its, cpu).map(|_| cpu as u16)
     }
     fn rdbase(&self, cpu: u16) -> u64 {
         // 0 for a CPU not online: never named by a mapping.
-        self.unit.rdbase_for(usize::from(cpu)).unwrap_or(0)
+        self.set.rdbase_for(self.its, usize::from(cpu)).unwrap_or(0)
     }
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
         self.unit.queue.alloc_itt(bytes)

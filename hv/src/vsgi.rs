@@ -266,8 +266,9 @@ pub fn restart(sys: &System, p: &Partition) {
 /// configuration. Once per run of the partition. On failure nothing of
 /// this vCPU is kept and the error says why.
 ///
-/// Locks, one ITS's at a time (`its::Held`): each ITS's for reading the
-/// CPU's RDbase there; the first ITS's (the one whose VMAPP has Alloc;
+/// Locks, one ITS's at a time (`its::Held`; the CPU's RDbase on each
+/// ITS is read without one, `ItsSet::rdbase_for`): the first ITS's (the
+/// one whose VMAPP has Alloc;
 /// the tables come from its queue's memory) for the check, the tables and
 /// that VMAPP, which serialises two vCPUs making the VM's configuration
 /// table; then each other ITS's for its VMAPP, then the configuration
@@ -289,8 +290,7 @@ fn map_vcpu(
     let mut rds = Vec::with_capacity(itses.len());
     for &i in itses {
         let rd = set
-            .unit(i)
-            .and_then(|u| u.rdbase_for(pcpu))
+            .rdbase_for(i, pcpu)
             .ok_or("its CPU's redistributor is not online on every ITS with vSGIs")?;
         rds.push((i, rd as u32));
     }
