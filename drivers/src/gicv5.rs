@@ -1072,7 +1072,7 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
     }
 
     /// Load a vCPU with the GICv3 interface on this GICv5 (FEAT_GCIE_LEGACY,
-    /// `vgic5::VcpuSwitch::ListRegisters { gcie_legacy: true }`):
+    /// `vgic5::VcpuSwitch::ListRegisters` on a GICv5 host):
     /// ICH_VCTLR_EL2.V3 = 1 (En = 0: the GICv3-compatible interface is
     /// switched on by ICH_HCR_EL2.En, as on a GICv3). Called before the
     /// platform restores the GICv3 state, since ICH_VMCR_EL2's layout

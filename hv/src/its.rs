@@ -61,8 +61,9 @@
 //! - the partition's vITS (`its_trap`): its command queue is one device
 //!   that every vCPU of the partition may program, like its distributor;
 //! - one physical ITS (`phys_its`, [`ItsSet`]: one lock per ITS): its one
-//!   GITS_CWRITER, its collections' RDbases and the ITT memory its
-//!   commands name. One lock per ITS, not one for all: commands for
+//!   GITS_CWRITER and the ITT memory its commands name (each CPU's RDbase
+//!   on it is stored under it once, at the CPU's bring-up, and read
+//!   without it: [`ItsSet::rdbase_for`]). One lock per ITS, not one for all: commands for
 //!   devices behind different ITSes (different partitions, different
 //!   sockets) do not contend, and no command needs two ITSes at once
 //!   (a vPE is mapped, and a SYNC sent, one ITS after the other, each
@@ -85,6 +86,7 @@
 //! [`MsiRouting::partition_its`] (the one ITS its functions reach) and
 //! [`msi_path_to`] (that ITS's translater against the doorbell page).
 
+use crate::dtb::PciMsiMap;
 use crate::exit::Hw;
 use crate::lockstat::{CountedLock, LockPath};
 use crate::partition::{HostMemory, Partition};
@@ -102,6 +104,7 @@ use crate::vgic::vits::{PhysCmd, QueueMemory, Vits, VitsError, VitsLimits, VitsS
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 use pinfold_vboard::GUEST_ITS_DOORBELL;
 
 /// One physical ITS's command queue and the memory ITTs come from, as the
@@ -123,24 +126,18 @@ pub trait ItsQueue: Send {
     fn free_vpt(&mut self, pa: u64, bytes: usize);
 }
 
-/// One physical ITS as the core drives it: its GITS_TYPER, its command
-/// queue, and each CPU's RDbase once its collection (ICID = CPU index) is
-/// mapped on it. Behind its own lock in [`ItsSet`].
+/// One physical ITS as the core drives it: its GITS_TYPER and its
+/// command queue. Behind its own lock in [`ItsSet`] (each CPU's RDbase on
+/// it beside the lock, [`ItsSet::rdbase_for`]).
 pub struct ItsUnit {
     pub typer: ItsTyper,
     queue: Box<dyn ItsQueue>,
-    rdbase: Vec<Option<u64>>,
 }
 
 impl ItsUnit {
     /// The command queue, for the GICv4.1 vPE commands (`vsgi`).
     pub fn queue_mut(&mut self) -> &mut dyn ItsQueue {
         &mut *self.queue
-    }
-
-    /// CPU `cpu`'s RDbase on this ITS, once its collection is mapped.
-    pub fn rdbase_for(&self, cpu: usize) -> Option<u64> {
-        self.rdbase.get(cpu).copied().flatten()
     }
 }
 
@@ -152,6 +149,8 @@ pub struct HostIts {
     /// the ITSes that came up ([`narrowest`]).
     pub typer: ItsTyper,
     units: Vec<Option<ItsUnit>>,
+    /// The CPUs each ITS will map a collection for ([`ItsSet::cpu_online`]).
+    cpus: usize,
     /// GICv4.0 direct vLPIs are on ([`HostIts::enable_direct`]): the vPE
     /// IDs handed out.
     vpe_ids: Option<VpeIds>,
@@ -185,11 +184,8 @@ impl HostIts {
     pub fn new(typer: ItsTyper, queue: Box<dyn ItsQueue>, cpus: usize) -> HostIts {
         HostIts {
             typer,
-            units: alloc::vec![Some(ItsUnit {
-                typer,
-                queue,
-                rdbase: alloc::vec![None; cpus],
-            })],
+            units: alloc::vec![Some(ItsUnit { typer, queue })],
+            cpus,
             vpe_ids: None,
             lpis: LPI_COUNT,
         }
@@ -203,18 +199,13 @@ impl HostIts {
     ) -> Option<HostIts> {
         let units: Vec<Option<ItsUnit>> = units
             .into_iter()
-            .map(|u| {
-                u.map(|(typer, queue)| ItsUnit {
-                    typer,
-                    queue,
-                    rdbase: alloc::vec![None; cpus],
-                })
-            })
+            .map(|u| u.map(|(typer, queue)| ItsUnit { typer, queue }))
             .collect();
         let typer = narrowest(units.iter().flatten().map(|u| u.typer))?;
         Some(HostIts {
             typer,
             units,
+            cpus,
             vpe_ids: None,
             lpis: LPI_COUNT,
         })
@@ -258,16 +249,28 @@ impl HostIts {
 /// covers, or whose ITS did not come up or is not described, reach none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MsiRouting {
-    /// (first requester ID, count, ITS, first DeviceID).
-    map: Vec<(u32, u32, usize, u32)>,
-    /// Each ITS's control frame, when it came up.
-    live: Vec<Option<u64>>,
-    /// Each live ITS's DeviceID bits.
-    device_bits: Vec<u8>,
-    /// On a GICv5 host, each ITS's translate frame (`Gicv5Info::
-    /// its_translate`); empty on GICv3, whose translater is in the ITS's
-    /// own second frame.
-    translate: Vec<Option<u64>>,
+    /// The `msi_map` entries whose ITS the host describes (or, when it
+    /// names none, one sending every requester ID to the first ITS as
+    /// itself), each with that ITS's place in the description; looked up
+    /// with `PciMsiMap::device_id`.
+    map: Vec<(PciMsiMap, usize)>,
+    /// Each described ITS, in the description's order.
+    its: Vec<RoutedIts>,
+    /// A GICv5 host's translate frames were named
+    /// ([`MsiRouting::with_translate_frames`]); false on GICv3, whose
+    /// translater is in the ITS's own second frame.
+    v5: bool,
+}
+
+/// What [`MsiRouting`] knows of one ITS of the host description.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RoutedIts {
+    /// Its control frame, when it came up.
+    live: Option<u64>,
+    /// Its DeviceID bits (0 when it did not come up).
+    device_bits: u8,
+    /// On a GICv5 host, its translate frame (`Gicv5Info::its_translate`).
+    translate: Option<u64>,
 }
 
 /// A requester ID's MSI target: ITS `its` (index in the host
@@ -281,42 +284,50 @@ pub struct MsiTarget {
 impl MsiRouting {
     /// `its`: the host description's ITSes (base, size); `live[i]`: ITS i
     /// came up, with its GITS_TYPER.
-    pub fn new(
-        msi_map: &[crate::dtb::PciMsiMap],
-        its: &[(u64, u64)],
-        live: &[Option<ItsTyper>],
-    ) -> MsiRouting {
+    pub fn new(msi_map: &[PciMsiMap], its: &[(u64, u64)], live: &[Option<ItsTyper>]) -> MsiRouting {
         let map = if msi_map.is_empty() {
-            alloc::vec![(0, 0x1_0000, 0, 0)]
+            let first = PciMsiMap {
+                rid_base: 0,
+                its_base: its.first().map_or(0, |&(base, _)| base),
+                device_base: 0,
+                len: 0x1_0000,
+            };
+            alloc::vec![(first, 0)]
         } else {
             msi_map
                 .iter()
                 .filter_map(|m| {
                     let i = its.iter().position(|&(base, _)| base == m.its_base)?;
-                    Some((m.rid_base, m.len, i, m.device_base))
+                    Some((*m, i))
                 })
                 .collect()
         };
+        let its = its
+            .iter()
+            .enumerate()
+            .map(|(i, &(base, _))| {
+                let typer = live.get(i).copied().flatten();
+                RoutedIts {
+                    live: typer.map(|_| base),
+                    device_bits: typer.map_or(0, |t| t.device_bits),
+                    translate: None,
+                }
+            })
+            .collect();
         MsiRouting {
             map,
-            live: its
-                .iter()
-                .enumerate()
-                .map(|(i, &(base, _))| live.get(i).copied().flatten().map(|_| base))
-                .collect(),
-            device_bits: its
-                .iter()
-                .enumerate()
-                .map(|(i, _)| live.get(i).copied().flatten().map_or(0, |t| t.device_bits))
-                .collect(),
-            translate: Vec::new(),
+            its,
+            v5: false,
         }
     }
 
     /// A GICv5 host's ITSes: each one's translate frame, in the host
     /// description's order (`Gicv5Info::its_translate`).
     pub fn with_translate_frames(mut self, frames: &[Option<(u64, u64)>]) -> MsiRouting {
-        self.translate = frames.iter().map(|f| f.map(|(base, _)| base)).collect();
+        self.v5 = !frames.is_empty();
+        for (i, its) in self.its.iter_mut().enumerate() {
+            its.translate = frames.get(i).copied().flatten().map(|(base, _)| base);
+        }
         self
     }
 
@@ -326,34 +337,32 @@ impl MsiRouting {
     /// `its5::TRANSLATER_OFFSET`); None for a GICv5 ITS that names no
     /// translate frame.
     pub fn translater(&self, base: u64) -> Option<u64> {
-        if self.translate.is_empty() {
+        if !self.v5 {
             return Some(base + TRANSLATER_FRAME + TRANSLATER_OFFSET);
         }
-        let i = self.live.iter().position(|&b| b == Some(base))?;
-        Some(self.translate.get(i).copied().flatten()? + crate::its5::TRANSLATER_OFFSET)
+        let its = self.its.iter().find(|its| its.live == Some(base))?;
+        Some(its.translate? + crate::its5::TRANSLATER_OFFSET)
     }
 
     /// The ITS and DeviceID requester ID `rid`'s MSIs reach, if that ITS
     /// came up and the DeviceID fits its GITS_TYPER.Devbits.
     pub fn route(&self, rid: u32) -> Option<MsiTarget> {
-        let &(base, _, its, device_base) = self
+        let (device, its) = self
             .map
             .iter()
-            .find(|&&(base, len, _, _)| rid.checked_sub(base).is_some_and(|o| o < len))?;
-        self.live.get(its).copied().flatten()?;
-        let device = device_base.checked_add(rid - base)?;
-        let bits = *self.device_bits.get(its)?;
+            .find_map(|(m, its)| Some((m.device_id(rid)?, *its)))?;
+        let bits = self.its.get(its).filter(|u| u.live.is_some())?.device_bits;
         (bits >= 32 || device >> bits == 0).then_some(MsiTarget { its, device })
     }
 
     /// ITS `its`'s control frame, when it came up.
     pub fn base(&self, its: usize) -> Option<u64> {
-        self.live.get(its).copied().flatten()
+        self.its.get(its)?.live
     }
 
     /// The ITSes that came up.
     pub fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.live.len()).filter(|&i| self.live[i].is_some())
+        (0..self.its.len()).filter(|&i| self.its[i].live.is_some())
     }
 
     /// The one ITS the requester IDs `rids` (a partition's functions) all
@@ -396,13 +405,29 @@ struct Shared {
     vpe_ids: Option<VpeIds>,
 }
 
+/// One ITS that came up, as [`ItsSet`] holds it.
+struct HeldUnit {
+    unit: CountedLock<ItsUnit>,
+    /// Each CPU's RDbase on this ITS once its collection is mapped
+    /// ([`NO_RDBASE`] before): stored once, at the CPU's bring-up under
+    /// `unit`'s lock after its MAPC and SYNC, and fixed from then on, so
+    /// read without the lock ([`ItsSet::rdbase_for`]).
+    rdbase: Vec<AtomicU64>,
+}
+
+/// A CPU whose collection is not mapped yet: no RDbase is all ones (a
+/// redistributor's 64 KiB-aligned address, or a processor number shifted
+/// by 16).
+const NO_RDBASE: u64 = u64::MAX;
+
 /// The physical ITSes as the system holds them, behind `System::its`: each
 /// ITS behind its own counted lock, the LPI pool and vPE IDs behind one
-/// more, the routing and each CPU's local ITS read without a lock.
+/// more, the routing, each CPU's RDbases and its local ITS read without a
+/// lock.
 pub struct ItsSet {
     /// See [`HostIts::typer`].
     pub typer: ItsTyper,
-    units: Vec<Option<CountedLock<ItsUnit>>>,
+    units: Vec<Option<HeldUnit>>,
     pub routing: MsiRouting,
     shared: CountedLock<Shared>,
     /// Each CPU's ITS: [`its_choice::choose`] over the ITSes that offer
@@ -454,7 +479,12 @@ impl ItsSet {
             units: its
                 .units
                 .into_iter()
-                .map(|u| u.map(|u| CountedLock::new(u, locks)))
+                .map(|u| {
+                    u.map(|u| HeldUnit {
+                        unit: CountedLock::new(u, locks),
+                        rdbase: (0..its.cpus).map(|_| AtomicU64::new(NO_RDBASE)).collect(),
+                    })
+                })
                 .collect(),
             routing,
             shared: CountedLock::new(
@@ -495,26 +525,36 @@ impl ItsSet {
 
     /// ITS `i`, locked, if it came up.
     pub(crate) fn unit(&self, i: usize) -> Option<spin::MutexGuard<'_, ItsUnit>> {
-        Some(self.units.get(i)?.as_ref()?.lock(LockPath::PhysIts))
+        Some(self.units.get(i)?.as_ref()?.unit.lock(LockPath::PhysIts))
+    }
+
+    /// CPU `cpu`'s RDbase on ITS `i`, once its collection is mapped there.
+    /// No lock: it is fixed once stored ([`ItsSet::cpu_online`]).
+    pub fn rdbase_for(&self, i: usize, cpu: usize) -> Option<u64> {
+        let slot = self.units.get(i)?.as_ref()?.rdbase.get(cpu)?;
+        Some(slot.load(Ordering::Acquire)).filter(|&rd| rd != NO_RDBASE)
     }
 
     /// CPU `cpu` has enabled LPIs on its redistributor: its collection is
     /// mapped to it on every ITS (MAPC ICID = cpu, then SYNC), one lock at
-    /// a time.
+    /// a time, and its RDbase there kept.
     pub fn cpu_online(&self, cpu: usize, processor_number: u16, redist_pa: u64) {
         for i in self.routing.live() {
-            let Some(mut u) = self.unit(i) else { continue };
+            let Some(held) = self.units.get(i).and_then(Option::as_ref) else {
+                continue;
+            };
+            let mut u = held.unit.lock(LockPath::PhysIts);
             let rdbase = u.typer.rdbase(processor_number, redist_pa);
-            let Some(slot) = u.rdbase.get_mut(cpu) else {
+            let Some(slot) = held.rdbase.get(cpu) else {
                 return;
             };
-            *slot = Some(rdbase);
             u.queue.send(&ItsCmd::Mapc {
                 icid: cpu as u16,
                 rdbase,
                 valid: true,
             });
             u.queue.send(&ItsCmd::Sync { rdbase });
+            slot.store(rdbase, Ordering::Release);
         }
     }
 
@@ -913,11 +953,11 @@ impl<'a, 'u> Env<'a, 'u> {
 impl ItsPlacement for Env<'_, '_> {
     fn cpu_of(&self, vcpu: u16) -> Option<u16> {
         let cpu = self.p.vcpus.get(usize::from(vcpu))?.pcpu;
-        self.unit.rdbase_for(cpu).map(|_| cpu as u16)
+        self.set.rdbase_for(self.its, cpu).map(|_| cpu as u16)
     }
     fn rdbase(&self, cpu: u16) -> u64 {
         // 0 for a CPU not online: never named by a mapping.
-        self.unit.rdbase_for(usize::from(cpu)).unwrap_or(0)
+        self.set.rdbase_for(self.its, usize::from(cpu)).unwrap_or(0)
     }
     fn alloc_itt(&mut self, bytes: usize) -> Option<u64> {
         self.unit.queue.alloc_itt(bytes)
@@ -965,23 +1005,45 @@ impl V4Env for Env<'_, '_> {
     }
 }
 
-/// The one ITS lock a batch of a partition's commands holds: kept while
-/// consecutive commands go to the same ITS (one acquisition for a
-/// guest's whole MAPD..MAPTI..INV run), released before another ITS's is
-/// taken, so never two at once.
-struct Held<'s> {
+/// The one ITS lock a batch of commands holds: kept while consecutive
+/// commands go to the same ITS (one acquisition for a guest's whole
+/// MAPD..MAPTI..INV run, or for the vSGI path's run of VMAPPs, VSGIs and
+/// VSYNC to one ITS, `vsgi`), released before another ITS's is taken, so
+/// never two at once.
+pub(crate) struct Held<'s> {
     set: &'s ItsSet,
     at: Option<(usize, spin::MutexGuard<'s, ItsUnit>)>,
 }
 
 impl<'s> Held<'s> {
+    /// Nothing held yet.
+    pub(crate) fn new(set: &'s ItsSet) -> Held<'s> {
+        Held { set, at: None }
+    }
+
     /// ITS `i`, locked (kept from the last command when it was the same).
-    fn unit(&mut self, i: usize) -> Option<&mut spin::MutexGuard<'s, ItsUnit>> {
+    pub(crate) fn unit(&mut self, i: usize) -> Option<&mut spin::MutexGuard<'s, ItsUnit>> {
         if self.at.as_ref().map(|&(j, _)| j) != Some(i) {
             self.at = None;
             self.at = Some((i, self.set.unit(i)?));
         }
         self.at.as_mut().map(|(_, unit)| unit)
+    }
+
+    /// The lock held, if any, let go.
+    pub(crate) fn release(&mut self) {
+        self.at = None;
+    }
+
+    /// `cmds` in order, each on its ITS (`ItsQueue::send_words`), a run
+    /// for the same ITS under one hold of its lock. A command for an ITS
+    /// that did not come up is not sent.
+    pub(crate) fn send_words(&mut self, cmds: &[(usize, [u64; 4])]) {
+        for &(i, cmd) in cmds {
+            if let Some(unit) = self.unit(i) {
+                unit.queue.send_words(cmd);
+            }
+        }
     }
 }
 
@@ -1093,7 +1155,7 @@ pub fn access(
         direct_commands(v, set, p, hw, sink.cmds, &mut out);
         return out;
     }
-    let mut held = Held { set, at: None };
+    let mut held = Held::new(set);
     for cmd in sink.cmds {
         let on = match targets(set, &cmd, v.its) {
             Ok(on) => on,
@@ -1180,7 +1242,7 @@ fn direct_commands(
     cmds: Vec<PhysCmd>,
     out: &mut Outcome,
 ) {
-    let mut held = Held { set, at: None };
+    let mut held = Held::new(set);
     let gic = if v.v41 { "GICv4.1" } else { "GICv4.0" };
     for cmd in cmds {
         if v.v41 {
@@ -1199,7 +1261,7 @@ fn direct_commands(
         };
         if v.vlpis.is_none() {
             // Making the vPEs takes each ITS's lock in turn.
-            held.at = None;
+            held.release();
         }
         let vl = match v.vlpis_ready(set, p) {
             Ok(vl) => vl,

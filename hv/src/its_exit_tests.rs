@@ -110,7 +110,7 @@ fn its_system_on(
 /// vLPIs are on. Returns the fake queue (sharing its records).
 pub(super) fn v4_system() -> (&'static System, FakeQueue) {
     let (sys, queue, _) = its_system_of(|_| {}, true);
-    assert!(sys.its_direct);
+    assert!(sys.its.as_ref().is_some_and(crate::its::ItsSet::direct));
     (sys, queue)
 }
 

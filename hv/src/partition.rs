@@ -431,30 +431,32 @@ impl Partition {
             let mut fresh = crate::vpci::VirtualEcam::new(bridge, &a, pci_host.functions);
             let smmu = !bridge.iommu_map.is_empty();
             // The one ITS its functions' MSIs reach (`MsiRouting`).
-            let its_index = match (pp.management, &pci_host.msi_routing) {
+            let its_index = match (pp.management, pci_host.its) {
                 (true, _) => Err(crate::its::NoMsi::Management),
                 (false, None) => Err(crate::its::NoMsi::NoHostIts),
-                (false, Some(r)) => r
+                (false, Some(set)) => set
+                    .routing
                     .partition_its_index(a.functions.iter().map(|f| u32::from(f.bdf.rid())))
-                    .map(|i| (r, i)),
+                    .map(|i| (set, i)),
             };
-            let path = its_index.and_then(|(r, i)| {
+            let path = its_index.and_then(|(set, i)| {
+                let r = &set.routing;
                 let base = r.base(i).ok_or(crate::its::NoMsi::NoHostIts)?;
                 crate::its::msi_path_to(false, Some(r.translater(base)), smmu)
             });
-            if let (Ok(_), Ok((_, its)), Some(typer)) = (path, its_index, pci_host.its) {
+            if let (Ok(_), Ok((set, its))) = (path, its_index) {
                 // GICv4.1: direct vLPIs on the vSGI path's vPEs when its
                 // functions' ITS has them mapped (`v41::choose_vlpis`).
-                let v41 = !pci_host.vlpi && pci_host.vsgi && {
+                let vlpi = set.direct();
+                let v41 = !vlpi && pci_host.vsgi && {
                     let pcpus: Vec<usize> = pp.cpus.iter().map(|&c| c as usize).collect();
                     let has_vpes =
                         crate::vsgi::PartitionVsgi::for_partition(true, gic, &pcpus).is_some();
-                    crate::vgic::v41::choose_vlpis(true, has_vpes, its, &pci_host.vsgi_itses)
-                        .is_ok()
+                    crate::vgic::v41::choose_vlpis(true, has_vpes, its, set.vsgi_itses()).is_ok()
                 };
-                let vectors = lpi_budget(pp, &a, pci_host, pci_host.vlpi || v41)?;
+                let vectors = lpi_budget(pp, &a, pci_host, vlpi || v41)?;
                 fresh.msi_doorbell = Some(crate::layout::GUEST_ITS_DOORBELL);
-                let delivery = if pci_host.vlpi || v41 {
+                let delivery = if vlpi || v41 {
                     crate::vgic::v40::LpiDelivery::Direct
                 } else {
                     // Physical LPIs are taken for its events: reserved.
@@ -464,7 +466,7 @@ impl Partition {
                 let fresh_vits = crate::its::PartitionVits::new(
                     index as u16,
                     pp.cpus.len() as u16,
-                    typer,
+                    set.typer,
                     delivery,
                     vectors,
                     its,

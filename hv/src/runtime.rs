@@ -271,14 +271,8 @@ impl System {
             &self.pci_functions,
             existing.iter().filter(|p| p.index != index).map(|p| &**p),
         );
-        held.its = self.its_typer;
-        held.msi_routing = self.its.as_ref().map(|i| i.routing.clone());
-        held.vlpi = self.its_direct;
+        held.its = self.its.as_ref();
         held.vsgi = self.vsgi.is_some();
-        held.vsgi_itses = self
-            .its
-            .as_ref()
-            .map_or(Vec::new(), |s| s.vsgi_itses().to_vec());
         let tables = hw.tables();
         let mut p = Partition::build(
             index,

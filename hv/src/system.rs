@@ -122,12 +122,10 @@ pub struct System {
     /// The functions behind the host bridge, found at boot (`vpci`).
     pub pci_functions: Vec<crate::vpci::HostFunction>,
     /// The physical ITSes, once initialised (`its`): each ITS's command
-    /// queue behind its own `phys_its` lock, the LPI pool behind one more.
+    /// queue behind its own `phys_its` lock, the LPI pool behind one more;
+    /// its GITS_TYPER, routing and whether its MSIs are direct vLPIs
+    /// (`ItsSet::direct`) read without a lock.
     pub its: Option<crate::its::ItsSet>,
-    /// Its GITS_TYPER (read without the lock: which partitions get a vITS).
-    pub its_typer: Option<crate::vgic::pits::ItsTyper>,
-    /// Its MSIs are direct vLPIs (GICv4.0): partitions' vITSes take vPEs.
-    pub its_direct: bool,
     /// GICv4.1 direct vSGIs are on (`vsgi`): partitions' vCPUs take vPEs.
     pub vsgi: Option<crate::vsgi::VsgiHost>,
 }
@@ -193,8 +191,6 @@ impl System {
         } = inputs;
         let cpu_count = host.cpus.len().min(MAX_CPUS);
         let its = its.map(|i| crate::its::ItsSet::new(i, &host, cpu_count, locks));
-        let its_typer = its.as_ref().map(|i| i.typer);
-        let its_direct = its.as_ref().is_some_and(crate::its::ItsSet::direct);
         let vsgi = crate::vsgi::VsgiHost::choose(&host.gic.found, its.as_ref(), locks);
         if host.cpus.len() > MAX_CPUS {
             log(format_args!(
@@ -213,11 +209,8 @@ impl System {
                 continue;
             }
             let mut held = crate::partition::pci_held(&pci_functions, partitions.iter());
-            held.its = its_typer;
-            held.msi_routing = its.as_ref().map(|i| i.routing.clone());
-            held.vlpi = its_direct;
+            held.its = its.as_ref();
             held.vsgi = vsgi.is_some();
-            held.vsgi_itses = its.as_ref().map_or(Vec::new(), |s| s.vsgi_itses().to_vec());
             match Partition::build(partitions.len(), pp, &host, &mut free, tables, locks, &held) {
                 Ok(p) => {
                     log(format_args!("partition {}: {}", p.name, p.placement()));
@@ -284,8 +277,6 @@ impl System {
             smmu_on: AtomicBool::new(false),
             pci_functions,
             its,
-            its_typer,
-            its_direct,
             vsgi,
         };
         let mixed = sys

@@ -225,12 +225,12 @@ impl UntrappedInsns {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuSwitch {
     /// The GICv3 virtual interface (list registers, ICH_HCR_EL2.En). On a
-    /// GICv5 host (`gcie_legacy`) that is FEAT_GCIE_LEGACY's
-    /// GICv3-compatible interface: the driver sets ICH_VCTLR_EL2.V3 for
-    /// the vCPU before its GICv3 state is restored (ICH_VMCR_EL2's layout
-    /// follows V3) and clears it on put; on a GICv3 host there is no
-    /// ICH_VCTLR_EL2 to write.
-    ListRegisters { gcie_legacy: bool },
+    /// GICv5 host that is FEAT_GCIE_LEGACY's GICv3-compatible interface:
+    /// the platform has the driver set ICH_VCTLR_EL2.V3 for the vCPU
+    /// before its GICv3 state is restored (ICH_VMCR_EL2's layout follows
+    /// V3) and clear it on put, both whenever the CPU has a GICv5 half; on
+    /// a GICv3 host it has none and there is no ICH_VCTLR_EL2 to write.
+    ListRegisters,
     /// The native GICv5 virtual interface: the driver's `vcpu_load` /
     /// `vcpu_put` with this plan (the vCPU is pinned: its timers and, with
     /// the PMU, PMUIRQ as DVI), as vPE `vpe` of VM `vm` (partition i = VM
@@ -246,21 +246,17 @@ pub enum VcpuSwitch {
 
 impl VcpuSwitch {
     /// The switch of vCPU `vcpu` of partition `partition`, whose interface
-    /// is `iface`, on a host whose GIC is a GICv5 (`host_v5`) or a GICv3;
-    /// `virs`: the partition's VM is in the vIRS. A GICv5 vCPU's
-    /// ICH_VCTLR_EL2 is En only (V3 = 0: the driver's `vcpu_load`).
+    /// is `iface`; `virs`: the partition's VM is in the vIRS. A GICv5
+    /// vCPU's ICH_VCTLR_EL2 is En only (V3 = 0: the driver's `vcpu_load`).
     pub fn for_vcpu(
         iface: GicInterface,
-        host_v5: bool,
         pmu: bool,
         virs: bool,
         partition: usize,
         vcpu: usize,
     ) -> VcpuSwitch {
         match iface {
-            GicInterface::V3 => VcpuSwitch::ListRegisters {
-                gcie_legacy: host_v5,
-            },
+            GicInterface::V3 => VcpuSwitch::ListRegisters,
             GicInterface::V5 => VcpuSwitch::Gicv5 {
                 plan: PpiPlan::for_vcpu(true, pmu),
                 vm: partition as u16,
@@ -1358,36 +1354,23 @@ mod tests {
     #[test]
     fn a_gicv5_partitions_vcpu_is_loaded_with_its_timers_as_dvi() {
         assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, false, 1, 0),
-            VcpuSwitch::ListRegisters { gcie_legacy: false }
+            VcpuSwitch::for_vcpu(GicInterface::V3, true, false, 1, 0),
+            VcpuSwitch::ListRegisters
         );
         let VcpuSwitch::Gicv5 { plan, vm, vpe, .. } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, true, 2, 1)
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, 2, 1)
         else {
             panic!("a GICv5 partition is loaded through the GICv5 interface");
         };
         assert_eq!((vm, vpe), (2, 1));
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_PMU, PPI_CNTV, PPI_CNTP]));
         let VcpuSwitch::Gicv5 { plan, .. } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, false, true, 0, 0)
+            VcpuSwitch::for_vcpu(GicInterface::V5, false, true, 0, 0)
         else {
             panic!();
         };
         assert_eq!(plan.dvi, PpiSet::of(&[PPI_CNTV, PPI_CNTP]));
         assert!(!plan.visible.contains(PPI_PMU));
-    }
-
-    #[test]
-    fn a_gicv3_partition_on_a_gicv5_host_uses_the_gcie_legacy_interface() {
-        assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, true, true, false, 0, 0),
-            VcpuSwitch::ListRegisters { gcie_legacy: true }
-        );
-        assert_eq!(
-            VcpuSwitch::for_vcpu(GicInterface::V3, false, true, false, 0, 0),
-            VcpuSwitch::ListRegisters { gcie_legacy: false },
-            "a GICv3 host has no ICH_VCTLR_EL2"
-        );
     }
 
     #[test]
@@ -1397,7 +1380,7 @@ mod tests {
             assert!(with.contains(insn), "{insn:?}");
         }
         let VcpuSwitch::Gicv5 { insns, .. } =
-            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, true, 0, 0)
+            VcpuSwitch::for_vcpu(GicInterface::V5, true, true, 0, 0)
         else {
             panic!();
         };

@@ -312,7 +312,7 @@ impl fmt::Display for AssignError {
 
 /// What a partition's setup needs to place its functions: the host's
 /// functions, and what the partitions already there hold.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct PciHost<'a> {
     pub functions: &'a [HostFunction],
     /// CPU ranges of other partitions' windows.
@@ -323,19 +323,15 @@ pub struct PciHost<'a> {
     /// Physical LPIs other partitions reserved for their functions' MSI
     /// vectors (`Partition::lpis_reserved`), out of `vgic::pits::LPI_COUNT`.
     pub lpis_held: u32,
-    /// The physical ITS, when it came up: partitions that may use MSI get
-    /// a virtual ITS in front of it (`its::msi_path_to`).
-    pub its: Option<crate::vgic::pits::ItsTyper>,
-    /// Where each requester ID's MSIs go (`its::MsiRouting`), with the
-    /// ITSes that came up: a partition's functions must all reach one.
-    pub msi_routing: Option<crate::its::MsiRouting>,
-    /// That ITS injects MSIs as direct vLPIs (GICv4.0, `its::HostIts::direct`).
-    pub vlpi: bool,
+    /// The physical ITSes, when any came up (`System::its`, read without
+    /// a lock): partitions whose functions all reach one get a virtual ITS
+    /// in front of it (`its::MsiRouting::partition_its_index`,
+    /// `its::msi_path_to`), with direct vLPIs when it injects them
+    /// (GICv4.0, `its::ItsSet::direct`) or, on GICv4.1, when that ITS is
+    /// one the vSGI path maps every vPE on (`its::ItsSet::vsgi_itses`).
+    pub its: Option<&'a crate::its::ItsSet>,
     /// SGIs between vCPUs are GICv4.1 direct vSGIs (`vsgi`).
     pub vsgi: bool,
-    /// The ITSes the vSGI path maps every vPE on (`its::ItsSet::vsgi_itses`):
-    /// a partition whose functions reach one may take GICv4.1 direct vLPIs.
-    pub vsgi_itses: Vec<usize>,
 }
 
 /// A partition's assigned functions: where they are and its filter.

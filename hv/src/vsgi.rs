@@ -55,7 +55,7 @@
 //!
 //! Locks: the ITS commands (map, unmap, reconfigure) take one ITS's
 //! `phys_its` lock at a time and never two (`its::ItsSet`'s rule), a run of
-//! commands for one ITS under one hold ([`send_each`]). The first ITS with
+//! commands for one ITS under one hold (`its::Held`). The first ITS with
 //! vSGIs is the vPEs' home: its lock covers the check that a vPE is not
 //! yet mapped, the tables (from its queue's memory), its VMAPP with Alloc
 //! and, at unmap, its VMAPP V = 0 with Alloc (sent last) and the frees.
@@ -88,7 +88,7 @@
 //! `pinfold-gicmodel` through the exit path (`vsgi_exit_tests.rs`).
 
 use crate::exit::{fault, Hw};
-use crate::its::ItsSet;
+use crate::its::{Held, ItsSet};
 use crate::lockstat::{CountedLock, LockPath, LockStat};
 use crate::partition::Partition;
 use crate::ratelimit::FaultKind;
@@ -241,24 +241,6 @@ fn reset_cfg(p: &Partition, vcpu: usize) -> SgiCfgs {
     VRedist::new(vcpu, p.vcpus[vcpu].mpidr, last, 0).sgi_configs()
 }
 
-/// Sends `cmds` in order, each on its ITS, one ITS's lock at a time
-/// (`its::ItsSet`'s rule: never two held together): a run of commands for
-/// the same ITS goes under one hold of its lock. A command for an ITS that
-/// did not come up is not sent (none is made: the ITSes named are
-/// `ItsSet::vsgi_itses`).
-fn send_each(set: &ItsSet, cmds: &[(usize, [u64; 4])]) {
-    let mut rest = cmds;
-    while let Some(&(its, _)) = rest.first() {
-        let run = rest.iter().take_while(|c| c.0 == its).count();
-        if let Some(mut unit) = set.unit(its) {
-            for &(_, c) in &rest[..run] {
-                unit.queue_mut().send_words(c);
-            }
-        }
-        rest = &rest[run..];
-    }
-}
-
 /// The ITS the vPE of a vCPU pinned to `pcpu` takes its SGI configuration
 /// (VSGI, VSYNC) through: its CPU's own ([`ItsSet::local_its`]), so one
 /// vPE's configuration always goes through one ITS's queue, in order.
@@ -284,8 +266,9 @@ pub fn restart(sys: &System, p: &Partition) {
 /// configuration. Once per run of the partition. On failure nothing of
 /// this vCPU is kept and the error says why.
 ///
-/// Locks, one ITS's at a time ([`send_each`]): each ITS's for reading the
-/// CPU's RDbase there; the first ITS's (the one whose VMAPP has Alloc;
+/// Locks, one ITS's at a time (`its::Held`; the CPU's RDbase on each
+/// ITS is read without one, `ItsSet::rdbase_for`): the first ITS's (the
+/// one whose VMAPP has Alloc;
 /// the tables come from its queue's memory) for the check, the tables and
 /// that VMAPP, which serialises two vCPUs making the VM's configuration
 /// table; then each other ITS's for its VMAPP, then the configuration
@@ -307,47 +290,41 @@ fn map_vcpu(
     let mut rds = Vec::with_capacity(itses.len());
     for &i in itses {
         let rd = set
-            .unit(i)
-            .and_then(|u| u.rdbase_for(pcpu))
+            .rdbase_for(i, pcpu)
             .ok_or("its CPU's redistributor is not online on every ITS with vSGIs")?;
         rds.push((i, rd as u32));
     }
     let bytes = vpt_bytes(VPT_BITS);
-    let cmds = {
-        let mut unit = set.unit(home).ok_or("no ITS")?;
-        if v.vpts[vcpu].load(Ordering::Acquire) != 0 {
-            return Ok(());
-        }
-        let queue = unit.queue_mut();
-        let mut vconf = v.vconf.load(Ordering::Acquire);
-        if vconf == 0 {
-            vconf = queue
-                .alloc_vpt(bytes)
-                .ok_or("no memory for the VM's configuration table")?;
-            v.vconf.store(vconf, Ordering::Release);
-        }
-        let vpt = queue
+    let mut held = Held::new(set);
+    let queue = held.unit(home).ok_or("no ITS")?.queue_mut();
+    if v.vpts[vcpu].load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let mut vconf = v.vconf.load(Ordering::Acquire);
+    if vconf == 0 {
+        vconf = queue
             .alloc_vpt(bytes)
-            .ok_or("no memory for a pending table")?;
-        let m = cmd::Vmapp {
-            vpe,
-            rd: 0,
-            vpt,
-            vpt_bits: VPT_BITS,
-            vconf,
-            alloc: true,
-            doorbell: None,
-        };
-        let cmds = v41::map_vpe(&m, &rds, cfg_its(set, pcpu), &reset_cfg(p, vcpu));
-        // The first ITS's VMAPP (with Alloc) under this hold.
-        let first = cmds.iter().take_while(|c| c.0 == home).count();
-        for &(_, c) in &cmds[..first] {
-            queue.send_words(c);
-        }
-        v.vpts[vcpu].store(vpt, Ordering::Release);
-        cmds.into_iter().skip(first).collect::<Vec<_>>()
+            .ok_or("no memory for the VM's configuration table")?;
+        v.vconf.store(vconf, Ordering::Release);
+    }
+    let vpt = queue
+        .alloc_vpt(bytes)
+        .ok_or("no memory for a pending table")?;
+    let m = cmd::Vmapp {
+        vpe,
+        rd: 0,
+        vpt,
+        vpt_bits: VPT_BITS,
+        vconf,
+        alloc: true,
+        doorbell: None,
     };
-    send_each(set, &cmds);
+    let cmds = v41::map_vpe(&m, &rds, cfg_its(set, pcpu), &reset_cfg(p, vcpu));
+    // The first ITS's VMAPP (with Alloc) under this hold, then the others.
+    let first = cmds.iter().take_while(|c| c.0 == home).count();
+    held.send_words(&cmds[..first]);
+    v.vpts[vcpu].store(vpt, Ordering::Release);
+    held.send_words(&cmds[first..]);
     Ok(())
 }
 
@@ -363,7 +340,7 @@ pub fn release(sys: &System, p: &Partition) {
 /// Unmaps `v`'s mapped vPEs (VMAPP V = 0 on every ITS with vSGIs, the
 /// first, with Alloc, last) and frees their tables (to the first ITS's
 /// queue, under its lock, after its VMAPP); nothing when none are mapped.
-/// One ITS's lock at a time ([`send_each`]).
+/// One ITS's lock at a time (`its::Held`).
 fn unmap(set: &ItsSet, v: &PartitionVsgi) {
     let itses = set.vsgi_itses();
     let Some(&home) = itses.first() else {
@@ -380,14 +357,11 @@ fn unmap(set: &ItsSet, v: &PartitionVsgi) {
             .direct
             .vpe(n)
             .map_or(Vec::new(), |vpe| v41::unmap_vpe(vpe, itses));
-        // Every other ITS first; the first ITS's V = 0 with Alloc, then the
-        // free, under one hold of its lock.
-        let split = cmds.len() - cmds.iter().rev().take_while(|c| c.0 == home).count();
-        send_each(set, &cmds[..split]);
-        if let Some(mut unit) = set.unit(home) {
-            for &(_, c) in &cmds[split..] {
-                unit.queue_mut().send_words(c);
-            }
+        // Every other ITS first; the first ITS's V = 0 with Alloc (last in
+        // `cmds`), then the free, under one hold of its lock.
+        let mut held = Held::new(set);
+        held.send_words(&cmds);
+        if let Some(unit) = held.unit(home) {
             unit.queue_mut().free_vpt(vpt, bytes);
         }
     }
@@ -526,10 +500,14 @@ fn send_reconfigure(
     if cmds.is_empty() {
         return false;
     }
-    if let Some(set) = sys.its.as_ref() {
-        let its = cfg_its(set, pcpu);
-        let cmds: Vec<_> = cmds.into_iter().map(|c| (its, c)).collect();
-        send_each(set, &cmds);
+    if let Some(mut unit) = sys
+        .its
+        .as_ref()
+        .and_then(|set| set.unit(cfg_its(set, pcpu)))
+    {
+        for c in cmds {
+            unit.queue_mut().send_words(c);
+        }
     }
     true
 }

@@ -446,8 +446,8 @@ pub fn vcpu_load(
     local.v5_vcpu = Some((plan, ctx));
 }
 
-/// Load a `gicv3` partition's vCPU on this GICv5 host
-/// (`vgic5::VcpuSwitch::ListRegisters { gcie_legacy: true }`): the
+/// Load a `gicv3` partition's vCPU (`vgic5::VcpuSwitch::ListRegisters`)
+/// on this GICv5 host (nothing without this CPU's GICv5 half): the
 /// driver sets ICH_VCTLR_EL2.V3, synchronised before the caller enables
 /// and restores the GICv3 virtual interface (ICH_HCR_EL2, ICH_VMCR_EL2,
 /// whose behaviour follows V3).

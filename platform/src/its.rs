@@ -28,7 +28,7 @@ use alloc::vec::Vec;
 use pinfold_drivers::gicv3::GicV3Redist;
 use pinfold_drivers::gicv3_its::{self, GicV3Its, LPI_CONFIG, PEND_TABLE_BYTES, PROP_TABLE_BYTES};
 use pinfold_hv::dtb::HostInfo;
-use pinfold_hv::its::{HostIts, ItsQueue};
+use pinfold_hv::its::{HostIts, ItsQueue, ItsSet};
 use pinfold_hv::memmap::FreeMemory;
 use pinfold_hv::system::System;
 use pinfold_hv::vgic::pits::{ItsTyper, ITT_ALIGN};
@@ -288,8 +288,10 @@ pub fn init_cpu(sys: &System, index: usize, mpidr: u64, hw: &mut crate::hw::Plat
     // SAFETY: GICR_TYPER of the same frame.
     let typer = unsafe { ((rd + 8) as *const u64).read_volatile() };
     sys.its_cpu_online(index, (typer >> 8) as u16, rd as u64);
-    // GICR_TYPER.VLPIS: RD_base, SGI_base, VLPI_base, reserved.
-    if sys.its_direct && typer & (1 << 1) != 0 {
+    // GICR_TYPER.VLPIS: RD_base, SGI_base, VLPI_base, reserved. Only
+    // when partitions' MSIs are direct vLPIs (GICv4.0, `ItsSet::direct`).
+    let direct = sys.its.as_ref().is_some_and(ItsSet::direct);
+    if direct && typer & (1 << 1) != 0 {
         hw.vlpi = Some(VlpiFrame {
             base: rd + 0x2_0000,
         });

@@ -23,7 +23,6 @@ use aarch64_cpu::registers::{
     TCR_EL1, TTBR0_EL1, TTBR1_EL1, VBAR_EL1, VMPIDR_EL2, VTCR_EL2, VTTBR_EL2,
 };
 use pinfold_hv::exit::{self, Boot, GuestRegs, Next};
-use pinfold_hv::gichost::HostGic;
 use pinfold_hv::stage2;
 use pinfold_hv::vgic5::VcpuSwitch;
 
@@ -138,23 +137,21 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     // Which virtual interface: the list registers (GICv3, or a GICv5's
     // GICv3-compatible one), or the GICv5's own, loaded by its driver
     // after the core's load (`vgic5::VcpuSwitch`).
-    let host_v5 = HostGic::of(&sys.host.gic) == HostGic::V5;
     // Whether the boot put its VM in the vIRS (`gicv5::init_virs`): if not,
     // a `gicv5` guest's GIC instructions that name an interrupt trap
     // (`vgic5::UntrappedInsns::for_vcpu`).
     let virs = crate::gicv5::in_virs(boot.id.partition);
     let switch = VcpuSwitch::for_vcpu(
         boot.partition.gic,
-        host_v5,
         boot.partition.plan.pmu,
         virs,
         boot.id.partition,
         boot.id.vcpu,
     );
-    if let VcpuSwitch::ListRegisters { gcie_legacy } = switch {
-        if gcie_legacy {
-            crate::gicv5::load_gicv3_compatible(local);
-        }
+    if let VcpuSwitch::ListRegisters = switch {
+        // On a GICv5 host that is the GICv3-compatible interface (a GICv3
+        // host has no GICv5 chip: nothing happens), as `put` has it.
+        crate::gicv5::load_gicv3_compatible(local);
         local.hw.set_virtual_cpu_interface(true);
     }
     let ctx = with_hw!(local, |hw| exit::load(sys, &mut local.state, hw, &boot));
@@ -194,7 +191,7 @@ fn boot_vcpu(local: &mut CpuLocal, boot: Boot) -> ! {
     CONTEXTIDR_EL1.set(0);
     SP_EL1.set(0);
     SP_EL0.set(0);
-    if let VcpuSwitch::ListRegisters { .. } = switch {
+    if let VcpuSwitch::ListRegisters = switch {
         arch::set_vgic_reset_state();
     }
     let frame = GuestRegs {

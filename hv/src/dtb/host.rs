@@ -337,10 +337,11 @@ pub struct PciMsiMap {
 }
 
 impl PciMsiMap {
-    /// The DeviceID of requester ID `rid`, if this entry maps it.
+    /// The DeviceID of requester ID `rid`, if this entry maps it (and
+    /// the DeviceID fits 32 bits: an IORT mapping is not checked for it).
     pub fn device_id(&self, rid: u32) -> Option<u32> {
         let off = rid.checked_sub(self.rid_base).filter(|&o| o < self.len)?;
-        Some(self.device_base + off)
+        self.device_base.checked_add(off)
     }
 
     fn overlaps(&self, rid_base: u32, len: u32) -> bool {
