@@ -243,10 +243,10 @@ pub mod insn {
 
     /// The EL2 virtual-domain instructions (IHI 0101 8.2): the CD* ones
     /// with op1 = 4, acting on the VM the operand names. Confirmed
-    /// encodings, but nothing issues them yet: `hw`'s `sys` arm has op1 =
-    /// 0 fixed, the model does not decode them, and GIC VDPEND's operand
-    /// layout (PENDING [63], VM [47:32], TYPE [31:29], ID [23:0]) has one
-    /// source, FreeBSD's header (docs/GICV5.md, "Encodings").
+    /// encodings. Only GIC VDPEND is issued (`Gicv5Cpu::vdpend`, `hw`'s
+    /// `sys #4` arm; the model decodes it); its operand layout (PENDING
+    /// [63], VM [47:32], TYPE [31:29], ID [23:0]) has one source, FreeBSD's
+    /// header (docs/GICV5.md, "Encodings"). The others are not issued.
     pub const GIC_VDDIS: u32 = sysreg(1, 4, 12, 1, 0);
     pub const GIC_VDEN: u32 = sysreg(1, 4, 12, 1, 1);
     pub const GIC_VDPRI: u32 = sysreg(1, 4, 12, 1, 2);
@@ -988,6 +988,16 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
         host.gcie_legacy = self.regs.read(reg::ICC_IDR0_EL1) & IDR0_GCIE_LEGACY != 0;
     }
 
+    /// GIC VDPEND with the core's operand (`vgic5::vdpend_operand`: an
+    /// emulated device's virtual SPI of a VM made pending or not, PENDING
+    /// [63], VM [47:32], TYPE [31:29], ID [23:0]) on this CPU's interface,
+    /// at EL2. It names the VM, not a vPE: the IRS delivers the virtual
+    /// SPI to whichever vPE the guest targeted it at, resident on any CPU
+    /// (or rings that vPE's doorbell), so it may be issued from any CPU.
+    pub fn vdpend(&mut self, op: u64) {
+        self.regs.gic(insn::GIC_VDPEND, op);
+    }
+
     /// The LPIs that are vPE doorbells (`vgic5::Doorbell`): `ack` ends
     /// them at EL2 and keeps the last for [`Self::take_doorbell`].
     pub fn set_doorbells(&mut self, lpis: core::ops::Range<u32>) {
@@ -1317,6 +1327,15 @@ pub mod hw {
                 insn::GIC_CDEOI => gic_sys!(xt, 1, 7),
                 insn::GIC_CDDI => gic_sys!(xt, 2, 0),
                 insn::GIC_CDHM => gic_sys!(xt, 2, 1),
+                // SAFETY: GIC VDPEND (`sys #4, c12, c1, #4`, op1 = 4: the
+                // EL2 form, UNDEFINED at EL1; this runs at EL2) sets or
+                // clears the pending state of one virtual SPI of the VM
+                // its operand names, the core's `vgic5::vdpend_operand`
+                // for a VM the boot put in the vIRS. It reads or writes
+                // no memory and changes no state of this CPU.
+                insn::GIC_VDPEND => unsafe {
+                    asm!("sys #4, c12, c1, #4, {}", in(reg) xt, options(nostack))
+                },
                 _ => {}
             }
         }

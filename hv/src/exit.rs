@@ -196,6 +196,14 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn virs_swerr(&mut self) -> Option<u64> {
         None
     }
+    /// Issue GIC VDPEND with operand `op` (`vgic5::vdpend_operand`: one of
+    /// a `gicv5` partition's emulated devices' virtual SPIs made pending or
+    /// not in its own VM) on this CPU's GICv5 interface
+    /// (`Gicv5Cpu::vdpend`). The platform issues it only for a VM the
+    /// boot put in the vIRS; without a GICv5, nothing.
+    fn virs_pend(&mut self, op: u64) {
+        let _ = op;
+    }
     /// Re-arm the doorbell of vPE `vpe` of VM `vm`, which is the doorbell
     /// LPI of CPU `cpu` (`Gicv5Irs::rearm_doorbell` on the IRS serving
     /// `cpu`, `vgic5::irses::IrsRoutes::of_cpu`, under that IRS's lock).
@@ -1080,8 +1088,8 @@ fn gpio_access(
     result
 }
 
-/// Give `p`'s distributor the level of one of its emulated devices'
-/// interrupt lines (watchdog WS0, GPIO), from whichever CPU changed it.
+/// Give `p` the level of one of its emulated devices' interrupt lines
+/// (watchdog WS0, GPIO), from whichever CPU changed it.
 pub(crate) fn emulated_line(
     sys: &System,
     cpu: &mut CpuState,
@@ -1090,8 +1098,37 @@ pub(crate) fn emulated_line(
     intid: u32,
     level: bool,
 ) {
-    let mut dist = p.dist.lock(LockPath::Management);
-    dist.set_emulated_level(intid, level, &mut |act| dist_action(sys, cpu, hw, p, act));
+    signal_line(sys, cpu, hw, p, intid, level, LockPath::Management);
+}
+
+/// The one place an emulated device's interrupt line (the PL011's, the
+/// watchdog's, the PL061's) reaches its partition, by its GIC interface:
+/// with the GICv3 one, the emulated distributor (`set_emulated_level`,
+/// then list registers or a mailbox); with the GICv5 one, a GIC VDPEND of
+/// the partition's own VM (partition index = VM ID, as
+/// `vgic5::VcpuSwitch::for_vcpu` loads it) for the device's virtual SPI
+/// (`vgic5::vdpend_operand`), which the vIRS delivers to the vCPU it is
+/// targeted at with no list register and no mailbox.
+fn signal_line(
+    sys: &System,
+    cpu: &mut CpuState,
+    hw: &mut impl Hw,
+    p: &Partition,
+    intid: u32,
+    level: bool,
+    path: LockPath,
+) {
+    match p.gic {
+        crate::vgic5::GicInterface::V5 => {
+            if let Some(op) = crate::vgic5::vdpend_operand(p.index as u16, intid, level) {
+                hw.virs_pend(op);
+            }
+        }
+        crate::vgic5::GicInterface::V3 => {
+            let mut dist = p.dist.lock(path);
+            dist.set_emulated_level(intid, level, &mut |act| dist_action(sys, cpu, hw, p, act));
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1131,10 +1168,11 @@ fn uart_access(
     result
 }
 
-/// Give the distributor the PL011's interrupt line if it changed since it
-/// was last given: the distributor's lock is taken only on an edge, not on
-/// every character a guest writes. Called with the console locked, so the
-/// remembered level and the distributor's never disagree.
+/// Give the partition the PL011's interrupt line if it changed since it
+/// was last given ([`signal_line`]): the distributor's lock is taken (or
+/// the VDPEND issued) only on an edge, not on every character a guest
+/// writes. Called with the console locked, so the remembered level and the
+/// distributor's never disagree.
 fn uart_line(
     sys: &System,
     cpu: &mut CpuState,
@@ -1148,10 +1186,7 @@ fn uart_line(
         return;
     }
     con.line = level;
-    let mut dist = p.dist.lock(path);
-    dist.set_emulated_level(GUEST_UART_INTID, level, &mut |act| {
-        dist_action(sys, cpu, hw, p, act)
-    });
+    signal_line(sys, cpu, hw, p, GUEST_UART_INTID, level, path);
 }
 
 /// Apply one distributor action: deliver injections (locally or through the

@@ -38,6 +38,8 @@ struct FakeHw {
     swerrs: Vec<u64>,
     /// `virs_rearm` calls: (VM, vPE, doorbell CPU).
     rearmed: Vec<(u16, u16, usize)>,
+    /// `virs_pend` calls: GIC VDPEND operands.
+    pended: Vec<u64>,
     /// `virs_apply` calls: (VM, steps).
     virs_applied: Vec<(u16, Vec<crate::vgic5::VirsOp>)>,
     deactivated: Vec<u32>,
@@ -122,6 +124,7 @@ impl FakeHw {
             spi_ops: Vec::new(),
             swerrs: Vec::new(),
             rearmed: Vec::new(),
+            pended: Vec::new(),
             virs_applied: Vec::new(),
             deactivated: Vec::new(),
             log: Vec::new(),
@@ -409,6 +412,9 @@ impl Hw for FakeHw {
     }
     fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
         self.rearmed.push((vm, vpe, cpu));
+    }
+    fn virs_pend(&mut self, op: u64) {
+        self.pended.push(op);
     }
     fn virs_apply(&mut self, vm: u16, ops: &[crate::vgic5::VirsOp]) {
         self.virs_applied.push((vm, ops.to_vec()));
@@ -3649,4 +3655,87 @@ fn a_doorbell_of_a_cpu_with_no_gicv5_vcpu_is_logged_as_the_hypervisors() {
     assert_eq!(action, crate::vgic5::DoorbellAction::Unowned);
     assert!(hw.rearmed.is_empty());
     assert!(hw.log_has("runs no gicv5 vCPU"), "{:?}", hw.log);
+}
+
+/// The guest's PL011 TX interrupt on (IMSC.TXIM with the TX FIFO empty:
+/// the line rises) or off (it falls).
+fn uart_txim(sys: &'static System, cpu: &mut Cpu<'static>, hw: &mut FakeHw, on: bool) {
+    let mut regs = GuestRegs::default();
+    regs.x[1] = 0x301;
+    run(
+        sys,
+        cpu,
+        hw,
+        &mut regs,
+        mmio(GUEST_UART_BASE + 0x30, 4, true, 1),
+    );
+    regs.x[1] = if on { 1 << 5 } else { 0 };
+    run(
+        sys,
+        cpu,
+        hw,
+        &mut regs,
+        mmio(GUEST_UART_BASE + 0x38, 4, true, 1),
+    );
+}
+
+#[test]
+fn a_gicv5_partitions_uart_interrupt_is_a_vdpend_of_its_own_vm_and_no_list_register() {
+    // alpha (index 0) keeps the GICv3 interface; beta (index 1, VM 1) is
+    // gicv5, its vCPU 0 on CPU 3.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[0].gic = pinfold_config::GicSetting::V3;
+    });
+    let (mut hw, mut cpu) = started(sys, 1, 3);
+
+    uart_txim(sys, &mut cpu, &mut hw, true);
+    // VM 1's virtual SPI 1 (the UART's INTID 33) pending; VM [47:32] = 1.
+    assert_eq!(hw.pended, [1 << 63 | 1 << 32 | 3 << 29 | 1]);
+    uart_txim(sys, &mut cpu, &mut hw, false);
+    assert_eq!(hw.pended[1], 1 << 32 | 3 << 29 | 1, "lowered: not pending");
+    assert_eq!(hw.pended.len(), 2);
+    assert!(hw.injected().is_empty(), "no list register");
+    let mut posted = Vec::new();
+    for c in &sys.cpus {
+        c.mailbox.drain(|op| posted.push(op));
+    }
+    assert!(posted.is_empty(), "no mailbox: {posted:?}");
+}
+
+#[test]
+fn a_gicv3_partition_on_a_gicv5_host_keeps_its_distributor_path_for_the_uart() {
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[0].gic = pinfold_config::GicSetting::V3;
+    });
+    let (mut hw, mut cpu) = started(sys, 0, 1);
+    let mut regs = GuestRegs::default();
+    // Distributor on, SPI 33 routed to vCPU 0 and enabled.
+    regs.x[1] = 1 << 4 | 1 << 1;
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE, 4, true, 1),
+    );
+    regs.x[1] = vcpu_mpidr(0) & 0xff;
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1),
+    );
+    regs.x[1] = 1 << 1;
+    run(
+        sys,
+        &mut cpu,
+        &mut hw,
+        &mut regs,
+        mmio(GUEST_GICD_BASE + 0x104, 4, true, 1),
+    );
+
+    uart_txim(sys, &mut cpu, &mut hw, true);
+    assert!(hw.injected().contains(&33), "{:?}", hw.injected());
+    assert!(hw.pended.is_empty(), "no VDPEND for a gicv3 partition");
 }

@@ -30,7 +30,11 @@
 //! is decided by [`on_doorbell`] (re-armed for a vCPU about to be entered,
 //! left for one that is off). A destroyed partition's SPIs go back to
 //! the physical domain and its VM is unmapped ([`release_virs`]). The
-//! guest's own IRS config frame is emulated by [`frame`].
+//! guest's own IRS config frame is emulated by [`frame`]. The interrupts of
+//! the devices the hypervisor emulates for it (PL011, watchdog, PL061) are
+//! virtual SPIs of its VM with the IDs its guest DT gives them, made
+//! pending or not with GIC VDPEND ([`vdpend_operand`], issued by
+//! `exit::signal_line` through `Hw::virs_pend`), never list registers.
 //!
 //! The INTID mapping between the core's GICv3-style numbers and GICv5's
 //! typed IDs ([`CoreIntid`]) lets `exit::dispatch_irq` and the rest of the
@@ -496,6 +500,50 @@ pub const fn core_intid(kind: u32, id: u32) -> Option<u32> {
         (INTID_TYPE_SPI, n) if n < CORE_SPIS => Some(32 + n),
         _ => None,
     }
+}
+
+/// GIC VDPEND's operand fields (FreeBSD's `gicv5reg.h`, the only source
+/// giving them; binutils and FreeBSD agree on the encoding, the CD* one
+/// with op1 = 4): PENDING [63], VM [47:32], TYPE [31:29] (LPI 2, SPI 3),
+/// ID [23:0].
+pub const VDPEND_PENDING: u64 = 1 << 63;
+pub const VDPEND_VM_SHIFT: u32 = 32;
+
+/// The GIC VDPEND operand that makes the interrupt line `intid` (a core
+/// INTID) of one of a `gicv5` partition's emulated devices pending
+/// (`level` high) or not pending in its VM `vm`, or None when `intid` is
+/// not an emulated device's.
+///
+/// The emulated devices keep the INTIDs the guest DT gives them on every
+/// interface (`pinfold_vboard::GUEST_EMULATED_SPIS`: the PL011's 33, the
+/// watchdog's 92, the PL061's 93, written `<3 (INTID - 32) 4>` in a
+/// GICv5 guest DT), so in the VM they are virtual SPIs 1, 60 and 61: inside
+/// the VM's virtual SPI range (`frame::vm_spi_id_bits` covers
+/// `GUEST_SPI_COUNT`), and never one of the partition's physical SPIs
+/// assigned to the VM (a plan may not pass those INTIDs through,
+/// vm-configs' rules), so a VDPEND never touches a wire's interrupt. Only
+/// these are accepted: the VDPEND names the partition's own VM and one of
+/// its emulated SPIs, nothing else.
+///
+/// A level line is given as its edges: high sets the pending latch, low
+/// clears it (as GICv3's distributor is given `set_emulated_level`); the
+/// guest's acknowledge clears the latch, so a line still high after it is
+/// pending again only at its next rising edge (the VM's virtual SPI has no
+/// line to hold, and EL2 sees no end of interrupt).
+pub fn vdpend_operand(vm: u16, intid: u32, level: bool) -> Option<u64> {
+    if !pinfold_vboard::GUEST_EMULATED_SPIS.contains(&intid) {
+        return None;
+    }
+    let CoreIntid::Spi(id) = CoreIntid::from_core(intid) else {
+        return None;
+    };
+    let pending = if level { VDPEND_PENDING } else { 0 };
+    Some(
+        pending
+            | u64::from(vm) << VDPEND_VM_SHIFT
+            | u64::from(INTID_TYPE_SPI) << 29
+            | u64::from(id & 0xff_ffff),
+    )
 }
 
 /// The LPI that carries SGI `sgi` to CPU `cpu`.
@@ -1598,6 +1646,38 @@ mod tests {
         assert_eq!(e.to_string(), "partition alpha: vCPU 1 has no doorbell LPI");
         let e = plan_virs(&CAPS, &[vm("alpha", 1, &[], &d1), vm("beta", 1, &[], &d1)]);
         assert_eq!(e.unwrap_err(), VirsError::DoorbellTwice { lpi: 1 });
+    }
+
+    #[test]
+    fn an_emulated_devices_line_is_a_vdpend_of_its_own_vm_and_virtual_spi() {
+        use pinfold_vboard::{GUEST_GPIO_INTID, GUEST_UART_INTID, GUEST_WDOG_INTID};
+        // VM 3's UART (SPI 1) raised: PENDING, VM [47:32], SPI type, ID 1.
+        assert_eq!(
+            vdpend_operand(3, GUEST_UART_INTID, true),
+            Some(1 << 63 | 3 << 32 | 3 << 29 | 1)
+        );
+        // Lowered: the same without PENDING.
+        assert_eq!(
+            vdpend_operand(3, GUEST_UART_INTID, false),
+            Some(3 << 32 | 3 << 29 | 1)
+        );
+        assert_eq!(
+            vdpend_operand(0xffff, GUEST_WDOG_INTID, true),
+            Some(1 << 63 | 0xffff << 32 | 3 << 29 | 60)
+        );
+        assert_eq!(
+            vdpend_operand(0, GUEST_GPIO_INTID, true),
+            Some(1 << 63 | 3 << 29 | 61)
+        );
+        // Every emulated SPI is inside the VM's virtual SPI range.
+        let bits = frame::vm_spi_id_bits(&[]);
+        for i in pinfold_vboard::GUEST_EMULATED_SPIS {
+            assert!(i - 32 < 1 << bits, "INTID {i}");
+        }
+        // Nothing else: a pass-through SPI, a PPI, an SGI, an LPI.
+        for other in [34, 40, 27, 3, LPI_BASE] {
+            assert_eq!(vdpend_operand(0, other, true), None, "{other}");
+        }
     }
 
     fn member(index: usize, name: &str, cpus: &[usize], spis: &[u32]) -> VirsMember {

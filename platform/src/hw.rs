@@ -489,6 +489,15 @@ impl Hw for V5Hw<'_> {
     fn virs_rearm(&mut self, vm: u16, vpe: u16, cpu: usize) {
         crate::gicv5::rearm_doorbell(vm, vpe, cpu)
     }
+    fn virs_pend(&mut self, op: u64) {
+        // Only for a VM the boot put in the vIRS (a gicv5 partition made at
+        // run time has none): a VDPEND naming a VM the IRS does not hold is
+        // the hypervisor's own mistake, never issued.
+        let vm = (op >> pinfold_hv::vgic5::VDPEND_VM_SHIFT) as u16;
+        if crate::gicv5::in_virs(usize::from(vm)) {
+            self.chip().vdpend(op)
+        }
+    }
     fn virs_apply(&mut self, vm: u16, ops: &[pinfold_hv::vgic5::VirsOp]) {
         crate::gicv5::virs_apply(vm, ops)
     }

@@ -835,6 +835,46 @@ fn a_virtual_spi_reaches_a_resident_vpe_with_no_exit() {
     r.no_misuse();
 }
 
+/// The emulated PL011's interrupt of a `gicv5` partition: the core's
+/// VDPEND operand for alpha (VM 0), issued by the driver at EL2 on CPU 1
+/// where beta (VM 1) is resident, reaches only alpha's vCPU 0 resident on
+/// CPU 0: its guest's CDIA takes virtual SPI 1, with no physical interrupt
+/// and no list register (the model has none: a write would be misuse).
+#[test]
+fn an_emulated_uarts_vdpend_reaches_its_own_vms_resident_vcpu_only() {
+    use pinfold_hv::layout::GUEST_UART_INTID;
+    use pinfold_hv::vgic5::vdpend_operand;
+    const VSPI1: u64 = (TYPE_SPI << 29) | 1;
+    let mut r = virs_rig();
+    load_guest(&mut r, 0, 0, 0);
+    guest_route(&r, 0, VSPI1, 0);
+    load_guest(&mut r, 1, 1, 0);
+    guest_route(&r, 1, VSPI1, 0);
+    let el2 = [r.m.borrow().el2_irqs(0), r.m.borrow().el2_irqs(1)];
+    r.m.borrow_mut().exit_guest(1);
+
+    r.cpus[1].vdpend(vdpend_operand(0, GUEST_UART_INTID, true).unwrap());
+    r.m.borrow_mut().enter_guest(1);
+
+    assert!(r.m.borrow().virq_signalled(0), "alpha's vCPU 0");
+    assert!(!r.m.borrow().virq_signalled(1), "not beta's");
+    assert!(!r.m.borrow().vint(1, IntId::spi(1)).unwrap().pending_now());
+    assert_eq!(r.guest_cdia(0), CDIA_VALID | VSPI1);
+    assert_eq!(
+        [r.m.borrow().el2_irqs(0), r.m.borrow().el2_irqs(1)],
+        el2,
+        "no physical interrupt"
+    );
+    r.guest_sys(0, insn::GIC_CDEOI, 0);
+    r.guest_sys(0, insn::GIC_CDDI, VSPI1);
+    // The line falls: the pending state is cleared, nothing more to take.
+    r.m.borrow_mut().exit_guest(1);
+    r.cpus[1].vdpend(vdpend_operand(0, GUEST_UART_INTID, true).unwrap());
+    r.cpus[1].vdpend(vdpend_operand(0, GUEST_UART_INTID, false).unwrap());
+    assert!(!r.m.borrow().virq_signalled(0));
+    r.no_misuse();
+}
+
 #[test]
 fn a_virtual_spi_for_a_non_resident_vpe_rings_its_doorbell_and_waits_for_the_load() {
     let mut r = virs_rig();

@@ -101,6 +101,12 @@
 //! where their target vPE is resident (the virtual HPPI, GICR CDIA in the
 //! guest); for a vPE resident nowhere the doorbell rings once (DBV clears)
 //! when one becomes deliverable.
+//! From EL2, GIC VDPEND (the CD* encoding with op1 = 4; operand PENDING
+//! [63], VM [47:32], TYPE [31:29], ID [23:0] from FreeBSD's gicv5reg.h)
+//! sets or clears the pending latch of a valid VM's virtual SPI or LPI,
+//! the one a guest's own CDPEND writes, which is then delivered as above;
+//! at EL1, to a VM not valid or beyond the VM's virtual IST it is misuse
+//! and does nothing ([`Model::sys`]).
 //!
 //! The ITS ([`its::Its`], one model per ITS): its config frame over a
 //! linear device table and ITTs in the model's memory, the invalidate
@@ -346,6 +352,9 @@ pub enum Insn {
     Cdeoi,
     Cddi,
     Cdhm,
+    /// GIC VDPEND (EL2 only): set or clear the pending state of a VM's
+    /// virtual SPI or LPI ([`Model::sys`]).
+    Vdpend,
 }
 
 impl Insn {
@@ -362,6 +371,10 @@ impl Insn {
             Insn::Cdeoi => e(1, 0, 12, 1, 7),
             Insn::Cddi => e(1, 0, 12, 2, 0),
             Insn::Cdhm => e(1, 0, 12, 2, 1),
+            // The CD* encoding with op1 = 4: binutils' GCIE test (`gic
+            // vdpend`) and FreeBSD's gicv5reg.h (GIC_VDPEND_op1 4, CRn 12,
+            // CRm 1, op2 4) agree.
+            Insn::Vdpend => e(1, 4, 12, 1, 4),
         }
     }
 
@@ -378,6 +391,7 @@ impl Insn {
             Insn::Cdeoi,
             Insn::Cddi,
             Insn::Cdhm,
+            Insn::Vdpend,
         ]
         .into_iter()
         .find(|i| i.enc() == enc)
@@ -486,6 +500,14 @@ pub enum Misuse {
     },
     /// A doorbell LPI outside the physical IST.
     BadDoorbell(u64),
+    /// An EL2-only instruction (GIC VDPEND) issued at EL1: UNDEFINED.
+    El2InsnAtEl1(Insn),
+    /// GIC VDPEND naming a virtual SPI/LPI beyond the VM's virtual IST
+    /// (an SPI outside the VM's virtual SPI range).
+    NoSuchVirtualInterrupt {
+        vm: u16,
+        id: IntId,
+    },
 }
 
 /// Result of a register access.
@@ -611,7 +633,8 @@ pub const fn hfgitr_bit(insn: Insn) -> Option<u32> {
         Insn::Cdhm => 6,
         Insn::Cdeoi => 7,
         Insn::Cddi => 8,
-        Insn::GsbSys | Insn::GsbAck => return None,
+        // GSB has no bit; GIC VDPEND is EL2's, never a guest's.
+        Insn::GsbSys | Insn::GsbAck | Insn::Vdpend => return None,
     })
 }
 
@@ -1657,6 +1680,9 @@ impl Model {
             self.bad(Misuse::UnknownInstruction(enc));
             return Access::Undefined;
         };
+        if insn == Insn::Vdpend {
+            return self.vdpend(el, xt);
+        }
         let guest = el == El::El1 && self.pes[pe].in_guest;
         if guest {
             if let Some(bit) = hfgitr_bit(insn) {
@@ -1800,6 +1826,60 @@ impl Model {
                 }
             }
         }
+        Access::Value(0)
+    }
+
+    /// GIC VDPEND from EL2: set (PENDING = 1) or clear the pending state
+    /// of virtual SPI/LPI ID of VM `VM`, whichever PE issues it and
+    /// whichever vPE is resident there. Operand: PENDING [63], VM [47:32],
+    /// TYPE [31:29] (2 = LPI, 3 = SPI; FreeBSD's gicv5reg.h names only
+    /// those two for VDPEND, so a PPI is a bad operand), ID [23:0], other
+    /// bits RES0 (FreeBSD's gicv5reg.h, the only source giving the fields;
+    /// KVM's GICv5 IRS series uses the instruction, naming a VM and an
+    /// INTID and no vPE, to re-pend a restored VM's interrupts).
+    ///
+    /// The model's reading: it is the hypervisor's CDPEND into that VM's
+    /// virtual domain, so it writes the same pending latch a guest's own
+    /// CDPEND of that ID writes (`virt_cd`), and the interrupt is then
+    /// delivered as any virtual SPI/LPI: to the PE where its target vPE is
+    /// resident (the guest's GICR CDIA takes it at its priority once it is
+    /// enabled), or the target vPE's doorbell. Misuse (no effect): issued
+    /// at EL1 ([`Misuse::El2InsnAtEl1`], UNDEFINED), IRSEN = 0, a VM the
+    /// vIRS does not hold valid ([`Misuse::NoSuchVm`]), an ID beyond the
+    /// VM's virtual IST ([`Misuse::NoSuchVirtualInterrupt`]).
+    fn vdpend(&mut self, el: El, xt: u64) -> Access {
+        let insn = Insn::Vdpend;
+        if el != El::El2 {
+            self.bad(Misuse::El2InsnAtEl1(insn));
+            return Access::Undefined;
+        }
+        let id = match IntId::from_raw(xt) {
+            Some(id) if id.ty != IntType::Ppi => id,
+            _ => {
+                self.bad(Misuse::BadOperand { insn, value: xt });
+                return Access::Value(0);
+            }
+        };
+        const FIELDS: u64 = 1 << 63 | 0xffff << 32 | 0xe0ff_ffff;
+        if xt & !FIELDS != 0 {
+            self.bad(Misuse::BadOperand { insn, value: xt });
+        }
+        if self.irs.cr0 & irs::CR0_IRSEN == 0 {
+            self.bad(Misuse::IrsDisabled(insn));
+            return Access::Value(0);
+        }
+        let vm = (xt >> 32) as u16;
+        if !self.irs.vms.contains_key(&vm) {
+            self.bad(Misuse::NoSuchVm(vm));
+            return Access::Value(0);
+        }
+        let Some(s) = self.vint_mut(vm, id.ty, id.id) else {
+            self.bad(Misuse::NoSuchVirtualInterrupt { vm, id });
+            return Access::Value(0);
+        };
+        s.latch = xt >> 63 != 0;
+        let vpe = s.iaffid;
+        self.vint_changed(vm, vpe);
         Access::Value(0)
     }
 
@@ -2564,5 +2644,103 @@ mod tests {
         m.set_spi_line(9, true);
         assert_eq!(m.doorbells(), 1);
         assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+    }
+
+    /// VM 1 valid with vPE 0 and an SPI IST of 6 ID bits, its vPE 0
+    /// resident on PE 0 (the guest entered), which enabled its virtual
+    /// SPI 1 at priority 8 targeted at itself.
+    fn vm1_resident_with_vspi1() -> Model {
+        let mut m = model();
+        m.irs_write(irs::CR0, 1);
+        m.irs_write(irs::IST_CFGR, 14);
+        m.irs_write(irs::IST_BASER, 0x8000_0000 | 1);
+        m.irs_write(irs::VMT_CFGR, 2);
+        m.irs_write(irs::VMT_BASER, 0x9000_0000 | 1);
+        let e = 0x9000_0000 + 32;
+        m.mem_write64(e, 0xa000_0000);
+        m.mem_write64(e + 8, 0xa000_1000 | (1 << irs::ID_BITS_SHIFT));
+        m.mem_write64(e + 24, 0xa000_4000 | (6 << irs::ID_BITS_SHIFT));
+        m.mem_write64(0xa000_1000, 0xa000_2000);
+        m.irs_write(irs::VMAP_VMR, irs::VMAP_M | 1);
+        m.irs_write(irs::VMAP_VISTR, irs::VMAP_M | (1 << 32) | (3 << 29));
+        m.irs_write(irs::VMAP_VPER, irs::VMAP_M | (1 << 32));
+        assert!(m.vpe_valid(1, 0));
+        wr(&mut m, 0, Reg::IchHfgitr, 0x7ff);
+        wr(&mut m, 0, Reg::IchVmcr, VMCR_EN | VMCR_VPMR_MASK);
+        wr(&mut m, 0, Reg::IchContextr, 1 << 63 | 1);
+        wr(&mut m, 0, Reg::IchVctlr, 1);
+        m.enter_guest(0);
+        let v = IntId::spi(1).raw();
+        for (i, x) in [
+            (Insn::Cdpri, v | 8 << 35),
+            (Insn::Cdaff, v),
+            (Insn::Cden, v),
+        ] {
+            assert_eq!(m.sys(0, El::El1, i.enc(), x), Access::Value(0));
+        }
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+        m
+    }
+
+    /// GIC VDPEND from EL2 pends (and clears) the VM's virtual SPI as the
+    /// guest sees it: its GICR CDIA on the resident vPE then takes it.
+    #[test]
+    fn vdpend_pends_a_vms_virtual_spi_for_its_resident_vpe() {
+        let mut m = vm1_resident_with_vspi1();
+        let v = IntId::spi(1).raw();
+        let el2 = m.el2_irqs(0);
+        assert!(!m.virq_signalled(0));
+        let vdpend = Insn::Vdpend.enc();
+        // Set then cleared: nothing to take.
+        assert_eq!(
+            m.sys(0, El::El2, vdpend, 1 << 63 | 1 << 32 | v),
+            Access::Value(0)
+        );
+        assert!(m.virq_signalled(0));
+        assert_eq!(m.sys(0, El::El2, vdpend, 1 << 32 | v), Access::Value(0));
+        assert!(!m.virq_signalled(0));
+        // Set: the guest acknowledges virtual SPI 1, no physical interrupt.
+        m.sys(0, El::El2, vdpend, 1 << 63 | 1 << 32 | v);
+        assert_eq!(m.sysl(0, El::El1, GICR_CDIA), Access::Value(1 << 32 | v));
+        assert!(!m.vint(1, IntId::spi(1)).unwrap().pending_now());
+        assert_eq!(m.el2_irqs(0), el2);
+        assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+    }
+
+    #[test]
+    fn vdpend_misuse_is_recorded_and_does_nothing() {
+        let mut m = vm1_resident_with_vspi1();
+        let vdpend = Insn::Vdpend.enc();
+        let spi1 = IntId::spi(1).raw();
+        // From EL1 (the guest): UNDEFINED.
+        assert_eq!(
+            m.sys(0, El::El1, vdpend, 1 << 63 | 1 << 32 | spi1),
+            Access::Undefined
+        );
+        assert_eq!(m.take_misuse(), [Misuse::El2InsnAtEl1(Insn::Vdpend)]);
+        // A VM the vIRS does not hold.
+        m.sys(0, El::El2, vdpend, 1 << 63 | 2 << 32 | spi1);
+        assert_eq!(m.take_misuse(), [Misuse::NoSuchVm(2)]);
+        // SPI 64: beyond the VM's 6-bit virtual SPI range.
+        m.sys(0, El::El2, vdpend, 1 << 63 | 1 << 32 | IntId::spi(64).raw());
+        assert_eq!(
+            m.take_misuse(),
+            [Misuse::NoSuchVirtualInterrupt {
+                vm: 1,
+                id: IntId::spi(64)
+            }]
+        );
+        // A PPI is not a VDPEND type.
+        let ppi = 1 << 63 | 1 << 32 | IntId::ppi(27).raw();
+        m.sys(0, El::El2, vdpend, ppi);
+        assert_eq!(
+            m.take_misuse(),
+            [Misuse::BadOperand {
+                insn: Insn::Vdpend,
+                value: ppi
+            }]
+        );
+        assert!(!m.virq_signalled(0));
+        assert!(!m.vint(1, IntId::spi(1)).unwrap().pending_now());
     }
 }

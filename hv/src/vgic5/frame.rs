@@ -37,7 +37,13 @@
 //!   ([`FrameFault::ForeignSpi`]). Its own SPI's trigger mode (TM) is
 //!   recorded and handed to the platform ([`FrameAction::SpiTrigger`]) for
 //!   the physical SPI, which the hardware delivers as the VM's virtual SPI
-//!   of the same ID.
+//!   of the same ID. The SPIs of the partition's emulated devices
+//!   (`pinfold_vboard::GUEST_EMULATED_SPIS` - 32: the PL011's 1, the
+//!   watchdog's 60, the PL061's 61, which the hypervisor makes pending with
+//!   GIC VDPEND, `vgic5::vdpend_operand`) exist too: selected, they read
+//!   V = 1 and their TM is recorded and read back, with no action (they
+//!   have no wire; the VM's virtual SPI's handling mode is not set, so a
+//!   level line still reaches the guest as its edges).
 //! - **Only its vCPUs are PEs.** IRS_PE_SELR naming an IAFFID no vCPU has
 //!   reads IRS_PE_STATUSR.V = 0 and is counted ([`FrameFault::ForeignPe`]);
 //!   IRS_PE_CR0.DPS is kept per vCPU and has no effect (a vPE's DPS is the
@@ -124,6 +130,10 @@ pub fn vm_spi_id_bits(spis: &[u32]) -> u8 {
         .map_or(0, |n| n + 1);
     super::id_bits(highest.max(pinfold_vboard::GUEST_SPI_COUNT))
 }
+
+/// The emulated devices' SPIs (core INTIDs), which every partition's frame
+/// has beside its own.
+const EMULATED_SPIS: [u32; 3] = pinfold_vboard::GUEST_EMULATED_SPIS;
 
 /// What the frame needs to know of its partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,14 +237,16 @@ pub struct FrameOutcome {
 pub struct VirsFrame {
     spec: FrameSpec,
     spi_id_bits: u8,
-    /// Trigger mode (level) of each own SPI, as `spec.spis`.
+    /// Trigger mode (level) of each own SPI, as `spec.spis`, then of each
+    /// emulated device's SPI, as `GUEST_EMULATED_SPIS`.
     spi_level: Vec<bool>,
     /// Per vCPU: IRS_PE_CR0.DPS.
     pe_dps: Vec<bool>,
     cr0_irsen: bool,
     cr1: u32,
     spi_selr: u32,
-    /// Index in `spec.spis` of the selected SPI, when it is the partition's.
+    /// Index in `spi_level` of the selected SPI, when it is the
+    /// partition's own or an emulated device's.
     spi_selected: Option<usize>,
     pe_selr: u32,
     pe_selected: Option<usize>,
@@ -250,7 +262,7 @@ impl VirsFrame {
     pub fn new(spec: FrameSpec) -> VirsFrame {
         let spi_id_bits = vm_spi_id_bits(&spec.spis);
         VirsFrame {
-            spi_level: alloc::vec![false; spec.spis.len()],
+            spi_level: alloc::vec![false; spec.spis.len() + EMULATED_SPIS.len()],
             pe_dps: alloc::vec![false; usize::from(spec.vcpus)],
             spec,
             spi_id_bits,
@@ -371,7 +383,12 @@ impl VirsFrame {
             reg::SPI_SELR => {
                 let id = v & 0xff_ffff;
                 self.spi_selr = id;
-                self.spi_selected = self.spec.spis.iter().position(|&i| i == id + 32);
+                self.spi_selected = self
+                    .spec
+                    .spis
+                    .iter()
+                    .chain(EMULATED_SPIS.iter())
+                    .position(|&i| i == id + 32);
                 if self.spi_selected.is_none() {
                     out.fault = Some(FrameFault::ForeignSpi { spi: id });
                 }
@@ -380,10 +397,12 @@ impl VirsFrame {
                 Some(i) => {
                     let level = v & 1 != 0;
                     self.spi_level[i] = level;
-                    out.action = Some(FrameAction::SpiTrigger {
-                        intid: self.spec.spis[i],
-                        level,
-                    });
+                    // An emulated device's SPI has no physical SPI.
+                    out.action = self
+                        .spec
+                        .spis
+                        .get(i)
+                        .map(|&intid| FrameAction::SpiTrigger { intid, level });
                 }
                 None => out.fault = Some(FrameFault::ForeignSpi { spi: self.spi_selr }),
             },

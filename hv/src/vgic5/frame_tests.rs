@@ -152,6 +152,24 @@ fn a_foreign_spi_reads_not_valid_and_its_cfgr_does_nothing_counted() {
     assert_eq!(r32(&mut f, reg::SPI_CFGR), 1, "the own SPI kept its mode");
 }
 
+/// The emulated PL011's, watchdog's and PL061's SPIs (1, 60, 61, made
+/// pending with GIC VDPEND) are valid to Linux's set_type, their mode read
+/// back, with nothing for the platform (no physical SPI).
+#[test]
+fn the_emulated_devices_spis_exist_and_their_trigger_is_only_recorded() {
+    let mut f = frame();
+
+    for spi in [1, 60, 61] {
+        let out = set_type(&mut f, spi, true).expect("an emulated device's SPI");
+        assert_eq!((out.fault, out.action), (None, None), "SPI {spi}");
+        assert_eq!(r32(&mut f, reg::SPI_CFGR), 1);
+    }
+    w32(&mut f, reg::SPI_SELR, 5);
+    assert_eq!(r32(&mut f, reg::SPI_CFGR), 0, "the own SPI 5 untouched");
+    let out = set_type(&mut f, 2, true).expect_err("SPI 2 is nobody's");
+    assert_eq!(out.fault, Some(FrameFault::ForeignSpi { spi: 2 }));
+}
+
 #[test]
 fn a_foreign_pe_reads_not_valid_and_its_cr0_does_nothing_counted() {
     let mut f = frame();
