@@ -1349,6 +1349,28 @@ fn foreign_spi_refusals_are_rate_limited_but_counted_exactly() {
         .contains("216 more of this kind suppressed"));
 }
 
+/// The guest turns its distributor on (ARE, EnableGrp1A), routes the
+/// UART's SPI 33 to `vcpu` (GICD_IROUTER33) and enables it (GICD_ISENABLER1).
+fn uart_spi_routed_to(
+    sys: &'static System,
+    cpu: &mut Cpu<'_>,
+    hw: &mut FakeHw,
+    regs: &mut GuestRegs,
+    vcpu: usize,
+) {
+    for (value, access) in [
+        (1 << 4 | 1 << 1, mmio(GUEST_GICD_BASE, 4, true, 1)),
+        (
+            vcpu_mpidr(vcpu) & 0xff,
+            mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1),
+        ),
+        (1 << 1, mmio(GUEST_GICD_BASE + 0x104, 4, true, 1)),
+    ] {
+        regs.x[1] = value;
+        run(sys, cpu, hw, regs, access);
+    }
+}
+
 #[test]
 fn uart_interrupt_raised_on_one_vcpu_is_posted_to_the_routed_vcpu() {
     let sys = system();
@@ -1356,30 +1378,7 @@ fn uart_interrupt_raised_on_one_vcpu_is_posted_to_the_routed_vcpu() {
     let mut cpu = loaded_cpu(sys, &mut hw, 1);
     let mut regs = GuestRegs::default();
     // Enable the distributor, route SPI 33 to vCPU 1 (Aff0 = 1), enable it.
-    regs.x[1] = 1 << 4 | 1 << 1;
-    run(
-        sys,
-        &mut cpu,
-        &mut hw,
-        &mut regs,
-        mmio(GUEST_GICD_BASE, 4, true, 1),
-    );
-    regs.x[1] = vcpu_mpidr(1) & 0xff;
-    run(
-        sys,
-        &mut cpu,
-        &mut hw,
-        &mut regs,
-        mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1),
-    );
-    regs.x[1] = 1 << 1;
-    run(
-        sys,
-        &mut cpu,
-        &mut hw,
-        &mut regs,
-        mmio(GUEST_GICD_BASE + 0x104, 4, true, 1),
-    );
+    uart_spi_routed_to(sys, &mut cpu, &mut hw, &mut regs, 1);
     // Enable the PL011 TX interrupt: TX FIFO empty raises the line.
     regs.x[1] = 0x301;
     run(
@@ -3709,31 +3708,7 @@ fn a_gicv3_partition_on_a_gicv5_host_keeps_its_distributor_path_for_the_uart() {
     });
     let (mut hw, mut cpu) = started(sys, 0, 1);
     let mut regs = GuestRegs::default();
-    // Distributor on, SPI 33 routed to vCPU 0 and enabled.
-    regs.x[1] = 1 << 4 | 1 << 1;
-    run(
-        sys,
-        &mut cpu,
-        &mut hw,
-        &mut regs,
-        mmio(GUEST_GICD_BASE, 4, true, 1),
-    );
-    regs.x[1] = vcpu_mpidr(0) & 0xff;
-    run(
-        sys,
-        &mut cpu,
-        &mut hw,
-        &mut regs,
-        mmio(GUEST_GICD_BASE + 0x6100 + 8, 8, true, 1),
-    );
-    regs.x[1] = 1 << 1;
-    run(
-        sys,
-        &mut cpu,
-        &mut hw,
-        &mut regs,
-        mmio(GUEST_GICD_BASE + 0x104, 4, true, 1),
-    );
+    uart_spi_routed_to(sys, &mut cpu, &mut hw, &mut regs, 0);
 
     uart_txim(sys, &mut cpu, &mut hw, true);
     assert!(hw.injected().contains(&33), "{:?}", hw.injected());
