@@ -43,6 +43,7 @@
 
 pub mod frame;
 pub mod irses;
+pub mod ppitrap;
 
 use crate::vgic::pits::{LPI_BASE, LPI_COUNT};
 use alloc::collections::BTreeMap;
