@@ -1404,6 +1404,8 @@ fn ppi_trap(
     regs: &mut GuestRegs,
 ) -> Option<bool> {
     use crate::vgic5::ppitrap::{emulate, PpiEmulation};
+    // The same plan the vCPU's load used (`VcpuSwitch::for_vcpu`); what is
+    // visible does not depend on pinning.
     let visible = crate::vgic5::PpiPlan::for_vcpu(true, p.plan.pmu).visible;
     let write = (!read).then(|| regs.reg(rt));
     match emulate(reg, write, visible)? {

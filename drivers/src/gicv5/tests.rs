@@ -780,6 +780,16 @@ fn hvir_hides_ppis_and_a_guest_write_to_a_hidden_ppi_does_nothing() {
         r.guest_ppi(0, reg::ICC_PPI_SPENDR0_EL1, None, vis),
         (0, true)
     );
+    // A visible DVI timer's pending state reads through the trap as the
+    // physical line's; CNTHP's firing stays hidden.
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTHP, true);
+    assert_eq!(
+        r.guest_ppi(0, reg::ICC_PPI_SPENDR0_EL1, None, vis),
+        (1 << PPI_CNTV, true)
+    );
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, false);
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTHP, false);
     // Priorities: the hidden PPIs' byte lanes RAZ and WI.
     let (prio, _) = r.guest_ppi(0, reg::ICC_PPI_PRIORITYR3_EL1, None, vis);
     assert_eq!(prio >> ((PPI_CNTHP % 8) * 8) & 0xff, 0);
