@@ -5,7 +5,9 @@
 //! the IRS (SPIs routed with GIC CDAFF, trigger mode in IRS_SPI_CFGR, the
 //! LPI interrupt state table), IPIs as edge LPIs targeted at each CPU
 //! (GICv5 has no SGIs), and the EL2 virtual CPU interface of a vCPU
-//! (ICH_VCTLR/CONTEXTR/VMCR/APR, ICH_PPI_DVIR/HVIR and the ICH_PPI_* state)
+//! (ICH_VCTLR/CONTEXTR/VMCR/APR, ICH_PPI_DVIR/HVIR and the ICH_PPI_* state,
+//! ICH_HFGRTR/HFGWTR trapping the ICC_PPI_* classes for a vCPU with hidden
+//! PPIs, whose trapped accesses the core emulates: `vgic5::ppitrap`)
 //! loaded and put with the PPIs the core's `vgic5::PpiPlan` chose as
 //! direct virtual interrupts (or, for a vCPU with the GICv3-compatible
 //! interface, only ICH_VCTLR_EL2.V3: `load_gicv3_compatible`), and the vIRS: the VM table given to the IRS
@@ -44,6 +46,7 @@ use pinfold_hv::irqchip::{
     change_percpu_state, IrqChipCaps, PerCpuIrqChip, PpiBits, PpiStateChange, SharedIrqChip,
 };
 use pinfold_hv::lockstat::{CountedLock, LockPath};
+use pinfold_hv::vgic5::ppitrap::{traps_ppis, IchPpiReg};
 use pinfold_hv::vgic5::{
     ipi_lpi, msi_pool_core_intid, CoreIntid, GicInsn, HostGicv5, PpiPlan, PpiSet, UntrappedInsns,
     VPpiContext, VirsCaps, VirsOp, CORE_SPIS,
@@ -352,9 +355,46 @@ pub const VMCR_EN: u64 = 1;
 pub const VMCR_VPMR_SHIFT: u32 = 27;
 /// ICH_CONTEXTR_EL2.V (a vPE is resident).
 pub const CONTEXTR_V: u64 = 1 << 63;
-/// ICH_HFGRTR/HFGWTR_EL2: every ICC register class the guest may access
-/// without a trap (the hiding is HVIR's job, not a trap's).
-pub const HFG_NO_TRAPS: u64 = 0x1f_ffff;
+/// ICH_HFGRTR_EL2 with every ICC register class untrapped (a bit set =
+/// the guest's access does not trap): ICC_APR [0], ICC_IDRn [1], ICC_CR0
+/// [2], ICC_HAPR [3], ICC_HPPIR [4], ICC_PCR [5], ICC_ICSR [6],
+/// ICC_IAFFIDR [7], ICC_PPI_HMRn [16], ICC_PPI_ENABLERn [17],
+/// ICC_PPI_PENDRn [18], ICC_PPI_PRIORITYRn [19], ICC_PPI_ACTIVERn [20];
+/// [15:8] and [63:21] RES0 (Linux's arch/arm64/tools/sysreg, "arm64/
+/// sysreg: Add ICH_HFGRTR_EL2"; the polarity from its `__init_el2_gicv5`,
+/// which sets these bits to "Disable reg read traps").
+pub const HFGRTR_NO_TRAPS: u64 = 0x1f_00ff;
+/// ICH_HFGWTR_EL2 likewise: only the writable classes have a bit (ICC_APR
+/// [0], ICC_CR0 [2], ICC_PCR [5], ICC_ICSR [6], ICC_PPI_ENABLERn [17],
+/// ICC_PPI_PENDRn [18], ICC_PPI_PRIORITYRn [19], ICC_PPI_ACTIVERn [20];
+/// the rest RES0; same source, "arm64/sysreg: Add ICH_HFGWTR_EL2").
+pub const HFGWTR_NO_TRAPS: u64 = 0x1e_0065;
+/// The ICC_PPI_* classes a vCPU with hidden PPIs traps, in both registers
+/// (ENABLERn, PENDRn, PRIORITYRn, ACTIVERn; not the read-only HMRn, which
+/// `vgic5::ppitrap` leaves untrapped): the core emulates those accesses.
+pub const HFG_PPI_TRAPS: u64 = 0x1e_0000;
+
+/// ICH_HFGRTR_EL2 and ICH_HFGWTR_EL2 for a vCPU: the ICC_PPI_* classes
+/// trapped only when it has hidden PPIs (`vgic5::ppitrap::traps_ppis`),
+/// so a vCPU with nothing hidden runs with no trap at all.
+pub const fn hfg_traps(trap_ppis: bool) -> (u64, u64) {
+    let ppi = if trap_ppis { HFG_PPI_TRAPS } else { 0 };
+    (HFGRTR_NO_TRAPS & !ppi, HFGWTR_NO_TRAPS & !ppi)
+}
+
+/// The encoding of the ICH_PPI_*_EL2 register the core names.
+pub const fn ich_ppi_reg(r: IchPpiReg) -> u32 {
+    match r {
+        IchPpiReg::Enabler(w) => {
+            [reg::ICH_PPI_ENABLER0_EL2, reg::ICH_PPI_ENABLER1_EL2][w as usize & 1]
+        }
+        IchPpiReg::Pendr(w) => [reg::ICH_PPI_PENDR0_EL2, reg::ICH_PPI_PENDR1_EL2][w as usize & 1],
+        IchPpiReg::Activer(w) => {
+            [reg::ICH_PPI_ACTIVER0_EL2, reg::ICH_PPI_ACTIVER1_EL2][w as usize & 1]
+        }
+        IchPpiReg::Priorityr(n) => ICH_PPI_PRIORITYR[n as usize & 15],
+    }
+}
 /// ICH_HFGITR_EL2's bit for each GIC instruction a guest executes
 /// (GICCDEN [0], GICCDDIS [1], GICCDPRI [2], GICCDAFF [3], GICCDPEND [4],
 /// GICCDRCFG [5], GICCDHM [6], GICCDEOI [7], GICCDDI [8], GICRCDIA [9],
@@ -1030,8 +1070,11 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
 
     /// Load a vCPU's virtual interface: the host copies of its DVI PPIs
     /// masked (through `change_percpu_state`, lockless on GICv5), DVI and
-    /// HVIR set from `plan`, its saved PPI state, VMCR and APR restored,
-    /// the GIC instructions it may execute untrapped (`insns`, the core's
+    /// HVIR set from `plan` (HVIR model-only: [`UNCONFIRMED`]), its saved
+    /// PPI state, VMCR and APR restored, the ICC_PPI_* classes trapped in
+    /// ICH_HFGRTR/HFGWTR_EL2 if it has hidden implemented PPIs (the core
+    /// emulates them, `vgic5::ppitrap`; [`hfg_traps`]), the GIC
+    /// instructions it may execute untrapped (`insns`, the core's
     /// `UntrappedInsns`) in ICH_HFGITR_EL2, the vPE made resident. Only
     /// this CPU's registers and the vCPU's own `ctx`: no lock shared
     /// between CPUs.
@@ -1071,14 +1114,26 @@ impl<R: CpuRegs> Gicv5Cpu<R> {
         }
         r.write(reg::ICH_VMCR_EL2, ctx.vmcr);
         r.write(reg::ICH_APR_EL2, ctx.apr);
-        r.write(reg::ICH_HFGRTR_EL2, HFG_NO_TRAPS);
-        r.write(reg::ICH_HFGWTR_EL2, HFG_NO_TRAPS);
+        let (hfgrtr, hfgwtr) = hfg_traps(traps_ppis(plan.visible, implemented));
+        r.write(reg::ICH_HFGRTR_EL2, hfgrtr);
+        r.write(reg::ICH_HFGWTR_EL2, hfgwtr);
         r.write(reg::ICH_HFGITR_EL2, hfgitr(insns));
         r.write(
             reg::ICH_CONTEXTR_EL2,
             CONTEXTR_V | (u64::from(vpe) << 32) | u64::from(vm),
         );
         r.write(reg::ICH_VCTLR_EL2, VCTLR_EN);
+    }
+
+    /// Read the resident vCPU's ICH_PPI_*_EL2 register `r` (a trapped
+    /// ICC_PPI_* access the core emulates: `vgic5::ppitrap`).
+    pub fn vppi_read(&mut self, r: IchPpiReg) -> u64 {
+        self.regs.read(ich_ppi_reg(r))
+    }
+
+    /// Write it (as [`Self::vppi_read`]).
+    pub fn vppi_write(&mut self, r: IchPpiReg, value: u64) {
+        self.regs.write(ich_ppi_reg(r), value)
     }
 
     /// Load a vCPU with the GICv3 interface on this GICv5 (FEAT_GCIE_LEGACY,

@@ -217,6 +217,17 @@ pub trait Hw: PerCpuIrqChip + HostMemory {
     fn virs_apply(&mut self, vm: u16, ops: &[crate::vgic5::VirsOp]) {
         let _ = (vm, ops);
     }
+    /// Read one of the resident `gicv5` vCPU's ICH_PPI_*_EL2 virtual PPI
+    /// state registers (a trapped ICC_PPI_* access, `vgic5::ppitrap`);
+    /// without a GICv5 CPU interface on this CPU, 0.
+    fn vppi_read(&mut self, reg: crate::vgic5::ppitrap::IchPpiReg) -> u64 {
+        let _ = reg;
+        0
+    }
+    /// Write one (as [`Hw::vppi_read`]); without one, nothing.
+    fn vppi_write(&mut self, reg: crate::vgic5::ppitrap::IchPpiReg, value: u64) {
+        let _ = (reg, value);
+    }
     /// This CPU's own GICv4.1 redistributor VLPI frame and the ITSes'
     /// GITS_SGIR for direct vSGIs (`vsgi`), if the platform set them up.
     fn v41(&mut self) -> Option<&mut dyn crate::vgic::v41::V41Hw> {
@@ -1365,6 +1376,11 @@ fn sysreg(
         }
         return true;
     }
+    if p.gic == crate::vgic5::GicInterface::V5 {
+        if let Some(done) = ppi_trap(hw, p, reg, rt, read, regs) {
+            return done;
+        }
+    }
     if let Some(r) = pmu::classify(reg) {
         let Some(view) = cpu.loaded.as_ref().map(|l| l.pmu) else {
             return false;
@@ -1407,6 +1423,34 @@ fn sysreg(
         return true;
     }
     false
+}
+
+/// A `gicv5` guest's trapped ICC_PPI_* access (its load trapped them
+/// because it has hidden PPIs: `vgic5::ppitrap`): emulated on the resident
+/// vCPU's ICH_PPI_*_EL2 state with the PPIs its plan makes visible; None
+/// for any other register.
+#[inline(never)]
+fn ppi_trap(
+    hw: &mut impl Hw,
+    p: &Partition,
+    reg: SysRegId,
+    rt: u8,
+    read: bool,
+    regs: &mut GuestRegs,
+) -> Option<bool> {
+    use crate::vgic5::ppitrap::{emulate, PpiEmulation};
+    // The same plan the vCPU's load used (`VcpuSwitch::for_vcpu`); what is
+    // visible does not depend on pinning.
+    let visible = crate::vgic5::PpiPlan::for_vcpu(true, p.plan.pmu).visible;
+    let write = (!read).then(|| regs.reg(rt));
+    match emulate(reg, write, visible)? {
+        PpiEmulation::Read { state, mask } => regs.set_reg(rt, hw.vppi_read(state) & mask),
+        e @ PpiEmulation::Write { state, .. } => {
+            let old = hw.vppi_read(state);
+            hw.vppi_write(state, e.apply(old));
+        }
+    }
+    Some(true)
 }
 
 #[inline(never)]

@@ -78,6 +78,8 @@ struct FakeHw {
     /// Configuration writes, RAM writes and RAM zeroing, in the order they
     /// happened (what must come before what).
     trace: Vec<Traced>,
+    /// The resident GICv5 vCPU's ICH_PPI_*_EL2 state (`Hw::vppi_read`).
+    vppi: alloc::collections::BTreeMap<crate::vgic5::ppitrap::IchPpiReg, u64>,
 }
 
 /// One entry of [`FakeHw::trace`].
@@ -149,6 +151,7 @@ impl FakeHw {
             tables_zeroed: Vec::new(),
             config: alloc::collections::BTreeMap::new(),
             trace: Vec::new(),
+            vppi: Default::default(),
         }
     }
 
@@ -344,6 +347,12 @@ impl Hw for FakeHw {
     }
     fn read_id_reg(&self, _: SysRegId) -> u64 {
         0x1111_1111_1111_1111
+    }
+    fn vppi_read(&mut self, reg: crate::vgic5::ppitrap::IchPpiReg) -> u64 {
+        self.vppi.get(&reg).copied().unwrap_or(0)
+    }
+    fn vppi_write(&mut self, reg: crate::vgic5::ppitrap::IchPpiReg, value: u64) {
+        self.vppi.insert(reg, value);
     }
     fn pmu_read(&mut self, reg: crate::pmu::PmuReg) -> u64 {
         match reg {
@@ -3713,4 +3722,61 @@ fn a_gicv3_partition_on_a_gicv5_host_keeps_its_distributor_path_for_the_uart() {
     uart_txim(sys, &mut cpu, &mut hw, true);
     assert!(hw.injected().contains(&33), "{:?}", hw.injected());
     assert!(hw.pended.is_empty(), "no VDPEND for a gicv3 partition");
+}
+
+#[test]
+fn a_gicv5_guests_trapped_icc_ppi_accesses_hide_what_its_plan_does_not_give_it() {
+    use crate::vgic5::ppitrap::IchPpiReg;
+    use crate::vgic5::{PPI_CNTHP, PPI_CNTV};
+    // alpha (CPU 1) has the GICv5 interface; beta (CPU 3) the GICv3 one.
+    let sys = gicv5_system(true, |plan| {
+        plan.partitions[1].gic = pinfold_config::GicSetting::V3;
+    });
+    let (mut hw, mut c) = started(sys, 0, 1);
+    let enabler0 = SysRegId::new(3, 0, 12, 10, 6);
+    let access = |read| {
+        Exit::SysReg(SysRegAccess {
+            reg: enabler0,
+            rt: 4,
+            read,
+        })
+    };
+    // The hypervisor's EL2 timer PPI is enabled in the vCPU's state.
+    hw.vppi
+        .insert(IchPpiReg::Enabler(0), 1 << PPI_CNTHP | 1 << PPI_CNTV);
+    let mut regs = GuestRegs::default();
+    assert_eq!(
+        run(sys, &mut c, &mut hw, &mut regs, access(true)),
+        Next::Resume
+    );
+    assert_eq!(regs.x[4], 1 << PPI_CNTV, "the hidden PPI reads as 0");
+    assert_eq!(regs.elr, 4);
+    // Disabling every PPI disables the visible one only; enabling the
+    // hidden one does nothing.
+    regs.x[4] = 0;
+    assert_eq!(
+        run(sys, &mut c, &mut hw, &mut regs, access(false)),
+        Next::Resume
+    );
+    assert_eq!(hw.vppi[&IchPpiReg::Enabler(0)], 1 << PPI_CNTHP);
+    hw.vppi.insert(IchPpiReg::Enabler(0), 0);
+    regs.x[4] = 1 << PPI_CNTHP | 1 << PPI_CNTV;
+    assert_eq!(
+        run(sys, &mut c, &mut hw, &mut regs, access(false)),
+        Next::Resume
+    );
+    assert_eq!(hw.vppi[&IchPpiReg::Enabler(0)], 1 << PPI_CNTV);
+    assert_eq!(sys.partition(0).unwrap().faults.load(Ordering::Relaxed), 0);
+
+    // The GICv3 partition has no such register: undefined, as before.
+    let (mut hw, mut c) = started(sys, 1, 3);
+    let next = run(
+        sys,
+        &mut c,
+        &mut hw,
+        &mut GuestRegs::default(),
+        access(true),
+    );
+    assert!(matches!(next, Next::Inject(_)), "{next:?}");
+    assert!(hw.vppi.is_empty());
 }

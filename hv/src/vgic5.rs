@@ -2,7 +2,8 @@
 //! (`pinfold_drivers::gicv5`) applies: which host GICv5 is good enough
 //! ([`check_host`], naming every missing feature), which PPIs a vCPU gets
 //! as direct virtual interrupts and which it may see at all
-//! ([`PpiPlan::for_vcpu`]), which virtual interface a partition gets
+//! ([`PpiPlan::for_vcpu`]; the hidden ones hidden by trapping the guest's
+//! ICC_PPI_* accesses, [`ppitrap`]), which virtual interface a partition gets
 //! ([`choose_interface`]: GICv5 or, on a host with FEAT_GCIE_LEGACY, the
 //! GICv3-compatible one), whether the core's GICv3 timer mirroring runs
 //! for it ([`mirrored_ppis`]: not for a GICv5 partition, whose timers are
@@ -47,6 +48,7 @@
 
 pub mod frame;
 pub mod irses;
+pub mod ppitrap;
 
 use crate::vgic::pits::{LPI_BASE, LPI_COUNT};
 use alloc::collections::BTreeMap;
@@ -99,7 +101,8 @@ pub struct PpiPlan {
     /// state is the virtual one while the vCPU is resident, no exit.
     pub dvi: PpiSet,
     /// What the guest may see; every other implemented PPI is hidden
-    /// (ICH_PPI_HVIR: RAZ/WI to the guest).
+    /// (RAZ/WI to the guest: its ICC_PPI_* accesses trapped and emulated,
+    /// [`ppitrap`]; ICH_PPI_HVIR on the model only).
     pub visible: PpiSet,
 }
 

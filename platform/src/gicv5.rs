@@ -422,7 +422,8 @@ static CHIP_LOCK: CountedLock<()> = CountedLock::new((), &crate::LOCKSTAT);
 /// Load a GICv5-interface partition's vCPU (`vgic5::VcpuSwitch::Gicv5`)
 /// on this CPU: the driver's `vcpu_load` with its PPI plan (the timers and
 /// the PMU's PPI as DVI, their host copies masked, every other implemented
-/// PPI hidden), a fresh virtual PPI state (the vCPU is (re)entering at its
+/// PPI hidden: its ICC_PPI_* accesses trapped, emulated by the core through
+/// `V5Hw::vppi_read`/`vppi_write`), a fresh virtual PPI state (the vCPU is (re)entering at its
 /// entry point), the GIC instructions it executes untrapped (`insns`, as
 /// ICH_HFGITR_EL2), VM `vm`, vPE `vpe`. Only this CPU's registers.
 pub fn vcpu_load(

@@ -501,4 +501,12 @@ impl Hw for V5Hw<'_> {
     fn virs_apply(&mut self, vm: u16, ops: &[pinfold_hv::vgic5::VirsOp]) {
         crate::gicv5::virs_apply(vm, ops)
     }
+    fn vppi_read(&mut self, reg: pinfold_hv::vgic5::ppitrap::IchPpiReg) -> u64 {
+        self.0.v5.as_mut().map_or(0, |c| c.vppi_read(reg))
+    }
+    fn vppi_write(&mut self, reg: pinfold_hv::vgic5::ppitrap::IchPpiReg, value: u64) {
+        if let Some(c) = self.0.v5.as_mut() {
+            c.vppi_write(reg, value)
+        }
+    }
 }

@@ -8,7 +8,9 @@ extern crate std;
 use super::*;
 use pinfold_gicv5model::{Access, Config, El, Enc, IntId, Misuse, Model, GICR_CDIA as MODEL_CDIA};
 use pinfold_hv::lockstat::LockStat;
+use pinfold_hv::trap::SysRegId;
 use pinfold_hv::vgic::pits::LPI_BASE;
+use pinfold_hv::vgic5::ppitrap::{emulate, PpiEmulation};
 use pinfold_hv::vgic5::{
     attribute_swerr, check_host, plan_virs, Doorbell, GicInsn, PpiPlan, SwerrOwner, UntrappedInsns,
     VirsFault, VmSpec, VmTables, PPI_CNTHP, PPI_CNTP, PPI_CNTV, PPI_PMU,
@@ -174,6 +176,42 @@ impl Rig {
     }
     fn guest_write(&self, pe: usize, reg: u32, v: u64) -> Access {
         self.m.borrow_mut().write(pe, El::El1, enc(reg), v)
+    }
+    /// A guest's ICC_PPI_* access (`write`: Some for MSR) as it goes on
+    /// hardware: if it traps, EL2 does what `exit::sysreg` does for a
+    /// `gicv5` partition (the core's `ppitrap::emulate` with the plan's
+    /// visible PPIs, on this driver's `vppi_read`/`vppi_write`). Returns
+    /// what the guest sees and whether it trapped.
+    fn guest_ppi(
+        &mut self,
+        pe: usize,
+        reg: u32,
+        write: Option<u64>,
+        visible: PpiSet,
+    ) -> (u64, bool) {
+        let access = match write {
+            None => self.guest_read(pe, reg),
+            Some(v) => self.guest_write(pe, reg, v),
+        };
+        match access {
+            Access::Value(v) => (v, false),
+            Access::Trapped => {
+                let (op0, op1, crn, crm, op2) = fields(reg);
+                let id = SysRegId::new(op0, op1, crn, crm, op2);
+                let e = emulate(id, write, visible).expect("an ICC_PPI_* register");
+                let cpu = &mut self.cpus[pe];
+                let old = cpu.vppi_read(e.state());
+                let seen = match e {
+                    PpiEmulation::Read { mask, .. } => old & mask,
+                    PpiEmulation::Write { state, .. } => {
+                        cpu.vppi_write(state, e.apply(old));
+                        0
+                    }
+                };
+                (seen, true)
+            }
+            a => panic!("{a:?}"),
+        }
     }
 }
 
@@ -447,14 +485,9 @@ fn vcpu_load_and_put_save_and_restore_ppi_state_with_no_shared_lock() {
     // The guest changes its state: CNTP priority, a software-pending
     // non-DVI... none visible; it disables its PMU interrupt.
     r.m.borrow_mut().enter_guest(0);
-    assert_eq!(
-        r.guest_write(
-            0,
-            reg::ICC_PPI_ENABLER0_EL1,
-            (1 << PPI_CNTV) | (1 << PPI_CNTP)
-        ),
-        Access::Value(0)
-    );
+    let on = (1 << PPI_CNTV) | (1 << PPI_CNTP);
+    let (_, trapped) = r.guest_ppi(0, reg::ICC_PPI_ENABLER0_EL1, Some(on), plan.visible);
+    assert!(trapped, "the model implements PPIs this vCPU does not see");
     r.m.borrow_mut().exit_guest(0);
     let mut saved = VPpiContext::default();
     let before = r.ops[0].get();
@@ -676,35 +709,172 @@ fn dvi_timer_wakes_a_blocked_vcpu_through_the_host_copy() {
     r.no_misuse();
 }
 
+/// HVIR's encoding is UNCONFIRMED and the hardware accessors drop it
+/// (`hw_emits`): clear it in the model as hardware never has it set, so
+/// only the traps hide.
+fn as_on_hardware(r: &Rig, pe: usize) {
+    for hvir in [reg::ICH_PPI_HVIR0_EL2, reg::ICH_PPI_HVIR1_EL2] {
+        assert!(!hw_emits(hvir));
+        let mut m = r.m.borrow_mut();
+        assert_eq!(m.write(pe, El::El2, enc(hvir), 0), Access::Value(0));
+    }
+}
+
 #[test]
 fn hvir_hides_ppis_and_a_guest_write_to_a_hidden_ppi_does_nothing() {
     let mut r = rig();
     let plan = PpiPlan::for_vcpu(true, false);
+    let vis = plan.visible;
     let imp = r.irs.host.ppis;
     r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
+    as_on_hardware(&r, 0);
     r.m.borrow_mut().enter_guest(0);
     // The guest reads only its timers (the PMU's enable bit from the
-    // context is hidden: this partition has no PMU).
+    // context is hidden: this partition has no PMU); the read traps.
     assert_eq!(
-        r.guest_read(0, reg::ICC_PPI_ENABLER0_EL1),
-        Access::Value((1 << PPI_CNTV) | (1 << PPI_CNTP))
+        r.guest_ppi(0, reg::ICC_PPI_ENABLER0_EL1, None, vis),
+        ((1 << PPI_CNTV) | (1 << PPI_CNTP), true)
     );
-    // A write to the hypervisor's own timer PPI (26) and to the PMU's:
-    // ignored, counted, no trap, and the physical CNTHP untouched.
+    // The hypervisor's EL2 timer PPI (26), enabled in the vCPU's state,
+    // reads as 0; the guest enabling it leaves it as it was, and disabling
+    // everything disables only its own.
+    let el2_enabler =
+        |r: &Rig| match r
+            .m
+            .borrow_mut()
+            .read(0, El::El2, enc(reg::ICH_PPI_ENABLER0_EL2))
+        {
+            Access::Value(v) => v,
+            a => panic!("{a:?}"),
+        };
+    let on = el2_enabler(&r) | 1 << PPI_CNTHP;
+    r.cpus[0].vppi_write(IchPpiReg::Enabler(0), on);
+    assert_eq!(
+        r.guest_ppi(0, reg::ICC_PPI_ENABLER0_EL1, None, vis).0 >> PPI_CNTHP & 1,
+        0
+    );
+    r.guest_ppi(0, reg::ICC_PPI_ENABLER0_EL1, Some(0), vis);
+    // (The context's PMU enable is hidden too, and kept.)
+    assert_eq!(el2_enabler(&r), (1 << PPI_CNTHP) | (1 << PPI_PMU));
+    r.cpus[0].vppi_write(IchPpiReg::Enabler(0), 0);
     let hidden = (1 << PPI_CNTHP) | (1 << PPI_PMU);
-    assert_eq!(
-        r.guest_write(0, reg::ICC_PPI_SPENDR0_EL1, hidden),
-        Access::Value(0)
+    r.guest_ppi(
+        0,
+        reg::ICC_PPI_ENABLER0_EL1,
+        Some(hidden | 1 << PPI_CNTV),
+        vis,
     );
-    r.guest_sys(0, insn::GIC_CDEN, operand(TYPE_PPI, PPI_CNTHP));
-    assert_eq!(r.m.borrow().hidden_writes(), 2);
-    assert_eq!(r.guest_read(0, reg::ICC_PPI_SPENDR0_EL1), Access::Value(0));
+    assert_eq!(
+        el2_enabler(&r),
+        1 << PPI_CNTV,
+        "a hidden PPI stays disabled"
+    );
+    // A set-pending write to hidden PPIs: nothing pending, physical
+    // CNTHP untouched; a visible (non-DVI: CNTV is DVI here, so its
+    // pending state is the physical line's) pending bit unaffected.
+    assert_eq!(
+        r.guest_ppi(0, reg::ICC_PPI_SPENDR0_EL1, Some(hidden), vis),
+        (0, true)
+    );
+    assert_eq!(
+        r.guest_ppi(0, reg::ICC_PPI_SPENDR0_EL1, None, vis),
+        (0, true)
+    );
+    // A visible DVI timer's pending state reads through the trap as the
+    // physical line's; CNTHP's firing stays hidden.
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, true);
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTHP, true);
+    assert_eq!(
+        r.guest_ppi(0, reg::ICC_PPI_SPENDR0_EL1, None, vis),
+        (1 << PPI_CNTV, true)
+    );
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTV, false);
+    r.m.borrow_mut().set_ppi_line(0, PPI_CNTHP, false);
+    // Priorities: the hidden PPIs' byte lanes RAZ and WI.
+    let (prio, _) = r.guest_ppi(0, reg::ICC_PPI_PRIORITYR3_EL1, None, vis);
+    assert_eq!(prio >> ((PPI_CNTHP % 8) * 8) & 0xff, 0);
+    assert_eq!(prio >> ((PPI_CNTV % 8) * 8) & 0xff, 8);
+    r.guest_ppi(0, reg::ICC_PPI_PRIORITYR3_EL1, Some(u64::MAX), vis);
+    r.m.borrow_mut().exit_guest(0);
+    let mut ctx = VPpiContext::default();
+    r.cpus[0].vcpu_put(&r.lock, &mut ctx, &plan, false);
+    assert_eq!(ctx.priorityr[3] >> ((PPI_CNTHP % 8) * 8) & 0xff, 0);
+    assert_eq!(ctx.priorityr[3] >> ((PPI_CNTV % 8) * 8) & 0xff, 0x1f);
+    assert_eq!(ctx.pendr[0] & hidden, 0);
     assert!(!r.m.borrow().ppi(0, PPI_CNTHP).enabled);
     assert!(!r.m.borrow().ppi(0, PPI_CNTHP).pending_now());
+    assert_eq!(
+        r.m.borrow().hidden_writes(),
+        0,
+        "no HVIR: the traps hid them"
+    );
     // EL2's registers stay UNDEFINED to the guest.
+    r.cpus[0].vcpu_load(&r.lock, &ctx, &plan, imp, ALL_INSNS, 1, 7);
+    r.m.borrow_mut().enter_guest(0);
     assert_eq!(r.guest_read(0, reg::ICH_PPI_DVIR0_EL2), Access::Undefined);
     let misuse = r.m.borrow_mut().take_misuse();
-    assert_eq!(misuse.len(), 1);
+    assert_eq!(misuse.len(), 1, "{misuse:?}");
+    r.no_misuse();
+}
+
+#[test]
+fn a_vcpu_with_nothing_hidden_sets_no_ppi_traps_and_its_accesses_do_not_trap() {
+    let mut r = rig();
+    let plan = PpiPlan::for_vcpu(true, true);
+    // A CPU that implements only what this vCPU sees.
+    let imp = PpiSet::of(&[PPI_CNTV, PPI_CNTP, PPI_PMU]);
+    r.cpus[0].vcpu_load(&r.lock, &guest_ready_ctx(), &plan, imp, ALL_INSNS, 1, 7);
+    let el2 = |r: &Rig, reg: u32| match r.m.borrow_mut().read(0, El::El2, enc(reg)) {
+        Access::Value(v) => v,
+        a => panic!("{a:?}"),
+    };
+    assert_eq!(el2(&r, reg::ICH_HFGRTR_EL2), HFGRTR_NO_TRAPS);
+    assert_eq!(el2(&r, reg::ICH_HFGWTR_EL2), HFGWTR_NO_TRAPS);
+    r.m.borrow_mut().enter_guest(0);
+    let (v, trapped) = r.guest_ppi(0, reg::ICC_PPI_ENABLER0_EL1, None, plan.visible);
+    assert!(!trapped);
+    assert_eq!(v, (1 << PPI_CNTV) | (1 << PPI_CNTP) | (1 << PPI_PMU));
+    let (_, trapped) = r.guest_ppi(
+        0,
+        reg::ICC_PPI_ENABLER0_EL1,
+        Some(1 << PPI_CNTV),
+        plan.visible,
+    );
+    assert!(!trapped);
+    assert_eq!(el2(&r, reg::ICH_PPI_ENABLER0_EL2), 1 << PPI_CNTV);
+    r.m.borrow_mut().exit_guest(0);
+    // The model's own set (it implements CNTHP, hidden): all four PPI
+    // classes trap, HMRn and the rest do not.
+    r.cpus[0].vcpu_load(
+        &r.lock,
+        &guest_ready_ctx(),
+        &plan,
+        r.irs.host.ppis,
+        ALL_INSNS,
+        1,
+        7,
+    );
+    assert_eq!(
+        el2(&r, reg::ICH_HFGRTR_EL2),
+        HFGRTR_NO_TRAPS & !HFG_PPI_TRAPS
+    );
+    assert_eq!(
+        el2(&r, reg::ICH_HFGWTR_EL2),
+        HFGWTR_NO_TRAPS & !HFG_PPI_TRAPS
+    );
+    r.m.borrow_mut().enter_guest(0);
+    for reg in [
+        reg::ICC_PPI_ENABLER1_EL1,
+        reg::ICC_PPI_CPENDR0_EL1,
+        reg::ICC_PPI_SACTIVER1_EL1,
+        reg::ICC_PPI_PRIORITYR9_EL1,
+    ] {
+        assert_eq!(r.guest_read(0, reg), Access::Trapped);
+    }
+    assert!(matches!(
+        r.guest_read(0, reg::ICC_IAFFIDR_EL1),
+        Access::Value(_)
+    ));
     r.no_misuse();
 }
 

@@ -324,8 +324,9 @@ impl Reg {
             // GCIE layout (Linux arch/arm64/tools/sysreg, FEAT_GCIE prefix
             // of ICH_VMCR_EL2): EN [0], VPMR [31:27].
             Reg::IchVmcr => VMCR_EN | VMCR_VPMR_MASK,
-            // Bits [20:0] (one per ICC register class, see `Hfg`).
-            Reg::IchHfgrtr | Reg::IchHfgwtr => 0x1f_ffff,
+            // One bit per ICC register class (`Hfg`), the rest RES0.
+            Reg::IchHfgrtr => 0x1f_00ff,
+            Reg::IchHfgwtr => 0x1e_0065,
             // GICCDEN [0], GICCDDIS [1], ... up to [9] in this model.
             // GICCDEN [0] .. GICRCDNMIA [10].
             Reg::IchHfgitr => 0x7ff,
@@ -641,15 +642,24 @@ pub const fn hfgitr_bit(insn: Insn) -> Option<u32> {
 /// ICH_HFGITR_EL2.GICRCDIA: GICR CDIA does not trap.
 pub const HFGITR_GICRCDIA: u64 = 1 << 9;
 
-/// ICH_HFGRTR/HFGWTR_EL2 bit per ICC register class (bit 20 = the
-/// ICC_PPI_ACTIVERn class is confirmed; the rest are this model's
-/// UNCONFIRMED assignment in the same order as the specification's list).
+/// ICH_HFGRTR/HFGWTR_EL2 bit per ICC register class, as Linux's
+/// arch/arm64/tools/sysreg has both registers (GICv5 host series, "arm64/
+/// sysreg: Add ICH_HFGRTR_EL2" / "ICH_HFGWTR_EL2"): ICC_APR [0], ICC_IDRn
+/// [1], ICC_CR0 [2], ICC_HAPR [3], ICC_HPPIR [4], ICC_PCR [5], ICC_ICSR
+/// [6], ICC_IAFFIDR [7], ICC_PPI_HMRn [16], ICC_PPI_ENABLERn [17],
+/// ICC_PPI_PENDRn [18] (S and C), ICC_PPI_PRIORITYRn [19],
+/// ICC_PPI_ACTIVERn [20] (S and C); HFGWTR has only the writable ones
+/// (APR, CR0, PCR, ICSR and the four PPI classes but HMRn), its other
+/// bits RES0. (This model had HPPIR at 3 and PCR at 7 and no IDRn or
+/// IAFFIDR class before reading that source.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hfg {
     Apr = 0,
+    Idr = 1,
     Cr0 = 2,
-    Hppir = 3,
-    Pcr = 7,
+    Hppir = 4,
+    Pcr = 5,
+    Iaffidr = 7,
     PpiHmr = 16,
     PpiEnabler = 17,
     PpiPendr = 18,
@@ -663,6 +673,8 @@ fn hfg_class(reg: Reg) -> Option<Hfg> {
         Reg::IccCr0 => Hfg::Cr0,
         Reg::IccHppir => Hfg::Hppir,
         Reg::IccPcr => Hfg::Pcr,
+        Reg::IccIdr0 => Hfg::Idr,
+        Reg::IccIaffidr => Hfg::Iaffidr,
         Reg::IccPpiHmr(_) => Hfg::PpiHmr,
         Reg::IccPpiEnabler(_) => Hfg::PpiEnabler,
         Reg::IccPpiCpendr(_) | Reg::IccPpiSpendr(_) => Hfg::PpiPendr,
@@ -1400,18 +1412,22 @@ impl Model {
             self.bad(Misuse::WriteToReadOnly(reg));
             return Access::Undefined;
         }
-        let res0 = value & !reg.writable_mask();
-        if res0 != 0 {
-            self.bad(Misuse::Res0Written { reg, bits: res0 });
-        }
-        let value = value & reg.writable_mask();
         let guest = el == El::El1 && self.pes[pe].in_guest;
+        // A trapped write never reaches the register: its value is EL2's
+        // to judge, not a misuse of the model.
         if guest {
             if let Some(c) = hfg_class(reg) {
                 if self.pes[pe].virt.hfgwtr >> (c as u32) & 1 == 0 {
                     return Access::Trapped;
                 }
             }
+        }
+        let res0 = value & !reg.writable_mask();
+        if res0 != 0 {
+            self.bad(Misuse::Res0Written { reg, bits: res0 });
+        }
+        let value = value & reg.writable_mask();
+        if guest {
             self.write_virtual(pe, reg, value);
         } else {
             self.write_phys(pe, reg, value);
@@ -2426,8 +2442,8 @@ mod tests {
     #[test]
     fn hidden_ppi_reads_as_zero_and_ignores_guest_writes() {
         let mut m = model();
-        wr(&mut m, 0, Reg::IchHfgrtr, 0x1f_ffff);
-        wr(&mut m, 0, Reg::IchHfgwtr, 0x1f_ffff);
+        wr(&mut m, 0, Reg::IchHfgrtr, 0x1f_00ff);
+        wr(&mut m, 0, Reg::IchHfgwtr, 0x1e_0065);
         wr(&mut m, 0, Reg::IchPpiHvir(0), 1 << PPI_CNTHP);
         wr(&mut m, 0, Reg::IchContextr, 1 << 63);
         wr(&mut m, 0, Reg::IchVctlr, 1);
@@ -2441,6 +2457,55 @@ mod tests {
         wr(&mut m, 0, Reg::IchHfgrtr, 0);
         m.enter_guest(0);
         assert_eq!(m.read(0, El::El1, en), Access::Trapped);
+    }
+
+    #[test]
+    fn each_hfgrtr_and_hfgwtr_bit_traps_its_own_register_class_only() {
+        // (class bit, a register of the class, writable), from Linux's
+        // ICH_HFGRTR_EL2 / ICH_HFGWTR_EL2 field lists.
+        let classes = [
+            (0, Reg::IccApr, true),
+            (1, Reg::IccIdr0, false),
+            (2, Reg::IccCr0, true),
+            (4, Reg::IccHppir, false),
+            (5, Reg::IccPcr, true),
+            (7, Reg::IccIaffidr, false),
+            (16, Reg::IccPpiHmr(0), false),
+            (17, Reg::IccPpiEnabler(1), true),
+            (18, Reg::IccPpiSpendr(0), true),
+            (18, Reg::IccPpiCpendr(1), true),
+            (19, Reg::IccPpiPriorityr(15), true),
+            (20, Reg::IccPpiSactiver(0), true),
+            (20, Reg::IccPpiCactiver(1), true),
+        ];
+        for &(bit, reg, writable) in &classes {
+            let mut m = model();
+            wr(&mut m, 0, Reg::IchHfgrtr, 0x1f_00ff & !(1 << bit));
+            wr(&mut m, 0, Reg::IchHfgwtr, 0x1e_0065 & !(1 << bit));
+            wr(&mut m, 0, Reg::IchContextr, 1 << 63);
+            wr(&mut m, 0, Reg::IchVctlr, 1);
+            m.enter_guest(0);
+            assert_eq!(m.read(0, El::El1, reg.enc()), Access::Trapped, "{reg:?}");
+            if writable {
+                assert_eq!(
+                    m.write(0, El::El1, reg.enc(), 0),
+                    Access::Trapped,
+                    "{reg:?}"
+                );
+            }
+            for &(other, r, w) in &classes {
+                if other != bit {
+                    assert!(
+                        matches!(m.read(0, El::El1, r.enc()), Access::Value(_)),
+                        "{r:?}"
+                    );
+                    if w {
+                        assert_eq!(m.write(0, El::El1, r.enc(), 0), Access::Value(0), "{r:?}");
+                    }
+                }
+            }
+            assert!(m.misuse().is_empty(), "{:?}", m.misuse());
+        }
     }
 
     #[test]
