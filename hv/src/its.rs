@@ -948,6 +948,16 @@ impl<'a, 'u> Env<'a, 'u> {
             .filter(|t| t.its == self.its)
             .map(|t| t.device)
     }
+
+    /// `cmd` (naming the guest's DeviceID `device`, if any) as this ITS
+    /// is sent it: renamed to the DeviceID it sees there (`with`), or None
+    /// when the device is not behind it ([`Env::phys_device`]).
+    fn on_this_its<C>(&self, cmd: C, device: Option<u32>, with: fn(C, u32) -> C) -> Option<C> {
+        match device {
+            None => Some(cmd),
+            Some(d) => self.phys_device(d).map(|to| with(cmd, to)),
+        }
+    }
 }
 
 impl ItsPlacement for Env<'_, '_> {
@@ -980,28 +990,18 @@ impl PitsEnv for Env<'_, '_> {
         }
     }
     fn send(&mut self, cmd: ItsCmd) {
-        let cmd = match cmd.device() {
-            None => cmd,
-            Some(d) => match self.phys_device(d) {
-                Some(to) => cmd.with_device(to),
-                None => return,
-            },
-        };
-        self.unit.queue.send(&cmd)
+        if let Some(cmd) = self.on_this_its(cmd, cmd.device(), ItsCmd::with_device) {
+            self.unit.queue.send(&cmd)
+        }
     }
 }
 
 /// The same [`Env`] on the GICv4.0 path: its commands as [`V4Cmd`]s.
 impl V4Env for Env<'_, '_> {
     fn send(&mut self, cmd: V4Cmd) {
-        let cmd = match cmd.device() {
-            None => cmd,
-            Some(d) => match self.phys_device(d) {
-                Some(to) => cmd.with_device(to),
-                None => return,
-            },
-        };
-        self.unit.queue.send_v4(&cmd)
+        if let Some(cmd) = self.on_this_its(cmd, cmd.device(), V4Cmd::with_device) {
+            self.unit.queue.send_v4(&cmd)
+        }
     }
 }
 

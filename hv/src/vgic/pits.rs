@@ -114,10 +114,10 @@ pub enum ItsCmd {
 }
 
 impl ItsCmd {
-    /// The DeviceID the command names, if any (MAPC, INVALL and SYNC name
-    /// none).
-    pub fn device(&self) -> Option<u32> {
-        match *self {
+    /// The DeviceID field of the commands that name one: the one list of
+    /// them [`ItsCmd::device`] and [`ItsCmd::with_device`] read.
+    fn device_mut(&mut self) -> Option<&mut u32> {
+        match self {
             ItsCmd::Mapd { device, .. }
             | ItsCmd::Mapti { device, .. }
             | ItsCmd::Movi { device, .. }
@@ -129,18 +129,18 @@ impl ItsCmd {
         }
     }
 
+    /// The DeviceID the command names, if any (MAPC, INVALL and SYNC name
+    /// none).
+    pub fn device(&self) -> Option<u32> {
+        let mut cmd = *self;
+        cmd.device_mut().copied()
+    }
+
     /// The same command naming DeviceID `to` (one that names none is
     /// unchanged).
     pub fn with_device(mut self, to: u32) -> ItsCmd {
-        match &mut self {
-            ItsCmd::Mapd { device, .. }
-            | ItsCmd::Mapti { device, .. }
-            | ItsCmd::Movi { device, .. }
-            | ItsCmd::Discard { device, .. }
-            | ItsCmd::Inv { device, .. }
-            | ItsCmd::Int { device, .. }
-            | ItsCmd::Clear { device, .. } => *device = to,
-            ItsCmd::Mapc { .. } | ItsCmd::Invall { .. } | ItsCmd::Sync { .. } => {}
+        if let Some(device) = self.device_mut() {
+            *device = to;
         }
         self
     }
